@@ -1,0 +1,260 @@
+"""The planner: which episode, which frame, which rows and which padding, for every sample of an epoch.
+
+Pure: numpy and the standard library only, no IO, torch or DALI. A plan for batch *i* of epoch *e* on a
+rank is a function of (episode lengths, PlanConfig, World, e, i) and nothing else, so a restarted job
+recomputes it instead of saving it.
+
+How an epoch is drawn, per rank (the consumer; loader workers only parallelise fetch and decode, so the
+batch sequence does not depend on `num_workers`):
+
+1. Episodes are partitioned over ranks: a seeded shuffle, then longest-first onto the least-loaded rank,
+   so ranks get near-equal frame counts. The partition changes every epoch.
+2. The rank's episodes get a seeded admission order. A pool of `pool_size` whole episodes is open at a
+   time; each open episode hands out its frames in a seeded random order.
+3. Each batch draws `batch_size` frames. A draw picks a pool episode with probability proportional to its
+   remaining frames among episodes not yet drawn in this batch (so a batch holds min(batch, pool) distinct
+   episodes whenever the pool has them), then takes that episode's next frame. An exhausted episode
+   leaves the pool and the next episode in admission order enters at once.
+
+Every frame of the rank's episodes is drawn exactly once per epoch; with `drop_last` the final partial
+batch is dropped.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+
+from .errors import ConfigError
+from .world import World
+
+
+@dataclass(frozen=True)
+class PlanConfig:
+    """What the planner needs besides the dataset: sizes, seed and the delta windows (in frames)."""
+
+    batch_size: int
+    pool_size: int
+    seed: int = 0
+    drop_last: bool = True
+    delta_indices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size <= 0:
+            raise ConfigError(f"`batch_size` must be a positive integer. Found: {self.batch_size!r}")
+        if not isinstance(self.pool_size, int) or self.pool_size <= 0:
+            raise ConfigError(
+                f"`episode_pool_size` must be a positive integer. Found: {self.pool_size!r}; "
+                "it is the number of whole episodes each rank keeps open (16 is a good start)"
+            )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"`seed` must be a non-negative integer. Found: {self.seed!r}")
+        for key, deltas in self.delta_indices.items():
+            if len(deltas) == 0:
+                raise ConfigError(f"delta_timestamps[{key!r}] is empty; give at least one offset (0.0 = now)")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Rows of one windowed key: episode-relative row per (sample, step), clamped, and its padding mask."""
+
+    rows: np.ndarray  # (B, T) int64, clamped into [0, length)
+    is_pad: np.ndarray  # (B, T) bool, True where the unclamped row fell outside the episode
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One batch: for each sample the episode (position in the episodes table) and the frame in it."""
+
+    epoch: int
+    index: int
+    episodes: np.ndarray  # (B,) int64 positions into the dataset's episodes table
+    frames: np.ndarray  # (B,) int64 frame index inside the episode
+    windows: Mapping[str, Window]
+
+    @property
+    def size(self) -> int:
+        return int(self.episodes.shape[0])
+
+
+def _seed_int(*words: int) -> int:
+    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(2, dtype=np.uint64)[0])
+
+
+def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    candidates = np.flatnonzero(lengths > 0)
+    if world_size > len(candidates):
+        raise ConfigError(
+            f"world_size={world_size} ranks but the dataset has only {len(candidates)} non-empty episodes: "
+            "every rank needs at least one episode; use fewer ranks or a larger dataset"
+        )
+    rng = np.random.default_rng([seed, epoch, 0x9A27])
+    order = candidates[rng.permutation(len(candidates))]
+    order = order[np.argsort(-lengths[order], kind="stable")]
+    heap = [(0, r) for r in range(world_size)]
+    owned: list[list[int]] = [[] for _ in range(world_size)]
+    for pos in order.tolist():
+        load, rank = heapq.heappop(heap)
+        owned[rank].append(pos)
+        heapq.heappush(heap, (load + int(lengths[pos]), rank))
+    return [np.array(sorted(o), dtype=np.int64) for o in owned]
+
+
+class _Fenwick:
+    """Prefix sums over pool slots, for drawing a slot with probability proportional to its weight."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.tree = [0] * (n + 1)
+        self.weight = [0] * n
+        self.total = 0
+        self._top = 1 << (n.bit_length() - 1) if n else 0
+
+    def add(self, i: int, delta: int) -> None:
+        self.weight[i] += delta
+        self.total += delta
+        i += 1
+        while i <= self.n:
+            self.tree[i] += delta
+            i += i & -i
+
+    def find(self, r: int) -> int:
+        """The slot holding cumulative weight position r (0 <= r < total)."""
+        pos, step = 0, self._top
+        while step:
+            nxt = pos + step
+            if nxt <= self.n and self.tree[nxt] <= r:
+                pos = nxt
+                r -= self.tree[nxt]
+            step >>= 1
+        return pos
+
+
+class _PoolSampler:
+    """Draws (episode, frame) pairs from a pool of open episodes; see the module docstring."""
+
+    def __init__(self, lengths: list[int], pool_size: int, rnd: random.Random) -> None:
+        self._lengths = lengths
+        self._rnd = rnd
+        self._next = 0
+        slots = max(1, min(pool_size, len(lengths)))
+        self._fen = _Fenwick(slots)
+        self._ep = [-1] * slots
+        self._perm: list[list[int]] = [[] for _ in range(slots)]
+        self._pos = [0] * slots
+        self.remaining = sum(lengths)
+        for s in range(slots):
+            self._admit(s)
+
+    def _admit(self, slot: int) -> None:
+        while self._next < len(self._lengths) and self._lengths[self._next] == 0:
+            self._next += 1
+        if self._next >= len(self._lengths):
+            self._ep[slot] = -1
+            return
+        ep = self._next
+        self._next += 1
+        perm = list(range(self._lengths[ep]))
+        self._rnd.shuffle(perm)
+        self._ep[slot], self._perm[slot], self._pos[slot] = ep, perm, 0
+        self._fen.add(slot, len(perm))
+
+    def draw(self, n: int) -> tuple[list[int], list[int]]:
+        fen, rnd = self._fen, self._rnd
+        eps: list[int] = []
+        frames: list[int] = []
+        hidden: list[tuple[int, int]] = []
+        for _ in range(min(n, self.remaining)):
+            if fen.total == 0:  # every open episode already drew in this batch: allow repeats
+                for slot, weight in hidden:
+                    fen.add(slot, weight)
+                hidden.clear()
+            slot = fen.find(int(rnd.random() * fen.total))
+            pos = self._pos[slot]
+            eps.append(self._ep[slot])
+            frames.append(self._perm[slot][pos])
+            self._pos[slot] = pos + 1
+            left = len(self._perm[slot]) - pos - 1
+            fen.add(slot, -fen.weight[slot])
+            if left == 0:
+                self._admit(slot)
+            else:
+                hidden.append((slot, left))
+        for slot, weight in hidden:
+            fen.add(slot, weight)
+        self.remaining -= len(eps)
+        return eps, frames
+
+
+class EpochPlan:
+    """All batches of one epoch on one rank, generated lazily and kept, so `batch(i)` is cheap after the first call.
+
+    `batch(i)` for a large i draws (never decodes) the batches before it: that is how a resumed job
+    reaches its position.
+    """
+
+    def __init__(self, lengths: np.ndarray, config: PlanConfig, world: World, epoch: int) -> None:
+        if epoch < 0:
+            raise ConfigError(f"`epoch` must be >= 0. Found: {epoch}")
+        self.config = config
+        self.world = world
+        self.epoch = epoch
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        mine = partition_episodes(self.lengths, world.world_size, config.seed, epoch)[world.rank]
+        rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD])
+        self.admission_order = mine[rng.permutation(len(mine))]
+        self.num_frames = int(self.lengths[self.admission_order].sum())
+        b = config.batch_size
+        self.num_batches = self.num_frames // b if config.drop_last else math.ceil(self.num_frames / b)
+        self._sampler = _PoolSampler(
+            self.lengths[self.admission_order].tolist(), config.pool_size,
+            random.Random(_seed_int(config.seed, epoch, world.rank, 0x5A)),
+        )
+        self._episodes: list[np.ndarray] = []
+        self._frames: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def _materialise(self, index: int) -> None:
+        while len(self._episodes) <= index:
+            local, frames = self._sampler.draw(self.config.batch_size)
+            self._episodes.append(self.admission_order[np.asarray(local, dtype=np.int64)])
+            self._frames.append(np.asarray(frames, dtype=np.int64))
+
+    def batch(self, index: int) -> BatchPlan:
+        if not 0 <= index < self.num_batches:
+            raise IndexError(f"batch {index} is outside epoch {self.epoch}, which has {self.num_batches} batches")
+        self._materialise(index)
+        episodes, frames = self._episodes[index], self._frames[index]
+        lengths = self.lengths[episodes]
+        windows = {key: window(frames, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
+        return BatchPlan(self.epoch, index, episodes, frames, windows)
+
+
+def window(frames: np.ndarray, lengths: np.ndarray, deltas: tuple[int, ...]) -> Window:
+    """lerobot's query rows: frame + delta clamped into the episode, padded where it fell outside."""
+    raw = np.asarray(frames, dtype=np.int64)[:, None] + np.asarray(deltas, dtype=np.int64)[None, :]
+    last = np.asarray(lengths, dtype=np.int64)[:, None] - 1
+    return Window(rows=np.clip(raw, 0, last), is_pad=(raw < 0) | (raw > last))
+
+
+def delta_indices(delta_timestamps: Mapping[str, list[float]], fps: float, tolerance_s: float) -> dict[str, tuple[int, ...]]:
+    """Seconds to frame offsets (round(d * fps)); each offset must be a multiple of 1/fps within tolerance."""
+    out: dict[str, tuple[int, ...]] = {}
+    for key, deltas in delta_timestamps.items():
+        bad = [d for d in deltas if abs(d * fps - round(d * fps)) / fps > tolerance_s]
+        if bad:
+            raise ConfigError(
+                f"delta_timestamps[{key!r}] has offsets that are not multiples of 1/fps (fps={fps}) within "
+                f"tolerance_s={tolerance_s}: {bad}; use k / {fps} seconds for integer k"
+            )
+        out[key] = tuple(int(round(d * fps)) for d in deltas)
+    return out

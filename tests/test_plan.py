@@ -1,0 +1,149 @@
+"""The planner alone: no files, no decoders."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dali_stream.errors import ConfigError
+from dali_stream.plan import EpochPlan, PlanConfig, delta_indices, partition_episodes, window
+from dali_stream.world import World
+
+LENGTHS = np.array([30, 5, 0, 48, 17, 22, 60, 9, 41, 12, 33, 27, 50, 8, 19, 25], dtype=np.int64)
+
+
+def epoch_samples(lengths, cfg, world, epoch):
+    plan = EpochPlan(lengths, cfg, world, epoch)
+    pairs = []
+    for i in range(len(plan)):
+        b = plan.batch(i)
+        pairs += list(zip(b.episodes.tolist(), b.frames.tolist()))
+    return plan, pairs
+
+
+def all_frames(lengths, episodes=None):
+    eps = range(len(lengths)) if episodes is None else episodes
+    return {(int(e), f) for e in eps for f in range(int(lengths[e]))}
+
+
+def test_every_frame_exactly_once_without_drop_last():
+    cfg = PlanConfig(batch_size=7, pool_size=4, seed=3, drop_last=False)
+    plan, pairs = epoch_samples(LENGTHS, cfg, World(), 0)
+    assert len(pairs) == LENGTHS.sum() == plan.num_frames
+    assert set(pairs) == all_frames(LENGTHS)
+    assert max(Counter(pairs).values()) == 1
+    assert plan.batch(len(plan) - 1).size == (int(LENGTHS.sum()) % 7 or 7)
+
+
+def test_drop_last_drops_only_the_partial_tail():
+    cfg = PlanConfig(batch_size=7, pool_size=4, seed=3, drop_last=True)
+    plan, pairs = epoch_samples(LENGTHS, cfg, World(), 0)
+    assert len(plan) == LENGTHS.sum() // 7
+    assert len(pairs) == len(set(pairs)) == len(plan) * 7
+
+
+def test_same_seed_same_plans_other_seed_or_epoch_differs():
+    cfg = PlanConfig(batch_size=8, pool_size=5, seed=11)
+    _, a = epoch_samples(LENGTHS, cfg, World(), 2)
+    _, b = epoch_samples(LENGTHS, cfg, World(), 2)
+    _, c = epoch_samples(LENGTHS, PlanConfig(batch_size=8, pool_size=5, seed=12), World(), 2)
+    _, d = epoch_samples(LENGTHS, cfg, World(), 3)
+    assert a == b
+    assert a != c and a != d
+    assert set(a[: len(a) // 2]) != set(d[: len(d) // 2])  # the epoch reshuffles, not just reorders batches
+
+
+def test_random_access_equals_sequential():
+    cfg = PlanConfig(batch_size=6, pool_size=3, seed=5)
+    seq = EpochPlan(LENGTHS, cfg, World(), 1)
+    batches = [seq.batch(i) for i in range(len(seq))]
+    jump = EpochPlan(LENGTHS, cfg, World(), 1)
+    for i in (40, 3, len(jump) - 1, 0):
+        assert np.array_equal(jump.batch(i).episodes, batches[i].episodes)
+        assert np.array_equal(jump.batch(i).frames, batches[i].frames)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 5])
+def test_ranks_are_disjoint_and_cover_the_epoch(world_size):
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=0, drop_last=False)
+    seen = []
+    for rank in range(world_size):
+        _, pairs = epoch_samples(LENGTHS, cfg, World(rank=rank, world_size=world_size), 0)
+        seen.append(set(pairs))
+        assert len(pairs) == len(set(pairs))
+    union = set().union(*seen)
+    assert sum(len(s) for s in seen) == len(union)
+    assert union == all_frames(LENGTHS)
+
+
+def test_partition_balances_frames_and_is_whole_episodes():
+    parts = partition_episodes(LENGTHS, 3, seed=0, epoch=0)
+    loads = [int(LENGTHS[p].sum()) for p in parts]
+    assert max(loads) - min(loads) <= LENGTHS.max()
+    assert sorted(np.concatenate(parts).tolist()) == [i for i in range(len(LENGTHS)) if LENGTHS[i] > 0]
+
+
+def test_more_ranks_than_episodes_is_a_clear_error():
+    with pytest.raises(ConfigError, match="world_size=20 ranks but the dataset has only 15 non-empty episodes"):
+        EpochPlan(LENGTHS, PlanConfig(batch_size=4, pool_size=2), World(rank=0, world_size=20), 0)
+
+
+@pytest.mark.parametrize("pool", [16, 32])
+def test_pool_spreads_a_batch_over_distinct_episodes(pool):
+    lengths = np.full(200, 50, dtype=np.int64)
+    plan = EpochPlan(lengths, PlanConfig(batch_size=16, pool_size=pool, seed=1), World(), 0)
+    fracs = [len(set(plan.batch(i).episodes.tolist())) / 16 for i in range(len(plan))]
+    assert np.mean(fracs) >= 0.9
+    # Until the admission list runs dry (the last pool's worth of frames), every batch is spread out.
+    steady = fracs[: len(plan) - pool * 50 // 16]
+    assert min(steady) >= 0.9
+
+
+def test_pool_keeps_few_episodes_open():
+    lengths = np.full(40, 20, dtype=np.int64)
+    plan = EpochPlan(lengths, PlanConfig(batch_size=4, pool_size=3, seed=2), World(), 0)
+    open_eps, done, worst = set(), Counter(), 0
+    for i in range(len(plan)):
+        b = plan.batch(i)
+        for e in b.episodes.tolist():
+            open_eps.add(e)
+            done[e] += 1
+            if done[e] == 20:
+                open_eps.discard(e)
+            worst = max(worst, len(open_eps))
+    assert worst <= 3
+
+
+def test_window_clamps_and_pads_at_both_ends():
+    w = window(np.array([0, 1, 9]), np.array([10, 10, 10]), (-2, -1, 0, 1, 2))
+    assert w.rows.tolist() == [[0, 0, 0, 1, 2], [0, 0, 1, 2, 3], [7, 8, 9, 9, 9]]
+    assert w.is_pad.tolist() == [[True, True, False, False, False], [True, False, False, False, False],
+                                 [False, False, False, True, True]]
+
+
+def test_batch_plan_windows_follow_delta_indices():
+    cfg = PlanConfig(batch_size=5, pool_size=2, seed=0, delta_indices={"action": (0, 1, 2), "cam": (-1, 0)})
+    b = EpochPlan(LENGTHS, cfg, World(), 0).batch(0)
+    for j in range(b.size):
+        L = LENGTHS[b.episodes[j]]
+        f = b.frames[j]
+        assert b.windows["action"].rows[j].tolist() == [min(f + d, L - 1) for d in (0, 1, 2)]
+        assert b.windows["cam"].is_pad[j].tolist() == [f == 0, False]
+
+
+def test_delta_timestamps_must_be_multiples_of_the_frame_period():
+    assert delta_indices({"a": [-1 / 30, 0.0, 0.5]}, 30, 1e-4) == {"a": (-1, 0, 15)}
+    with pytest.raises(ConfigError, match=r"delta_timestamps\['a'\].*\[0\.01\]"):
+        delta_indices({"a": [0.0, 0.01]}, 30, 1e-4)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"batch_size": 0, "pool_size": 4}, "`batch_size` must be a positive integer. Found: 0"),
+    ({"batch_size": 4, "pool_size": -1}, "`episode_pool_size` must be a positive integer. Found: -1"),
+    ({"batch_size": 4, "pool_size": 2, "seed": -3}, "`seed` must be a non-negative integer. Found: -3"),
+])
+def test_bad_sizes_are_clear_errors(kwargs, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        PlanConfig(**kwargs)
