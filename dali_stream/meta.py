@@ -1,0 +1,215 @@
+"""Read a LeRobot v3 dataset's metadata: meta/info.json, meta/episodes/*/*.parquet, meta/tasks.parquet.
+
+`DatasetMeta.open(source)` validates what the loader relies on and fails with a message that names the
+file and the fix. Sources are local paths or fsspec URLs; only metadata is read here.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import DatasetError, DatasetNotFoundError, UnsupportedVersionError
+from .storage import open_fs, read_parquet
+
+INFO_PATH = "meta/info.json"
+TASKS_PATH = "meta/tasks.parquet"
+EPISODES_GLOB = "meta/episodes/*/*.parquet"
+# Columns every frame row carries in v3 (lerobot's DEFAULT_FEATURES).
+INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+@dataclass(frozen=True)
+class Camera:
+    key: str
+    codec: str  # normalised: h264 | hevc | av1 | vp9 | ...
+    height: int
+    width: int
+    from_timestamp: np.ndarray  # (E,) float64 per episode position
+    to_timestamp: np.ndarray
+    chunk_index: np.ndarray  # (E,) int64
+    file_index: np.ndarray
+
+
+_CODEC_ALIASES = {"h264": "h264", "avc": "h264", "avc1": "h264", "libx264": "h264", "hevc": "hevc", "h265": "hevc",
+                  "libx265": "hevc", "hvc1": "hevc", "av1": "av1", "libdav1d": "av1", "libaom-av1": "av1",
+                  "libsvtav1": "av1", "av01": "av1", "vp9": "vp9", "libvpx-vp9": "vp9", "vp09": "vp9", "vp8": "vp8"}
+
+
+def normalise_codec(name: str) -> str:
+    return _CODEC_ALIASES.get(str(name).lower(), str(name).lower())
+
+
+class DatasetMeta:
+    """Everything the planner and fetchers need to know about a dataset, without touching frames."""
+
+    def __init__(self, source: str, fs, root: str, info: dict[str, Any], episodes: dict[str, np.ndarray],
+                 tasks: dict[int, str]) -> None:
+        self.source = str(source)
+        self.fs = fs
+        self.root = root
+        self.info = info
+        self.fps = float(info["fps"])
+        self.features: dict[str, dict[str, Any]] = info["features"]
+        self.episodes = episodes
+        self.tasks = tasks
+        self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
+        self.table_keys = [k for k, f in self.features.items() if f.get("dtype") not in ("video", "image")]
+        self.lengths = episodes["length"]
+        self.cameras = {k: self._camera(k) for k in self.video_keys}
+
+    # ---- construction -------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, source: str) -> "DatasetMeta":
+        fs, root = open_fs(source)
+        info = cls._read_info(source, fs, root)
+        episodes = cls._read_episodes(source, fs, root, info)
+        tasks = cls._read_tasks(source, fs, root)
+        meta = cls(source, fs, root, info, episodes, tasks)
+        meta._validate()
+        return meta
+
+    @staticmethod
+    def _read_info(source, fs, root) -> dict[str, Any]:
+        if not fs.exists(root):
+            raise DatasetNotFoundError(
+                f"dataset folder {source!r} does not exist; pass the root of a LeRobot v3 dataset "
+                "(the folder holding meta/, data/ and videos/), or write one with `dali-stream make-sample`"
+            )
+        path = posixpath.join(root, INFO_PATH)
+        if not fs.exists(path):
+            raise DatasetNotFoundError(
+                f"{path} is missing: {source!r} is not a LeRobot dataset root (expected meta/info.json "
+                "beside data/ and videos/); point at the dataset's root folder"
+            )
+        try:
+            with fs.open(path, "rb") as f:
+                info = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path} is not valid JSON ({exc}); re-download the dataset's meta folder") from exc
+        version = str(info.get("codebase_version", ""))
+        if not version.startswith("v3."):
+            raise UnsupportedVersionError(
+                f"{path} says codebase_version={version!r}; dali_stream reads LeRobot v3.x datasets only. "
+                "Convert it with lerobot's `convert_dataset_v21_to_v30` script first"
+            )
+        for key in ("fps", "features", "data_path"):
+            if key not in info:
+                raise DatasetError(f"{path} has no {key!r} entry; the file is incomplete, re-download it")
+        if float(info["fps"]) <= 0:
+            raise DatasetError(f"{path}: fps must be positive. Found: {info['fps']!r}")
+        return info
+
+    @staticmethod
+    def _read_episodes(source, fs, root, info) -> dict[str, np.ndarray]:
+        import pyarrow as pa
+
+        files = sorted(fs.glob(posixpath.join(root, EPISODES_GLOB)))
+        if not files:
+            raise DatasetNotFoundError(
+                f"no episode tables under {posixpath.join(root, 'meta/episodes/')} in {source!r}; "
+                "a v3 dataset keeps them as meta/episodes/chunk-XXX/file-XXX.parquet: re-download meta/"
+            )
+        tables = []
+        for path in files:
+            table = read_parquet(fs, path)
+            keep = [c for c in table.column_names if not c.startswith("stats/")]
+            tables.append(table.select(keep))
+        table = pa.concat_tables(tables, promote_options="default")
+        required = ["episode_index", "length", "dataset_from_index", "dataset_to_index",
+                    "data/chunk_index", "data/file_index"]
+        for key, ft in info["features"].items():
+            if ft.get("dtype") == "video":
+                required += [f"videos/{key}/{c}" for c in ("chunk_index", "file_index", "from_timestamp",
+                                                            "to_timestamp")]
+        missing = [c for c in required if c not in table.column_names]
+        if missing:
+            raise DatasetError(
+                f"episode tables in {posixpath.join(root, 'meta/episodes/')} lack columns {missing}; "
+                "they are needed to locate each episode's rows and video bytes: re-download meta/episodes"
+            )
+        order = np.argsort(table.column("episode_index").to_numpy(), kind="stable")
+        out = {}
+        for c in required:
+            col = table.column(c).to_numpy()[order]
+            out[c] = col.astype(np.float64 if c.endswith("timestamp") else np.int64)
+        return out
+
+    @staticmethod
+    def _read_tasks(source, fs, root) -> dict[int, str]:
+        path = posixpath.join(root, TASKS_PATH)
+        if not fs.exists(path):
+            raise DatasetNotFoundError(f"{path} is missing in {source!r}; re-download the dataset's meta folder")
+        table = read_parquet(fs, path)
+        if "task_index" not in table.column_names:
+            raise DatasetError(f"{path} has no 'task_index' column; re-download the dataset's meta folder")
+        names = [c for c in table.column_names if c != "task_index"]
+        text = next((c for c in ("task", "__index_level_0__", *names) if c in table.column_names), None)
+        if text is None:
+            raise DatasetError(f"{path} has no task text column (expected 'task' or a pandas index)")
+        return dict(zip(table.column("task_index").to_pylist(), table.column(text).to_pylist()))
+
+    # ---- validation and views -----------------------------------------------------------------------
+    def _validate(self) -> None:
+        e = self.episodes
+        bad = np.flatnonzero(e["dataset_to_index"] - e["dataset_from_index"] != e["length"])
+        if len(bad):
+            i = int(bad[0])
+            raise DatasetError(
+                f"episode {int(e['episode_index'][i])} in {self.source!r}: length={int(e['length'][i])} but "
+                f"dataset_from_index..dataset_to_index spans {int(e['dataset_to_index'][i] - e['dataset_from_index'][i])} "
+                "rows; the episodes table is inconsistent, re-download meta/episodes"
+            )
+        if self.video_keys and "video_path" not in self.info:
+            raise DatasetError(f"{INFO_PATH} in {self.source!r} declares video features but no 'video_path'")
+
+    def _camera(self, key: str) -> Camera:
+        ft = self.features[key]
+        vinfo = ft.get("info") or {}
+        shape = ft.get("shape") or [vinfo.get("video.height", 0), vinfo.get("video.width", 0), 3]
+        names = ft.get("names") or ["height", "width", "channels"]
+        dims = dict(zip(names, shape))
+        height = int(vinfo.get("video.height", dims.get("height", shape[0])))
+        width = int(vinfo.get("video.width", dims.get("width", shape[1])))
+        p = f"videos/{key}/"
+        return Camera(
+            key=key,
+            codec=normalise_codec(vinfo.get("video.codec", "unknown")),
+            height=height,
+            width=width,
+            from_timestamp=self.episodes[p + "from_timestamp"],
+            to_timestamp=self.episodes[p + "to_timestamp"],
+            chunk_index=self.episodes[p + "chunk_index"],
+            file_index=self.episodes[p + "file_index"],
+        )
+
+    @property
+    def num_episodes(self) -> int:
+        return int(len(self.lengths))
+
+    @property
+    def total_frames(self) -> int:
+        return int(self.lengths.sum())
+
+    def episode_index(self, pos: int) -> int:
+        return int(self.episodes["episode_index"][pos])
+
+    def data_file(self, pos: int) -> str:
+        rel = self.info["data_path"].format(chunk_index=int(self.episodes["data/chunk_index"][pos]),
+                                            file_index=int(self.episodes["data/file_index"][pos]))
+        return posixpath.join(self.root, rel)
+
+    def video_file(self, pos: int, key: str) -> str:
+        cam = self.cameras[key]
+        rel = self.info["video_path"].format(video_key=key, chunk_index=int(cam.chunk_index[pos]),
+                                             file_index=int(cam.file_index[pos]))
+        return posixpath.join(self.root, rel)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What a saved loader state must agree on to resume against this dataset."""
+        return {"total_episodes": self.num_episodes, "total_frames": self.total_frames, "fps": self.fps,
+                "cameras": sorted(self.video_keys)}

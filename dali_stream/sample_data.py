@@ -1,0 +1,309 @@
+"""Write a real LeRobot v3.0 dataset with painted frame ids: the project's test and demo data.
+
+Layout follows lerobot's v3 writer: meta/info.json, meta/stats.json, meta/tasks.parquet,
+meta/episodes/chunk-XXX/file-XXX.parquet, data/chunk-XXX/file-XXX.parquet (one row group per episode)
+and videos/<key>/chunk-XXX/file-XXX.mp4 packing several episodes back to back.
+
+Each video file is encoded as one continuous stream with a fixed GOP, so episodes start anywhere inside
+a GOP (the loader must cut from the keyframe at or before an episode's first frame), H.264/HEVC carry
+B-frames, and every camera rolls over to a new file at a different episode, so each camera has its own
+`from_timestamp` per episode. Frame (episode, frame_index) is painted into every image (see `paint`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import paint
+
+CODECS = ("h264", "hevc", "av1", "vp9")
+TASKS = ("pick up the red cube", "stack the blue block on the green one", "open the top drawer",
+         "push the button twice", "wipe the table")
+STATE_DIM = 6
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    name: str
+    codec: str
+
+    @property
+    def key(self) -> str:
+        return f"observation.images.{self.name}"
+
+    def __post_init__(self) -> None:
+        if self.codec not in CODECS:
+            raise ValueError(f"camera {self.name!r}: codec {self.codec!r} is not one of {CODECS}")
+
+
+def parse_cameras(text: str) -> tuple[CameraSpec, ...]:
+    """'front:h264,wrist:av1' -> camera specs."""
+    specs = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, codec = part.partition(":")
+        if not sep or not name:
+            raise ValueError(f"camera {part!r} must look like NAME:CODEC, e.g. front:h264 (codecs: {', '.join(CODECS)})")
+        specs.append(CameraSpec(name, codec))
+    if len({s.name for s in specs}) != len(specs):
+        raise ValueError(f"camera names must be unique: {text!r}")
+    return tuple(specs)
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    episodes: int = 36
+    min_length: int = 40
+    max_length: int = 90
+    cameras: tuple[CameraSpec, ...] = field(default_factory=lambda: parse_cameras("front:h264,wrist:av1,top:vp9"))
+    height: int = 96
+    width: int = 128
+    fps: int = 30
+    gop: int = 30
+    episodes_per_file: int = 8
+    chunks_size: int = 1000
+    tasks: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f"episodes must be >= 1. Found: {self.episodes}")
+        if not 1 <= self.min_length <= self.max_length:
+            raise ValueError(f"need 1 <= min_length <= max_length. Found: {self.min_length}, {self.max_length}")
+        if self.fps <= 0 or self.gop <= 0 or self.episodes_per_file <= 0 or self.chunks_size <= 0:
+            raise ValueError("fps, gop, episodes_per_file and chunks_size must be positive")
+        if not 1 <= self.tasks <= len(TASKS):
+            raise ValueError(f"tasks must be in [1, {len(TASKS)}]. Found: {self.tasks}")
+        if not self.cameras:
+            raise ValueError("at least one camera is needed")
+        paint.check_size(self.height, self.width)
+
+    def lengths(self) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        return rng.integers(self.min_length, self.max_length + 1, size=self.episodes).astype(np.int64)
+
+
+def state_row(episode: int, frame: int, task: int) -> np.ndarray:
+    """The observation.state written for (episode, frame): recognisable values tests can recompute."""
+    t = frame / 10.0
+    return np.array([episode, frame, math.sin(t), math.cos(t), episode * 0.5 + frame * 0.01, task],
+                    dtype=np.float32)
+
+
+def action_row(episode: int, frame: int, task: int) -> np.ndarray:
+    return state_row(episode, frame + 1, task) * np.float32(0.5)
+
+
+def _chunk_file(n: int, chunks_size: int) -> tuple[int, int]:
+    return n // chunks_size, n % chunks_size
+
+
+def _groups(num: int, first: int, size: int) -> list[list[int]]:
+    out, start = [], 0
+    take = max(1, first)
+    while start < num:
+        out.append(list(range(start, min(num, start + take))))
+        start += take
+        take = size
+    return out
+
+
+_ENCODERS = {
+    "h264": ("libx264", lambda g: {"preset": "veryfast", "crf": "18", "bf": "2", "g": str(g),
+                                   "x264-params": f"scenecut=0:keyint={g}:min-keyint={g}"}),
+    "hevc": ("libx265", lambda g: {"preset": "veryfast", "crf": "20",
+                                   "x265-params": f"log-level=error:scenecut=0:keyint={g}:min-keyint={g}:"
+                                                  "bframes=2:open-gop=0"}),
+    "av1": ("libsvtav1", lambda g: {"preset": "10", "crf": "28", "g": str(g), "svtav1-params": "scd=0"}),
+    "vp9": ("libvpx-vp9", lambda g: {"deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0",
+                                     "g": str(g)}),
+}
+
+
+def encode_video(path: Path, frames: Sequence[np.ndarray] | Callable[[], "object"], codec: str, fps: int,
+                 gop: int, height: int, width: int) -> None:
+    """Encode RGB frames into one MP4 stream, frame k at pts k/fps."""
+    import av
+
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
+    encoder, options = _ENCODERS[codec]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="mp4") as container:
+        stream = container.add_stream(encoder, rate=fps, options=options(gop))
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.time_base = Fraction(1, fps)
+        stream.codec_context.gop_size = gop
+        for k, rgb in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts = k
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+
+
+def _tasks_table(names: Sequence[str]):
+    import pyarrow as pa
+
+    table = pa.table({"task_index": pa.array(range(len(names)), pa.int64()),
+                      "__index_level_0__": pa.array(list(names), pa.string())})
+    pandas_meta = {
+        "index_columns": ["__index_level_0__"],
+        "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+                            "metadata": {"encoding": "UTF-8"}}],
+        "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64",
+                     "numpy_type": "int64", "metadata": None},
+                    {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode",
+                     "numpy_type": "object", "metadata": None}],
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.0",
+    }
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+
+
+def _stats(values: np.ndarray) -> dict[str, list]:
+    v = values.astype(np.float64)
+    if v.ndim == 1:
+        v = v[:, None]
+    return {"min": v.min(0).tolist(), "max": v.max(0).tolist(), "mean": v.mean(0).tolist(),
+            "std": v.std(0).tolist(), "count": [int(len(v))]}
+
+
+def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bool = False,
+                 progress: Callable[[int, int], None] | None = None) -> Path:
+    """Write the dataset under `out` and return its path. `progress(done, total)` counts encoded files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(out)
+    if out.exists():
+        if not overwrite:
+            raise FileExistsError(f"{out} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+        shutil.rmtree(out)
+    lengths = spec.lengths()
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    task_of = [e % spec.tasks for e in range(spec.episodes)]
+    ep_cols: dict[str, list] = {"episode_index": list(range(spec.episodes)),
+                                "tasks": [[TASKS[t]] for t in task_of], "length": lengths.tolist(),
+                                "dataset_from_index": starts.tolist(),
+                                "dataset_to_index": (starts + lengths).tolist()}
+    data_groups = _groups(spec.episodes, spec.episodes_per_file, spec.episodes_per_file)
+    cam_groups = [_groups(spec.episodes, spec.episodes_per_file - c, spec.episodes_per_file)
+                  for c in range(len(spec.cameras))]
+    total_files = len(data_groups) + sum(len(g) for g in cam_groups)
+    done = 0
+
+    # ---- tables --------------------------------------------------------------------------------------
+    ep_cols["data/chunk_index"] = [0] * spec.episodes
+    ep_cols["data/file_index"] = [0] * spec.episodes
+    all_state, all_action = [], []
+    for n, group in enumerate(data_groups):
+        chunk, file = _chunk_file(n, spec.chunks_size)
+        path = out / "data" / f"chunk-{chunk:03d}" / f"file-{file:03d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer = None
+        for e in group:
+            L = int(lengths[e])
+            state = np.stack([state_row(e, f, task_of[e]) for f in range(L)])
+            action = np.stack([action_row(e, f, task_of[e]) for f in range(L)])
+            all_state.append(state)
+            all_action.append(action)
+            table = pa.table({
+                "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), STATE_DIM),
+                "action": pa.FixedSizeListArray.from_arrays(pa.array(action.ravel()), STATE_DIM),
+                "next.done": pa.array(np.arange(L) == L - 1),
+                "timestamp": pa.array((np.arange(L) / spec.fps).astype(np.float32)),
+                "frame_index": pa.array(np.arange(L, dtype=np.int64)),
+                "episode_index": pa.array(np.full(L, e, dtype=np.int64)),
+                "index": pa.array(np.arange(L, dtype=np.int64) + starts[e]),
+                "task_index": pa.array(np.full(L, task_of[e], dtype=np.int64)),
+            })
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)  # one row group per episode
+            ep_cols["data/chunk_index"][e], ep_cols["data/file_index"][e] = chunk, file
+        writer.close()
+        done += 1
+        if progress:
+            progress(done, total_files)
+
+    # ---- videos --------------------------------------------------------------------------------------
+    for c, cam in enumerate(spec.cameras):
+        p = f"videos/{cam.key}/"
+        for col in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
+            ep_cols[p + col] = [0] * spec.episodes
+        for n, group in enumerate(cam_groups[c]):
+            chunk, file = _chunk_file(n, spec.chunks_size)
+            path = out / "videos" / cam.key / f"chunk-{chunk:03d}" / f"file-{file:03d}.mp4"
+            frames = (paint.render(spec.height, spec.width, e, f, c) for e in group for f in range(int(lengths[e])))
+            encode_video(path, frames, cam.codec, spec.fps, spec.gop, spec.height, spec.width)
+            offset = 0
+            for e in group:
+                ep_cols[p + "chunk_index"][e], ep_cols[p + "file_index"][e] = chunk, file
+                ep_cols[p + "from_timestamp"][e] = offset / spec.fps
+                offset += int(lengths[e])
+                ep_cols[p + "to_timestamp"][e] = offset / spec.fps
+            done += 1
+            if progress:
+                progress(done, total_files)
+
+    # ---- meta ----------------------------------------------------------------------------------------
+    half = max(1, spec.episodes // 2)
+    for n, rows in enumerate((range(0, half), range(half, spec.episodes))):
+        if not len(rows):
+            continue
+        cols = {k: [v[i] for i in rows] for k, v in ep_cols.items()}
+        cols["meta/episodes/chunk_index"] = [0] * len(rows)
+        cols["meta/episodes/file_index"] = [n] * len(rows)
+        path = out / "meta" / "episodes" / "chunk-000" / f"file-{n:03d}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table(cols), path)
+    pq.write_table(_tasks_table(TASKS[:spec.tasks]), out / "meta" / "tasks.parquet")
+
+    total = int(lengths.sum())
+    names_state = ["episode", "frame", "sin", "cos", "mix", "task"]
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [STATE_DIM], "names": names_state},
+        "action": {"dtype": "float32", "shape": [STATE_DIM], "names": [f"a{i}" for i in range(STATE_DIM)]},
+        "next.done": {"dtype": "bool", "shape": [1], "names": None},
+    }
+    for cam in spec.cameras:
+        features[cam.key] = {
+            "dtype": "video", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"],
+            "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": cam.codec,
+                     "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
+                     "video.channels": 3, "has_audio": False},
+        }
+    for key, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
+                       ("index", "int64"), ("task_index", "int64")):
+        features[key] = {"dtype": dtype, "shape": [1], "names": None}
+    info = {
+        "codebase_version": "v3.0", "robot_type": "dali_stream_sample", "total_episodes": spec.episodes,
+        "total_frames": total, "total_tasks": spec.tasks, "chunks_size": spec.chunks_size,
+        "data_files_size_in_mb": 100, "video_files_size_in_mb": 200, "fps": spec.fps,
+        "splits": {"train": f"0:{spec.episodes}"},
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "features": features,
+    }
+    (out / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+
+    frame_idx = np.concatenate([np.arange(L) for L in lengths])
+    ep_idx = np.repeat(np.arange(spec.episodes), lengths)
+    stats = {"observation.state": _stats(np.concatenate(all_state)), "action": _stats(np.concatenate(all_action)),
+             "timestamp": _stats(frame_idx / spec.fps), "frame_index": _stats(frame_idx),
+             "episode_index": _stats(ep_idx), "index": _stats(np.arange(total)),
+             "task_index": _stats(np.repeat(task_of, lengths)),
+             "next.done": _stats(np.concatenate([np.arange(L) == L - 1 for L in lengths]))}
+    for c, cam in enumerate(spec.cameras):
+        imgs = np.stack([paint.render(spec.height, spec.width, e, 0, c) for e in range(min(4, spec.episodes))])
+        px = imgs.reshape(-1, 3).astype(np.float64) / 255.0
+        stats[cam.key] = {k: [[[x]] for x in v] for k, v in _stats(px).items() if k != "count"}
+        stats[cam.key]["count"] = [int(len(imgs))]
+    (out / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
+    return out

@@ -1,0 +1,51 @@
+"""Datasets written once per test session by the project's own sample writer (no downloads)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("SVT_LOG", "1")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with a driver; skipped elsewhere")
+
+
+def _gpu_count() -> int:
+    try:
+        from nvidia.dali import backend
+
+        return int(backend.GetCUDADeviceCount())
+    except Exception:
+        return 0
+
+
+def pytest_collection_modifyitems(config, items):
+    if _gpu_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a driver visible to DALI (none on this machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def four_codec_dataset(tmp_path_factory):
+    """h264 (B-frames), hevc, av1, vp9 cameras; episodes start mid-GOP; several files and chunks per camera."""
+    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=10, min_length=12, max_length=40, gop=16, episodes_per_file=3, chunks_size=2,
+                      cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9"), seed=1)
+    return write_sample(tmp_path_factory.mktemp("ds") / "four_codecs", spec)
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory):
+    """Two cameras (h264 through torchcodec, vp9 through DALI's CPU decoder), short episodes: fast loops."""
+    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=7, min_length=8, max_length=20, gop=8, episodes_per_file=3,
+                      cameras=parse_cameras("front:h264,top:vp9"), seed=2)
+    return write_sample(tmp_path_factory.mktemp("ds") / "small", spec)
