@@ -1,0 +1,161 @@
+"""Cut one episode of one camera out of a packed MP4 into a small standalone stream, without re-encoding.
+
+The segment starts at the latest keyframe whose pts is at or before the episode's `from_timestamp` and
+holds every packet in decode order until the first packet whose dts reaches `to_timestamp`: a frame's
+references decode before it, so that prefix of a closed-GOP stream decodes completely. Packets keep their
+original pts, and the segment records its frames' presentation times (sorted packet pts): frame *k* that
+a decoder returns from the segment is the one shown at `pts_s[k]`. Frames are always found by pts,
+never by index arithmetic (B-frames reorder them; a segment can start frames before its episode).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import DecodeError, FrameTimestampError, VideoFileError
+
+_FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
+
+
+@dataclass
+class Segment:
+    """An episode's encoded frames for one camera, as a standalone MP4 in memory."""
+
+    data: bytes
+    pts_s: np.ndarray  # (N,) float64, sorted presentation times of the segment's frames, in file time
+    source: str  # the packed file it was cut from
+    episode: int
+    camera: str
+    codec: str
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    decoder: object = field(default=None, repr=False)  # a CPU decoder reused across batches
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+    def frame_indices(self, query_s: np.ndarray, tolerance_s: float, what: str) -> np.ndarray:
+        """Index of the frame whose pts is nearest each query time; error if one is farther than tolerance."""
+        query_s = np.asarray(query_s, dtype=np.float64)
+        pos = np.searchsorted(self.pts_s, query_s).clip(1, len(self.pts_s) - 1)
+        left, right = self.pts_s[pos - 1], self.pts_s[pos]
+        idx = np.where(np.abs(query_s - left) <= np.abs(right - query_s), pos - 1, pos)
+        if len(self.pts_s) == 1:
+            idx = np.zeros_like(pos)
+        dist = np.abs(self.pts_s[idx] - query_s)
+        bad = dist > tolerance_s
+        if bad.any():
+            raise FrameTimestampError(
+                f"episode {self.episode}, camera {self.camera!r} ({what}): no frame within tolerance_s={tolerance_s} "
+                f"of file timestamps {query_s[bad].round(6).tolist()} (nearest frames at "
+                f"{self.pts_s[idx[bad]].round(6).tolist()}, segment spans {self.pts_s[0]:.6f}..{self.pts_s[-1]:.6f}s "
+                f"of {self.source}); the video and the episodes table disagree: check from_timestamp/fps, "
+                "or raise tolerance_s if the camera's clock jitters"
+            )
+        return idx.astype(np.int32)
+
+
+def _open(fs, path: str, episode: int, camera: str):
+    import av
+
+    try:
+        raw = fs.open(path, "rb")
+    except FileNotFoundError:
+        raise VideoFileError(
+            f"video file {path} is missing (episode {episode}, camera {camera!r}); the dataset is incomplete: "
+            "re-download videos/ (with hf: include the video files in allow_patterns)"
+        ) from None
+    try:
+        return raw, av.open(raw, "r")
+    except Exception as exc:  # av.error.InvalidDataError and friends
+        head = _head(fs, path)
+        raw.close()
+        raise VideoFileError(
+            f"video file {path} is not a readable MP4 (episode {episode}, camera {camera!r}): {exc}; "
+            f"first bytes {head!r}; {_FIX_FILE}"
+        ) from exc
+
+
+def _head(fs, path: str, n: int = 48) -> bytes:
+    try:
+        with fs.open(path, "rb") as f:
+            return f.read(n)
+    except Exception:
+        return b""
+
+
+def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, camera: str, codec: str,
+                tolerance_s: float, last_frame_s: float) -> Segment:
+    """Remux the packets of [from_s, to_s) (file time) into a standalone MP4; see the module docstring.
+
+    `last_frame_s` is the file time of the episode's last frame: a file that ends before it is truncated.
+    """
+    import av
+
+    raw, src = _open(fs, path, episode, camera)
+    try:
+        stream = src.streams.video[0]
+        tb = stream.time_base
+        eps = 1e-6
+        margin = 0.0
+        while True:
+            target = max(0.0, from_s - margin)
+            src.seek(int(target / tb), stream=stream, backward=True, any_frame=False)
+            packets = []
+            try:
+                for pkt in src.demux(stream):
+                    if pkt.pts is None or pkt.size == 0:
+                        continue
+                    t_pts = float(pkt.pts * tb)
+                    t_dts = float((pkt.dts if pkt.dts is not None else pkt.pts) * tb)
+                    if pkt.is_keyframe and t_pts <= from_s + eps:
+                        packets = []  # a later keyframe still at or before the episode start: cut from it
+                    elif not packets and not pkt.is_keyframe:
+                        continue
+                    if packets and t_dts >= to_s - eps:
+                        break
+                    packets.append(pkt)
+            except av.error.FFmpegError as exc:
+                raise VideoFileError(
+                    f"video file {path} is corrupt near {from_s:.3f}..{to_s:.3f}s (episode {episode}, camera "
+                    f"{camera!r}): {exc}; {_FIX_FILE}"
+                ) from exc
+            first = float(packets[0].pts * tb) if packets else None
+            if first is not None and first <= from_s + tolerance_s:
+                break
+            if target <= 0.0:
+                raise VideoFileError(
+                    f"video file {path} has no keyframe at or before {from_s:.6f}s, where episode {episode} "
+                    f"(camera {camera!r}) starts (first usable packet: {first}); the file is truncated or the "
+                    f"episodes table points at the wrong file; {_FIX_FILE}"
+                )
+            margin = max(1.0, 2 * margin)  # the demuxer's index landed after the start: look further back
+        pts = np.sort(np.array([float(p.pts * tb) for p in packets]))
+        if pts[-1] < last_frame_s - tolerance_s:
+            raise VideoFileError(
+                f"video file {path} ends at {pts[-1]:.6f}s but episode {episode} (camera {camera!r}) has frames "
+                f"up to {last_frame_s:.6f}s: the file is truncated; {_FIX_FILE}"
+            )
+        buf = io.BytesIO()
+        with av.open(buf, "w", format="mp4") as dst:
+            out = dst.add_stream_from_template(stream, opaque=True)
+            for pkt in packets:
+                pkt.stream = out
+                dst.mux(pkt)
+        return Segment(buf.getvalue(), pts, path, episode, camera, codec)
+    finally:
+        src.close()
+        raw.close()
+
+
+def decode_error(seg: Segment, route: str, exc: BaseException) -> DecodeError:
+    """A DecodeError for a segment a decoder rejected, naming the layer and showing the first bytes."""
+    return DecodeError(
+        f"{route} could not decode episode {seg.episode}, camera {seg.camera!r} ({seg.codec}, {seg.nbytes} bytes "
+        f"cut from {seg.source}): {exc}; first bytes {seg.data[:32]!r}. The encoded stream is corrupt: "
+        f"{_FIX_FILE}"
+    )

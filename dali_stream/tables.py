@@ -1,0 +1,93 @@
+"""Read one episode's rows from the data parquet files: only the row groups that hold it.
+
+Columns come back as numpy arrays with lerobot's torch dtypes: floating point as float32, integers as
+int64, booleans as bool; fixed-size list columns as (rows, dim) arrays.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from .errors import DatasetError
+from .storage import parquet_file
+
+
+def _to_numpy(col) -> np.ndarray:
+    import pyarrow as pa
+
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_fixed_size_list(col.type) or pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        rows = len(col)
+        flat = _to_numpy(col.flatten())
+        return flat.reshape(rows, -1) if rows else flat.reshape(0, 0)
+    arr = col.to_numpy(zero_copy_only=False)
+    if arr.dtype == np.bool_:
+        return arr
+    if np.issubdtype(arr.dtype, np.floating):
+        return arr.astype(np.float32)
+    if np.issubdtype(arr.dtype, np.integer):
+        return arr.astype(np.int64)
+    return arr
+
+
+class TableReader:
+    """Per-episode rows of the columns in `keys`; parquet footers are read once per file."""
+
+    def __init__(self, meta, keys: list[str]) -> None:
+        self.meta = meta
+        self.keys = keys
+        self._files: dict[str, tuple[object, list[tuple[int, int, int]]]] = {}
+        self._lock = threading.Lock()
+
+    def _file(self, path: str):
+        with self._lock:
+            hit = self._files.get(path)
+        if hit is not None:
+            return hit
+        try:
+            pf = parquet_file(self.meta.fs, path)
+        except FileNotFoundError:
+            raise DatasetError(
+                f"data file {path} is missing; the dataset is incomplete: re-download data/"
+            ) from None
+        names = pf.schema_arrow.names
+        missing = [k for k in self.keys if k not in names]
+        if missing:
+            raise DatasetError(
+                f"data file {path} has no columns {missing}, which meta/info.json declares as features; "
+                "the dataset's meta and data disagree: re-download it"
+            )
+        col = names.index("index")
+        ranges = []
+        for g in range(pf.metadata.num_row_groups):
+            st = pf.metadata.row_group(g).column(col).statistics
+            lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (None, None)
+            ranges.append((g, lo, hi))
+        entry = (pf, ranges)
+        with self._lock:
+            self._files[path] = entry
+        return entry
+
+    def episode(self, pos: int) -> dict[str, np.ndarray]:
+        """The episode's rows in frame order, one numpy array per column."""
+        import pyarrow.compute as pc
+
+        meta = self.meta
+        start = int(meta.episodes["dataset_from_index"][pos])
+        stop = int(meta.episodes["dataset_to_index"][pos])
+        path = meta.data_file(pos)
+        pf, ranges = self._file(path)
+        groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
+        with self._lock:  # one ParquetFile handle is not safe to read from two threads at once
+            table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
+        index = table.column("index")
+        table = table.filter(pc.and_(pc.greater_equal(index, start), pc.less(index, stop)))
+        table = table.sort_by("index")
+        if table.num_rows != stop - start:
+            raise DatasetError(
+                f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
+                f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
+            )
+        return {k: _to_numpy(table.column(k)) for k in self.keys}

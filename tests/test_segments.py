@@ -1,0 +1,73 @@
+"""Per-episode segments: cut by real pts, decodable alone, and clear errors for broken files."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from dali_stream.decode import torchcodec_frames
+from dali_stream.errors import DecodeError, VideoFileError
+from dali_stream.meta import DatasetMeta
+from dali_stream.paint import read_ids
+from dali_stream.segments import cut_segment
+
+
+def _cut(meta, pos, key, path=None):
+    cam = meta.cameras[key]
+    start = float(cam.from_timestamp[pos])
+    return cut_segment(meta.fs, path or meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
+                       episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4,
+                       last_frame_s=start + (int(meta.lengths[pos]) - 1) / meta.fps)
+
+
+@pytest.mark.parametrize("camera", ["front", "side", "wrist", "top"])
+def test_every_frame_of_every_episode_by_pts(four_codec_dataset, camera):
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    key = f"observation.images.{camera}"
+    for pos in range(meta.num_episodes):
+        seg = _cut(meta, pos, key)
+        L = int(meta.lengths[pos])
+        start = float(meta.cameras[key].from_timestamp[pos])
+        assert seg.pts_s[0] <= start + 1e-6  # begins at the keyframe at or before the episode
+        idx = seg.frame_indices(start + np.arange(L) / meta.fps, 1e-4, "test")
+        frames = torchcodec_frames(seg, idx)
+        assert [read_ids(f) for f in frames] == [(pos, f) for f in range(L)]
+        shares_file = [p for p in range(meta.num_episodes) if meta.video_file(p, key) == meta.video_file(pos, key)]
+        if len(shares_file) > 1:  # a packed file: the segment holds only this episode's GOPs
+            assert seg.nbytes < meta.fs.size(meta.video_file(pos, key))
+
+
+def test_missing_file(four_codec_dataset):
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    with pytest.raises(VideoFileError, match=r"is missing \(episode 2, camera 'observation.images.front'\)"):
+        _cut(meta, 2, "observation.images.front", path=str(four_codec_dataset / "videos/nope.mp4"))
+
+
+def test_truncated_file(four_codec_dataset, tmp_path):
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    key = "observation.images.top"
+    pos = next(p for p in range(meta.num_episodes) if meta.cameras[key].from_timestamp[p] > 0)
+    data = (four_codec_dataset / meta.video_file(pos, key)).read_bytes()
+    cut = tmp_path / "cut.mp4"
+    # Keep the header and moov (at the end for PyAV's mp4 muxer) but lose the end of the media data.
+    cut.write_bytes(data[: len(data) // 3])
+    with pytest.raises(VideoFileError, match="truncated|not a readable MP4"):
+        _cut(meta, pos, key, path=str(cut))
+
+
+def test_not_a_video(four_codec_dataset, tmp_path):
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    lfs = tmp_path / "lfs.mp4"
+    lfs.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 123\n")
+    with pytest.raises(VideoFileError, match=r"not a readable MP4 .*first bytes b'version https://git-lfs"):
+        _cut(meta, 0, "observation.images.front", path=str(lfs))
+
+
+def test_corrupt_segment_is_a_decode_error(four_codec_dataset):
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    seg = _cut(meta, 1, "observation.images.wrist")
+    seg.data = seg.data[:40] + bytes(len(seg.data) - 40)
+    with pytest.raises(DecodeError, match=r"torchcodec could not decode episode 1, camera 'observation.images.wrist'"):
+        torchcodec_frames(seg, np.array([0, 3]))
