@@ -1,0 +1,105 @@
+"""Turn a BatchPlan into the arrays the DALI graph's external source hands out, one list per output.
+
+Per sample: the episode's rows give the tabular values (windowed keys gather their clamped rows) and the
+timestamps each camera must show; a camera's timestamps become frame indices in its episode segment by
+nearest pts. DALI-decoded cameras ship the segment bytes plus those indices; torchcodec cameras ship
+decoded frames. Everything else in the batch (`task` strings) rides alongside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from .decode import torchcodec_frames
+from .plan import BatchPlan
+
+DALI_ROUTES = ("nvdec", "dali-cpu")
+
+
+@dataclass(frozen=True)
+class Output:
+    """One external-source output: what it carries and for which key."""
+
+    name: str  # unique output name inside the graph
+    kind: str  # "encoded" | "frames" | "pixels" | "table"
+    key: str  # feature key (or "<key>_is_pad") it belongs to
+    dtype: np.dtype
+    ndim: int
+
+
+@dataclass
+class Prepared:
+    plan: BatchPlan
+    arrays: list[list[np.ndarray]]  # per output, per sample
+    tasks: list[str]
+
+
+class BatchBuilder:
+    def __init__(self, meta, store, routes: Mapping[str, str], delta_indices: Mapping[str, tuple[int, ...]],
+                 tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]]) -> None:
+        self.meta = meta
+        self.store = store
+        self.routes = dict(routes)
+        self.delta = dict(delta_indices)
+        self.tolerance_s = tolerance_s
+        self.table_keys = table_keys
+        outputs: list[Output] = []
+        for key, route in self.routes.items():
+            if route in DALI_ROUTES:
+                outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
+                outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
+            else:
+                outputs.append(Output(f"{key}@pixels", "pixels", key, np.dtype(np.uint8), 4))
+        for key in table_keys:
+            dtype, ndim = table_dtypes[key]
+            outputs.append(Output(key, "table", key, dtype, ndim + (1 if key in self.delta else 0)))
+        for key in self.delta:
+            outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 1))
+        self.outputs = outputs
+
+    def build(self, plan: BatchPlan) -> Prepared:
+        store, meta = self.store, self.meta
+        rows = [store.rows(int(p)) for p in plan.episodes]
+        frames = plan.frames
+        values: dict[str, list[np.ndarray]] = {}
+        for key in self.table_keys:
+            if key in plan.windows:
+                values[key] = [np.ascontiguousarray(r[key][w]) for r, w in zip(rows, plan.windows[key].rows)]
+            else:
+                values[key] = [np.asarray(r[key][f]) for r, f in zip(rows, frames)]
+        for key, win in plan.windows.items():
+            values[f"{key}_is_pad"] = list(win.is_pad)
+        for key, route in self.routes.items():
+            cam = meta.cameras[key]
+            segs, idx = [], []
+            for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
+                pos = int(pos)
+                sel = plan.windows[key].rows[j] if key in plan.windows else frames[j:j + 1]
+                query = float(cam.from_timestamp[pos]) + r["timestamp"][sel].astype(np.float64)
+                seg = store.segment(pos, key)
+                segs.append(seg)
+                idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(frames[j])}"))
+            if route in DALI_ROUTES:
+                values[f"{key}@encoded"] = [np.frombuffer(s.data, dtype=np.uint8) for s in segs]
+                values[f"{key}@frames"] = idx
+            else:
+                values[f"{key}@pixels"] = _decode_grouped(segs, idx)
+        tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks)
+
+
+def _decode_grouped(segs, idx) -> list[np.ndarray]:
+    """Decode each distinct segment once per batch (its unique frames in one call), then scatter."""
+    by_seg: dict[int, tuple[object, list[int]]] = {}
+    for j, seg in enumerate(segs):
+        by_seg.setdefault(id(seg), (seg, []))[1].append(j)
+    out: list[np.ndarray | None] = [None] * len(segs)
+    for seg, members in by_seg.values():
+        wanted = np.unique(np.concatenate([idx[j] for j in members]))
+        pixels = torchcodec_frames(seg, wanted)
+        for j in members:
+            out[j] = pixels[np.searchsorted(wanted, idx[j])]
+    return out

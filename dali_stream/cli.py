@@ -1,0 +1,211 @@
+"""`dali-stream` command line: make-sample, inspect, demo.
+
+Only the standard library is imported at module level, so `dali-stream --help` works on a node whose
+torch or DALI install is broken; each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def _make_sample_args(p: argparse.ArgumentParser) -> None:
+    from_spec = dict(episodes=36, min_length=40, max_length=90, cameras="front:h264,wrist:av1,top:vp9", height=96,
+                     width=128, fps=30, gop=30, episodes_per_file=8, chunks_size=1000, tasks=3, seed=0)
+    p.add_argument("--episodes", type=int, default=from_spec["episodes"], help="number of episodes (default %(default)s)")
+    p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
+    p.add_argument("--max-length", type=int, default=from_spec["max_length"], help="longest episode, frames")
+    p.add_argument("--cameras", default=from_spec["cameras"],
+                   help="NAME:CODEC list, codecs h264|hevc|av1|vp9 (default %(default)s)")
+    p.add_argument("--height", type=int, default=from_spec["height"])
+    p.add_argument("--width", type=int, default=from_spec["width"])
+    p.add_argument("--fps", type=int, default=from_spec["fps"])
+    p.add_argument("--gop", type=int, default=from_spec["gop"], help="keyframe interval, frames")
+    p.add_argument("--episodes-per-file", type=int, default=from_spec["episodes_per_file"],
+                   help="episodes packed into one MP4 per camera")
+    p.add_argument("--chunks-size", type=int, default=from_spec["chunks_size"], help="files per chunk folder")
+    p.add_argument("--tasks", type=int, default=from_spec["tasks"], help="distinct task strings")
+    p.add_argument("--seed", type=int, default=from_spec["seed"], help="seed of the episode lengths")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+
+
+def _spec(args: argparse.Namespace):
+    from .sample_data import SampleSpec, parse_cameras
+
+    return SampleSpec(episodes=args.episodes, min_length=args.min_length, max_length=args.max_length,
+                      cameras=parse_cameras(args.cameras), height=args.height, width=args.width, fps=args.fps,
+                      gop=args.gop, episodes_per_file=args.episodes_per_file, chunks_size=args.chunks_size,
+                      tasks=args.tasks, seed=args.seed)
+
+
+def _write_with_progress(out: Path, spec, overwrite: bool, console) -> Path:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .sample_data import write_sample
+
+    with Progress(TextColumn("[bold]writing sample dataset"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("files"), TimeElapsedColumn(), console=console, transient=False) as bar:
+        task = bar.add_task("write", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return write_sample(out, spec, overwrite=overwrite, progress=progress)
+
+
+def cmd_make_sample(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    spec = _spec(args)
+    path = _write_with_progress(Path(args.out), spec, args.overwrite, console)
+    console.print(f"wrote LeRobot v3.0 dataset: {path} ({spec.episodes} episodes, "
+                  f"{int(spec.lengths().sum())} frames, cameras {', '.join(c.name + ':' + c.codec for c in spec.cameras)})")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .decode import Node, resolve_routes
+    from .meta import DatasetMeta
+
+    meta = DatasetMeta.open(args.dataset)
+    routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, "auto", Node.probe())
+    report = {
+        "source": meta.source,
+        "codebase_version": meta.info.get("codebase_version"),
+        "fps": meta.fps,
+        "episodes": meta.num_episodes,
+        "frames": meta.total_frames,
+        "tasks": len(meta.tasks),
+        "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "route_auto": routes[k]}
+                    for k, c in meta.cameras.items()},
+        "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
+                           for k in meta.table_keys},
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]{meta.source}[/] LeRobot {report['codebase_version']}: {meta.num_episodes} episodes, "
+                  f"{meta.total_frames} frames at {meta.fps:g} fps, {len(meta.tasks)} tasks")
+    table = Table("camera", "codec", "size", "decode route (auto, this node)")
+    for k, c in report["cameras"].items():
+        table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"])
+    console.print(table)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from .loader import StreamLoader
+    from .meta import INFO_PATH
+
+    console = Console()
+    root = Path(args.dataset)
+    if not (root / INFO_PATH).exists():
+        if root.exists() and any(root.iterdir()):
+            console.print(f"[red]{root} exists but has no {INFO_PATH}; remove it or pass another folder[/]")
+            return 2
+        _write_with_progress(root, _spec(args), True, console)
+    else:
+        console.print(f"using the sample dataset already at {root}")
+    fps = json.loads((root / INFO_PATH).read_text())["fps"]
+    t0 = time.perf_counter()
+    loader = StreamLoader(str(root), batch_size=args.batch_size, episode_pool_size=args.pool_size, seed=args.seed,
+                          decode=args.decode, device="cpu", num_workers=args.num_workers,
+                          delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]})
+    setup_s = time.perf_counter() - t0
+    first_key = loader.meta.video_keys[0]
+    samples = 0
+    seen: set[tuple[int, int]] = set()
+    with Progress(TextColumn("[bold]streaming batches"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[rate]}"), console=console) as bar:
+        task = bar.add_task("stream", total=args.batches, rate="")
+        t_stream = time.perf_counter()
+        first_s = None
+        done = 0
+        while done < args.batches:
+            for batch in loader:
+                if first_s is None:
+                    first_s = time.perf_counter() - t_stream
+                samples += len(batch["task"])
+                seen.update(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist()))
+                done += 1
+                bar.update(task, advance=1,
+                           rate=f"{samples / (time.perf_counter() - t_stream):.0f} samples/s")
+                if done >= args.batches:
+                    break
+        stream_s = time.perf_counter() - t_stream
+    from .paint import read_ids
+
+    ids = read_ids(batch[first_key][0])
+    summary = Table(title="dali_stream demo", show_header=False)
+    summary.add_row("dataset", f"{root} ({loader.meta.num_episodes} episodes, {loader.meta.total_frames} frames)")
+    summary.add_row("batches x batch size", f"{done} x {args.batch_size} on {loader.device}")
+    summary.add_row("throughput", f"{samples / stream_s:.0f} samples/s")
+    summary.add_row("first-batch latency", f"{first_s:.2f} s (loader set-up {setup_s:.2f} s)")
+    for key, route in loader.routes.items():
+        summary.add_row(f"decode {key}", f"{loader.meta.cameras[key].codec} -> {route}")
+    summary.add_row("distinct frames seen", f"{len(seen)} of {loader.meta.total_frames}")
+    summary.add_row("last sample check", f"{first_key} shows painted (episode, frame) = {ids}, table says "
+                    f"({int(batch['episode_index'][0])}, {int(batch['frame_index'][0])})")
+    summary.add_row("resume state", json.dumps({k: v for k, v in loader.state_dict().items()
+                                                if k in ("epoch", "batches_consumed")}))
+    console.print(summary)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dali-stream", description="GPU-first loader for LeRobot v3 datasets")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("make-sample", help="write a LeRobot v3.0 sample dataset with painted frame ids")
+    p.add_argument("out", help="output folder")
+    _make_sample_args(p)
+    p.set_defaults(func=cmd_make_sample)
+
+    p = sub.add_parser("inspect", help="summarise a dataset: episodes, cameras, codecs, decode routes")
+    p.add_argument("dataset", help="dataset root (path or fsspec URL)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("demo", help="write the sample dataset (if absent) and stream batches from it")
+    p.add_argument("dataset", nargs="?", default=".demo/sample", help="folder of the sample dataset (default %(default)s)")
+    p.add_argument("--batches", type=int, default=300, help="batches to stream (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--pool-size", type=int, default=16, help="episode_pool_size")
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
+    p.add_argument("--action-horizon", type=int, default=8, help="action chunk length in frames")
+    _make_sample_args(p)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner on every encoder otherwise
+    args = build_parser().parse_args(argv)
+    from .errors import DaliStreamError
+
+    try:
+        return int(args.func(args) or 0)
+    except (DaliStreamError, ValueError) as exc:
+        print(f"dali-stream {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

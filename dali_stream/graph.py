@@ -1,0 +1,57 @@
+"""The DALI pipeline: one external source feeding decoders, layout and dtype ops, ending in named outputs.
+
+Per camera: DALI-routed cameras decode their segment with `fn.decoders.video` (device "mixed" for NVDEC,
+"cpu" for DALI's CPU decoder) at per-sample frame indices; torchcodec-routed cameras arrive as decoded
+frames. Both then become (T, C, H, W) (or (C, H, W) for a single frame, as lerobot squeezes it) and
+float32 in [0, 1] unless uint8 was asked for. Tabular outputs pass straight through.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+from .batches import Output
+
+_DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": "FLOAT", "float64": "FLOAT64",
+               "bool": "BOOL"}
+
+
+def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
+                   source: Callable, batch_size: int, num_threads: int, device_id: int | None,
+                   image_dtype: str, prefetch_queue_depth: int = 2):
+    """Build (not yet run) the pipeline; returns (pipeline, output names in order)."""
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
+
+    pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
+                    prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True)
+    names: list[str] = []
+    with pipe:
+        fed = fn.external_source(
+            source=source, num_outputs=len(outputs), batch=True, batch_info=True,
+            dtype=[getattr(types, _DALI_TYPES[o.dtype.name]) for o in outputs], ndim=[o.ndim for o in outputs],
+        )
+        fed = fed if isinstance(fed, (list, tuple)) else [fed]
+        by_name = dict(zip((o.name for o in outputs), fed))
+        results = []
+        for key, route in routes.items():
+            if route == "torchcodec":
+                video = by_name[f"{key}@pixels"]
+                if device_id is not None:
+                    video = video.gpu()
+            else:
+                video = fn.decoders.video(by_name[f"{key}@encoded"], frames=by_name[f"{key}@frames"],
+                                          device="mixed" if route == "nvdec" else "cpu")
+            video = fn.transpose(video, perm=[0, 3, 1, 2])
+            if squeeze[key]:
+                video = fn.squeeze(video, axes=[0])
+            if image_dtype == "float32":
+                video = video / 255.0
+            results.append(video)
+            names.append(key)
+        for o in outputs:
+            if o.kind == "table":
+                results.append(by_name[o.name])
+                names.append(o.key)
+        pipe.set_outputs(*results)
+    return pipe, names

@@ -1,0 +1,231 @@
+"""StreamLoader: a LeRobot v3 dataset streamed through the planner, the fetchers and one DALI graph.
+
+`for batch in loader` runs one epoch; the next `for` runs the next epoch. `state_dict()` counts the
+batches the caller has received (DALI prefetches ahead, that does not count); `load_state_dict(state)`
+before iterating continues exactly there: plans are recomputed, nothing skipped is fetched or decoded.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from .batches import BatchBuilder, Prepared
+from .decode import Node, resolve_routes
+from .errors import ConfigError, DeviceError, StateError
+from .meta import DatasetMeta
+from .plan import EpochPlan, PlanConfig, delta_indices
+from .store import EpisodeStore
+from .tables import TableReader
+from .world import resolve_world
+
+STATE_VERSION = 1
+
+
+class _Producer:
+    """The graph's external source: hands DALI batch `start + k` for its k-th call, prepared ahead by threads."""
+
+    def __init__(self, builder: BatchBuilder, plan: EpochPlan, start: int, workers: int, lookahead: int) -> None:
+        self.builder, self.plan, self.start = builder, plan, start
+        self.lookahead = lookahead
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream") if workers > 0 else None
+        self.futures: dict[int, Future] = {}
+        self.handed: deque[Prepared] = deque()
+        self.lock = threading.Lock()
+        self.build_s = 0.0
+
+    def _timed_build(self, index: int) -> Prepared:
+        t0 = time.perf_counter()
+        with self.lock:
+            plan = self.plan.batch(index)
+        out = self.builder.build(plan)
+        self.build_s += time.perf_counter() - t0
+        return out
+
+    def _submit(self, index: int) -> None:
+        if index < self.plan.num_batches and index not in self.futures:
+            self.futures[index] = self.pool.submit(self._timed_build, index)
+
+    def __call__(self, info) -> list[list[np.ndarray]]:
+        index = self.start + info.iteration
+        if index >= self.plan.num_batches:
+            raise StopIteration
+        if self.pool is None:
+            prepared = self._timed_build(index)
+        else:
+            for ahead in range(index, index + self.lookahead + 1):
+                self._submit(ahead)
+            prepared = self.futures.pop(index).result()
+        self.handed.append(prepared)
+        return prepared.arrays
+
+    def close(self) -> None:
+        if self.pool is not None:
+            for fut in self.futures.values():
+                fut.cancel()
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class StreamLoader:
+    """Batches of a LeRobot v3 dataset following lerobot's sample contract, decoded through DALI.
+
+    Args:
+        source: dataset root (local path or fsspec URL).
+        batch_size: samples per batch (per rank).
+        delta_timestamps: feature key -> offsets in seconds; those keys get a time axis and `<key>_is_pad`.
+        episode_pool_size: whole episodes each rank keeps open and samples across.
+        seed: shuffling seed; plans depend only on (seed, epoch, rank, position).
+        decode: "auto" | "gpu" | "cpu", or a dict camera key -> one of those (see `dali_stream.decode`).
+        device: where batches land; default "cuda" when torch sees a GPU, else "cpu".
+        num_workers: threads that fetch and CPU-decode batches ahead (0: in the calling thread).
+        drop_last: drop the last partial batch of each epoch.
+        tolerance_s: largest allowed gap between a queried timestamp and the frame returned.
+        image_dtype: "float32" (in [0, 1], lerobot's default) or "uint8".
+        rank, world_size: override the torchrun/SLURM environment.
+        prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
+    """
+
+    def __init__(self, source: str, batch_size: int = 16, delta_timestamps: Mapping[str, list[float]] | None = None,
+                 episode_pool_size: int = 16, seed: int = 0, decode: str | Mapping[str, str] = "auto",
+                 device: str | None = None, num_workers: int = 2, drop_last: bool = True,
+                 tolerance_s: float = 1e-4, image_dtype: str = "float32", rank: int | None = None,
+                 world_size: int | None = None, prefetch_batches: int | None = None) -> None:
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
+        if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
+            raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
+        if image_dtype not in ("float32", "uint8"):
+            raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {image_dtype!r}")
+        self.meta = meta = DatasetMeta.open(source)
+        delta_timestamps = dict(delta_timestamps or {})
+        unknown = sorted(set(delta_timestamps) - set(meta.features))
+        if unknown:
+            raise ConfigError(
+                f"delta_timestamps has keys {unknown} that are not features of {source!r}; "
+                f"features: {sorted(meta.features)}"
+            )
+        self.world = resolve_world(rank=rank, world_size=world_size)
+        self.config = PlanConfig(batch_size=batch_size, pool_size=episode_pool_size, seed=seed, drop_last=drop_last,
+                                 delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s))
+        self.node = Node.probe()
+        self.routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, decode, self.node)
+        self.device = self._resolve_device(device)
+        self.num_workers = num_workers
+        self.tolerance_s = float(tolerance_s)
+        self.image_dtype = image_dtype
+        self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
+        tables = TableReader(meta, meta.table_keys)
+        self.store = EpisodeStore(meta, tables, self.tolerance_s,
+                                  capacity_episodes=episode_pool_size + batch_size * (self.prefetch_batches + 3))
+        self._builder = BatchBuilder(meta, self.store, self.routes, self.config.delta_indices, self.tolerance_s,
+                                     meta.table_keys, self._table_dtypes(tables))
+        self._epoch = 0
+        self._consumed = 0
+        self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
+        self._plans: dict[int, EpochPlan] = {}
+        self.last_epoch_stats: dict[str, Any] = {}
+
+    # ---- set-up helpers --------------------------------------------------------------------------------
+    def _resolve_device(self, device: str | None) -> str:
+        import torch
+
+        if device is None:
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise DeviceError(f"device={device!r} but torch sees no CUDA GPU on this node; use device='cpu'")
+        return str(device)
+
+    def _table_dtypes(self, tables: TableReader) -> dict[str, tuple[np.dtype, int]]:
+        first = int(np.flatnonzero(self.meta.lengths > 0)[0])
+        rows = tables.episode(first)
+        return {k: (v.dtype, v.ndim - 1) for k, v in rows.items()}
+
+    def _plan(self, epoch: int) -> EpochPlan:
+        plan = self._plans.get(epoch)
+        if plan is None:
+            self._plans = {epoch: EpochPlan(self.meta.lengths, self.config, self.world, epoch)}
+            plan = self._plans[epoch]
+        return plan
+
+    # ---- the public surface --------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Batches in the epoch the next `for` runs, on this rank."""
+        epoch = self._epoch if self._continue else self._epoch + 1
+        return self._plan(epoch).num_batches
+
+    def state_dict(self) -> dict[str, Any]:
+        epoch, consumed = self._epoch, self._consumed
+        if consumed >= self._plan(epoch).num_batches:
+            epoch, consumed = epoch + 1, 0
+        return {"version": STATE_VERSION, "seed": self.config.seed, "epoch": epoch, "batches_consumed": consumed,
+                "batch_size": self.config.batch_size, "episode_pool_size": self.config.pool_size,
+                "drop_last": self.config.drop_last, "world_size": self.world.world_size, "rank": self.world.rank,
+                "delta_indices": {k: list(v) for k, v in self.config.delta_indices.items()},
+                "dataset": self.meta.fingerprint()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+            raise StateError(
+                f"state version {state.get('version') if isinstance(state, Mapping) else type(state).__name__!r} "
+                f"is not {STATE_VERSION}; pass a dict saved by StreamLoader.state_dict() of this dali_stream version"
+            )
+        mine = self.state_dict()
+        for key in ("seed", "batch_size", "episode_pool_size", "drop_last", "world_size", "rank", "delta_indices",
+                    "dataset"):
+            if state.get(key) != mine[key]:
+                raise StateError(
+                    f"state was saved with {key}={state.get(key)!r} but this loader has {key}={mine[key]!r}; "
+                    "resume needs the same dataset, seed, batch size, pool size, windows and world: construct "
+                    "the loader with the saved values"
+                )
+        epoch, consumed = int(state["epoch"]), int(state["batches_consumed"])
+        if epoch < 0 or not 0 <= consumed <= self._plan(epoch).num_batches:
+            raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch")
+        self._epoch, self._consumed, self._continue = epoch, consumed, True
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if not self._continue:
+            self._epoch, self._consumed = self._epoch + 1, 0
+        if self._consumed >= self._plan(self._epoch).num_batches:
+            self._epoch, self._consumed = self._epoch + 1, 0
+        self._continue = False
+        return self._run(self._epoch, self._consumed)
+
+    def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        from .graph import build_pipeline
+
+        plan = self._plan(epoch)
+        producer = _Producer(self._builder, plan, start, self.num_workers, self.prefetch_batches)
+        squeeze = {k: len(self.config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
+        device_id = self.world.local_rank if self.node.gpus > 0 else None
+        t0 = time.perf_counter()
+        first_s = None
+        delivered = 0
+        try:
+            pipe, names = build_pipeline(self._builder.outputs, self.routes, squeeze, producer,
+                                         self.config.batch_size, max(1, self.num_workers), device_id,
+                                         self.image_dtype)
+            iterator = DALIGenericIterator([pipe], names, auto_reset=False,
+                                           last_batch_policy=LastBatchPolicy.PARTIAL)
+            for out in iterator:
+                prepared = producer.handed.popleft()
+                batch = {k: (v if v.device.type == self.device else v.to(self.device)) for k, v in out[0].items()}
+                batch["task"] = prepared.tasks
+                self._consumed += 1
+                delivered += 1
+                if first_s is None:
+                    first_s = time.perf_counter() - t0
+                yield batch
+            self._epoch, self._consumed, self._continue = epoch + 1, 0, True
+        finally:
+            producer.close()
+            self.last_epoch_stats = {"epoch": epoch, "batches": delivered, "first_batch_s": first_s,
+                                     "wall_s": time.perf_counter() - t0, "build_s": producer.build_s}
