@@ -1,0 +1,38 @@
+# The two contract commands: `make demo` and `make test`. Both create .venv on first use and reuse it after.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The exact set tested on our CI machine kind (Debian, Python 3.11, CPU only). setup.cfg declares ranges.
+PINS := torch==2.13.0 torchcodec==0.13.0 nvidia-dali-cuda120==2.4.0 av==18.1.0 pyarrow==26.0.1 \
+        fsspec==2026.9.0 huggingface_hub==2.4.0 accelerate==1.15.0 numpy==2.4.6 rich==15.0.0 \
+        pytest==9.2.0 pytest-timeout==2.4.0
+STAMP := $(VENV)/.installed
+SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEMO_DIR ?= .demo/sample
+PYTEST_ARGS ?=
+
+.PHONY: demo test install ffmpeg clean
+
+demo: $(STAMP)
+	$(BIN)/dali-stream demo $(DEMO_DIR)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q --timeout=600 $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+# torchcodec loads the system FFmpeg libraries; install them only when they are absent.
+ffmpeg:
+	@if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libavcodec\.so'; then \
+		echo "FFmpeg libraries not found: installing ffmpeg with apt-get"; \
+		$(SUDO) apt-get update -q && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q ffmpeg; \
+	fi
+
+$(STAMP): Makefile setup.cfg pyproject.toml | ffmpeg
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q $(PINS)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+clean:
+	rm -rf $(VENV) .demo *.egg-info
