@@ -24,6 +24,7 @@ class StoreStats:
     hits: int = 0
     evictions: int = 0
     fetch_s: float = 0.0
+    episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
 
 
 @dataclass
@@ -85,6 +86,7 @@ class EpisodeStore:
         def make():
             out = self.tables.episode(pos)
             self.stats.table_reads += 1
+            self.stats.episodes.add(pos)
             return out
 
         return self._get(pos, "rows", make)
@@ -99,6 +101,7 @@ class EpisodeStore:
                               tolerance_s=self.tolerance_s, last_frame_s=last)
             self.stats.segments_cut += 1
             self.stats.segment_bytes += seg.nbytes
+            self.stats.episodes.add(pos)
             return seg
 
         return self._get(pos, ("segment", camera), make)

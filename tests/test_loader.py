@@ -1,0 +1,187 @@
+"""StreamLoader end to end: lerobot's sample contract, frame accuracy per codec and route, epochs, resume."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from dali_stream import StreamLoader
+from dali_stream.paint import read_ids
+
+from .reference import Reference
+
+FPS = 30
+CAMERAS = ["observation.images.front", "observation.images.side", "observation.images.wrist",
+           "observation.images.top"]
+DELTAS = {
+    "action": [i / FPS for i in range(-2, 6)],  # pads at both ends of every episode
+    "observation.state": [-3 / FPS, 0.0],
+    "observation.images.wrist": [-2 / FPS, 0.0, 3 / FPS],  # av1, windowed
+    "observation.images.top": [-1 / FPS, 0.0, 1 / FPS],  # vp9, windowed: DALI decodes a frame list
+}
+
+
+def _samples(batch):
+    """Split a batch dict into per-sample dicts of numpy values (task strings kept)."""
+    n = len(batch["task"])
+    return [{k: (v[i] if k == "task" else v[i].numpy()) for k, v in batch.items()} for i in range(n)]
+
+
+def _to_uint8(img: np.ndarray) -> np.ndarray:
+    return np.rint(img * 255).astype(np.uint8) if img.dtype == np.float32 else img
+
+
+@pytest.fixture(scope="module")
+def reference(four_codec_dataset):
+    return Reference(four_codec_dataset, DELTAS)
+
+
+@pytest.mark.parametrize("decode", ["cpu", "auto"])
+def test_epoch_matches_lerobot_contract(four_codec_dataset, reference, decode):
+    loader = StreamLoader(str(four_codec_dataset), batch_size=5, delta_timestamps=DELTAS, episode_pool_size=3,
+                          seed=3, decode=decode, device="cpu", num_workers=2, drop_last=False)
+    expect_routes = {"cpu": ["torchcodec"] * 4, "auto": ["torchcodec", "torchcodec", "torchcodec", "dali-cpu"]}
+    assert [loader.routes[k] for k in CAMERAS] == expect_routes[decode]
+    seen = []
+    pads_front = pads_back = 0
+    batches = 0
+    for batch in loader:
+        batches += 1
+        for s in _samples(batch):
+            index = int(s["index"])
+            seen.append(index)
+            ref = reference.item(index)
+            assert set(s) == set(ref), "batch keys differ from lerobot's"
+            for key, want in ref.items():
+                got = s[key]
+                if key == "task":
+                    assert got == want
+                elif key in CAMERAS:
+                    assert got.dtype == np.float32 and 0.0 <= got.min() and got.max() <= 1.0
+                    assert got.shape == want.shape, key
+                    got8 = _to_uint8(got)
+                    frames_got = got8 if got8.ndim == 4 else got8[None]
+                    frames_want = want if want.ndim == 4 else want[None]
+                    assert [read_ids(f) for f in frames_got] == [read_ids(f) for f in frames_want], (key, index)
+                    diff = np.abs(got8.astype(np.int16) - want.astype(np.int16))
+                    if loader.routes[key] == "torchcodec":  # same decoder, same packets: same pixels
+                        assert diff.max() == 0, (key, index)
+                    else:  # DALI's YUV->RGB differs from FFmpeg's at sharp edges only
+                        assert diff.mean() < 4, (key, index, diff.mean())
+                else:
+                    assert got.dtype == want.dtype and got.shape == want.shape, (key, got.dtype, want.dtype)
+                    np.testing.assert_array_equal(got, want, err_msg=f"{key} of index {index}")
+            pads_front += bool(s["action_is_pad"][0])
+            pads_back += bool(s["action_is_pad"][-1])
+    assert batches == -(-reference.info["total_frames"] // 5)
+    assert sorted(seen) == list(range(reference.info["total_frames"])), "every frame exactly once per epoch"
+    assert pads_front > 0 and pads_back > 0
+
+
+def test_painted_ids_match_plan_for_every_camera(four_codec_dataset):
+    """Every image, every window step: painted (episode, frame) == (episode_index, clamped frame + offset)."""
+    deltas = {k: [-1 / FPS, 0.0, 2 / FPS] for k in CAMERAS}
+    loader = StreamLoader(str(four_codec_dataset), batch_size=4, delta_timestamps=deltas, episode_pool_size=4,
+                          seed=0, decode="auto", device="cpu", num_workers=0, drop_last=False,
+                          image_dtype="uint8")
+    lengths = {int(e): int(n) for e, n in zip(loader.meta.episodes["episode_index"], loader.meta.lengths)}
+    checked = 0
+    for batch in loader:
+        for s in _samples(batch):
+            ep, fr = int(s["episode_index"]), int(s["frame_index"])
+            want = [(ep, min(max(fr + d, 0), lengths[ep] - 1)) for d in (-1, 0, 2)]
+            for key in CAMERAS:
+                assert s[key].dtype == np.uint8 and s[key].shape == (3, 3, 96, 128)
+                assert [read_ids(f) for f in s[key]] == want, key
+                np.testing.assert_array_equal(s[f"{key}_is_pad"], [fr - 1 < 0, False, fr + 2 >= lengths[ep]])
+                checked += 3
+    assert checked == 3 * 4 * loader.meta.total_frames
+
+
+def test_unwindowed_images_are_chw_and_batches_have_batch_size(small_dataset):
+    loader = StreamLoader(str(small_dataset), batch_size=4, episode_pool_size=2, device="cpu", num_workers=1)
+    n = 0
+    for batch in loader:
+        n += 1
+        for key in ("observation.images.front", "observation.images.top"):
+            assert batch[key].shape == (4, 3, 96, 128) and batch[key].dtype == torch.float32
+        assert batch["index"].dtype == torch.int64 and batch["timestamp"].dtype == torch.float32
+        assert batch["observation.state"].shape == (4, 6) and batch["next.done"].dtype == torch.bool
+        assert not any(k.endswith("_is_pad") for k in batch)
+        assert len(batch["task"]) == 4 and all(isinstance(t, str) and t for t in batch["task"])
+    assert n == len(loader) == loader.meta.total_frames // 4
+
+
+def _run(loader, limit=None):
+    """(index list, painted camera ids) per batch for one `for` over the loader, stopping after `limit`."""
+    out = []
+    for batch in loader:
+        out.append((batch["index"].tolist(), [read_ids(f) for f in batch["observation.images.top"][:, -1]],
+                    [read_ids(f) for f in batch["observation.images.front"]]))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+RESUME_ARGS = dict(batch_size=3, episode_pool_size=2, seed=11, device="cpu",
+                   delta_timestamps={"action": [0.0, 1 / FPS], "observation.images.top": [-1 / FPS, 0.0]})
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(small_dataset):
+    loader = StreamLoader(str(small_dataset), num_workers=2, **RESUME_ARGS)
+    return [_run(loader), _run(loader)]  # epochs 0 and 1
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("stop", ["start", "one", "middle", "before_end", "epoch_end"])
+def test_exact_resume(small_dataset, uninterrupted, num_workers, stop):
+    epoch0, epoch1 = uninterrupted
+    assert epoch0 != epoch1, "epochs must be reshuffled"
+    k = {"start": 0, "one": 1, "middle": len(epoch0) // 2, "before_end": len(epoch0) - 1,
+         "epoch_end": len(epoch0)}[stop]
+    first = StreamLoader(str(small_dataset), num_workers=2, **RESUME_ARGS)
+    if k == len(epoch0):
+        got = _run(first)  # ran to the end of the epoch
+    else:
+        got = _run(first, limit=k) if k else []
+    assert got == epoch0[:k]
+    state = json.loads(json.dumps(first.state_dict()))
+    assert (state["epoch"], state["batches_consumed"]) == ((1, 0) if k == len(epoch0) else (0, k))
+    del first
+
+    second = StreamLoader(str(small_dataset), num_workers=num_workers, **RESUME_ARGS)
+    second.load_state_dict(state)
+    if k < len(epoch0):
+        assert len(second) == len(epoch0)
+        rest = _run(second)
+        assert rest == epoch0[k:]
+        # Nothing consumed before the resume point was fetched unless a later batch needs its episode.
+        needed = {int(p) for b in range(k, len(epoch0)) for p in second._plan(0).batch(b).episodes}
+        assert second.store.stats.episodes == needed
+    assert _run(second) == epoch1
+
+
+def test_break_mid_epoch_starts_next_epoch(small_dataset, uninterrupted):
+    epoch0, epoch1 = uninterrupted
+    loader = StreamLoader(str(small_dataset), num_workers=2, **RESUME_ARGS)
+    assert _run(loader, limit=2) == epoch0[:2]
+    assert loader.state_dict()["batches_consumed"] == 2
+    assert _run(loader) == epoch1
+    assert loader.state_dict()["epoch"] == 2 and loader.state_dict()["batches_consumed"] == 0
+
+
+def test_plans_do_not_depend_on_num_workers(small_dataset, uninterrupted):
+    loader = StreamLoader(str(small_dataset), num_workers=0, **RESUME_ARGS)
+    assert _run(loader) == uninterrupted[0]
+
+
+def test_state_dict_is_small_json(small_dataset):
+    loader = StreamLoader(str(small_dataset), num_workers=0, **RESUME_ARGS)
+    state = loader.state_dict()
+    assert json.loads(json.dumps(state)) == state
+    assert {"version", "seed", "epoch", "batches_consumed", "batch_size", "world_size", "rank"} <= set(state)
+    assert len(json.dumps(state)) < 2000
