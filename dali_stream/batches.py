@@ -14,6 +14,7 @@ from typing import Mapping
 import numpy as np
 
 from .decode import torchcodec_frames
+from .errors import DecodeError
 from .plan import BatchPlan
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
@@ -89,6 +90,29 @@ class BatchBuilder:
                 values[f"{key}@pixels"] = _decode_grouped(segs, idx)
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks)
+
+    def explain_dali_failure(self, pending: list[Prepared], exc: BaseException) -> DecodeError:
+        """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample:
+        find the segment by decoding each DALI-routed one on the CPU, and say which episode and camera."""
+        first_line = next((line.strip() for line in str(exc).splitlines() if "failed" in line.lower()),
+                          str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        dali_keys = [k for k, r in self.routes.items() if r in DALI_ROUTES]
+        for prepared in pending:
+            for key in dali_keys:
+                for pos in dict.fromkeys(int(p) for p in prepared.plan.episodes):
+                    seg = self.store.segment(pos, key)
+                    try:
+                        torchcodec_frames(seg, np.arange(len(seg.pts_s)))
+                    except DecodeError as cpu_exc:
+                        return DecodeError(f"DALI's video decoder failed ({first_line}) on episode {seg.episode}, "
+                                           f"camera {key!r}; the CPU check agrees: {cpu_exc}")
+        episodes = sorted({int(self.meta.episode_index(int(p))) for b in pending for p in b.plan.episodes})
+        return DecodeError(
+            f"DALI's video decoder failed ({first_line}) on a batch with episodes {episodes} of cameras "
+            f"{dali_keys}, although torchcodec decodes those segments; DALI may not support this stream's "
+            f"profile: route the camera through torchcodec with decode={{{dali_keys[0]!r}: 'cpu'}}"
+            if dali_keys else f"DALI pipeline failed: {first_line}"
+        )
 
 
 def _decode_grouped(segs, idx) -> list[np.ndarray]:

@@ -7,6 +7,7 @@ before iterating continues exactly there: plans are recomputed, nothing skipped 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
@@ -129,6 +130,7 @@ class StreamLoader:
         self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
         self._plans: dict[int, EpochPlan] = {}
         self.last_epoch_stats: dict[str, Any] = {}
+        self._plan(0)  # validates the world against the dataset now, not at the first batch
 
     # ---- set-up helpers --------------------------------------------------------------------------------
     def _resolve_device(self, device: str | None) -> str:
@@ -196,6 +198,16 @@ class StreamLoader:
         self._continue = False
         return self._run(self._epoch, self._consumed)
 
+    @contextlib.contextmanager
+    def _dali_errors(self, producer: _Producer):
+        """DALI reports a decoder failure as a RuntimeError without naming the sample: name it."""
+        try:
+            yield
+        except RuntimeError as exc:
+            if "decoders.video" not in str(exc):
+                raise
+            raise self._builder.explain_dali_failure(list(producer.handed), exc) from None
+
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
@@ -213,9 +225,15 @@ class StreamLoader:
             pipe, names = build_pipeline(self._builder.outputs, self.routes, squeeze, producer,
                                          self.config.batch_size, max(1, self.num_workers), device_id,
                                          self.image_dtype)
-            iterator = DALIGenericIterator([pipe], names, auto_reset=False,
-                                           last_batch_policy=LastBatchPolicy.PARTIAL)
-            for out in iterator:
+            with self._dali_errors(producer):  # the iterator runs the first batch while constructed
+                iterator = DALIGenericIterator([pipe], names, auto_reset=False,
+                                               last_batch_policy=LastBatchPolicy.PARTIAL)
+            while True:
+                try:
+                    with self._dali_errors(producer):
+                        out = next(iterator)
+                except StopIteration:
+                    break
                 prepared = producer.handed.popleft()
                 batch = {k: (v if v.device.type == self.device else v.to(self.device)) for k, v in out[0].items()}
                 batch["task"] = prepared.tasks

@@ -106,6 +106,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
             target = max(0.0, from_s - margin)
             src.seek(int(target / tb), stream=stream, backward=True, any_frame=False)
             packets = []
+            reached_end = True  # no packet at or after to_s: the file ended inside the episode
             try:
                 for pkt in src.demux(stream):
                     if pkt.pts is None or pkt.size == 0:
@@ -117,6 +118,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
                     elif not packets and not pkt.is_keyframe:
                         continue
                     if packets and t_dts >= to_s - eps:
+                        reached_end = False
                         break
                     packets.append(pkt)
             except av.error.FFmpegError as exc:
@@ -130,15 +132,17 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
             if target <= 0.0:
                 raise VideoFileError(
                     f"video file {path} has no keyframe at or before {from_s:.6f}s, where episode {episode} "
-                    f"(camera {camera!r}) starts (first usable packet: {first}); the file is truncated or the "
-                    f"episodes table points at the wrong file; {_FIX_FILE}"
+                    f"(camera {camera!r}) starts (first usable packet: "
+                    f"{'none' if first is None else f'{first:.6f}s'}); the file is truncated, or the episodes table "
+                    f"points at the wrong file or has a wrong from_timestamp; {_FIX_FILE}"
                 )
             margin = max(1.0, 2 * margin)  # the demuxer's index landed after the start: look further back
         pts = np.sort(np.array([float(p.pts * tb) for p in packets]))
-        if pts[-1] < last_frame_s - tolerance_s:
+        if reached_end and pts[-1] < last_frame_s - tolerance_s:  # else frame_indices names the gap
             raise VideoFileError(
                 f"video file {path} ends at {pts[-1]:.6f}s but episode {episode} (camera {camera!r}) has frames "
-                f"up to {last_frame_s:.6f}s: the file is truncated; {_FIX_FILE}"
+                f"up to {last_frame_s:.6f}s (from_timestamp + the last row's timestamp): the file is truncated, or "
+                f"the episodes table's from_timestamp for it is wrong; {_FIX_FILE}"
             )
         buf = io.BytesIO()
         with av.open(buf, "w", format="mp4") as dst:

@@ -1,0 +1,187 @@
+"""Bad input gets a clear error: the right type, the value, the file/episode/camera and the fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dali_stream import (ConfigError, DatasetNotFoundError, DecodeError, DeviceError, FrameTimestampError, StateError,
+                         StreamLoader, UnsupportedVersionError, VideoFileError)
+from dali_stream.meta import DatasetMeta
+
+FRONT, TOP = "observation.images.front", "observation.images.top"
+
+
+@pytest.fixture()
+def copy(small_dataset, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(small_dataset, dst)
+    return dst
+
+
+def _loop(root, **kw):
+    args = dict(batch_size=2, episode_pool_size=2, device="cpu", num_workers=2, drop_last=False)
+    args.update(kw)
+    for _ in StreamLoader(str(root), **args):
+        pass
+
+
+def test_missing_folder(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match=r"nope.*does not exist"):
+        StreamLoader(str(tmp_path / "nope"))
+
+
+def test_missing_info_json(copy):
+    (copy / "meta/info.json").unlink()
+    with pytest.raises(DatasetNotFoundError, match=r"meta/info\.json"):
+        StreamLoader(str(copy))
+
+
+def test_old_codebase_version(copy):
+    info = json.loads((copy / "meta/info.json").read_text())
+    info["codebase_version"] = "v2.1"
+    (copy / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(UnsupportedVersionError, match=r"'v2\.1'.*v3"):
+        StreamLoader(str(copy))
+
+
+def test_delta_key_not_a_feature(small_dataset):
+    with pytest.raises(ConfigError, match=r"\['observation\.images\.rear'\] that are not features"):
+        StreamLoader(str(small_dataset), delta_timestamps={"observation.images.rear": [0.0]})
+
+
+def test_delta_not_a_multiple_of_the_frame_period(small_dataset):
+    with pytest.raises(ConfigError, match=r"'action'.* not multiples of 1/fps .*\[0\.05\]; use k / 30"):
+        StreamLoader(str(small_dataset), delta_timestamps={"action": [0.0, 0.05]})
+
+
+@pytest.mark.parametrize("field,value", [("batch_size", 0), ("batch_size", -3), ("episode_pool_size", 0)])
+def test_non_positive_sizes(small_dataset, field, value):
+    with pytest.raises(ConfigError, match=rf"`{field}` must be a positive integer. Found: {value}"):
+        StreamLoader(str(small_dataset), **{field: value})
+
+
+def test_unknown_decode_choice(small_dataset):
+    with pytest.raises(ConfigError, match=r"decode='nvdec'.*\('auto', 'gpu', 'cpu'\)"):
+        StreamLoader(str(small_dataset), decode="nvdec")
+
+
+def test_gpu_decode_without_gpu(small_dataset):
+    from dali_stream.decode import Node
+
+    if Node.probe().gpus:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceError, match=r"decode='gpu'.*no CUDA GPU.*decode='auto'"):
+        StreamLoader(str(small_dataset), decode="gpu")
+
+
+def test_cuda_device_without_gpu(small_dataset):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceError, match=r"device='cuda'.*device='cpu'"):
+        StreamLoader(str(small_dataset), device="cuda")
+
+
+def _shift_from_timestamp(root, key, episode, by_s):
+    """Edit meta/episodes so the camera's from_timestamp of `episode` is off by `by_s` seconds."""
+    col = f"videos/{key}/from_timestamp"
+    hits = 0
+    for path in sorted((root / "meta/episodes").glob("*/*.parquet")):
+        table = pq.read_table(path)
+        values = table.column(col).to_numpy().copy()
+        rows = table.column("episode_index").to_numpy()
+        hits += int((rows == episode).sum())
+        values[rows == episode] += by_s
+        table = table.set_column(table.schema.get_field_index(col), col, pa.array(values))
+        pq.write_table(table, path)
+    assert hits == 1
+
+
+@pytest.mark.parametrize("camera,decode", [(FRONT, "cpu"), (TOP, "auto")])
+def test_timestamp_beyond_tolerance(copy, camera, decode):
+    meta = DatasetMeta.open(str(copy))
+    # An episode followed by another in the same file, so the shifted frames still lie inside the file.
+    pos = next(p for p in range(meta.num_episodes - 1) if meta.video_file(p, camera) == meta.video_file(p + 1, camera))
+    _shift_from_timestamp(copy, camera, pos, 0.4 / 30)  # between two frames: 13 ms from the nearest
+    with pytest.raises(FrameTimestampError, match=rf"episode {pos}, camera '{camera}'.*tolerance_s=0\.0001"):
+        _loop(copy, decode=decode)
+    # A tolerance that covers the offset accepts it, as lerobot would.
+    _loop(copy, decode=decode, tolerance_s=0.02)
+
+
+def test_missing_video_file(copy):
+    meta = DatasetMeta.open(str(copy))
+    (copy / meta.video_file(0, TOP)).unlink()
+    with pytest.raises(VideoFileError, match=rf"is missing \(episode \d, camera '{TOP}'\)"):
+        _loop(copy)
+
+
+def test_truncated_video_file(copy):
+    meta = DatasetMeta.open(str(copy))
+    path = copy / meta.video_file(0, FRONT)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(VideoFileError, match=rf"{path.name}.*(truncated|not a readable MP4)"):
+        _loop(copy)
+
+
+def _scramble_keyframes(path):
+    """Scramble every keyframe's payload past its first 12 bytes; the MP4 index stays intact."""
+    import av
+
+    with av.open(str(path)) as container:
+        packets = [(p.pos, p.size) for p in container.demux(container.streams.video[0]) if p.size and p.is_keyframe]
+    data = bytearray(path.read_bytes())
+    for pos, size in packets:
+        data[pos + 12:pos + size] = bytes((b * 7 + 13) & 0xFF for b in data[pos + 12:pos + size])
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("decode", ["auto", "cpu"])
+def test_corrupt_segment(copy, decode):
+    """The container index is intact but the VP9 frames are garbage: DALI and torchcodec both refuse."""
+    meta = DatasetMeta.open(str(copy))
+    _scramble_keyframes(copy / meta.video_file(0, TOP))
+    pattern = (r"DALI's video decoder failed .* on episode \d, camera 'observation.images.top'"
+               if decode == "auto" else r"torchcodec could not decode episode \d, camera 'observation.images.top'")
+    with pytest.raises(DecodeError, match=pattern + r".*re-download the file"):
+        _loop(copy, decode=decode)
+
+
+def test_state_from_another_configuration(small_dataset):
+    state = StreamLoader(str(small_dataset), batch_size=2, seed=1).state_dict()
+    other = StreamLoader(str(small_dataset), batch_size=3, seed=1)
+    with pytest.raises(StateError, match=r"batch_size=2 but this loader has batch_size=3"):
+        other.load_state_dict(state)
+    with pytest.raises(StateError, match=r"state version 99 is not 1"):
+        other.load_state_dict({**state, "version": 99})
+    bad = StreamLoader(str(small_dataset), batch_size=2, seed=1)
+    with pytest.raises(StateError, match=r"batches_consumed=10000 is outside"):
+        bad.load_state_dict({**state, "batches_consumed": 10000})
+
+
+def test_more_ranks_than_episodes(small_dataset):
+    with pytest.raises(ConfigError, match=r"world_size=8 ranks but the dataset has only 7 non-empty episodes"):
+        StreamLoader(str(small_dataset), rank=0, world_size=8)
+
+
+def test_errors_do_not_hang_the_next_epoch(copy):
+    """After a failed epoch the loader is still usable once the data is fixed (no stuck threads)."""
+    meta = DatasetMeta.open(str(copy))
+    path = copy / meta.video_file(0, TOP)
+    good = path.read_bytes()
+    path.unlink()
+    loader = StreamLoader(str(copy), batch_size=2, episode_pool_size=2, device="cpu", num_workers=2)
+    with pytest.raises(VideoFileError):
+        for _ in loader:
+            pass
+    path.write_bytes(good)
+    assert sum(1 for _ in loader) == len(loader)
+    assert np.isfinite(loader.last_epoch_stats["wall_s"])
