@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (DaliStreamError, ValueError) as exc:
+    except (DaliStreamError, ValueError, OSError) as exc:
         print(f"dali-stream {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

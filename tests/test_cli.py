@@ -1,0 +1,72 @@
+"""`dali-stream` as a user runs it: the installed console script, in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(sys.executable).parent / "dali-stream"
+
+
+def _cli(*args, check=True):
+    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "dali_stream.cli"]
+    env = {**os.environ, "COLUMNS": "120"}
+    proc = subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=300, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dali-stream {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "sample"
+    proc = _cli("make-sample", out, "--episodes", 5, "--min-length", 6, "--max-length", 10, "--cameras",
+                "cam:vp9,side:hevc", "--height", 64, "--width", 96, "--episodes-per-file", 2, "--gop", 5)
+    assert "wrote LeRobot v3.0 dataset" in proc.stderr
+    return out
+
+
+def test_make_sample_and_inspect(written):
+    report = json.loads(_cli("inspect", written, "--json").stdout)
+    assert report["codebase_version"] == "v3.0" and report["episodes"] == 5
+    assert report["cameras"]["observation.images.cam"] == {"codec": "vp9", "height": 64, "width": 96,
+                                                            "route_auto": "dali-cpu"}
+    assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
+    table = _cli("inspect", written).stdout
+    assert "observation.images.side" in table and "hevc" in table
+
+
+def test_make_sample_refuses_to_overwrite(written):
+    proc = _cli("make-sample", written, "--episodes", 2, check=False)
+    assert proc.returncode == 2 and "--overwrite" in proc.stderr
+
+
+def test_bad_camera_spec_is_a_clear_error(tmp_path):
+    proc = _cli("make-sample", tmp_path / "x", "--cameras", "front:mpeg2", check=False)
+    assert proc.returncode == 2 and "'mpeg2' is not one of" in proc.stderr
+
+
+def test_demo_streams_and_summarises(written):
+    proc = _cli("demo", written, "--batches", 6, "--batch-size", 2, "--pool-size", 2, "--action-horizon", 3)
+    out = proc.stdout
+    assert "using the sample dataset already at" in out
+    for words in ("samples/s", "first-batch latency", "observation.images.cam", "vp9 -> dali-cpu",
+                  "hevc -> torchcodec", "6 x 2 on cpu"):
+        assert words in out, (words, out)
+
+
+def test_demo_writes_the_sample_when_absent(tmp_path):
+    out = tmp_path / "fresh"
+    proc = _cli("demo", out, "--batches", 2, "--batch-size", 2, "--episodes", 3, "--min-length", 5,
+                "--max-length", 6, "--cameras", "top:vp9", "--height", 64, "--width", 64)
+    assert (out / "meta/info.json").exists() and "2 x 2 on cpu" in proc.stdout
+
+
+def test_missing_dataset_is_a_clear_error(tmp_path):
+    proc = _cli("inspect", tmp_path / "nowhere", check=False)
+    assert proc.returncode == 2 and "DatasetNotFoundError" in proc.stderr and "nowhere" in proc.stderr
