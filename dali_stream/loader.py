@@ -116,6 +116,8 @@ class StreamLoader:
         self.node = Node.probe()
         self.routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, decode, self.node)
         self.device = self._resolve_device(device)
+        if "torchcodec" in self.routes.values():
+            import torchcodec.decoders  # noqa: F401  1.3 s of torch._dynamo imports: pay them here, not in batch 0
         self.num_workers = num_workers
         self.tolerance_s = float(tolerance_s)
         self.image_dtype = image_dtype

@@ -185,3 +185,17 @@ def test_state_dict_is_small_json(small_dataset):
     assert json.loads(json.dumps(state)) == state
     assert {"version", "seed", "epoch", "batches_consumed", "batch_size", "world_size", "rank"} <= set(state)
     assert len(json.dumps(state)) < 2000
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_ranks_stream_disjoint_shares_that_cover_the_dataset(small_dataset, world_size):
+    shares, episodes = [], []
+    for rank in range(world_size):
+        loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", num_workers=1,
+                              drop_last=False, rank=rank, world_size=world_size)
+        batches = list(loader)
+        shares.append([i for b in batches for i in b["index"].tolist()])
+        episodes.append({e for b in batches for e in b["episode_index"].tolist()})
+    flat = [i for share in shares for i in share]
+    assert sorted(flat) == list(range(loader.meta.total_frames)), "every frame once across ranks"
+    assert all(a.isdisjoint(b) for n, a in enumerate(episodes) for b in episodes[n + 1:]), "whole episodes per rank"
