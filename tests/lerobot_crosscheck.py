@@ -1,0 +1,115 @@
+"""Cross-check StreamLoader against lerobot itself (a developer tool, not part of `make test`).
+
+lerobot needs Python >= 3.12 while our CI runs 3.11, so the check runs in two interpreters:
+
+    # 1. in a Python 3.12 venv with `pip install lerobot==0.6.1`: lerobot reads every sample
+    python tests/lerobot_crosscheck.py dump DATASET lerobot_items.npz
+    # 2. in this project's .venv: StreamLoader streams an epoch, each sample is compared with lerobot's
+    .venv/bin/python tests/lerobot_crosscheck.py compare DATASET lerobot_items.npz
+
+Tabular values must be bit-exact (dtype, shape, value); images must show the same painted (episode,
+frame) and be within decoder rounding of lerobot's pixels. Exit status 0 only when every sample agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+FPS = 30
+
+
+def deltas(fps: float, video_keys: list[str]) -> dict[str, list[float]]:
+    out = {"action": [i / fps for i in range(-2, 6)], "observation.state": [-3 / fps, 0.0]}
+    if video_keys:
+        out[video_keys[0]] = [-2 / fps, 0.0, 3 / fps]
+    return out
+
+
+def _info(root: Path) -> dict:
+    return json.loads((root / "meta/info.json").read_text())
+
+
+def dump(root: Path, out: Path) -> None:
+    import torch
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    info = _info(root)
+    video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    ds = LeRobotDataset("local/crosscheck", root=root, delta_timestamps=deltas(info["fps"], video_keys),
+                        video_backend="pyav")
+    arrays, tasks = {}, []
+    for i in range(len(ds)):
+        item = ds[i]
+        for key, value in item.items():
+            if isinstance(value, torch.Tensor):
+                arrays[f"{i}|{key}"] = value.numpy()
+            elif key == "task":
+                tasks.append(value)
+    np.savez_compressed(out, **arrays, __tasks__=np.array(tasks, dtype=object), __len__=np.array(len(ds)))
+    print(f"lerobot {__import__('lerobot').__version__}: dumped {len(ds)} samples of {root} to {out}")
+
+
+def compare(root: Path, dumped: Path) -> int:
+    from dali_stream import StreamLoader
+    from dali_stream.paint import read_ids
+
+    info = _info(root)
+    data = np.load(dumped, allow_pickle=True)
+    n = int(data["__len__"])
+    tasks = data["__tasks__"]
+    video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    loader = StreamLoader(str(root), batch_size=8, delta_timestamps=deltas(info["fps"], video_keys),
+                          episode_pool_size=4, decode="auto", device="cpu", drop_last=False)
+    problems, seen = [], 0
+    for batch in loader:
+        for j in range(len(batch["task"])):
+            index = int(batch["index"][j])
+            seen += 1
+            lerobot_keys = {k.split("|", 1)[1] for k in data.files if k.startswith(f"{index}|")}
+            ours = set(batch) - {"task"}
+            if lerobot_keys != ours:
+                problems.append(f"index {index}: keys differ: only lerobot {sorted(lerobot_keys - ours)}, "
+                                f"only ours {sorted(ours - lerobot_keys)}")
+            if batch["task"][j] != tasks[index]:
+                problems.append(f"index {index}: task {batch['task'][j]!r} != {tasks[index]!r}")
+            for key in sorted(lerobot_keys & ours):
+                want, got = data[f"{index}|{key}"], batch[key][j].numpy()
+                if key in video_keys:
+                    w8 = np.rint(want * 255).astype(np.uint8) if want.dtype != np.uint8 else want
+                    g8 = np.rint(got * 255).astype(np.uint8)
+                    wf, gf = (w8, g8) if w8.ndim == 4 else (w8[None], g8[None])
+                    if got.shape != want.shape or [read_ids(f) for f in wf] != [read_ids(f) for f in gf]:
+                        problems.append(f"index {index} {key}: shape {got.shape} vs {want.shape} or frames differ")
+                    elif np.abs(g8.astype(np.int16) - w8).mean() > 4:
+                        problems.append(f"index {index} {key}: pixels differ beyond decoder rounding")
+                elif got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+                    problems.append(f"index {index} {key}: ours {got.dtype}{got.shape} {got.ravel()[:4]} vs "
+                                    f"lerobot {want.dtype}{want.shape} {want.ravel()[:4]}")
+    if seen != n:
+        problems.append(f"streamed {seen} samples but lerobot has {n}")
+    for line in problems[:30]:
+        print(line)
+    print(f"compared {seen} samples x {len(ours)} keys with lerobot's: {len(problems)} problems; "
+          f"routes {loader.routes}")
+    return 1 if problems else 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=("dump", "compare"))
+    p.add_argument("dataset", type=Path)
+    p.add_argument("items", type=Path)
+    args = p.parse_args(argv)
+    if args.mode == "dump":
+        dump(args.dataset, args.items)
+        return 0
+    return compare(args.dataset, args.items)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
