@@ -113,7 +113,7 @@ class StreamLoader:
         self.world = resolve_world(rank=rank, world_size=world_size)
         self.config = PlanConfig(batch_size=batch_size, pool_size=episode_pool_size, seed=seed, drop_last=drop_last,
                                  delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s))
-        self.node = Node.probe()
+        self.node = Node.probe(self.world.local_rank)
         self.routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, decode, self.node)
         self.device = self._resolve_device(device)
         if "torchcodec" in self.routes.values():
