@@ -1,4 +1,4 @@
-"""`dali-stream` command line: make-sample, inspect, demo.
+"""`dali-stream` command line: make-sample, inspect, diagnose, demo.
 
 Only the standard library is imported at module level, so `dali-stream --help` works on a node whose
 torch or DALI install is broken; each command imports what it needs.
@@ -166,6 +166,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from .diagnose import diagnose
+
+    if args.merge:
+        from .diagnose_report import merge, render_merged
+
+        files = sorted(Path(args.merge).glob("*.json"))
+        if not files:
+            print(f"dali-stream diagnose: error: no *.json reports in {args.merge}", file=sys.stderr)
+            return 2
+        merged = merge(files)
+        if args.json:
+            print(json.dumps(merged, indent=2))
+        else:
+            render_merged(merged)
+        return merged["exit_code"]
+    report = diagnose(args.dataset, decode_test=args.decode_test)
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        from .diagnose_report import render
+
+        render(report)
+    return report["exit_code"]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dali-stream", description="GPU-first loader for LeRobot v3 datasets")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -179,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", help="dataset root (path or fsspec URL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("diagnose", help="what this node can decode, and how each camera of DATASET would be",
+                       description="Exit status: 0 all cameras decodable here, 1 some camera cannot be decoded "
+                                   "here (named), 2 the install is broken (named).")
+    p.add_argument("dataset", nargs="?", help="dataset root (path or fsspec URL); omit for the node only")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--decode-test", action="store_true",
+                   help="decode one frame per camera through every route this node has")
+    p.add_argument("--merge", metavar="DIR", help="merge the --json reports in DIR into a nodes x cameras table")
+    p.set_defaults(func=cmd_diagnose)
 
     p = sub.add_parser("demo", help="write the sample dataset (if absent) and stream batches from it")
     p.add_argument("dataset", nargs="?", default=".demo/sample", help="folder of the sample dataset (default %(default)s)")

@@ -55,3 +55,27 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
                 names.append(o.key)
         pipe.set_outputs(*results)
     return pipe, names
+
+
+def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
+    """Decode `frames` of one encoded stream through DALI alone (route "dali-cpu" or "nvdec"); (N, H, W, 3) uint8.
+
+    A one-sample pipeline for probes such as `dali-stream diagnose --decode-test`, not for training.
+    """
+    import numpy as np
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
+
+    encoded = np.frombuffer(data, dtype=np.uint8)
+    wanted = np.asarray(frames, dtype=np.int32)
+    gpu = route == "nvdec"
+    pipe = Pipeline(batch_size=1, num_threads=1, device_id=device_id if gpu else None, prefetch_queue_depth=1)
+    with pipe:
+        enc, idx = fn.external_source(source=lambda: ([encoded], [wanted]), num_outputs=2, batch=True,
+                                      dtype=[types.UINT8, types.INT32])
+        pipe.set_outputs(fn.decoders.video(enc, frames=idx, device="mixed" if gpu else "cpu"))
+    pipe.build()
+    (out,) = pipe.run()
+    if gpu:
+        out = out.as_cpu()
+    return np.asarray(out.at(0))

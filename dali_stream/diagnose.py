@@ -1,0 +1,200 @@
+"""`dali-stream diagnose`: what this node can decode, and how each camera of a dataset would be decoded here.
+
+Only the standard library is imported at module level; every probe imports what it needs inside a guard,
+so one broken package is reported (with the layer that failed and the fix) instead of crashing the tool.
+The result is one JSON-serialisable dict (see `diagnose`); `diagnose_report` renders it and merges nodes.
+
+Failure layers: `missing` (no file), `placeholder` (Git LFS pointer or other non-video bytes), `container`
+(not a readable MP4), `bitstream` (the decoder rejects the data), `codec-unsupported` (this GPU/decoder
+cannot decode the codec), `dali-no-cuda` (DALI cannot run GPU operators here), `torchcodec-load`
+(torchcodec or its FFmpeg libraries do not load), `dali-import` (nvidia.dali does not import), `metadata`
+(the dataset's meta files).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+CORE_PACKAGES = ("torch", "nvidia.dali", "torchcodec", "av", "pyarrow")
+CODECS_OF_INTEREST = ("h264", "hevc", "av1", "libdav1d", "libaom-av1", "vp9", "libvpx-vp9")
+_LFS_MAGIC = b"version https://git-lfs"
+
+
+def _guard(fn, *args) -> dict[str, Any]:
+    """Run a probe; a failure becomes {'ok': False, 'error': ...} instead of an exception."""
+    try:
+        out = fn(*args)
+        return {"ok": True, **out}
+    except BaseException as exc:  # noqa: BLE001 - a diagnose tool reports everything, even SystemExit from a lib
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:600]}
+
+
+# ---- node ----------------------------------------------------------------------------------------------
+def _nvidia_smi() -> list[dict[str, Any]]:
+    fields = "index,name,compute_cap,memory.total,driver_version,mig.mode.current"
+    proc = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True, timeout=20)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip() or f"nvidia-smi exited {proc.returncode}")
+    header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20).stdout
+    cuda = header.split("CUDA Version:")[1].split()[0] if "CUDA Version:" in header else None
+    gpus = []
+    for line in proc.stdout.strip().splitlines():
+        index, name, cap, mem, driver, mig = (p.strip() for p in line.split(","))
+        major, minor = (int(x) for x in cap.split("."))
+        gpus.append({"index": int(index), "name": name, "compute_capability": [major, minor],
+                     "memory_gib": round(float(mem) / 1024, 1), "driver": driver, "cuda_driver_version": cuda,
+                     "mig": mig})
+    return gpus
+
+
+def probe_node() -> dict[str, Any]:
+    from .gpus import lookup
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    node: dict[str, Any] = {"hostname": socket.gethostname(), "cpu_cores": cores, "platform": platform.platform()}
+    try:
+        gpus = _nvidia_smi()
+        node["gpu_query"] = "nvidia-smi"
+    except FileNotFoundError:
+        gpus, node["gpu_query"] = [], "nvidia-smi not found: no NVIDIA driver on this node"
+    except Exception as exc:  # driver present but broken
+        gpus, node["gpu_query"] = [], f"nvidia-smi failed: {exc}"
+    for gpu in gpus:
+        caps = lookup(gpu["name"], tuple(gpu["compute_capability"]))
+        gpu.update(generation=caps.generation, nvdec_engines=caps.nvdec_engines,
+                   nvdec_codecs=sorted(caps.nvdec_codecs))
+    node["gpus"] = gpus
+    return node
+
+
+# ---- software ------------------------------------------------------------------------------------------
+def _torch() -> dict[str, Any]:
+    import torch
+
+    return {"version": torch.__version__, "cuda_build": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+
+
+def _dali() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    import nvidia.dali as dali
+    from nvidia.dali import backend
+
+    flavours = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].startswith("nvidia-dali"))
+    try:
+        devices = int(backend.GetCUDADeviceCount())
+    except Exception:
+        devices = 0
+    return {"version": dali.__version__, "packages": flavours, "cuda_devices": devices, "gpu_operators": devices > 0}
+
+
+def _torchcodec() -> dict[str, Any]:
+    import torchcodec
+    from torchcodec._core import get_ffmpeg_library_versions
+
+    return {"version": torchcodec.__version__, "ffmpeg": get_ffmpeg_library_versions().get("ffmpeg_version")}
+
+
+def _pyav() -> dict[str, Any]:
+    import av
+
+    have = sorted(c for c in CODECS_OF_INTEREST if c in av.codecs_available)
+    return {"version": av.__version__, "libavcodec": ".".join(map(str, av.library_versions["libavcodec"])),
+            "decoders": have}
+
+
+def _system_ffmpeg_decoders() -> dict[str, Any]:
+    """Decoders in the system libavcodec (the one torchcodec loads), asked through ctypes."""
+    name = ctypes.util.find_library("avcodec")
+    if name is None:
+        raise OSError("libavcodec not found; install FFmpeg (Debian: apt-get install -y ffmpeg)")
+    lib = ctypes.CDLL(name)
+    lib.avcodec_find_decoder_by_name.restype = ctypes.c_void_p
+    lib.avcodec_find_decoder_by_name.argtypes = [ctypes.c_char_p]
+    return {"library": name, "decoders": [c for c in CODECS_OF_INTEREST if lib.avcodec_find_decoder_by_name(c.encode())]}
+
+
+def _simple_version(module: str) -> dict[str, Any]:
+    mod = __import__(module)
+    return {"version": getattr(mod, "__version__", "?")}
+
+
+def probe_software() -> dict[str, Any]:
+    return {
+        "python": {"ok": True, "version": platform.python_version(), "executable": sys.executable},
+        "torch": _guard(_torch),
+        "nvidia.dali": _guard(_dali),
+        "torchcodec": _guard(_torchcodec),
+        "av": _guard(_pyav),
+        "system_ffmpeg": _guard(_system_ffmpeg_decoders),
+        "pyarrow": _guard(_simple_version, "pyarrow"),
+        "fsspec": _guard(_simple_version, "fsspec"),
+    }
+
+
+def broken_packages(software: dict[str, Any]) -> list[str]:
+    return [name for name in CORE_PACKAGES if not software[name]["ok"]]
+
+
+# ---- the whole report ----------------------------------------------------------------------------------
+EXIT_OK, EXIT_CAMERA, EXIT_BROKEN = 0, 1, 2
+
+
+def routing_node(node: dict[str, Any], software: dict[str, Any]):
+    """The `decode.Node` routing sees here: DALI's CUDA devices and the first GPU's capabilities."""
+    from .decode import Node
+    from .gpus import lookup
+
+    devices = software["nvidia.dali"].get("cuda_devices", 0) if software["nvidia.dali"]["ok"] else 0
+    if devices == 0:
+        return Node(gpus=0)
+    first = node["gpus"][0] if node["gpus"] else {"name": "unknown", "compute_capability": None}
+    cap = first["compute_capability"]
+    return Node(gpus=devices, gpu=lookup(first["name"], tuple(cap) if cap else None))
+
+
+def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, Any]:
+    """Probe node, software and (optionally) a dataset; returns the report with `exit_code` and `verdict`."""
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {"node": _guard(probe_node), "software": probe_software()}
+    broken = broken_packages(report["software"])
+    if source is not None:
+        node = routing_node(report["node"] if report["node"]["ok"] else {"gpus": []}, report["software"])
+        from .diagnose_dataset import probe_dataset
+
+        report["dataset"] = _guard(probe_dataset, source, report["software"], node, decode_test)
+    host = report["node"].get("hostname", "this node")
+    bad_cameras = []
+    dataset = report.get("dataset")
+    if dataset is not None and dataset.get("ok"):
+        bad_cameras = [k for k, c in dataset["cameras"].items() if not c["decodable"]]
+    if broken:
+        errors = "; ".join(f"{p}: {report['software'][p]['error']}" for p in broken)
+        report["exit_code"], report["verdict"] = EXIT_BROKEN, f"BROKEN INSTALL on {host}: {errors}"
+    elif dataset is not None and not dataset.get("ok"):
+        report["exit_code"] = EXIT_CAMERA
+        report["verdict"] = f"DATASET UNREADABLE on {host}: {dataset.get('error')}"
+    elif bad_cameras:
+        report["exit_code"] = EXIT_CAMERA
+        report["verdict"] = f"{len(bad_cameras)} camera(s) cannot be decoded on {host}: " + "; ".join(
+            f"{k} ({dataset['cameras'][k]['layer']}: {dataset['cameras'][k]['fix']})" for k in bad_cameras)
+    else:
+        what = (f"all {len(dataset['cameras'])} cameras decodable ("
+                + ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['route']}" for k, c in dataset["cameras"].items()) + ")"
+                if dataset else "install OK")
+        report["exit_code"], report["verdict"] = EXIT_OK, f"OK on {host}: {what}"
+    report["seconds"] = round(time.perf_counter() - t0, 2)
+    return report

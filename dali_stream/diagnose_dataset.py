@@ -1,0 +1,171 @@
+"""The dataset half of `dali-stream diagnose`: per camera, the stream's facts, the route, and decode tests.
+
+Imported only after the software probes ran, so it may import the project's modules; each step still runs
+under a guard that turns a failure into a reported layer (see `dali_stream.diagnose`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .diagnose import _LFS_MAGIC
+
+_FIXES = {
+    "missing": "download the file (huggingface_hub snapshot_download / hf download) or fix the dataset path",
+    "placeholder": "the file is a Git LFS pointer, not video: run `git lfs pull` in the dataset, or download it "
+                   "with huggingface_hub instead of git clone",
+    "container": "the MP4 is damaged or truncated: re-download it, or re-encode the camera with lerobot",
+    "bitstream": "the encoded frames are corrupt: re-download the file, or re-encode the camera with lerobot",
+    "codec-unsupported": "use decode='auto' (it picks a decoder this node has), or re-encode the camera as h264",
+    "dali-no-cuda": "DALI sees no CUDA device: check the driver (nvidia-smi), CUDA_VISIBLE_DEVICES, and that "
+                    "nvidia-dali-cuda120 (not the CPU-only build) is installed",
+    "torchcodec-load": "torchcodec or its FFmpeg libraries do not load: apt-get install -y ffmpeg (FFmpeg 4-7), "
+                       "and a torchcodec matching your torch (0.13 for torch 2.13)",
+    "metadata": "the dataset's meta files are unreadable: re-download meta/",
+    "dali-import": "nvidia.dali does not import: pip install nvidia-dali-cuda120",
+    "wrong-frame": "a decoder returned another frame than asked: report it with `dali-stream diagnose --json`",
+}
+
+
+def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
+    import av
+
+    with fs.open(path, "rb") as raw:
+        head = raw.read(64)
+        if head.startswith(_LFS_MAGIC) or b"ftyp" not in head[:12]:
+            return {"layer": "placeholder", "error": f"{path} is not an MP4: first bytes {head[:48]!r}"}
+        raw.seek(0)
+        try:
+            container = av.open(raw)
+        except Exception as exc:
+            return {"layer": "container", "error": f"{path} is not a readable MP4: {exc}"}
+        with container:
+            stream = container.streams.video[0]
+            ctx = stream.codec_context
+            keyframes, max_pts, bframes, n = [], None, False, 0
+            for pkt in container.demux(stream):
+                if pkt.pts is None or pkt.size == 0:
+                    continue
+                if pkt.is_keyframe:
+                    keyframes.append(n)
+                if max_pts is not None and pkt.pts < max_pts:
+                    bframes = True  # a frame shown before one already decoded: reordering
+                max_pts = pkt.pts if max_pts is None else max(max_pts, pkt.pts)
+                n += 1
+                if n >= max_packets:
+                    break
+            gaps = [b - a for a, b in zip(keyframes, keyframes[1:])]
+            return {"decoder": stream.codec_context.name, "profile": ctx.profile, "pix_fmt": ctx.pix_fmt,
+                    "width": ctx.width, "height": ctx.height,
+                    "fps": round(float(stream.average_rate), 3) if stream.average_rate else None,
+                    "gop": max(set(gaps), key=gaps.count) if gaps else None, "b_frames": bframes,
+                    "packets_scanned": n}
+
+
+def _decode_tests(meta, pos: int, key: str, software: dict, node, painted: bool) -> dict[str, Any]:
+    """Cut the episode's segment and decode its middle frame through each route this node has."""
+    from .decode import DALI_CPU_CODECS, torchcodec_frames
+    from .segments import cut_segment
+
+    cam = meta.cameras[key]
+    start = float(cam.from_timestamp[pos])
+    length = int(meta.lengths[pos])
+    frame = length // 2
+    try:
+        seg = cut_segment(meta.fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
+                          episode=meta.episode_index(pos), camera=key, codec=cam.codec, tolerance_s=1e-3,
+                          last_frame_s=start + (length - 1) / meta.fps)
+        idx = seg.frame_indices([start + frame / meta.fps], 1e-3, f"frame {frame}")
+    except Exception as exc:
+        return {"segment": {"ok": False, "layer": "container", "error": str(exc)[:600]}}
+    expect = [meta.episode_index(pos), frame]
+    results: dict[str, Any] = {"segment": {"ok": True, "bytes": seg.nbytes, "episode": expect[0], "frame": frame}}
+
+    def attempt(route: str, run) -> None:
+        t0 = time.perf_counter()
+        try:
+            pixels = run()
+        except Exception as exc:
+            results[route] = {"ok": False, "layer": "bitstream", "error": f"{type(exc).__name__}: {exc}"[:600]}
+            return
+        out = {"ok": True, "seconds": round(time.perf_counter() - t0, 4), "shape": list(pixels.shape)}
+        if painted:
+            from .paint import read_ids
+
+            out["painted_ids"] = list(read_ids(pixels[0]))
+            out["ids_match"] = out["painted_ids"] == expect
+            if not out["ids_match"]:
+                out.update(ok=False, layer="wrong-frame",
+                           error=f"asked for (episode, frame) {expect}, the image shows {out['painted_ids']}")
+        results[route] = out
+
+    if software["torchcodec"]["ok"]:
+        attempt("torchcodec", lambda: torchcodec_frames(seg, idx))
+    else:
+        results["torchcodec"] = {"ok": False, "layer": "torchcodec-load", "error": software["torchcodec"]["error"]}
+    if not software["nvidia.dali"]["ok"]:
+        results["dali-cpu"] = {"ok": False, "layer": "dali-import", "error": software["nvidia.dali"]["error"]}
+    elif cam.codec in DALI_CPU_CODECS:
+        from .graph import decode_once
+
+        attempt("dali-cpu", lambda: decode_once(seg.data, list(idx), "dali-cpu"))
+    else:
+        results["dali-cpu"] = {"ok": None, "layer": "codec-unsupported",
+                               "error": f"DALI's CPU decoder has no {cam.codec} (only vp8/vp9/mjpeg)"}
+    if software["nvidia.dali"]["ok"] and node.nvdec_decodes(cam.codec):
+        from .graph import decode_once
+
+        attempt("nvdec", lambda: decode_once(seg.data, list(idx), "nvdec"))
+    elif node.gpus == 0:
+        results["nvdec"] = {"ok": None, "layer": "dali-no-cuda", "error": "no CUDA device visible to DALI"}
+    else:
+        results["nvdec"] = {"ok": None, "layer": "codec-unsupported", "error": node.gpu.why_not(cam.codec)}
+    return results
+
+
+def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[str, Any]:
+    """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request)."""
+    import numpy as np
+
+    from .decode import resolve_routes, route_reason
+    from .meta import DatasetMeta
+
+    try:
+        meta = DatasetMeta.open(source)
+    except Exception as exc:
+        return {"ok": False, "layer": "metadata", "error": f"{type(exc).__name__}: {exc}", "fix": _FIXES["metadata"]}
+    routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, "auto", node)
+    pos = int(np.flatnonzero(meta.lengths > 0)[0])
+    painted = meta.info.get("robot_type") == "dali_stream_sample"
+    cameras = {}
+    for key, cam in meta.cameras.items():
+        path = meta.video_file(pos, key)
+        entry: dict[str, Any] = {"codec": cam.codec, "file": path, "route": routes[key],
+                                 "reason": route_reason(cam.codec, routes[key], node, "auto")}
+        if not meta.fs.exists(path):
+            entry.update(layer="missing", error=f"{path} does not exist")
+        else:
+            try:
+                entry.update(_stream_facts(meta.fs, path))
+            except Exception as exc:
+                entry.update(layer="container", error=f"{path}: {type(exc).__name__}: {exc}")
+        if "layer" not in entry:
+            if routes[key] == "torchcodec" and not software["torchcodec"]["ok"]:
+                entry.update(layer="torchcodec-load", error=software["torchcodec"]["error"])
+            elif routes[key] != "torchcodec" and not software["nvidia.dali"]["ok"]:
+                entry.update(layer="dali-import", error=software["nvidia.dali"]["error"])
+        if decode_test and "layer" not in entry:
+            tests = _decode_tests(meta, pos, key, software, node, painted)
+            entry["decode_test"] = tests
+            chosen = tests.get(routes[key]) or tests["segment"]
+            if not tests["segment"]["ok"]:
+                entry.update(layer="container", error=tests["segment"]["error"])
+            elif not chosen.get("ok"):
+                entry.update(layer=chosen.get("layer", "bitstream"), error=chosen.get("error"))
+        entry["decodable"] = "layer" not in entry
+        if not entry["decodable"]:
+            entry["fix"] = _FIXES.get(entry["layer"], "see the error")
+        cameras[key] = entry
+    return {"ok": True, "source": source, "codebase_version": meta.info.get("codebase_version"),
+            "episodes": meta.num_episodes, "frames": meta.total_frames, "fps": meta.fps, "cameras": cameras}

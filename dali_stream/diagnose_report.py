@@ -1,0 +1,109 @@
+"""Render a `dali-stream diagnose` report (rich tables, or plain text without rich) and merge node reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _software_rows(software: dict[str, Any]) -> list[tuple[str, str, str]]:
+    rows = []
+    for name, info in software.items():
+        if not info["ok"]:
+            rows.append((name, "FAILED", info["error"]))
+            continue
+        details = {k: v for k, v in info.items() if k not in ("ok", "version")}
+        rows.append((name, str(info.get("version", "")), ", ".join(f"{k}={v}" for k, v in details.items())))
+    return rows
+
+
+def _camera_rows(cameras: dict[str, Any]) -> list[tuple[str, ...]]:
+    rows = []
+    for key, c in cameras.items():
+        size = f"{c['width']}x{c['height']}" if "width" in c else "?"
+        tests = c.get("decode_test", {})
+        tested = ", ".join(f"{r}:{'ok' if t['ok'] else ('-' if t['ok'] is None else 'FAIL')}"
+                           + (f" {t['seconds'] * 1e3:.0f}ms" if t.get("seconds") is not None else "")
+                           for r, t in tests.items() if r != "segment")
+        state = "yes" if c["decodable"] else f"NO ({c['layer']})"
+        rows.append((key, c["codec"], str(c.get("profile", "")), str(c.get("pix_fmt", "")), size,
+                     str(c.get("fps", "")), str(c.get("gop", "")), str(c.get("b_frames", "")), c["route"], state,
+                     tested))
+    return rows
+
+
+CAMERA_HEADER = ("camera", "codec", "profile", "pix_fmt", "size", "fps", "gop", "B-frames", "route (auto)",
+                 "decodable", "decode test")
+
+
+def render(report: dict[str, Any]) -> None:
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except Exception:  # a broken rich must not hide the report
+        print(render_plain(report))
+        return
+    console = Console()
+    node = report["node"]
+    if node["ok"]:
+        gpus = "; ".join(f"{g['index']}: {g['name']} (cc {'.'.join(map(str, g['compute_capability']))}, "
+                         f"{g['memory_gib']} GiB, {g['generation']}, {g['nvdec_engines'] or '?'} NVDEC, "
+                         f"{'/'.join(g['nvdec_codecs'])}, driver {g['driver']}, CUDA {g['cuda_driver_version']}, "
+                         f"MIG {g['mig']})" for g in node["gpus"]) or f"none ({node['gpu_query']})"
+        console.print(f"[bold]{node['hostname']}[/]: {node['cpu_cores']} CPU cores; GPUs: {gpus}")
+    else:
+        console.print(f"[red]node probe failed: {node['error']}[/]")
+    table = Table("package", "version", "details", title="software")
+    for row in _software_rows(report["software"]):
+        table.add_row(*row, style="red" if row[1] == "FAILED" else None)
+    console.print(table)
+    dataset = report.get("dataset")
+    if dataset is not None:
+        if dataset.get("ok"):
+            table = Table(*CAMERA_HEADER, title=f"{dataset['source']} ({dataset['codebase_version']}, "
+                                                f"{dataset['episodes']} episodes)")
+            for row, cam in zip(_camera_rows(dataset["cameras"]), dataset["cameras"].values()):
+                table.add_row(*row, style=None if cam["decodable"] else "red")
+            console.print(table)
+            for key, cam in dataset["cameras"].items():
+                console.print(f"  {key}: {cam['reason']}" + ("" if cam["decodable"] else
+                                                            f"\n    [red]{cam['error']}[/]\n    fix: {cam['fix']}"))
+        else:
+            console.print(f"[red]dataset: {dataset.get('layer', '')} {dataset.get('error')}[/]")
+    colour = {0: "green", 1: "yellow", 2: "red"}[report["exit_code"]]
+    console.print(f"[bold {colour}]{report['verdict']}[/] ({report['seconds']} s)")
+
+
+def render_plain(report: dict[str, Any]) -> str:
+    lines = [f"{name}: {version} {details}" for name, version, details in _software_rows(report["software"])]
+    if report.get("dataset", {}).get("ok"):
+        lines += [" | ".join(row) for row in _camera_rows(report["dataset"]["cameras"])]
+    return "\n".join(lines + [report["verdict"]])
+
+
+def merge(paths: list[Path]) -> dict[str, Any]:
+    """Node reports (`diagnose --json` files, one per node, named after it) -> nodes x cameras, worst exit code."""
+    nodes, cameras = {}, []
+    for path in sorted(paths):
+        report = json.loads(Path(path).read_text())
+        host = Path(path).stem  # the launcher names each report after its node (hostname.json)
+        nodes[host] = {"exit_code": report["exit_code"], "verdict": report["verdict"],
+                       "gpus": [g["name"] for g in report.get("node", {}).get("gpus", [])]}
+        for key, cam in report.get("dataset", {}).get("cameras", {}).items():
+            if key not in cameras:
+                cameras.append(key)
+            nodes[host].setdefault("cameras", {})[key] = cam["route"] if cam["decodable"] else f"NO ({cam['layer']})"
+    return {"nodes": nodes, "cameras": cameras, "exit_code": max((n["exit_code"] for n in nodes.values()), default=2)}
+
+
+def render_merged(merged: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("node", "GPUs", *merged["cameras"], "exit", title="dali-stream diagnose: nodes x cameras")
+    for host, n in merged["nodes"].items():
+        table.add_row(host, ", ".join(sorted(set(n["gpus"]))) or "-",
+                      *(n.get("cameras", {}).get(k, "?") for k in merged["cameras"]), str(n["exit_code"]),
+                      style=None if n["exit_code"] == 0 else "red")
+    Console().print(table)

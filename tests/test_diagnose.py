@@ -1,0 +1,171 @@
+"""`dali-stream diagnose` in a real subprocess: verdicts, failure layers, exit codes, JSON, merge."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dali_stream.meta import DatasetMeta
+
+SCRIPT = Path(sys.executable).parent / "dali-stream"
+REPO = Path(__file__).resolve().parents[1]
+FRONT, WRIST, TOP = "observation.images.front", "observation.images.wrist", "observation.images.top"
+
+
+def _diagnose(*args, env_extra=None):
+    env = {**os.environ, "COLUMNS": "200", **(env_extra or {})}
+    return subprocess.run([str(SCRIPT), "diagnose", *map(str, args)], capture_output=True, text=True, timeout=300,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """The default camera set (h264, av1, vp9), small."""
+    from dali_stream.sample_data import SampleSpec, write_sample
+
+    return write_sample(tmp_path_factory.mktemp("diag") / "sample",
+                        SampleSpec(episodes=4, min_length=20, max_length=30, gop=10, episodes_per_file=2))
+
+
+@pytest.fixture()
+def copy(sample, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(sample, dst)
+    return dst
+
+
+def _first_file(root, key):
+    return root / DatasetMeta.open(str(root)).video_file(0, key)
+
+
+def test_sample_verdicts_match_this_machine(sample):
+    proc = _diagnose(sample, "--json", "--decode-test")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert {"node", "software", "dataset", "exit_code", "verdict", "seconds"} <= set(report)
+    assert report["node"]["cpu_cores"] >= 1 and report["node"]["gpus"] == []
+    sw = report["software"]
+    assert all(sw[p]["ok"] for p in ("torch", "nvidia.dali", "torchcodec", "av", "pyarrow"))
+    assert sw["nvidia.dali"]["gpu_operators"] is False and "h264" in sw["system_ffmpeg"]["decoders"]
+    cams = report["dataset"]["cameras"]
+    assert {k: c["route"] for k, c in cams.items()} == {FRONT: "torchcodec", WRIST: "torchcodec", TOP: "dali-cpu"}
+    assert cams[FRONT]["b_frames"] is True and cams[TOP]["b_frames"] is False
+    assert all(c["gop"] == 10 and c["decodable"] and (c["width"], c["height"]) == (128, 96) for c in cams.values())
+    assert "DALI's CPU decoder has no av1" in cams[WRIST]["reason"]
+    for key, cam in cams.items():
+        tests = cam["decode_test"]
+        assert tests["torchcodec"]["ok"] and tests["torchcodec"]["ids_match"], key
+        assert tests["nvdec"]["ok"] is None and tests["nvdec"]["layer"] == "dali-no-cuda"
+    assert cams[TOP]["decode_test"]["dali-cpu"]["ids_match"] is True
+    assert cams[FRONT]["decode_test"]["dali-cpu"]["layer"] == "codec-unsupported"
+    assert report["verdict"].startswith("OK on ")
+
+
+def test_human_output_has_tables_and_verdict(sample):
+    proc = _diagnose(sample)
+    assert proc.returncode == 0
+    for words in ("software", "torchcodec", "route (auto)", "dali-cpu", "OK on", "CPU cores"):
+        assert words in proc.stdout, words
+
+
+def test_node_only(tmp_path):
+    proc = _diagnose("--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and "dataset" not in report and report["verdict"].endswith("install OK")
+
+
+def test_corrupt_frames_are_a_bitstream_failure(copy):
+    import av
+
+    path = _first_file(copy, TOP)
+    with av.open(str(path)) as c:
+        keyframes = [(p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size and p.is_keyframe]
+    data = bytearray(path.read_bytes())
+    for pos, size in keyframes:
+        data[pos + 12:pos + size] = bytes((b * 7 + 13) & 0xFF for b in data[pos + 12:pos + size])
+    path.write_bytes(bytes(data))
+    proc = _diagnose(copy, "--json", "--decode-test")
+    report = json.loads(proc.stdout)
+    cam = report["dataset"]["cameras"][TOP]
+    assert proc.returncode == 1 and cam["decodable"] is False and cam["layer"] == "bitstream"
+    assert "re-download" in cam["fix"] and TOP in report["verdict"]
+    assert report["dataset"]["cameras"][FRONT]["decodable"] is True
+
+
+def test_git_lfs_pointer_is_a_placeholder(copy):
+    path = _first_file(copy, FRONT)
+    path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 123456\n")
+    proc = _diagnose(copy, "--json")
+    cam = json.loads(proc.stdout)["dataset"]["cameras"][FRONT]
+    assert proc.returncode == 1 and cam["layer"] == "placeholder"
+    assert "first bytes b'version https://git-lfs" in cam["error"] and "git lfs pull" in cam["fix"]
+    human = _diagnose(copy)
+    assert human.returncode == 1 and "placeholder" in human.stdout and "git lfs pull" in human.stdout
+
+
+def test_missing_video_file(copy):
+    _first_file(copy, WRIST).unlink()
+    cam = json.loads(_diagnose(copy, "--json").stdout)["dataset"]["cameras"][WRIST]
+    assert cam["layer"] == "missing" and "does not exist" in cam["error"]
+
+
+def test_broken_torchcodec_is_a_broken_install(sample, tmp_path):
+    """A torchcodec whose FFmpeg libraries do not load (shadowed by a package that fails like it)."""
+    shadow = tmp_path / "shadow" / "torchcodec"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise OSError('libavutil.so.58: cannot open shared object file: No such file or directory')\n")
+    env = {"PYTHONPATH": str(tmp_path / "shadow")}
+    proc = _diagnose(sample, "--json", env_extra=env)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 2
+    assert report["software"]["torchcodec"]["ok"] is False and "libavutil" in report["software"]["torchcodec"]["error"]
+    assert report["dataset"]["cameras"][FRONT]["layer"] == "torchcodec-load"
+    assert report["dataset"]["cameras"][TOP]["decodable"] is True  # DALI still decodes VP9
+    assert report["verdict"].startswith("BROKEN INSTALL") and "torchcodec" in report["verdict"]
+    human = _diagnose(sample, env_extra=env)
+    assert human.returncode == 2 and "FAILED" in human.stdout and "apt-get install -y ffmpeg" in human.stdout
+
+
+def test_unreadable_dataset(tmp_path):
+    proc = _diagnose(tmp_path / "absent", "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["dataset"]["layer"] == "metadata"
+    assert "DatasetNotFoundError" in report["dataset"]["error"]
+
+
+def test_merge_nodes(sample, copy, tmp_path):
+    _first_file(copy, TOP).unlink()
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "node-a.json").write_text(_diagnose(sample, "--json").stdout)
+    (reports / "node-b.json").write_text(_diagnose(copy, "--json").stdout)
+    proc = _diagnose("--merge", reports, "--json")
+    merged = json.loads(proc.stdout)
+    assert proc.returncode == 1 and set(merged["nodes"]) == {"node-a", "node-b"}
+    assert merged["nodes"]["node-a"]["cameras"][TOP] == "dali-cpu"
+    assert merged["nodes"]["node-b"]["cameras"][TOP] == "NO (missing)"
+    assert "node-b" in _diagnose("--merge", reports).stdout
+
+
+def test_sbatch_script_writes_one_report_per_node_and_merges(sample, tmp_path):
+    """The launcher's wiring, with `srun` standing in as a one-node runner (a real SLURM: see issue 7's tests)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
+    (bindir / "srun").chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "DIAGNOSE_OUT": str(out),
+           "DALI_STREAM_PYTHON": sys.executable, "COLUMNS": "200"}
+    proc = subprocess.run(["bash", str(REPO / "slurm/diagnose_nodes.sbatch"), str(sample)], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (report,) = out.glob("*.json")
+    assert json.loads(report.read_text())["exit_code"] == 0
+    assert "nodes x cameras" in proc.stdout
