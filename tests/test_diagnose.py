@@ -169,3 +169,19 @@ def test_sbatch_script_writes_one_report_per_node_and_merges(sample, tmp_path):
     (report,) = out.glob("*.json")
     assert json.loads(report.read_text())["exit_code"] == 0
     assert "nodes x cameras" in proc.stdout
+
+
+def test_damaged_container(copy):
+    path = _first_file(copy, WRIST)
+    data = path.read_bytes()
+    path.write_bytes(data[:16] + bytes(200))  # an MP4 signature, then nothing readable
+    cam = json.loads(_diagnose(copy, "--json").stdout)["dataset"]["cameras"][WRIST]
+    assert cam["layer"] == "container" and "not a readable MP4" in cam["error"] and "re-download" in cam["fix"]
+
+
+def test_cli_and_diagnose_import_only_the_standard_library():
+    code = ("import sys, dali_stream.cli, dali_stream.diagnose; "
+            "heavy = [m for m in ('torch', 'numpy', 'nvidia.dali', 'av', 'pyarrow', 'rich', 'torchcodec') "
+            "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
