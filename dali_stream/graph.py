@@ -2,8 +2,9 @@
 
 Per camera: DALI-routed cameras decode their segment with `fn.decoders.video` (device "mixed" for NVDEC,
 "cpu" for DALI's CPU decoder) at per-sample frame indices; torchcodec-routed cameras arrive as decoded
-frames. Both then become (T, C, H, W) (or (C, H, W) for a single frame, as lerobot squeezes it) and
-float32 in [0, 1] unless uint8 was asked for. Tabular outputs pass straight through.
+frames. Both then get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or
+mean/std-normalised) on the device they are on, and become (T, C, H, W), or (C, H, W) for a single frame
+as lerobot squeezes it. Tabular outputs pass straight through.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from .batches import Output
+from .imageops import ImageOps
 
 _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": "FLOAT", "float64": "FLOAT64",
                "bool": "BOOL"}
@@ -18,7 +20,7 @@ _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": 
 
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
-                   image_dtype: str, prefetch_queue_depth: int = 2):
+                   image_ops: ImageOps, prefetch_queue_depth: int = 2):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order)."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
@@ -26,10 +28,16 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
                     prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True)
     names: list[str] = []
+    if image_ops.mean is not None:  # DALI normalises in pixel units: (x - 255 mean) / (255 std)
+        mean, std = [m * 255.0 for m in image_ops.mean], [s * 255.0 for s in image_ops.std]
+    else:
+        mean, std = [0.0], [255.0 if image_ops.dtype == "float32" else 1.0]
+    out_type = types.FLOAT if image_ops.dtype == "float32" else types.UINT8
     with pipe:
         fed = fn.external_source(
             source=source, num_outputs=len(outputs), batch=True, batch_info=True,
             dtype=[getattr(types, _DALI_TYPES[o.dtype.name]) for o in outputs], ndim=[o.ndim for o in outputs],
+            layout=["FHWC" if o.kind == "pixels" else "" for o in outputs],
         )
         fed = fed if isinstance(fed, (list, tuple)) else [fed]
         by_name = dict(zip((o.name for o in outputs), fed))
@@ -42,11 +50,13 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
             else:
                 video = fn.decoders.video(by_name[f"{key}@encoded"], frames=by_name[f"{key}@frames"],
                                           device="mixed" if route == "nvdec" else "cpu")
-            video = fn.transpose(video, perm=[0, 3, 1, 2])
+            if image_ops.resize:
+                video = fn.resize(video, size=list(image_ops.resize), antialias=True)
+            crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}
+            video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout="FCHW", dtype=out_type,
+                                             **crop)
             if squeeze[key]:
                 video = fn.squeeze(video, axes=[0])
-            if image_dtype == "float32":
-                video = video / 255.0
             results.append(video)
             names.append(key)
         for o in outputs:

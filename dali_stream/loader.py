@@ -19,6 +19,7 @@ import numpy as np
 from .batches import BatchBuilder, Prepared
 from .decode import Node, resolve_routes
 from .errors import ConfigError, DeviceError, StateError
+from .imageops import ImageOps
 from .meta import DatasetMeta
 from .plan import EpochPlan, PlanConfig, delta_indices
 from .store import EpisodeStore
@@ -87,6 +88,9 @@ class StreamLoader:
         drop_last: drop the last partial batch of each epoch.
         tolerance_s: largest allowed gap between a queried timestamp and the frame returned.
         image_dtype: "float32" (in [0, 1], lerobot's default) or "uint8".
+        resize: (height, width) every camera image is resized to (antialiased), in the DALI graph.
+        crop: (height, width) of a centre crop, after `resize`.
+        mean, std: per-channel normalisation in [0, 1] units, (x - mean) / std (float32 only).
         rank, world_size: override the torchrun/SLURM environment.
         prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
     """
@@ -95,13 +99,14 @@ class StreamLoader:
                  episode_pool_size: int = 16, seed: int = 0, decode: str | Mapping[str, str] = "auto",
                  device: str | None = None, num_workers: int = 2, drop_last: bool = True,
                  tolerance_s: float = 1e-4, image_dtype: str = "float32", rank: int | None = None,
-                 world_size: int | None = None, prefetch_batches: int | None = None) -> None:
+                 world_size: int | None = None, prefetch_batches: int | None = None,
+                 resize: tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
+                 mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
         if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
-        if image_dtype not in ("float32", "uint8"):
-            raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {image_dtype!r}")
+        self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
         self.meta = meta = DatasetMeta.open(source)
         delta_timestamps = dict(delta_timestamps or {})
         unknown = sorted(set(delta_timestamps) - set(meta.features))
@@ -120,7 +125,8 @@ class StreamLoader:
             import torchcodec.decoders  # noqa: F401  1.3 s of torch._dynamo imports: pay them here, not in batch 0
         self.num_workers = num_workers
         self.tolerance_s = float(tolerance_s)
-        self.image_dtype = image_dtype
+        for key, cam in meta.cameras.items():
+            self.image_ops.check_camera(key, cam.height, cam.width)
         self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
         tables = TableReader(meta, meta.table_keys)
         self.store = EpisodeStore(meta, tables, self.tolerance_s,
@@ -226,7 +232,7 @@ class StreamLoader:
         try:
             pipe, names = build_pipeline(self._builder.outputs, self.routes, squeeze, producer,
                                          self.config.batch_size, max(1, self.num_workers), device_id,
-                                         self.image_dtype)
+                                         self.image_ops)
             with self._dali_errors(producer):  # the iterator runs the first batch while constructed
                 iterator = DALIGenericIterator([pipe], names, auto_reset=False,
                                                last_batch_policy=LastBatchPolicy.PARTIAL)
