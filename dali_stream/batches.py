@@ -8,6 +8,8 @@ decoded frames. Everything else in the batch (`task` strings) rides alongside.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -60,6 +62,9 @@ class BatchBuilder:
         for key in self.delta:
             outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 1))
         self.outputs = outputs
+        self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding, summed over worker threads
+        self.decoded_frames = 0
+        self._count_lock = threading.Lock()
 
     def build(self, plan: BatchPlan) -> Prepared:
         store, meta = self.store, self.meta
@@ -74,22 +79,31 @@ class BatchBuilder:
         for key, win in plan.windows.items():
             values[f"{key}_is_pad"] = list(win.is_pad)
         for key, route in self.routes.items():
-            cam = meta.cameras[key]
-            segs, idx = [], []
-            for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
-                pos = int(pos)
-                sel = plan.windows[key].rows[j] if key in plan.windows else frames[j:j + 1]
-                query = float(cam.from_timestamp[pos]) + r["timestamp"][sel].astype(np.float64)
-                seg = store.segment(pos, key)
-                segs.append(seg)
-                idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(frames[j])}"))
+            segs, idx = self.locate(plan, rows, key)
             if route in DALI_ROUTES:
                 values[f"{key}@encoded"] = [np.frombuffer(s.data, dtype=np.uint8) for s in segs]
                 values[f"{key}@frames"] = idx
             else:
-                values[f"{key}@pixels"] = _decode_grouped(segs, idx)
+                t0 = time.perf_counter()
+                values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx)
+                with self._count_lock:
+                    self.decode_s += time.perf_counter() - t0
+                    self.decoded_frames += frames_decoded
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks)
+
+    def locate(self, plan: BatchPlan, rows: list[dict], key: str) -> tuple[list, list[np.ndarray]]:
+        """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show."""
+        cam = self.meta.cameras[key]
+        segs, idx = [], []
+        for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
+            pos = int(pos)
+            sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
+            query = float(cam.from_timestamp[pos]) + r["timestamp"][sel].astype(np.float64)
+            seg = self.store.segment(pos, key)
+            segs.append(seg)
+            idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(plan.frames[j])}"))
+        return segs, idx
 
     def explain_dali_failure(self, pending: list[Prepared], exc: BaseException) -> DecodeError:
         """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample:
@@ -115,15 +129,19 @@ class BatchBuilder:
         )
 
 
-def _decode_grouped(segs, idx) -> list[np.ndarray]:
-    """Decode each distinct segment once per batch (its unique frames in one call), then scatter."""
+def decode_grouped(segs, idx) -> tuple[list[np.ndarray], int]:
+    """Decode each distinct segment once per batch (its unique frames in one call), then scatter.
+
+    Returns the per-sample frames and how many frames were actually decoded."""
     by_seg: dict[int, tuple[object, list[int]]] = {}
     for j, seg in enumerate(segs):
         by_seg.setdefault(id(seg), (seg, []))[1].append(j)
     out: list[np.ndarray | None] = [None] * len(segs)
+    decoded = 0
     for seg, members in by_seg.values():
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
         pixels = torchcodec_frames(seg, wanted)
+        decoded += len(wanted)
         for j in members:
             out[j] = pixels[np.searchsorted(wanted, idx[j])]
-    return out
+    return out, decoded

@@ -1,4 +1,4 @@
-"""`dali-stream` command line: make-sample, inspect, diagnose, demo.
+"""`dali-stream` command line: make-sample, inspect, diagnose, bench, demo.
 
 Only the standard library is imported at module level, so `dali-stream --help` works on a node whose
 torch or DALI install is broken; each command imports what it needs.
@@ -192,6 +192,73 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return report["exit_code"]
 
 
+def _bench_configs(args: argparse.Namespace):
+    from .bench import BenchConfig
+
+    workers = tuple(int(w) for w in args.baseline_workers.split(",") if w.strip())
+    grid = [(d, m) for d in ("gpu", "cpu") for m in ("single", "sarm")] if args.matrix else [(args.decode, args.mode)]
+    return [BenchConfig(dataset=args.dataset, mode=m, decode=d, batch_size=args.batch_size,
+                        num_workers=args.num_workers, pool=args.pool, duration_s=args.duration_s,
+                        warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
+                        baseline_workers=workers, limit=not args.no_limit, device=args.device) for d, m in grid]
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import bench, bench_report
+    from .decode import Node
+
+    console = Console(stderr=True)
+    if args.dataset is None:
+        args.dataset = bench.default_dataset(args.sample)
+        if not (Path(args.dataset) / "meta/info.json").exists():
+            console.print(f"writing the benchmark sample ({args.sample}) to {args.dataset}: 3 cameras 480x640 "
+                          "h264/hevc/av1, 200 episodes (a few minutes, once)")
+            _write_with_progress(Path(args.dataset), bench.bench_sample_spec(args.sample), True, console)
+    configs = _bench_configs(args)
+    has_gpu = Node.probe().gpus > 0
+    results, failed = [], []
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
+                  TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("bench", total=len(configs))
+        for cfg in configs:
+            bar.update(task, description=f"bench {cfg.mode}/{cfg.decode}")
+            if cfg.decode == "gpu" and not has_gpu:
+                result = {"config": vars(cfg) | {"baseline_workers": list(cfg.baseline_workers)},
+                          "skipped": "no CUDA GPU visible to DALI on this node: decode='gpu' needs one"}
+            else:
+                result = bench.run(cfg, progress=lambda stage: bar.update(
+                    task, description=f"bench {cfg.mode}/{cfg.decode}: {stage}"))
+                if result.get("error"):
+                    failed.append(result["error"])
+            result["file"] = str(bench.write(result, args.out_dir))
+            results.append(result)
+            bar.advance(task)
+    bench_report.print_table(results)
+    for r in results:
+        console.print(f"wrote {r['file']}")
+    if failed:
+        for reason in failed:
+            console.print(f"[red]bench delivered 0 samples: {reason}[/]")
+        return 1
+    return 0
+
+
+def cmd_bench_summarize(args: argparse.Namespace) -> int:
+    from . import bench_report
+
+    results = bench_report.load(args.results)
+    if not results:
+        print(f"dali-stream bench summarize: error: no bench-*.json in {args.results}", file=sys.stderr)
+        return 2
+    bench_report.print_table(results, title=f"dali-stream bench: {len(results)} runs")
+    if args.png:
+        print(f"wrote {bench_report.plot(results, args.png)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dali-stream", description="GPU-first loader for LeRobot v3 datasets")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -216,6 +283,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--merge", metavar="DIR", help="merge the --json reports in DIR into a nodes x cameras table")
     p.set_defaults(func=cmd_diagnose)
 
+    p = sub.add_parser("bench", help="GPU-vs-CPU decode and dataloading benchmark with limit and baseline ratios",
+                       description="Runs StreamLoader for a steady window, then the raw decode limit and a "
+                                   "LeRobotDataset-style DataLoader baseline on the same samples. "
+                                   "`dali-stream bench summarize RESULTS...` merges result files.")
+    p.add_argument("dataset", nargs="?", help="dataset root (default: the benchmark sample, written on first use)")
+    p.add_argument("--sample", default="g2", choices=("g2", "long"),
+                   help="which benchmark sample when DATASET is omitted: GOP 2 (lerobot's default) or 30")
+    p.add_argument("--mode", default="single", choices=("single", "sarm"),
+                   help="single: one frame per camera; sarm: 8 steps spaced 1 s on every camera")
+    p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--pool", type=int, default=16, help="episode_pool_size")
+    p.add_argument("--duration-s", type=float, default=20.0, help="length of the measured window")
+    p.add_argument("--warmup-batches", type=int, default=5)
+    p.add_argument("--out-dir", default="benchmarks/results/local", help="where the JSON files and bench.csv go")
+    p.add_argument("--device", default=None, help="where batches land (default: cuda when available)")
+    p.add_argument("--matrix", action="store_true", help="run decode gpu/cpu x mode single/sarm")
+    p.add_argument("--no-baseline", action="store_true", help="skip the DataLoader baseline")
+    p.add_argument("--no-limit", action="store_true", help="skip the raw decode limit")
+    p.add_argument("--baseline-workers", default="0,1,2", help="DataLoader worker counts to try (best is used)")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("bench-summarize", help="merge bench result files into one table and a PNG chart")
+    p.add_argument("results", nargs="+", help="bench-*.json files or folders holding them")
+    p.add_argument("--png", help="write a bar chart of frames/s per run here")
+    p.set_defaults(func=cmd_bench_summarize)
+
     p = sub.add_parser("demo", help="write the sample dataset (if absent) and stream batches from it")
     p.add_argument("dataset", nargs="?", default=".demo/sample", help="folder of the sample dataset (default %(default)s)")
     p.add_argument("--batches", type=int, default=300, help="batches to stream (default %(default)s)")
@@ -231,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner on every encoder otherwise
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["bench", "summarize"]:  # `dali-stream bench summarize ...` reads better than bench-summarize
+        argv = ["bench-summarize", *argv[2:]]
     args = build_parser().parse_args(argv)
     from .errors import DaliStreamError
 

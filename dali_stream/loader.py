@@ -40,6 +40,7 @@ class _Producer:
         self.handed: deque[Prepared] = deque()
         self.lock = threading.Lock()
         self.build_s = 0.0
+        self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
 
     def _timed_build(self, index: int) -> Prepared:
         t0 = time.perf_counter()
@@ -57,12 +58,14 @@ class _Producer:
         index = self.start + info.iteration
         if index >= self.plan.num_batches:
             raise StopIteration
+        t0 = time.perf_counter()
         if self.pool is None:
             prepared = self._timed_build(index)
         else:
             for ahead in range(index, index + self.lookahead + 1):
                 self._submit(ahead)
             prepared = self.futures.pop(index).result()
+        self.wait_s += time.perf_counter() - t0
         self.handed.append(prepared)
         return prepared.arrays
 
@@ -162,6 +165,10 @@ class StreamLoader:
             plan = self._plans[epoch]
         return plan
 
+    def batch_plan(self, epoch: int, index: int):
+        """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""
+        return self._plan(epoch).batch(index)
+
     # ---- the public surface --------------------------------------------------------------------------
     def __len__(self) -> int:
         """Batches in the epoch the next `for` runs, on this rank."""
@@ -170,7 +177,7 @@ class StreamLoader:
 
     def state_dict(self) -> dict[str, Any]:
         epoch, consumed = self._epoch, self._consumed
-        if consumed >= self._plan(epoch).num_batches:
+        if consumed > 0 and consumed >= self._plan(epoch).num_batches:  # taken at an epoch's end
             epoch, consumed = epoch + 1, 0
         return {"version": STATE_VERSION, "seed": self.config.seed, "epoch": epoch, "batches_consumed": consumed,
                 "batch_size": self.config.batch_size, "episode_pool_size": self.config.pool_size,
@@ -201,7 +208,7 @@ class StreamLoader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if not self._continue:
             self._epoch, self._consumed = self._epoch + 1, 0
-        if self._consumed >= self._plan(self._epoch).num_batches:
+        if self._consumed > 0 and self._consumed >= self._plan(self._epoch).num_batches:
             self._epoch, self._consumed = self._epoch + 1, 0
         self._continue = False
         return self._run(self._epoch, self._consumed)
@@ -223,6 +230,11 @@ class StreamLoader:
         from .graph import build_pipeline
 
         plan = self._plan(epoch)
+        if start >= plan.num_batches:  # e.g. fewer frames on this rank than one batch with drop_last
+            self._epoch, self._consumed, self._continue = epoch + 1, 0, True
+            self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
+                                     "build_s": 0.0, "producer_wait_s": 0.0}
+            return
         producer = _Producer(self._builder, plan, start, self.num_workers, self.prefetch_batches)
         squeeze = {k: len(self.config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         device_id = self.world.local_rank if self.node.gpus > 0 else None
@@ -254,4 +266,5 @@ class StreamLoader:
         finally:
             producer.close()
             self.last_epoch_stats = {"epoch": epoch, "batches": delivered, "first_batch_s": first_s,
-                                     "wall_s": time.perf_counter() - t0, "build_s": producer.build_s}
+                                     "wall_s": time.perf_counter() - t0, "build_s": producer.build_s,
+                                     "producer_wait_s": producer.wait_s}

@@ -31,6 +31,6 @@ def parquet_file(fs, path: str):
     return pq.ParquetFile(fs.open(path, "rb"))
 
 
-def read_parquet(fs, path: str):
-    """The whole parquet file at `path` as a pyarrow Table."""
-    return parquet_file(fs, path).read(use_threads=False)
+def read_parquet(fs, path: str, columns: list[str] | None = None):
+    """The parquet file at `path` (all columns, or `columns`) as a pyarrow Table."""
+    return parquet_file(fs, path).read(columns=columns, use_threads=False)

@@ -40,6 +40,7 @@ class TableReader:
         self.keys = keys
         self._files: dict[str, tuple[object, list[tuple[int, int, int]]]] = {}
         self._lock = threading.Lock()
+        self.bytes_read = 0  # compressed bytes of the row groups' columns read (parquet footers not counted)
 
     def _file(self, path: str):
         with self._lock:
@@ -82,6 +83,12 @@ class TableReader:
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
         with self._lock:  # one ParquetFile handle is not safe to read from two threads at once
             table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
+            for g in groups:
+                rg = pf.metadata.row_group(g)
+                self.bytes_read += sum(
+                    rg.column(c).total_compressed_size for c in range(rg.num_columns)
+                    if any(rg.column(c).path_in_schema == k or rg.column(c).path_in_schema.startswith(k + ".")
+                           for k in self.keys))
         index = table.column("index")
         table = table.filter(pc.and_(pc.greater_equal(index, start), pc.less(index, stop)))
         table = table.sort_by("index")

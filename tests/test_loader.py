@@ -199,3 +199,12 @@ def test_ranks_stream_disjoint_shares_that_cover_the_dataset(small_dataset, worl
     flat = [i for share in shares for i in share]
     assert sorted(flat) == list(range(loader.meta.total_frames)), "every frame once across ranks"
     assert all(a.isdisjoint(b) for n, a in enumerate(episodes) for b in episodes[n + 1:]), "whole episodes per rank"
+
+
+def test_an_epoch_with_no_full_batch_is_empty_not_an_error(small_dataset):
+    loader = StreamLoader(str(small_dataset), batch_size=1000, device="cpu", drop_last=True)
+    assert len(loader) == 0 and list(loader) == [] and list(loader) == []
+    assert loader.state_dict()["epoch"] == 2
+    partial = StreamLoader(str(small_dataset), batch_size=1000, device="cpu", drop_last=False)
+    (batch,) = list(partial)
+    assert len(batch["task"]) == partial.meta.total_frames

@@ -1,0 +1,368 @@
+"""`dali-stream bench`: how fast StreamLoader feeds training on this node, against the decode limit and a peer.
+
+One run = one (dataset, mode, decode, batch size, workers, pool) configuration:
+1. StreamLoader streams batches; after `warmup_batches`, a steady wall-clock window of `duration_s` gives
+   `samples_per_s` and `frames_per_s_node` (samples or decoded frames / window seconds, never a sum of
+   gaps) and the batch latency percentiles (time the training loop waited in `next()`).
+2. **Raw decode limit**: the window's batch plans again, the same frames through the same decoders, warm
+   (segments cut and decoders open before timing), no loader around them: `limit_ratio` = loader / limit.
+3. **Baseline**: a plain PyTorch DataLoader over a map-style dataset decoding each sample with torchcodec
+   from the packed MP4s, as lerobot's LeRobotDataset does (`bench_baseline`), on the same samples, at each
+   worker count; `baseline_ratio` = loader / the baseline's best.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODES = ("single", "sarm")
+SARM_STEPS, SARM_SPACING_S = 8, 1.0
+METRIC_KEYS = ("frames_per_s_node", "samples_per_s", "first_batch_latency_s", "p50_batch_latency_ms",
+               "p95_batch_latency_ms", "p99_batch_latency_ms", "peak_rss_gb", "shuffle_randomness_frac",
+               "time_split", "decoder_cache", "bytes_read", "dataset_bytes", "routes", "device", "versions",
+               "limit_ratio", "baseline_ratio")
+
+
+@dataclass
+class BenchConfig:
+    dataset: str
+    mode: str = "single"
+    decode: str = "auto"
+    batch_size: int = 16
+    num_workers: int = 2
+    pool: int = 16
+    duration_s: float = 20.0
+    warmup_batches: int = 5
+    baseline: bool = True
+    baseline_workers: tuple[int, ...] = (0, 1, 2)
+    limit: bool = True
+    device: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from .errors import ConfigError
+
+        if self.mode not in MODES:
+            raise ConfigError(f"--mode must be one of {MODES}. Found: {self.mode!r}")
+        if self.duration_s <= 0 or self.warmup_batches < 0:
+            raise ConfigError(f"--duration-s must be > 0 and --warmup-batches >= 0. Found: {self.duration_s}, "
+                              f"{self.warmup_batches}")
+
+
+def mode_deltas(mode: str, cameras: list[str]) -> dict[str, list[float]]:
+    """`single`: one frame per camera; `sarm`: 8 steps spaced 1 s (the last 7 s and now) on every camera."""
+    if mode == "single":
+        return {}
+    offsets = [-(SARM_STEPS - 1 - i) * SARM_SPACING_S for i in range(SARM_STEPS)]
+    return {key: offsets for key in cameras}
+
+
+class RssSampler:
+    """Peak resident memory of this process and its children (psutil), sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> int:
+        try:
+            import psutil
+
+            me = psutil.Process()
+            total = me.memory_info().rss
+            for child in me.children(recursive=True):
+                try:
+                    total += child.memory_info().rss
+                except psutil.Error:
+                    pass
+            return total
+        except ImportError:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
+
+
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("dali_stream", "torch", "nvidia.dali", "torchcodec", "av", "pyarrow"):
+        try:
+            out[name] = __import__(name, fromlist=["__version__"]).__version__
+        except Exception as exc:  # a benchmark still reports what it can
+            out[name] = f"unavailable ({type(exc).__name__})"
+    return out
+
+
+def dataset_bytes(meta) -> int:
+    total = 0
+    for sub in ("data", "videos"):
+        path = f"{meta.root}/{sub}"
+        if meta.fs.exists(path):
+            total += int(meta.fs.du(path))
+    return total
+
+
+def _frames_in(batch: dict, cameras: list[str]) -> int:
+    return sum(int(np.prod(batch[k].shape[:-3])) for k in cameras)
+
+
+def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
+    """Run the loader through warm-up and a steady window; returns measurements and the window's batches."""
+    waits, window, seen_eps = [], [], []
+    samples = frames = 0
+    first_latency = None
+    start = end = None
+    delivered = 0
+    t_iter = time.perf_counter()
+    epochs = 0
+    while end is None and epochs < 10:  # warm-up that needs more than 10 epochs is a configuration error
+        epochs += 1
+        epoch_before = loader.state_dict()["epoch"]
+        it = iter(loader)
+        index = loader.state_dict()["batches_consumed"]
+        got_any = False
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            t1 = time.perf_counter()
+            got_any = True
+            if first_latency is None:
+                first_latency = t1 - t_iter
+            delivered += 1
+            if delivered == cfg.warmup_batches + 1 and start is None:
+                start = t0  # the window opens when the first measured batch is asked for
+            if start is not None:
+                waits.append(t1 - t0)
+                n = len(batch["task"])
+                samples += n
+                frames += _frames_in(batch, cameras)
+                seen_eps.append(len(set(batch["episode_index"].tolist())) / n)
+                window.append((epoch_before, index))
+                if t1 - start >= cfg.duration_s:
+                    end = t1
+                    break
+            index += 1
+        it.close()
+        if not got_any:
+            break  # an epoch with no batches: nothing more will come
+    if start is None or end is None or samples == 0:
+        return {"samples": 0, "batches": delivered, "first_batch_latency_s": first_latency}
+    seconds = end - start
+    lat = np.array(waits) * 1e3
+    return {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(waits),
+            "samples_per_s": samples / seconds, "frames_per_s_node": frames / seconds,
+            "first_batch_latency_s": first_latency, "p50_batch_latency_ms": float(np.percentile(lat, 50)),
+            "p95_batch_latency_ms": float(np.percentile(lat, 95)), "p99_batch_latency_ms": float(np.percentile(lat, 99)),
+            "shuffle_randomness_frac": float(np.mean(seen_eps)), "window": window}
+
+
+def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
+    """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
+    from .batches import DALI_ROUTES, decode_grouped
+
+    builder, store = loader._builder, loader.store
+    work = []  # (route, key, segs, idx)
+    for epoch, index in window:
+        plan = loader.batch_plan(epoch, index)
+        rows = [store.rows(int(p)) for p in plan.episodes]
+        for key, route in loader.routes.items():
+            segs, idx = builder.locate(plan, rows, key)
+            work.append((route, key, segs, idx))
+    frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
+    # Warm: every segment's decoder open (torchcodec) before timing.
+    for route, _, segs, _ in work:
+        if route == "torchcodec":
+            for seg in segs:
+                decode_grouped([seg], [np.array([0], dtype=np.int32)])
+    cpu_work = [(segs, idx) for route, _, segs, idx in work if route == "torchcodec"]
+    t0 = time.perf_counter()
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda w: decode_grouped(*w), cpu_work))
+    else:
+        for w in cpu_work:
+            decode_grouped(*w)
+    seconds = time.perf_counter() - t0
+    dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
+    if dali_work:
+        seconds += _dali_decode_time(dali_work, loader, threads)
+    return {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0}
+
+
+def _dali_decode_time(work, loader, threads: int) -> float:
+    """Seconds DALI's video decoder alone takes for the DALI-routed (camera, batch) decodes, warm."""
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
+
+    total = 0.0
+    for route in sorted({loader.routes[key] for key, _, _ in work}):
+        items = [(segs, idx) for key, segs, idx in work if loader.routes[key] == route]
+        batch_size = max(len(segs) for segs, _ in items)
+        feed = iter(items)
+
+        def source():
+            segs, idx = next(feed)
+            pad = batch_size - len(segs)  # a short last batch is padded by repeating its first sample
+            segs, idx = list(segs) + [segs[0]] * pad, list(idx) + [idx[0]] * pad
+            return [np.frombuffer(s.data, dtype=np.uint8) for s in segs], [np.asarray(i, np.int32) for i in idx]
+
+        gpu = route == "nvdec"
+        pipe = Pipeline(batch_size=batch_size, num_threads=max(1, threads),
+                        device_id=loader.world.local_rank if gpu else None, prefetch_queue_depth=1)
+        with pipe:
+            enc, frames = fn.external_source(source=source, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
+            pipe.set_outputs(fn.decoders.video(enc, frames=frames, device="mixed" if gpu else "cpu"))
+        pipe.build()
+        pipe.run()  # warm-up: first batch (decoder libraries loaded)
+        t0 = time.perf_counter()
+        for _ in range(len(items) - 1):
+            pipe.run()
+        total += (time.perf_counter() - t0) * len(items) / max(1, len(items) - 1)
+    return total
+
+
+def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
+    """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`."""
+    from .loader import StreamLoader
+    from .meta import DatasetMeta
+
+    meta = DatasetMeta.open(cfg.dataset)
+    cameras = list(meta.video_keys)
+    deltas = mode_deltas(cfg.mode, cameras)
+    with RssSampler() as rss:
+        t0 = time.perf_counter()
+        loader = StreamLoader(cfg.dataset, batch_size=cfg.batch_size, delta_timestamps=deltas,
+                              episode_pool_size=cfg.pool, decode=cfg.decode, device=cfg.device,
+                              num_workers=cfg.num_workers, drop_last=True)
+        setup_s = time.perf_counter() - t0
+        if progress:
+            progress("loader")
+        got = stream(loader, cfg, cameras)
+    result: dict[str, Any] = {"config": {k: v for k, v in asdict(cfg).items() if k != "extra"} | cfg.extra,
+                              "setup_s": setup_s, "notes": []}
+    if got["samples"] == 0:
+        result.update(samples_per_s=0.0, error=(
+            f"the loader delivered {got['batches']} batches in up to 10 epochs, none inside the measured window "
+            f"(warm-up {cfg.warmup_batches} batches; {len(loader)} batches per epoch of {cfg.batch_size} with "
+            f"drop_last): lower --warmup-batches or --batch-size, or use a larger dataset"))
+        return result
+    stats = loader.store.stats
+    builder = loader._builder
+    result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
+                                       "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
+                                       "shuffle_randomness_frac")})
+    result.update(
+        window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
+        peak_rss_gb=rss.peak / 2**30,
+        time_split={"fetch_s": stats.fetch_s, "decode_s": builder.decode_s,
+                    "graph_s": max(0.0, got["seconds"] - loader.last_epoch_stats.get("producer_wait_s", 0.0)),
+                    "note": "fetch/decode: summed over worker threads for the whole run; graph: window time "
+                            "not spent waiting for workers (last epoch)"},
+        decoder_cache={"hits": stats.hits, "misses": stats.segments_cut + stats.table_reads,
+                       "evictions": stats.evictions},
+        bytes_read=stats.segment_bytes + loader.store.tables.bytes_read,
+        dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), device=_device(loader),
+        versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
+    )
+    if cfg.limit:
+        if progress:
+            progress("limit")
+        limit = raw_limit(loader, got["window"], max(1, cfg.num_workers))
+        result["limit"] = limit
+        result["limit_ratio"] = got["frames_per_s_node"] / limit["frames_per_s"] if limit["frames_per_s"] else None
+    else:
+        result["limit_ratio"] = None
+    if cfg.baseline:
+        if progress:
+            progress("baseline")
+        from .bench_baseline import run_baseline
+
+        base = run_baseline(cfg, meta, deltas, loader, got["window"])
+        result["baseline"] = base
+        best = max((b["samples_per_s"] for b in base["runs"]), default=0.0)
+        result["baseline_ratio"] = got["samples_per_s"] / best if best else None
+    else:
+        result["baseline_ratio"] = None
+    return result
+
+
+def _device(loader) -> str:
+    if loader.node.gpus and loader.node.gpu is not None:
+        return f"{loader.node.gpu.name} ({loader.node.gpus} GPUs)"
+    return f"CPU only: {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores"
+
+
+def write(result: dict[str, Any], out_dir: str | Path) -> Path:
+    """result -> out_dir/bench-<time>-<mode>-<decode>.json, plus one row appended to out_dir/bench.csv."""
+    import csv
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = result["config"]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = out / f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg['num_workers']}.json"
+    path.write_text(json.dumps(result, indent=2, default=str))
+    row = {"file": path.name, **{f"config.{k}": v for k, v in cfg.items()}}
+    for key in METRIC_KEYS:
+        value = result.get(key)
+        row[key] = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+    csv_path = out / "bench.csv"
+    new = not csv_path.exists()
+    with csv_path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(row))
+        if new:
+            writer.writeheader()
+        writer.writerow(row)
+    return path
+
+
+# ---- the bundled benchmark datasets ----------------------------------------------------------------------
+BENCH_SAMPLES = {
+    # lerobot's default encoder settings use g=2 (a keyframe every other frame); "long" is a typical
+    # camera-recorder GOP (1 s at 30 fps), where random access must decode from further back.
+    "g2": dict(gop=2),
+    "long": dict(gop=30),
+}
+
+
+def bench_sample_spec(variant: str):
+    from .sample_data import SampleSpec, parse_cameras
+
+    if variant not in BENCH_SAMPLES:
+        from .errors import ConfigError
+
+        raise ConfigError(f"--sample must be one of {sorted(BENCH_SAMPLES)}. Found: {variant!r}")
+    return SampleSpec(episodes=200, min_length=20, max_length=40, height=480, width=640,
+                      cameras=parse_cameras("front:h264,side:hevc,wrist:av1"), episodes_per_file=50,
+                      seed=7, **BENCH_SAMPLES[variant])
+
+
+def default_dataset(variant: str) -> str:
+    return f".demo/bench-{variant}"

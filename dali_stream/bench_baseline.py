@@ -1,0 +1,125 @@
+"""The peer `dali-stream bench` compares against: a map-style dataset read the way lerobot's LeRobotDataset does.
+
+`LeRobotStyleDataset[index]` holds the data tables in memory (as Hugging Face datasets' Arrow does), clamps
+window rows to the episode, and decodes every camera from the packed MP4 with torchcodec: one cached
+`VideoDecoder(file, seek_mode="approximate")` per file per worker, `get_frames_at(round(t * fps))`, as
+lerobot 0.6's `decode_video_frames_torchcodec`. A plain `torch.utils.data.DataLoader` batches it. The
+samples are the ones the loader delivered in its measured window, in the same order.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+
+class LeRobotStyleDataset:
+    def __init__(self, meta, deltas: dict[str, list[float]]) -> None:
+        import pyarrow as pa
+
+        from .storage import read_parquet
+
+        self.meta = meta
+        self.cameras = list(meta.video_keys)
+        paths = sorted({meta.data_file(p) for p in range(meta.num_episodes)})
+        table = pa.concat_tables([read_parquet(meta.fs, p, columns=meta.table_keys) for p in paths])
+        order = np.argsort(table.column("index").to_numpy())
+        self.columns = {k: _column(table.column(k))[order] for k in meta.table_keys}
+        self.episode_of = {int(e): p for p, e in enumerate(meta.episodes["episode_index"])}
+        self.delta = {k: [round(d * meta.fps) for d in v] for k, v in deltas.items()}
+        self._decoders: dict[str, Any] = {}
+
+    def __len__(self) -> int:
+        return len(self.columns["index"])
+
+    def _decoder(self, path: str):
+        from torchcodec.decoders import VideoDecoder
+
+        dec = self._decoders.get(path)
+        if dec is None:
+            dec = self._decoders[path] = VideoDecoder(self.meta.fs.open(path, "rb"), seek_mode="approximate")
+        return dec
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        import torch
+
+        meta = self.meta
+        pos = self.episode_of[int(self.columns["episode_index"][index])]
+        start, end = int(meta.episodes["dataset_from_index"][pos]), int(meta.episodes["dataset_to_index"][pos])
+        item: dict[str, Any] = {k: torch.from_numpy(np.asarray(v[index])) for k, v in self.columns.items()}
+        rows = {}
+        for key, steps in self.delta.items():
+            q = [min(max(index + d, start), end - 1) for d in steps]
+            item[f"{key}_is_pad"] = torch.tensor([not start <= index + d < end for d in steps])
+            rows[key] = q
+            if key not in self.cameras:
+                item[key] = torch.from_numpy(self.columns[key][q])
+        for key in self.cameras:
+            ts = self.columns["timestamp"][rows[key]] if key in rows else [self.columns["timestamp"][index]]
+            dec = self._decoder(meta.video_file(pos, key))
+            shifted = [float(meta.cameras[key].from_timestamp[pos]) + float(t) for t in ts]
+            frames = dec.get_frames_at(indices=[round(t * dec.metadata.average_fps) for t in shifted]).data
+            frames = frames.float() / 255.0
+            item[key] = frames if key in rows else frames[0]
+        item["task"] = meta.tasks.get(int(self.columns["task_index"][index]), "")
+        return item
+
+
+def _column(col) -> np.ndarray:
+    from .tables import _to_numpy
+
+    return _to_numpy(col)
+
+
+def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
+    """samples/s of the LeRobot-style DataLoader over the window's samples, at each worker count."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    indices = []
+    for epoch, index in window:
+        plan = loader.batch_plan(epoch, index)
+        starts = meta.episodes["dataset_from_index"][plan.episodes]
+        indices.extend((starts + plan.frames).tolist())
+    runs = []
+    for workers in cfg.baseline_workers:
+        dataset = LeRobotStyleDataset(meta, deltas)
+        dl = DataLoader(dataset, batch_size=cfg.batch_size, sampler=indices, num_workers=workers,
+                        drop_last=True, persistent_workers=False)
+        it = iter(dl)
+        t_first = time.perf_counter()
+        done = samples = 0
+        start = first = None
+        while True:
+            t0 = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            if first is None:
+                first = time.perf_counter() - t_first
+            done += 1
+            if done == cfg.warmup_batches + 1:
+                start = t0
+            if start is not None:
+                samples += len(batch["task"])
+                if time.perf_counter() - start >= cfg.duration_s:
+                    break
+        seconds = time.perf_counter() - start if start is not None else 0.0
+        del it, dl
+        runs.append({"num_workers": workers, "samples": samples, "seconds": seconds,
+                     "samples_per_s": samples / seconds if seconds else 0.0, "first_batch_latency_s": first})
+    return {"runs": runs, "what": "torch DataLoader over a LeRobotDataset-style map dataset (torchcodec per sample, "
+                                  "approximate seek, cached decoders per worker)",
+            "lerobot": _lerobot_note()}
+
+
+def _lerobot_note() -> str:
+    try:
+        import lerobot  # noqa: F401
+
+        return f"lerobot {lerobot.__version__} importable (not yet benchmarked directly)"
+    except Exception:
+        return "lerobot not importable in this environment (lerobot 0.6 needs Python >= 3.12)"

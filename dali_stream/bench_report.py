@@ -1,0 +1,95 @@
+"""Tables and the PNG chart for `dali-stream bench` results (one JSON file per run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+TARGETS_FRAMES_PER_S = (120, 320)  # the seed targets drawn on the chart, frames/s/node
+
+
+def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Result dicts from files and folders (every bench-*.json inside a folder), oldest first."""
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files.extend(sorted(p.glob("bench-*.json")) if p.is_dir() else [p])
+    results = []
+    for f in files:
+        r = json.loads(f.read_text())
+        r["_file"] = f.name
+        results.append(r)
+    return results
+
+
+def label(r: dict[str, Any]) -> str:
+    c = r["config"]
+    routes = "+".join(sorted(set(r.get("routes", {}).values()))) or c["decode"]
+    return f"{c['mode']} / {c['decode']} ({routes})"
+
+
+def _fmt(value, digits=1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def rows(results: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for r in results:
+        c = r["config"]
+        if r.get("skipped") or r.get("error"):
+            out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
+                        "-", "-", "-", "-", "-", "-", "-", r.get("skipped") or r.get("error")])
+            continue
+        best_base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
+        out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
+                    _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
+                    _fmt(r["p95_batch_latency_ms"]), _fmt(r.get("limit_ratio"), 2),
+                    f"{_fmt(r.get('baseline_ratio'), 2)} (vs {_fmt(best_base)})", _fmt(r["peak_rss_gb"], 2),
+                    r.get("device", "")])
+    return out
+
+
+HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first batch s", "p95 ms", "loader/limit",
+          "loader/baseline (baseline samples/s)", "peak RSS GB", "device / note"]
+
+
+def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(*HEADER, title=title)
+    for row in rows(results):
+        table.add_row(*row)
+    Console().print(table)
+
+
+def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
+    """Bar chart of frames/s per run (route and mode), with the seed targets as horizontal lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = [r for r in results if not r.get("skipped") and not r.get("error")]
+    labels = [f"{label(r)}\n{Path(str(r['config']['dataset'])).name}" for r in done]
+    values = [r["frames_per_s_node"] for r in done]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(done)), 4.5))
+    bars = ax.bar(range(len(done)), values, color="#4c72b0")
+    ax.bar_label(bars, fmt="%.0f")
+    for target, style in zip(TARGETS_FRAMES_PER_S, ("--", ":")):
+        ax.axhline(target, linestyle=style, color="#c44e52", label=f"target {target} frames/s/node")
+    ax.set_xticks(range(len(done)), labels, fontsize=8)
+    ax.set_ylabel("decoded frames / s (node)")
+    devices = sorted({r.get("device", "?") for r in done})
+    ax.set_title("dali-stream bench: " + "; ".join(devices), fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png

@@ -1,0 +1,95 @@
+"""`dali-stream bench` in a tiny configuration: every metric present and sane, ratios from the same run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dali_stream.bench import METRIC_KEYS
+
+SCRIPT = Path(sys.executable).parent / "dali-stream"
+
+
+def _bench(*args):
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([str(SCRIPT), "bench", *map(str, args)], capture_output=True, text=True, timeout=600,
+                          env=env)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(small_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    proc = _bench(small_dataset, "--mode", "sarm", "--batch-size", 4, "--pool", 3, "--duration-s", 1.5,
+                  "--warmup-batches", 2, "--baseline-workers", "0,1", "--out-dir", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = out.glob("bench-*.json")
+    return json.loads(path.read_text()), out, proc
+
+
+def test_every_metric_is_reported_and_sane(tiny_run):
+    result, _, _ = tiny_run
+    missing = [k for k in METRIC_KEYS if k not in result]
+    assert not missing, missing
+    assert result["samples_per_s"] > 0 and result["frames_per_s_node"] > 0
+    # sarm: 8 steps on each of the 2 cameras per sample
+    assert result["window"]["frames"] == result["window"]["samples"] * 8 * 2
+    assert result["frames_per_s_node"] == pytest.approx(result["window"]["frames"] / result["window"]["seconds"])
+    assert 0 < result["shuffle_randomness_frac"] <= 1
+    assert 0 < result["first_batch_latency_s"] < 60
+    assert result["p50_batch_latency_ms"] <= result["p95_batch_latency_ms"] <= result["p99_batch_latency_ms"]
+    assert result["peak_rss_gb"] > 0.05
+    assert set(result["time_split"]) >= {"fetch_s", "decode_s", "graph_s"}
+    assert result["decoder_cache"]["misses"] > 0 and result["decoder_cache"]["hits"] > 0
+    assert 0 < result["bytes_read"] and 0 < result["dataset_bytes"]
+    assert result["routes"] == {"observation.images.front": "torchcodec", "observation.images.top": "dali-cpu"}
+    assert "CPU only" in result["device"] and result["versions"]["nvidia.dali"] == "2.4.0"
+
+
+def test_ratios_come_from_the_same_run(tiny_run):
+    result, _, _ = tiny_run
+    limit = result["limit"]
+    assert limit["frames"] == result["window"]["frames"]  # the window's own frames, decoded again
+    assert result["limit_ratio"] == pytest.approx(result["frames_per_s_node"] / limit["frames_per_s"])
+    runs = result["baseline"]["runs"]
+    assert [r["num_workers"] for r in runs] == [0, 1] and all(r["samples_per_s"] > 0 for r in runs)
+    best = max(r["samples_per_s"] for r in runs)
+    assert result["baseline_ratio"] == pytest.approx(result["samples_per_s"] / best)
+
+
+def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
+    result, out, proc = tiny_run
+    with (out / "bench.csv").open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert float(row["samples_per_s"]) == pytest.approx(result["samples_per_s"])
+    assert json.loads(row["routes"]) == result["routes"]
+    assert "loader/limit" in proc.stdout and "sarm / auto" in proc.stdout
+    png = tmp_path / "chart.png"
+    summary = subprocess.run([str(SCRIPT), "bench", "summarize", str(out), "--png", str(png)], capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    assert summary.returncode == 0, summary.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "1 runs" in summary.stdout
+
+
+def test_matrix_skips_gpu_runs_on_a_cpu_node(small_dataset, tmp_path):
+    proc = _bench(small_dataset, "--matrix", "--batch-size", 4, "--pool", 3, "--duration-s", 0.5,
+                  "--warmup-batches", 1, "--no-baseline", "--no-limit", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("bench-*.json"))]
+    assert len(results) == 4
+    skipped = [r for r in results if r.get("skipped")]
+    assert {r["config"]["decode"] for r in skipped} == {"gpu"} and "no CUDA GPU" in skipped[0]["skipped"]
+    assert all(r["samples_per_s"] > 0 for r in results if not r.get("skipped"))
+
+
+def test_zero_samples_exits_non_zero_with_the_reason(small_dataset, tmp_path):
+    # A batch larger than the dataset with drop_last: every epoch is empty.
+    proc = _bench(small_dataset, "--batch-size", 1000, "--pool", 3, "--duration-s", 1, "--no-baseline",
+                  "--no-limit", "--out-dir", tmp_path)
+    assert proc.returncode == 1
+    assert "delivered 0 samples" in proc.stderr and "0 batches per epoch of 1000" in proc.stderr
