@@ -196,11 +196,13 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             segs, idx = builder.locate(plan, rows, key)
             work.append((route, key, segs, idx))
     frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
-    # Warm: every segment's decoder open (torchcodec) before timing.
+    # Warm: one open torchcodec decoder per segment per thread before timing.
+    from .decode import warm_decoders
+
     for route, _, segs, _ in work:
         if route == "torchcodec":
             for seg in segs:
-                decode_grouped([seg], [np.array([0], dtype=np.int32)])
+                warm_decoders(seg, threads)
     cpu_work = [(segs, idx) for route, _, segs, idx in work if route == "torchcodec"]
     t0 = time.perf_counter()
     if threads > 1:

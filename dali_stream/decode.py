@@ -124,14 +124,35 @@ def resolve_routes(codecs: Mapping[str, str], decode: str | Mapping[str, str], n
 
 
 def torchcodec_frames(seg: Segment, indices: np.ndarray) -> np.ndarray:
-    """Frames `indices` of the segment as (N, H, W, 3) uint8, reusing one decoder per segment."""
+    """Frames `indices` of the segment as (N, H, W, 3) uint8.
+
+    Decoders are reused across batches: a thread takes an idle decoder of the segment (or opens one), so
+    threads decoding the same segment run in parallel (torchcodec releases the GIL; one decoder must not be
+    used by two threads at once).
+    """
     from torchcodec.decoders import VideoDecoder
 
     with seg.lock:
-        try:
-            if seg.decoder is None:
-                seg.decoder = VideoDecoder(seg.data, seek_mode="exact", dimension_order="NHWC")
-            batch = seg.decoder.get_frames_at(indices=[int(i) for i in indices])
-        except Exception as exc:
-            raise decode_error(seg, "torchcodec", exc) from exc
+        decoder = seg.idle_decoders.pop() if seg.idle_decoders else None
+    try:
+        if decoder is None:
+            decoder = VideoDecoder(seg.data, seek_mode="exact", dimension_order="NHWC")
+        batch = decoder.get_frames_at(indices=[int(i) for i in indices])
+    except Exception as exc:
+        raise decode_error(seg, "torchcodec", exc) from exc
+    with seg.lock:
+        seg.idle_decoders.append(decoder)
     return batch.data.numpy()
+
+
+def warm_decoders(seg: Segment, count: int) -> None:
+    """Open idle torchcodec decoders on the segment until it has `count` (benchmarks time decode alone)."""
+    from torchcodec.decoders import VideoDecoder
+
+    while True:
+        with seg.lock:
+            if len(seg.idle_decoders) >= count:
+                return
+        decoder = VideoDecoder(seg.data, seek_mode="exact", dimension_order="NHWC")
+        with seg.lock:
+            seg.idle_decoders.append(decoder)

@@ -32,7 +32,7 @@ class Segment:
     camera: str
     codec: str
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    decoder: object = field(default=None, repr=False)  # a CPU decoder reused across batches
+    idle_decoders: list = field(default_factory=list, repr=False)  # CPU decoders reused across batches
 
     @property
     def nbytes(self) -> int:
