@@ -207,7 +207,8 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     t0 = time.perf_counter()
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(lambda w: decode_grouped(*w), cpu_work))
+            for _ in pool.map(lambda w: decode_grouped(*w), cpu_work):
+                pass  # drop the frames: a window of full-size frames does not fit in memory at once
     else:
         for w in cpu_work:
             decode_grouped(*w)

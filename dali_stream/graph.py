@@ -20,7 +20,7 @@ _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": 
 
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
-                   image_ops: ImageOps, prefetch_queue_depth: int = 2):
+                   image_ops: ImageOps, prefetch_queue_depth: int = 1):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order)."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline

@@ -133,7 +133,7 @@ class StreamLoader:
         self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
         tables = TableReader(meta, meta.table_keys)
         self.store = EpisodeStore(meta, tables, self.tolerance_s,
-                                  capacity_episodes=episode_pool_size + batch_size * (self.prefetch_batches + 3))
+                                  capacity_episodes=episode_pool_size + 2 * batch_size)
         self._builder = BatchBuilder(meta, self.store, self.routes, self.config.delta_indices, self.tolerance_s,
                                      meta.table_keys, self._table_dtypes(tables))
         self._epoch = 0
