@@ -47,6 +47,7 @@ class BenchConfig:
     baseline_workers: tuple[int, ...] = (0, 1, 2)
     limit: bool = True
     device: str | None = None
+    image_dtype: str = "float32"
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -263,7 +264,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         t0 = time.perf_counter()
         loader = StreamLoader(cfg.dataset, batch_size=cfg.batch_size, delta_timestamps=deltas,
                               episode_pool_size=cfg.pool, decode=cfg.decode, device=cfg.device,
-                              num_workers=cfg.num_workers, drop_last=True)
+                              num_workers=cfg.num_workers, drop_last=True, image_dtype=cfg.image_dtype)
         setup_s = time.perf_counter() - t0
         if progress:
             progress("loader")

@@ -200,7 +200,8 @@ def _bench_configs(args: argparse.Namespace):
     return [BenchConfig(dataset=args.dataset, mode=m, decode=d, batch_size=args.batch_size,
                         num_workers=args.num_workers, pool=args.pool, duration_s=args.duration_s,
                         warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
-                        baseline_workers=workers, limit=not args.no_limit, device=args.device) for d, m in grid]
+                        baseline_workers=workers, limit=not args.no_limit, device=args.device,
+                        image_dtype=args.image_dtype) for d, m in grid]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -300,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup-batches", type=int, default=5)
     p.add_argument("--out-dir", default="benchmarks/results/local", help="where the JSON files and bench.csv go")
     p.add_argument("--device", default=None, help="where batches land (default: cuda when available)")
+    p.add_argument("--image-dtype", default="float32", choices=("float32", "uint8"),
+                   help="images as lerobot gives them (float32 in [0, 1]) or uint8 (the baseline stays float32)")
     p.add_argument("--matrix", action="store_true", help="run decode gpu/cpu x mode single/sarm")
     p.add_argument("--no-baseline", action="store_true", help="skip the DataLoader baseline")
     p.add_argument("--no-limit", action="store_true", help="skip the raw decode limit")

@@ -181,7 +181,7 @@ class StreamLoader:
             epoch, consumed = epoch + 1, 0
         return {"version": STATE_VERSION, "seed": self.config.seed, "epoch": epoch, "batches_consumed": consumed,
                 "batch_size": self.config.batch_size, "episode_pool_size": self.config.pool_size,
-                "drop_last": self.config.drop_last, "world_size": self.world.world_size, "rank": self.world.rank,
+                "drop_last": self.config.drop_last, "world_size": self.world.world_size,
                 "delta_indices": {k: list(v) for k, v in self.config.delta_indices.items()},
                 "dataset": self.meta.fingerprint()}
 
@@ -192,7 +192,7 @@ class StreamLoader:
                 f"is not {STATE_VERSION}; pass a dict saved by StreamLoader.state_dict() of this dali_stream version"
             )
         mine = self.state_dict()
-        for key in ("seed", "batch_size", "episode_pool_size", "drop_last", "world_size", "rank", "delta_indices",
+        for key in ("seed", "batch_size", "episode_pool_size", "drop_last", "world_size", "delta_indices",
                     "dataset"):
             if state.get(key) != mine[key]:
                 raise StateError(

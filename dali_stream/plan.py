@@ -16,8 +16,13 @@ batch sequence does not depend on `num_workers`):
    episodes whenever the pool has them), then takes that episode's next frame. An exhausted episode
    leaves the pool and the next episode in admission order enters at once.
 
-Every frame of the rank's episodes is drawn exactly once per epoch; with `drop_last` the final partial
-batch is dropped.
+4. All ranks yield the same number of batches of the same sizes (a DDP step waits for every rank). With
+   `drop_last`, the smallest share sets the count: the rank's stream stops at `num_batches * batch_size`
+   samples. Without it, the largest share sets the count and a smaller share continues with padding
+   passes: fresh seeded pool passes over its own episodes (repeats, as DistributedSampler pads).
+
+With one rank, every frame is drawn exactly once per epoch (with `drop_last` the final partial batch is
+dropped); with several, every rank's own frames come first, exactly once each, before any padding.
 """
 
 from __future__ import annotations
@@ -207,25 +212,53 @@ class EpochPlan:
         self.world = world
         self.epoch = epoch
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        mine = partition_episodes(self.lengths, world.world_size, config.seed, epoch)[world.rank]
+        shares = partition_episodes(self.lengths, world.world_size, config.seed, epoch)
+        mine = shares[world.rank]
         rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD])
         self.admission_order = mine[rng.permutation(len(mine))]
         self.num_frames = int(self.lengths[self.admission_order].sum())
+        # Every rank must yield the same batches (a DDP step waits for all ranks): with drop_last the
+        # smallest share sets the count (frames beyond it are dropped this epoch); without, the largest
+        # does and smaller shares are padded with repeats of their own frames, as DistributedSampler pads.
+        sizes = [int(self.lengths[share].sum()) for share in shares]
         b = config.batch_size
-        self.num_batches = self.num_frames // b if config.drop_last else math.ceil(self.num_frames / b)
-        self._sampler = _PoolSampler(
-            self.lengths[self.admission_order].tolist(), config.pool_size,
-            random.Random(_seed_int(config.seed, epoch, world.rank, 0x5A)),
-        )
+        if config.drop_last:
+            self.num_batches = min(sizes) // b
+            self.num_samples = self.num_batches * b
+        else:
+            self.num_samples = max(sizes)
+            self.num_batches = math.ceil(self.num_samples / b)
+        self.num_padding = max(0, self.num_samples - self.num_frames)
+        self._pass = 0
+        self._sampler = self._new_sampler()
         self._episodes: list[np.ndarray] = []
         self._frames: list[np.ndarray] = []
+
+    def _new_sampler(self) -> _PoolSampler:
+        words = (self.config.seed, self.epoch, self.world.rank, 0x5A) + ((self._pass,) if self._pass else ())
+        return _PoolSampler(self.lengths[self.admission_order].tolist(), self.config.pool_size,
+                            random.Random(_seed_int(*words)))
+
+    def _draw(self, n: int) -> tuple[list[int], list[int]]:
+        """n samples of this rank's stream; after its own frames come padding passes over them again."""
+        eps: list[int] = []
+        frames: list[int] = []
+        while len(eps) < n:
+            if self._sampler.remaining == 0:
+                self._pass += 1
+                self._sampler = self._new_sampler()
+            e, f = self._sampler.draw(n - len(eps))
+            eps.extend(e)
+            frames.extend(f)
+        return eps, frames
 
     def __len__(self) -> int:
         return self.num_batches
 
     def _materialise(self, index: int) -> None:
         while len(self._episodes) <= index:
-            local, frames = self._sampler.draw(self.config.batch_size)
+            done = len(self._episodes) * self.config.batch_size
+            local, frames = self._draw(min(self.config.batch_size, self.num_samples - done))
             self._episodes.append(self.admission_order[np.asarray(local, dtype=np.int64)])
             self._frames.append(np.asarray(frames, dtype=np.int64))
 

@@ -67,15 +67,37 @@ def test_random_access_equals_sequential():
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 5])
 def test_ranks_are_disjoint_and_cover_the_epoch(world_size):
+    """Without drop_last: equal batch counts, own frames exactly once, then padding repeats of own frames."""
     cfg = PlanConfig(batch_size=4, pool_size=3, seed=0, drop_last=False)
-    seen = []
+    own, counts, sizes = [], set(), []
     for rank in range(world_size):
-        _, pairs = epoch_samples(LENGTHS, cfg, World(rank=rank, world_size=world_size), 0)
-        seen.append(set(pairs))
-        assert len(pairs) == len(set(pairs))
-    union = set().union(*seen)
-    assert sum(len(s) for s in seen) == len(union)
+        plan, pairs = epoch_samples(LENGTHS, cfg, World(rank=rank, world_size=world_size), 0)
+        counts.add(len(plan))
+        sizes.append([plan.batch(i).size for i in range(len(plan))])
+        first = pairs[:plan.num_frames]  # the rank's own frames come first, once each
+        assert len(first) == len(set(first))
+        assert set(pairs[plan.num_frames:]) <= set(first)  # padding repeats the rank's own frames
+        assert len(pairs) - plan.num_frames == plan.num_padding
+        own.append(set(first))
+    assert len(counts) == 1 and len({tuple(s) for s in sizes}) == 1, "every rank yields the same batches"
+    union = set().union(*own)
+    assert sum(len(s) for s in own) == len(union), "ranks are disjoint"
     assert union == all_frames(LENGTHS)
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 5])
+def test_drop_last_ranks_stop_together_without_repeats(world_size):
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=1, drop_last=True)
+    plans, seen = [], []
+    for rank in range(world_size):
+        plan, pairs = epoch_samples(LENGTHS, cfg, World(rank=rank, world_size=world_size), 2)
+        plans.append(plan)
+        assert len(pairs) == len(set(pairs)) == len(plan) * 4
+        seen.append(set(pairs))
+    assert len({len(p) for p in plans}) == 1
+    assert sum(len(s) for s in seen) == len(set().union(*seen))
+    dropped = int(LENGTHS.sum()) - sum(len(s) for s in seen)
+    assert dropped <= world_size * 4 + (max(p.num_frames for p in plans) - min(p.num_frames for p in plans)) * world_size
 
 
 def test_partition_balances_frames_and_is_whole_episodes():

@@ -1,0 +1,121 @@
+"""Threads or processes for the CPU (torchcodec) route? Same decode work, both ways, one run.
+
+    .venv/bin/python benchmarks/cpu_decode_parallelism.py [DATASET] [--batches 40] [--workers 2] [--out FILE]
+
+The work is StreamLoader's own: the first `--batches` batch plans (batch 16, pool 16, mode single) of
+every camera, each (batch, camera) decoded as the loader does (one `get_frames_at` per segment per batch).
+
+- threads: a ThreadPoolExecutor, each thread with its own decoder per segment (what the loader does;
+  torchcodec releases the GIL while decoding).
+- processes: a spawn-started process pool; each worker process keeps its own decoders per segment (sent
+  once per worker: segments are routed to a fixed worker) and returns the frames pickled.
+
+Decoders are opened before timing in both cases; the process pool's start-up is reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+_WORKER_DECODERS: dict = {}
+
+
+def _worker_decode(key, data, indices):
+    """Runs in a worker process: decode `indices` of the segment `key` (bytes sent on first use)."""
+    from torchcodec.decoders import VideoDecoder
+
+    dec = _WORKER_DECODERS.get(key)
+    if dec is None:
+        dec = _WORKER_DECODERS[key] = VideoDecoder(data, seek_mode="exact", dimension_order="NHWC")
+    return dec.get_frames_at(indices=[int(i) for i in indices]).data.numpy()
+
+
+def _work(dataset: str, batches: int):
+    from dali_stream.loader import StreamLoader
+
+    loader = StreamLoader(dataset, batch_size=16, episode_pool_size=16, decode="cpu", device="cpu", num_workers=0)
+    items = []  # (segment, unique frame indices) per (batch, camera, segment)
+    for b in range(batches):
+        plan = loader.batch_plan(0, b)
+        rows = [loader.store.rows(int(p)) for p in plan.episodes]
+        for key in loader.routes:
+            segs, idx = loader._builder.locate(plan, rows, key)
+            groups: dict[int, tuple] = {}
+            for seg, i in zip(segs, idx):
+                groups.setdefault(id(seg), (seg, []))[1].extend(int(x) for x in i)
+            items.extend((seg, np.unique(ix)) for seg, ix in groups.values())
+    return loader, items
+
+
+def run_threads(items, workers: int) -> float:
+    from dali_stream.decode import torchcodec_frames, warm_decoders
+
+    for seg, _ in items:
+        warm_decoders(seg, workers)
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(lambda it: torchcodec_frames(*it), items):
+            pass
+    return time.perf_counter() - t0
+
+
+def run_processes(items, workers: int) -> tuple[float, float]:
+    ctx = mp.get_context("spawn")
+    t0 = time.perf_counter()
+    pools = [ctx.Pool(1) for _ in range(workers)]  # one process each: segment affinity by routing
+    keys = {id(seg): n for n, (seg, _) in enumerate(dict((id(s), (s, None)) for s, _ in items).values())}
+    route = {k: n % workers for k, n in keys.items()}
+    # Warm: every worker opens its segments' decoders (and pays torch/torchcodec import) before timing.
+    warm = [pools[route[id(seg)]].apply_async(_worker_decode, (id(seg), seg.data, [0])) for seg, _ in
+            dict((id(s), (s, None)) for s, _ in items).values()]
+    for w in warm:
+        w.get()
+    startup = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    pending = [pools[route[id(seg)]].apply_async(_worker_decode, (id(seg), None, idx)) for seg, idx in items]
+    for p in pending:
+        p.get()
+    seconds = time.perf_counter() - t0
+    for p in pools:
+        p.close()
+        p.join()
+    return seconds, startup
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset", nargs="?", default=".demo/bench-g2")
+    ap.add_argument("--batches", type=int, default=40)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=None, help="append the result as JSON to this file")
+    args = ap.parse_args(argv)
+    _, items = _work(args.dataset, args.batches)
+    frames = int(sum(len(ix) for _, ix in items))
+    single = run_threads(items, 1)
+    threads = run_threads(items, args.workers)
+    procs, startup = run_processes(items, args.workers)
+    result = {"dataset": args.dataset, "batches": args.batches, "workers": args.workers, "frames": frames,
+              "cpu_cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+              "frames_per_s": {"1 thread": frames / single, f"{args.workers} threads": frames / threads,
+                               f"{args.workers} processes": frames / procs},
+              "process_pool_startup_s": startup,
+              "processes_over_threads": threads / procs}
+    print(json.dumps(result, indent=2))
+    if args.out:
+        path = Path(args.out)
+        old = json.loads(path.read_text()) if path.exists() else []
+        path.write_text(json.dumps(old + [result], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
