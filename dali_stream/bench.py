@@ -217,7 +217,8 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
-    return {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0}
+    return {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
+            "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
 
 
 def _dali_decode_time(work, loader, threads: int) -> float:
@@ -285,7 +286,8 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,
-        time_split={"fetch_s": stats.fetch_s, "decode_s": builder.decode_s,
+        time_split={"fetch_s": stats.fetch_s, "decode_s": builder.decode_s, "decoded_frames": builder.decoded_frames,
+                    "decode_ms_per_frame": 1e3 * builder.decode_s / max(1, builder.decoded_frames),
                     "graph_s": max(0.0, got["seconds"] - loader.last_epoch_stats.get("producer_wait_s", 0.0)),
                     "note": "fetch/decode: summed over worker threads for the whole run; graph: window time "
                             "not spent waiting for workers (last epoch)"},
