@@ -75,9 +75,9 @@ def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     done = [r for r in results if not r.get("skipped") and not r.get("error")]
-    labels = [f"{label(r)}\n{Path(str(r['config']['dataset'])).name}" for r in done]
+    labels = [f"{label(r)}\n{Path(str(r['config']['dataset'])).name}".replace(" (", "\n(") for r in done]
     values = [r["frames_per_s_node"] for r in done]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(done)), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6, 2.4 * len(done)), 4.5))
     bars = ax.bar(range(len(done)), values, color="#4c72b0")
     ax.bar_label(bars, fmt="%.0f")
     for target, style in zip(TARGETS_FRAMES_PER_S, ("--", ":")):
