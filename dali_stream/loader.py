@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import warnings
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Mapping
@@ -21,12 +22,13 @@ from .decode import Node, resolve_routes
 from .errors import ConfigError, DeviceError, StateError
 from .imageops import ImageOps
 from .meta import DatasetMeta
-from .plan import EpochPlan, PlanConfig, delta_indices
+from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
 from .store import EpisodeStore
 from .tables import TableReader
-from .world import resolve_world
+from .world import World, resolve_world
 
 STATE_VERSION = 1
+UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
 
 
 class _Producer:
@@ -139,9 +141,16 @@ class StreamLoader:
         self._epoch = 0
         self._consumed = 0
         self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
-        self._plans: dict[int, EpochPlan] = {}
+        self._chain: list[tuple[int, int]] = []  # (world_size, batches) run of this epoch on other world sizes
+        self._plans: dict[tuple, EpochPlan] = {}
         self.last_epoch_stats: dict[str, Any] = {}
-        self._plan(0)  # validates the world against the dataset now, not at the first batch
+        sizes = self._plan(0).share_sizes  # validates the world against the dataset now, not at batch 0
+        if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes):
+            warnings.warn(
+                f"ranks get uneven shares of epoch 0: {min(sizes)} to {max(sizes)} frames over {len(sizes)} ranks "
+                f"(episodes are whole per rank); every rank yields {self._plan(0).num_batches} batches, so "
+                f"{'frames of the larger shares are dropped' if drop_last else 'the smaller shares are padded with repeats'}"
+                "; use fewer ranks or a dataset with more, shorter episodes", stacklevel=2)
 
     # ---- set-up helpers --------------------------------------------------------------------------------
     def _resolve_device(self, device: str | None) -> str:
@@ -159,11 +168,16 @@ class StreamLoader:
         return {k: (v.dtype, v.ndim - 1) for k, v in rows.items()}
 
     def _plan(self, epoch: int) -> EpochPlan:
-        plan = self._plans.get(epoch)
+        """This rank's plan of `epoch`; for an epoch resumed on another world size, the rest of it."""
+        chain = tuple(self._chain) if epoch == self._epoch else ()
+        plan = self._plans.get((epoch, chain))
         if plan is None:
-            self._plans = {epoch: EpochPlan(self.meta.lengths, self.config, self.world, epoch)}
-            plan = self._plans[epoch]
+            plan = resume_plan(self.meta.lengths, self.config, self.world, epoch, list(chain))
+            self._plans = {(epoch, chain): plan}
         return plan
+
+    def _start_epoch(self, epoch: int) -> None:
+        self._epoch, self._consumed, self._chain = epoch, 0, []
 
     def batch_plan(self, epoch: int, index: int):
         """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""
@@ -176,12 +190,15 @@ class StreamLoader:
         return self._plan(epoch).num_batches
 
     def state_dict(self) -> dict[str, Any]:
-        epoch, consumed = self._epoch, self._consumed
+        """The resume point, identical on every rank. `elastic` lists the (world_size, batches) segments this
+        epoch already ran on other world sizes; `batches_consumed` counts the current segment."""
+        epoch, consumed, chain = self._epoch, self._consumed, self._chain
         if consumed > 0 and consumed >= self._plan(epoch).num_batches:  # taken at an epoch's end
-            epoch, consumed = epoch + 1, 0
+            epoch, consumed, chain = epoch + 1, 0, []
         return {"version": STATE_VERSION, "seed": self.config.seed, "epoch": epoch, "batches_consumed": consumed,
                 "batch_size": self.config.batch_size, "episode_pool_size": self.config.pool_size,
                 "drop_last": self.config.drop_last, "world_size": self.world.world_size,
+                "elastic": [list(seg) for seg in chain],
                 "delta_indices": {k: list(v) for k, v in self.config.delta_indices.items()},
                 "dataset": self.meta.fingerprint()}
 
@@ -192,24 +209,32 @@ class StreamLoader:
                 f"is not {STATE_VERSION}; pass a dict saved by StreamLoader.state_dict() of this dali_stream version"
             )
         mine = self.state_dict()
-        for key in ("seed", "batch_size", "episode_pool_size", "drop_last", "world_size", "delta_indices",
-                    "dataset"):
+        for key in ("seed", "batch_size", "episode_pool_size", "drop_last", "delta_indices", "dataset"):
             if state.get(key) != mine[key]:
                 raise StateError(
                     f"state was saved with {key}={state.get(key)!r} but this loader has {key}={mine[key]!r}; "
-                    "resume needs the same dataset, seed, batch size, pool size, windows and world: construct "
+                    "resume needs the same dataset, seed, batch size, pool size and windows: construct "
                     "the loader with the saved values"
                 )
         epoch, consumed = int(state["epoch"]), int(state["batches_consumed"])
-        if epoch < 0 or not 0 <= consumed <= self._plan(epoch).num_batches:
-            raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch")
-        self._epoch, self._consumed, self._continue = epoch, consumed, True
+        chain = [(int(w), int(n)) for w, n in state.get("elastic", [])]
+        saved_world = int(state["world_size"])
+        old = resume_plan(self.meta.lengths, self.config, World(rank=0, world_size=saved_world), max(0, epoch), chain)
+        if epoch < 0 or not 0 <= consumed <= old.num_batches:
+            raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
+                             f"({old.num_batches} batches on {saved_world} ranks)")
+        if saved_world != self.world.world_size and 0 < consumed:
+            chain, consumed = chain + [(saved_world, consumed)], 0  # elastic: the rest of the epoch on this world
+        if consumed == old.num_batches and saved_world == self.world.world_size and consumed > 0:
+            epoch, consumed, chain = epoch + 1, 0, []
+        self._epoch, self._consumed, self._chain, self._continue = epoch, consumed, chain, True
+        self._plans = {}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if not self._continue:
-            self._epoch, self._consumed = self._epoch + 1, 0
+            self._start_epoch(self._epoch + 1)
         if self._consumed > 0 and self._consumed >= self._plan(self._epoch).num_batches:
-            self._epoch, self._consumed = self._epoch + 1, 0
+            self._start_epoch(self._epoch + 1)
         self._continue = False
         return self._run(self._epoch, self._consumed)
 
@@ -231,7 +256,8 @@ class StreamLoader:
 
         plan = self._plan(epoch)
         if start >= plan.num_batches:  # e.g. fewer frames on this rank than one batch with drop_last
-            self._epoch, self._consumed, self._continue = epoch + 1, 0, True
+            self._start_epoch(epoch + 1)
+            self._continue = True
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
@@ -262,7 +288,8 @@ class StreamLoader:
                 if first_s is None:
                     first_s = time.perf_counter() - t0
                 yield batch
-            self._epoch, self._consumed, self._continue = epoch + 1, 0, True
+            self._start_epoch(epoch + 1)
+            self._continue = True
         finally:
             producer.close()
             self.last_epoch_stats = {"epoch": epoch, "batches": delivered, "first_batch_s": first_s,

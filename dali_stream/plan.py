@@ -91,8 +91,8 @@ def _seed_int(*words: int) -> int:
     return int(np.random.SeedSequence([int(w) for w in words]).generate_state(2, dtype=np.uint64)[0])
 
 
-def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch)."""
+def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int, *salt: int) -> list[np.ndarray]:
+    """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch, salt)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     candidates = np.flatnonzero(lengths > 0)
     if world_size > len(candidates):
@@ -100,7 +100,7 @@ def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: i
             f"world_size={world_size} ranks but the dataset has only {len(candidates)} non-empty episodes: "
             "every rank needs at least one episode; use fewer ranks or a larger dataset"
         )
-    rng = np.random.default_rng([seed, epoch, 0x9A27])
+    rng = np.random.default_rng([seed, epoch, 0x9A27, *salt])
     order = candidates[rng.permutation(len(candidates))]
     order = order[np.argsort(-lengths[order], kind="stable")]
     heap = [(0, r) for r in range(world_size)]
@@ -145,7 +145,10 @@ class _Fenwick:
 class _PoolSampler:
     """Draws (episode, frame) pairs from a pool of open episodes; see the module docstring."""
 
-    def __init__(self, lengths: list[int], pool_size: int, rnd: random.Random) -> None:
+    def __init__(self, lengths: list[int], pool_size: int, rnd: random.Random,
+                 available: list[np.ndarray | None] | None = None) -> None:
+        # available[i]: the frames episode i still has to hand out (None: all); lengths count those frames.
+        self._available = available
         self._lengths = lengths
         self._rnd = rnd
         self._next = 0
@@ -166,7 +169,8 @@ class _PoolSampler:
             return
         ep = self._next
         self._next += 1
-        perm = list(range(self._lengths[ep]))
+        avail = self._available[ep] if self._available is not None else None
+        perm = list(range(self._lengths[ep])) if avail is None else [int(f) for f in avail]
         self._rnd.shuffle(perm)
         self._ep[slot], self._perm[slot], self._pos[slot] = ep, perm, 0
         self._fen.add(slot, len(perm))
@@ -205,22 +209,34 @@ class EpochPlan:
     reaches its position.
     """
 
-    def __init__(self, lengths: np.ndarray, config: PlanConfig, world: World, epoch: int) -> None:
+    def __init__(self, lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
+                 consumed: Mapping[int, np.ndarray] | None = None, segment: int = 0) -> None:
+        """`consumed` (episode position -> bool mask of frames) and `segment` > 0 describe the rest of an
+        epoch resumed on another world size: only unconsumed frames are planned (see `resume_plan`)."""
         if epoch < 0:
             raise ConfigError(f"`epoch` must be >= 0. Found: {epoch}")
         self.config = config
         self.world = world
         self.epoch = epoch
+        self.segment = segment
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        shares = partition_episodes(self.lengths, world.world_size, config.seed, epoch)
+        consumed = consumed or {}
+        self._available: dict[int, np.ndarray] = {p: np.flatnonzero(~mask) for p, mask in consumed.items()}
+        remaining = self.lengths.copy()
+        for p, frames in self._available.items():
+            remaining[p] = len(frames)
+        salt = (segment,) if segment else ()
+        shares = partition_episodes(remaining, world.world_size, config.seed, epoch, *salt)
         mine = shares[world.rank]
-        rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD])
+        rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD, *salt])
         self.admission_order = mine[rng.permutation(len(mine))]
-        self.num_frames = int(self.lengths[self.admission_order].sum())
+        self._remaining = remaining
+        self.num_frames = int(remaining[self.admission_order].sum())
         # Every rank must yield the same batches (a DDP step waits for all ranks): with drop_last the
         # smallest share sets the count (frames beyond it are dropped this epoch); without, the largest
         # does and smaller shares are padded with repeats of their own frames, as DistributedSampler pads.
-        sizes = [int(self.lengths[share].sum()) for share in shares]
+        sizes = [int(remaining[share].sum()) for share in shares]
+        self.share_sizes = sizes  # frames per rank this epoch (segment)
         b = config.batch_size
         if config.drop_last:
             self.num_batches = min(sizes) // b
@@ -236,8 +252,10 @@ class EpochPlan:
 
     def _new_sampler(self) -> _PoolSampler:
         words = (self.config.seed, self.epoch, self.world.rank, 0x5A) + ((self._pass,) if self._pass else ())
-        return _PoolSampler(self.lengths[self.admission_order].tolist(), self.config.pool_size,
-                            random.Random(_seed_int(*words)))
+        words += (1000 + self.segment,) if self.segment else ()
+        available = ([self._available.get(int(p)) for p in self.admission_order] if self._available else None)
+        return _PoolSampler(self._remaining[self.admission_order].tolist(), self.config.pool_size,
+                            random.Random(_seed_int(*words)), available)
 
     def _draw(self, n: int) -> tuple[list[int], list[int]]:
         """n samples of this rank's stream; after its own frames come padding passes over them again."""
@@ -291,3 +309,32 @@ def delta_indices(delta_timestamps: Mapping[str, list[float]], fps: float, toler
             )
         out[key] = tuple(int(round(d * fps)) for d in deltas)
     return out
+
+
+def consumed_by(lengths: np.ndarray, config: PlanConfig, world_size: int, epoch: int, batches: int,
+                consumed: dict[int, np.ndarray] | None = None, segment: int = 0) -> dict[int, np.ndarray]:
+    """Frames every rank of `world_size` drew in the first `batches` batches of a plan segment, added to
+    `consumed` (episode position -> bool mask). Pure replay: plans are drawn, nothing is decoded."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    out = {p: m.copy() for p, m in (consumed or {}).items()}
+    for rank in range(world_size):
+        plan = EpochPlan(lengths, config, World(rank=rank, world_size=world_size), epoch, consumed, segment)
+        for i in range(min(batches, plan.num_batches)):
+            b = plan.batch(i)
+            for p, f in zip(b.episodes.tolist(), b.frames.tolist()):
+                mask = out.get(p)
+                if mask is None:
+                    mask = out[p] = np.zeros(int(lengths[p]), dtype=bool)
+                mask[f] = True
+    return out
+
+
+def resume_plan(lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
+                chain: list[tuple[int, int]]) -> EpochPlan:
+    """The plan of this rank for the rest of `epoch` after the job ran `chain` = [(world_size, batches), ...]
+    segments of it on other world sizes (elastic resume). Frames drawn in those segments are not drawn
+    again; everything else of the epoch is, exactly once (padding aside). Without a chain: the epoch plan."""
+    consumed: dict[int, np.ndarray] = {}
+    for k, (world_size, batches) in enumerate(chain):
+        consumed = consumed_by(lengths, config, world_size, epoch, batches, consumed, k)
+    return EpochPlan(lengths, config, world, epoch, consumed if chain else None, len(chain))

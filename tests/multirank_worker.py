@@ -1,7 +1,10 @@
-"""One rank of the multi-rank test (started by torchrun from tests/test_multirank.py; not a test itself).
+"""One rank of the multi-rank tests (started by torchrun from tests/test_multirank.py; not a test itself).
 
-Each rank streams an epoch uninterrupted, then again with a stop after `stop` batches and a resume from
-rank 0's state (one checkpoint file serves all ranks), and writes what it saw to OUT/rank<r>.json.
+    multirank_worker.py DATASET OUT STOP             # full epoch, then stop after STOP batches + resume
+    multirank_worker.py DATASET OUT STOP save STATE  # stop after STOP batches, rank 0 writes the state
+    multirank_worker.py DATASET OUT 0 load STATE     # load STATE (any world size) and finish the epoch
+
+Each rank writes what it saw to OUT/rank<r>.json.
 """
 
 import json
@@ -11,32 +14,51 @@ import torch.distributed as dist
 
 from dali_stream import StreamLoader
 
+ARGS = dict(batch_size=3, episode_pool_size=2, seed=5, device="cpu", num_workers=1, drop_last=False)
 
-def main(dataset: str, out: str, stop: int) -> None:
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    args = dict(batch_size=3, episode_pool_size=2, seed=5, device="cpu", num_workers=1, drop_last=False)
 
-    full = StreamLoader(dataset, **args)
-    epoch0 = [b["index"].tolist() for b in full]
-
-    first = StreamLoader(dataset, **args)
-    head = []
-    for b in first:
-        head.append(b["index"].tolist())
-        if len(head) == stop:
+def _indices(loader, stop=None):
+    out = []
+    for b in loader:
+        out.append(b["index"].tolist())
+        if stop is not None and len(out) == stop:
             break
-    states = [None] * dist.get_world_size()
-    dist.all_gather_object(states, first.state_dict())
-    second = StreamLoader(dataset, **args)
-    second.load_state_dict(json.loads(json.dumps(states[0])))  # rank 0's checkpoint, on every rank
-    tail = [b["index"].tolist() for b in second]
+    return out
+
+
+def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = "") -> None:
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    report = {"rank": rank, "world_size": world}
+    if mode == "save":
+        loader = StreamLoader(dataset, **ARGS)
+        report["head"] = _indices(loader, stop)
+        if rank == 0:
+            with open(state_path, "w") as fh:
+                json.dump(loader.state_dict(), fh)
+    elif mode == "load":
+        loader = StreamLoader(dataset, **ARGS)
+        with open(state_path) as fh:
+            loader.load_state_dict(json.load(fh))
+        report["len"] = len(loader)
+        report["tail"] = _indices(loader)
+    else:
+        full = StreamLoader(dataset, **ARGS)
+        report["epoch0"] = _indices(full)
+        report["len"] = len(full)
+        first = StreamLoader(dataset, **ARGS)
+        report["head"] = _indices(first, stop)
+        states = [None] * world
+        dist.all_gather_object(states, first.state_dict())
+        second = StreamLoader(dataset, **ARGS)
+        second.load_state_dict(json.loads(json.dumps(states[0])))  # rank 0's checkpoint, on every rank
+        report["tail"] = _indices(second)
+        report["states_equal"] = all(s == states[0] for s in states)
     dist.barrier()
     with open(f"{out}/rank{rank}.json", "w") as fh:
-        json.dump({"rank": rank, "world_size": dist.get_world_size(), "epoch0": epoch0, "head": head, "tail": tail,
-                   "states_equal": all(s == states[0] for s in states), "len": len(full)}, fh)
+        json.dump(report, fh)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), *sys.argv[4:])

@@ -211,3 +211,39 @@ def test_an_epoch_with_no_full_batch_is_empty_not_an_error(small_dataset):
     partial = StreamLoader(str(small_dataset), batch_size=1000, device="cpu", drop_last=False)
     (batch,) = list(partial)
     assert len(batch["task"]) == partial.meta.total_frames
+
+
+@pytest.mark.parametrize("before,after", [(2, 3), (3, 2)])
+def test_elastic_resume_on_another_world_size(small_dataset, before, after):
+    """Stop mid-epoch on `before` ranks, finish it on `after` ranks from one checkpoint: exactly once."""
+    args = dict(batch_size=2, episode_pool_size=2, seed=8, device="cpu", num_workers=1, drop_last=False)
+    seen_before, state = [], None
+    for rank in range(before):
+        loader = StreamLoader(str(small_dataset), rank=rank, world_size=before, **args)
+        for i, batch in enumerate(loader):
+            seen_before += batch["index"].tolist()
+            if i == 2:
+                break
+        state = state or json.loads(json.dumps(loader.state_dict()))
+    assert len(seen_before) == len(set(seen_before)) == before * 3 * 2
+    rest, lengths, next_epoch = [], set(), []
+    for rank in range(after):
+        loader = StreamLoader(str(small_dataset), rank=rank, world_size=after, **args)
+        loader.load_state_dict(state)
+        assert loader.state_dict()["elastic"] == [[before, 3]] and loader.state_dict()["batches_consumed"] == 0
+        lengths.add(len(loader))
+        indices = [i for b in loader for i in b["index"].tolist()]
+        rest.append(list(dict.fromkeys(indices)))  # own frames; the rest is padding
+        assert loader.state_dict()["elastic"] == [] and loader.state_dict()["epoch"] == 1
+        next_epoch += [i for b in loader for i in b["index"].tolist()]
+    own_after = [i for r in rest for i in r]
+    total = loader.meta.total_frames
+    assert len(lengths) == 1, "equal batch counts on the new world"
+    assert len(own_after) == len(set(own_after)) and not set(own_after) & set(seen_before)
+    assert sorted(set(own_after) | set(seen_before)) == list(range(total)), "no frame lost or repeated"
+    assert set(next_epoch) == set(range(total)), "the next epoch runs whole on the new world"
+
+
+def test_uneven_rank_shares_warn(small_dataset):
+    with pytest.warns(UserWarning, match=r"uneven shares of epoch 0: \d+ to \d+ frames over 6 ranks"):
+        StreamLoader(str(small_dataset), rank=0, world_size=6, batch_size=2, device="cpu")

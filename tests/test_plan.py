@@ -169,3 +169,52 @@ def test_delta_timestamps_must_be_multiples_of_the_frame_period():
 def test_bad_sizes_are_clear_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         PlanConfig(**kwargs)
+
+
+@pytest.mark.parametrize("chain,then", [([(2, 5)], 3), ([(3, 4)], 2), ([(1, 9)], 2), ([(2, 3), (3, 2)], 2)])
+def test_elastic_resume_keeps_exactly_once(chain, then):
+    """Stop after some batches on W ranks (maybe twice), finish the epoch on W' ranks: no frame lost or repeated."""
+    from dali_stream.plan import consumed_by, resume_plan
+
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=3, drop_last=False)
+    drawn: list[tuple[int, int]] = []
+    consumed: dict = {}
+    for k, (world_size, batches) in enumerate(chain):
+        before = {p: m.copy() for p, m in consumed.items()}
+        consumed = consumed_by(LENGTHS, cfg, world_size, 1, batches, consumed, k)
+        for rank in range(world_size):
+            plan = EpochPlan(LENGTHS, cfg, World(rank=rank, world_size=world_size), 1, before or None, k)
+            for i in range(batches):
+                b = plan.batch(i)
+                drawn += list(zip(b.episodes.tolist(), b.frames.tolist()))
+    assert len(drawn) == len(set(drawn)), "segments before the switch draw distinct frames (no padding yet)"
+    rest = []
+    counts = set()
+    for rank in range(then):
+        plan = resume_plan(LENGTHS, cfg, World(rank=rank, world_size=then), 1, chain)
+        counts.add(len(plan))
+        _, pairs = epoch_samples_of(plan)
+        rest.append(pairs[:plan.num_frames])  # own frames; the rest is padding of those
+        assert set(pairs[plan.num_frames:]) <= set(pairs[:plan.num_frames])
+    own = [p for r in rest for p in r]
+    assert len(own) == len(set(own)), "no frame twice after the switch"
+    assert set(own).isdisjoint(drawn), "nothing drawn before the switch is drawn again"
+    assert set(own) | set(drawn) == all_frames(LENGTHS), "no frame lost"
+    assert len(counts) == 1
+
+
+def epoch_samples_of(plan):
+    pairs = []
+    for i in range(len(plan)):
+        b = plan.batch(i)
+        pairs += list(zip(b.episodes.tolist(), b.frames.tolist()))
+    return plan, pairs
+
+
+def test_resume_plan_without_chain_is_the_epoch_plan():
+    from dali_stream.plan import resume_plan
+
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=3)
+    a = resume_plan(LENGTHS, cfg, World(rank=1, world_size=2), 0, [])
+    b = EpochPlan(LENGTHS, cfg, World(rank=1, world_size=2), 0)
+    assert all(np.array_equal(a.batch(i).frames, b.batch(i).frames) for i in range(len(b)))
