@@ -1,0 +1,150 @@
+"""Multinode training example on Accelerate: StreamLoader per rank, periodic checkpoints, exact resume.
+
+    accelerate launch --num_processes 2 pipelines/train.py DATASET --epochs 2 --checkpoint-dir ckpt
+    python pipelines/train.py DATASET --dummy --resume-from ckpt/latest      # pure data loading, resumed
+
+The loader is NOT passed to `accelerator.prepare` (that would shard it again and drop (W-1)/W of each
+rank's batches): StreamLoader already gives every rank its own share, with equal batch counts. Rank and
+world size come from Accelerate. Rank 0 writes checkpoints (model, optimizer, step and the loader state,
+which is the same on every rank) every `--checkpoint-every` steps; `--resume-from` continues exactly with
+the batches the uninterrupted run would have seen next, on any number of ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+class Policy:
+    """A small real policy: pooled camera features + state -> action (built lazily to import torch late)."""
+
+    @staticmethod
+    def build(num_cameras: int, state_dim: int, action_dim: int):
+        import torch
+
+        class _Policy(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 8, 5, stride=4)
+                self.head = torch.nn.Sequential(torch.nn.Linear(8 * num_cameras + state_dim, 64), torch.nn.ReLU(),
+                                                torch.nn.Linear(64, action_dim))
+
+            def forward(self, images, state):
+                feats = [self.conv(img).mean(dim=(2, 3)) for img in images]
+                return self.head(torch.cat(feats + [state], dim=1))
+
+        return _Policy()
+
+
+def save_checkpoint(directory: Path, step: int, payload: dict) -> Path:
+    import torch
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"step-{step:07d}.pt"
+    tmp = path.with_suffix(".tmp")
+    torch.save(payload, tmp)
+    os.replace(tmp, path)  # a kill mid-write never leaves a half checkpoint behind
+    latest = directory / "latest.tmp"
+    latest.write_text(path.name)
+    os.replace(latest, directory / "latest")
+    return path
+
+
+def resolve_checkpoint(path: str) -> Path:
+    p = Path(path)
+    if p.name == "latest" or p.is_dir():
+        pointer = (p if p.name == "latest" else p / "latest")
+        if not pointer.exists():
+            raise FileNotFoundError(f"--resume-from {path}: no 'latest' checkpoint pointer there; "
+                                    "pass a step-XXXXXXX.pt file or the checkpoint directory of a run")
+        return pointer.parent / pointer.read_text().strip()
+    return p
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--pool", type=int, default=8, help="episode_pool_size")
+    ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dummy", action="store_true", help="no model: measure and test pure data loading")
+    ap.add_argument("--checkpoint-dir", default="checkpoints")
+    ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (rank 0)")
+    ap.add_argument("--resume-from", default=None, help="a checkpoint file, or a directory / its 'latest' pointer")
+    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--sample-log", default=None, help="append each step's sample indices to <this>/rank<r>.jsonl")
+    args = ap.parse_args(argv)
+
+    import torch
+    from accelerate import Accelerator
+
+    from dali_stream import StreamLoader
+    from pipelines._common import video_keys
+
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    rank, world = accelerator.process_index, accelerator.num_processes
+    _, cameras = video_keys(args.dataset)
+    loader = StreamLoader(args.dataset, batch_size=args.batch_size, episode_pool_size=args.pool, seed=args.seed,
+                          decode=args.decode, device=str(accelerator.device), num_workers=args.num_workers,
+                          rank=rank, world_size=world, resize=(48, 64), drop_last=True)
+    model = optimizer = None
+    if not args.dummy:
+        model = Policy.build(len(cameras), 6, 6)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model, optimizer = accelerator.prepare(model, optimizer)
+    step = 0
+    if args.resume_from:
+        ckpt = torch.load(resolve_checkpoint(args.resume_from), map_location="cpu", weights_only=False)
+        loader.load_state_dict(ckpt["loader"])
+        step = ckpt["step"]
+        if model is not None and ckpt.get("model") is not None:
+            accelerator.unwrap_model(model).load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+        accelerator.print(f"resumed from step {step}: epoch {ckpt['loader']['epoch']}, batch "
+                          f"{ckpt['loader']['batches_consumed']}")
+    log = None
+    if args.sample_log:
+        Path(args.sample_log).mkdir(parents=True, exist_ok=True)
+        log = open(Path(args.sample_log) / f"rank{rank}.jsonl", "a")
+    start_epoch = loader.state_dict()["epoch"]
+    t0, samples = time.perf_counter(), 0
+    for _ in range(start_epoch, args.epochs):
+        for batch in loader:
+            if model is not None:
+                images = [batch[k] for k in cameras]
+                pred = model(images, batch["observation.state"])
+                loss = torch.nn.functional.mse_loss(pred, batch["action"])
+                accelerator.backward(loss)
+                optimizer.step()
+                optimizer.zero_grad()
+            step += 1
+            samples += len(batch["task"])
+            if log is not None:
+                log.write(json.dumps({"step": step, "indices": batch["index"].tolist()}) + "\n")
+                log.flush()
+            if step % args.log_every == 0:
+                rate = samples / (time.perf_counter() - t0)
+                print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
+                      f"{rate:.1f} samples/s", flush=True)
+            if step % args.checkpoint_every == 0 and accelerator.is_main_process:
+                payload = {"step": step, "loader": loader.state_dict(),
+                           "model": accelerator.unwrap_model(model).state_dict() if model is not None else None,
+                           "optimizer": optimizer.state_dict() if optimizer is not None else None}
+                save_checkpoint(Path(args.checkpoint_dir), step, payload)
+    accelerator.wait_for_everyone()
+    accelerator.print(f"done: {step} steps")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
