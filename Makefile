@@ -11,7 +11,7 @@ SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
 PYTEST_ARGS ?=
 
-.PHONY: demo test install ffmpeg clean
+.PHONY: demo test install sysdeps clean
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
@@ -21,14 +21,20 @@ test: $(STAMP)
 
 install: $(STAMP)
 
-# torchcodec loads the system FFmpeg libraries; install them only when they are absent.
-ffmpeg:
-	@if ! { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libavcodec\.so'; then \
-		echo "FFmpeg libraries not found: installing ffmpeg with apt-get"; \
-		$(SUDO) apt-get update -q && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q ffmpeg; \
+# System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and, when running
+# as root (CI), Debian's slurm-wlm for the real-SLURM test (tests/test_slurm.py skips without it).
+sysdeps:
+	@need=""; \
+	{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libavcodec\.so' || need="ffmpeg"; \
+	if [ "$$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null; then need="$$need slurm-wlm"; fi; \
+	if [ -n "$$need" ]; then \
+		echo "installing system packages:$$need"; \
+		$(SUDO) apt-get update -q && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$need; \
 	fi
 
-$(STAMP): Makefile setup.cfg pyproject.toml | ffmpeg
+test: sysdeps
+
+$(STAMP): Makefile setup.cfg pyproject.toml | sysdeps
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(PINS)
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
