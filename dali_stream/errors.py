@@ -46,3 +46,7 @@ class DeviceError(DaliStreamError, RuntimeError):
 
 class StateError(DaliStreamError, ValueError):
     """A state dict does not match this loader's dataset or configuration."""
+
+
+class RemoteError(DaliStreamError, OSError):
+    """A remote read kept failing after every retry, or failed in a way retrying cannot fix."""

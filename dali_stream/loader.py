@@ -96,6 +96,7 @@ class StreamLoader:
         resize: (height, width) every camera image is resized to (antialiased), in the DALI graph.
         crop: (height, width) of a centre crop, after `resize`.
         mean, std: per-channel normalisation in [0, 1] units, (x - mean) / std (float32 only).
+        remote_max_retries: retries of a failing remote read (default: env DALI_STREAM_REMOTE_MAX_RETRIES or 5).
         rank, world_size: override the torchrun/SLURM environment.
         prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
     """
@@ -106,13 +107,14 @@ class StreamLoader:
                  tolerance_s: float = 1e-4, image_dtype: str = "float32", rank: int | None = None,
                  world_size: int | None = None, prefetch_batches: int | None = None,
                  resize: tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
-                 mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None) -> None:
+                 mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None,
+                 remote_max_retries: int | None = None) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
         if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
         self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
-        self.meta = meta = DatasetMeta.open(source)
+        self.meta = meta = DatasetMeta.open(source, remote_max_retries)
         delta_timestamps = dict(delta_timestamps or {})
         unknown = sorted(set(delta_timestamps) - set(meta.features))
         if unknown:
@@ -178,6 +180,12 @@ class StreamLoader:
 
     def _start_epoch(self, epoch: int) -> None:
         self._epoch, self._consumed, self._chain = epoch, 0, []
+
+    @property
+    def remote_stats(self) -> dict | None:
+        """Requests, retries, bytes and seconds of remote reads (None for a local dataset)."""
+        stats = getattr(self.meta.fs, "stats", None)
+        return stats.as_dict() if stats is not None else None
 
     def batch_plan(self, epoch: int, index: int):
         """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""

@@ -64,8 +64,8 @@ class DatasetMeta:
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, source: str) -> "DatasetMeta":
-        fs, root = open_fs(source)
+    def open(cls, source: str, remote_max_retries: int | None = None) -> "DatasetMeta":
+        fs, root = open_fs(source, remote_max_retries)
         info = cls._read_info(source, fs, root)
         episodes = cls._read_episodes(source, fs, root, info)
         tasks = cls._read_tasks(source, fs, root)

@@ -72,12 +72,24 @@ def _open(fs, path: str, episode: int, camera: str):
     try:
         return raw, av.open(raw, "r")
     except Exception as exc:  # av.error.InvalidDataError and friends
+        _raise_remote(exc, episode, camera)
         head = _head(fs, path)
         raw.close()
         raise VideoFileError(
             f"video file {path} is not a readable MP4 (episode {episode}, camera {camera!r}): {exc}; "
             f"first bytes {head!r}; {_FIX_FILE}"
         ) from exc
+
+
+def _raise_remote(exc: BaseException, episode: int, camera: str) -> None:
+    """A remote read failure surfacing through PyAV is a RemoteError (named), not a broken file."""
+    from .remote import RemoteError
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, RemoteError):
+            raise RemoteError(f"{seen} (episode {episode}, camera {camera!r})") from None
+        seen = seen.__cause__ or seen.__context__
 
 
 def _head(fs, path: str, n: int = 48) -> bytes:
@@ -121,7 +133,10 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
                         reached_end = False
                         break
                     packets.append(pkt)
-            except av.error.FFmpegError as exc:
+            except Exception as exc:
+                _raise_remote(exc, episode, camera)
+                if not isinstance(exc, av.error.FFmpegError):
+                    raise
                 raise VideoFileError(
                     f"video file {path} is corrupt near {from_s:.3f}..{to_s:.3f}s (episode {episode}, camera "
                     f"{camera!r}): {exc}; {_FIX_FILE}"

@@ -8,11 +8,18 @@ through native paths for local files and single-threaded reads for everything el
 from __future__ import annotations
 
 
-def open_fs(source: str):
-    """(filesystem, root path without trailing slash) for a local path or an fsspec URL."""
+def open_fs(source: str, max_retries: int | None = None):
+    """(filesystem, root path without trailing slash) for a local path or an fsspec URL.
+
+    Remote filesystems come wrapped in `remote.RemoteFS` (range reads, retries, counters); credentials come
+    from fsspec's usual places (HF token, AWS environment), never from the URL into logs or errors."""
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(str(source))
+    if not is_local(fs):
+        from .remote import RemoteFS, RetryPolicy
+
+        fs = RemoteFS(fs, RetryPolicy.from_env(max_retries))
     return fs, root.rstrip("/") or "/"
 
 
