@@ -121,9 +121,9 @@ def _versions() -> dict[str, str]:
 def dataset_bytes(meta) -> int:
     total = 0
     for sub in ("data", "videos"):
-        path = f"{meta.root}/{sub}"
-        if meta.fs.exists(path):
-            total += int(meta.fs.du(path))
+        path = f"{meta.data_root}/{sub}"
+        if meta.data_fs.exists(path):
+            total += int(meta.data_fs.du(path))
     return total
 
 

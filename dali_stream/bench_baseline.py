@@ -24,7 +24,7 @@ class LeRobotStyleDataset:
         self.meta = meta
         self.cameras = list(meta.video_keys)
         paths = sorted({meta.data_file(p) for p in range(meta.num_episodes)})
-        table = pa.concat_tables([read_parquet(meta.fs, p, columns=meta.table_keys) for p in paths])
+        table = pa.concat_tables([read_parquet(meta.data_fs, p, columns=meta.table_keys) for p in paths])
         order = np.argsort(table.column("index").to_numpy())
         self.columns = {k: _column(table.column(k))[order] for k in meta.table_keys}
         self.episode_of = {int(e): p for p, e in enumerate(meta.episodes["episode_index"])}
@@ -39,7 +39,7 @@ class LeRobotStyleDataset:
 
         dec = self._decoders.get(path)
         if dec is None:
-            dec = self._decoders[path] = VideoDecoder(self.meta.fs.open(path, "rb"), seek_mode="approximate")
+            dec = self._decoders[path] = VideoDecoder(self.meta.data_fs.open(path, "rb"), seek_mode="approximate")
         return dec
 
     def __getitem__(self, index: int) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def _decode_tests(meta, pos: int, key: str, software: dict, node, painted: bool)
     length = int(meta.lengths[pos])
     frame = length // 2
     try:
-        seg = cut_segment(meta.fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
+        seg = cut_segment(meta.data_fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
                           episode=meta.episode_index(pos), camera=key, codec=cam.codec, tolerance_s=1e-3,
                           last_frame_s=start + (length - 1) / meta.fps)
         idx = seg.frame_indices([start + frame / meta.fps], 1e-3, f"frame {frame}")
@@ -143,11 +143,11 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
         path = meta.video_file(pos, key)
         entry: dict[str, Any] = {"codec": cam.codec, "file": path, "route": routes[key],
                                  "reason": route_reason(cam.codec, routes[key], node, "auto")}
-        if not meta.fs.exists(path):
+        if not meta.data_fs.exists(path):
             entry.update(layer="missing", error=f"{path} does not exist")
         else:
             try:
-                entry.update(_stream_facts(meta.fs, path))
+                entry.update(_stream_facts(meta.data_fs, path))
             except Exception as exc:
                 entry.update(layer="container", error=f"{path}: {type(exc).__name__}: {exc}")
         if "layer" not in entry:

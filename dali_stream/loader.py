@@ -97,6 +97,7 @@ class StreamLoader:
         crop: (height, width) of a centre crop, after `resize`.
         mean, std: per-channel normalisation in [0, 1] units, (x - mean) / std (float32 only).
         remote_max_retries: retries of a failing remote read (default: env DALI_STREAM_REMOTE_MAX_RETRIES or 5).
+        data_files_root: where data/ and videos/ live when not under `source` (e.g. a bucket next to a Hub repo).
         rank, world_size: override the torchrun/SLURM environment.
         prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
     """
@@ -108,13 +109,13 @@ class StreamLoader:
                  world_size: int | None = None, prefetch_batches: int | None = None,
                  resize: tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None,
-                 remote_max_retries: int | None = None) -> None:
+                 remote_max_retries: int | None = None, data_files_root: str | None = None) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
         if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
         self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
-        self.meta = meta = DatasetMeta.open(source, remote_max_retries)
+        self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root)
         delta_timestamps = dict(delta_timestamps or {})
         unknown = sorted(set(delta_timestamps) - set(meta.features))
         if unknown:
@@ -184,8 +185,11 @@ class StreamLoader:
     @property
     def remote_stats(self) -> dict | None:
         """Requests, retries, bytes and seconds of remote reads (None for a local dataset)."""
-        stats = getattr(self.meta.fs, "stats", None)
-        return stats.as_dict() if stats is not None else None
+        found = [fs.stats.as_dict() for fs in {id(f): f for f in (self.meta.fs, self.meta.data_fs)}.values()
+                 if getattr(fs, "stats", None) is not None]
+        if not found:
+            return None
+        return {k: sum(s[k] for s in found) for k in found[0]}
 
     def batch_plan(self, epoch: int, index: int):
         """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""

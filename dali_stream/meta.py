@@ -51,6 +51,7 @@ class DatasetMeta:
                  tasks: dict[int, str]) -> None:
         self.source = str(source)
         self.fs = fs
+        self.data_fs, self.data_root = fs, root  # where data/ and videos/ live (see `open`)
         self.root = root
         self.info = info
         self.fps = float(info["fps"])
@@ -64,12 +65,20 @@ class DatasetMeta:
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, source: str, remote_max_retries: int | None = None) -> "DatasetMeta":
+    def open(cls, source: str, remote_max_retries: int | None = None,
+             data_files_root: str | None = None) -> "DatasetMeta":
+        """Metadata from `source`; data/ and videos/ from `data_files_root` when given (e.g. meta from a Hub
+        dataset, bulk files from a bucket), else from `source`."""
         fs, root = open_fs(source, remote_max_retries)
         info = cls._read_info(source, fs, root)
         episodes = cls._read_episodes(source, fs, root, info)
         tasks = cls._read_tasks(source, fs, root)
         meta = cls(source, fs, root, info, episodes, tasks)
+        if data_files_root is not None:
+            meta.data_fs, meta.data_root = open_fs(data_files_root, remote_max_retries)
+            if not meta.data_fs.exists(meta.data_root):
+                raise DatasetNotFoundError(f"data_files_root {data_files_root!r} does not exist; it must hold the "
+                                           "dataset's data/ and videos/ folders")
         meta._validate()
         return meta
 
@@ -201,13 +210,13 @@ class DatasetMeta:
     def data_file(self, pos: int) -> str:
         rel = self.info["data_path"].format(chunk_index=int(self.episodes["data/chunk_index"][pos]),
                                             file_index=int(self.episodes["data/file_index"][pos]))
-        return posixpath.join(self.root, rel)
+        return posixpath.join(self.data_root, rel)
 
     def video_file(self, pos: int, key: str) -> str:
         cam = self.cameras[key]
         rel = self.info["video_path"].format(video_key=key, chunk_index=int(cam.chunk_index[pos]),
                                              file_index=int(cam.file_index[pos]))
-        return posixpath.join(self.root, rel)
+        return posixpath.join(self.data_root, rel)
 
     def fingerprint(self) -> dict[str, Any]:
         """What a saved loader state must agree on to resume against this dataset."""

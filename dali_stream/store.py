@@ -96,7 +96,7 @@ class EpisodeStore:
             meta, cam = self.meta, self.meta.cameras[camera]
             start = float(cam.from_timestamp[pos])
             last = start + float(self.rows(pos)["timestamp"][-1])
-            seg = cut_segment(meta.fs, meta.video_file(pos, camera), start, float(cam.to_timestamp[pos]),
+            seg = cut_segment(meta.data_fs, meta.video_file(pos, camera), start, float(cam.to_timestamp[pos]),
                               episode=meta.episode_index(pos), camera=camera, codec=cam.codec,
                               tolerance_s=self.tolerance_s, last_frame_s=last)
             self.stats.segments_cut += 1

@@ -48,7 +48,7 @@ class TableReader:
         if hit is not None:
             return hit
         try:
-            pf = parquet_file(self.meta.fs, path)
+            pf = parquet_file(self.meta.data_fs, path)
         except FileNotFoundError:
             raise DatasetError(
                 f"data file {path} is missing; the dataset is incomplete: re-download data/"

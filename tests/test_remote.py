@@ -80,3 +80,17 @@ def test_retry_limit_must_be_a_number(small_dataset, monkeypatch):
     monkeypatch.setenv("DALI_STREAM_REMOTE_MAX_RETRIES", "lots")
     with Server(small_dataset) as url, pytest.raises(ConfigError, match="DALI_STREAM_REMOTE_MAX_RETRIES='lots'"):
         StreamLoader(url, **ARGS)
+
+
+def test_meta_local_bulk_files_over_http(small_dataset, tmp_path, local_epoch):
+    """data_files_root: metadata from one root, data/ and videos/ from another (here: a server)."""
+    import shutil
+
+    meta_only = tmp_path / "meta-only"
+    shutil.copytree(small_dataset / "meta", meta_only / "meta")
+    with Server(small_dataset) as url:
+        loader = StreamLoader(str(meta_only), data_files_root=url, **ARGS)
+        _same(_epoch(loader), local_epoch)
+        assert loader.remote_stats["bytes"] > 0
+    with pytest.raises(Exception, match="data_files_root"):
+        StreamLoader(str(meta_only), data_files_root=str(tmp_path / "nowhere"), **ARGS)
