@@ -13,6 +13,8 @@ import pytest
 
 from dali_stream.meta import DatasetMeta
 
+from .damage import scramble_keyframes
+
 SCRIPT = Path(sys.executable).parent / "dali-stream"
 REPO = Path(__file__).resolve().parents[1]
 FRONT, WRIST, TOP = "observation.images.front", "observation.images.wrist", "observation.images.top"
@@ -81,15 +83,7 @@ def test_node_only(tmp_path):
 
 
 def test_corrupt_frames_are_a_bitstream_failure(copy):
-    import av
-
-    path = _first_file(copy, TOP)
-    with av.open(str(path)) as c:
-        keyframes = [(p.pos, p.size) for p in c.demux(c.streams.video[0]) if p.size and p.is_keyframe]
-    data = bytearray(path.read_bytes())
-    for pos, size in keyframes:
-        data[pos + 12:pos + size] = bytes((b * 7 + 13) & 0xFF for b in data[pos + 12:pos + size])
-    path.write_bytes(bytes(data))
+    scramble_keyframes(_first_file(copy, TOP))
     proc = _diagnose(copy, "--json", "--decode-test")
     report = json.loads(proc.stdout)
     cam = report["dataset"]["cameras"][TOP]

@@ -14,6 +14,8 @@ from dali_stream import (ConfigError, DatasetNotFoundError, DecodeError, DeviceE
                          StreamLoader, UnsupportedVersionError, VideoFileError)
 from dali_stream.meta import DatasetMeta
 
+from .damage import scramble_keyframes
+
 FRONT, TOP = "observation.images.front", "observation.images.top"
 
 
@@ -132,23 +134,11 @@ def test_truncated_video_file(copy):
         _loop(copy)
 
 
-def _scramble_keyframes(path):
-    """Scramble every keyframe's payload past its first 12 bytes; the MP4 index stays intact."""
-    import av
-
-    with av.open(str(path)) as container:
-        packets = [(p.pos, p.size) for p in container.demux(container.streams.video[0]) if p.size and p.is_keyframe]
-    data = bytearray(path.read_bytes())
-    for pos, size in packets:
-        data[pos + 12:pos + size] = bytes((b * 7 + 13) & 0xFF for b in data[pos + 12:pos + size])
-    path.write_bytes(bytes(data))
-
-
 @pytest.mark.parametrize("decode", ["auto", "cpu"])
 def test_corrupt_segment(copy, decode):
     """The container index is intact but the VP9 frames are garbage: DALI and torchcodec both refuse."""
     meta = DatasetMeta.open(str(copy))
-    _scramble_keyframes(copy / meta.video_file(0, TOP))
+    scramble_keyframes(copy / meta.video_file(0, TOP))
     pattern = (r"DALI's video decoder failed .* on episode \d, camera 'observation.images.top'"
                if decode == "auto" else r"torchcodec could not decode episode \d, camera 'observation.images.top'")
     with pytest.raises(DecodeError, match=pattern + r".*re-download the file"):
