@@ -31,11 +31,11 @@ _WORKER_DECODERS: dict = {}
 
 def _worker_decode(key, data, indices):
     """Runs in a worker process: decode `indices` of the segment `key` (bytes sent on first use)."""
-    from torchcodec.decoders import VideoDecoder
+    from dali_stream.decode import open_decoder
 
     dec = _WORKER_DECODERS.get(key)
     if dec is None:
-        dec = _WORKER_DECODERS[key] = VideoDecoder(data, seek_mode="exact", dimension_order="NHWC")
+        dec = _WORKER_DECODERS[key] = open_decoder(data)
     return dec.get_frames_at(indices=[int(i) for i in indices]).data.numpy()
 
 

@@ -123,6 +123,13 @@ def resolve_routes(codecs: Mapping[str, str], decode: str | Mapping[str, str], n
     return routes
 
 
+def open_decoder(data: bytes):
+    """The torchcodec decoder every CPU decode uses (loader, benchmarks): exact seeking, NHWC frames."""
+    from torchcodec.decoders import VideoDecoder
+
+    return VideoDecoder(data, seek_mode="exact", dimension_order="NHWC")
+
+
 def torchcodec_frames(seg: Segment, indices: np.ndarray) -> np.ndarray:
     """Frames `indices` of the segment as (N, H, W, 3) uint8.
 
@@ -130,13 +137,11 @@ def torchcodec_frames(seg: Segment, indices: np.ndarray) -> np.ndarray:
     threads decoding the same segment run in parallel (torchcodec releases the GIL; one decoder must not be
     used by two threads at once).
     """
-    from torchcodec.decoders import VideoDecoder
-
     with seg.lock:
         decoder = seg.idle_decoders.pop() if seg.idle_decoders else None
     try:
         if decoder is None:
-            decoder = VideoDecoder(seg.data, seek_mode="exact", dimension_order="NHWC")
+            decoder = open_decoder(seg.data)
         batch = decoder.get_frames_at(indices=[int(i) for i in indices])
     except Exception as exc:
         raise decode_error(seg, "torchcodec", exc) from exc
@@ -147,12 +152,10 @@ def torchcodec_frames(seg: Segment, indices: np.ndarray) -> np.ndarray:
 
 def warm_decoders(seg: Segment, count: int) -> None:
     """Open idle torchcodec decoders on the segment until it has `count` (benchmarks time decode alone)."""
-    from torchcodec.decoders import VideoDecoder
-
     while True:
         with seg.lock:
             if len(seg.idle_decoders) >= count:
                 return
-        decoder = VideoDecoder(seg.data, seek_mode="exact", dimension_order="NHWC")
+        decoder = open_decoder(seg.data)
         with seg.lock:
             seg.idle_decoders.append(decoder)
