@@ -131,16 +131,51 @@ def _frames_in(batch: dict, cameras: list[str]) -> int:
     return sum(int(np.prod(batch[k].shape[:-3])) for k in cameras)
 
 
+class SteadyWindow:
+    """The measurement rule shared by the loader run and the baseline, so their rates compare: the window
+    opens when batch `warmup_batches + 1` is asked for and closes at the first batch delivered
+    `duration_s` after that; `waits` are the times spent in `next()` for the window's batches."""
+
+    def __init__(self, warmup_batches: int, duration_s: float) -> None:
+        self.warmup_batches, self.duration_s = warmup_batches, duration_s
+        self.delivered = 0
+        self.start: float | None = None
+        self.end: float | None = None
+        self.last: float | None = None
+        self.waits: list[float] = []
+
+    def record(self, asked: float, got: float) -> bool:
+        """One batch asked for at `asked`, delivered at `got`; True when it belongs to the window."""
+        self.delivered += 1
+        if self.start is None and self.delivered == self.warmup_batches + 1:
+            self.start = asked
+        if self.start is None:
+            return False
+        self.waits.append(got - asked)
+        self.last = got
+        if got - self.start >= self.duration_s:
+            self.end = got
+        return True
+
+    @property
+    def closed(self) -> bool:
+        return self.end is not None
+
+    @property
+    def seconds(self) -> float:
+        """Window length: to its closing batch, or to the last batch if the source ran out first."""
+        return (self.end or self.last) - self.start if self.start is not None else 0.0
+
+
 def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
     """Run the loader through warm-up and a steady window; returns measurements and the window's batches."""
-    waits, window, seen_eps = [], [], []
+    steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s)
+    window, seen_eps = [], []
     samples = frames = 0
     first_latency = None
-    start = end = None
-    delivered = 0
     t_iter = time.perf_counter()
     epochs = 0
-    while end is None and epochs < 10:  # warm-up that needs more than 10 epochs is a configuration error
+    while not steady.closed and epochs < 10:  # warm-up that needs more than 10 epochs is a configuration error
         epochs += 1
         epoch_before = loader.state_dict()["epoch"]
         it = iter(loader)
@@ -156,28 +191,23 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
             got_any = True
             if first_latency is None:
                 first_latency = t1 - t_iter
-            delivered += 1
-            if delivered == cfg.warmup_batches + 1 and start is None:
-                start = t0  # the window opens when the first measured batch is asked for
-            if start is not None:
-                waits.append(t1 - t0)
+            if steady.record(t0, t1):
                 n = len(batch["task"])
                 samples += n
                 frames += _frames_in(batch, cameras)
                 seen_eps.append(len(set(batch["episode_index"].tolist())) / n)
                 window.append((epoch_before, index))
-                if t1 - start >= cfg.duration_s:
-                    end = t1
+                if steady.closed:
                     break
             index += 1
         it.close()
         if not got_any:
             break  # an epoch with no batches: nothing more will come
-    if start is None or end is None or samples == 0:
-        return {"samples": 0, "batches": delivered, "first_batch_latency_s": first_latency}
-    seconds = end - start
-    lat = np.array(waits) * 1e3
-    return {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(waits),
+    if not steady.closed or samples == 0:
+        return {"samples": 0, "batches": steady.delivered, "first_batch_latency_s": first_latency}
+    seconds = steady.seconds
+    lat = np.array(steady.waits) * 1e3
+    return {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(steady.waits),
             "samples_per_s": samples / seconds, "frames_per_s_node": frames / seconds,
             "first_batch_latency_s": first_latency, "p50_batch_latency_ms": float(np.percentile(lat, 50)),
             "p95_batch_latency_ms": float(np.percentile(lat, 95)), "p99_batch_latency_ms": float(np.percentile(lat, 99)),

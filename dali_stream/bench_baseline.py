@@ -75,8 +75,9 @@ def _column(col) -> np.ndarray:
 
 def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
     """samples/s of the LeRobot-style DataLoader over the window's samples, at each worker count."""
-    import torch
     from torch.utils.data import DataLoader
+
+    from .bench import SteadyWindow
 
     indices = []
     for epoch, index in window:
@@ -88,26 +89,23 @@ def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
         dataset = LeRobotStyleDataset(meta, deltas)
         dl = DataLoader(dataset, batch_size=cfg.batch_size, sampler=indices, num_workers=workers,
                         drop_last=True, persistent_workers=False)
+        steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s)
         it = iter(dl)
         t_first = time.perf_counter()
-        done = samples = 0
-        start = first = None
-        while True:
+        samples = 0
+        first = None
+        while not steady.closed:
             t0 = time.perf_counter()
             try:
                 batch = next(it)
             except StopIteration:
                 break
+            t1 = time.perf_counter()
             if first is None:
-                first = time.perf_counter() - t_first
-            done += 1
-            if done == cfg.warmup_batches + 1:
-                start = t0
-            if start is not None:
+                first = t1 - t_first
+            if steady.record(t0, t1):
                 samples += len(batch["task"])
-                if time.perf_counter() - start >= cfg.duration_s:
-                    break
-        seconds = time.perf_counter() - start if start is not None else 0.0
+        seconds = steady.seconds
         del it, dl
         runs.append({"num_workers": workers, "samples": samples, "seconds": seconds,
                      "samples_per_s": samples / seconds if seconds else 0.0, "first_batch_latency_s": first})
