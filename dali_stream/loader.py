@@ -231,16 +231,18 @@ class StreamLoader:
         epoch, consumed = int(state["epoch"]), int(state["batches_consumed"])
         chain = [(int(w), int(n)) for w, n in state.get("elastic", [])]
         saved_world = int(state["world_size"])
-        old = resume_plan(self.meta.lengths, self.config, World(rank=0, world_size=saved_world), max(0, epoch), chain)
-        if epoch < 0 or not 0 <= consumed <= old.num_batches:
+        same_world = saved_world == self.world.world_size
+        # Every rank of a world has the same batch count, so this rank's plan validates a same-world state
+        # and is kept for the iteration; an elastic state is checked against a rank of the saved world.
+        world = self.world if same_world else World(rank=0, world_size=saved_world)
+        saved = resume_plan(self.meta.lengths, self.config, world, max(0, epoch), chain)
+        if epoch < 0 or not 0 <= consumed <= saved.num_batches:
             raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
-                             f"({old.num_batches} batches on {saved_world} ranks)")
-        if saved_world != self.world.world_size and 0 < consumed:
+                             f"({saved.num_batches} batches on {saved_world} ranks)")
+        if not same_world and consumed > 0:
             chain, consumed = chain + [(saved_world, consumed)], 0  # elastic: the rest of the epoch on this world
-        if consumed == old.num_batches and saved_world == self.world.world_size and consumed > 0:
-            epoch, consumed, chain = epoch + 1, 0, []
         self._epoch, self._consumed, self._chain, self._continue = epoch, consumed, chain, True
-        self._plans = {}
+        self._plans = {(epoch, tuple(chain)): saved} if same_world else {}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if not self._continue:
