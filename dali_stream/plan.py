@@ -81,6 +81,8 @@ class BatchPlan:
     episodes: np.ndarray  # (B,) int64 positions into the dataset's episodes table
     frames: np.ndarray  # (B,) int64 frame index inside the episode
     windows: Mapping[str, Window]
+    admitted: tuple[int, ...] = ()  # positions that entered the pool while this batch was drawn
+    retired: tuple[int, ...] = ()  # positions whose last frame this batch drew (they left the pool)
 
     @property
     def size(self) -> int:
@@ -146,8 +148,10 @@ class _PoolSampler:
     """Draws (episode, frame) pairs from a pool of open episodes; see the module docstring."""
 
     def __init__(self, lengths: list[int], pool_size: int, rnd: random.Random,
-                 available: list[np.ndarray | None] | None = None) -> None:
+                 available: list[np.ndarray | None] | None = None, log: list | None = None) -> None:
         # available[i]: the frames episode i still has to hand out (None: all); lengths count those frames.
+        # log: receives (True, i) when episode i enters the pool and (False, i) when it leaves.
+        self._log = log if log is not None else []
         self._available = available
         self._lengths = lengths
         self._rnd = rnd
@@ -174,6 +178,7 @@ class _PoolSampler:
         self._rnd.shuffle(perm)
         self._ep[slot], self._perm[slot], self._pos[slot] = ep, perm, 0
         self._fen.add(slot, len(perm))
+        self._log.append((True, ep))
 
     def draw(self, n: int) -> tuple[list[int], list[int]]:
         fen, rnd = self._fen, self._rnd
@@ -193,6 +198,7 @@ class _PoolSampler:
             left = len(self._perm[slot]) - pos - 1
             fen.add(slot, -fen.weight[slot])
             if left == 0:
+                self._log.append((False, self._ep[slot]))
                 self._admit(slot)
             else:
                 hidden.append((slot, left))
@@ -246,16 +252,18 @@ class EpochPlan:
             self.num_batches = math.ceil(self.num_samples / b)
         self.num_padding = max(0, self.num_samples - self.num_frames)
         self._pass = 0
+        self._log: list[tuple[bool, int]] = []  # pool entries/exits of the sampler, taken per batch
         self._sampler = self._new_sampler()
         self._episodes: list[np.ndarray] = []
         self._frames: list[np.ndarray] = []
+        self._moves: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # per batch: (admitted, retired)
 
     def _new_sampler(self) -> _PoolSampler:
         words = (self.config.seed, self.epoch, self.world.rank, 0x5A) + ((self._pass,) if self._pass else ())
         words += (1000 + self.segment,) if self.segment else ()
         available = ([self._available.get(int(p)) for p in self.admission_order] if self._available else None)
         return _PoolSampler(self._remaining[self.admission_order].tolist(), self.config.pool_size,
-                            random.Random(_seed_int(*words)), available)
+                            random.Random(_seed_int(*words)), available, self._log)
 
     def _draw(self, n: int) -> tuple[list[int], list[int]]:
         """n samples of this rank's stream; after its own frames come padding passes over them again."""
@@ -279,6 +287,10 @@ class EpochPlan:
             local, frames = self._draw(min(self.config.batch_size, self.num_samples - done))
             self._episodes.append(self.admission_order[np.asarray(local, dtype=np.int64)])
             self._frames.append(np.asarray(frames, dtype=np.int64))
+            order = self.admission_order
+            self._moves.append((tuple(int(order[i]) for entered, i in self._log if entered),
+                                tuple(int(order[i]) for entered, i in self._log if not entered)))
+            self._log.clear()
 
     def batch(self, index: int) -> BatchPlan:
         if not 0 <= index < self.num_batches:
@@ -287,7 +299,19 @@ class EpochPlan:
         episodes, frames = self._episodes[index], self._frames[index]
         lengths = self.lengths[episodes]
         windows = {key: window(frames, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
-        return BatchPlan(self.epoch, index, episodes, frames, windows)
+        return BatchPlan(self.epoch, index, episodes, frames, windows, *self._moves[index])
+
+    def pool_before(self, index: int) -> list[int]:
+        """Positions open in the pool when batch `index` starts drawing (admitted earlier, not yet retired)."""
+        if index <= 0:
+            return []
+        self._materialise(index - 1)
+        live: dict[int, None] = {}
+        for admitted, retired in self._moves[:index]:
+            live.update(dict.fromkeys(admitted))
+            for pos in retired:
+                live.pop(pos, None)
+        return list(live)
 
 
 def window(frames: np.ndarray, lengths: np.ndarray, deltas: tuple[int, ...]) -> Window:
