@@ -1,9 +1,10 @@
 """Remote sources (fsspec URLs: http(s)://, s3://, hf://, ...): range reads with retries, counters, no secrets.
 
-`RemoteFS` wraps an fsspec filesystem with the few calls the loader makes (exists, glob, size, du, open).
-`open` returns a `RangeFile`: a seekable read-only file that fetches aligned blocks with
-`cat_file(path, start, end)`, so parquet footers, row groups and an episode's MP4 packets cost a few
-range requests, never a whole-file download. Transient failures (timeouts, resets, truncated bodies,
+`RemoteFS` wraps an fsspec filesystem with the few calls the loader makes (exists, glob, size, du,
+read_range, open). `open` returns a `RangeFile`: a seekable read-only file serving reads from pieces the
+caller fetched in one request each (an episode's packets located by `mp4index`, a row group located by
+the parquet footer) and fetching anything else with exact `cat_file(path, start, end)` requests, so a
+file is never downloaded whole. Transient failures (timeouts, resets, truncated bodies,
 HTTP 408/429/5xx) are retried with exponential backoff up to `max_retries`
 (`DALI_STREAM_REMOTE_MAX_RETRIES`, default 5); then `RemoteError` names the URL (credentials removed)
 and the last error.
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from .errors import RemoteError
 
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
+ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -51,25 +53,52 @@ def is_transient(exc: BaseException) -> bool:
 
 @dataclass
 class RetryPolicy:
+    """How hard a remote read tries: `max_retries` after the first attempt, exponential backoff from
+    `backoff_s` up to `max_backoff_s`, and `timeout_s` per attempt (enforced for asynchronous fsspec
+    filesystems: http, s3; others use their client's own timeouts). The worst case before `RemoteError`
+    is (max_retries + 1) * timeout_s plus the backoff sleeps (`worst_case_s`)."""
+
     max_retries: int = 5
+    timeout_s: float = 60.0
     backoff_s: float = 0.1
     max_backoff_s: float = 5.0
 
+    @property
+    def worst_case_s(self) -> float:
+        sleeps = sum(min(self.max_backoff_s, self.backoff_s * 2 ** k) for k in range(self.max_retries))
+        return (self.max_retries + 1) * self.timeout_s + sleeps
+
     @classmethod
-    def from_env(cls, max_retries: int | None = None) -> "RetryPolicy":
-        if max_retries is None:
-            raw = os.environ.get(ENV_MAX_RETRIES)
+    def from_env(cls, max_retries: int | None = None, timeout_s: float | None = None) -> "RetryPolicy":
+        from .errors import ConfigError
+
+        def env(name: str, kind, default, example: str):
+            raw = os.environ.get(name)
+            if raw is None:
+                return default
             try:
-                max_retries = int(raw) if raw is not None else 5
+                return kind(raw)
             except ValueError:
-                from .errors import ConfigError
+                raise ConfigError(f"{name}={raw!r} is not {example}") from None
 
-                raise ConfigError(f"{ENV_MAX_RETRIES}={raw!r} is not an integer; set it to e.g. 5") from None
-        if max_retries < 0:
-            from .errors import ConfigError
+        if max_retries is None:
+            max_retries = env(ENV_MAX_RETRIES, int, 5, "an integer; set it to e.g. 5")
+        if timeout_s is None:
+            timeout_s = env(ENV_TIMEOUT, float, 60.0, "a number of seconds; set it to e.g. 60")
+        if not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigError(f"`remote_max_retries` must be an integer >= 0. Found: {max_retries!r}")
+        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ConfigError(f"`remote_timeout_s` must be a number of seconds > 0. Found: {timeout_s!r}")
+        return cls(max_retries=max_retries, timeout_s=float(timeout_s))
 
-            raise ConfigError(f"`remote_max_retries` must be >= 0. Found: {max_retries}")
-        return cls(max_retries=max_retries)
+
+async def _within(coro_fn, timeout_s: float, args, kwargs):
+    import asyncio
+
+    try:
+        return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout_s)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"no answer within {timeout_s:g}s (remote_timeout_s / {ENV_TIMEOUT})") from None
 
 
 @dataclass
@@ -87,16 +116,24 @@ class RemoteStats:
 class RemoteFS:
     """The calls the loader makes on a remote filesystem, each retried on transient errors."""
 
-    def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None, block_size: int = 1 << 18) -> None:
+    def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None) -> None:
         self.fs = fs
         self.policy = policy
         self.stats = stats or RemoteStats()
-        self.block_size = block_size
         self.protocol = fs.protocol
         self._sizes: dict[str, int] = {}  # files of a dataset do not change while it is read
 
     def _url(self, path: str) -> str:
         return path if "://" in path else f"{self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol}://{path}"
+
+    def invoke(self, name: str, *args, **kwargs):
+        """fs.<name>(*args, **kwargs), one attempt, cut off after the policy's timeout where fsspec allows."""
+        coro_fn = getattr(self.fs, "_" + name, None)
+        if getattr(self.fs, "async_impl", False) and coro_fn is not None and getattr(self.fs, "loop", None):
+            from fsspec.asyn import sync
+
+            return sync(self.fs.loop, _within, coro_fn, self.policy.timeout_s, args, kwargs)
+        return getattr(self.fs, name)(*args, **kwargs)
 
     def call(self, what: str, path: str, fn, *args):
         delay = self.policy.backoff_s
@@ -128,23 +165,23 @@ class RemoteFS:
 
     # ---- the filesystem surface the loader uses ---------------------------------------------------------
     def exists(self, path: str) -> bool:
-        return self.call("checking", path, self.fs.exists, path)
+        return self.call("checking", path, self.invoke, "exists", path)
 
     def glob(self, pattern: str) -> list[str]:
-        return self.call("listing", pattern, self.fs.glob, pattern)
+        return self.call("listing", pattern, self.invoke, "glob", pattern)
 
     def size(self, path: str) -> int:
         size = self._sizes.get(path)
         if size is None:
-            size = self._sizes[path] = int(self.call("sizing", path, self.fs.size, path))
+            size = self._sizes[path] = int(self.call("sizing", path, self.invoke, "size", path))
         return size
 
     def du(self, path: str) -> int:
-        return int(self.call("sizing", path, self.fs.du, path))
+        return int(self.call("sizing", path, self.invoke, "du", path))
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         def fetch():
-            data = self.fs.cat_file(path, start=start, end=end)
+            data = self.invoke("cat_file", path, start=start, end=end)
             if len(data) != end - start:
                 raise _Truncated(f"got {len(data)} of {end - start} bytes")
             return data
@@ -154,20 +191,28 @@ class RemoteFS:
             self.stats.bytes += len(data)
         return data
 
-    def open(self, path: str, mode: str = "rb") -> "RangeFile":
+    def open(self, path: str, mode: str = "rb", pieces=()) -> "RangeFile":
+        """A RangeFile over `path`; `pieces` = (offset, bytes) already fetched, served without requests."""
         if mode != "rb":
             raise ValueError(f"remote sources are read-only; mode {mode!r}")
-        return RangeFile(self, path, self.size(path))
+        return RangeFile(self, path, self.size(path), pieces)
 
 
 class RangeFile(io.RawIOBase):
-    """Seekable read-only view of a remote file, fetched in aligned blocks (a few kept)."""
+    """Seekable read-only view of a remote file that serves reads from pieces of it already fetched.
 
-    def __init__(self, rfs: RemoteFS, path: str, size: int, keep_blocks: int = 8) -> None:
+    `preload(offset, data)` adds a piece the caller fetched in one request (an episode's packets, a row
+    group). A read inside a piece returns at most up to the piece's end (a short read, which PyAV and
+    pyarrow handle), so a demuxer never pulls bytes past what was planned; a read outside every piece fetches
+    exactly what it asks for (at least `min_read` bytes) and keeps it among the last `keep` such pieces."""
+
+    def __init__(self, rfs: RemoteFS, path: str, size: int, pieces=(), keep: int = 8, min_read: int = 1 << 16) -> None:
         super().__init__()
         self.rfs, self.path, self.size, self.pos = rfs, path, size, 0
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
-        self._keep = keep_blocks
+        self._fixed = [(int(o), bytes(b)) for o, b in pieces]
+        self._extra: OrderedDict[int, bytes] = OrderedDict()
+        self._keep, self._min_read = keep, min_read
+        self.unplanned_bytes = 0  # fetched by reads outside the pieces
 
     def readable(self) -> bool:
         return True
@@ -183,34 +228,46 @@ class RangeFile(io.RawIOBase):
         self.pos = max(0, base + offset)
         return self.pos
 
-    def _block(self, index: int) -> bytes:
-        data = self._blocks.get(index)
-        if data is None:
-            bs = self.rfs.block_size
-            start = index * bs
-            data = self.rfs.read_range(self.path, start, min(self.size, start + bs))
-            self._blocks[index] = data
-            while len(self._blocks) > self._keep:
-                self._blocks.popitem(last=False)
-        else:
-            self._blocks.move_to_end(index)
-        return data
+    def preload(self, offset: int, data: bytes) -> None:
+        self._extra[int(offset)] = data
+        self._extra.move_to_end(int(offset))
+        while len(self._extra) > self._keep:
+            self._extra.popitem(last=False)
+
+    def _piece(self, pos: int) -> tuple[int, bytes] | None:
+        for offset, data in self._fixed:
+            if offset <= pos < offset + len(data):
+                return offset, data
+        for offset, data in self._extra.items():
+            if offset <= pos < offset + len(data):
+                self._extra.move_to_end(offset)
+                return offset, data
+        return None
 
     def readinto(self, buffer) -> int:
         want = min(len(buffer), max(0, self.size - self.pos))
-        done = 0
-        bs = self.rfs.block_size
-        while done < want:
-            index, offset = divmod(self.pos, bs)
-            chunk = self._block(index)[offset:offset + want - done]
-            buffer[done:done + len(chunk)] = chunk
-            done += len(chunk)
-            self.pos += len(chunk)
-        return done
+        if want == 0:
+            return 0
+        hit = self._piece(self.pos)
+        if hit is None:
+            starts = [o for o, _ in self._fixed] + list(self._extra)
+            stop = min([self.size, self.pos + max(want, self._min_read)] + [o for o in starts if o > self.pos])
+            data = self.rfs.read_range(self.path, self.pos, stop)
+            self.unplanned_bytes += len(data)
+            self.preload(self.pos, data)
+            hit = (self.pos, data)
+        offset, data = hit
+        chunk = data[self.pos - offset:self.pos - offset + want]
+        buffer[:len(chunk)] = chunk
+        self.pos += len(chunk)
+        return len(chunk)
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:
-            size = self.size - self.pos
+            out = bytearray()
+            while self.pos < self.size:
+                out += self.read(self.size - self.pos)
+            return bytes(out)
         buf = bytearray(max(0, min(size, self.size - self.pos)))
         n = self.readinto(buf)
         return bytes(buf[:n])

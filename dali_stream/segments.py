@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import threading
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -59,11 +60,11 @@ class Segment:
         return idx.astype(np.int32)
 
 
-def _open(fs, path: str, episode: int, camera: str):
+def _open(fs, path: str, episode: int, camera: str, pieces=()):
     import av
 
     try:
-        raw = fs.open(path, "rb")
+        raw = fs.open(path, "rb", pieces=pieces) if pieces else fs.open(path, "rb")
     except FileNotFoundError:
         raise VideoFileError(
             f"video file {path} is missing (episode {episode}, camera {camera!r}); the dataset is incomplete: "
@@ -101,22 +102,31 @@ def _head(fs, path: str, n: int = 48) -> bytes:
 
 
 def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, camera: str, codec: str,
-                tolerance_s: float, last_frame_s: float) -> Segment:
+                tolerance_s: float, last_frame_s: float, index=None) -> Segment:
     """Remux the packets of [from_s, to_s) (file time) into a standalone MP4; see the module docstring.
 
     `last_frame_s` is the file time of the episode's last frame: a file that ends before it is truncated.
+    `index` (an `mp4index.Mp4Index` of a remote file) turns the cut into one range request for exactly
+    its packets; without it the demuxer reads through `fs.open`.
     """
     import av
 
-    raw, src = _open(fs, path, episode, camera)
+    pieces, seek_ticks = (), None
+    if index is not None:
+        start, end, seek_ticks = index.span(from_s, to_s)
+        pieces = index.pieces + ((start, fs.read_range(path, start, end)),)
+    raw, src = _open(fs, path, episode, camera, pieces)
     try:
         stream = src.streams.video[0]
         tb = stream.time_base
+        if index is not None and tb != Fraction(1, index.timescale):
+            seek_ticks = None
         eps = 1e-6
         margin = 0.0
         while True:
             target = max(0.0, from_s - margin)
-            src.seek(int(target / tb), stream=stream, backward=True, any_frame=False)
+            ticks = seek_ticks if seek_ticks is not None and margin == 0.0 else int(target / tb)
+            src.seek(ticks, stream=stream, backward=True, any_frame=False)
             packets = []
             reached_end = True  # no packet at or after to_s: the file ended inside the episode
             try:

@@ -8,19 +8,51 @@ through native paths for local files and single-threaded reads for everything el
 from __future__ import annotations
 
 
-def open_fs(source: str, max_retries: int | None = None):
+def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None = None,
+            storage_options: dict | None = None, revision: str | None = None):
     """(filesystem, root path without trailing slash) for a local path or an fsspec URL.
 
-    Remote filesystems come wrapped in `remote.RemoteFS` (range reads, retries, counters); credentials come
-    from fsspec's usual places (HF token, AWS environment), never from the URL into logs or errors."""
+    Remote filesystems come wrapped in `remote.RemoteFS` (range reads, retries, timeouts, counters);
+    credentials come from fsspec's usual places (HF token, AWS environment) or `storage_options`, never
+    from the URL into logs or errors. `revision` pins an hf:// repository to a branch, tag or commit."""
     import fsspec
 
-    fs, root = fsspec.core.url_to_fs(str(source))
+    if revision is not None:
+        source = with_revision(str(source), revision)
+    try:
+        fs, root = fsspec.core.url_to_fs(str(source), **(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        from .errors import ConfigError
+        from .remote import redact
+
+        protocol = str(source).split("://", 1)[0] if "://" in str(source) else "file"
+        raise ConfigError(f"cannot open {redact(str(source))!r} (protocol {protocol!r}): {exc}; for s3:// install "
+                          "s3fs, for hf:// huggingface_hub, and check `storage_options`") from None
     if not is_local(fs):
         from .remote import RemoteFS, RetryPolicy
 
-        fs = RemoteFS(fs, RetryPolicy.from_env(max_retries))
+        fs = RemoteFS(fs, RetryPolicy.from_env(max_retries, timeout_s))
     return fs, root.rstrip("/") or "/"
+
+
+def with_revision(source: str, revision: str) -> str:
+    """`hf://datasets/<org>/<name>` pinned to `revision` (branch, tag or commit): `...<name>@<revision>`."""
+    from urllib.parse import quote
+
+    from .errors import ConfigError
+
+    if not isinstance(revision, str) or not revision:
+        raise ConfigError(f"`revision` must be a non-empty string (branch, tag or commit). Found: {revision!r}")
+    parts = source.split("/")
+    if not source.startswith("hf://") or len(parts) < 5 or parts[2] not in ("datasets", "models", "spaces"):
+        raise ConfigError(
+            f"revision={revision!r} applies to Hugging Face repositories (hf://datasets/<org>/<name>); "
+            f"{source!r} is not one (buckets and other stores have no revisions): drop `revision`")
+    if "@" in parts[4]:
+        raise ConfigError(f"{source!r} already names a revision after '@' and revision={revision!r} is given too; "
+                          "keep one of them")
+    parts[4] = f"{parts[4]}@{quote(revision, safe='')}"
+    return "/".join(parts)
 
 
 def is_local(fs) -> bool:
@@ -30,12 +62,30 @@ def is_local(fs) -> bool:
 
 
 def parquet_file(fs, path: str):
-    """A pyarrow ParquetFile over `path`; read it with `use_threads=False` (see the module docstring)."""
+    """A pyarrow ParquetFile over `path`; read it with `use_threads=False` (see the module docstring).
+
+    Remote: the footer costs two exact range requests (its length, then the footer itself) and row groups
+    are read through a `RangeFile` (set as the ParquetFile's `raw`) a caller can preload with their bytes."""
     import pyarrow.parquet as pq
 
     if is_local(fs):
         return pq.ParquetFile(path)
-    return pq.ParquetFile(fs.open(path, "rb"))
+    import io
+    import struct
+
+    size = fs.size(path)
+    tail = fs.read_range(path, max(0, size - 8), size)
+    if size < 12 or tail[4:] != b"PAR1":
+        import pyarrow as pa
+
+        raise pa.ArrowInvalid(f"{path} is not a parquet file (it does not end in PAR1: {tail!r})")
+    length = struct.unpack("<I", tail[:4])[0]
+    footer = fs.read_range(path, max(0, size - 8 - length), size - 8)
+    metadata = pq.read_metadata(io.BytesIO(b"PAR1" + footer + tail))
+    raw = fs.open(path, "rb")
+    pf = pq.ParquetFile(raw, metadata=metadata, pre_buffer=False)
+    pf.raw = raw
+    return pf
 
 
 def read_parquet(fs, path: str, columns: list[str] | None = None):

@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from .errors import DatasetError
+from .errors import DatasetError, RemoteError
 from .storage import parquet_file
 
 
@@ -71,6 +71,20 @@ class TableReader:
             self._files[path] = entry
         return entry
 
+    def _span(self, rg) -> tuple[int, int, int]:
+        """(first byte, end byte, compressed bytes) of the column chunks of `keys` in a row group."""
+        start, end, size = None, 0, 0
+        for c in range(rg.num_columns):
+            col = rg.column(c)
+            if not any(col.path_in_schema == k or col.path_in_schema.startswith(k + ".") for k in self.keys):
+                continue
+            first = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else \
+                col.data_page_offset
+            start = first if start is None else min(start, first)
+            end = max(end, first + col.total_compressed_size)
+            size += col.total_compressed_size
+        return start or 0, end, size
+
     def episode(self, pos: int) -> dict[str, np.ndarray]:
         """The episode's rows in frame order, one numpy array per column."""
         import pyarrow.compute as pc
@@ -82,13 +96,16 @@ class TableReader:
         pf, ranges = self._file(path)
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
         with self._lock:  # one ParquetFile handle is not safe to read from two threads at once
+            spans = [self._span(pf.metadata.row_group(g)) for g in groups]
+            raw = getattr(pf, "raw", None)
+            if raw is not None:  # remote: each row group's columns in one range request
+                for first, end, _ in spans:
+                    try:
+                        raw.preload(first, self.meta.data_fs.read_range(path, first, end))
+                    except RemoteError as exc:
+                        raise RemoteError(f"{exc} (rows of episode {meta.episode_index(pos)})") from None
             table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
-            for g in groups:
-                rg = pf.metadata.row_group(g)
-                self.bytes_read += sum(
-                    rg.column(c).total_compressed_size for c in range(rg.num_columns)
-                    if any(rg.column(c).path_in_schema == k or rg.column(c).path_in_schema.startswith(k + ".")
-                           for k in self.keys))
+            self.bytes_read += sum(size for *_, size in spans)
         index = table.column("index")
         table = table.filter(pc.and_(pc.greater_equal(index, start), pc.less(index, stop)))
         table = table.sort_by("index")

@@ -1,0 +1,222 @@
+"""The sample index of a remote MP4 (its `moov` box), so an episode costs one range request for its packets.
+
+`read_index(rfs, path)` walks the file's top-level boxes with small range reads (the first 4 KB, one
+16-byte header per later box, then the whole `moov`) and parses the video track's sample tables
+(stts/ctts/stss/stsz/stsc/stco|co64, mdhd timescale, elst shift). `Mp4Index.span(from_s, to_s)` gives
+the byte range holding every packet an episode's segment needs (from the keyframe at or before its start
+to the first packet whose dts reaches its end) and the dts to seek to. The demuxer then runs over a
+`RangeFile` preloaded with `pieces` (the bytes read here) plus that range: opening the file and cutting
+the episode read nothing else. Timestamps follow FFmpeg's mov demuxer (dts/pts shifted by the first
+edit's media time); the cut itself still takes pts/dts from FFmpeg, so the index only has to name bytes.
+
+Unsupported layouts (fragmented MP4, no video track, several edits) raise `IndexUnsupported`; the caller
+then lets the demuxer read through plain range requests.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+HEAD_BYTES = 4096  # read first: ftyp and, for faststart files, the start of moov
+_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
+
+
+class IndexUnsupported(Exception):
+    """The file's layout is not one this index handles (the caller falls back to plain range reads)."""
+
+
+@dataclass(frozen=True)
+class Mp4Index:
+    size: int  # file size in bytes
+    pieces: tuple[tuple[int, bytes], ...]  # (offset, bytes) read while indexing: what the demuxer reads at open
+    timescale: int  # ticks per second of the video track
+    offsets: np.ndarray  # (N,) int64 byte offset of each sample, decode order
+    sizes: np.ndarray  # (N,) int64
+    dts: np.ndarray  # (N,) int64 ticks, shifted as FFmpeg reports them
+    pts: np.ndarray  # (N,) int64 ticks
+    sync: np.ndarray  # (N,) bool keyframes
+
+    @property
+    def header_bytes(self) -> int:
+        return sum(len(b) for _, b in self.pieces)
+
+    def span(self, from_s: float, to_s: float, eps: float = 1e-6) -> tuple[int, int, int]:
+        """(start byte, end byte, dts ticks to seek to) of the packets an episode [from_s, to_s) needs."""
+        ts = self.timescale
+        keys = np.flatnonzero(self.sync & (self.pts <= (from_s + eps) * ts))
+        first = int(keys[-1]) if len(keys) else 0
+        later = np.flatnonzero(self.dts[first + 1:] >= (to_s - eps) * ts)
+        last = first + 1 + int(later[0]) if len(later) else len(self.dts) - 1  # the packet that ends the cut
+        start = int(self.offsets[first:last + 1].min())
+        end = int((self.offsets[first:last + 1] + self.sizes[first:last + 1]).max())
+        return start, end, int(self.dts[first])
+
+
+def _boxes(buf: bytes, start: int = 0, end: int | None = None):
+    """(type, payload start, box end) of the boxes in buf[start:end]."""
+    end = len(buf) if end is None else end
+    pos = start
+    while pos + 8 <= end:
+        size, kind = struct.unpack_from(">I4s", buf, pos)
+        head = 8
+        if size == 1:
+            size = struct.unpack_from(">Q", buf, pos + 8)[0]
+            head = 16
+        elif size == 0:
+            size = end - pos
+        if size < head:
+            raise IndexUnsupported(f"box {kind!r} at {pos} has size {size}")
+        yield kind, pos + head, min(end, pos + size)
+        pos += size
+
+
+def _find(buf: bytes, start: int, end: int, *path: bytes) -> list[tuple[int, int]]:
+    """Payload (start, end) of every box at `path` below buf[start:end]."""
+    found = [(start, end)]
+    for kind in path:
+        found = [(s, e) for ps, pe in found for k, s, e in _boxes(buf, ps, pe) if k == kind]
+    return found
+
+
+def _table(buf: bytes, box: tuple[int, int], fmt: str, fields: int) -> np.ndarray:
+    start, _ = box
+    count = struct.unpack_from(">I", buf, start + 4)[0]
+    arr = np.frombuffer(buf, dtype=np.dtype(fmt), count=count * fields, offset=start + 8)
+    return arr.astype(np.int64).reshape(count, fields)
+
+
+def _track_arrays(moov: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    if _find(moov, 0, len(moov), b"mvex"):
+        raise IndexUnsupported("fragmented MP4 (moov/mvex)")
+    for trak in _find(moov, 0, len(moov), b"trak"):
+        hdlr = _find(moov, *trak, b"mdia", b"hdlr")
+        if not hdlr or moov[hdlr[0][0] + 8:hdlr[0][0] + 12] != b"vide":
+            continue
+        mdhd = _find(moov, *trak, b"mdia", b"mdhd")[0][0]
+        timescale = struct.unpack_from(">I", moov, mdhd + (20 if moov[mdhd] == 1 else 12))[0]
+        stbl = _find(moov, *trak, b"mdia", b"minf", b"stbl")[0]
+
+        def box(kind: bytes):
+            hit = _find(moov, *stbl, kind)
+            return hit[0] if hit else None
+
+        stsz = box(b"stsz")
+        fixed, count = struct.unpack_from(">II", moov, stsz[0] + 4)
+        sizes = (np.full(count, fixed, np.int64) if fixed else
+                 np.frombuffer(moov, ">u4", count, stsz[0] + 12).astype(np.int64))
+        stts = _table(moov, box(b"stts"), ">u4", 2)
+        deltas = np.repeat(stts[:, 1], stts[:, 0])[:count]
+        dts = np.concatenate([[0], np.cumsum(deltas)[:-1]]).astype(np.int64)
+        ctts_box = box(b"ctts")
+        if ctts_box is not None:
+            fmt = ">i4" if moov[ctts_box[0]] == 1 else ">u4"
+            ctts = _table(moov, ctts_box, fmt, 2)
+            comp = np.repeat(ctts[:, 1], ctts[:, 0])[:count]
+        else:
+            comp = np.zeros(count, np.int64)
+        stss_box = box(b"stss")
+        sync = np.ones(count, bool) if stss_box is None else np.zeros(count, bool)
+        if stss_box is not None:
+            sync[_table(moov, stss_box, ">u4", 1)[:, 0] - 1] = True
+        co = box(b"stco") or box(b"co64")
+        chunk_offsets = _table(moov, co, ">u4" if box(b"stco") else ">u8", 1)[:, 0]
+        stsc = _table(moov, box(b"stsc"), ">u4", 3)  # first_chunk (1-based), samples_per_chunk, desc
+        per_chunk = np.zeros(len(chunk_offsets), np.int64)
+        for i, (first, n, _) in enumerate(stsc):
+            stop = stsc[i + 1][0] - 1 if i + 1 < len(stsc) else len(chunk_offsets)
+            per_chunk[first - 1:stop] = n
+        chunk_of = np.repeat(np.arange(len(chunk_offsets)), per_chunk)[:count]
+        first_in_chunk = np.concatenate([[0], np.cumsum(per_chunk)[:-1]])
+        csum = np.concatenate([[0], np.cumsum(sizes)])
+        offsets = chunk_offsets[chunk_of] + csum[np.arange(count)] - csum[first_in_chunk[chunk_of]]
+        shift = 0
+        elst = _find(moov, *trak, b"edts", b"elst")
+        if elst:
+            version = moov[elst[0][0]]
+            entries = struct.unpack_from(">I", moov, elst[0][0] + 4)[0]
+            fmt, width = (">Qq", 16) if version == 1 else (">Ii", 8)
+            edits = [struct.unpack_from(fmt, moov, elst[0][0] + 8 + k * (width + 4)) for k in range(entries)]
+            media = [m for _, m in edits if m >= 0]
+            if len(media) != 1:
+                raise IndexUnsupported(f"edit list with {entries} entries")
+            shift = media[0]
+        if len(sizes) != count or len(chunk_of) != count:
+            raise IndexUnsupported("sample tables disagree on the sample count")
+        return timescale, offsets.astype(np.int64), sizes, dts - shift, dts + comp - shift, sync
+    raise IndexUnsupported("no video track")
+
+
+def read_index(rfs, path: str) -> Mp4Index:
+    """Index the video track of the MP4 at `path` on a RemoteFS (a few small range reads + the moov)."""
+    size = rfs.size(path)
+    head = rfs.read_range(path, 0, min(size, HEAD_BYTES))
+    pieces = [(0, head)]
+    pos, moov = 0, None
+    while pos + 8 <= size:
+        if pos + 16 <= len(head):
+            header = head[pos:pos + 16]
+        else:
+            header = rfs.read_range(path, pos, min(size, pos + 16))
+            pieces.append((pos, header))
+        box_size, kind = struct.unpack_from(">I4s", header, 0)
+        if box_size == 1:
+            box_size = struct.unpack_from(">Q", header, 8)[0]
+        elif box_size == 0:
+            box_size = size - pos
+        if box_size < 8:
+            raise IndexUnsupported(f"box {kind!r} at {pos} has size {box_size}")
+        if kind == b"moov":
+            end = min(size, pos + box_size)
+            moov = head[pos:end] if end <= len(head) else rfs.read_range(path, pos, end)
+            pieces.append((pos, moov))
+            break
+        if kind == b"moof":
+            raise IndexUnsupported("fragmented MP4 (moof before moov)")
+        pos += box_size
+    if moov is None:
+        raise IndexUnsupported("no moov box")
+    payload = next(_boxes(moov))[1]
+    timescale, offsets, sizes, dts, pts, sync = _track_arrays(moov[payload:])
+    pieces = [(p, b) for p, b in pieces if not (p >= len(head) and p + len(b) <= len(head))]
+    return Mp4Index(size, tuple(pieces), timescale, offsets, sizes, dts, pts, sync)
+
+
+class IndexCache:
+    """Indexes of the last `capacity` video files of a RemoteFS, each read once even when threads race.
+
+    A file whose layout `read_index` does not handle maps to None: its episodes are cut through plain
+    range reads."""
+
+    def __init__(self, rfs, capacity: int = 64) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self.rfs, self.capacity = rfs, capacity
+        self._lock = threading.Lock()
+        self._path_locks: dict[str, threading.Lock] = {}
+        self._indexes: OrderedDict[str, Mp4Index | None] = OrderedDict()
+        self.unsupported: dict[str, str] = {}  # path -> why it is read without an index
+
+    def get(self, path: str) -> Mp4Index | None:
+        import threading
+
+        with self._lock:
+            lock = self._path_locks.setdefault(path, threading.Lock())
+        with lock:
+            with self._lock:
+                if path in self._indexes:
+                    self._indexes.move_to_end(path)
+                    return self._indexes[path]
+            try:
+                index = read_index(self.rfs, path)
+            except (IndexUnsupported, struct.error, IndexError, ValueError) as exc:
+                index = None
+                self.unsupported[path] = f"{type(exc).__name__}: {exc}"
+            with self._lock:
+                self._indexes[path] = index
+                while len(self._indexes) > self.capacity:
+                    self._indexes.popitem(last=False)
+            return index
