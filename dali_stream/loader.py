@@ -23,24 +23,29 @@ from .errors import ConfigError, DeviceError, StateError
 from .imageops import ImageOps
 from .meta import DatasetMeta
 from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
+from .prefetch import Prefetcher
 from .store import EpisodeStore
 from .tables import TableReader
 from .world import World, resolve_world
 
 STATE_VERSION = 1
+DEFAULT_CACHE_BYTES = 4 << 30
+FETCH_AHEAD_BATCHES = 4  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
 
 
 class _Producer:
     """The graph's external source: hands DALI batch `start + k` for its k-th call, prepared ahead by threads."""
 
-    def __init__(self, builder: BatchBuilder, plan: EpochPlan, start: int, workers: int, lookahead: int) -> None:
+    def __init__(self, builder: BatchBuilder, plan: EpochPlan, start: int, workers: int, lookahead: int,
+                 fetch_ahead: int) -> None:
         self.builder, self.plan, self.start = builder, plan, start
         self.lookahead = lookahead
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream") if workers > 0 else None
         self.futures: dict[int, Future] = {}
         self.handed: deque[Prepared] = deque()
         self.lock = threading.Lock()
+        self.prefetcher = Prefetcher(builder.store, plan, start, lookahead + fetch_ahead, self.lock)
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
 
@@ -49,6 +54,7 @@ class _Producer:
         with self.lock:
             plan = self.plan.batch(index)
         out = self.builder.build(plan)
+        self.prefetcher.built(index)
         self.build_s += time.perf_counter() - t0
         return out
 
@@ -61,6 +67,7 @@ class _Producer:
         if index >= self.plan.num_batches:
             raise StopIteration
         t0 = time.perf_counter()
+        self.prefetcher.advance(index)
         if self.pool is None:
             prepared = self._timed_build(index)
         else:
@@ -76,6 +83,7 @@ class _Producer:
             for fut in self.futures.values():
                 fut.cancel()
             self.pool.shutdown(wait=True, cancel_futures=True)
+        self.prefetcher.close()
 
 
 class StreamLoader:
@@ -97,7 +105,13 @@ class StreamLoader:
         crop: (height, width) of a centre crop, after `resize`.
         mean, std: per-channel normalisation in [0, 1] units, (x - mean) / std (float32 only).
         remote_max_retries: retries of a failing remote read (default: env DALI_STREAM_REMOTE_MAX_RETRIES or 5).
+        cache_bytes: bound of the fetched episodes kept in memory (compressed segments and rows; default
+            4 GiB); episodes open in the pool are never evicted, retired ones least recently used first.
+        fetch_workers: threads fetching admitted episodes in the background (0: fetch when a batch needs it).
+        remote_timeout_s: limit of one remote request attempt (default: env DALI_STREAM_REMOTE_TIMEOUT_S or 60).
         data_files_root: where data/ and videos/ live when not under `source` (e.g. a bucket next to a Hub repo).
+        storage_options: fsspec options for the remote filesystem(s), e.g. {"endpoint_url": ...} for s3://.
+        revision: branch, tag or commit of an hf://datasets/... source.
         rank, world_size: override the torchrun/SLURM environment.
         prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
     """
@@ -109,13 +123,22 @@ class StreamLoader:
                  world_size: int | None = None, prefetch_batches: int | None = None,
                  resize: tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None,
-                 remote_max_retries: int | None = None, data_files_root: str | None = None) -> None:
+                 remote_max_retries: int | None = None, data_files_root: str | None = None,
+                 cache_bytes: int | None = None, fetch_workers: int = 4, remote_timeout_s: float | None = None,
+                 storage_options: Mapping[str, Any] | None = None, revision: str | None = None) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
+        if not isinstance(fetch_workers, int) or fetch_workers < 0:
+            raise ConfigError(f"`fetch_workers` must be an integer >= 0. Found: {fetch_workers!r}")
+        cache_bytes = DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes
+        if not isinstance(cache_bytes, int) or cache_bytes <= 0:
+            raise ConfigError(f"`cache_bytes` must be a positive integer (bytes). Found: {cache_bytes!r}")
         if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
         self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
-        self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root)
+        self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root,
+                                            remote_timeout_s=remote_timeout_s,
+                                            storage_options=dict(storage_options or {}), revision=revision)
         delta_timestamps = dict(delta_timestamps or {})
         unknown = sorted(set(delta_timestamps) - set(meta.features))
         if unknown:
@@ -137,8 +160,7 @@ class StreamLoader:
             self.image_ops.check_camera(key, cam.height, cam.width)
         self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
         tables = TableReader(meta, meta.table_keys)
-        self.store = EpisodeStore(meta, tables, self.tolerance_s,
-                                  capacity_episodes=episode_pool_size + 2 * batch_size)
+        self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, fetch_workers)
         self._builder = BatchBuilder(meta, self.store, self.routes, self.config.delta_indices, self.tolerance_s,
                                      meta.table_keys, self._table_dtypes(tables))
         self._epoch = 0
@@ -275,7 +297,8 @@ class StreamLoader:
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
-        producer = _Producer(self._builder, plan, start, self.num_workers, self.prefetch_batches)
+        producer = _Producer(self._builder, plan, start, self.num_workers, self.prefetch_batches,
+                             FETCH_AHEAD_BATCHES)
         squeeze = {k: len(self.config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         device_id = self.world.local_rank if self.node.gpus > 0 else None
         t0 = time.perf_counter()

@@ -1,17 +1,24 @@
 """The fetched working set: each open episode's table rows and per-camera segments, fetched once.
 
-Entries are fetched on first use by whichever thread asks first (others wait for that fetch), kept in
-least-recently-used order and evicted beyond `capacity_episodes` episodes. The pool bounds what is in
-use, so eviction only drops episodes the plan has finished with, unless the capacity is set below it.
+An episode is fetched whole (rows, then a segment per camera) by the first of: a background fetch thread
+after `pin` (the loader pins an episode when the plan admits it to the pool, so it arrives before its first
+batch), or a batch builder that needs it and finds it missing (counted in `demand_fetches`). Others wait
+for that fetch. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
+refcounted: `unpin` (the plan retired the episode and every batch drawing it was built) makes an entry
+evictable, least recently used first. Pinned entries are never evicted; when they alone exceed the
+capacity a warning names the sizes and the fix.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+import warnings
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 
+from .errors import RemoteError
 from .segments import Segment, cut_segment
 from .tables import TableReader
 
@@ -21,87 +28,171 @@ class StoreStats:
     segments_cut: int = 0
     segment_bytes: int = 0
     table_reads: int = 0
-    hits: int = 0
+    hits: int = 0  # lookups that found the episode fetched (or in flight)
+    demand_fetches: int = 0  # episodes a batch builder had to fetch itself (not prefetched)
+    prefetches: int = 0  # episodes fetched by the background threads
+    wait_s: float = 0.0  # time batch builders waited for fetches in flight or fetched themselves
     evictions: int = 0
     fetch_s: float = 0.0
+    peak_bytes: int = 0
     episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
 
 
 @dataclass
-class _Entry:
-    ready: threading.Event = field(default_factory=threading.Event)
-    value: object = None
+class _Episode:
+    done: threading.Event = field(default_factory=threading.Event)
+    started: bool = False
+    rows: dict | None = None
+    segments: dict = field(default_factory=dict)
     error: BaseException | None = None
+    nbytes: int = 0
+    refs: int = 0
 
 
 class EpisodeStore:
-    def __init__(self, meta, tables: TableReader, tolerance_s: float, capacity_episodes: int) -> None:
+    def __init__(self, meta, tables: TableReader, tolerance_s: float, cameras: list[str],
+                 capacity_bytes: int, fetch_workers: int = 4) -> None:
         self.meta = meta
         self.tables = tables
         self.tolerance_s = tolerance_s
-        self.capacity = max(1, capacity_episodes)
+        self.cameras = list(cameras)
+        self.capacity_bytes = int(capacity_bytes)
         self.stats = StoreStats()
+        self.bytes = 0  # bytes held by fetched entries
         self._lock = threading.Lock()
-        self._episodes: OrderedDict[int, dict[object, _Entry]] = OrderedDict()
+        self._entries: OrderedDict[int, _Episode] = OrderedDict()
+        self._warned = False
+        self._pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-fetch") \
+            if fetch_workers > 0 else None
+        from .storage import is_local
 
-    def _get(self, pos: int, key: object, make: Callable[[], object]):
+        self.indexes = None
+        if not is_local(meta.data_fs):
+            from .mp4index import IndexCache
+
+            self.indexes = IndexCache(meta.data_fs)
+
+    # ---- refcounts -------------------------------------------------------------------------------------
+    def pin(self, pos: int) -> None:
+        """Keep `pos` until `unpin`; fetch it in the background now if nobody has started to."""
         with self._lock:
-            slots = self._episodes.get(pos)
-            if slots is None:
-                slots = self._episodes[pos] = {}
-            self._episodes.move_to_end(pos)
-            entry = slots.get(key)
-            owner = entry is None
-            if owner:
-                entry = slots[key] = _Entry()
-            else:
-                self.stats.hits += 1
-        if owner:
-            import time
+            entry = self._entry(pos)
+            entry.refs += 1
+            start = self._pool is not None and not entry.started
+            if start:
+                entry.started = True
+        if start:
+            self._pool.submit(self._fill, pos, entry, True)
 
-            t0 = time.perf_counter()
-            try:
-                entry.value = make()
-            except BaseException as exc:
-                entry.error = exc
-                with self._lock:
-                    self._episodes.get(pos, {}).pop(key, None)
-            finally:
-                entry.ready.set()
-                with self._lock:
-                    self.stats.fetch_s += time.perf_counter() - t0
-                    self._evict()
-        else:
-            entry.ready.wait()
-        if entry.error is not None:
-            raise entry.error
-        return entry.value
+    def unpin(self, pos: int) -> None:
+        with self._lock:
+            entry = self._entries.get(pos)
+            if entry is not None and entry.refs > 0:
+                entry.refs -= 1
+            self._evict()
 
-    def _evict(self) -> None:
-        while len(self._episodes) > self.capacity:
-            self._episodes.popitem(last=False)
-            self.stats.evictions += 1
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
+    # ---- lookups ---------------------------------------------------------------------------------------
     def rows(self, pos: int) -> dict:
-        def make():
-            out = self.tables.episode(pos)
-            self.stats.table_reads += 1
-            self.stats.episodes.add(pos)
-            return out
-
-        return self._get(pos, "rows", make)
+        return self._ready(pos).rows
 
     def segment(self, pos: int, camera: str) -> Segment:
-        def make():
-            meta, cam = self.meta, self.meta.cameras[camera]
-            start = float(cam.from_timestamp[pos])
-            last = start + float(self.rows(pos)["timestamp"][-1])
-            seg = cut_segment(meta.data_fs, meta.video_file(pos, camera), start, float(cam.to_timestamp[pos]),
-                              episode=meta.episode_index(pos), camera=camera, codec=cam.codec,
-                              tolerance_s=self.tolerance_s, last_frame_s=last)
+        entry = self._ready(pos)
+        seg = entry.segments.get(camera)
+        if seg is None:  # a camera outside the loader's set (tools): cut it on its own, not cached
+            seg = self._cut(pos, camera)
+        return seg
+
+    def _entry(self, pos: int) -> _Episode:
+        entry = self._entries.get(pos)
+        if entry is None:
+            entry = self._entries[pos] = _Episode()
+        self._entries.move_to_end(pos)
+        return entry
+
+    def _ready(self, pos: int) -> _Episode:
+        with self._lock:
+            entry = self._entry(pos)
+            owner = not entry.started
+            entry.started = True
+            if not owner:
+                self.stats.hits += 1
+        if not entry.done.is_set():
+            t0 = time.perf_counter()
+            if owner:
+                self._fill(pos, entry, False)
+            else:
+                entry.done.wait()
+            with self._lock:
+                self.stats.wait_s += time.perf_counter() - t0
+        if entry.error is not None:
+            raise entry.error
+        return entry
+
+    # ---- fetching --------------------------------------------------------------------------------------
+    def _fill(self, pos: int, entry: _Episode, background: bool) -> None:
+        t0 = time.perf_counter()
+        try:
+            entry.rows = self.tables.episode(pos)
+            for camera in self.cameras:
+                entry.segments[camera] = self._cut(pos, camera, entry.rows)
+            entry.nbytes = sum(v.nbytes for v in entry.rows.values()) + \
+                sum(s.nbytes for s in entry.segments.values())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
+            entry.error = exc
+        with self._lock:
+            self.stats.fetch_s += time.perf_counter() - t0
+            self.stats.episodes.add(pos)
+            if entry.error is None:
+                self.stats.table_reads += 1
+                self.stats.prefetches += background
+                self.stats.demand_fetches += not background
+                self.bytes += entry.nbytes
+                self.stats.peak_bytes = max(self.stats.peak_bytes, self.bytes)
+            elif self._entries.get(pos) is entry:  # a later lookup fetches again
+                del self._entries[pos]
+            entry.done.set()
+            self._evict()
+
+    def _cut(self, pos: int, camera: str, rows: dict | None = None) -> Segment:
+        meta, cam = self.meta, self.meta.cameras[camera]
+        rows = rows if rows is not None else self.rows(pos)
+        start = float(cam.from_timestamp[pos])
+        path = meta.video_file(pos, camera)
+        episode = meta.episode_index(pos)
+        try:
+            index = self.indexes.get(path) if self.indexes is not None else None
+            seg = cut_segment(meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
+                              camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
+                              last_frame_s=start + float(rows["timestamp"][-1]), index=index)
+        except RemoteError as exc:
+            if f"(episode {episode}," in str(exc):
+                raise
+            raise RemoteError(f"{exc} (episode {episode}, camera {camera!r})") from None
+        with self._lock:
             self.stats.segments_cut += 1
             self.stats.segment_bytes += seg.nbytes
-            self.stats.episodes.add(pos)
-            return seg
+        return seg
 
-        return self._get(pos, ("segment", camera), make)
+    def _evict(self) -> None:
+        """Drop unpinned fetched entries, least recently used first, while over capacity (lock held)."""
+        if self.bytes <= self.capacity_bytes:
+            return
+        for pos in list(self._entries):
+            entry = self._entries[pos]
+            if entry.refs == 0 and entry.done.is_set():
+                del self._entries[pos]
+                self.bytes -= entry.nbytes
+                self.stats.evictions += 1
+                if self.bytes <= self.capacity_bytes:
+                    return
+        if not self._warned:
+            self._warned = True
+            pinned = sum(1 for e in self._entries.values() if e.refs > 0)
+            warnings.warn(
+                f"the episode cache holds {self.bytes / 2**20:.1f} MiB in {pinned} pinned episodes, more than "
+                f"cache_bytes={self.capacity_bytes} ({self.capacity_bytes / 2**20:.1f} MiB): the pool and the "
+                "batches in flight need them all; raise cache_bytes or lower episode_pool_size", stacklevel=2)

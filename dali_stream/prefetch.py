@@ -1,0 +1,70 @@
+"""Prefetch on admit: pin each episode when the plan admits it to the pool, release it when retired.
+
+The plan says, per batch, which episodes entered the pool and which drew their last frame
+(`BatchPlan.admitted` / `retired`). While batches are built up to index *i*, `Prefetcher` has pinned every
+episode admitted up to batch *i + ahead* (the store fetches a pinned episode in the background at once),
+so a batch's episodes are normally fetched before it is built. An episode is unpinned once every batch up to
+the one that retired it has been built; the store may then evict it. A run starting mid-epoch pins the
+pool as it stands at that batch: episodes retired before it are never fetched.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+
+class Prefetcher:
+    def __init__(self, store, plan, start: int, ahead: int, plan_lock: threading.Lock) -> None:
+        self.store, self.plan, self.ahead = store, plan, max(0, ahead)
+        self._plan_lock = plan_lock  # EpochPlan draws lazily: one thread at a time
+        self._lock = threading.Lock()
+        self._next = start  # the next batch whose admissions get pinned
+        self._low = start  # every batch before this one is built
+        self._built: set[int] = set()
+        self._held: Counter[int] = Counter()
+        if start > 0:
+            with plan_lock:
+                live = plan.pool_before(start)
+            with self._lock:
+                for pos in live:
+                    self._pin(pos)
+
+    def _pin(self, pos: int) -> None:
+        self._held[pos] += 1
+        self.store.pin(pos)
+
+    def _unpin(self, pos: int) -> None:
+        if self._held[pos] > 0:
+            self._held[pos] -= 1
+            self.store.unpin(pos)
+
+    def advance(self, index: int) -> None:
+        """Batch `index` is about to be built: pin what batches up to `index + ahead` admit."""
+        last = min(index + self.ahead, self.plan.num_batches - 1)
+        with self._lock:
+            while self._next <= last:
+                with self._plan_lock:
+                    admitted = self.plan.batch(self._next).admitted
+                for pos in admitted:
+                    self._pin(pos)
+                self._next += 1
+
+    def built(self, index: int) -> None:
+        """Batch `index` is built; release what retired in batches that are now all built."""
+        with self._lock:
+            self._built.add(index)
+            while self._low in self._built:
+                self._built.discard(self._low)
+                with self._plan_lock:
+                    retired = self.plan.batch(self._low).retired
+                for pos in retired:
+                    self._unpin(pos)
+                self._low += 1
+
+    def close(self) -> None:
+        """Release every pin this run still holds (an epoch that stopped early, the pool at its end)."""
+        with self._lock:
+            for pos, n in list(self._held.items()):
+                for _ in range(n):
+                    self._unpin(pos)
