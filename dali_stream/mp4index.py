@@ -2,21 +2,24 @@
 
 `read_index(rfs, path)` walks the file's top-level boxes with small range reads (the first 4 KB, one
 16-byte header per later box, then the whole `moov`) and parses the video track's sample tables
-(stts/ctts/stss/stsz/stsc/stco|co64, mdhd timescale, elst shift). `Mp4Index.span(from_s, to_s)` gives
-the byte range holding every packet an episode's segment needs (from the keyframe at or before its start
-to the first packet whose dts reaches its end) and the dts to seek to. The demuxer then runs over a
-`RangeFile` preloaded with `pieces` (the bytes read here) plus that range: opening the file and cutting
-the episode read nothing else. Timestamps follow FFmpeg's mov demuxer (dts/pts shifted by the first
-edit's media time); the cut itself still takes pts/dts from FFmpeg, so the index only has to name bytes.
+(stts/ctts/stss/stsz/stsc/stco|co64, mdhd timescale, elst shift) into per-sample offset, size, dts, pts,
+duration and keyframe flag, exactly as FFmpeg's mov demuxer reports them (tests compare every packet of
+H.264 with B-frames, HEVC, AV1 and VP9 files). `Mp4Index.cut(from_s, to_s)` names the samples an
+episode's segment holds: the same rule as the demuxing cut in `segments`, so `segments.cut_segment` can
+build the segment from one range request without opening a demuxer per episode.
+
+`IndexCache` keeps each file's index plus one opened container whose stream is the template the
+segments are muxed with (opened once per file over the bytes read here).
 
 Unsupported layouts (fragmented MP4, no video track, several edits) raise `IndexUnsupported`; the caller
-then lets the demuxer read through plain range requests.
+then cuts through the demuxer and plain range requests.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -37,22 +40,28 @@ class Mp4Index:
     sizes: np.ndarray  # (N,) int64
     dts: np.ndarray  # (N,) int64 ticks, shifted as FFmpeg reports them
     pts: np.ndarray  # (N,) int64 ticks
+    durations: np.ndarray  # (N,) int64 ticks
     sync: np.ndarray  # (N,) bool keyframes
 
     @property
     def header_bytes(self) -> int:
         return sum(len(b) for _, b in self.pieces)
 
-    def span(self, from_s: float, to_s: float, eps: float = 1e-6) -> tuple[int, int, int]:
-        """(start byte, end byte, dts ticks to seek to) of the packets an episode [from_s, to_s) needs."""
+    def cut(self, from_s: float, to_s: float, eps: float = 1e-6) -> tuple[int, int] | None:
+        """Samples [first, stop) of an episode [from_s, to_s) in file seconds: from the last keyframe whose
+        pts is at or before from_s to before the first later sample whose dts reaches to_s (or the file's
+        end). None when no keyframe is at or before from_s."""
         ts = self.timescale
         keys = np.flatnonzero(self.sync & (self.pts <= (from_s + eps) * ts))
-        first = int(keys[-1]) if len(keys) else 0
+        if len(keys) == 0:
+            return None
+        first = int(keys[-1])
         later = np.flatnonzero(self.dts[first + 1:] >= (to_s - eps) * ts)
-        last = first + 1 + int(later[0]) if len(later) else len(self.dts) - 1  # the packet that ends the cut
-        start = int(self.offsets[first:last + 1].min())
-        end = int((self.offsets[first:last + 1] + self.sizes[first:last + 1]).max())
-        return start, end, int(self.dts[first])
+        return first, first + 1 + int(later[0]) if len(later) else len(self.dts)
+
+    def byte_range(self, first: int, stop: int) -> tuple[int, int]:
+        """[start, end) bytes holding samples first..stop-1 (one range: a track's samples are in file order)."""
+        return int(self.offsets[first:stop].min()), int((self.offsets[first:stop] + self.sizes[first:stop]).max())
 
 
 def _boxes(buf: bytes, start: int = 0, end: int | None = None):
@@ -88,7 +97,7 @@ def _table(buf: bytes, box: tuple[int, int], fmt: str, fields: int) -> np.ndarra
     return arr.astype(np.int64).reshape(count, fields)
 
 
-def _track_arrays(moov: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _track_arrays(moov: bytes) -> tuple:
     if _find(moov, 0, len(moov), b"mvex"):
         raise IndexUnsupported("fragmented MP4 (moov/mvex)")
     for trak in _find(moov, 0, len(moov), b"trak"):
@@ -145,7 +154,7 @@ def _track_arrays(moov: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray,
             shift = media[0]
         if len(sizes) != count or len(chunk_of) != count:
             raise IndexUnsupported("sample tables disagree on the sample count")
-        return timescale, offsets.astype(np.int64), sizes, dts - shift, dts + comp - shift, sync
+        return timescale, offsets.astype(np.int64), sizes, dts - shift, dts + comp - shift, deltas, sync
     raise IndexUnsupported("no video track")
 
 
@@ -179,16 +188,25 @@ def read_index(rfs, path: str) -> Mp4Index:
     if moov is None:
         raise IndexUnsupported("no moov box")
     payload = next(_boxes(moov))[1]
-    timescale, offsets, sizes, dts, pts, sync = _track_arrays(moov[payload:])
+    arrays = _track_arrays(moov[payload:])
     pieces = [(p, b) for p, b in pieces if not (p >= len(head) and p + len(b) <= len(head))]
-    return Mp4Index(size, tuple(pieces), timescale, offsets, sizes, dts, pts, sync)
+    return Mp4Index(size, tuple(pieces), *arrays)
+
+
+@dataclass
+class IndexedFile:
+    """A remote video file ready for cutting: its index and an open container whose stream is the template."""
+
+    index: Mp4Index
+    container: object  # av.container.InputContainer, kept open for `stream`
+    stream: object  # av.video.stream.VideoStream
 
 
 class IndexCache:
-    """Indexes of the last `capacity` video files of a RemoteFS, each read once even when threads race.
+    """The last `capacity` video files of a RemoteFS, each indexed and opened once even when threads race.
 
-    A file whose layout `read_index` does not handle maps to None: its episodes are cut through plain
-    range reads."""
+    A file whose layout `read_index` does not handle maps to None (why: `unsupported`): its episodes are
+    cut through the demuxer and plain range requests."""
 
     def __init__(self, rfs, capacity: int = 64) -> None:
         import threading
@@ -197,26 +215,44 @@ class IndexCache:
         self.rfs, self.capacity = rfs, capacity
         self._lock = threading.Lock()
         self._path_locks: dict[str, threading.Lock] = {}
-        self._indexes: OrderedDict[str, Mp4Index | None] = OrderedDict()
+        self._files: OrderedDict[str, IndexedFile | None] = OrderedDict()
         self.unsupported: dict[str, str] = {}  # path -> why it is read without an index
 
-    def get(self, path: str) -> Mp4Index | None:
+    def get(self, path: str) -> IndexedFile | None:
         import threading
 
         with self._lock:
             lock = self._path_locks.setdefault(path, threading.Lock())
         with lock:
             with self._lock:
-                if path in self._indexes:
-                    self._indexes.move_to_end(path)
-                    return self._indexes[path]
-            try:
-                index = read_index(self.rfs, path)
-            except (IndexUnsupported, struct.error, IndexError, ValueError) as exc:
-                index = None
-                self.unsupported[path] = f"{type(exc).__name__}: {exc}"
+                if path in self._files:
+                    self._files.move_to_end(path)
+                    return self._files[path]
+            found = self._open(path)
             with self._lock:
-                self._indexes[path] = index
-                while len(self._indexes) > self.capacity:
-                    self._indexes.popitem(last=False)
-            return index
+                self._files[path] = found
+                while len(self._files) > self.capacity:
+                    _, old = self._files.popitem(last=False)
+                    if old is not None:
+                        old.container.close()
+            return found
+
+    def _open(self, path: str) -> IndexedFile | None:
+        import av
+
+        try:
+            index = read_index(self.rfs, path)
+        except (IndexUnsupported, struct.error, IndexError, ValueError) as exc:
+            self.unsupported[path] = f"{type(exc).__name__}: {exc}"
+            return None
+        try:
+            container = av.open(self.rfs.open(path, "rb", pieces=index.pieces), "r")
+        except av.error.FFmpegError as exc:  # the demuxing cut reports what is wrong with the file
+            self.unsupported[path] = f"{type(exc).__name__}: {exc}"
+            return None
+        stream = container.streams.video[0]
+        if stream.time_base != Fraction(1, index.timescale):
+            container.close()
+            self.unsupported[path] = f"stream time base {stream.time_base} is not 1/{index.timescale}"
+            return None
+        return IndexedFile(index, container, stream)

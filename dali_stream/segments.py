@@ -6,6 +6,11 @@ references decode before it, so that prefix of a closed-GOP stream decodes compl
 original pts, and the segment records its frames' presentation times (sorted packet pts): frame *k* that
 a decoder returns from the segment is the one shown at `pts_s[k]`. Frames are always found by pts,
 never by index arithmetic (B-frames reorder them; a segment can start frames before its episode).
+
+Local files are cut by demuxing (seek, then read packets). Remote files with an `mp4index` are cut from
+the sample index by the same rule: one range request for the packets, no demuxer opened per episode. The
+two give the same packets (bytes, pts, dts, duration, keyframes); the indexed cut has no `sdtp` box
+(PyAV cannot set a packet's disposable flag), which decoders do not read.
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ from __future__ import annotations
 import io
 import threading
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 
@@ -60,11 +64,11 @@ class Segment:
         return idx.astype(np.int32)
 
 
-def _open(fs, path: str, episode: int, camera: str, pieces=()):
+def _open(fs, path: str, episode: int, camera: str):
     import av
 
     try:
-        raw = fs.open(path, "rb", pieces=pieces) if pieces else fs.open(path, "rb")
+        raw = fs.open(path, "rb")
     except FileNotFoundError:
         raise VideoFileError(
             f"video file {path} is missing (episode {episode}, camera {camera!r}); the dataset is incomplete: "
@@ -102,31 +106,27 @@ def _head(fs, path: str, n: int = 48) -> bytes:
 
 
 def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, camera: str, codec: str,
-                tolerance_s: float, last_frame_s: float, index=None) -> Segment:
+                tolerance_s: float, last_frame_s: float, indexed=None) -> Segment:
     """Remux the packets of [from_s, to_s) (file time) into a standalone MP4; see the module docstring.
 
     `last_frame_s` is the file time of the episode's last frame: a file that ends before it is truncated.
-    `index` (an `mp4index.Mp4Index` of a remote file) turns the cut into one range request for exactly
-    its packets; without it the demuxer reads through `fs.open`.
+    `indexed` (an `mp4index.IndexedFile` of a remote file) builds the segment from the sample index and
+    one range request for exactly its packets; without it a demuxer reads the file through `fs.open`.
     """
+    if indexed is not None:
+        return _cut_indexed(fs, path, from_s, to_s, indexed, episode=episode, camera=camera, codec=codec,
+                            tolerance_s=tolerance_s, last_frame_s=last_frame_s)
     import av
 
-    pieces, seek_ticks = (), None
-    if index is not None:
-        start, end, seek_ticks = index.span(from_s, to_s)
-        pieces = index.pieces + ((start, fs.read_range(path, start, end)),)
-    raw, src = _open(fs, path, episode, camera, pieces)
+    raw, src = _open(fs, path, episode, camera)
     try:
         stream = src.streams.video[0]
         tb = stream.time_base
-        if index is not None and tb != Fraction(1, index.timescale):
-            seek_ticks = None
         eps = 1e-6
         margin = 0.0
         while True:
             target = max(0.0, from_s - margin)
-            ticks = seek_ticks if seek_ticks is not None and margin == 0.0 else int(target / tb)
-            src.seek(ticks, stream=stream, backward=True, any_frame=False)
+            src.seek(int(target / tb), stream=stream, backward=True, any_frame=False)
             packets = []
             reached_end = True  # no packet at or after to_s: the file ended inside the episode
             try:
@@ -155,30 +155,77 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
             if first is not None and first <= from_s + tolerance_s:
                 break
             if target <= 0.0:
-                raise VideoFileError(
-                    f"video file {path} has no keyframe at or before {from_s:.6f}s, where episode {episode} "
-                    f"(camera {camera!r}) starts (first usable packet: "
-                    f"{'none' if first is None else f'{first:.6f}s'}); the file is truncated, or the episodes table "
-                    f"points at the wrong file or has a wrong from_timestamp; {_FIX_FILE}"
-                )
+                raise _no_keyframe(path, from_s, episode, camera, first)
             margin = max(1.0, 2 * margin)  # the demuxer's index landed after the start: look further back
         pts = np.sort(np.array([float(p.pts * tb) for p in packets]))
-        if reached_end and pts[-1] < last_frame_s - tolerance_s:  # else frame_indices names the gap
-            raise VideoFileError(
-                f"video file {path} ends at {pts[-1]:.6f}s but episode {episode} (camera {camera!r}) has frames "
-                f"up to {last_frame_s:.6f}s (from_timestamp + the last row's timestamp): the file is truncated, or "
-                f"the episodes table's from_timestamp for it is wrong; {_FIX_FILE}"
-            )
-        buf = io.BytesIO()
-        with av.open(buf, "w", format="mp4") as dst:
-            out = dst.add_stream_from_template(stream, opaque=True)
-            for pkt in packets:
-                pkt.stream = out
-                dst.mux(pkt)
-        return Segment(buf.getvalue(), pts, path, episode, camera, codec)
+        _check_end(path, pts, reached_end, last_frame_s, tolerance_s, episode, camera)
+        return Segment(_mux(stream, packets), pts, path, episode, camera, codec)
     finally:
         src.close()
         raw.close()
+
+
+def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode: int, camera: str, codec: str,
+                 tolerance_s: float, last_frame_s: float) -> Segment:
+    """The same cut as the demuxing path, with packets taken from the index and one range request."""
+    import av
+
+    index = indexed.index
+    span = index.cut(from_s, to_s)
+    if span is None:
+        raise _no_keyframe(path, from_s, episode, camera, None)
+    first, stop = span
+    tb, ts = indexed.stream.time_base, index.timescale
+    if index.pts[first] / ts > from_s + tolerance_s:
+        raise _no_keyframe(path, from_s, episode, camera, index.pts[first] / ts)
+    start, end = index.byte_range(first, stop)
+    data = fs.read_range(path, start, end)
+    packets = []
+    for i in range(first, stop):
+        size = int(index.sizes[i])
+        if size == 0:
+            continue
+        offset = int(index.offsets[i]) - start
+        pkt = av.Packet(data[offset:offset + size])
+        pkt.pts, pkt.dts, pkt.duration = int(index.pts[i]), int(index.dts[i]), int(index.durations[i])
+        pkt.time_base = tb
+        pkt.is_keyframe = bool(index.sync[i])
+        packets.append(pkt)
+    pts = np.sort(index.pts[first:stop][index.sizes[first:stop] > 0] / ts)  # as float(pts * tb), exactly
+    _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
+    return Segment(_mux(indexed.stream, packets), pts, path, episode, camera, codec)
+
+
+def _mux(template, packets) -> bytes:
+    """The packets as a standalone MP4 whose stream copies `template`'s codec parameters."""
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as dst:
+        out = dst.add_stream_from_template(template, opaque=True)
+        for pkt in packets:
+            pkt.stream = out
+            dst.mux(pkt)
+    return buf.getvalue()
+
+
+def _no_keyframe(path: str, from_s: float, episode: int, camera: str, first: float | None) -> VideoFileError:
+    return VideoFileError(
+        f"video file {path} has no keyframe at or before {from_s:.6f}s, where episode {episode} "
+        f"(camera {camera!r}) starts (first usable packet: {'none' if first is None else f'{first:.6f}s'}); "
+        f"the file is truncated, or the episodes table points at the wrong file or has a wrong "
+        f"from_timestamp; {_FIX_FILE}"
+    )
+
+
+def _check_end(path: str, pts: np.ndarray, reached_end: bool, last_frame_s: float, tolerance_s: float,
+               episode: int, camera: str) -> None:
+    if reached_end and pts[-1] < last_frame_s - tolerance_s:  # else frame_indices names the gap
+        raise VideoFileError(
+            f"video file {path} ends at {pts[-1]:.6f}s but episode {episode} (camera {camera!r}) has frames "
+            f"up to {last_frame_s:.6f}s (from_timestamp + the last row's timestamp): the file is truncated, or "
+            f"the episodes table's from_timestamp for it is wrong; {_FIX_FILE}"
+        )
 
 
 def decode_error(seg: Segment, route: str, exc: BaseException) -> DecodeError:

@@ -164,10 +164,10 @@ class EpisodeStore:
         path = meta.video_file(pos, camera)
         episode = meta.episode_index(pos)
         try:
-            index = self.indexes.get(path) if self.indexes is not None else None
+            indexed = self.indexes.get(path) if self.indexes is not None else None
             seg = cut_segment(meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
                               camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
-                              last_frame_s=start + float(rows["timestamp"][-1]), index=index)
+                              last_frame_s=start + float(rows["timestamp"][-1]), indexed=indexed)
         except RemoteError as exc:
             if f"(episode {episode}," in str(exc):
                 raise

@@ -40,13 +40,21 @@ class TableReader:
         self.keys = keys
         self._files: dict[str, tuple[object, list[tuple[int, int, int]]]] = {}
         self._lock = threading.Lock()
+        self._path_locks: dict[str, threading.Lock] = {}
         self.bytes_read = 0  # compressed bytes of the row groups' columns read (parquet footers not counted)
 
     def _file(self, path: str):
         with self._lock:
             hit = self._files.get(path)
+            path_lock = self._path_locks.setdefault(path, threading.Lock())
         if hit is not None:
             return hit
+        with path_lock:  # threads racing for a new file read its footer once
+            with self._lock:
+                hit = self._files.get(path)
+            return hit if hit is not None else self._open(path)
+
+    def _open(self, path: str):
         try:
             pf = parquet_file(self.meta.data_fs, path)
         except FileNotFoundError:
@@ -95,16 +103,19 @@ class TableReader:
         path = meta.data_file(pos)
         pf, ranges = self._file(path)
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
-        with self._lock:  # one ParquetFile handle is not safe to read from two threads at once
-            spans = [self._span(pf.metadata.row_group(g)) for g in groups]
-            raw = getattr(pf, "raw", None)
-            if raw is not None:  # remote: each row group's columns in one range request
-                for first, end, _ in spans:
-                    try:
-                        raw.preload(first, self.meta.data_fs.read_range(path, first, end))
-                    except RemoteError as exc:
-                        raise RemoteError(f"{exc} (rows of episode {meta.episode_index(pos)})") from None
+        spans = [self._span(pf.metadata.row_group(g)) for g in groups]
+        raw = getattr(pf, "raw", None)
+        pieces = []
+        if raw is not None:  # remote: each row group's columns in one range request, outside the locks
+            try:
+                pieces = [(first, self.meta.data_fs.read_range(path, first, end)) for first, end, _ in spans]
+            except RemoteError as exc:
+                raise RemoteError(f"{exc} (rows of episode {meta.episode_index(pos)})") from None
+        with self._path_locks[path]:  # one ParquetFile handle is not safe to read from two threads at once
+            for first, data in pieces:
+                raw.preload(first, data)
             table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
+        with self._lock:
             self.bytes_read += sum(size for *_, size in spans)
         index = table.column("index")
         table = table.filter(pc.and_(pc.greater_equal(index, start), pc.less(index, stop)))

@@ -218,3 +218,29 @@ def test_resume_plan_without_chain_is_the_epoch_plan():
     a = resume_plan(LENGTHS, cfg, World(rank=1, world_size=2), 0, [])
     b = EpochPlan(LENGTHS, cfg, World(rank=1, world_size=2), 0)
     assert all(np.array_equal(a.batch(i).frames, b.batch(i).frames) for i in range(len(b)))
+
+
+@pytest.mark.parametrize("world_size, drop_last", [(1, False), (3, False), (3, True)])
+def test_admissions_and_retirements_bracket_every_draw(world_size, drop_last):
+    """The plan's pool moves (what prefetch pins and releases): an episode is drawn only between the batch
+    that admits it and the one that retires it; it retires in the batch that draws its last frame; the
+    pool never holds more than pool_size; padding passes admit episodes again only after retiring them."""
+    cfg = PlanConfig(batch_size=5, pool_size=3, seed=7, drop_last=drop_last)
+    for rank in range(world_size):
+        plan = EpochPlan(LENGTHS, cfg, World(rank=rank, world_size=world_size), 2)
+        live: set[int] = set()
+        drawn: Counter = Counter()
+        for i in range(len(plan)):
+            b = plan.batch(i)
+            assert live == set(plan.pool_before(i))
+            assert not live & set(b.admitted), "admitted twice without retiring"
+            live |= set(b.admitted)
+            assert set(b.episodes.tolist()) <= live
+            assert len(live) <= cfg.pool_size + len(b.retired)
+            drawn.update(b.episodes.tolist())
+            for pos in b.retired:
+                assert drawn[pos] % LENGTHS[pos] == 0, "retired before its last frame was drawn"
+            live -= set(b.retired)
+        assert len(live) <= cfg.pool_size
+        if not drop_last and world_size == 1:
+            assert not live, "an epoch over all frames ends with an empty pool"

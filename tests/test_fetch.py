@@ -1,0 +1,232 @@
+"""Fetching for remote sources: the MP4 index agrees with FFmpeg's demuxer packet for packet, the indexed
+cut equals the demuxing cut, only the admitted episodes' bytes cross the network (one epoch, pool smaller
+than the dataset), episodes are prefetched when admitted, a resumed run fetches nothing for what it
+skipped, and the cache is bounded in bytes. Real HTTP server on loopback, real parquet and MP4 files."""
+
+from __future__ import annotations
+
+import io
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from dali_stream import StreamLoader
+from dali_stream.meta import DatasetMeta
+from dali_stream.mp4index import IndexCache, read_index
+from dali_stream.remote import RemoteFS, RetryPolicy
+from dali_stream.segments import cut_segment
+
+from .httpserver import Server
+
+ARGS = dict(batch_size=4, episode_pool_size=2, seed=1, device="cpu", num_workers=2, drop_last=False)
+
+
+@pytest.fixture(scope="module")
+def bulky_dataset(tmp_path_factory):
+    """Larger frames and longer episodes than the other fixtures, six episodes per packed file, so the
+    per-file costs (MP4 index, parquet footer) are small next to the episodes, as in real datasets."""
+    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=12, min_length=40, max_length=60, gop=15, episodes_per_file=6, height=144,
+                      width=192, cameras=parse_cameras("front:h264,top:vp9"), seed=5)
+    return write_sample(tmp_path_factory.mktemp("ds") / "bulky", spec)
+
+
+def _local_rfs() -> RemoteFS:
+    from fsspec.implementations.local import LocalFileSystem
+
+    return RemoteFS(LocalFileSystem(), RetryPolicy())
+
+
+def _packets(data_or_path) -> list[tuple]:
+    import av
+
+    src = io.BytesIO(data_or_path) if isinstance(data_or_path, bytes) else str(data_or_path)
+    with av.open(src) as c:
+        stream = c.streams.video[0]
+        return [(p.pts, p.dts, p.duration, bytes(p), p.is_keyframe) for p in c.demux(stream) if p.size]
+
+
+def _cut_args(meta, pos, key):
+    cam = meta.cameras[key]
+    start = float(cam.from_timestamp[pos])
+    return (meta.video_file(pos, key), start, float(cam.to_timestamp[pos])), dict(
+        episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4,
+        last_frame_s=start + (int(meta.lengths[pos]) - 1) / meta.fps)
+
+
+def test_index_matches_the_demuxer(four_codec_dataset):
+    """Every sample's offset, size, pts, dts, duration and keyframe flag as FFmpeg's mov demuxer reports them
+    (H.264 with B-frames and an edit list, HEVC, AV1, VP9)."""
+    import av
+
+    files = sorted(four_codec_dataset.glob("videos/*/*/*.mp4"))
+    assert len(files) >= 8
+    for path in files:
+        rfs = _local_rfs()
+        index = read_index(rfs, str(path))
+        assert rfs.stats.requests <= 6  # size, the first 4 KB, a few box headers, moov: never the media data
+        with av.open(str(path)) as c:
+            stream = c.streams.video[0]
+            want = [(p.pos, p.size, p.pts, p.dts, p.duration, p.is_keyframe) for p in c.demux(stream) if p.size]
+        got = list(zip(index.offsets.tolist(), index.sizes.tolist(), index.pts.tolist(), index.dts.tolist(),
+                       index.durations.tolist(), index.sync.tolist()))
+        assert got == want, path
+
+
+def test_indexed_cut_equals_the_demuxing_cut(four_codec_dataset):
+    from fsspec.implementations.local import LocalFileSystem
+
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    rfs = _local_rfs()
+    cache = IndexCache(rfs)
+    for key in meta.cameras:
+        for pos in range(meta.num_episodes):
+            args, kw = _cut_args(meta, pos, key)
+            demuxed = cut_segment(LocalFileSystem(), *args, **kw)
+            indexed = cut_segment(rfs, *args, indexed=cache.get(args[0]), **kw)
+            assert np.array_equal(demuxed.pts_s, indexed.pts_s), (key, pos)
+            assert _packets(demuxed.data) == _packets(indexed.data), (key, pos)
+    assert cache.unsupported == {}
+
+
+def test_fragmented_mp4_is_cut_without_the_index(small_dataset, tmp_path):
+    """A layout the index does not handle (fragmented MP4) is read through plain range requests: same batches."""
+    import av
+
+    ds = tmp_path / "fragmented"
+    shutil.copytree(small_dataset, ds)
+    files = sorted(ds.glob("videos/observation.images.top/*/*.mp4"))  # VP9: no B-frames, no edit list needed
+    for path in files:
+        tmp = path.with_suffix(".tmp.mp4")
+        with av.open(str(path)) as src, av.open(str(tmp), "w", format="mp4",
+                                               options={"movflags": "frag_keyframe+empty_moov"}) as dst:
+            out = dst.add_stream_from_template(src.streams.video[0])
+            for pkt in src.demux(src.streams.video[0]):
+                if pkt.size:
+                    pkt.stream = out
+                    dst.mux(pkt)
+        tmp.replace(path)
+    local = [b for b in StreamLoader(str(ds), **ARGS)]
+    with Server(ds) as url:
+        loader = StreamLoader(url, **ARGS)
+        remote = [b for b in loader]
+    assert len(local) == len(remote) > 0
+    for a, b in zip(local, remote):
+        for k in a:
+            assert a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]), k
+    unsupported = loader.store.indexes.unsupported
+    assert {p.rsplit("/", 1)[-1] for p in unsupported} == {p.name for p in files}
+    assert all("fragmented" in why for why in unsupported.values())
+
+
+def _episode_bytes(meta, positions) -> int:
+    """What the episodes need, measured on the local files: the packets of each camera's segment (cut by
+    the demuxer, keyframe pre-roll included) and the compressed column chunks of its parquet row groups."""
+    import pyarrow.parquet as pq
+    from fsspec.implementations.local import LocalFileSystem
+
+    total = 0
+    for pos in positions:
+        for key in meta.cameras:
+            args, kw = _cut_args(meta, pos, key)
+            total += sum(len(p[3]) for p in _packets(cut_segment(LocalFileSystem(), *args, **kw).data))
+        md = pq.ParquetFile(meta.data_file(pos)).metadata
+        lo, hi = int(meta.episodes["dataset_from_index"][pos]), int(meta.episodes["dataset_to_index"][pos])
+        index_col = md.schema.to_arrow_schema().names.index("index")
+        for g in range(md.num_row_groups):
+            st = md.row_group(g).column(index_col).statistics
+            if st.min < hi and st.max >= lo:
+                total += sum(md.row_group(g).column(c).total_compressed_size for c in range(md.num_columns))
+    return total
+
+
+def _fetched_during(loader, server, run) -> tuple[object, int, int]:
+    ours, theirs = loader.remote_stats["bytes"], server.counts["bytes"]
+    out = run()
+    return out, loader.remote_stats["bytes"] - ours, server.counts["bytes"] - theirs
+
+
+def test_one_epoch_fetches_only_the_episodes_it_reads(bulky_dataset):
+    """Rank 0 of 2, pool 2 of 12 episodes: the bytes that cross the network in its epoch are at most 1.2x
+    the bytes of the episodes it reads; each episode is fetched once, and no other episode is."""
+    meta = DatasetMeta.open(str(bulky_dataset))
+    server = Server(bulky_dataset)
+    with server as url:
+        loader = StreamLoader(url, rank=0, world_size=2, **ARGS)
+        batches, ours, theirs = _fetched_during(loader, server, lambda: [b for b in loader])
+    plan = loader._plan(0)
+    drawn = {int(p) for i in range(plan.num_batches) for p in plan.batch(i).episodes}
+    assert loader.store.stats.episodes == drawn == set(plan.admission_order.tolist())
+    assert len(drawn) < meta.num_episodes
+    assert loader.store.stats.segments_cut == len(drawn) * len(meta.cameras)
+    needed = _episode_bytes(meta, drawn)
+    assert ours == theirs, "our byte counter disagrees with the server's"
+    assert needed <= theirs <= 1.2 * needed, (theirs, needed, theirs / needed)
+    assert len(batches) == plan.num_batches
+
+
+def test_episodes_are_prefetched_when_admitted(bulky_dataset):
+    """Builders find every episode fetched or in flight (the plan's admissions are pinned ahead); with
+    fetch_workers=0 they fetch on demand instead, with the same batches."""
+    with Server(bulky_dataset) as url:
+        ahead = StreamLoader(url, fetch_workers=3, **ARGS)
+        a = [b for b in ahead]
+        on_demand = StreamLoader(url, fetch_workers=0, **ARGS)
+        b = [b for b in on_demand]
+    n = len(ahead.store.stats.episodes)
+    assert ahead.store.stats.demand_fetches == 0 and ahead.store.stats.prefetches == n
+    assert on_demand.store.stats.demand_fetches == n and on_demand.store.stats.prefetches == 0
+    assert len(a) == len(b) and all(torch.equal(x["index"], y["index"]) for x, y in zip(a, b))
+
+
+def test_remote_resume_fetches_nothing_for_skipped_episodes(bulky_dataset):
+    meta = DatasetMeta.open(str(bulky_dataset))
+    server = Server(bulky_dataset)
+    with server as url:
+        first = StreamLoader(url, **ARGS)
+        k = len(first) // 2
+        for i, _ in enumerate(first):
+            if i + 1 == k:
+                break
+        state = first.state_dict()
+        second = StreamLoader(url, **ARGS)
+        second.load_state_dict(state)
+        rest, ours, theirs = _fetched_during(second, server, lambda: [b for b in second])
+    plan = second._plan(0)
+    assert len(rest) == plan.num_batches - k
+    finished = {p for i in range(k) for p in plan.batch(i).retired}  # every frame drawn before the resume
+    drawn_after = {int(p) for i in range(k, plan.num_batches) for p in plan.batch(i).episodes}
+    fetched = second.store.stats.episodes
+    assert finished and not fetched & finished
+    assert fetched == drawn_after | set(plan.pool_before(k))
+    assert theirs <= 1.2 * _episode_bytes(meta, fetched)
+
+
+def test_cache_is_bounded_in_bytes_and_refcounted(small_dataset):
+    """A cache smaller than the pool's working set warns and still gives the same batches; at the end of an
+    epoch every pin is released and the store is back under its bound. A large cache serves the next epoch
+    without fetching anything."""
+    big = StreamLoader(str(small_dataset), **ARGS)
+    want = [b["index"] for b in big]
+    assert big.store.stats.evictions == 0
+    fetched = big.store.stats.segments_cut
+    again = [b for b in big]
+    assert len(again) == len(want) and big.store.stats.segments_cut == fetched  # all cached
+    tiny = StreamLoader(str(small_dataset), cache_bytes=1, **ARGS)
+    with pytest.warns(UserWarning, match="raise cache_bytes or lower episode_pool_size"):
+        got = [b["index"] for b in tiny]
+    assert all(torch.equal(x, y) for x, y in zip(got, want)) and len(got) == len(want)
+    assert tiny.store.stats.evictions > 0
+    assert tiny.store.bytes <= 1 and all(e.refs == 0 for e in tiny.store._entries.values())
+
+
+def test_cache_settings_are_checked(small_dataset):
+    from dali_stream import ConfigError
+
+    with pytest.raises(ConfigError, match="`cache_bytes` must be a positive integer"):
+        StreamLoader(str(small_dataset), cache_bytes=0, **ARGS)
+    with pytest.raises(ConfigError, match="`fetch_workers` must be an integer >= 0"):
+        StreamLoader(str(small_dataset), fetch_workers=-1, **ARGS)
