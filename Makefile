@@ -5,7 +5,8 @@ BIN    := $(VENV)/bin
 # The exact set tested on our CI machine kind (Debian, Python 3.11, CPU only). setup.cfg declares ranges.
 PINS := torch==2.13.0 torchcodec==0.13.0 nvidia-dali-cuda120==2.4.0 av==18.1.0 pyarrow==26.0.1 \
         fsspec==2026.9.0 huggingface_hub==2.4.0 accelerate==1.15.0 numpy==2.4.6 rich==15.0.0 \
-        aiohttp==3.14.5 psutil==7.2.2 matplotlib==3.11.2 pytest==9.2.0 pytest-timeout==2.4.0
+        aiohttp==3.14.5 s3fs==2026.9.0 psutil==7.2.2 matplotlib==3.11.2 pytest==9.2.0 pytest-timeout==2.4.0 \
+        'moto[server]==5.2.5' boto3==1.43.117
 STAMP := $(VENV)/.installed
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample

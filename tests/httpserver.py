@@ -1,10 +1,9 @@
-"""A real HTTP server on loopback for remote-source tests: Range requests, directory listings, and
-injected faults (503, connection resets, truncated bodies) at a seeded rate. Not a test module."""
+"""A real HTTP server on loopback for remote-source tests: Range requests and directory listings; it counts
+GETs and the bytes it sent. Faults are injected by `faultproxy.FaultProxy` in front of it. Not a test module."""
 
 from __future__ import annotations
 
 import os
-import random
 import re
 import threading
 from functools import partial
@@ -12,35 +11,15 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    fault_rate = 0.0
-    fail_paths: str | None = None  # regex: GETs of matching paths always answer 503
-    rng = random.Random(0)
     lock = threading.Lock()
-    counts = {"get": 0, "faults": 0}
+    counts = {"get": 0, "bytes": 0}
 
     def log_message(self, *args):  # keep test output clean
         pass
 
-    def _fault(self) -> str | None:
+    def do_GET(self):
         with self.lock:
             self.counts["get"] += 1
-            if self.fail_paths and re.search(self.fail_paths, self.path):
-                self.counts["faults"] += 1
-                return "503"
-            if self.rng.random() < self.fault_rate:
-                self.counts["faults"] += 1
-                return self.rng.choice(["503", "reset", "truncate"])
-        return None
-
-    def do_GET(self):
-        fault = self._fault()
-        if fault == "503":
-            self.send_error(503, "injected fault")
-            return
-        if fault == "reset":
-            self.close_connection = True
-            self.connection.close()
-            return
         path = self.translate_path(self.path)
         rng = self.headers.get("Range")
         if os.path.isdir(path) or not os.path.exists(path):
@@ -61,22 +40,19 @@ class _Handler(SimpleHTTPRequestHandler):
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if fault == "truncate" and len(body) > 1:
-            self.wfile.write(body[: len(body) // 2])
-            self.close_connection = True
-            return
         self.wfile.write(body)
+        with self.lock:
+            self.counts["bytes"] += len(body)
 
 
 class Server:
-    """`with Server(root, fault_rate=0.1) as url:` serves `root` at `url` until the block ends."""
+    """`with Server(root) as url:` serves `root` at `url` until the block ends."""
 
-    def __init__(self, root, fault_rate: float = 0.0, fail_paths: str | None = None, seed: int = 0) -> None:
-        handler = type("Handler", (_Handler,), {"fault_rate": fault_rate, "fail_paths": fail_paths,
-                                                 "rng": random.Random(seed), "lock": threading.Lock(),
-                                                 "counts": {"get": 0, "faults": 0}})
+    def __init__(self, root) -> None:
+        handler = type("Handler", (_Handler,), {"lock": threading.Lock(), "counts": {"get": 0, "bytes": 0}})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
+        self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

@@ -1,5 +1,7 @@
-"""Remote sources against a real HTTP server on loopback: same batches as local, faults cost retries not
-samples, exhausted retries give a clear error without secrets."""
+"""Remote sources against real servers on loopback (an HTTP server with Range support, moto's S3 server,
+and a fault-injecting proxy in front of either): the same batches as from local disk, faults cost retries
+and never samples, exhausted retries and stalled requests end in a clear error without secrets, in
+bounded time. Byte accounting, prefetch and the cache: tests/test_fetch.py."""
 
 from __future__ import annotations
 
@@ -8,12 +10,14 @@ import time
 import pytest
 import torch
 
-from dali_stream import RemoteError, StreamLoader
+from dali_stream import ConfigError, RemoteError, StreamLoader
 
+from .faultproxy import FaultProxy
 from .httpserver import Server
 
 ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers=2, drop_last=False,
             delta_timestamps={"action": [0.0, 1 / 30], "observation.images.top": [-1 / 30, 0.0]})
+S3_KEYS = {"key": "AKIDTESTING", "secret": "s3cr3t-key"}
 
 
 def _epoch(loader):
@@ -36,6 +40,29 @@ def local_epoch(small_dataset):
     return _epoch(StreamLoader(str(small_dataset), **ARGS))
 
 
+@pytest.fixture(scope="module")
+def s3(small_dataset):
+    """moto's S3 server on loopback holding the small dataset under s3://robots/small."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    url = f"http://{host}:{port}"
+    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=S3_KEYS["key"],
+                          aws_secret_access_key=S3_KEYS["secret"])
+    client.create_bucket(Bucket="robots")
+    for path in sorted(p for p in small_dataset.rglob("*") if p.is_file()):
+        client.upload_file(str(path), "robots", f"small/{path.relative_to(small_dataset)}")
+    yield url
+    server.stop()
+
+
+def s3_options(endpoint: str) -> dict:
+    return {**S3_KEYS, "endpoint_url": endpoint, "client_kwargs": {"region_name": "us-east-1"}}
+
+
 def test_http_epoch_equals_local(small_dataset, local_epoch):
     with Server(small_dataset) as url:
         loader = StreamLoader(f"{url}/", **ARGS)
@@ -44,19 +71,43 @@ def test_http_epoch_equals_local(small_dataset, local_epoch):
     assert stats["requests"] > 0 and stats["bytes"] > 0 and stats["retries"] == 0
 
 
-def test_faults_cost_retries_not_samples(small_dataset, local_epoch):
-    with Server(small_dataset, fault_rate=0.1, seed=3) as url:
-        loader = StreamLoader(url, remote_max_retries=8, **ARGS)
-        _same(_epoch(loader), local_epoch)
-        stats = loader.remote_stats
-    assert stats["retries"] > 0, stats
+def test_s3_epoch_equals_local(s3, local_epoch):
+    loader = StreamLoader("s3://robots/small", storage_options=s3_options(s3), **ARGS)
+    _same(_epoch(loader), local_epoch)
+    assert loader.remote_stats["bytes"] > 0 and loader.remote_stats["retries"] == 0
+
+
+def test_http_faults_cost_retries_not_samples(small_dataset, local_epoch):
+    """~10 % of GETs through the proxy fail (503, reset, truncated body): the same epoch, faults retried.
+
+    aiohttp itself silently re-sends a request whose reused connection was reset, so our retry counter
+    sees at most one retry per injected fault."""
+    with Server(small_dataset) as upstream:
+        proxy = FaultProxy(upstream, fault_rate=0.1, seed=3)
+        with proxy as url:
+            loader = StreamLoader(url, remote_max_retries=8, **ARGS)
+            got = _epoch(loader)
+    _same(got, local_epoch)
+    assert proxy.counts["faults"] > 0
+    assert 0 < loader.remote_stats["retries"] <= proxy.counts["faults"], (loader.remote_stats, proxy.counts)
+
+
+def test_s3_faults_cost_retries_not_samples(s3, local_epoch):
+    """The same proxy in front of S3 (botocore retries some faults itself; ours catch the rest)."""
+    proxy = FaultProxy(s3, fault_rate=0.1, seed=5)
+    with proxy as url:
+        loader = StreamLoader("s3://robots/small", storage_options=s3_options(url), remote_max_retries=8, **ARGS)
+        got = _epoch(loader)
+    _same(got, local_epoch)
+    assert proxy.counts["faults"] > 0
 
 
 def test_exhausted_retries_name_the_url_without_secrets(small_dataset, monkeypatch):
     monkeypatch.setenv("DALI_STREAM_REMOTE_MAX_RETRIES", "2")
-    with Server(small_dataset, fail_paths=r"/videos/.*\.mp4") as url:
+    with Server(small_dataset) as upstream, FaultProxy(upstream, fail_paths=r"/videos/.*\.mp4") as url:
         secret_url = url.replace("http://", "http://alice:s3cr3t@")
         loader = StreamLoader(secret_url, **ARGS)
+        policy = loader.meta.data_fs.policy
         t0 = time.perf_counter()
         with pytest.raises(RemoteError) as info:
             _epoch(loader)
@@ -65,7 +116,28 @@ def test_exhausted_retries_name_the_url_without_secrets(small_dataset, monkeypat
     assert "127.0.0.1" in message and "/videos/" in message and "failed 3 times" in message
     assert "s3cr3t" not in message and "alice" not in message
     assert "episode" in message and "camera" in message
-    assert elapsed < 60
+    # Within the configured time: 3 attempts, backoff 0.1 + 0.2 s (a hang would hit pytest's timeout).
+    assert elapsed < policy.worst_case_s, (elapsed, policy)
+
+
+def test_stalled_server_times_out_with_a_clear_error(small_dataset):
+    """A server that accepts and never answers: each attempt is cut at remote_timeout_s, then RemoteError."""
+    with Server(small_dataset) as upstream, FaultProxy(upstream, stall_paths=r"/videos/.*\.mp4") as url:
+        loader = StreamLoader(url, remote_max_retries=1, remote_timeout_s=0.5, **ARGS)
+        policy = loader.meta.data_fs.policy
+        t0 = time.perf_counter()
+        with pytest.raises(RemoteError, match=r"failed 2 times .*no answer within 0.5s") as info:
+            _epoch(loader)
+        elapsed = time.perf_counter() - t0
+    assert "episode" in str(info.value)
+    assert policy.worst_case_s == pytest.approx(2 * 0.5 + 0.1)
+    assert elapsed < 4 * policy.worst_case_s, elapsed  # bounded by the policy, not by the server's hour-long stall
+
+
+def test_s3_errors_never_show_the_secret_key(s3):
+    with pytest.raises(Exception) as info:
+        StreamLoader("s3://robots/absent", storage_options=s3_options(s3), **ARGS)
+    assert S3_KEYS["secret"] not in str(info.value) and "robots/absent" in str(info.value)
 
 
 def test_redact_removes_credentials_and_tokens():
@@ -74,12 +146,27 @@ def test_redact_removes_credentials_and_tokens():
     assert redact("https://bob:pw@host/x?token=abc&y=1&X-Amz-Signature=zz") == "https://host/x?token=***&y=1&X-Amz-Signature=***"
 
 
-def test_retry_limit_must_be_a_number(small_dataset, monkeypatch):
-    from dali_stream import ConfigError
-
-    monkeypatch.setenv("DALI_STREAM_REMOTE_MAX_RETRIES", "lots")
-    with Server(small_dataset) as url, pytest.raises(ConfigError, match="DALI_STREAM_REMOTE_MAX_RETRIES='lots'"):
+@pytest.mark.parametrize("env, value, match", [
+    ("DALI_STREAM_REMOTE_MAX_RETRIES", "lots", "DALI_STREAM_REMOTE_MAX_RETRIES='lots'"),
+    ("DALI_STREAM_REMOTE_TIMEOUT_S", "soon", "DALI_STREAM_REMOTE_TIMEOUT_S='soon'"),
+])
+def test_remote_settings_from_env_must_be_numbers(small_dataset, monkeypatch, env, value, match):
+    monkeypatch.setenv(env, value)
+    with Server(small_dataset) as url, pytest.raises(ConfigError, match=match):
         StreamLoader(url, **ARGS)
+
+
+def test_revision_pins_hf_repositories_only():
+    from dali_stream.storage import with_revision
+
+    assert with_revision("hf://datasets/lab/arm", "v2.1") == "hf://datasets/lab/arm@v2.1"
+    assert with_revision("hf://datasets/lab/arm/sub", "refs/pr/3") == "hf://datasets/lab/arm@refs%2Fpr%2F3/sub"
+    for source, revision, match in [("hf://buckets/lab/arm", "v1", "no revisions"),
+                                    ("s3://bucket/arm", "v1", "no revisions"),
+                                    ("hf://datasets/lab/arm@main", "v1", "already names a revision"),
+                                    ("hf://datasets/lab/arm", "", "non-empty")]:
+        with pytest.raises(ConfigError, match=match):
+            with_revision(source, revision)
 
 
 def test_meta_local_bulk_files_over_http(small_dataset, tmp_path, local_epoch):

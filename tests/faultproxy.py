@@ -1,0 +1,117 @@
+"""A fault-injecting HTTP reverse proxy on loopback, in front of a real server (HTTP or S3). Not a test module.
+
+Each request is forwarded to the upstream (method, path, headers, body) unless the seeded dice inject a
+fault instead: 503, a connection reset before any answer, or a truncated body (full Content-Length, half
+the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `stall_paths` makes it
+hang without answering (for timeout tests). `counts` records forwarded requests and faults."""
+
+from __future__ import annotations
+
+import http.client
+import random
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+_HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
+
+
+class _Proxy(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    upstream: tuple[str, int] = ("127.0.0.1", 0)
+    fault_rate = 0.0
+    fail_paths: str | None = None
+    stall_paths: str | None = None
+    rng = random.Random(0)
+    lock = threading.Lock()
+    counts: dict = {}
+
+    def log_message(self, *args):
+        pass
+
+    def _fault(self) -> str | None:
+        with self.lock:
+            self.counts["requests"] += 1
+            if self.command != "GET":
+                return None
+            if self.stall_paths and re.search(self.stall_paths, self.path):
+                self.counts["faults"] += 1
+                return "stall"
+            if self.fail_paths and re.search(self.fail_paths, self.path):
+                self.counts["faults"] += 1
+                return "503"
+            if self.rng.random() < self.fault_rate:
+                self.counts["faults"] += 1
+                return self.rng.choice(["503", "reset", "truncate"])
+        return None
+
+    def _forward(self) -> None:
+        fault = self._fault()
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        if fault == "stall":
+            time.sleep(3600)
+        if fault == "reset":
+            self.close_connection = True
+            self.connection.close()
+            return
+        if fault == "503":
+            payload = b"injected fault"
+            self.send_response(503)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        conn = http.client.HTTPConnection(*self.upstream, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        self.send_response(resp.status, resp.reason)
+        for k, v in resp.getheaders():
+            if k.lower() not in _HOP and (k.lower() != "content-length" or self.command == "HEAD"):
+                self.send_header(k, v)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        if fault == "truncate" and len(data) > 1:
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(data)
+
+    do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+
+class FaultProxy:
+    """`with FaultProxy(upstream_url, fault_rate=0.1) as url:` proxies `url` to `upstream_url`."""
+
+    def __init__(self, upstream: str, fault_rate: float = 0.0, fail_paths: str | None = None,
+                 stall_paths: str | None = None, seed: int = 0) -> None:
+        parts = urlsplit(upstream)
+        handler = type("Proxy", (_Proxy,), {
+            "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
+            "stall_paths": stall_paths, "rng": random.Random(seed), "lock": threading.Lock(),
+            "counts": {"requests": 0, "faults": 0}})
+        self.handler = handler
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def counts(self) -> dict:
+        return self.handler.counts
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
