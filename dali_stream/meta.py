@@ -72,7 +72,15 @@ class DatasetMeta:
         dataset, bulk files from a bucket), else from `source`. `revision` applies to `source` (an hf://
         repository); `storage_options` (fsspec's) to both roots."""
         fs, root = open_fs(source, remote_max_retries, remote_timeout_s, storage_options, revision)
-        info = cls._read_info(source, fs, root)
+        try:
+            info = cls._read_info(source, fs, root)
+        except DatasetNotFoundError:
+            if revision is None:
+                raise
+            raise DatasetNotFoundError(
+                f"{source!r} at revision {revision!r} was not found: the repository, or that branch, tag or "
+                "commit, does not exist or the token cannot see it; check `revision` and the token"
+            ) from None
         episodes = cls._read_episodes(source, fs, root, info)
         tasks = cls._read_tasks(source, fs, root)
         meta = cls(source, fs, root, info, episodes, tasks)
@@ -88,9 +96,11 @@ class DatasetMeta:
     @staticmethod
     def _read_info(source, fs, root) -> dict[str, Any]:
         if not fs.exists(root):
+            remote = "; a private repository, bucket or server also looks missing without valid credentials " \
+                     "(HF_TOKEN / `hf auth login`, the AWS environment, or storage_options)" if "://" in str(source) else ""
             raise DatasetNotFoundError(
                 f"dataset folder {source!r} does not exist; pass the root of a LeRobot v3 dataset "
-                "(the folder holding meta/, data/ and videos/), or write one with `dali-stream make-sample`"
+                f"(the folder holding meta/, data/ and videos/), or write one with `dali-stream make-sample`{remote}"
             )
         path = posixpath.join(root, INFO_PATH)
         if not fs.exists(path):

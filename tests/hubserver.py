@@ -1,0 +1,184 @@
+"""A small Hugging Face Hub on loopback, enough for `huggingface_hub.HfFileSystem` to read dataset
+repositories at several revisions and buckets over plain HTTP (no Xet): repo and bucket info, tree
+listings, paths-info, and `resolve` downloads with Range. Requests must carry the test token. Not a test
+module: `with Hub(token) as endpoint:` then `hub.add_dataset(repo_id, {revision: folder})` and
+`hub.add_bucket(bucket_id, folder)`; pass `storage_options={"endpoint": endpoint, "token": token}`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+_SHA = lambda text: hashlib.sha1(text.encode()).hexdigest()  # noqa: E731
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    hub: "Hub"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, obj, status: int = 200) -> None:
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, status: int, message: str, code: str | None = None) -> None:
+        body = json.dumps({"error": message}).encode()
+        self.send_response(status)
+        if code:
+            self.send_header("X-Error-Code", code)
+        self.send_header("X-Error-Message", message)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorised(self) -> bool:
+        if self.headers.get("Authorization") != f"Bearer {self.hub.token}":
+            self._error(401, "Invalid credentials in Authorization header")
+            return False
+        return True
+
+    def _entries(self, root: Path, prefix: str, recursive: bool, files_only: bool = False) -> list[dict]:
+        base = root / prefix if prefix else root
+        if not base.is_dir():
+            return []
+        walk = sorted(base.rglob("*")) if recursive else sorted(base.iterdir())
+        out = []
+        for p in walk:
+            rel = p.relative_to(root).as_posix()
+            if p.is_dir():
+                if not files_only:
+                    out.append({"type": "directory", "oid": _SHA(rel), "path": rel})
+            else:
+                out.append({"type": "file", "oid": _SHA(rel), "size": p.stat().st_size, "path": rel,
+                            "xetHash": None, "mtime": "2026-11-01T00:00:00.000Z"})
+        return out
+
+    def _send_file(self, path: Path) -> None:
+        if not path.is_file():
+            self._error(404, "Entry not found", "EntryNotFound")
+            return
+        size = path.stat().st_size
+        rng = self.headers.get("Range")
+        start, end = 0, size - 1
+        if rng:
+            m = re.match(r"bytes=(\d*)-(\d*)", rng)
+            start = int(m.group(1)) if m.group(1) else 0
+            end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            body = fh.read(end - start + 1)
+        self.send_response(206 if rng else 200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{_SHA(str(path))}"')
+        if rng:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+            with self.hub.lock:
+                self.hub.counts["bytes"] += len(body)
+
+    def _route(self) -> None:
+        if not self._authorised():
+            return
+        url = urlsplit(self.path)
+        path, query = unquote(url.path), parse_qs(url.query)
+        recursive = query.get("recursive", ["false"])[0].lower() == "true"
+        hub = self.hub
+        with hub.lock:
+            hub.counts["requests"] += 1
+        m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)(?:/revision/(.+))?", path)
+        if m and self.command == "GET":
+            revs = hub.datasets.get(m.group(1))
+            rev = m.group(2) or "main"
+            if revs is None:
+                return self._error(404, "Repository not found", "RepoNotFound")
+            if rev not in revs:
+                return self._error(404, f"Invalid rev id: {rev}", "RevisionNotFound")
+            return self._json({"id": m.group(1), "sha": _SHA(m.group(1) + rev), "private": True,
+                               "siblings": [{"rfilename": e["path"]} for e in
+                                            self._entries(revs[rev], "", True, files_only=True)]})
+        m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/(tree|paths-info)/([^/]+)(?:/(.*))?", path)
+        if m:
+            root = hub.datasets.get(m.group(1), {}).get(m.group(3))
+            if root is None:
+                return self._error(404, "Revision not found", "RevisionNotFound")
+            if m.group(2) == "tree":
+                return self._json(self._entries(root, m.group(4) or "", recursive))
+            length = int(self.headers.get("Content-Length") or 0)
+            form = parse_qs(self.rfile.read(length).decode()) if length else {}
+            wanted = form.get("paths", [])
+            return self._json([e for e in self._entries(root, "", True) if e["path"] in wanted])
+        m = re.fullmatch(r"/datasets/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
+        if m:
+            root = hub.datasets.get(m.group(1), {}).get(m.group(2))
+            if root is None:
+                return self._error(404, "Revision not found", "RevisionNotFound")
+            return self._send_file(root / m.group(3))
+        m = re.fullmatch(r"/api/buckets/([^/]+/[^/]+)(?:/(tree|paths-info)(?:/(.*))?)?", path)
+        if m:
+            root = hub.buckets.get(m.group(1))
+            if root is None:
+                return self._error(404, "Bucket not found", "RepoNotFound")
+            if m.group(2) is None:
+                files = self._entries(root, "", True, files_only=True)
+                return self._json({"id": m.group(1), "private": True, "createdAt": "2026-11-01T00:00:00.000Z",
+                                   "size": sum(f["size"] for f in files), "totalFiles": len(files)})
+            if m.group(2) == "tree":
+                return self._json(self._entries(root, m.group(3) or "", recursive))
+            length = int(self.headers.get("Content-Length") or 0)
+            wanted = json.loads(self.rfile.read(length) or b"{}").get("paths", [])
+            return self._json([e for e in self._entries(root, "", True, files_only=True) if e["path"] in wanted])
+        m = re.fullmatch(r"/buckets/([^/]+/[^/]+)/resolve/(.+)", path)
+        if m and m.group(1) in hub.buckets:
+            return self._send_file(hub.buckets[m.group(1)] / m.group(2))
+        hub.unknown.append(f"{self.command} {self.path}")
+        self._error(404, f"not emulated: {self.command} {path}")
+
+    do_GET = do_HEAD = do_POST = _route
+
+
+class Hub:
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.datasets: dict[str, dict[str, Path]] = {}
+        self.buckets: dict[str, Path] = {}
+        self.unknown: list[str] = []  # requests the emulator does not answer (a test asserts none)
+        self.lock = threading.Lock()
+        self.counts = {"requests": 0, "bytes": 0}
+        handler = type("Handler", (_Handler,), {"hub": self})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def add_dataset(self, repo_id: str, revisions: dict[str, os.PathLike]) -> None:
+        self.datasets[repo_id] = {rev: Path(folder) for rev, folder in revisions.items()}
+
+    def add_bucket(self, bucket_id: str, folder: os.PathLike) -> None:
+        self.buckets[bucket_id] = Path(folder)
+
+    def __enter__(self) -> "Hub":
+        self.thread.start()
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,81 @@
+"""hf:// sources through huggingface_hub's own HfFileSystem, against a Hub emulator on loopback
+(tests/hubserver.py): a dataset repository read at a pinned `revision=`, metadata from a repository with
+data/ and videos/ from an hf:// bucket, and the token kept out of errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dali_stream import StreamLoader
+
+from .hubserver import Hub
+
+TOKEN = "hf_TESTtoken0123456789"
+ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers=2, drop_last=False,
+            delta_timestamps={"action": [0.0, 1 / 30]})
+
+
+@pytest.fixture(scope="module")
+def older_dataset(tmp_path_factory):
+    """What the repository held at tag v1.0: fewer, different episodes."""
+    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=4, min_length=8, max_length=14, gop=8, episodes_per_file=2,
+                      cameras=parse_cameras("front:h264,top:vp9"), seed=9)
+    return write_sample(tmp_path_factory.mktemp("ds") / "older", spec)
+
+
+@pytest.fixture(scope="module")
+def hub(small_dataset, older_dataset):
+    with Hub(TOKEN) as hub:
+        hub.add_dataset("lab/arm", {"main": small_dataset, "v1.0": older_dataset})
+        hub.add_bucket("lab/arm-bulk", small_dataset)
+        yield hub
+    assert hub.unknown == [], "requests the emulator does not know"
+
+
+def _options(hub, token=TOKEN) -> dict:
+    return {"endpoint": hub.endpoint, "token": token}
+
+
+def _indices(loader) -> list[torch.Tensor]:
+    return [b["index"] for b in loader]
+
+
+def _same_epoch(remote, local) -> None:
+    a, b = [x for x in remote], [x for x in local]
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x["task"] == y["task"]
+        for k in y:
+            if k != "task":
+                assert torch.equal(x[k], y[k]), k
+
+
+def test_dataset_repository_at_main_and_at_a_pinned_revision(hub, small_dataset, older_dataset):
+    _same_epoch(StreamLoader("hf://datasets/lab/arm", storage_options=_options(hub), **ARGS),
+                StreamLoader(str(small_dataset), **ARGS))
+    pinned = StreamLoader("hf://datasets/lab/arm", revision="v1.0", storage_options=_options(hub), **ARGS)
+    assert pinned.meta.num_episodes == 4
+    _same_epoch(pinned, StreamLoader(str(older_dataset), **ARGS))
+    assert pinned.remote_stats["bytes"] > 0
+
+
+def test_metadata_from_a_repository_bulk_files_from_a_bucket(hub, small_dataset):
+    loader = StreamLoader("hf://datasets/lab/arm", data_files_root="hf://buckets/lab/arm-bulk",
+                          storage_options=_options(hub), **ARGS)
+    bytes_before = hub.counts["bytes"]
+    _same_epoch(loader, StreamLoader(str(small_dataset), **ARGS))
+    assert loader.meta.data_fs is not loader.meta.fs
+    assert hub.counts["bytes"] - bytes_before <= loader.remote_stats["bytes"]  # nothing fetched behind our back
+
+
+def test_unknown_revision_and_bad_token_are_clear_and_keep_the_token_secret(hub):
+    with pytest.raises(Exception) as info:
+        StreamLoader("hf://datasets/lab/arm", revision="v9", storage_options=_options(hub), **ARGS)
+    assert "v9" in str(info.value) and TOKEN not in str(info.value)
+    wrong = "hf_WRONGtoken999"
+    with pytest.raises(Exception) as info:
+        StreamLoader("hf://datasets/lab/arm", storage_options=_options(hub, wrong), **ARGS)
+    assert wrong not in str(info.value) and "lab/arm" in str(info.value) and "credentials" in str(info.value)
