@@ -73,10 +73,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from .decode import Node, resolve_routes
     from .meta import DatasetMeta
 
-    meta = DatasetMeta.open(args.dataset)
+    meta = DatasetMeta.open(args.dataset, revision=args.revision)
     routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, "auto", Node.probe())
     report = {
         "source": meta.source,
+        "revision": args.revision,
         "codebase_version": meta.info.get("codebase_version"),
         "fps": meta.fps,
         "episodes": meta.num_episodes,
@@ -94,7 +95,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = Console()
-    console.print(f"[bold]{meta.source}[/] LeRobot {report['codebase_version']}: {meta.num_episodes} episodes, "
+    at = f" @ {args.revision}" if args.revision else ""
+    console.print(f"[bold]{meta.source}{at}[/] LeRobot {report['codebase_version']}: {meta.num_episodes} episodes, "
                   f"{meta.total_frames} frames at {meta.fps:g} fps, {len(meta.tasks)} tasks")
     table = Table("camera", "codec", "size", "decode route (auto, this node)")
     for k, c in report["cameras"].items():
@@ -272,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="summarise a dataset: episodes, cameras, codecs, decode routes")
     p.add_argument("dataset", help="dataset root (path or fsspec URL)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... repository")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("diagnose", help="what this node can decode, and how each camera of DATASET would be",
