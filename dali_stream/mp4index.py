@@ -43,10 +43,6 @@ class Mp4Index:
     durations: np.ndarray  # (N,) int64 ticks
     sync: np.ndarray  # (N,) bool keyframes
 
-    @property
-    def header_bytes(self) -> int:
-        return sum(len(b) for _, b in self.pieces)
-
     def cut(self, from_s: float, to_s: float, eps: float = 1e-6) -> tuple[int, int] | None:
         """Samples [first, stop) of an episode [from_s, to_s) in file seconds: from the last keyframe whose
         pts is at or before from_s to before the first later sample whose dts reaches to_s (or the file's

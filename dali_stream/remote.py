@@ -218,7 +218,6 @@ class RangeFile(io.RawIOBase):
         self._fixed = [(int(o), bytes(b)) for o, b in pieces]
         self._extra: OrderedDict[int, bytes] = OrderedDict()
         self._keep, self._min_read = keep, min_read
-        self.unplanned_bytes = 0  # fetched by reads outside the pieces
 
     def readable(self) -> bool:
         return True
@@ -259,7 +258,6 @@ class RangeFile(io.RawIOBase):
             starts = [o for o, _ in self._fixed] + list(self._extra)
             stop = min([self.size, self.pos + max(want, self._min_read)] + [o for o in starts if o > self.pos])
             data = self.rfs.read_range(self.path, self.pos, stop)
-            self.unplanned_bytes += len(data)
             self.preload(self.pos, data)
             hit = (self.pos, data)
         offset, data = hit
