@@ -30,7 +30,7 @@ from .world import World, resolve_world
 
 STATE_VERSION = 1
 DEFAULT_CACHE_BYTES = 4 << 30
-FETCH_AHEAD_BATCHES = 4  # episodes admitted this many batches beyond the builders' lookahead are fetched
+FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
 
 

@@ -1,9 +1,9 @@
 """The fetched working set: each open episode's table rows and per-camera segments, fetched once.
 
-An episode is fetched whole (rows, then a segment per camera) by the first of: a background fetch thread
-after `pin` (the loader pins an episode when the plan admits it to the pool, so it arrives before its first
-batch), or a batch builder that needs it and finds it missing (counted in `demand_fetches`). Others wait
-for that fetch. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
+An episode is fetched whole (its rows, and a segment per camera, in parallel) by the first of: the
+background fetch threads after `pin` (the loader pins an episode when the plan admits it to the pool, so
+it arrives before its first batch), or a batch builder that needs it and finds it missing (counted in
+`demand_fetches`). Others wait for that fetch. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
 refcounted: `unpin` (the plan retired the episode and every batch drawing it was built) makes an entry
 evictable, least recently used first. Pinned entries are never evicted; when they alone exceed the
 capacity a warning names the sizes and the fix.
@@ -41,7 +41,9 @@ class StoreStats:
 @dataclass
 class _Episode:
     done: threading.Event = field(default_factory=threading.Event)
+    rows_ready: threading.Event = field(default_factory=threading.Event)
     started: bool = False
+    pending: int = 0  # parts (rows, one per camera) not fetched yet
     rows: dict | None = None
     segments: dict = field(default_factory=dict)
     error: BaseException | None = None
@@ -82,7 +84,7 @@ class EpisodeStore:
             if start:
                 entry.started = True
         if start:
-            self._pool.submit(self._fill, pos, entry, True)
+            self._fill(pos, entry, True)
 
     def unpin(self, pos: int) -> None:
         with self._lock:
@@ -134,19 +136,39 @@ class EpisodeStore:
 
     # ---- fetching --------------------------------------------------------------------------------------
     def _fill(self, pos: int, entry: _Episode, background: bool) -> None:
+        """Fetch the rows and each camera's segment: as parallel background tasks (the cameras' wait for the
+        rows, which start first), or one after another in this thread."""
+        parts = [None, *self.cameras]  # None: the table rows
+        entry.pending = len(parts)
+        for camera in parts:
+            if background:
+                self._pool.submit(self._part, pos, entry, camera, True)
+            else:
+                self._part(pos, entry, camera, False)
+
+    def _part(self, pos: int, entry: _Episode, camera: str | None, background: bool) -> None:
         t0 = time.perf_counter()
         try:
-            entry.rows = self.tables.episode(pos)
-            for camera in self.cameras:
-                entry.segments[camera] = self._cut(pos, camera, entry.rows)
-            entry.nbytes = sum(v.nbytes for v in entry.rows.values()) + \
-                sum(s.nbytes for s in entry.segments.values())
+            if camera is None:
+                entry.rows = self.tables.episode(pos)
+            else:
+                entry.rows_ready.wait()
+                if entry.error is None:
+                    entry.segments[camera] = self._cut(pos, camera, entry.rows)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
-            entry.error = exc
+            entry.error = entry.error or exc
+        finally:
+            if camera is None:
+                entry.rows_ready.set()
         with self._lock:
             self.stats.fetch_s += time.perf_counter() - t0
+            entry.pending -= 1
+            if entry.pending:
+                return
             self.stats.episodes.add(pos)
             if entry.error is None:
+                entry.nbytes = sum(v.nbytes for v in entry.rows.values()) + \
+                    sum(seg.nbytes for seg in entry.segments.values())
                 self.stats.table_reads += 1
                 self.stats.prefetches += background
                 self.stats.demand_fetches += not background

@@ -3,7 +3,8 @@
 Each request is forwarded to the upstream (method, path, headers, body) unless the seeded dice inject a
 fault instead: 503, a connection reset before any answer, or a truncated body (full Content-Length, half
 the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `stall_paths` makes it
-hang without answering (for timeout tests). `counts` records forwarded requests and faults."""
+hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store).
+`counts` records forwarded requests and faults."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class _Proxy(BaseHTTPRequestHandler):
     fault_rate = 0.0
     fail_paths: str | None = None
     stall_paths: str | None = None
+    delay_s = 0.0
     rng = random.Random(0)
     lock = threading.Lock()
     counts: dict = {}
@@ -53,6 +55,8 @@ class _Proxy(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else None
         if fault == "stall":
             time.sleep(3600)
+        if self.delay_s and self.command == "GET":
+            time.sleep(self.delay_s)
         if fault == "reset":
             self.close_connection = True
             self.connection.close()
@@ -93,15 +97,16 @@ class FaultProxy:
     """`with FaultProxy(upstream_url, fault_rate=0.1) as url:` proxies `url` to `upstream_url`."""
 
     def __init__(self, upstream: str, fault_rate: float = 0.0, fail_paths: str | None = None,
-                 stall_paths: str | None = None, seed: int = 0) -> None:
+                 stall_paths: str | None = None, seed: int = 0, delay_s: float = 0.0) -> None:
         parts = urlsplit(upstream)
         handler = type("Proxy", (_Proxy,), {
             "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
-            "stall_paths": stall_paths, "rng": random.Random(seed), "lock": threading.Lock(),
+            "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed), "lock": threading.Lock(),
             "counts": {"requests": 0, "faults": 0}})
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # clients closing keep-alive sockets at exit
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

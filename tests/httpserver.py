@@ -53,6 +53,7 @@ class Server:
         self.handler = handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # clients closing keep-alive sockets at exit
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property
