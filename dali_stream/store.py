@@ -93,10 +93,6 @@ class EpisodeStore:
                 entry.refs -= 1
             self._evict()
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-
     # ---- lookups ---------------------------------------------------------------------------------------
     def rows(self, pos: int) -> dict:
         return self._ready(pos).rows

@@ -77,6 +77,16 @@ def test_s3_epoch_equals_local(s3, local_epoch):
     assert loader.remote_stats["bytes"] > 0 and loader.remote_stats["retries"] == 0
 
 
+def test_s3_credentials_and_endpoint_from_the_aws_environment(s3, local_epoch, monkeypatch):
+    """No storage_options: keys, region and endpoint come from the AWS environment as botocore reads it."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", S3_KEYS["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", S3_KEYS["secret"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3)
+    loader = StreamLoader("s3://robots/small", **ARGS)
+    _same(_epoch(loader), local_epoch)
+
+
 def test_http_faults_cost_retries_not_samples(small_dataset, local_epoch):
     """~10 % of GETs through the proxy fail (503, reset, truncated body): the same epoch, faults retried.
 
