@@ -43,6 +43,11 @@ class Segment:
     def nbytes(self) -> int:
         return len(self.data)
 
+    def release_decoders(self) -> None:
+        """Close the idle CPU decoders (FFmpeg contexts and frame buffers, not counted in `nbytes`)."""
+        with self.lock:
+            self.idle_decoders.clear()
+
     def frame_indices(self, query_s: np.ndarray, tolerance_s: float, what: str) -> np.ndarray:
         """Index of the frame whose pts is nearest each query time; error if one is farther than tolerance."""
         query_s = np.asarray(query_s, dtype=np.float64)

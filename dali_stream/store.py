@@ -91,6 +91,9 @@ class EpisodeStore:
             entry = self._entries.get(pos)
             if entry is not None and entry.refs > 0:
                 entry.refs -= 1
+                if entry.refs == 0:  # retired: keep the bytes (bounded), not its decoders (unbounded)
+                    for seg in entry.segments.values():
+                        seg.release_decoders()
             self._evict()
 
     # ---- lookups ---------------------------------------------------------------------------------------
