@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from dali_stream.bench import METRIC_KEYS
 
-SCRIPT = Path(sys.executable).parent / "dali-stream"
+from .console import dali_stream
 
 
 def _bench(*args):
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([str(SCRIPT), "bench", *map(str, args)], capture_output=True, text=True, timeout=600,
-                          env=env)
+    return dali_stream("bench", *args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +64,7 @@ def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
     assert json.loads(row["routes"]) == result["routes"]
     assert "loader/limit" in proc.stdout and "sarm / auto" in proc.stdout
     png = tmp_path / "chart.png"
-    summary = subprocess.run([str(SCRIPT), "bench", "summarize", str(out), "--png", str(png)], capture_output=True,
-                             text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
+    summary = dali_stream("bench", "summarize", out, "--png", png)
     assert summary.returncode == 0, summary.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "1 runs" in summary.stdout
 

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(sys.executable).parent / "dali-stream"
+from .console import dali_stream
 
 
 def _cli(*args, check=True):
-    cmd = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "dali_stream.cli"]
-    env = {**os.environ, "COLUMNS": "120"}
-    proc = subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, timeout=300, env=env)
+    proc = dali_stream(*args, env={"COLUMNS": "120"})
     if check and proc.returncode != 0:
         raise AssertionError(f"dali-stream {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc

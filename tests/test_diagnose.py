@@ -13,17 +13,15 @@ import pytest
 
 from dali_stream.meta import DatasetMeta
 
+from .console import dali_stream
 from .damage import scramble_keyframes
 
-SCRIPT = Path(sys.executable).parent / "dali-stream"
 REPO = Path(__file__).resolve().parents[1]
 FRONT, WRIST, TOP = "observation.images.front", "observation.images.wrist", "observation.images.top"
 
 
 def _diagnose(*args, env_extra=None):
-    env = {**os.environ, "COLUMNS": "200", **(env_extra or {})}
-    return subprocess.run([str(SCRIPT), "diagnose", *map(str, args)], capture_output=True, text=True, timeout=300,
-                          env=env)
+    return dali_stream("diagnose", *args, env=env_extra)
 
 
 @pytest.fixture(scope="module")

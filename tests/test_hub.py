@@ -9,6 +9,7 @@ import torch
 
 from dali_stream import StreamLoader
 
+from .console import dali_stream
 from .hubserver import Hub
 
 TOKEN = "hf_TESTtoken0123456789"
@@ -84,15 +85,9 @@ def test_unknown_revision_and_bad_token_are_clear_and_keep_the_token_secret(hub)
 def test_cli_inspect_reads_the_token_and_endpoint_from_the_environment(hub):
     """`dali-stream inspect --revision` in a real process, credentials from HF_TOKEN as users set them."""
     import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    script = Path(sys.executable).parent / "dali-stream"
-    env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0"}
-    proc = subprocess.run([str(script), "inspect", "hf://datasets/lab/arm", "--revision", "v1.0", "--json"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0"}
+    proc = dali_stream("inspect", "hf://datasets/lab/arm", "--revision", "v1.0", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["episodes"] == 4 and report["revision"] == "v1.0"
