@@ -15,8 +15,7 @@ from pathlib import Path
 
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
-    from_spec = dict(episodes=36, min_length=40, max_length=90, cameras="front:h264,wrist:av1,top:vp9", height=96,
-                     width=128, fps=30, gop=30, episodes_per_file=8, chunks_size=1000, tasks=3, seed=0)
+    from .sample_defaults import SAMPLE_DEFAULTS as from_spec
     p.add_argument("--episodes", type=int, default=from_spec["episodes"], help="number of episodes (default %(default)s)")
     p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
     p.add_argument("--max-length", type=int, default=from_spec["max_length"], help="longest episode, frames")

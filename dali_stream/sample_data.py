@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import paint
+from .sample_defaults import SAMPLE_DEFAULTS
 
 CODECS = ("h264", "hevc", "av1", "vp9")
 TASKS = ("pick up the red cube", "stack the blue block on the green one", "open the top drawer",
@@ -60,18 +61,18 @@ def parse_cameras(text: str) -> tuple[CameraSpec, ...]:
 
 @dataclass(frozen=True)
 class SampleSpec:
-    episodes: int = 36
-    min_length: int = 40
-    max_length: int = 90
-    cameras: tuple[CameraSpec, ...] = field(default_factory=lambda: parse_cameras("front:h264,wrist:av1,top:vp9"))
-    height: int = 96
-    width: int = 128
-    fps: int = 30
-    gop: int = 30
-    episodes_per_file: int = 8
-    chunks_size: int = 1000
-    tasks: int = 3
-    seed: int = 0
+    episodes: int = SAMPLE_DEFAULTS["episodes"]
+    min_length: int = SAMPLE_DEFAULTS["min_length"]
+    max_length: int = SAMPLE_DEFAULTS["max_length"]
+    cameras: tuple[CameraSpec, ...] = field(default_factory=lambda: parse_cameras(SAMPLE_DEFAULTS["cameras"]))
+    height: int = SAMPLE_DEFAULTS["height"]
+    width: int = SAMPLE_DEFAULTS["width"]
+    fps: int = SAMPLE_DEFAULTS["fps"]
+    gop: int = SAMPLE_DEFAULTS["gop"]
+    episodes_per_file: int = SAMPLE_DEFAULTS["episodes_per_file"]
+    chunks_size: int = SAMPLE_DEFAULTS["chunks_size"]
+    tasks: int = SAMPLE_DEFAULTS["tasks"]
+    seed: int = SAMPLE_DEFAULTS["seed"]
 
     def __post_init__(self) -> None:
         if self.episodes < 1:

@@ -1,0 +1,17 @@
+"""Defaults of the sample-data writer, standard library only: `sample_data.SampleSpec` and the
+`dali-stream make-sample` parser share them (the CLI builds its parser without importing numpy)."""
+
+SAMPLE_DEFAULTS = {
+    "episodes": 36,
+    "min_length": 40,
+    "max_length": 90,
+    "cameras": "front:h264,wrist:av1,top:vp9",
+    "height": 96,
+    "width": 128,
+    "fps": 30,
+    "gop": 30,
+    "episodes_per_file": 8,
+    "chunks_size": 1000,
+    "tasks": 3,
+    "seed": 0,
+}
