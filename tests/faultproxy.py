@@ -13,8 +13,10 @@ import random
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from .httpserver import Loopback
 
 _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te", "upgrade", "trailer"}
 
@@ -93,30 +95,18 @@ class _Proxy(BaseHTTPRequestHandler):
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
 
-class FaultProxy:
+class FaultProxy(Loopback):
     """`with FaultProxy(upstream_url, fault_rate=0.1) as url:` proxies `url` to `upstream_url`."""
 
     def __init__(self, upstream: str, fault_rate: float = 0.0, fail_paths: str | None = None,
                  stall_paths: str | None = None, seed: int = 0, delay_s: float = 0.0) -> None:
         parts = urlsplit(upstream)
-        handler = type("Proxy", (_Proxy,), {
+        self.handler = type("Proxy", (_Proxy,), {
             "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
             "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed), "lock": threading.Lock(),
             "counts": {"requests": 0, "faults": 0}})
-        self.handler = handler
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda request, address: None  # clients closing keep-alive sockets at exit
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        super().__init__(self.handler)
 
     @property
     def counts(self) -> dict:
         return self.handler.counts
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

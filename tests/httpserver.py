@@ -1,5 +1,9 @@
-"""A real HTTP server on loopback for remote-source tests: Range requests and directory listings; it counts
-GETs and the bytes it sent. Faults are injected by `faultproxy.FaultProxy` in front of it. Not a test module."""
+"""Real HTTP servers on loopback for remote-source tests. Not a test module.
+
+`Loopback` is what every test server shares (a threaded server on 127.0.0.1 at a free port, started and
+stopped by `with`); `file_range` answers a `Range` header from a local file. `Server` serves a folder with
+Range requests and directory listings and counts GETs and the bytes it sent; faults are injected by
+`faultproxy.FaultProxy` in front of it, and `hubserver.Hub` emulates the Hugging Face Hub."""
 
 from __future__ import annotations
 
@@ -8,6 +12,41 @@ import re
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+
+def file_range(path, header: str | None) -> tuple[int, int, int, bytes]:
+    """(start, end inclusive, file size, body) of `path` for a `Range: bytes=a-b` header (None: whole file)."""
+    size = os.path.getsize(path)
+    start, end = 0, size - 1
+    if header:
+        m = re.match(r"bytes=(\d*)-(\d*)", header)
+        start = int(m.group(1)) if m.group(1) else 0
+        end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        return start, end, size, fh.read(end - start + 1)
+
+
+class Loopback:
+    """A ThreadingHTTPServer on 127.0.0.1 at a free port with `handler`; `with` starts and stops it."""
+
+    def __init__(self, handler) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # clients closing keep-alive sockets at exit
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        return self.url
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 class _Handler(SimpleHTTPRequestHandler):
@@ -24,15 +63,7 @@ class _Handler(SimpleHTTPRequestHandler):
         rng = self.headers.get("Range")
         if os.path.isdir(path) or not os.path.exists(path):
             return super().do_GET()
-        size = os.path.getsize(path)
-        start, end = 0, size - 1
-        if rng:
-            m = re.match(r"bytes=(\d*)-(\d*)", rng)
-            start = int(m.group(1)) if m.group(1) else 0
-            end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            body = fh.read(end - start + 1)
+        start, end, size, body = file_range(path, rng)
         self.send_response(206 if rng else 200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
@@ -45,25 +76,13 @@ class _Handler(SimpleHTTPRequestHandler):
             self.counts["bytes"] += len(body)
 
 
-class Server:
+class Server(Loopback):
     """`with Server(root) as url:` serves `root` at `url` until the block ends."""
 
     def __init__(self, root) -> None:
-        handler = type("Handler", (_Handler,), {"lock": threading.Lock(), "counts": {"get": 0, "bytes": 0}})
-        self.handler = handler
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(root)))
-        self.httpd.daemon_threads = True
-        self.httpd.handle_error = lambda request, address: None  # clients closing keep-alive sockets at exit
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.handler = type("Handler", (_Handler,), {"lock": threading.Lock(), "counts": {"get": 0, "bytes": 0}})
+        super().__init__(partial(self.handler, directory=str(root)))
 
     @property
     def counts(self) -> dict:
         return self.handler.counts
-
-    def __enter__(self) -> str:
-        self.thread.start()
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()

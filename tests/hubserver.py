@@ -11,9 +11,11 @@ import json
 import os
 import re
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from .httpserver import Loopback, file_range
 
 _SHA = lambda text: hashlib.sha1(text.encode()).hexdigest()  # noqa: E731
 
@@ -70,16 +72,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not path.is_file():
             self._error(404, "Entry not found", "EntryNotFound")
             return
-        size = path.stat().st_size
         rng = self.headers.get("Range")
-        start, end = 0, size - 1
-        if rng:
-            m = re.match(r"bytes=(\d*)-(\d*)", rng)
-            start = int(m.group(1)) if m.group(1) else 0
-            end = min(size - 1, int(m.group(2))) if m.group(2) else size - 1
-        with open(path, "rb") as fh:
-            fh.seek(start)
-            body = fh.read(end - start + 1)
+        start, end, size, body = file_range(path, rng)
         self.send_response(206 if rng else 200)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Accept-Ranges", "bytes")
@@ -160,10 +154,7 @@ class Hub:
         self.unknown: list[str] = []  # requests the emulator does not answer (a test asserts none)
         self.lock = threading.Lock()
         self.counts = {"requests": 0, "bytes": 0}
-        handler = type("Handler", (_Handler,), {"hub": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.server = Loopback(type("Handler", (_Handler,), {"hub": self}))
 
     def add_dataset(self, repo_id: str, revisions: dict[str, os.PathLike]) -> None:
         self.datasets[repo_id] = {rev: Path(folder) for rev, folder in revisions.items()}
@@ -172,13 +163,12 @@ class Hub:
         self.buckets[bucket_id] = Path(folder)
 
     def __enter__(self) -> "Hub":
-        self.thread.start()
+        self.server.__enter__()
         return self
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return self.server.url
 
     def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.__exit__(*exc)
