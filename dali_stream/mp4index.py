@@ -205,33 +205,14 @@ class IndexCache:
     cut through the demuxer and plain range requests."""
 
     def __init__(self, rfs, capacity: int = 64) -> None:
-        import threading
-        from collections import OrderedDict
+        from .once import OncePerKey
 
-        self.rfs, self.capacity = rfs, capacity
-        self._lock = threading.Lock()
-        self._path_locks: dict[str, threading.Lock] = {}
-        self._files: OrderedDict[str, IndexedFile | None] = OrderedDict()
+        self.rfs = rfs
+        self._files = OncePerKey(capacity, on_evict=lambda old: old is not None and old.container.close())
         self.unsupported: dict[str, str] = {}  # path -> why it is read without an index
 
     def get(self, path: str) -> IndexedFile | None:
-        import threading
-
-        with self._lock:
-            lock = self._path_locks.setdefault(path, threading.Lock())
-        with lock:
-            with self._lock:
-                if path in self._files:
-                    self._files.move_to_end(path)
-                    return self._files[path]
-            found = self._open(path)
-            with self._lock:
-                self._files[path] = found
-                while len(self._files) > self.capacity:
-                    _, old = self._files.popitem(last=False)
-                    if old is not None:
-                        old.container.close()
-            return found
+        return self._files.get(path, lambda: self._open(path))
 
     def _open(self, path: str) -> IndexedFile | None:
         import av

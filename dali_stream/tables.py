@@ -11,6 +11,7 @@ import threading
 import numpy as np
 
 from .errors import DatasetError, RemoteError
+from .once import OncePerKey
 from .storage import parquet_file
 
 
@@ -38,21 +39,9 @@ class TableReader:
     def __init__(self, meta, keys: list[str]) -> None:
         self.meta = meta
         self.keys = keys
-        self._files: dict[str, tuple[object, list[tuple[int, int, int]]]] = {}
+        self._files = OncePerKey()  # path -> (ParquetFile, row group index ranges, its read lock)
         self._lock = threading.Lock()
-        self._path_locks: dict[str, threading.Lock] = {}
         self.bytes_read = 0  # compressed bytes of the row groups' columns read (parquet footers not counted)
-
-    def _file(self, path: str):
-        with self._lock:
-            hit = self._files.get(path)
-            path_lock = self._path_locks.setdefault(path, threading.Lock())
-        if hit is not None:
-            return hit
-        with path_lock:  # threads racing for a new file read its footer once
-            with self._lock:
-                hit = self._files.get(path)
-            return hit if hit is not None else self._open(path)
 
     def _open(self, path: str):
         try:
@@ -74,10 +63,7 @@ class TableReader:
             st = pf.metadata.row_group(g).column(col).statistics
             lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (None, None)
             ranges.append((g, lo, hi))
-        entry = (pf, ranges)
-        with self._lock:
-            self._files[path] = entry
-        return entry
+        return pf, ranges, threading.Lock()  # one ParquetFile handle is not safe to read from two threads
 
     def _span(self, rg) -> tuple[int, int, int]:
         """(first byte, end byte, compressed bytes) of the column chunks of `keys` in a row group."""
@@ -101,7 +87,7 @@ class TableReader:
         start = int(meta.episodes["dataset_from_index"][pos])
         stop = int(meta.episodes["dataset_to_index"][pos])
         path = meta.data_file(pos)
-        pf, ranges = self._file(path)
+        pf, ranges, read_lock = self._files.get(path, lambda: self._open(path))  # footer read once per file
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
         spans = [self._span(pf.metadata.row_group(g)) for g in groups]
         raw = getattr(pf, "raw", None)
@@ -111,7 +97,7 @@ class TableReader:
                 pieces = [(first, self.meta.data_fs.read_range(path, first, end)) for first, end, _ in spans]
             except RemoteError as exc:
                 raise RemoteError(f"{exc} (rows of episode {meta.episode_index(pos)})") from None
-        with self._path_locks[path]:  # one ParquetFile handle is not safe to read from two threads at once
+        with read_lock:
             for first, data in pieces:
                 raw.preload(first, data)
             table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)

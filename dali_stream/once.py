@@ -1,0 +1,47 @@
+"""`OncePerKey`: a value made once per key even when threads race for it (per-file footers, MP4 indexes)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable, Hashable
+
+
+class OncePerKey:
+    """`get(key, make)` returns the value kept for `key`, or calls `make()` once while other threads asking
+    for the same key wait (other keys are not blocked). With `capacity`, the least recently used values
+    beyond it are dropped, each handed to `on_evict`."""
+
+    def __init__(self, capacity: int | None = None, on_evict: Callable[[object], None] | None = None) -> None:
+        self.capacity, self.on_evict = capacity, on_evict
+        self._lock = threading.Lock()
+        self._key_locks: dict[Hashable, threading.Lock] = {}
+        self._values: OrderedDict[Hashable, object] = OrderedDict()
+
+    def _kept(self, key: Hashable) -> tuple[bool, object]:
+        with self._lock:
+            if key not in self._values:
+                return False, None
+            self._values.move_to_end(key)
+            return True, self._values[key]
+
+    def get(self, key: Hashable, make: Callable[[], object]):
+        found, value = self._kept(key)
+        if found:
+            return value
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            found, value = self._kept(key)  # made by the thread this one waited for
+            if found:
+                return value
+            value = make()
+            with self._lock:
+                self._values[key] = value
+                dropped = []
+                while self.capacity is not None and len(self._values) > self.capacity:
+                    dropped.append(self._values.popitem(last=False)[1])
+            for old in dropped:
+                if self.on_evict is not None:
+                    self.on_evict(old)
+            return value
