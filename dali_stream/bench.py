@@ -139,6 +139,7 @@ class SteadyWindow:
     def __init__(self, warmup_batches: int, duration_s: float) -> None:
         self.warmup_batches, self.duration_s = warmup_batches, duration_s
         self.delivered = 0
+        self.first_got: float | None = None  # when the first batch arrived (first-batch latency)
         self.start: float | None = None
         self.end: float | None = None
         self.last: float | None = None
@@ -147,6 +148,8 @@ class SteadyWindow:
     def record(self, asked: float, got: float) -> bool:
         """One batch asked for at `asked`, delivered at `got`; True when it belongs to the window."""
         self.delivered += 1
+        if self.first_got is None:
+            self.first_got = got
         if self.start is None and self.delivered == self.warmup_batches + 1:
             self.start = asked
         if self.start is None:
@@ -156,6 +159,16 @@ class SteadyWindow:
         if got - self.start >= self.duration_s:
             self.end = got
         return True
+
+    def timed(self, it):
+        """Each batch of iterator `it`, with whether it belongs to the window (each `next()` timed, recorded)."""
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            yield batch, self.record(asked, time.perf_counter())
 
     @property
     def closed(self) -> bool:
@@ -172,7 +185,6 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
     steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s)
     window, seen_eps = [], []
     samples = frames = 0
-    first_latency = None
     t_iter = time.perf_counter()
     epochs = 0
     while not steady.closed and epochs < 10:  # warm-up that needs more than 10 epochs is a configuration error
@@ -181,17 +193,9 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         it = iter(loader)
         index = loader.state_dict()["batches_consumed"]
         got_any = False
-        while True:
-            t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
+        for batch, in_window in steady.timed(it):
             got_any = True
-            if first_latency is None:
-                first_latency = t1 - t_iter
-            if steady.record(t0, t1):
+            if in_window:
                 n = len(batch["task"])
                 samples += n
                 frames += _frames_in(batch, cameras)
@@ -203,6 +207,7 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         it.close()
         if not got_any:
             break  # an epoch with no batches: nothing more will come
+    first_latency = None if steady.first_got is None else steady.first_got - t_iter
     if not steady.closed or samples == 0:
         return {"samples": 0, "batches": steady.delivered, "first_batch_latency_s": first_latency}
     seconds = steady.seconds

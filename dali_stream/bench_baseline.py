@@ -93,18 +93,12 @@ def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
         it = iter(dl)
         t_first = time.perf_counter()
         samples = 0
-        first = None
-        while not steady.closed:
-            t0 = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                break
-            t1 = time.perf_counter()
-            if first is None:
-                first = t1 - t_first
-            if steady.record(t0, t1):
+        for batch, in_window in steady.timed(it):
+            if in_window:
                 samples += len(batch["task"])
+            if steady.closed:
+                break
+        first = None if steady.first_got is None else steady.first_got - t_first
         seconds = steady.seconds
         del it, dl
         runs.append({"num_workers": workers, "samples": samples, "seconds": seconds,
