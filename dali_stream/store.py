@@ -101,11 +101,7 @@ class EpisodeStore:
         return self._ready(pos).rows
 
     def segment(self, pos: int, camera: str) -> Segment:
-        entry = self._ready(pos)
-        seg = entry.segments.get(camera)
-        if seg is None:  # a camera outside the loader's set (tools): cut it on its own, not cached
-            seg = self._cut(pos, camera)
-        return seg
+        return self._ready(pos).segments[camera]
 
     def _entry(self, pos: int) -> _Episode:
         entry = self._entries.get(pos)
@@ -178,9 +174,8 @@ class EpisodeStore:
             entry.done.set()
             self._evict()
 
-    def _cut(self, pos: int, camera: str, rows: dict | None = None) -> Segment:
+    def _cut(self, pos: int, camera: str, rows: dict) -> Segment:
         meta, cam = self.meta, self.meta.cameras[camera]
-        rows = rows if rows is not None else self.rows(pos)
         start = float(cam.from_timestamp[pos])
         path = meta.video_file(pos, camera)
         episode = meta.episode_index(pos)
