@@ -6,15 +6,21 @@ Routes:
   handles only VP8/VP9/MJPEG (its FFmpeg has no H.264/HEVC/AV1 decoder).
 - ``torchcodec``: torchcodec on CPU threads; frames enter the DALI graph through its external source.
 
-``decode`` picks per camera: ``"auto"`` takes NVDEC where this GPU decodes the codec (``gpus``: AV1 only on
-GA10x/Ada/Blackwell, not on A100/H100/H200), else DALI's CPU
-decoder for VP8/VP9, else torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"``
-uses torchcodec for every codec. A dict maps camera keys to one of those words.
+``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
+(codec, size and pixel format against ``gpus``' table), else DALI's CPU decoder for VP8/VP9, else
+torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses torchcodec for every codec.
+A dict maps camera keys to one of those words.
+
+The node (`Node`) is built from probe results (`NodeFacts`) by pure rules, so routing on an H100, a MIG
+slice or a container without NVDEC is testable anywhere: a GPU counts only when DALI and torch both use
+it, NVDEC only when libnvcuvid loads and the GPU (or MIG slice) has engines.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import warnings
+from dataclasses import dataclass, field
 from typing import Mapping
 
 import numpy as np
@@ -26,30 +32,150 @@ from .segments import Segment, decode_error
 ROUTES = ("nvdec", "dali-cpu", "torchcodec")
 CHOICES = ("auto", "gpu", "cpu")
 DALI_CPU_CODECS = frozenset({"vp8", "vp9", "mjpeg"})
+ENV_CPU_ONLY = "DALI_STREAM_CPU_ONLY"  # "1": behave as on a node without GPU (CPU routes, batches on CPU)
+NVDEC_CAPABILITY_FIX = ("in a container, expose the driver's video capability: NVIDIA_DRIVER_CAPABILITIES="
+                        "compute,video,utility (or all), e.g. "
+                        "`docker run --gpus all -e NVIDIA_DRIVER_CAPABILITIES=all`")
+
+
+@dataclass(frozen=True)
+class StreamFormat:
+    """What routing needs to know of a camera's stream (from meta/info.json or the file itself)."""
+
+    codec: str
+    width: int | None = None
+    height: int | None = None
+    pix_fmt: str | None = None  # None: not recorded (lerobot records yuv420p)
+
+    def describe(self) -> str:
+        size = f" {self.width}x{self.height}" if self.width and self.height else ""
+        return f"{self.codec}{size}{f' {self.pix_fmt}' if self.pix_fmt else ''}"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the probes found on this node; `Node.from_facts` turns them into routing decisions (pure)."""
+
+    dali_devices: int = 0  # CUDA devices DALI's backend sees
+    torch_devices: int = 0  # CUDA devices torch can use (0 with a CPU-only build or a too-old driver)
+    torch_version: str | None = None
+    torch_cuda: str | None = None  # the CUDA version torch was built for; None for a CPU-only build
+    gpu_name: str = "unknown"  # the device this process decodes on
+    capability: tuple[int, int] | None = None
+    nvcuvid_error: str | None = None  # why libnvcuvid (NVDEC's driver library) does not load; None: it loads
+    cpu_only: bool = False  # DALI_STREAM_CPU_ONLY=1
 
 
 @dataclass(frozen=True)
 class Node:
-    """What this node can decode with: CUDA devices DALI sees, and what the GPU's NVDEC supports."""
+    """What this node can decode with: CUDA devices DALI and torch both use, and what the GPU's NVDEC supports.
+
+    `gpus` counts devices usable for decode and batches (0: CPU routes only). `gpu_problem` says why GPUs
+    that are present are not used; `nvdec_problem` why NVDEC is not used although the GPU is."""
 
     gpus: int
     gpu: GpuCaps | None = None  # capabilities of the GPU this process decodes on (None without GPU)
+    gpu_problem: str | None = None
+    nvdec_problem: str | None = None
+    facts: NodeFacts | None = field(default=None, compare=False)
 
     @classmethod
     def probe(cls, device_index: int = 0) -> "Node":
+        return cls.from_facts(probe_facts(device_index))
+
+    @classmethod
+    def from_facts(cls, f: NodeFacts) -> "Node":
+        if f.cpu_only:
+            return cls(0, gpu_problem=f"{ENV_CPU_ONLY}=1 is set: GPUs are not used", facts=f)
+        if f.dali_devices == 0:
+            problem = None
+            if f.torch_devices:
+                problem = (f"torch sees {f.torch_devices} CUDA device(s) but DALI sees none: the DALI build does not "
+                           "match the driver (nvidia-dali-cuda120 needs driver >= 525, -cuda130 >= 580); see "
+                           "`dali-stream diagnose`")
+            return cls(0, gpu_problem=problem, facts=f)
+        if f.torch_devices == 0:
+            build = ("a CPU-only build" if f.torch_cuda is None else
+                     f"built for CUDA {f.torch_cuda}, which this driver does not run")
+            return cls(0, gpu_problem=(
+                f"DALI sees {f.dali_devices} CUDA device(s) but torch {f.torch_version or '?'} cannot use them "
+                f"({build}); batches could not reach torch, so every camera decodes on CPU. Install a CUDA "
+                "build of torch that this driver runs (README, Install; `dali-stream diagnose` names the set)"),
+                facts=f)
+        if f.torch_devices != f.dali_devices:
+            return cls(0, gpu_problem=(
+                f"DALI sees {f.dali_devices} CUDA device(s) and torch sees {f.torch_devices}: they would number "
+                "devices differently, so every camera decodes on CPU. Set CUDA_VISIBLE_DEVICES before the "
+                "process starts (not after importing torch or DALI)"), facts=f)
+        caps = lookup(f.gpu_name, f.capability)
+        nvdec_problem = None
+        if f.nvcuvid_error is not None:
+            nvdec_problem = (f"libnvcuvid (NVDEC's driver library) does not load ({f.nvcuvid_error}); "
+                             + NVDEC_CAPABILITY_FIX)
+        elif caps.nvdec_engines == 0:
+            nvdec_problem = caps.why_not("any codec")
+        return cls(f.dali_devices, caps, None, nvdec_problem, facts=f)
+
+    def nvdec_refuses(self, fmt: StreamFormat) -> str | None:
+        """Why NVDEC cannot take this stream on this node; None when it can."""
+        if self.gpus == 0 or self.gpu is None:
+            return self.gpu_problem or "no CUDA GPU visible to DALI"
+        if self.nvdec_problem:
+            return self.nvdec_problem
+        return self.gpu.refuses(fmt.codec, fmt.width, fmt.height, fmt.pix_fmt)
+
+    def nvdec_decodes(self, codec: str | StreamFormat) -> bool:
+        fmt = codec if isinstance(codec, StreamFormat) else StreamFormat(codec)
+        return self.nvdec_refuses(fmt) is None
+
+
+# ---- probes (the only IO here) ----------------------------------------------------------------------------
+def _dali_device_count() -> int:
+    try:
+        from nvidia.dali import backend
+
+        return int(backend.GetCUDADeviceCount())
+    except Exception:  # no driver, broken install: the node has no usable GPU for DALI
+        return 0
+
+
+def _torch_cuda() -> tuple[int, str | None, str | None]:
+    """(devices torch can use, torch version, CUDA version torch was built for)."""
+    try:
+        import torch
+    except Exception:
+        return 0, None, None
+    try:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        count = 0
+    return count, torch.__version__, torch.version.cuda
+
+
+def nvcuvid_error() -> str | None:
+    """None when libnvcuvid loads (NVDEC usable from this process); else why not."""
+    import ctypes
+
+    errors = []
+    for name in ("libnvcuvid.so.1", "libnvcuvid.so"):
         try:
-            from nvidia.dali import backend
+            ctypes.CDLL(name)
+            return None
+        except OSError as exc:
+            errors.append(str(exc))
+    return errors[0]
 
-            count = int(backend.GetCUDADeviceCount())
-        except Exception:  # no driver, broken install: the node has no usable GPU for DALI
-            count = 0
-        if count == 0:
-            return cls(gpus=0)
-        name, capability = gpu_identity(device_index if device_index < count else 0)
-        return cls(gpus=count, gpu=lookup(name, capability))
 
-    def nvdec_decodes(self, codec: str) -> bool:
-        return self.gpus > 0 and self.gpu is not None and self.gpu.decodes(codec)
+def probe_facts(device_index: int = 0) -> NodeFacts:
+    cpu_only = os.environ.get(ENV_CPU_ONLY, "").strip().lower() in ("1", "true", "yes")
+    if cpu_only:
+        return NodeFacts(cpu_only=True)
+    dali = _dali_device_count()
+    torch_devices, torch_version, torch_cuda = _torch_cuda()
+    if dali == 0:
+        return NodeFacts(0, torch_devices, torch_version, torch_cuda)
+    name, capability = gpu_identity(device_index if device_index < dali else 0)
+    return NodeFacts(dali, torch_devices, torch_version, torch_cuda, name, capability, nvcuvid_error())
 
 
 def gpu_identity(index: int = 0) -> tuple[str, tuple[int, int] | None]:
@@ -73,54 +199,75 @@ def gpu_identity(index: int = 0) -> tuple[str, tuple[int, int] | None]:
         return "unknown", None
 
 
-def route_reason(codec: str, route: str, node: Node, choice: str) -> str:
-    """One line saying why `route` was picked for a camera with `codec` under `choice` on `node`."""
-    if choice == "cpu":
-        return "decode='cpu': torchcodec for every camera"
-    if route == "nvdec":
-        return f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes {codec}"
-    gpu_part = node.gpu.why_not(codec) if node.gpus and node.gpu else "no CUDA GPU visible to DALI"
-    if route == "dali-cpu":
-        return f"{gpu_part}; DALI's CPU decoder handles {codec}"
-    return f"{gpu_part}; DALI's CPU decoder has no {codec} (only {', '.join(sorted(DALI_CPU_CODECS))}): torchcodec"
+_WARNED: set[str] = set()
 
 
-def resolve_routes(codecs: Mapping[str, str], decode: str | Mapping[str, str], node: Node) -> dict[str, str]:
-    """Camera key -> route, from each camera's codec, the user's `decode` choice and the node."""
+def warn_once(message: str) -> None:
+    """One UserWarning per distinct message per process."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+# ---- routing ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RouteChoice:
+    route: str  # one of ROUTES
+    reason: str  # one line: why this route on this node
+
+
+def _fallback(fmt: StreamFormat, why_not_nvdec: str) -> RouteChoice:
+    if fmt.codec in DALI_CPU_CODECS:
+        return RouteChoice("dali-cpu", f"{why_not_nvdec}; DALI's CPU decoder handles {fmt.codec}")
+    return RouteChoice("torchcodec", f"{why_not_nvdec}; DALI's CPU decoder has no {fmt.codec} "
+                                     f"(only {', '.join(sorted(DALI_CPU_CODECS))}): torchcodec")
+
+
+def formats_of(meta) -> dict[str, StreamFormat]:
+    """Each camera's stream format as the dataset's meta/info.json records it."""
+    return {k: StreamFormat(c.codec, c.width or None, c.height or None, c.pix_fmt) for k, c in meta.cameras.items()}
+
+
+def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str],
+                  node: Node) -> dict[str, RouteChoice]:
+    """Camera key -> route and reason, from each camera's stream format, the user's `decode` and the node."""
     if isinstance(decode, str):
-        choice = {key: decode for key in codecs}
+        choice = {key: decode for key in formats}
     else:
-        unknown = sorted(set(decode) - set(codecs))
+        unknown = sorted(set(decode) - set(formats))
         if unknown:
-            raise ConfigError(f"decode= names cameras {unknown} that the dataset does not have; cameras: {sorted(codecs)}")
-        choice = {key: decode.get(key, "auto") for key in codecs}
-    routes = {}
-    for key, codec in codecs.items():
+            raise ConfigError(f"decode= names cameras {unknown} that the dataset does not have; "
+                              f"cameras: {sorted(formats)}")
+        choice = {key: decode.get(key, "auto") for key in formats}
+    out = {}
+    for key, fmt in formats.items():
         want = choice[key]
         if want not in CHOICES:
             raise ConfigError(f"decode={want!r} for camera {key!r} is not one of {CHOICES}")
-        if want == "gpu":
-            if node.gpus == 0:
-                raise DeviceError(
-                    f"decode='gpu' for camera {key!r} ({codec}) but this node has no CUDA GPU that DALI can use "
-                    "(no driver, or a CPU-only machine); use decode='auto' to decode on CPU here"
-                )
-            if not node.nvdec_decodes(codec):
-                raise DeviceError(
-                    f"decode='gpu' for camera {key!r}, but its codec {codec!r} is not decodable by NVDEC here: "
-                    f"{node.gpu.why_not(codec) if node.gpu else 'unknown GPU'}; use decode='auto' (torchcodec on "
-                    "CPU for this camera, the rest on the GPU) or re-encode the camera as h264/hevc"
-                )
-            routes[key] = "nvdec"
-        elif want == "cpu":
-            routes[key] = "torchcodec"
-        elif node.nvdec_decodes(codec):
-            routes[key] = "nvdec"
-        elif codec in DALI_CPU_CODECS:
-            routes[key] = "dali-cpu"
+        if want == "cpu":
+            out[key] = RouteChoice("torchcodec", "decode='cpu': torchcodec for every camera")
+            continue
+        refused = node.nvdec_refuses(fmt)
+        if refused is None:
+            out[key] = RouteChoice("nvdec", f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
+                                            f"{fmt.describe()}")
+        elif want == "auto":
+            out[key] = _fallback(fmt, refused)
+        elif node.gpus == 0:
+            raise DeviceError(
+                f"decode='gpu' for camera {key!r} ({fmt.codec}) but this node has no CUDA GPU that DALI and torch "
+                f"can both use ({refused}); use decode='auto' to decode on CPU here")
         else:
-            routes[key] = "torchcodec"
-    return routes
+            raise DeviceError(
+                f"decode='gpu' for camera {key!r}, but its stream ({fmt.describe()}) is not decodable by NVDEC "
+                f"here: {refused}; use decode='auto' (CPU for this camera, the rest on the GPU), or re-encode "
+                "the camera as 8-bit 4:2:0 h264/hevc within NVDEC's sizes")
+    return out
+
+
+def resolve_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str], node: Node) -> dict[str, str]:
+    """Camera key -> route (see `choose_routes` for the reasons)."""
+    return {key: c.route for key, c in choose_routes(formats, decode, node).items()}
 
 
 def open_decoder(data: bytes):

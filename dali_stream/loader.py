@@ -18,8 +18,10 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from .batches import BatchBuilder, Prepared
-from .decode import Node, resolve_routes
-from .errors import ConfigError, DeviceError, StateError
+from .decode import Node, choose_routes, formats_of, warn_once
+from .decode_errors import classify
+from .device import resolve_device, torch_current_device
+from .errors import ConfigError, StateError
 from .imageops import ImageOps
 from .meta import DatasetMeta
 from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
@@ -96,7 +98,10 @@ class StreamLoader:
         episode_pool_size: whole episodes each rank keeps open and samples across.
         seed: shuffling seed; plans depend only on (seed, epoch, rank, position).
         decode: "auto" | "gpu" | "cpu", or a dict camera key -> one of those (see `dali_stream.decode`).
-        device: where batches land; default "cuda" when torch sees a GPU, else "cpu".
+        device: where batches land: "cpu", "cuda" or "cuda:N"; default "cuda" when DALI and torch both see a
+            GPU, else "cpu". One CUDA device per loader (see `dali_stream.device`): "cuda:N", else torch's
+            current device once CUDA is initialised, else LOCAL_RANK % visible devices; `loader.device` says
+            which ("cuda:0", ...).
         num_workers: threads that fetch and CPU-decode batches ahead (0: in the calling thread).
         drop_last: drop the last partial batch of each epoch.
         tolerance_s: largest allowed gap between a queried timestamp and the frame returned.
@@ -149,9 +154,18 @@ class StreamLoader:
         self.world = resolve_world(rank=rank, world_size=world_size)
         self.config = PlanConfig(batch_size=batch_size, pool_size=episode_pool_size, seed=seed, drop_last=drop_last,
                                  delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s))
-        self.node = Node.probe(self.world.local_rank)
-        self.routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, decode, self.node)
-        self.device = self._resolve_device(device)
+        self.node = Node.probe()
+        if self.node.gpu_problem and not (self.node.facts and self.node.facts.cpu_only):
+            warn_once(self.node.gpu_problem)
+        placement = resolve_device(device, self.node.gpus, self.world.local_rank, torch_current_device(),
+                                   self.node.gpu_problem)
+        if placement.dali_device:  # another GPU than device 0: identify that one
+            self.node = Node.probe(placement.dali_device)
+        self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
+        self.device = placement.torch_device  # where every tensor of a batch lands
+        choices = choose_routes(formats_of(meta), decode, self.node)
+        self.routes = {k: c.route for k, c in choices.items()}
+        self.route_reasons = {k: c.reason for k, c in choices.items()}
         if "torchcodec" in self.routes.values():
             import torchcodec.decoders  # noqa: F401  1.3 s of torch._dynamo imports: pay them here, not in batch 0
         self.num_workers = num_workers
@@ -178,15 +192,6 @@ class StreamLoader:
                 "; use fewer ranks or a dataset with more, shorter episodes", stacklevel=2)
 
     # ---- set-up helpers --------------------------------------------------------------------------------
-    def _resolve_device(self, device: str | None) -> str:
-        import torch
-
-        if device is None:
-            return "cuda" if torch.cuda.is_available() else "cpu"
-        if str(device).startswith("cuda") and not torch.cuda.is_available():
-            raise DeviceError(f"device={device!r} but torch sees no CUDA GPU on this node; use device='cpu'")
-        return str(device)
-
     def _table_dtypes(self, tables: TableReader) -> dict[str, tuple[np.dtype, int]]:
         first = int(np.flatnonzero(self.meta.lengths > 0)[0])
         rows = tables.episode(first)
@@ -280,9 +285,9 @@ class StreamLoader:
         try:
             yield
         except RuntimeError as exc:
-            if "decoders.video" not in str(exc):
+            if "decoders.video" not in str(exc) and classify(str(exc)).kind == "unknown":
                 raise
-            raise self._builder.explain_dali_failure(list(producer.handed), exc) from None
+            raise self._builder.explain_dali_failure(list(producer.handed), exc, self.node) from None
 
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
@@ -300,7 +305,7 @@ class StreamLoader:
         producer = _Producer(self._builder, plan, start, self.num_workers, self.prefetch_batches,
                              FETCH_AHEAD_BATCHES)
         squeeze = {k: len(self.config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
-        device_id = self.world.local_rank if self.node.gpus > 0 else None
+        device_id = self.dali_device
         t0 = time.perf_counter()
         first_s = None
         delivered = 0
@@ -318,7 +323,7 @@ class StreamLoader:
                 except StopIteration:
                     break
                 prepared = producer.handed.popleft()
-                batch = {k: (v if v.device.type == self.device else v.to(self.device)) for k, v in out[0].items()}
+                batch = {k: (v if str(v.device) == self.device else v.to(self.device)) for k, v in out[0].items()}
                 batch["task"] = prepared.tasks
                 self._consumed += 1
                 delivered += 1

@@ -29,6 +29,7 @@ class Camera:
     codec: str  # normalised: h264 | hevc | av1 | vp9 | ...
     height: int
     width: int
+    pix_fmt: str | None  # info.json's video.pix_fmt; None when not recorded
     from_timestamp: np.ndarray  # (E,) float64 per episode position
     to_timestamp: np.ndarray
     chunk_index: np.ndarray  # (E,) int64
@@ -203,6 +204,7 @@ class DatasetMeta:
             codec=normalise_codec(vinfo.get("video.codec", "unknown")),
             height=height,
             width=width,
+            pix_fmt=str(vinfo["video.pix_fmt"]) if vinfo.get("video.pix_fmt") else None,
             from_timestamp=self.episodes[p + "from_timestamp"],
             to_timestamp=self.episodes[p + "to_timestamp"],
             chunk_index=self.episodes[p + "chunk_index"],

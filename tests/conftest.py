@@ -13,22 +13,34 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with a driver; skipped elsewhere")
 
 
-def _gpu_count() -> int:
+def _gpu_node():
+    """The routing node of this machine, probed before any test pins CPU routes (None: probing failed).
+    With DALI_STREAM_CPU_ONLY=1 in the environment the `gpu` tests skip."""
     try:
-        from nvidia.dali import backend
+        from dali_stream.decode import Node
 
-        return int(backend.GetCUDADeviceCount())
+        return Node.probe()
     except Exception:
-        return 0
+        return None
 
 
 def pytest_collection_modifyitems(config, items):
-    if _gpu_count() > 0:
+    node = _gpu_node()
+    if node is not None and node.gpus > 0:
         return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU with a driver visible to DALI (none on this machine)")
+    why = (node.gpu_problem if node is not None else None) or "no NVIDIA GPU with a driver on this machine"
+    skip = pytest.mark.skip(reason=f"needs a GPU that DALI and torch both use: {why}")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _cpu_routes_unless_gpu_test(request, monkeypatch):
+    """Tests not marked `gpu` assume CPU routes (torchcodec, DALI's CPU decoder, batches on CPU): pin them, so
+    `make test` passes on a GPU node too. The switch reaches subprocesses (CLI, SLURM, multi-rank tests)."""
+    if "gpu" not in request.keywords:
+        monkeypatch.setenv("DALI_STREAM_CPU_ONLY", "1")
 
 
 @pytest.fixture(scope="session")

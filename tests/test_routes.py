@@ -1,18 +1,46 @@
-"""decode= routing per camera from codec, choice and the GPU's NVDEC capabilities (pure values, no GPU needed)."""
+"""decode= routing per camera from codec, size, pixel format, choice and the node (pure values, no GPU needed).
+
+Simulated nodes come from injected probe results (`NodeFacts`), the same rules `Node.probe()` applies."""
 
 from __future__ import annotations
 
 import pytest
 
 from dali_stream import ConfigError, DeviceError
-from dali_stream.decode import Node, resolve_routes, route_reason
-from dali_stream.gpus import lookup
+from dali_stream.bench import loader_decode
+from dali_stream.decode import (
+    Node,
+    NodeFacts,
+    StreamFormat,
+    choose_routes,
+    resolve_routes,
+    warn_once,
+)
+from dali_stream.device import Placement, resolve_device
+from dali_stream.gpus import _ENGINES, board, lookup
 
-CODECS = {"front": "h264", "side": "hevc", "wrist": "av1", "top": "vp9"}
-CPU = Node(gpus=0)
-H100 = Node(gpus=8, gpu=lookup("NVIDIA H100 80GB HBM3", (9, 0)))
-A100 = Node(gpus=8, gpu=lookup("NVIDIA A100-SXM4-80GB", (8, 0)))
-L4 = Node(gpus=1, gpu=lookup("NVIDIA L4", (8, 9)))
+VGA = dict(width=640, height=480, pix_fmt="yuv420p")
+CAMERAS = {"front": StreamFormat("h264", **VGA), "side": StreamFormat("hevc", **VGA),
+           "wrist": StreamFormat("av1", **VGA), "top": StreamFormat("vp9", **VGA)}
+
+
+def _gpu_node(name, cap, count=8, **facts) -> Node:
+    base = dict(dali_devices=count, torch_devices=count, torch_version="2.13.0+cu130", torch_cuda="13.0",
+                gpu_name=name, capability=cap)
+    return Node.from_facts(NodeFacts(**{**base, **facts}))
+
+
+CPU = Node.from_facts(NodeFacts())
+H100 = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0))
+A100 = _gpu_node("NVIDIA A100-SXM4-80GB", (8, 0))
+L4 = _gpu_node("NVIDIA L4", (8, 9), count=1)
+B200 = _gpu_node("NVIDIA B200", (10, 0))
+A100_MIG_1G = _gpu_node("NVIDIA A100-SXM4-40GB MIG 1g.5gb", (8, 0), count=1)
+DALI_ONLY = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0), torch_devices=0, torch_version="2.13.0+cpu", torch_cuda=None)
+OLD_DRIVER = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0), torch_devices=0, torch_version="2.13.0+cu130",
+                       torch_cuda="13.0")
+NO_NVCUVID = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0),
+                       nvcuvid_error="libnvcuvid.so.1: cannot open shared object file: No such file or directory")
 
 
 @pytest.mark.parametrize("node,expected", [
@@ -20,41 +48,112 @@ L4 = Node(gpus=1, gpu=lookup("NVIDIA L4", (8, 9)))
     (H100, {"front": "nvdec", "side": "nvdec", "wrist": "torchcodec", "top": "nvdec"}),
     (A100, {"front": "nvdec", "side": "nvdec", "wrist": "torchcodec", "top": "nvdec"}),
     (L4, {"front": "nvdec", "side": "nvdec", "wrist": "nvdec", "top": "nvdec"}),
+    (A100_MIG_1G, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
+    (DALI_ONLY, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
+    (NO_NVCUVID, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
 ])
 def test_auto_per_camera_per_node(node, expected):
-    assert resolve_routes(CODECS, "auto", node) == expected
+    assert resolve_routes(CAMERAS, "auto", node) == expected
+
+
+def test_a_gpu_torch_cannot_use_is_no_gpu_node():
+    """DALI sees the H100, torch (CPU wheel, or a CUDA build the driver does not run) does not: CPU routes,
+    and the reason says which layer and the fix."""
+    assert DALI_ONLY.gpus == 0 and OLD_DRIVER.gpus == 0
+    assert "torch 2.13.0+cpu cannot use them (a CPU-only build)" in DALI_ONLY.gpu_problem
+    assert "built for CUDA 13.0, which this driver does not run" in OLD_DRIVER.gpu_problem
+    assert "Install a CUDA build of torch" in DALI_ONLY.gpu_problem
+    reason = choose_routes(CAMERAS, "auto", DALI_ONLY)["front"].reason
+    assert "cannot use them" in reason and reason.endswith("torchcodec")
+    with pytest.raises(DeviceError, match=r"decode='gpu' for camera 'front'.*no CUDA GPU that DALI and torch can "
+                                          r"both use \(DALI sees 8 CUDA device.*CPU-only build"):
+        resolve_routes(CAMERAS, "gpu", DALI_ONLY)
+    mismatch = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0), torch_devices=2)
+    assert mismatch.gpus == 0 and "CUDA_VISIBLE_DEVICES" in mismatch.gpu_problem
+
+
+def test_warn_once_per_message():
+    with pytest.warns(UserWarning, match="first message"):
+        warn_once("first message 8f1c")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_once("first message 8f1c")  # the same message again: silent
+
+
+def test_container_without_nvcuvid_and_mig_without_nvdec_name_the_fix():
+    assert NO_NVCUVID.gpus == 8 and "NVIDIA_DRIVER_CAPABILITIES=compute,video,utility" in NO_NVCUVID.nvdec_problem
+    with pytest.raises(DeviceError, match=r"libnvcuvid.*does not load.*NVIDIA_DRIVER_CAPABILITIES"):
+        resolve_routes({"front": CAMERAS["front"]}, "gpu", NO_NVCUVID)
+    assert A100_MIG_1G.gpus == 1 and A100_MIG_1G.gpu.mig == "1g.5gb"
+    with pytest.raises(DeviceError, match=r"MIG slice \(1g\.5gb\) with no NVDEC engine.*1g\.5gb\+me"):
+        resolve_routes({"front": CAMERAS["front"]}, "gpu", A100_MIG_1G)
+
+
+def test_cpu_only_switch():
+    node = Node.from_facts(NodeFacts(cpu_only=True))
+    assert node.gpus == 0 and "DALI_STREAM_CPU_ONLY=1" in node.gpu_problem
+    assert resolve_routes(CAMERAS, "auto", node)["top"] == "dali-cpu"
+
+
+def test_sizes_and_pixel_formats_route_per_camera():
+    small = {"front": StreamFormat("h264", 128, 96, "yuv420p"), "side": StreamFormat("hevc", 128, 96, "yuv420p"),
+             "wrist": StreamFormat("av1", 128, 96, "yuv420p"), "top": StreamFormat("vp9", 128, 96, "yuv420p")}
+    got = choose_routes(small, "auto", L4)
+    assert {k: c.route for k, c in got.items()} == {"front": "nvdec", "side": "torchcodec", "wrist": "torchcodec",
+                                                    "top": "dali-cpu"}
+    assert "128x96 is below NVDEC's minimum 144x144 for hevc" in got["side"].reason
+    assert "below NVDEC's minimum 128x128 for vp9" in got["top"].reason
+    assert got["front"].reason == "NVDEC on NVIDIA L4 decodes h264 128x96 yuv420p"
+    with pytest.raises(DeviceError, match=r"camera 'side'.*hevc 128x96.*minimum 144x144"):
+        resolve_routes(small, {"side": "gpu"}, L4)
+    big = {"cam": StreamFormat("h264", 5120, 2880, "yuv420p")}
+    assert "above NVDEC's maximum 4096x4096 for h264 on Hopper" in choose_routes(big, "auto", H100)["cam"].reason
+    assert resolve_routes(big, "auto", B200) == {"cam": "nvdec"}  # Blackwell decodes H.264 up to 8192
+    deep = {"cam": StreamFormat("hevc", 640, 480, "yuv420p10le"), "chroma": StreamFormat("hevc", 640, 480, "yuv444p"),
+            "unrecorded": StreamFormat("hevc", 640, 480, None)}
+    got = choose_routes(deep, "auto", H100)
+    assert got["cam"].route == got["chroma"].route == "torchcodec" and got["unrecorded"].route == "nvdec"
+    assert "pixel format yuv420p10le is not 8-bit 4:2:0" in got["cam"].reason
 
 
 def test_cpu_choice_is_torchcodec_everywhere():
-    assert set(resolve_routes(CODECS, "cpu", L4).values()) == {"torchcodec"}
+    assert set(resolve_routes(CAMERAS, "cpu", L4).values()) == {"torchcodec"}
 
 
 def test_gpu_choice_names_camera_codec_gpu_and_way_out():
-    with pytest.raises(DeviceError, match=r"camera 'wrist'.*'av1'.*NVIDIA H100 80GB HBM3 \(Hopper, compute capability "
-                                          r"9\.0\) has no NVDEC support for av1.*decode='auto'.*re-encode"):
-        resolve_routes(CODECS, "gpu", H100)
-    assert resolve_routes(CODECS, "gpu", L4) == dict.fromkeys(CODECS, "nvdec")
+    with pytest.raises(DeviceError, match=r"camera 'wrist'.*av1 640x480.*NVIDIA H100 80GB HBM3 \(Hopper, compute "
+                                          r"capability 9\.0\) has no NVDEC support for av1.*decode='auto'.*re-encode"):
+        resolve_routes(CAMERAS, "gpu", H100)
+    assert resolve_routes(CAMERAS, "gpu", L4) == dict.fromkeys(CAMERAS, "nvdec")
     with pytest.raises(DeviceError, match=r"no CUDA GPU.*decode='auto'"):
-        resolve_routes(CODECS, "gpu", CPU)
+        resolve_routes(CAMERAS, "gpu", CPU)
 
 
 def test_per_camera_dict():
-    routes = resolve_routes(CODECS, {"front": "cpu", "wrist": "auto"}, H100)
+    routes = resolve_routes(CAMERAS, {"front": "cpu", "wrist": "auto"}, H100)
     assert routes == {"front": "torchcodec", "side": "nvdec", "wrist": "torchcodec", "top": "nvdec"}
     with pytest.raises(ConfigError, match=r"\['rear'\] that the dataset does not have"):
-        resolve_routes(CODECS, {"rear": "gpu"}, H100)
+        resolve_routes(CAMERAS, {"rear": "gpu"}, H100)
     with pytest.raises(ConfigError, match=r"decode='fast' for camera 'front'"):
-        resolve_routes(CODECS, {"front": "fast"}, H100)
+        resolve_routes(CAMERAS, {"front": "fast"}, H100)
 
 
 @pytest.mark.parametrize("name,cap,generation,av1,engines", [
     ("NVIDIA H100 80GB HBM3", (9, 0), "Hopper", False, 7),
     ("NVIDIA H200", (9, 0), "Hopper", False, 7),
+    ("NVIDIA GH200 480GB", (9, 0), "Hopper", False, 7),
     ("NVIDIA A100-SXM4-40GB", (8, 0), "Ampere GA100", False, 5),
     ("NVIDIA A10G", (8, 6), "Ampere GA10x", True, 1),
+    ("NVIDIA A10", (8, 6), "Ampere GA10x", True, 2),
+    ("NVIDIA A2", (8, 6), "Ampere GA10x", True, 1),
+    ("NVIDIA RTX A6000", (8, 6), "Ampere GA10x", True, 2),
+    ("NVIDIA A16", (8, 6), "Ampere GA10x", True, 2),  # 4 GPUs on the board, 2 NVDEC each: per CUDA device
     ("NVIDIA L4", (8, 9), "Ada Lovelace", True, 4),
     ("NVIDIA L40S", (8, 9), "Ada Lovelace", True, 3),
     ("Tesla T4", (7, 5), "Turing", False, 2),
+    ("Tesla V100-SXM2-32GB", (7, 0), "Volta", False, 1),
     ("NVIDIA B200", (10, 0), "Blackwell", True, 7),
     ("Some Future GPU", None, "unknown", False, None),
 ])
@@ -64,7 +163,50 @@ def test_capability_table(name, cap, generation, av1, engines):
     assert caps.decodes("h264")
 
 
-def test_reasons_say_why():
-    assert "no NVDEC support for av1" in route_reason("av1", "torchcodec", H100, "auto")
-    assert "DALI's CPU decoder handles vp9" in route_reason("vp9", "dali-cpu", CPU, "auto")
-    assert "NVDEC on NVIDIA L4 decodes av1" == route_reason("av1", "nvdec", L4, "auto")
+def test_board_names_match_whole_tokens():
+    assert board("NVIDIA RTX A2000 12GB", _ENGINES) == "RTX A2000"  # not "A2"
+    assert board("NVIDIA GH200 480GB", _ENGINES) == "GH200"  # not "H200"
+    assert board("NVIDIA A100-SXM4-80GB", _ENGINES) == "A100"
+    assert board("NVIDIA L40S", _ENGINES) == "L40S" and board("NVIDIA L40", _ENGINES) == "L40"
+    assert board("NVIDIA A2000", _ENGINES) is None
+
+
+def test_volta_decodes_vp8():
+    assert lookup("Tesla V100-SXM2-16GB", (7, 0)).decodes("vp8")
+
+
+@pytest.mark.parametrize("name,engines", [
+    ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", 0), ("NVIDIA A100-SXM4-40GB MIG 1g.5gb+me", 1),
+    ("NVIDIA A100-SXM4-40GB MIG 1g.10gb", 1), ("NVIDIA A100-SXM4-80GB MIG 1g.10gb", 0),
+    ("NVIDIA A100-SXM4-80GB MIG 1g.20gb", 1), ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", 2),
+    ("NVIDIA A100-SXM4-40GB MIG 7g.40gb", 5), ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", 1),
+    ("NVIDIA H100 80GB HBM3 MIG 3g.40gb", 3), ("NVIDIA A30 MIG 1g.6gb", 0), ("NVIDIA A30 MIG 2g.12gb", 2),
+])
+def test_mig_profiles(name, engines):
+    caps = lookup(name, (8, 0) if "H100" not in name else (9, 0))
+    assert caps.mig is not None and caps.nvdec_engines == engines
+    assert caps.decodes("h264") is (engines > 0)
+
+
+def test_device_resolution():
+    # One GPU visible per task (CUDA_VISIBLE_DEVICES narrowed), LOCAL_RANK 3: that GPU is cuda:0.
+    assert resolve_device(None, gpus=1, local_rank=3, current=None) == Placement(0, "cuda:0")
+    assert resolve_device("cuda", gpus=8, local_rank=3, current=None) == Placement(3, "cuda:3")
+    assert resolve_device("cuda", gpus=8, local_rank=3, current=5) == Placement(5, "cuda:5")  # set_device(5)
+    assert resolve_device("cuda:2", gpus=8, local_rank=3, current=5) == Placement(2, "cuda:2")
+    assert resolve_device("cpu", gpus=8, local_rank=3, current=None) == Placement(3, "cpu")  # decode on GPU 3
+    assert resolve_device(None, gpus=0, local_rank=3, current=None) == Placement(None, "cpu")
+    assert resolve_device("cpu:0", gpus=0, local_rank=0, current=None) == Placement(None, "cpu")  # torch.device
+    with pytest.raises(DeviceError, match=r"device='cuda:1' but this process sees 1 CUDA device.*device='cuda'"):
+        resolve_device("cuda:1", gpus=1, local_rank=0, current=None)
+    with pytest.raises(DeviceError, match=r"device='cuda' asks for a GPU.*torch .*CPU-only build.*device='cpu'"):
+        resolve_device("cuda", gpus=0, local_rank=0, current=None, gpu_problem=DALI_ONLY.gpu_problem)
+    with pytest.raises(DeviceError, match=r"device='gpu0' is not 'cpu', 'cuda' or 'cuda:N'"):
+        resolve_device("gpu0", gpus=1, local_rank=0, current=None)
+
+
+def test_bench_gpu_means_nvdec_where_this_gpu_decodes():
+    """`bench --decode gpu` on an H100: NVDEC for h264/hevc/vp9, `auto` for AV1 instead of aborting."""
+    assert loader_decode("gpu", CAMERAS, H100) == {"front": "gpu", "side": "gpu", "wrist": "auto", "top": "gpu"}
+    assert loader_decode("gpu", CAMERAS, L4) == dict.fromkeys(CAMERAS, "gpu")
+    assert loader_decode("cpu", CAMERAS, H100) == "cpu"
