@@ -16,8 +16,10 @@ from typing import Mapping
 import numpy as np
 
 from .decode import torchcodec_frames
-from .errors import DecodeError
+from .decode_errors import classify, explain_device
+from .errors import DaliStreamError, DecodeError
 from .plan import BatchPlan
+from .segments import FIX_FILE
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
 
@@ -62,6 +64,7 @@ class BatchBuilder:
         for key in self.delta:
             outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 1))
         self.outputs = outputs
+        self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding, summed over worker threads
         self.decoded_frames = 0
         self._count_lock = threading.Lock()
@@ -105,12 +108,20 @@ class BatchBuilder:
             idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(plan.frames[j])}"))
         return segs, idx
 
-    def explain_dali_failure(self, pending: list[Prepared], exc: BaseException) -> DecodeError:
-        """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample:
-        find the segment by decoding each DALI-routed one on the CPU, and say which episode and camera."""
-        first_line = next((line.strip() for line in str(exc).splitlines() if "failed" in line.lower()),
-                          str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    def explain_dali_failure(self, pending: list[Prepared], exc: BaseException, node=None) -> DaliStreamError:
+        """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what
+        failed (this GPU, or one stream), which camera and which episode, and the fix."""
+        failure = classify(str(exc))
         dali_keys = [k for k, r in self.routes.items() if r in DALI_ROUTES]
+        nvdec = {k: [self.store.segment(int(p), k) for b in pending for p in b.plan.episodes]
+                 for k, r in self.routes.items() if r == "nvdec"}
+        found = explain_device(failure, nvdec, node)
+        if found is not None:
+            return found
+        if failure.kind == "out-of-bounds":
+            found = self._out_of_bounds(pending, failure)
+            if found is not None:
+                return found
         for prepared in pending:
             for key in dali_keys:
                 for pos in dict.fromkeys(int(p) for p in prepared.plan.episodes):
@@ -118,15 +129,34 @@ class BatchBuilder:
                     try:
                         torchcodec_frames(seg, np.arange(len(seg.pts_s)))
                     except DecodeError as cpu_exc:
-                        return DecodeError(f"DALI's video decoder failed ({first_line}) on episode {seg.episode}, "
+                        return DecodeError(f"DALI's video decoder failed ({failure.line}) on episode {seg.episode}, "
                                            f"camera {key!r}; the CPU check agrees: {cpu_exc}")
         episodes = sorted({int(self.meta.episode_index(int(p))) for b in pending for p in b.plan.episodes})
+        if not dali_keys:
+            return DecodeError(f"DALI pipeline failed: {failure.line}")
         return DecodeError(
-            f"DALI's video decoder failed ({first_line}) on a batch with episodes {episodes} of cameras "
-            f"{dali_keys}, although torchcodec decodes those segments; DALI may not support this stream's "
-            f"profile: route the camera through torchcodec with decode={{{dali_keys[0]!r}: 'cpu'}}"
-            if dali_keys else f"DALI pipeline failed: {first_line}"
-        )
+            f"DALI's video decoder failed ({failure.line}) on a batch with episodes {episodes} of cameras "
+            f"{dali_keys}, although torchcodec decodes every one of those segments: the failure is DALI's, not "
+            f"the data's. Route the cameras through torchcodec with decode={dict.fromkeys(dali_keys, 'cpu')!r}, "
+            "and report it with the output of `dali-stream diagnose DATASET --decode-test --json`")
+
+    def _out_of_bounds(self, pending: list[Prepared], failure) -> DecodeError | None:
+        """The sample that asked DALI for frame `failure.frame` of a stream DALI found shorter."""
+        for prepared in pending:
+            for key, route in self.routes.items():
+                if route not in DALI_ROUTES:
+                    continue
+                frames = prepared.arrays[self._slot[f"{key}@frames"]]
+                for j, idx in enumerate(frames):
+                    if failure.frame is not None and failure.frame in np.asarray(idx).tolist():
+                        seg = self.store.segment(int(prepared.plan.episodes[j]), key)
+                        return DecodeError(
+                            f"DALI's video decoder found {failure.frames} frames in episode {seg.episode}, camera "
+                            f"{key!r} ({seg.nbytes} bytes cut from {seg.source}) but frame {failure.frame} was asked "
+                            f"for: the file's index lists {len(seg.pts_s)} frames for that segment, more than the "
+                            f"stream decodes. The file is damaged: {FIX_FILE}; or decode the camera with torchcodec: "
+                            f"decode={{{key!r}: 'cpu'}}")
+        return None
 
 
 def decode_grouped(segs, idx) -> tuple[list[np.ndarray], int]:

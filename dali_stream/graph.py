@@ -18,6 +18,16 @@ _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": 
                "bool": "BOOL"}
 
 
+def video_decoder(encoded, frames, route: str):
+    """DALI's video decoder for `route` ("nvdec" or "dali-cpu") at per-sample frame indices.
+
+    `pad_mode="none"`: an index past the stream's frames is an error (DALI's default "constant" returns a
+    black frame silently); `decode_errors.explain` names the camera and episode."""
+    from nvidia.dali import fn
+
+    return fn.decoders.video(encoded, frames=frames, device="mixed" if route == "nvdec" else "cpu", pad_mode="none")
+
+
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
                    image_ops: ImageOps, prefetch_queue_depth: int = 1):
@@ -48,8 +58,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
                 if device_id is not None:
                     video = video.gpu()
             else:
-                video = fn.decoders.video(by_name[f"{key}@encoded"], frames=by_name[f"{key}@frames"],
-                                          device="mixed" if route == "nvdec" else "cpu")
+                video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
             if image_ops.resize:
                 video = fn.resize(video, size=list(image_ops.resize), antialias=True)
             crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}
@@ -83,7 +92,7 @@ def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
     with pipe:
         enc, idx = fn.external_source(source=lambda: ([encoded], [wanted]), num_outputs=2, batch=True,
                                       dtype=[types.UINT8, types.INT32])
-        pipe.set_outputs(fn.decoders.video(enc, frames=idx, device="mixed" if gpu else "cpu"))
+        pipe.set_outputs(video_decoder(enc, idx, route))
     pipe.build()
     (out,) = pipe.run()
     if gpu:

@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import DecodeError, FrameTimestampError, VideoFileError
 
-_FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
+FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
 
 
 @dataclass
@@ -87,7 +87,7 @@ def _open(fs, path: str, episode: int, camera: str):
         raw.close()
         raise VideoFileError(
             f"video file {path} is not a readable MP4 (episode {episode}, camera {camera!r}): {exc}; "
-            f"first bytes {head!r}; {_FIX_FILE}"
+            f"first bytes {head!r}; {FIX_FILE}"
         ) from exc
 
 
@@ -154,7 +154,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
                     raise
                 raise VideoFileError(
                     f"video file {path} is corrupt near {from_s:.3f}..{to_s:.3f}s (episode {episode}, camera "
-                    f"{camera!r}): {exc}; {_FIX_FILE}"
+                    f"{camera!r}): {exc}; {FIX_FILE}"
                 ) from exc
             first = float(packets[0].pts * tb) if packets else None
             if first is not None and first <= from_s + tolerance_s:
@@ -219,7 +219,7 @@ def _no_keyframe(path: str, from_s: float, episode: int, camera: str, first: flo
         f"video file {path} has no keyframe at or before {from_s:.6f}s, where episode {episode} "
         f"(camera {camera!r}) starts (first usable packet: {'none' if first is None else f'{first:.6f}s'}); "
         f"the file is truncated, or the episodes table points at the wrong file or has a wrong "
-        f"from_timestamp; {_FIX_FILE}"
+        f"from_timestamp; {FIX_FILE}"
     )
 
 
@@ -229,7 +229,7 @@ def _check_end(path: str, pts: np.ndarray, reached_end: bool, last_frame_s: floa
         raise VideoFileError(
             f"video file {path} ends at {pts[-1]:.6f}s but episode {episode} (camera {camera!r}) has frames "
             f"up to {last_frame_s:.6f}s (from_timestamp + the last row's timestamp): the file is truncated, or "
-            f"the episodes table's from_timestamp for it is wrong; {_FIX_FILE}"
+            f"the episodes table's from_timestamp for it is wrong; {FIX_FILE}"
         )
 
 
@@ -238,5 +238,5 @@ def decode_error(seg: Segment, route: str, exc: BaseException) -> DecodeError:
     return DecodeError(
         f"{route} could not decode episode {seg.episode}, camera {seg.camera!r} ({seg.codec}, {seg.nbytes} bytes "
         f"cut from {seg.source}): {exc}; first bytes {seg.data[:32]!r}. The encoded stream is corrupt: "
-        f"{_FIX_FILE}"
+        f"{FIX_FILE}"
     )
