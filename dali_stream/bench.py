@@ -29,7 +29,8 @@ MODES = ("single", "sarm")
 SARM_STEPS, SARM_SPACING_S = 8, 1.0
 METRIC_KEYS = ("frames_per_s_node", "samples_per_s", "first_batch_latency_s", "p50_batch_latency_ms",
                "p95_batch_latency_ms", "p99_batch_latency_ms", "peak_rss_gb", "shuffle_randomness_frac",
-               "time_split", "decoder_cache", "bytes_read", "dataset_bytes", "routes", "device", "versions",
+               "time_split", "decoder_cache", "bytes_read", "dataset_bytes", "routes", "decode_per_camera", "device",
+               "versions",
                "limit_ratio", "baseline_ratio")
 
 
@@ -261,6 +262,8 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
+    from .graph import video_decoder
+
     total = 0.0
     for route in sorted({loader.routes[key] for key, _, _ in work}):
         items = [(segs, idx) for key, segs, idx in work if loader.routes[key] == route]
@@ -275,10 +278,10 @@ def _dali_decode_time(work, loader, threads: int) -> float:
 
         gpu = route == "nvdec"
         pipe = Pipeline(batch_size=batch_size, num_threads=max(1, threads),
-                        device_id=loader.world.local_rank if gpu else None, prefetch_queue_depth=1)
+                        device_id=loader.dali_device if gpu else None, prefetch_queue_depth=1)
         with pipe:
             enc, frames = fn.external_source(source=source, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
-            pipe.set_outputs(fn.decoders.video(enc, frames=frames, device="mixed" if gpu else "cpu"))
+            pipe.set_outputs(video_decoder(enc, frames, route))
         pipe.build()
         pipe.run()  # warm-up: first batch (decoder libraries loaded)
         t0 = time.perf_counter()
@@ -288,18 +291,28 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     return total
 
 
+def loader_decode(decode: str, formats: dict, node) -> str | dict[str, str]:
+    """What `bench --decode` asks the loader for. "gpu" means NVDEC for every camera this GPU decodes and
+    `auto` for the rest (an H100 has no AV1 NVDEC: that camera goes to CPU instead of aborting the run)."""
+    if decode != "gpu":
+        return decode
+    return {key: "gpu" if node.nvdec_refuses(fmt) is None else "auto" for key, fmt in formats.items()}
+
+
 def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`."""
+    from .decode import Node, formats_of
     from .loader import StreamLoader
     from .meta import DatasetMeta
 
     meta = DatasetMeta.open(cfg.dataset)
     cameras = list(meta.video_keys)
     deltas = mode_deltas(cfg.mode, cameras)
+    decode = loader_decode(cfg.decode, formats_of(meta), Node.probe())
     with RssSampler() as rss:
         t0 = time.perf_counter()
         loader = StreamLoader(cfg.dataset, batch_size=cfg.batch_size, delta_timestamps=deltas,
-                              episode_pool_size=cfg.pool, decode=cfg.decode, device=cfg.device,
+                              episode_pool_size=cfg.pool, decode=decode, device=cfg.device,
                               num_workers=cfg.num_workers, drop_last=True, image_dtype=cfg.image_dtype)
         setup_s = time.perf_counter() - t0
         if progress:
@@ -329,7 +342,9 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         decoder_cache={"hits": stats.hits, "misses": stats.segments_cut + stats.table_reads,
                        "evictions": stats.evictions},
         bytes_read=stats.segment_bytes + loader.store.tables.bytes_read,
-        dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), device=_device(loader),
+        dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), route_reasons=dict(loader.route_reasons),
+        decode_per_camera=decode if isinstance(decode, dict) else dict.fromkeys(cameras, decode),
+        device=_device(loader),
         versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
     )
     if cfg.limit:

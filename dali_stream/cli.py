@@ -69,11 +69,11 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .decode import Node, resolve_routes
+    from .decode import Node, choose_routes, formats_of
     from .meta import DatasetMeta
 
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
-    routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, "auto", Node.probe())
+    routes = choose_routes(formats_of(meta), "auto", Node.probe())
     report = {
         "source": meta.source,
         "revision": args.revision,
@@ -82,8 +82,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "episodes": meta.num_episodes,
         "frames": meta.total_frames,
         "tasks": len(meta.tasks),
-        "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "route_auto": routes[k]}
-                    for k, c in meta.cameras.items()},
+        "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
+                        "route_auto": routes[k].route, "reason": routes[k].reason} for k, c in meta.cameras.items()},
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
     }
@@ -97,9 +97,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     at = f" @ {args.revision}" if args.revision else ""
     console.print(f"[bold]{meta.source}{at}[/] LeRobot {report['codebase_version']}: {meta.num_episodes} episodes, "
                   f"{meta.total_frames} frames at {meta.fps:g} fps, {len(meta.tasks)} tasks")
-    table = Table("camera", "codec", "size", "decode route (auto, this node)")
+    table = Table("camera", "codec", "size", "decode route (auto, this node)", "why")
     for k, c in report["cameras"].items():
-        table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"])
+        table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
     return 0
 
@@ -220,30 +220,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           "h264/hevc/av1, 200 episodes (a few minutes, once)")
             _write_with_progress(Path(args.dataset), bench.bench_sample_spec(args.sample), True, console)
     configs = _bench_configs(args)
-    has_gpu = Node.probe().gpus > 0
+    node = Node.probe()
     results, failed = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
                   TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("bench", total=len(configs))
         for cfg in configs:
             bar.update(task, description=f"bench {cfg.mode}/{cfg.decode}")
-            if cfg.decode == "gpu" and not has_gpu:
+            if cfg.decode == "gpu" and node.gpus == 0:
+                why = f" ({node.gpu_problem})" if node.gpu_problem else ""
                 result = {"config": vars(cfg) | {"baseline_workers": list(cfg.baseline_workers)},
-                          "skipped": "no CUDA GPU visible to DALI on this node: decode='gpu' needs one"}
+                          "skipped": f"no CUDA GPU that DALI and torch can both use on this node{why}: "
+                                     "decode='gpu' needs one"}
+                failed.append(f"bench {cfg.mode}/gpu skipped: {result['skipped']}")
             else:
                 result = bench.run(cfg, progress=lambda stage: bar.update(
                     task, description=f"bench {cfg.mode}/{cfg.decode}: {stage}"))
                 if result.get("error"):
-                    failed.append(result["error"])
+                    failed.append(f"bench delivered 0 samples: {result['error']}")
             result["file"] = str(bench.write(result, args.out_dir))
             results.append(result)
             bar.advance(task)
     bench_report.print_table(results)
     for r in results:
         console.print(f"wrote {r['file']}")
-    if failed:
+    if failed:  # a skipped or empty run must not look like success (a SLURM job would report COMPLETED)
         for reason in failed:
-            console.print(f"[red]bench delivered 0 samples: {reason}[/]")
+            console.print(f"[red]{reason}[/]")
         return 1
     return 0
 

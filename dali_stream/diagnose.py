@@ -8,7 +8,9 @@ Failure layers: `missing` (no file), `placeholder` (Git LFS pointer or other non
 (not a readable MP4), `bitstream` (the decoder rejects the data), `codec-unsupported` (this GPU/decoder
 cannot decode the codec), `dali-no-cuda` (DALI cannot run GPU operators here), `torchcodec-load`
 (torchcodec or its FFmpeg libraries do not load), `dali-import` (nvidia.dali does not import), `metadata`
-(the dataset's meta files).
+(the dataset's meta files). Why GPUs present are not used (`report["gpu"]["layer"]`): `torch-no-cuda` (DALI
+sees the GPU, torch cannot: CPU wheel or a CUDA build the driver does not run), `dali-no-cuda`,
+`device-mismatch`, `nvdec-unavailable` (libnvcuvid missing in a container, or a MIG slice without NVDEC).
 """
 
 from __future__ import annotations
@@ -76,6 +78,9 @@ def probe_node() -> dict[str, Any]:
         gpu.update(generation=caps.generation, nvdec_engines=caps.nvdec_engines,
                    nvdec_codecs=sorted(caps.nvdec_codecs))
     node["gpus"] = gpus
+    from .decode import nvcuvid_error
+
+    node["nvcuvid"] = "loads" if gpus and nvcuvid_error() is None else (nvcuvid_error() if gpus else None)
     return node
 
 
@@ -83,7 +88,9 @@ def probe_node() -> dict[str, Any]:
 def _torch() -> dict[str, Any]:
     import torch
 
-    return {"version": torch.__version__, "cuda_build": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
+    available = torch.cuda.is_available()
+    return {"version": torch.__version__, "cuda_build": torch.version.cuda, "cuda_available": available,
+            "cuda_devices": torch.cuda.device_count() if available else 0}
 
 
 def _dali() -> dict[str, Any]:
@@ -152,17 +159,49 @@ def broken_packages(software: dict[str, Any]) -> list[str]:
 EXIT_OK, EXIT_CAMERA, EXIT_BROKEN = 0, 1, 2
 
 
-def routing_node(node: dict[str, Any], software: dict[str, Any]):
-    """The `decode.Node` routing sees here: DALI's CUDA devices and the first GPU's capabilities."""
-    from .decode import Node
-    from .gpus import lookup
+GPU_LAYER_FIXES = {
+    "torch-no-cuda": "install a CUDA build of torch that this driver runs (README, Install: the constraint set "
+                     "for this driver), or use the NGC PyTorch container",
+    "dali-no-cuda": "DALI sees no CUDA device: check the driver (nvidia-smi), CUDA_VISIBLE_DEVICES, and that "
+                    "nvidia-dali-cuda120 (driver >= 525) or -cuda130 (driver >= 580) is installed",
+    "device-mismatch": "set CUDA_VISIBLE_DEVICES before the process starts, not after importing torch or DALI",
+    "nvdec-unavailable": "in a container set NVIDIA_DRIVER_CAPABILITIES=compute,video,utility (or all); on a MIG "
+                         "slice without NVDEC use a profile with media extensions (+me) or a larger slice",
+}
 
-    devices = software["nvidia.dali"].get("cuda_devices", 0) if software["nvidia.dali"]["ok"] else 0
-    if devices == 0:
-        return Node(gpus=0)
-    first = node["gpus"][0] if node["gpus"] else {"name": "unknown", "compute_capability": None}
+
+def routing_node(node: dict[str, Any], software: dict[str, Any]):
+    """The `decode.Node` routing sees here, from the probes' results (the same rules as the loader's)."""
+    from .decode import ENV_CPU_ONLY, Node, NodeFacts
+
+    dali, torch = software["nvidia.dali"], software["torch"]
+    first = node["gpus"][0] if node.get("gpus") else {"name": "unknown", "compute_capability": None}
     cap = first["compute_capability"]
-    return Node(gpus=devices, gpu=lookup(first["name"], tuple(cap) if cap else None))
+    nvcuvid = node.get("nvcuvid")
+    facts = NodeFacts(
+        dali_devices=dali.get("cuda_devices", 0) if dali["ok"] else 0,
+        torch_devices=torch.get("cuda_devices", 0) if torch["ok"] else 0,
+        torch_version=torch.get("version"), torch_cuda=torch.get("cuda_build"), gpu_name=first["name"],
+        capability=tuple(cap) if cap else None, nvcuvid_error=None if nvcuvid in (None, "loads") else nvcuvid,
+        cpu_only=os.environ.get(ENV_CPU_ONLY, "").strip().lower() in ("1", "true", "yes"))
+    return Node.from_facts(facts)
+
+
+def gpu_verdict(node_report: dict[str, Any], routing) -> dict[str, Any]:
+    """Whether this node's GPUs are used for decode, and if not, the layer that stops them and the fix."""
+    present = len(node_report.get("gpus") or [])
+    facts = routing.facts
+    layer = None
+    if routing.gpus == 0 and present and not facts.cpu_only:
+        layer = ("dali-no-cuda" if facts.dali_devices == 0 else "torch-no-cuda" if facts.torch_devices == 0
+                 else "device-mismatch")
+    elif routing.gpus and routing.nvdec_problem:
+        layer = "nvdec-unavailable"
+    out = {"present": present, "usable": routing.gpus, "layer": layer, "problem": None}
+    if layer:
+        out["problem"] = routing.nvdec_problem if layer == "nvdec-unavailable" else routing.gpu_problem
+        out["fix"] = GPU_LAYER_FIXES[layer]
+    return out
 
 
 def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, Any]:
@@ -170,8 +209,10 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
     t0 = time.perf_counter()
     report: dict[str, Any] = {"node": _guard(probe_node), "software": probe_software()}
     broken = broken_packages(report["software"])
+    node_report = report["node"] if report["node"]["ok"] else {"gpus": []}
+    node = routing_node(node_report, report["software"])
+    report["gpu"] = gpu_verdict(node_report, node)
     if source is not None:
-        node = routing_node(report["node"] if report["node"]["ok"] else {"gpus": []}, report["software"])
         from .diagnose_dataset import probe_dataset
 
         report["dataset"] = _guard(probe_dataset, source, report["software"], node, decode_test)
@@ -195,5 +236,8 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
                 + ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['route']}" for k, c in dataset["cameras"].items()) + ")"
                 if dataset else "install OK")
         report["exit_code"], report["verdict"] = EXIT_OK, f"OK on {host}: {what}"
+        if report["gpu"]["layer"]:
+            report["verdict"] += (f"; WARNING: {report['gpu']['present']} GPU(s) present but not used for decode "
+                                  f"({report['gpu']['layer']}: {report['gpu']['problem']})")
     report["seconds"] = round(time.perf_counter() - t0, 2)
     return report

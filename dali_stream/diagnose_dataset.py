@@ -18,6 +18,8 @@ _FIXES = {
     "container": "the MP4 is damaged or truncated: re-download it, or re-encode the camera with lerobot",
     "bitstream": "the encoded frames are corrupt: re-download the file, or re-encode the camera with lerobot",
     "codec-unsupported": "use decode='auto' (it picks a decoder this node has), or re-encode the camera as h264",
+    "nvdec-unavailable": "in a container set NVIDIA_DRIVER_CAPABILITIES=compute,video,utility (or all); on a MIG "
+                         "slice without NVDEC use a +me profile or a larger slice",
     "dali-no-cuda": "DALI sees no CUDA device: check the driver (nvidia-smi), CUDA_VISIBLE_DEVICES, and that "
                     "nvidia-dali-cuda120 (not the CPU-only build) is installed",
     "torchcodec-load": "torchcodec or its FFmpeg libraries do not load: apt-get install -y ffmpeg (FFmpeg 4-7), "
@@ -63,7 +65,7 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
                     "packets_scanned": n}
 
 
-def _decode_tests(meta, pos: int, key: str, software: dict, node, painted: bool) -> dict[str, Any]:
+def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: bool) -> dict[str, Any]:
     """Cut the episode's segment and decode its middle frame through each route this node has."""
     from .decode import DALI_CPU_CODECS, torchcodec_frames
     from .segments import cut_segment
@@ -113,14 +115,17 @@ def _decode_tests(meta, pos: int, key: str, software: dict, node, painted: bool)
     else:
         results["dali-cpu"] = {"ok": None, "layer": "codec-unsupported",
                                "error": f"DALI's CPU decoder has no {cam.codec} (only vp8/vp9/mjpeg)"}
-    if software["nvidia.dali"]["ok"] and node.nvdec_decodes(cam.codec):
+    refused = node.nvdec_refuses(fmt)
+    if software["nvidia.dali"]["ok"] and refused is None:
         from .graph import decode_once
 
         attempt("nvdec", lambda: decode_once(seg.data, list(idx), "nvdec"))
     elif node.gpus == 0:
-        results["nvdec"] = {"ok": None, "layer": "dali-no-cuda", "error": "no CUDA device visible to DALI"}
+        results["nvdec"] = {"ok": None, "layer": "dali-no-cuda", "error": refused}
+    elif node.nvdec_problem:
+        results["nvdec"] = {"ok": None, "layer": "nvdec-unavailable", "error": refused}
     else:
-        results["nvdec"] = {"ok": None, "layer": "codec-unsupported", "error": node.gpu.why_not(cam.codec)}
+        results["nvdec"] = {"ok": None, "layer": "codec-unsupported", "error": refused}
     return results
 
 
@@ -128,21 +133,20 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
     """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request)."""
     import numpy as np
 
-    from .decode import resolve_routes, route_reason
+    from .decode import StreamFormat, choose_routes, formats_of
     from .meta import DatasetMeta
 
     try:
         meta = DatasetMeta.open(source)
     except Exception as exc:
         return {"ok": False, "layer": "metadata", "error": f"{type(exc).__name__}: {exc}", "fix": _FIXES["metadata"]}
-    routes = resolve_routes({k: c.codec for k, c in meta.cameras.items()}, "auto", node)
     pos = int(np.flatnonzero(meta.lengths > 0)[0])
     painted = meta.info.get("robot_type") == "dali_stream_sample"
+    declared = formats_of(meta)
     cameras = {}
     for key, cam in meta.cameras.items():
         path = meta.video_file(pos, key)
-        entry: dict[str, Any] = {"codec": cam.codec, "file": path, "route": routes[key],
-                                 "reason": route_reason(cam.codec, routes[key], node, "auto")}
+        entry: dict[str, Any] = {"codec": cam.codec, "file": path}
         if not meta.data_fs.exists(path):
             entry.update(layer="missing", error=f"{path} does not exist")
         else:
@@ -150,15 +154,20 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
                 entry.update(_stream_facts(meta.data_fs, path))
             except Exception as exc:
                 entry.update(layer="container", error=f"{path}: {type(exc).__name__}: {exc}")
+        # Route on what the file holds (size, pixel format) where it could be read, else on info.json.
+        fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"]) if "width" in entry \
+            else declared[key]
+        choice = choose_routes({key: fmt}, "auto", node)[key]
+        entry.update(route=choice.route, reason=choice.reason)
         if "layer" not in entry:
-            if routes[key] == "torchcodec" and not software["torchcodec"]["ok"]:
+            if choice.route == "torchcodec" and not software["torchcodec"]["ok"]:
                 entry.update(layer="torchcodec-load", error=software["torchcodec"]["error"])
-            elif routes[key] != "torchcodec" and not software["nvidia.dali"]["ok"]:
+            elif choice.route != "torchcodec" and not software["nvidia.dali"]["ok"]:
                 entry.update(layer="dali-import", error=software["nvidia.dali"]["error"])
         if decode_test and "layer" not in entry:
-            tests = _decode_tests(meta, pos, key, software, node, painted)
+            tests = _decode_tests(meta, pos, key, fmt, software, node, painted)
             entry["decode_test"] = tests
-            chosen = tests.get(routes[key]) or tests["segment"]
+            chosen = tests.get(choice.route) or tests["segment"]
             if not tests["segment"]["ok"]:
                 entry.update(layer="container", error=tests["segment"]["error"])
             elif not chosen.get("ok"):

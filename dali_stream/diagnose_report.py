@@ -54,6 +54,9 @@ def render(report: dict[str, Any]) -> None:
         console.print(f"[bold]{node['hostname']}[/]: {node['cpu_cores']} CPU cores; GPUs: {gpus}")
     else:
         console.print(f"[red]node probe failed: {node['error']}[/]")
+    gpu = report.get("gpu") or {}
+    if gpu.get("layer"):
+        console.print(f"[yellow]GPU not used for decode ({gpu['layer']}): {gpu['problem']}\n  fix: {gpu['fix']}[/]")
     table = Table("package", "version", "details", title="software")
     for row in _software_rows(report["software"]):
         table.add_row(*row, style="red" if row[1] == "FAILED" else None)
@@ -77,6 +80,9 @@ def render(report: dict[str, Any]) -> None:
 
 def render_plain(report: dict[str, Any]) -> str:
     lines = [f"{name}: {version} {details}" for name, version, details in _software_rows(report["software"])]
+    gpu = report.get("gpu") or {}
+    if gpu.get("layer"):
+        lines.append(f"GPU not used for decode ({gpu['layer']}): {gpu['problem']}; fix: {gpu['fix']}")
     if report.get("dataset", {}).get("ok"):
         lines += [" | ".join(row) for row in _camera_rows(report["dataset"]["cameras"])]
     return "\n".join(lines + [report["verdict"]])

@@ -28,8 +28,10 @@ def written(tmp_path_factory):
 def test_make_sample_and_inspect(written):
     report = json.loads(_cli("inspect", written, "--json").stdout)
     assert report["codebase_version"] == "v3.0" and report["episodes"] == 5
-    assert report["cameras"]["observation.images.cam"] == {"codec": "vp9", "height": 64, "width": 96,
-                                                            "route_auto": "dali-cpu"}
+    cam = report["cameras"]["observation.images.cam"]
+    assert {k: cam[k] for k in ("codec", "height", "width", "pix_fmt", "route_auto")} == {
+        "codec": "vp9", "height": 64, "width": 96, "pix_fmt": "yuv420p", "route_auto": "dali-cpu"}
+    assert "DALI's CPU decoder handles vp9" in cam["reason"]
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
     table = _cli("inspect", written).stdout
     assert "observation.images.side" in table and "hevc" in table

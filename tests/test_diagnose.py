@@ -50,6 +50,7 @@ def test_sample_verdicts_match_this_machine(sample):
     report = json.loads(proc.stdout)
     assert {"node", "software", "dataset", "exit_code", "verdict", "seconds"} <= set(report)
     assert report["node"]["cpu_cores"] >= 1 and report["node"]["gpus"] == []
+    assert report["gpu"] == {"present": 0, "usable": 0, "layer": None, "problem": None}
     sw = report["software"]
     assert all(sw[p]["ok"] for p in ("torch", "nvidia.dali", "torchcodec", "av", "pyarrow"))
     assert sw["nvidia.dali"]["gpu_operators"] is False and "h264" in sw["system_ffmpeg"]["decoders"]
@@ -177,3 +178,31 @@ def test_cli_and_diagnose_import_only_the_standard_library():
             "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _software(dali_devices, torch_devices, cuda_build="13.0"):
+    return {"nvidia.dali": {"ok": True, "cuda_devices": dali_devices},
+            "torch": {"ok": True, "version": "2.13.0", "cuda_build": cuda_build, "cuda_devices": torch_devices}}
+
+
+@pytest.mark.parametrize("software,nvcuvid,name,layer", [
+    (_software(8, 0, None), "loads", "NVIDIA H100 80GB HBM3", "torch-no-cuda"),
+    (_software(0, 8), "loads", "NVIDIA H100 80GB HBM3", "dali-no-cuda"),
+    (_software(8, 8), "libnvcuvid.so.1: cannot open shared object file", "NVIDIA H100 80GB HBM3", "nvdec-unavailable"),
+    (_software(1, 1), "loads", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "nvdec-unavailable"),
+    (_software(8, 8), "loads", "NVIDIA H100 80GB HBM3", None),
+])
+def test_gpu_layer_from_simulated_probes(software, nvcuvid, name, layer, monkeypatch):
+    """The same rules as the loader's routing, on probe results of nodes this machine is not."""
+    from dali_stream.diagnose import gpu_verdict, routing_node
+
+    monkeypatch.delenv("DALI_STREAM_CPU_ONLY")
+    node_report = {"gpus": [{"name": name, "compute_capability": [8 if "A100" in name else 9, 0]}],
+                   "nvcuvid": nvcuvid}
+    node = routing_node(node_report, software)
+    verdict = gpu_verdict(node_report, node)
+    assert verdict["layer"] == layer and verdict["present"] == 1
+    if layer is None:
+        assert verdict["usable"] == 8 and "fix" not in verdict
+    else:
+        assert verdict["problem"] and verdict["fix"]
