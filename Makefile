@@ -12,7 +12,7 @@ SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
 PYTEST_ARGS ?=
 
-.PHONY: demo test install sysdeps clean
+.PHONY: demo test install sysdeps clean gpu-check
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
@@ -21,6 +21,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q --timeout=600 $(PYTEST_ARGS)
 
 install: $(STAMP)
+
+# On a machine with an NVIDIA GPU: diagnose, the `gpu`-marked tests and a short GPU benchmark, results in
+# benchmarks/results/<gpu-name>/ (see benchmarks/README.md, "GPU check"). Uses .venv when it exists, else
+# python3 (an offline GPU node with the dependencies staged on PYTHONPATH); installs nothing.
+gpu-check:
+	bash benchmarks/gpu_check.sh
 
 # System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and, when running
 # as root (CI), Debian's slurm-wlm for the real-SLURM test (tests/test_slurm.py skips without it).

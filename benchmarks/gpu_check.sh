@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make gpu-check`: on a machine with an NVIDIA GPU, the GPU route's first-contact check in one command.
+#   1. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
+#   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file;
+#   3. a short benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode.
+# Results go to benchmarks/results/<gpu-name>/ (override with GPU_OUT). Exit status: the tests' (non-zero when
+# a GPU test failed, none ran, or no GPU was found), or the benchmark's when the tests passed.
+#
+#   PY=python3 GPU_OUT=/tmp/out bash benchmarks/gpu_check.sh
+# PY: the interpreter holding dali_stream's dependencies (default .venv/bin/python, else python3).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: no NVIDIA GPU with a driver here (nvidia-smi missing or failing); run it on a GPU node" >&2
+    exit 2
+fi
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | tr ' ' '-' | tr -cd 'A-Za-z0-9._-')
+out=${GPU_OUT:-benchmarks/results/$gpu}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1 SVT_LOG=1
+unset DALI_STREAM_CPU_ONLY
+
+echo "== diagnose ($gpu) -> $out/diagnose.json"
+"$PY" -m dali_stream.cli diagnose --json >"$out/diagnose.json"
+"$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['verdict']); print('gpu:', r['gpu'])" \
+    "$out/diagnose.json"
+
+echo "== gpu tests -> $out/gpu-tests.log"
+timeout_flag=()
+"$PY" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=900)
+"$PY" -m pytest -m gpu -v -rs "${timeout_flag[@]}" -p no:cacheprovider tests/test_gpu.py \
+    --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
+tests=${PIPESTATUS[0]}
+if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; then
+    echo "gpu-check: no GPU test ran (all skipped: see the reason above; diagnose.json names the layer)" >&2
+    tests=3
+fi
+
+echo "== bench -> $out"
+sample=.demo/gpu-check-640x480
+if [ ! -f "$sample/meta/info.json" ]; then
+    "$PY" -m dali_stream.cli make-sample "$sample" --overwrite --episodes 24 --min-length 60 --max-length 120 \
+        --height 480 --width 640 --cameras front:h264,side:hevc,wrist:av1 --gop 2 --episodes-per-file 8
+fi
+"$PY" -m dali_stream.cli bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
+    --out-dir "$out" 2>&1 | tee "$out/bench-gpu.log"
+bench=${PIPESTATUS[0]}
+"$PY" -m dali_stream.cli bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
+    --out-dir "$out" 2>&1 | tee "$out/bench-cpu.log"
+bench=$(( bench || PIPESTATUS[0] ))
+echo "gpu-check: tests exit $tests, bench exit $bench; results in $out"
+[ "$tests" -ne 0 ] && exit "$tests"
+exit "$bench"
