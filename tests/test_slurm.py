@@ -29,7 +29,7 @@ def slurm():
                         timeout=120)
     assert up.returncode == 0, up.stdout + up.stderr
     env = {**os.environ, "SLURM_CONF": str(base / "cluster" / "slurm.conf"), "DALI_STREAM_REPO": str(REPO),
-           "DALI_STREAM_PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+           "DALI_STREAM_PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "DALI_STREAM_CPU_ONLY": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID"):
         env.pop(key, None)
     yield base, env
