@@ -1,17 +1,35 @@
 """Frame ids painted into pixels, so a test can tell exactly which frame a decoder returned.
 
-The top two rows of blocks carry 16 bits each: row 0 the episode index, row 1 the frame index inside the
-episode (least significant bit leftmost). A block is `block_size(width)` pixels square, light for 1 and
-dark for 0, aligned to the 4:2:0 chroma grid, so ids survive lossy coding at any sane quality. The rest
-of the image is a smooth pattern that moves from frame to frame, which gives the encoder real work.
+The top three rows of blocks carry 16 bits each: row 0 the episode index, row 1 the frame index inside the
+episode, row 2 a check value of both (CRC-32 of the pair, low 16 bits); least significant bit leftmost. A
+block is `block_size(width)` pixels square, light for 1 and dark for 0, aligned to the 4:2:0 chroma grid.
+The rest of the image is a smooth pattern that moves from frame to frame, which gives the encoder real work.
+
+`read_ids` refuses rather than guesses: a block that is neither clearly light nor clearly dark, or ids that
+do not match their check value (an encoder that copied a block from another frame, a corrupt stream, an
+image that is not a painted frame), raise `UnreadableIds`.
 """
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import numpy as np
 
 BITS = 16
+ROWS = 3  # episode, frame, check
 LIGHT, DARK = 235, 16
+MARGIN = 50  # a block's mean luma must be within this of LIGHT or DARK to count as a bit
+MIN_HEIGHT = 16  # the smallest frame height every encoder of the sample writer accepts (x265 refuses 12)
+
+
+class UnreadableIds(ValueError):
+    """An image whose painted ids cannot be read with certainty."""
+
+
+def check_value(episode: int, frame: int) -> int:
+    return zlib.crc32(struct.pack("<HH", episode, frame)) & 0xFFFF
 
 
 def block_size(width: int) -> int:
@@ -20,10 +38,11 @@ def block_size(width: int) -> int:
 
 def check_size(height: int, width: int) -> None:
     b = block_size(width)
-    if width < BITS * 4 or height < 3 * b or height % 2 or width % 2:
+    low = max(MIN_HEIGHT, ROWS * b)
+    if width < BITS * 4 or height < low or height % 2 or width % 2:
         raise ValueError(
             f"resolution {height}x{width} cannot carry painted ids: need even sizes, width >= {BITS * 4} and "
-            f"height >= {3 * b} (three rows of {b}-pixel blocks)"
+            f"height >= {low} (three rows of {b}-pixel blocks, and at least {MIN_HEIGHT} for the encoders)"
         )
 
 
@@ -39,7 +58,7 @@ def render(height: int, width: int, episode: int, frame: int, camera: int = 0) -
     for c, shift in enumerate((0.0, 2.1, 4.2)):
         img[..., c] = np.clip(base + 40 * np.sin(shift + phase + x / 29.0), 0, 255).astype(np.uint8)
     b = block_size(width)
-    for row, value in enumerate((episode, frame)):
+    for row, value in enumerate((episode, frame, check_value(episode, frame))):
         for bit in range(BITS):
             img[row * b:(row + 1) * b, bit * b:(bit + 1) * b] = LIGHT if (value >> bit) & 1 else DARK
     return img
@@ -59,11 +78,20 @@ def read_ids(image) -> tuple[int, int]:
     b = block_size(luma.shape[1])
     inset = max(1, b // 4)
     values = []
-    for row in range(2):
+    for row in range(ROWS):
         v = 0
         for bit in range(BITS):
-            cell = luma[row * b + inset:(row + 1) * b - inset, bit * b + inset:(bit + 1) * b - inset]
-            if cell.mean() > (LIGHT + DARK) / 2:
+            cell = float(luma[row * b + inset:(row + 1) * b - inset, bit * b + inset:(bit + 1) * b - inset].mean())
+            if DARK + MARGIN < cell < LIGHT - MARGIN:
+                raise UnreadableIds(f"painted id block (row {row}, bit {bit}) has mean luma {cell:.0f}, neither "
+                                    f"light ({LIGHT}) nor dark ({DARK}): the image is not a painted frame, or "
+                                    "decoding damaged it")
+            if cell > (LIGHT + DARK) / 2:
                 v |= 1 << bit
         values.append(v)
-    return values[0], values[1]
+    episode, frame, check = values
+    if check != check_value(episode, frame):
+        raise UnreadableIds(f"painted ids read as (episode {episode}, frame {frame}) but their check value is "
+                            f"{check}, not {check_value(episode, frame)}: a block came from another frame or the "
+                            "stream is damaged")
+    return episode, frame

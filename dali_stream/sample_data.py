@@ -7,7 +7,9 @@ and videos/<key>/chunk-XXX/file-XXX.mp4 packing several episodes back to back.
 Each video file is encoded as one continuous stream with a fixed GOP, so episodes start anywhere inside
 a GOP (the loader must cut from the keyframe at or before an episode's first frame), H.264/HEVC carry
 B-frames, and every camera rolls over to a new file at a different episode, so each camera has its own
-`from_timestamp` per episode. Frame (episode, frame_index) is painted into every image (see `paint`).
+`from_timestamp` per episode. Frame (episode, frame_index) is painted into every image (see `paint`), and
+every file is decoded back after writing: each frame must show its own ids (else it is encoded again with
+careful settings, and failing that the writer raises), so tests can trust them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import shutil
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -118,27 +120,33 @@ def _groups(num: int, first: int, size: int) -> list[list[int]]:
 
 
 _ENCODERS = {
+    # SVT-AV1 at presets 8 and faster skips coding some 8-pixel id blocks (they show another frame's bits):
+    # preset 6 keeps every frame's ids at every size the tests check; `_encode_checked` verifies the rest.
     "h264": ("libx264", lambda g: {"preset": "veryfast", "crf": "18", "bf": "2", "g": str(g),
                                    "x264-params": f"scenecut=0:keyint={g}:min-keyint={g}"}),
     "hevc": ("libx265", lambda g: {"preset": "veryfast", "crf": "20",
                                    "x265-params": f"log-level=error:scenecut=0:keyint={g}:min-keyint={g}:"
                                                   "bframes=2:open-gop=0"}),
-    "av1": ("libsvtav1", lambda g: {"preset": "10", "crf": "28", "g": str(g), "svtav1-params": "scd=0"}),
+    "av1": ("libsvtav1", lambda g: {"preset": "6", "crf": "28", "g": str(g), "svtav1-params": "scd=0"}),
     "vp9": ("libvpx-vp9", lambda g: {"deadline": "realtime", "cpu-used": "8", "crf": "20", "b": "0",
                                      "g": str(g)}),
 }
+# Slower, higher-quality settings for a file whose ids did not survive the settings above.
+_CAREFUL = {"h264": {"preset": "medium", "crf": "12"}, "hevc": {"preset": "medium", "crf": "12"},
+            "av1": {"preset": "3", "crf": "18"}, "vp9": {"deadline": "good", "cpu-used": "2", "crf": "10"}}
 
 
-def encode_video(path: Path, frames: Sequence[np.ndarray] | Callable[[], "object"], codec: str, fps: int,
-                 gop: int, height: int, width: int) -> None:
+def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int, gop: int, height: int, width: int,
+                 careful: bool = False) -> None:
     """Encode RGB frames into one MP4 stream, frame k at pts k/fps."""
     import av
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
     encoder, options = _ENCODERS[codec]
+    options = {**options(gop), **(_CAREFUL[codec] if careful else {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream(encoder, rate=fps, options=options(gop))
+        stream = container.add_stream(encoder, rate=fps, options=options)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.time_base = Fraction(1, fps)
         stream.codec_context.gop_size = gop
@@ -147,6 +155,37 @@ def encode_video(path: Path, frames: Sequence[np.ndarray] | Callable[[], "object
             frame.pts = k
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
+
+
+def misread_frames(path: Path, ids: Sequence[tuple[int, int]], fps: int) -> list[int]:
+    """Frames of `path` (decoded with PyAV) whose painted ids are not `ids[k]` for frame k at pts k/fps."""
+    import av
+
+    bad = []
+    with av.open(str(path)) as container:
+        for frame in container.decode(video=0):
+            k = round(frame.time * fps)
+            try:
+                ok = paint.read_ids(frame.to_ndarray(format="rgb24")) == ids[k]
+            except paint.UnreadableIds:
+                ok = False
+            if not ok:
+                bad.append(k)
+    return bad
+
+
+def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: str, spec: "SampleSpec") -> None:
+    """Encode the frames carrying `ids`, then decode them back: every frame must show its own ids. A file that
+    does not is encoded again with careful settings; one that still does not is an error."""
+    for careful in (False, True):
+        frames = (paint.render(spec.height, spec.width, e, f, camera) for e, f in ids)
+        encode_video(path, frames, codec, spec.fps, spec.gop, spec.height, spec.width, careful=careful)
+        bad = misread_frames(path, ids, spec.fps)
+        if not bad:
+            return
+    raise RuntimeError(f"{path}: {len(bad)} of {len(ids)} frames ({codec}, {spec.height}x{spec.width}) do not show "
+                       f"their painted ids even with careful encoder settings (first: frame {bad[0]}, ids "
+                       f"{ids[bad[0]]}); use another size or codec")
 
 
 def _tasks_table(names: Sequence[str]):
@@ -241,8 +280,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         for n, group in enumerate(cam_groups[c]):
             chunk, file = _chunk_file(n, spec.chunks_size)
             path = out / "videos" / cam.key / f"chunk-{chunk:03d}" / f"file-{file:03d}.mp4"
-            frames = (paint.render(spec.height, spec.width, e, f, c) for e in group for f in range(int(lengths[e])))
-            encode_video(path, frames, cam.codec, spec.fps, spec.gop, spec.height, spec.width)
+            _encode_checked(path, [(e, f) for e in group for f in range(int(lengths[e]))], c, cam.codec, spec)
             offset = 0
             for e in group:
                 ep_cols[p + "chunk_index"][e], ep_cols[p + "file_index"][e] = chunk, file

@@ -19,6 +19,62 @@ def test_paint_round_trip_all_layouts():
     assert paint.read_ids(np.moveaxis(img, -1, 0).astype(np.float32) / 255) == (1234, 56789 % 65536)
 
 
+def test_read_ids_refuses_rather_than_guesses():
+    img = paint.render(96, 128, 7, 34)
+    b = paint.block_size(128)
+    flipped = img.copy()
+    flipped[b:2 * b, 3 * b:4 * b] = paint.LIGHT  # frame bit 3 copied from another frame: 34 -> 42
+    with pytest.raises(paint.UnreadableIds, match=r"\(episode 7, frame 42\) but their check value"):
+        paint.read_ids(flipped)
+    grey = img.copy()
+    grey[b:2 * b, 5 * b:6 * b] = 128
+    with pytest.raises(paint.UnreadableIds, match=r"row 1, bit 5\) has mean luma 128"):
+        paint.read_ids(grey)
+    with pytest.raises(paint.UnreadableIds):
+        paint.read_ids(np.full((96, 128, 3), 16, np.uint8))  # an unpainted (black) frame
+
+
+def _misread_frames(root) -> dict[str, int]:
+    """Decode every frame of every camera file with PyAV; count frames whose ids are not the expected ones."""
+    import av
+
+    from dali_stream.meta import DatasetMeta
+
+    meta = DatasetMeta.open(str(root))
+    bad = {}
+    for key, cam in meta.cameras.items():
+        expect = {}
+        for p in range(meta.num_episodes):
+            for f in range(int(meta.lengths[p])):
+                tick = round((float(cam.from_timestamp[p]) + f / meta.fps) * meta.fps)
+                expect[(meta.video_file(p, key), tick)] = (meta.episode_index(p), f)
+        count = seen = 0
+        for path in sorted({path for path, _ in expect}):
+            with av.open(path) as container:
+                for frame in container.decode(video=0):
+                    seen += 1
+                    try:
+                        ok = paint.read_ids(frame.to_ndarray(format="rgb24")) == \
+                            expect[(path, round(frame.time * meta.fps))]
+                    except paint.UnreadableIds:
+                        ok = False
+                    count += not ok
+        assert seen == len(expect), key
+        bad[cam.codec] = count
+    return bad
+
+
+@pytest.mark.parametrize("height,width,episodes", [(96, 128, None), (16, 64, 6), (54, 100, 6), (160, 192, 4)])
+def test_every_frame_of_every_codec_carries_its_ids(tmp_path, height, width, episodes):
+    """At the defaults (all 36 episodes), the smallest size the writer allows, an odd block size and a larger
+    one: every frame of every codec, decoded straight from the MP4s, shows its own ids."""
+    from dali_stream.sample_data import write_sample
+
+    extra = {} if episodes is None else {"episodes": episodes}
+    spec = SampleSpec(height=height, width=width, cameras=parse_cameras("a:h264,b:hevc,c:av1,d:vp9"), **extra)
+    assert _misread_frames(write_sample(tmp_path / "s", spec)) == {"h264": 0, "hevc": 0, "av1": 0, "vp9": 0}
+
+
 def test_layout_and_info(four_codec_dataset):
     root = four_codec_dataset
     info = json.loads((root / "meta/info.json").read_text())
@@ -71,3 +127,16 @@ def test_bad_camera_specs(bad, message):
 def test_resolution_too_small_for_ids():
     with pytest.raises(ValueError, match="cannot carry painted ids"):
         SampleSpec(height=8, width=32)
+    with pytest.raises(ValueError, match=r"height >= 16 .*at least 16 for the encoders"):
+        SampleSpec(height=12, width=64)
+
+
+def test_the_writer_checks_what_it_encoded(tmp_path):
+    """`misread_frames`, the writer's own check after each file, sees frames that show other ids."""
+    from dali_stream.sample_data import encode_video, misread_frames
+
+    ids = [(3, f) for f in range(12)]
+    path = tmp_path / "v.mp4"
+    encode_video(path, (paint.render(64, 96, e, f) for e, f in ids), "av1", 30, 4, 64, 96)
+    assert misread_frames(path, ids, 30) == []
+    assert misread_frames(path, ids[:6] + [(3, 99)] + ids[7:], 30) == [6]
