@@ -7,6 +7,7 @@ file and the fix. Sources are local paths or fsspec URLs; only metadata is read 
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -112,8 +113,11 @@ class DatasetMeta:
         try:
             with fs.open(path, "rb") as f:
                 info = json.load(f)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DatasetError(f"{path} is not valid JSON ({exc}); re-download the dataset's meta folder") from exc
+        if not isinstance(info, dict):
+            raise DatasetError(f"{path} holds a JSON {type(info).__name__}, not an object with codebase_version, fps, "
+                               "features and data_path; re-download the dataset's meta folder")
         version = str(info.get("codebase_version", ""))
         if not version.startswith("v3."):
             raise UnsupportedVersionError(
@@ -123,8 +127,16 @@ class DatasetMeta:
         for key in ("fps", "features", "data_path"):
             if key not in info:
                 raise DatasetError(f"{path} has no {key!r} entry; the file is incomplete, re-download it")
-        if float(info["fps"]) <= 0:
-            raise DatasetError(f"{path}: fps must be positive. Found: {info['fps']!r}")
+        fps = info["fps"]
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not math.isfinite(fps) or fps <= 0:
+            raise DatasetError(f"{path}: fps must be a positive number of frames per second. Found: {fps!r}; "
+                               "fix info.json (lerobot writes e.g. 30) or re-download it")
+        if not isinstance(info["features"], dict) or not all(isinstance(f, dict) for f in info["features"].values()):
+            raise DatasetError(f"{path}: 'features' must map each feature key to an object (dtype, shape, ...). "
+                               f"Found: {type(info['features']).__name__}; re-download the dataset's meta folder")
+        for key in ("data_path", "video_path"):
+            if key in info and not isinstance(info[key], str):
+                raise DatasetError(f"{path}: {key!r} must be a path template string. Found: {info[key]!r}")
         return info
 
     @staticmethod
@@ -234,6 +246,11 @@ class DatasetMeta:
         return posixpath.join(self.data_root, rel)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a saved loader state must agree on to resume against this dataset."""
+        """What a saved loader state must agree on to resume against this dataset (see `dali_stream.state`):
+        plans depend on the episodes' number, order and lengths, held as a SHA-256 of (episode_index, length)
+        pairs in table order; fps and camera keys refuse a state from a dataset of another layout."""
+        import hashlib
+
+        pairs = np.stack([self.episodes["episode_index"], self.lengths]).astype("<i8").tobytes()
         return {"total_episodes": self.num_episodes, "total_frames": self.total_frames, "fps": self.fps,
-                "cameras": sorted(self.video_keys)}
+                "cameras": sorted(self.video_keys), "episodes_sha256": hashlib.sha256(pairs).hexdigest()}

@@ -227,6 +227,10 @@ class IndexCache:
         except av.error.FFmpegError as exc:  # the demuxing cut reports what is wrong with the file
             self.unsupported[path] = f"{type(exc).__name__}: {exc}"
             return None
+        if not container.streams.video:  # a damaged moov: the demuxing cut names the file and the fix
+            container.close()
+            self.unsupported[path] = "the demuxer finds no video track"
+            return None
         stream = container.streams.video[0]
         if stream.time_base != Fraction(1, index.timescale):
             container.close()

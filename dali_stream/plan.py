@@ -325,6 +325,14 @@ def delta_indices(delta_timestamps: Mapping[str, list[float]], fps: float, toler
     """Seconds to frame offsets (round(d * fps)); each offset must be a multiple of 1/fps within tolerance."""
     out: dict[str, tuple[int, ...]] = {}
     for key, deltas in delta_timestamps.items():
+        if isinstance(deltas, (str, bytes)) or not hasattr(deltas, "__iter__"):
+            raise ConfigError(f"delta_timestamps[{key!r}] must be a list of offsets in seconds. Found: {deltas!r}")
+        deltas = list(deltas)
+        odd = [d for d in deltas if isinstance(d, bool) or not isinstance(d, (int, float, np.integer, np.floating))
+               or not math.isfinite(d)]
+        if odd:
+            raise ConfigError(f"delta_timestamps[{key!r}] has offsets that are not finite numbers of seconds: {odd}; "
+                              f"use k / {fps} seconds for integer k")
         bad = [d for d in deltas if abs(d * fps - round(d * fps)) / fps > tolerance_s]
         if bad:
             raise ConfigError(

@@ -80,7 +80,7 @@ def _open(fs, path: str, episode: int, camera: str):
             "re-download videos/ (with hf: include the video files in allow_patterns)"
         ) from None
     try:
-        return raw, av.open(raw, "r")
+        container = av.open(raw, "r")
     except Exception as exc:  # av.error.InvalidDataError and friends
         _raise_remote(exc, episode, camera)
         head = _head(fs, path)
@@ -89,6 +89,13 @@ def _open(fs, path: str, episode: int, camera: str):
             f"video file {path} is not a readable MP4 (episode {episode}, camera {camera!r}): {exc}; "
             f"first bytes {head!r}; {FIX_FILE}"
         ) from exc
+    if not container.streams.video:
+        container.close()
+        raw.close()
+        raise VideoFileError(
+            f"video file {path} has no readable video track (episode {episode}, camera {camera!r}): its index "
+            f"(the moov box) is damaged or the file holds no video; {FIX_FILE}")
+    return raw, container
 
 
 def _raise_remote(exc: BaseException, episode: int, camera: str) -> None:

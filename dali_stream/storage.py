@@ -7,6 +7,8 @@ through native paths for local files and single-threaded reads for everything el
 
 from __future__ import annotations
 
+import contextlib
+
 
 def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None = None,
             storage_options: dict | None = None, revision: str | None = None):
@@ -90,4 +92,23 @@ def parquet_file(fs, path: str):
 
 def read_parquet(fs, path: str, columns: list[str] | None = None):
     """The parquet file at `path` (all columns, or `columns`) as a pyarrow Table."""
-    return parquet_file(fs, path).read(columns=columns, use_threads=False)
+    with parquet_errors(path):
+        return parquet_file(fs, path).read(columns=columns, use_threads=False)
+
+
+@contextlib.contextmanager
+def parquet_errors(path: str, what: str = ""):
+    """pyarrow's errors on a damaged file (bad magic bytes, truncated pages, a bad footer) as a DatasetError
+    naming the file and the fix; missing files and remote failures pass through."""
+    import pyarrow as pa
+
+    from .errors import DaliStreamError, DatasetError
+
+    try:
+        yield
+    except (FileNotFoundError, DaliStreamError):
+        raise
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise DatasetError(f"{path} is not a readable parquet file{what} ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''}): it is truncated or damaged; "
+                           "re-download it (`dali-stream verify` lists every damaged file)") from None

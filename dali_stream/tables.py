@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import DatasetError, RemoteError
 from .once import OncePerKey
-from .storage import parquet_file
+from .storage import parquet_errors, parquet_file
 
 
 def _to_numpy(col) -> np.ndarray:
@@ -45,7 +45,8 @@ class TableReader:
 
     def _open(self, path: str):
         try:
-            pf = parquet_file(self.meta.data_fs, path)
+            with parquet_errors(path):
+                pf = parquet_file(self.meta.data_fs, path)
         except FileNotFoundError:
             raise DatasetError(
                 f"data file {path} is missing; the dataset is incomplete: re-download data/"
@@ -97,7 +98,7 @@ class TableReader:
                 pieces = [(first, self.meta.data_fs.read_range(path, first, end)) for first, end, _ in spans]
             except RemoteError as exc:
                 raise RemoteError(f"{exc} (rows of episode {meta.episode_index(pos)})") from None
-        with read_lock:
+        with read_lock, parquet_errors(path, f" (rows of episode {meta.episode_index(pos)})"):
             for first, data in pieces:
                 raw.preload(first, data)
             table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
