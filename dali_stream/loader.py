@@ -11,6 +11,7 @@ import contextlib
 import threading
 import time
 import warnings
+import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, Mapping
@@ -26,11 +27,11 @@ from .imageops import ImageOps
 from .meta import DatasetMeta
 from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
 from .prefetch import Prefetcher
+from .state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .store import EpisodeStore
 from .tables import TableReader
 from .world import World, resolve_world
 
-STATE_VERSION = 1
 DEFAULT_CACHE_BYTES = 4 << 30
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
@@ -182,6 +183,7 @@ class StreamLoader:
         self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
         self._chain: list[tuple[int, int]] = []  # (world_size, batches) run of this epoch on other world sizes
         self._plans: dict[tuple, EpochPlan] = {}
+        self._live: weakref.ref | None = None  # the generator of the epoch being iterated
         self.last_epoch_stats: dict[str, Any] = {}
         sizes = self._plan(0).share_sizes  # validates the world against the dataset now, not at batch 0
         if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes):
@@ -242,34 +244,39 @@ class StreamLoader:
                 "dataset": self.meta.fingerprint()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if not isinstance(state, Mapping) or state.get("version") != STATE_VERSION:
+        """Continue at `state` (from `state_dict()`, possibly saved on another world size) on the next `for`.
+
+        Call it before iterating: while an epoch is being iterated it raises `StateError`."""
+        live = self._live() if self._live is not None else None
+        if live is not None and live.gi_frame is not None:
             raise StateError(
-                f"state version {state.get('version') if isinstance(state, Mapping) else type(state).__name__!r} "
-                f"is not {STATE_VERSION}; pass a dict saved by StreamLoader.state_dict() of this dali_stream version"
-            )
+                f"load_state_dict() was called while epoch {self._epoch} is being iterated ({self._consumed} "
+                "batches delivered): the live loop would go on from where it is. Load the state before the `for` "
+                "loop, or leave the loop (break, or close the iterator with .close()) first")
+        saved = parse_state(state)
         mine = self.state_dict()
-        for key in ("seed", "batch_size", "episode_pool_size", "drop_last", "delta_indices", "dataset"):
-            if state.get(key) != mine[key]:
+        for key in CONFIG_KEYS:
+            if getattr(saved, key) != mine[key]:
                 raise StateError(
-                    f"state was saved with {key}={state.get(key)!r} but this loader has {key}={mine[key]!r}; "
+                    f"state was saved with {key}={getattr(saved, key)!r} but this loader has {key}={mine[key]!r}; "
                     "resume needs the same dataset, seed, batch size, pool size and windows: construct "
                     "the loader with the saved values"
                 )
-        epoch, consumed = int(state["epoch"]), int(state["batches_consumed"])
-        chain = [(int(w), int(n)) for w, n in state.get("elastic", [])]
-        saved_world = int(state["world_size"])
+        epoch, consumed, chain = saved.epoch, saved.batches_consumed, list(saved.elastic)
+        saved_world = saved.world_size
         same_world = saved_world == self.world.world_size
         # Every rank of a world has the same batch count, so this rank's plan validates a same-world state
         # and is kept for the iteration; an elastic state is checked against a rank of the saved world.
         world = self.world if same_world else World(rank=0, world_size=saved_world)
-        saved = resume_plan(self.meta.lengths, self.config, world, max(0, epoch), chain)
-        if epoch < 0 or not 0 <= consumed <= saved.num_batches:
+        plan = resume_plan(self.meta.lengths, self.config, world, epoch, chain)
+        if consumed > plan.num_batches:
             raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
-                             f"({saved.num_batches} batches on {saved_world} ranks)")
+                             f"({plan.num_batches} batches on {saved_world} ranks): the state was edited or comes "
+                             f"from another run; {FIX}, or start afresh without load_state_dict")
         if not same_world and consumed > 0:
             chain, consumed = chain + [(saved_world, consumed)], 0  # elastic: the rest of the epoch on this world
         self._epoch, self._consumed, self._chain, self._continue = epoch, consumed, chain, True
-        self._plans = {(epoch, tuple(chain)): saved} if same_world else {}
+        self._plans = {(epoch, tuple(chain)): plan} if same_world else {}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if not self._continue:
@@ -277,7 +284,9 @@ class StreamLoader:
         if self._consumed > 0 and self._consumed >= self._plan(self._epoch).num_batches:
             self._start_epoch(self._epoch + 1)
         self._continue = False
-        return self._run(self._epoch, self._consumed)
+        run = self._run(self._epoch, self._consumed)
+        self._live = weakref.ref(run)  # load_state_dict refuses while this generator is suspended mid-epoch
+        return run
 
     @contextlib.contextmanager
     def _dali_errors(self, producer: _Producer):
