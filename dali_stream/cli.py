@@ -1,4 +1,4 @@
-"""`dali-stream` command line: make-sample, inspect, diagnose, bench, demo.
+"""`dali-stream` command line: make-sample, inspect, verify, diagnose, bench, demo.
 
 Only the standard library is imported at module level, so `dali-stream --help` works on a node whose
 torch or DALI install is broken; each command imports what it needs.
@@ -148,9 +148,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 if done >= args.batches:
                     break
         stream_s = time.perf_counter() - t_stream
-    from .paint import read_ids
+    from .paint import UnreadableIds, read_ids
 
-    ids = read_ids(batch[first_key][0])
+    try:
+        ids = read_ids(batch[first_key][0])
+    except UnreadableIds as exc:  # e.g. a sample written by an older dali_stream (no check row)
+        ids = f"unreadable ({exc}; delete {root} to write a fresh sample)"
     summary = Table(title="dali_stream demo", show_header=False)
     summary.add_row("dataset", f"{root} ({loader.meta.num_episodes} episodes, {loader.meta.total_frames} frames)")
     summary.add_row("batches x batch size", f"{done} x {args.batch_size} on {loader.device}")
@@ -190,6 +193,51 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         from .diagnose_report import render
 
         render(report)
+    return report["exit_code"]
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .verify import verify
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        tasks: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                label = "hashing files" if stage == "hash" else "decoding files"
+                tasks[stage] = bar.add_task(label, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        report = verify(args.dataset, against=args.against, revision=args.revision, decode=args.decode,
+                        progress=progress)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return report["exit_code"]
+    out = Console()
+    checks = ", ".join(filter(None, [f"against {report['reference']}" if report["reference"] else "",
+                                     "every frame decoded" if report["decoded"] else ""]))
+    if report["meta_error"]:
+        out.print(f"[red]the dataset's metadata does not load: {report['meta_error']}[/]")
+    if not report["damaged"]:
+        out.print(f"[green]OK[/]: {report['files_here']} files of {report['source']} checked ({checks})")
+        return report["exit_code"]
+    from rich.table import Table
+
+    table = Table(title=f"damaged files of {report['source']} ({checks})")
+    for column in ("file", "problem", "episodes"):
+        table.add_column(column, overflow="fold")
+    for f in report["damaged"]:
+        eps = f["episodes"]
+        table.add_row(f["file"], "; ".join(f["problems"]),
+                      (", ".join(map(str, eps[:12])) + (f" … ({len(eps)})" if len(eps) > 12 else "")) or "-")
+    out.print(table)
+    out.print(f"[red]{len(report['damaged'])} damaged file(s); episodes affected: {report['damaged_episodes']}. "
+              "Re-download those files (or re-encode the cameras with lerobot).[/]")
     return report["exit_code"]
 
 
@@ -278,6 +326,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... repository")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("verify", help="find damaged files (sizes, hashes against a reference, decode) and the "
+                                      "episodes they hold",
+                       description="Exit status: 0 every file matches, 1 damaged files found (listed with their "
+                                   "episodes), 2 nothing to compare with or a bad argument.")
+    p.add_argument("dataset", help="dataset root (path or fsspec URL; hf://datasets/... is checked against its "
+                                   "published hashes)")
+    p.add_argument("--against", help="reference: hf://datasets/<org>/<name> (published hashes) or a mirror folder")
+    p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... DATASET")
+    p.add_argument("--decode", action="store_true", help="also decode every video frame and read every parquet "
+                                                         "file (painted ids checked on sample data)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("diagnose", help="what this node can decode, and how each camera of DATASET would be",
                        description="Exit status: 0 all cameras decodable here, 1 some camera cannot be decoded "

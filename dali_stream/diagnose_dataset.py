@@ -93,9 +93,16 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
             return
         out = {"ok": True, "seconds": round(time.perf_counter() - t0, 4), "shape": list(pixels.shape)}
         if painted:
-            from .paint import read_ids
+            from .paint import UnreadableIds, read_ids
 
-            out["painted_ids"] = list(read_ids(pixels[0]))
+            try:
+                out["painted_ids"] = list(read_ids(pixels[0]))
+            except UnreadableIds as exc:
+                out["painted_ids"] = None
+                out.update(ok=False, ids_match=False, layer="wrong-frame", error=f"asked for (episode, frame) "
+                           f"{expect}: {exc}")
+                results[route] = out
+                return
             out["ids_match"] = out["painted_ids"] == expect
             if not out["ids_match"]:
                 out.update(ok=False, layer="wrong-frame",

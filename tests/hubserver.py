@@ -52,7 +52,9 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return True
 
-    def _entries(self, root: Path, prefix: str, recursive: bool, files_only: bool = False) -> list[dict]:
+    def _entries(self, root: Path, prefix: str, recursive: bool, files_only: bool = False,
+                 hashed: bool = True) -> list[dict]:
+        """Tree entries; dataset repositories publish git/LFS hashes (`hashed`), buckets do not."""
         base = root / prefix if prefix else root
         if not base.is_dir():
             return []
@@ -64,8 +66,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if not files_only:
                     out.append({"type": "directory", "oid": _SHA(rel), "path": rel})
             else:
-                out.append({"type": "file", "oid": _SHA(rel), "size": p.stat().st_size, "path": rel,
-                            "xetHash": None, "mtime": "2026-11-01T00:00:00.000Z"})
+                out.append({"type": "file", "size": p.stat().st_size, "path": rel, "xetHash": None,
+                            "mtime": "2026-11-01T00:00:00.000Z", **(self.hub.hashes(p) if hashed else {})})
         return out
 
     def _send_file(self, path: Path) -> None:
@@ -129,14 +131,15 @@ class _Handler(BaseHTTPRequestHandler):
             if root is None:
                 return self._error(404, "Bucket not found", "RepoNotFound")
             if m.group(2) is None:
-                files = self._entries(root, "", True, files_only=True)
+                files = self._entries(root, "", True, files_only=True, hashed=False)
                 return self._json({"id": m.group(1), "private": True, "createdAt": "2026-11-01T00:00:00.000Z",
                                    "size": sum(f["size"] for f in files), "totalFiles": len(files)})
             if m.group(2) == "tree":
-                return self._json(self._entries(root, m.group(3) or "", recursive))
+                return self._json(self._entries(root, m.group(3) or "", recursive, hashed=False))
             length = int(self.headers.get("Content-Length") or 0)
             wanted = json.loads(self.rfile.read(length) or b"{}").get("paths", [])
-            return self._json([e for e in self._entries(root, "", True, files_only=True) if e["path"] in wanted])
+            return self._json([e for e in self._entries(root, "", True, files_only=True, hashed=False)
+                               if e["path"] in wanted])
         m = re.fullmatch(r"/buckets/([^/]+/[^/]+)/resolve/(.+)", path)
         if m and m.group(1) in hub.buckets:
             return self._send_file(hub.buckets[m.group(1)] / m.group(2))
@@ -154,7 +157,24 @@ class Hub:
         self.unknown: list[str] = []  # requests the emulator does not answer (a test asserts none)
         self.lock = threading.Lock()
         self.counts = {"requests": 0, "bytes": 0}
+        self._hashes: dict[tuple, dict] = {}
         self.server = Loopback(type("Handler", (_Handler,), {"hub": self}))
+
+    def hashes(self, path: Path) -> dict:
+        """The tree entry's hashes as the Hub publishes them: parquet and MP4 files are LFS (`lfs.oid` is the
+        content's SHA-256, `oid` the pointer file's git blob SHA-1); other files carry their git blob SHA-1."""
+        key = (path, path.stat().st_mtime_ns, path.stat().st_size)
+        if key not in self._hashes:
+            data = path.read_bytes()
+            blob = lambda b: hashlib.sha1(b"blob %d\0" % len(b) + b).hexdigest()  # noqa: E731
+            if path.suffix in (".parquet", ".mp4"):
+                sha = hashlib.sha256(data).hexdigest()
+                pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {len(data)}\n"
+                self._hashes[key] = {"oid": blob(pointer.encode()), "lfs": {"oid": sha, "size": len(data),
+                                                                            "pointerSize": len(pointer)}}
+            else:
+                self._hashes[key] = {"oid": blob(data)}
+        return self._hashes[key]
 
     def add_dataset(self, repo_id: str, revisions: dict[str, os.PathLike]) -> None:
         self.datasets[repo_id] = {rev: Path(folder) for rev, folder in revisions.items()}

@@ -1,0 +1,90 @@
+"""`dali-stream verify` in a real process: damaged files named with their episodes, against a mirror folder, the
+Hub emulator's published hashes (LFS SHA-256, git blob SHA-1), and by decoding every frame."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dali_stream.meta import DatasetMeta
+
+from .console import dali_stream
+from .damage import scribble_frames
+from .hubserver import Hub
+
+TOKEN = "hf_TESTtoken0123456789"
+FRONT, TOP = "observation.images.front", "observation.images.top"
+
+
+@pytest.fixture()
+def damaged(small_dataset, tmp_path):
+    """A copy with frame data scribbled in one H.264 and one VP9 file, and meta/info.json edited."""
+    dst = tmp_path / "copy"
+    shutil.copytree(small_dataset, dst)
+    meta = DatasetMeta.open(str(dst))
+    files = {key: meta.video_file(0, key) for key in (FRONT, TOP)}
+    for path in files.values():
+        scribble_frames(dst / path)
+    holders = {key: sorted(meta.episode_index(p) for p in range(meta.num_episodes)
+                           if meta.video_file(p, key) == files[key]) for key in files}
+    rel = {key: str((dst / files[key]).relative_to(dst)) for key in files}
+    return dst, rel, holders
+
+
+def _verify(*args, env=None):
+    return dali_stream("verify", *args, "--json", env=env)
+
+
+def _by_file(report):
+    return {f["file"]: f for f in report["damaged"]}
+
+
+def test_against_a_mirror_names_the_damaged_files_and_their_episodes(damaged, small_dataset):
+    root, rel, holders = damaged
+    proc = _verify(root, "--against", small_dataset)
+    assert proc.returncode == 1, proc.stderr
+    found = _by_file(json.loads(proc.stdout))
+    assert set(found) == set(rel.values())
+    for key, path in rel.items():
+        assert found[path]["episodes"] == holders[key] and "sha256" in found[path]["problems"][0]
+    human = dali_stream("verify", root, "--against", small_dataset)
+    assert human.returncode == 1 and "damaged file" in human.stdout and rel[TOP] in human.stdout
+
+
+def test_against_the_hubs_published_hashes(damaged, small_dataset):
+    root, rel, _ = damaged
+    info = root / "meta/info.json"
+    info.write_text(info.read_text().replace('"v3.0"', '"v3.1"', 1))  # same size, a non-LFS file: git SHA-1
+    with Hub(TOKEN) as hub:
+        hub.add_dataset("lab/arm", {"main": small_dataset})
+        env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN}
+        proc = _verify(root, "--against", "hf://datasets/lab/arm", env=env)
+        assert proc.returncode == 1, proc.stderr
+        found = _by_file(json.loads(proc.stdout))
+        assert set(found) == {*rel.values(), "meta/info.json"}
+        assert "sha256" in found[rel[FRONT]]["problems"][0] and "git-sha1" in found["meta/info.json"]["problems"][0]
+        assert found["meta/info.json"]["episodes"] == []
+        # The Hub's own files against its published hashes: all match.
+        clean = _verify("hf://datasets/lab/arm", env=env)
+        assert clean.returncode == 0, clean.stdout + clean.stderr
+        assert json.loads(clean.stdout)["files_compared"] > 10
+    assert hub.unknown == []
+
+
+def test_decoding_every_frame_finds_what_codecs_conceal(damaged, small_dataset):
+    root, rel, holders = damaged
+    proc = _verify(root, "--decode")
+    assert proc.returncode == 1, proc.stderr
+    found = _by_file(json.loads(proc.stdout))
+    assert set(found) == set(rel.values())
+    problem = found[rel[TOP]]["problems"][0]  # VP9 has no checksum: the painted ids and frame count tell
+    assert problem.startswith("decode:") and ("show other painted ids" in problem or "frames decode" in problem)
+    assert found[rel[TOP]]["episodes"] == holders[TOP]
+    assert _verify(small_dataset, "--decode").returncode == 0
+
+
+def test_nothing_to_compare_with(small_dataset):
+    proc = dali_stream("verify", small_dataset)
+    assert proc.returncode == 2 and "--against" in proc.stderr and "Traceback" not in proc.stderr
