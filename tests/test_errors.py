@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dali_stream import (ConfigError, DatasetNotFoundError, DecodeError, DeviceError, FrameTimestampError, StateError,
-                         StreamLoader, UnsupportedVersionError, VideoFileError)
+from dali_stream import (ConfigError, DatasetError, DatasetNotFoundError, DecodeError, DeviceError, FrameTimestampError,
+                         StateError, StreamLoader, UnsupportedVersionError, VideoFileError)
 from dali_stream.meta import DatasetMeta
 
 from .damage import scramble_keyframes
@@ -150,7 +150,7 @@ def test_state_from_another_configuration(small_dataset):
     other = StreamLoader(str(small_dataset), batch_size=3, seed=1)
     with pytest.raises(StateError, match=r"batch_size=2 but this loader has batch_size=3"):
         other.load_state_dict(state)
-    with pytest.raises(StateError, match=r"state version 99 is not 1"):
+    with pytest.raises(StateError, match=r"state version 99 is not 2"):
         other.load_state_dict({**state, "version": 99})
     bad = StreamLoader(str(small_dataset), batch_size=2, seed=1)
     with pytest.raises(StateError, match=r"batches_consumed=10000 is outside"):
@@ -175,3 +175,149 @@ def test_errors_do_not_hang_the_next_epoch(copy):
     path.write_bytes(good)
     assert sum(1 for _ in loader) == len(loader)
     assert np.isfinite(loader.last_epoch_stats["wall_s"])
+
+
+# ---- issue 13: damaged copies a new user meets -------------------------------------------------------------
+def _edit_info(root, change):
+    path = root / "meta/info.json"
+    info = json.loads(path.read_text())
+    path.write_text(json.dumps(change(info)))
+
+
+def _inspect(root):
+    from .console import dali_stream
+
+    return dali_stream("inspect", root)
+
+
+def _one_line_error(proc, *words):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for w in words:
+        assert w in proc.stderr, (w, proc.stderr)
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda info: [info], ["holds a JSON list, not an object", "re-download"]),
+    (lambda info: {**info, "fps": "thirty"}, ["fps must be a positive number", "'thirty'"]),
+    (lambda info: {**info, "fps": float("nan")}, ["fps must be a positive number", "nan"]),
+    (lambda info: {**info, "features": ["action"]}, ["'features' must map each feature key"]),
+])
+def test_info_json_of_the_wrong_shape(copy, change, words):
+    _edit_info(copy, change)
+    with pytest.raises(DatasetError, match="info.json"):
+        StreamLoader(str(copy))
+    _one_line_error(_inspect(copy), "DatasetError", "info.json", *words)
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def test_truncated_episodes_table(copy):
+    path = sorted((copy / "meta/episodes").glob("*/*.parquet"))[-1]
+    _truncate(path)
+    with pytest.raises(DatasetError, match=rf"{path.name} is not a readable parquet file.*truncated or damaged"):
+        StreamLoader(str(copy))
+    _one_line_error(_inspect(copy), "DatasetError", path.name, "re-download it")
+
+
+def test_truncated_data_file_at_construction_and_later(copy):
+    first, last = sorted((copy / "data").glob("*/*.parquet"))[0], sorted((copy / "data").glob("*/*.parquet"))[-1]
+    _truncate(last)  # read only when a batch draws an episode it holds
+    with pytest.raises(DatasetError, match=rf"{last.name} is not a readable parquet file.*re-download"):
+        _loop(copy)
+    _truncate(first)  # read at construction (the first episode's rows give the feature dtypes)
+    with pytest.raises(DatasetError, match=rf"{first.name} is not a readable parquet file"):
+        StreamLoader(str(copy))
+
+
+@pytest.mark.parametrize("camera,decode", [(FRONT, "cpu"), (TOP, "auto")])
+def test_damaged_moov(copy, camera, decode):
+    """The MP4's index box is garbage: H.264 through torchcodec and VP9 through DALI both name the file."""
+    import random
+
+    meta = DatasetMeta.open(str(copy))
+    path = copy / meta.video_file(0, camera)
+    data = bytearray(path.read_bytes())
+    at = data.find(b"moov")
+    rnd = random.Random(0)
+    data[at + 200:at + 600] = bytes(rnd.randrange(256) for _ in range(400))
+    path.write_bytes(bytes(data))
+    with pytest.raises(VideoFileError, match=rf"{path.name} has no readable video track \(episode \d+, camera "
+                                             rf"'{camera}'\).*moov.*re-download"):
+        _loop(copy, decode=decode)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "0.1", None])
+def test_delta_timestamps_that_are_not_finite_numbers(small_dataset, value):
+    with pytest.raises(ConfigError, match=r"delta_timestamps\['action'\]"):
+        StreamLoader(str(small_dataset), delta_timestamps={"action": [0.0, value]})
+
+
+@pytest.mark.parametrize("edit,pattern", [
+    ({"batches_consumed": "abc"}, r"state\['batches_consumed'\] must be an integer >= 0. Found: 'abc'"),
+    ({"batches_consumed": None}, r"state\['batches_consumed'\] must be an integer >= 0. Found: None"),
+    ({"batches_consumed": 2.5}, r"state\['batches_consumed'\] must be an integer >= 0. Found: 2.5"),
+    ({"batches_consumed": -1}, r"Found: -1; pass the dict StreamLoader.state_dict\(\) returned, unchanged"),
+    ({"batches_consumed": 10_000}, r"batches_consumed=10000 is outside the epoch.*edited or comes from another "
+                                   r"run.*start afresh"),
+    ({"epoch": True}, r"state\['epoch'\] must be an integer"),
+    ({"drop_last": "yes"}, r"state\['drop_last'\] must be true or false"),
+    ({"elastic": [[2]]}, r"state\['elastic'\] must be a list of \[world_size, batches\] pairs"),
+    ({"version": 1}, r"state version 1 is not 2 \(saved by dali_stream 0.1"),
+])
+def test_state_values_of_the_wrong_type_or_range(small_dataset, edit, pattern):
+    state = StreamLoader(str(small_dataset), batch_size=2).state_dict()
+    with pytest.raises(StateError, match=pattern):
+        StreamLoader(str(small_dataset), batch_size=2).load_state_dict({**state, **edit})
+
+
+def test_state_without_an_entry(small_dataset):
+    state = StreamLoader(str(small_dataset), batch_size=2).state_dict()
+    del state["epoch"]
+    with pytest.raises(StateError, match=r"state has no \['epoch'\] entries"):
+        StreamLoader(str(small_dataset), batch_size=2).load_state_dict(state)
+    with pytest.raises(StateError, match=r"must be the dict StreamLoader.state_dict\(\) returned. Found: list"):
+        StreamLoader(str(small_dataset), batch_size=2).load_state_dict([state])
+
+
+def _two_length_sets_with_equal_totals(episodes=4, low=8, high=14):
+    from dali_stream.sample_data import SampleSpec
+
+    seen = {}
+    for seed in range(500):
+        lengths = SampleSpec(episodes=episodes, min_length=low, max_length=high, seed=seed).lengths()
+        total = int(lengths.sum())
+        if total in seen and sorted(seen[total][1].tolist()) != sorted(lengths.tolist()):
+            return seen[total][0], seed
+        seen.setdefault(total, (seed, lengths))
+    raise AssertionError("no two seeds found")
+
+
+def test_state_from_another_dataset_with_the_same_totals_is_refused(tmp_path):
+    """Same episode count, frame count, fps and cameras, other episode lengths: the plans differ, so refuse."""
+    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+
+    a, b = _two_length_sets_with_equal_totals()
+    spec = dict(episodes=4, min_length=8, max_length=14, cameras=parse_cameras("top:vp9"), height=32, width=64)
+    first = write_sample(tmp_path / "a", SampleSpec(seed=a, **spec))
+    second = write_sample(tmp_path / "b", SampleSpec(seed=b, **spec))
+    one, two = StreamLoader(str(first), batch_size=2), StreamLoader(str(second), batch_size=2)
+    assert one.meta.total_frames == two.meta.total_frames and one.meta.num_episodes == two.meta.num_episodes
+    with pytest.raises(StateError, match=r"state was saved with dataset=.*episodes_sha256"):
+        two.load_state_dict(one.state_dict())
+
+
+def test_load_state_dict_while_iterating_is_refused(small_dataset):
+    loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu")
+    saved = loader.state_dict()
+    it = iter(loader)
+    next(it), next(it)
+    with pytest.raises(StateError, match=r"while epoch 0 is being iterated \(2 batches delivered\).*before the `for`"):
+        loader.load_state_dict(saved)
+    it.close()  # leaving the loop: now it loads, and the next `for` starts where `saved` was taken
+    loader.load_state_dict(saved)
+    fresh = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu")
+    assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in fresh]
