@@ -2,17 +2,25 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# The exact set tested on our CI machine kind (Debian, Python 3.11, CPU only). setup.cfg declares ranges.
-PINS := torch==2.13.0 torchcodec==0.13.0 nvidia-dali-cuda120==2.4.0 av==18.1.0 pyarrow==26.0.1 \
-        fsspec==2026.9.0 huggingface_hub==2.4.0 accelerate==1.15.0 numpy==2.4.6 rich==15.0.0 \
-        aiohttp==3.14.5 s3fs==2026.9.0 psutil==7.2.2 matplotlib==3.11.2 pytest==9.2.0 pytest-timeout==2.4.0 \
-        'moto[server]==5.2.5' boto3==1.43.117
-STAMP := $(VENV)/.installed
+# Which tested set of versions (constraints/<set>.txt) this node gets: cpu, cu12 or cu13, from the NVIDIA
+# driver that nvidia-smi reports (dali_stream/pairing.py). Override: make install SET=cu12.
+SET ?= $(shell $(PYTHON) dali_stream/pairing.py constraint-set)
+DALI_EXTRA = $(if $(filter cu13,$(SET)),cu13,cu12)
+# Where torch's build for the set comes from. cu12: PyTorch's CUDA 12.8 index; cu13: PyPI (its Linux torch is
+# a CUDA 13 build); cpu: PyPI or a local wheel (set TORCH_INDEX=https://download.pytorch.org/whl/cpu for the
+# small CPU build on a machine with the internet).
+TORCH_INDEX ?= $(if $(filter cu12,$(SET)),https://download.pytorch.org/whl/cu128,)
+EXTRAS := $(DALI_EXTRA),remote,bench,distributed,test
+STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
 PYTEST_ARGS ?=
+# The floors: setup.cfg's lowest allowed versions (constraints/floors.txt) in their own venv, on a smoke subset.
+FLOORS_VENV := .venv-floors
+SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
+         tests/test_hub.py tests/test_cli.py
 
-.PHONY: demo test install sysdeps clean gpu-check
+.PHONY: demo test test-floors install sysdeps clean gpu-check
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
@@ -41,11 +49,20 @@ sysdeps:
 
 test: sysdeps
 
-$(STAMP): Makefile setup.cfg pyproject.toml | sysdeps
+# The package through pip's resolver, held to the tested set for this node.
+$(STAMP): Makefile setup.cfg pyproject.toml constraints/common.txt constraints/$(SET).txt | sysdeps
+	@echo "installing dali-stream[$(EXTRAS)] with constraints/$(SET).txt$(if $(TORCH_INDEX), (torch from $(TORCH_INDEX)))"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q $(PINS)
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) -c constraints/$(SET).txt \
+		-e '.[$(EXTRAS)]'
+	rm -f $(VENV)/.installed*
 	touch $@
 
+test-floors: sysdeps
+	test -x $(FLOORS_VENV)/bin/python || $(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_VENV)/bin/pip install -q -c constraints/floors.txt -e '.[cu12,remote,test]'
+	$(FLOORS_VENV)/bin/pip freeze | grep -iE '^(numpy|pyarrow|fsspec|huggingface.hub|av|rich|aiohttp|s3fs|nvidia-dali-cuda120|torch|torchcodec)=='
+	$(FLOORS_VENV)/bin/python -m pytest -q --timeout=600 $(SMOKE)
+
 clean:
-	rm -rf $(VENV) .demo *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) .demo *.egg-info
