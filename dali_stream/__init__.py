@@ -7,11 +7,12 @@ use, so `dali-stream diagnose`-style tools import this package on a half-broken 
 from __future__ import annotations
 
 from .errors import (ConfigError, DaliStreamError, DatasetError, DatasetNotFoundError, DecodeError, DeviceError,
-                     FrameTimestampError, RemoteError, StateError, UnsupportedVersionError, VideoFileError)
+                     FrameTimestampError, InstallError, RemoteError, StateError, UnsupportedVersionError,
+                     VideoFileError)
 
 __version__ = "0.1.0"
 __all__ = ["StreamLoader", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
-           "DeviceError", "FrameTimestampError", "RemoteError", "StateError", "UnsupportedVersionError", "VideoFileError",
+           "DeviceError", "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError", "VideoFileError",
            "__version__"]
 
 

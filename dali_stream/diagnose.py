@@ -94,12 +94,12 @@ def _torch() -> dict[str, Any]:
 
 
 def _dali() -> dict[str, Any]:
-    import importlib.metadata as md
-
     import nvidia.dali as dali
     from nvidia.dali import backend
 
-    flavours = sorted(d.metadata["Name"] for d in md.distributions() if d.metadata["Name"].startswith("nvidia-dali"))
+    from .pairing import installed_dali
+
+    flavours = installed_dali()
     try:
         devices = int(backend.GetCUDADeviceCount())
     except Exception:
@@ -148,7 +148,21 @@ def probe_software() -> dict[str, Any]:
         "system_ffmpeg": _guard(_system_ffmpeg_decoders),
         "pyarrow": _guard(_simple_version, "pyarrow"),
         "fsspec": _guard(_simple_version, "fsspec"),
+        "distributions": _guard(_distributions),
     }
+
+
+def _distributions() -> dict[str, Any]:
+    """What pip installed, whether or not it imports: the DALI flavours and torchcodec's version."""
+    import importlib.metadata as md
+
+    from .pairing import installed_dali
+
+    try:
+        torchcodec = md.version("torchcodec")
+    except md.PackageNotFoundError:
+        torchcodec = None
+    return {"nvidia_dali": installed_dali(), "torchcodec": torchcodec}
 
 
 def broken_packages(software: dict[str, Any]) -> list[str]:
@@ -204,6 +218,34 @@ def gpu_verdict(node_report: dict[str, Any], routing) -> dict[str, Any]:
     return out
 
 
+def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> dict[str, Any]:
+    """Do the installed versions load together here: torch with torchcodec, torch's and DALI's CUDA builds with
+    the driver, one DALI flavour. `broken` problems stop decoding; the others keep GPUs idle. `fix` names the
+    constraint set for this node's driver."""
+    from .pairing import constraint_set, cuda_driver_problem, dali_flavour_problem, fix_for, torchcodec_problem
+
+    gpus = node_report.get("gpus") or []
+    driver = gpus[0].get("driver") if gpus else None
+    torch, codec, dali = software["torch"], software["torchcodec"], software["nvidia.dali"]
+    broken, idle = [], []
+    installed = software["distributions"] if software["distributions"]["ok"] else {}
+    pair = torchcodec_problem(codec.get("version") or installed.get("torchcodec"), torch.get("version"),
+                              torch.get("cuda_build"))
+    if pair:
+        broken.append(pair)
+    flavour = dali_flavour_problem(dali.get("packages") or installed.get("nvidia_dali") or [], driver)
+    if flavour:
+        (idle if "driver" in flavour and "installed together" not in flavour else broken).append(flavour)
+    if torch["ok"]:
+        cuda = cuda_driver_problem(f"torch {torch['version']}", torch.get("cuda_build"), driver)
+        if cuda:
+            idle.append(cuda)
+    out = {"driver": driver, "constraint_set": constraint_set(driver), "broken": broken, "idle": idle}
+    if broken or idle:
+        out["fix"] = fix_for(driver)
+    return out
+
+
 def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, Any]:
     """Probe node, software and (optionally) a dataset; returns the report with `exit_code` and `verdict`."""
     t0 = time.perf_counter()
@@ -212,6 +254,7 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
     node_report = report["node"] if report["node"]["ok"] else {"gpus": []}
     node = routing_node(node_report, report["software"])
     report["gpu"] = gpu_verdict(node_report, node)
+    report["install"] = install_verdict(node_report, report["software"])
     if source is not None:
         from .diagnose_dataset import probe_dataset
 
@@ -221,9 +264,11 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
     dataset = report.get("dataset")
     if dataset is not None and dataset.get("ok"):
         bad_cameras = [k for k, c in dataset["cameras"].items() if not c["decodable"]]
-    if broken:
-        errors = "; ".join(f"{p}: {report['software'][p]['error']}" for p in broken)
-        report["exit_code"], report["verdict"] = EXIT_BROKEN, f"BROKEN INSTALL on {host}: {errors}"
+    if broken or report["install"]["broken"]:
+        errors = "; ".join([f"{p}: {report['software'][p]['error']}" for p in broken] + report["install"]["broken"])
+        report["exit_code"] = EXIT_BROKEN
+        report["verdict"] = f"BROKEN INSTALL on {host}: {errors}" + (
+            f"; fix: {report['install']['fix']}" if report["install"]["broken"] else "")
     elif dataset is not None and not dataset.get("ok"):
         report["exit_code"] = EXIT_CAMERA
         report["verdict"] = f"DATASET UNREADABLE on {host}: {dataset.get('error')}"
@@ -239,5 +284,8 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
         if report["gpu"]["layer"]:
             report["verdict"] += (f"; WARNING: {report['gpu']['present']} GPU(s) present but not used for decode "
                                   f"({report['gpu']['layer']}: {report['gpu']['problem']})")
+        if report["install"]["idle"]:
+            report["verdict"] += (f"; WARNING: {'; '.join(report['install']['idle'])}; fix: "
+                                  f"{report['install']['fix']}")
     report["seconds"] = round(time.perf_counter() - t0, 2)
     return report

@@ -50,3 +50,7 @@ class StateError(DaliStreamError, ValueError):
 
 class RemoteError(DaliStreamError, OSError):
     """A remote read kept failing after every retry, or failed in a way retrying cannot fix."""
+
+
+class InstallError(DaliStreamError, ImportError):
+    """The installed packages do not work together (no DALI, two DALI flavours, a mismatched pair)."""

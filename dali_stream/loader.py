@@ -25,6 +25,7 @@ from .device import resolve_device, torch_current_device
 from .errors import ConfigError, StateError
 from .imageops import ImageOps
 from .meta import DatasetMeta
+from .pairing import check_dali
 from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
 from .prefetch import Prefetcher
 from .state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
@@ -141,6 +142,7 @@ class StreamLoader:
             raise ConfigError(f"`cache_bytes` must be a positive integer (bytes). Found: {cache_bytes!r}")
         if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
+        check_dali()
         self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
         self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root,
                                             remote_timeout_s=remote_timeout_s,

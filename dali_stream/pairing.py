@@ -1,0 +1,143 @@
+"""Which package versions load together on a node: torch ↔ torchcodec, CUDA builds ↔ the NVIDIA driver, and
+the DALI flavour. Standard library only, and runnable as a script before anything is installed:
+
+    python3 dali_stream/pairing.py constraint-set    # cpu | cu12 | cu13, from `nvidia-smi`'s driver version
+
+`make install` installs the package with `constraints/<set>.txt` (exact versions tested together), and
+`dali-stream diagnose` names the set that fixes a mismatch it finds.
+
+Facts (2026-11):
+- torchcodec declares no torch requirement. Its README's table: 0.8 and 0.9 need torch 2.9, 0.10 needs
+  2.10, 0.11 needs 2.11; from 0.12 on it builds against torch's stable ABI (torch >= 2.11). PyPI's
+  torchcodec >= 0.14 wheels link CUDA 13 (`libnvrtc.so.13`) and do not import next to a CPU torch.
+- A CUDA 13 build (torch from PyPI since 2.13, nvidia-dali-cuda130) needs driver >= 580; a CUDA 12 build
+  (torch from download.pytorch.org/whl/cu12x, nvidia-dali-cuda120) needs driver >= 525.
+- nvidia-dali-cuda120 and -cuda130 install into the same `nvidia/dali` folder: exactly one must be present.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+DALI_FLAVOURS = {"nvidia-dali-cuda120": ("cu12", 525), "nvidia-dali-cuda130": ("cu13", 580)}
+CUDA_MIN_DRIVER = {12: 525, 13: 580}
+# torchcodec (major, minor) -> (lowest torch (major, minor), highest or None)
+TORCHCODEC_TORCH = {(0, 8): ((2, 9), (2, 9)), (0, 9): ((2, 9), (2, 9)), (0, 10): ((2, 10), (2, 10)),
+                    (0, 11): ((2, 11), (2, 11))}
+STABLE_ABI_FROM = (0, 12)  # torchcodec >= 0.12: any torch >= 2.11
+INSTALL_HINT = "run `make install` (it picks constraints/<set>.txt for this node's driver), or pip install " \
+               "'dali-stream[{extra}]' -c constraints/{set}.txt"
+
+
+def _minor(version: str | None) -> tuple[int, int] | None:
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def driver_major(driver: str | None) -> int | None:
+    m = re.match(r"(\d+)", driver or "")
+    return int(m.group(1)) if m else None
+
+
+def constraint_set(driver: str | None) -> str:
+    """The constraint set for a node whose NVIDIA driver is `driver` (None: no GPU)."""
+    major = driver_major(driver)
+    if major is None or major < CUDA_MIN_DRIVER[12]:
+        return "cpu"
+    return "cu13" if major >= CUDA_MIN_DRIVER[13] else "cu12"
+
+
+def torchcodec_problem(torchcodec: str | None, torch: str | None, torch_cuda: str | None = None) -> str | None:
+    """Why this torchcodec does not load next to this torch; None when the pair is known to work."""
+    tc, tv = _minor(torchcodec), _minor(torch)
+    if tc is None or tv is None:
+        return None
+    if tc >= STABLE_ABI_FROM:
+        if tv < (2, 11):
+            return f"torchcodec {torchcodec} needs torch >= 2.11; torch is {torch}"
+        if tc >= (0, 14) and torch_cuda is None and "+cpu" not in (torchcodec or ""):
+            return (f"torchcodec {torchcodec} from PyPI links CUDA 13 (libnvrtc.so.13) and does not import next to "
+                    f"a CPU-only torch {torch}: use torchcodec 0.13, or the CPU build from "
+                    "https://download.pytorch.org/whl/cpu")
+        return None
+    pair = TORCHCODEC_TORCH.get(tc)
+    if pair is None:
+        return f"torchcodec {torchcodec} is older than 0.8, which dali_stream needs"
+    low, high = pair
+    if not low <= tv <= high:
+        want = f"{low[0]}.{low[1]}" if low == high else f"{low[0]}.{low[1]}..{high[0]}.{high[1]}"
+        return f"torchcodec {torchcodec} pairs with torch {want}; torch is {torch}"
+    return None
+
+
+def cuda_driver_problem(what: str, cuda: str | None, driver: str | None) -> str | None:
+    """Why a `what` built for CUDA `cuda` does not run on NVIDIA driver `driver`; None when it does."""
+    cm, dm = driver_major(cuda), driver_major(driver)
+    if cm is None or dm is None or cm not in CUDA_MIN_DRIVER:
+        return None
+    if dm < CUDA_MIN_DRIVER[cm]:
+        return (f"{what} is built for CUDA {cuda}, which needs NVIDIA driver >= {CUDA_MIN_DRIVER[cm]}; this "
+                f"node's driver is {driver}")
+    return None
+
+
+def dali_flavour_problem(flavours: list[str], driver: str | None) -> str | None:
+    """Why the installed DALI distributions do not work here; None when exactly one fits the driver."""
+    if not flavours:
+        return ("no NVIDIA DALI is installed: pip install 'dali-stream[cu12]' (NVIDIA driver >= 525, or no GPU) "
+                "or 'dali-stream[cu13]' (driver >= 580)")
+    if len(flavours) > 1:
+        return (f"{' and '.join(flavours)} are installed together; they share the nvidia/dali folder and "
+                f"overwrite each other's files: pip uninstall -y {' '.join(flavours)}, then install one "
+                "(`make install` picks it)")
+    name = flavours[0]
+    if name not in DALI_FLAVOURS:
+        return None
+    cuda = "13.0" if DALI_FLAVOURS[name][0] == "cu13" else "12.0"
+    return cuda_driver_problem(name, cuda, driver)
+
+
+def installed_dali() -> list[str]:
+    """Names of the installed nvidia-dali-* distributions (the CUDA flavours, not their plugins)."""
+    import importlib.metadata as md
+
+    names = {(d.metadata["Name"] or "").lower() for d in md.distributions()}
+    return sorted(n for n in names if re.fullmatch(r"nvidia-dali-cuda\d+", n))
+
+
+def check_dali() -> None:
+    """Raise `InstallError` unless exactly one DALI flavour is installed (or DALI imports from elsewhere, e.g.
+    a source build): called before the loader first imports nvidia.dali."""
+    import importlib.util
+
+    flavours = installed_dali()
+    if len(flavours) == 1 or (not flavours and importlib.util.find_spec("nvidia.dali") is not None):
+        return
+    from .errors import InstallError
+
+    raise InstallError(dali_flavour_problem(flavours, None))
+
+
+def nvidia_driver() -> str | None:
+    """The NVIDIA driver version `nvidia-smi` reports, or None without one."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = out.stdout.strip().splitlines() if out.returncode == 0 else []
+    return lines[0].strip() if lines else None
+
+
+def fix_for(driver: str | None) -> str:
+    chosen = constraint_set(driver)
+    return INSTALL_HINT.format(extra="cu13" if chosen == "cu13" else "cu12", set=chosen)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["constraint-set"]:
+        print(constraint_set(nvidia_driver()))
+    else:
+        sys.exit("usage: python3 dali_stream/pairing.py constraint-set")
