@@ -12,6 +12,7 @@ and the last error.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -25,6 +26,9 @@ from .errors import RemoteError
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
 ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# On Python 3.10 asyncio.TimeoutError (what asyncio.wait_for and fsspec's FSTimeoutError raise) is not the
+# builtin TimeoutError; from 3.11 on it is the same class. Catch both, so a timed-out attempt is retried.
+TIMEOUTS = (TimeoutError, asyncio.TimeoutError)
 
 
 class _Truncated(OSError):
@@ -43,7 +47,7 @@ def is_transient(exc: BaseException) -> bool:
     status = getattr(exc, "status", None) or getattr(exc, "code", None)
     if isinstance(status, int):
         return status in TRANSIENT_STATUS
-    if isinstance(exc, (_Truncated, TimeoutError, ConnectionError)):
+    if isinstance(exc, (_Truncated, ConnectionError, *TIMEOUTS)):
         return True
     names = {c.__name__ for c in type(exc).__mro__}
     # aiohttp.ClientError (resets, payload errors, disconnects), botocore connection/read timeouts
@@ -131,7 +135,7 @@ class RemoteFS:
 
             try:
                 return sync(self.fs.loop, _within, coro_fn, self.policy.timeout_s, args, kwargs)
-            except TimeoutError:  # fsspec re-raises it as its FSTimeoutError, without a message
+            except TIMEOUTS:  # fsspec re-raises it as its FSTimeoutError, without a message
                 raise TimeoutError(f"no answer within {self.policy.timeout_s:g}s (remote_timeout_s / "
                                    f"{ENV_TIMEOUT})") from None
         return getattr(self.fs, name)(*args, **kwargs)

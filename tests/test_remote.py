@@ -191,3 +191,16 @@ def test_meta_local_bulk_files_over_http(small_dataset, tmp_path, local_epoch):
         assert loader.remote_stats["bytes"] > 0
     with pytest.raises(Exception, match="data_files_root"):
         StreamLoader(str(meta_only), data_files_root=str(tmp_path / "nowhere"), **ARGS)
+
+
+def test_timeouts_are_transient_on_every_python():
+    """asyncio.wait_for and fsspec raise asyncio.TimeoutError (FSTimeoutError), which is not the builtin
+    TimeoutError on Python 3.10: both count as transient, so a timed-out attempt is retried."""
+    import asyncio
+
+    from fsspec.exceptions import FSTimeoutError
+
+    from dali_stream.remote import is_transient
+
+    assert is_transient(asyncio.TimeoutError()) and is_transient(FSTimeoutError()) and is_transient(TimeoutError())
+    assert not is_transient(FileNotFoundError())
