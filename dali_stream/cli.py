@@ -313,7 +313,10 @@ def cmd_bench_summarize(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="dali-stream", description="GPU-first loader for LeRobot v3 datasets")
+    parser.add_argument("--version", action="version", version=f"dali-stream {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("make-sample", help="write a LeRobot v3.0 sample dataset with painted frame ids")

@@ -66,3 +66,15 @@ def test_demo_writes_the_sample_when_absent(tmp_path):
 def test_missing_dataset_is_a_clear_error(tmp_path):
     proc = _cli("inspect", tmp_path / "nowhere", check=False)
     assert proc.returncode == 2 and "DatasetNotFoundError" in proc.stderr and "nowhere" in proc.stderr
+
+
+def test_version_and_python_dash_m():
+    import subprocess
+    import sys
+
+    from dali_stream import __version__
+
+    assert _cli("--version").stdout.strip() == f"dali-stream {__version__}"
+    out = subprocess.run([sys.executable, "-m", "dali_stream", "--version"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"dali-stream {__version__}"
