@@ -2,8 +2,8 @@
 
 Per sample: the episode's rows give the tabular values (windowed keys gather their clamped rows) and the
 timestamps each camera must show; a camera's timestamps become frame indices in its episode segment by
-nearest pts. DALI-decoded cameras ship the segment bytes plus those indices; torchcodec cameras ship
-decoded frames. Everything else in the batch (`task` strings) rides alongside.
+nearest pts. DALI-decoded cameras ship a per-sample clip of the segment, the distinct frames in it and the
+order that expands them to the sample's steps (`clips`); torchcodec cameras ship decoded frames. Everything else in the batch (`task` strings) rides alongside.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .clips import dali_input
 from .decode import torchcodec_frames
 from .decode_errors import classify, explain_device
 from .errors import DaliStreamError, DecodeError
@@ -29,7 +30,7 @@ class Output:
     """One external-source output: what it carries and for which key."""
 
     name: str  # unique output name inside the graph
-    kind: str  # "encoded" | "frames" | "pixels" | "table"
+    kind: str  # "encoded" | "frames" | "order" | "pixels" | "table"
     key: str  # feature key (or "<key>_is_pad") it belongs to
     dtype: np.dtype
     ndim: int
@@ -56,6 +57,7 @@ class BatchBuilder:
             if route in DALI_ROUTES:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
+                outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
             else:
                 outputs.append(Output(f"{key}@pixels", "pixels", key, np.dtype(np.uint8), 4))
         for key in table_keys:
@@ -67,6 +69,8 @@ class BatchBuilder:
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding, summed over worker threads
         self.decoded_frames = 0
+        self.dali_frames_fed = 0  # frames DALI's decoder works through (clip frames up to the last asked)
+        self.dali_samples = 0
         self._count_lock = threading.Lock()
 
     def build(self, plan: BatchPlan) -> Prepared:
@@ -84,8 +88,13 @@ class BatchBuilder:
         for key, route in self.routes.items():
             segs, idx = self.locate(plan, rows, key)
             if route in DALI_ROUTES:
-                values[f"{key}@encoded"] = [np.frombuffer(s.data, dtype=np.uint8) for s in segs]
-                values[f"{key}@frames"] = idx
+                inputs = [dali_input(seg, i) for seg, i in zip(segs, idx)]
+                values[f"{key}@encoded"] = [d.data for d in inputs]
+                values[f"{key}@frames"] = [d.frames for d in inputs]
+                values[f"{key}@order"] = [d.order for d in inputs]
+                with self._count_lock:
+                    self.dali_frames_fed += sum(d.frames_fed for d in inputs)
+                    self.dali_samples += len(inputs)
             else:
                 t0 = time.perf_counter()
                 values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx)
@@ -151,11 +160,10 @@ class BatchBuilder:
                     if failure.frame is not None and failure.frame in np.asarray(idx).tolist():
                         seg = self.store.segment(int(prepared.plan.episodes[j]), key)
                         return DecodeError(
-                            f"DALI's video decoder found {failure.frames} frames in episode {seg.episode}, camera "
-                            f"{key!r} ({seg.nbytes} bytes cut from {seg.source}) but frame {failure.frame} was asked "
-                            f"for: the file's index lists {len(seg.pts_s)} frames for that segment, more than the "
-                            f"stream decodes. The file is damaged: {FIX_FILE}; or decode the camera with torchcodec: "
-                            f"decode={{{key!r}: 'cpu'}}")
+                            f"DALI's video decoder found {failure.frames} frames in the clip of episode "
+                            f"{seg.episode}, camera {key!r} (cut from {seg.source}) but frame {failure.frame} was "
+                            "asked for: the file's index lists more frames than the stream decodes. The file is "
+                            f"damaged: {FIX_FILE}; or decode the camera with torchcodec: decode={{{key!r}: 'cpu'}}")
         return None
 
 

@@ -264,20 +264,23 @@ def _dali_decode_time(work, loader, threads: int) -> float:
 
     from .graph import video_decoder
 
+    from .clips import dali_input
+
     total = 0.0
     for route in sorted({loader.routes[key] for key, _, _ in work}):
-        items = [(segs, idx) for key, segs, idx in work if loader.routes[key] == route]
-        batch_size = max(len(segs) for segs, _ in items)
+        # The same per-sample clips the loader feeds DALI, cut before timing (as segments are).
+        items = [[dali_input(seg, i) for seg, i in zip(segs, idx)]
+                 for key, segs, idx in work if loader.routes[key] == route]
+        batch_size = max(len(inputs) for inputs in items)
         feed = iter(items)
 
         def source():
-            segs, idx = next(feed)
-            pad = batch_size - len(segs)  # a short last batch is padded by repeating its first sample
-            segs, idx = list(segs) + [segs[0]] * pad, list(idx) + [idx[0]] * pad
-            return [np.frombuffer(s.data, dtype=np.uint8) for s in segs], [np.asarray(i, np.int32) for i in idx]
+            inputs = next(feed)
+            inputs = inputs + [inputs[0]] * (batch_size - len(inputs))  # a short last batch repeats its first
+            return [d.data for d in inputs], [d.frames for d in inputs]
 
         gpu = route == "nvdec"
-        pipe = Pipeline(batch_size=batch_size, num_threads=max(1, threads),
+        pipe = Pipeline(batch_size=batch_size, num_threads=loader.dali_threads if gpu else max(1, threads),
                         device_id=loader.dali_device if gpu else None, prefetch_queue_depth=1)
         with pipe:
             enc, frames = fn.external_source(source=source, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
@@ -400,12 +403,19 @@ def write(result: dict[str, Any], out_dir: str | Path) -> Path:
 
 
 # ---- the bundled benchmark datasets ----------------------------------------------------------------------
+# Realistic samples (the default): two 640x480 cameras, 20 episodes of 10-20 s at 30 fps, as lerobot records
+# them. "av1" uses lerobot's default encoder settings (AV1, g=2: a keyframe every other frame); "h264" the
+# other common choice (H.264 with B-frames, g=2). "toy" is the old small sample: 200 episodes of 20-40 frames,
+# three cameras (h264, hevc, av1), GOP 30.
 BENCH_SAMPLES = {
-    # lerobot's default encoder settings use g=2 (a keyframe every other frame); "long" is a typical
-    # camera-recorder GOP (1 s at 30 fps), where random access must decode from further back.
-    "g2": dict(gop=2),
-    "long": dict(gop=30),
+    "av1": dict(episodes=20, min_length=300, max_length=600, cameras="front:av1,wrist:av1", gop=2,
+                episodes_per_file=10),
+    "h264": dict(episodes=20, min_length=300, max_length=600, cameras="front:h264,wrist:h264", gop=2,
+                 episodes_per_file=10),
+    "toy": dict(episodes=200, min_length=20, max_length=40, cameras="front:h264,side:hevc,wrist:av1", gop=30,
+                episodes_per_file=50),
 }
+DEFAULT_SAMPLE = "av1"
 
 
 def bench_sample_spec(variant: str):
@@ -415,9 +425,8 @@ def bench_sample_spec(variant: str):
         from .errors import ConfigError
 
         raise ConfigError(f"--sample must be one of {sorted(BENCH_SAMPLES)}. Found: {variant!r}")
-    return SampleSpec(episodes=200, min_length=20, max_length=40, height=480, width=640,
-                      cameras=parse_cameras("front:h264,side:hevc,wrist:av1"), episodes_per_file=50,
-                      seed=7, **BENCH_SAMPLES[variant])
+    spec = dict(BENCH_SAMPLES[variant])
+    return SampleSpec(height=480, width=640, seed=7, **{**spec, "cameras": parse_cameras(spec["cameras"])})
 
 
 def default_dataset(variant: str) -> str:

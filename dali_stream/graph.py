@@ -1,7 +1,8 @@
 """The DALI pipeline: one external source feeding decoders, layout and dtype ops, ending in named outputs.
 
-Per camera: DALI-routed cameras decode their segment with `fn.decoders.video` (device "mixed" for NVDEC,
-"cpu" for DALI's CPU decoder) at per-sample frame indices; torchcodec-routed cameras arrive as decoded
+Per camera: DALI-routed cameras decode a per-sample clip with `fn.decoders.video` (device "mixed" for NVDEC,
+"cpu" for DALI's CPU decoder) at its distinct frame indices, expanded to the sample's steps by
+`fn.sequence_rearrange`; torchcodec-routed cameras arrive as decoded
 frames. Both then get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or
 mean/std-normalised) on the device they are on, and become (T, C, H, W), or (C, H, W) for a single frame
 as lerobot squeezes it. Tabular outputs pass straight through.
@@ -30,8 +31,11 @@ def video_decoder(encoded, frames, route: str):
 
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
-                   image_ops: ImageOps, prefetch_queue_depth: int = 1):
-    """Build (not yet run) the pipeline; returns (pipeline, output names in order)."""
+                   image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False):
+    """Build (not yet run) the pipeline; returns (pipeline, output names in order).
+
+    `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
+    the graph (image ops then run on the GPU, and the iterator hands over GPU tensors)."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
@@ -55,10 +59,11 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
         for key, route in routes.items():
             if route == "torchcodec":
                 video = by_name[f"{key}@pixels"]
-                if device_id is not None:
-                    video = video.gpu()
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
+                video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
+            if on_gpu and route != "nvdec":
+                video = video.gpu()
             if image_ops.resize:
                 video = fn.resize(video, size=list(image_ops.resize), antialias=True)
             crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}
@@ -70,7 +75,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
             names.append(key)
         for o in outputs:
             if o.kind == "table":
-                results.append(by_name[o.name])
+                results.append(by_name[o.name].gpu() if on_gpu else by_name[o.name])
                 names.append(o.key)
         pipe.set_outputs(*results)
     return pipe, names

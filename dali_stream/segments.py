@@ -38,10 +38,20 @@ class Segment:
     codec: str
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     idle_decoders: list = field(default_factory=list, repr=False)  # CPU decoders reused across batches
+    _packets: object = field(default=None, repr=False)  # clips.PacketIndex, made on first use
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
+
+    def packets(self):
+        """The segment's packets in decode order (`clips.PacketIndex`): DALI routes cut per-sample clips by it."""
+        with self.lock:
+            if self._packets is None:
+                from .clips import packet_index
+
+                self._packets = packet_index(self.data)
+            return self._packets
 
     def release_decoders(self) -> None:
         """Close the idle CPU decoders (FFmpeg contexts and frame buffers, not counted in `nbytes`)."""
@@ -171,7 +181,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
             margin = max(1.0, 2 * margin)  # the demuxer's index landed after the start: look further back
         pts = np.sort(np.array([float(p.pts * tb) for p in packets]))
         _check_end(path, pts, reached_end, last_frame_s, tolerance_s, episode, camera)
-        return Segment(_mux(stream, packets), pts, path, episode, camera, codec)
+        return Segment(mux(stream, packets), pts, path, episode, camera, codec)
     finally:
         src.close()
         raw.close()
@@ -205,10 +215,10 @@ def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode:
         packets.append(pkt)
     pts = np.sort(index.pts[first:stop][index.sizes[first:stop] > 0] / ts)  # as float(pts * tb), exactly
     _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
-    return Segment(_mux(indexed.stream, packets), pts, path, episode, camera, codec)
+    return Segment(mux(indexed.stream, packets), pts, path, episode, camera, codec)
 
 
-def _mux(template, packets) -> bytes:
+def mux(template, packets) -> bytes:
     """The packets as a standalone MP4 whose stream copies `template`'s codec parameters."""
     import av
 

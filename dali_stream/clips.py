@@ -1,0 +1,109 @@
+"""Per-sample clips for DALI's video decoder, so its cost does not grow with the depth of a frame in its episode.
+
+DALI 2.4's `fn.decoders.video` builds no keyframe index: for every sample it decodes its stream from the
+first frame up to the highest index asked for, and a repeated index decodes from the start again. Fed a
+whole episode segment, frame 890 of a 900-frame VP9 episode costs ~60x frame 1. So a DALI-routed sample
+gets a clip of its segment instead: the packets (decode order) from the last keyframe whose pts is at or
+before the first frame it shows, through the last packet any of its frames needs (every packet whose pts
+is at or before its last frame: B-frames decode after their forward references), remuxed without
+re-encoding. It is asked for each distinct frame once; `order` expands them back to the sample's steps
+(a window clamped at an episode edge repeats frames), applied by `fn.sequence_rearrange` in the graph.
+
+The decoder's work per sample is then the clip's frames up to the last one asked for (`frames_fed`):
+at most a GOP plus the window's span, whatever the depth.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PacketIndex:
+    """The packets of a segment's MP4 in decode order: where each one's bytes lie and its timing."""
+
+    pos: np.ndarray  # (N,) int64 byte offset in the segment's data
+    size: np.ndarray  # (N,) int64
+    pts: np.ndarray  # (N,) int64 ticks of `time_base`
+    dts: np.ndarray
+    duration: np.ndarray
+    key: np.ndarray  # (N,) bool
+    time_base: Fraction
+
+
+def packet_index(data: bytes) -> PacketIndex:
+    """Demux a segment's bytes once and record every packet (the segment's own muxer wrote them)."""
+    import av
+
+    rows = []
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        time_base = stream.time_base
+        for pkt in container.demux(stream):
+            if pkt.size == 0 or pkt.pts is None:
+                continue
+            rows.append((pkt.pos, pkt.size, pkt.pts, pkt.dts if pkt.dts is not None else pkt.pts,
+                         pkt.duration or 0, pkt.is_keyframe))
+    cols = list(zip(*rows)) if rows else [()] * 6
+    ints = [np.asarray(c, dtype=np.int64) for c in cols[:5]]
+    return PacketIndex(*ints, np.asarray(cols[5], dtype=bool), time_base)
+
+
+def clip_span(index: PacketIndex, first_pts: int, last_pts: int) -> tuple[int, int]:
+    """Packets [start, stop) (decode order) that decode every frame shown from `first_pts` to `last_pts`."""
+    keys = np.flatnonzero(index.key & (index.pts <= first_pts))
+    start = int(keys[-1]) if len(keys) else 0
+    needed = np.flatnonzero(index.pts[start:] <= last_pts)
+    stop = start + int(needed[-1]) + 1 if len(needed) else start + 1
+    return start, stop
+
+
+def cut_clip(data: bytes, index: PacketIndex, start: int, stop: int) -> bytes:
+    """Packets [start, stop) of the segment in `data`, remuxed into a standalone MP4 (no re-encoding)."""
+    import av
+
+    from .segments import mux
+
+    with av.open(io.BytesIO(data)) as template:
+        stream = template.streams.video[0]
+        packets = []
+        for i in range(start, stop):
+            pos, size = int(index.pos[i]), int(index.size[i])
+            pkt = av.Packet(data[pos:pos + size])
+            pkt.pts, pkt.dts, pkt.duration = int(index.pts[i]), int(index.dts[i]), int(index.duration[i])
+            pkt.time_base = index.time_base
+            pkt.is_keyframe = bool(index.key[i])
+            packets.append(pkt)
+        return mux(stream, packets)
+
+
+@dataclass(frozen=True)
+class DaliInput:
+    """What DALI's decoder gets for one sample: the clip, the distinct frames in it, and the expansion."""
+
+    data: np.ndarray  # (bytes,) uint8: the clip (or the whole segment when the clip would be all of it)
+    frames: np.ndarray  # (U,) int32 distinct frame indices into the clip, ascending
+    order: np.ndarray  # (T,) int32 index into `frames` for each of the sample's steps
+
+    @property
+    def frames_fed(self) -> int:
+        """Frames DALI decodes for this sample: its clip from the first frame to the last one asked for."""
+        return int(self.frames.max()) + 1
+
+
+def dali_input(seg, indices: np.ndarray) -> DaliInput:
+    """The clip of `seg` (a `segments.Segment`) for frames `indices` (segment-relative, sorted-pts order)."""
+    wanted, order = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
+    index = seg.packets()
+    shown = np.sort(index.pts)  # the segment's frames in presentation order, as ticks
+    start, stop = clip_span(index, int(shown[wanted[0]]), int(shown[wanted[-1]]))
+    if start == 0 and stop == len(index.pts):
+        data, frames = seg.data, wanted
+    else:
+        data = cut_clip(seg.data, index, start, stop)
+        frames = np.searchsorted(np.sort(index.pts[start:stop]), shown[wanted])
+    return DaliInput(np.frombuffer(data, dtype=np.uint8), frames.astype(np.int32), order.astype(np.int32))

@@ -1,0 +1,73 @@
+"""Per-sample clips for DALI's decoder: the work per sample does not grow with a frame's depth in its episode,
+and the clip holds exactly the frames asked for (H.264 with B-frames and HEVC decoded by torchcodec, VP9
+through DALI's CPU decoder in the loader)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dali_stream import StreamLoader
+from dali_stream.clips import dali_input
+from dali_stream.decode import open_decoder
+from dali_stream.meta import DatasetMeta
+from dali_stream.paint import read_ids
+from dali_stream.segments import cut_segment
+
+GOP = 30
+
+
+@pytest.fixture(scope="module")
+def long_episodes(tmp_path_factory):
+    """Two episodes of ~950 frames (GOP 30): VP9 (DALI's CPU route), H.264 with B-frames and HEVC."""
+    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=2, min_length=920, max_length=960, height=32, width=64, gop=GOP,
+                      episodes_per_file=2, cameras=parse_cameras("top:vp9,front:h264,side:hevc"), seed=5)
+    return write_sample(tmp_path_factory.mktemp("clips") / "long", spec)
+
+
+def _segment(root, pos, key):
+    """The episode's segment (it starts at the keyframe at or before the episode) and its first frame's time."""
+    meta = DatasetMeta.open(str(root))
+    cam = meta.cameras[key]
+    start = float(cam.from_timestamp[pos])
+    return meta, start, cut_segment(meta.data_fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
+                                    episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4,
+                                    last_frame_s=start + (int(meta.lengths[pos]) - 1) / meta.fps)
+
+
+@pytest.mark.parametrize("key", ["observation.images.front", "observation.images.side", "observation.images.top"])
+def test_a_clip_decodes_to_the_frames_asked_for(long_episodes, key):
+    meta, start, seg = _segment(long_episodes, 1, key)
+    rng = np.random.default_rng(0)
+    episode, length = meta.episode_index(1), int(meta.lengths[1])
+    for first in [0, 1, 29, 30, 31, 400, length - 3]:
+        wanted = rng.permutation(np.clip(first + np.array([0, 0, 1, 2, 7, 2]), 0, length - 1))  # repeats, unsorted
+        clip = dali_input(seg, seg.frame_indices(start + wanted / meta.fps, 1e-4, "test"))
+        assert clip.frames_fed <= GOP + 8, (first, clip.frames_fed)  # a GOP plus the span, at any depth
+        frames = open_decoder(clip.data.tobytes()).get_frames_at(indices=clip.frames.tolist()).data.numpy()
+        got = [read_ids(frames[i]) for i in clip.order]
+        assert got == [(episode, int(w)) for w in wanted], (key, first)
+
+
+def test_dali_work_per_sample_is_flat_in_frame_depth(long_episodes):
+    """The loader (VP9 through DALI's CPU decoder) draws frames hundreds deep; DALI works through at most a
+    GOP plus the window per sample, and every frame shows its planned ids."""
+    key = "observation.images.top"
+    loader = StreamLoader(str(long_episodes), batch_size=4, episode_pool_size=2, seed=3, device="cpu",
+                          image_dtype="uint8", decode={key: "auto", "observation.images.front": "cpu",
+                                                      "observation.images.side": "cpu"},
+                          delta_timestamps={key: [-2 / 30, -1 / 30, 0.0]})
+    assert loader.routes[key] == "dali-cpu"
+    depths = []
+    for n, batch in enumerate(loader):
+        imgs = batch[key].numpy()
+        for i, (ep, fr) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):
+            assert [read_ids(f) for f in imgs[i]] == [(ep, max(fr + d, 0)) for d in (-2, -1, 0)]
+            depths.append(fr)
+        if n == 15:
+            break
+    builder = loader._builder
+    assert np.mean(depths) > 200
+    assert builder.dali_samples >= 16 * 4 and builder.dali_frames_fed / builder.dali_samples <= GOP + 2  # built ahead too
