@@ -264,8 +264,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.dataset is None:
         args.dataset = bench.default_dataset(args.sample)
         if not (Path(args.dataset) / "meta/info.json").exists():
-            console.print(f"writing the benchmark sample ({args.sample}) to {args.dataset}: 3 cameras 480x640 "
-                          "h264/hevc/av1, 200 episodes (a few minutes, once)")
+            spec = bench.bench_sample_spec(args.sample)
+            console.print(f"writing the benchmark sample ({args.sample}) to {args.dataset}: {spec.episodes} "
+                          f"episodes of {spec.min_length}-{spec.max_length} frames, cameras "
+                          f"{', '.join(c.name + ':' + c.codec for c in spec.cameras)} at {spec.width}x{spec.height}, "
+                          f"GOP {spec.gop} (minutes, once)")
             _write_with_progress(Path(args.dataset), bench.bench_sample_spec(args.sample), True, console)
     configs = _bench_configs(args)
     node = Node.probe()
@@ -358,8 +361,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "LeRobotDataset-style DataLoader baseline on the same samples. "
                                    "`dali-stream bench summarize RESULTS...` merges result files.")
     p.add_argument("dataset", nargs="?", help="dataset root (default: the benchmark sample, written on first use)")
-    p.add_argument("--sample", default="g2", choices=("g2", "long"),
-                   help="which benchmark sample when DATASET is omitted: GOP 2 (lerobot's default) or 30")
+    p.add_argument("--sample", default="av1", choices=("av1", "h264", "toy"),
+                   help="which benchmark sample when DATASET is omitted (written on first use): two 640x480 "
+                        "cameras, 20 episodes of 10-20 s, AV1 g=2 (lerobot's default) or H.264 g=2; toy: the "
+                        "old 200 short episodes")
     p.add_argument("--mode", default="single", choices=("single", "sarm"),
                    help="single: one frame per camera; sarm: 8 steps spaced 1 s on every camera")
     p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))

@@ -172,6 +172,10 @@ class StreamLoader:
         if "torchcodec" in self.routes.values():
             import torchcodec.decoders  # noqa: F401  1.3 s of torch._dynamo imports: pay them here, not in batch 0
         self.num_workers = num_workers
+        # DALI's mixed video decoder runs one decode session per pipeline thread, and one session cannot use
+        # more than one NVDEC engine: give it a thread per engine (H100: 7), not just `num_workers`.
+        engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
+        self.dali_threads = max(1, num_workers, engines if "nvdec" in self.routes.values() else 0)
         self.tolerance_s = float(tolerance_s)
         for key, cam in meta.cameras.items():
             self.image_ops.check_camera(key, cam.height, cam.width)
@@ -322,8 +326,8 @@ class StreamLoader:
         delivered = 0
         try:
             pipe, names = build_pipeline(self._builder.outputs, self.routes, squeeze, producer,
-                                         self.config.batch_size, max(1, self.num_workers), device_id,
-                                         self.image_ops)
+                                         self.config.batch_size, self.dali_threads, device_id, self.image_ops,
+                                         on_gpu=self.device.startswith("cuda"))
             with self._dali_errors(producer):  # the iterator runs the first batch while constructed
                 iterator = DALIGenericIterator([pipe], names, auto_reset=False,
                                                last_batch_policy=LastBatchPolicy.PARTIAL)
