@@ -6,6 +6,14 @@ use, so `dali-stream diagnose`-style tools import this package on a half-broken 
 
 from __future__ import annotations
 
+import os
+
+# DALI keeps freed host buffers in its own pool, which by default does not give them back: with outputs
+# handed to torch without a copy (the dynamic executor), resident memory grew by ~9 MB per 480p batch, to
+# 6-7 GB over an epoch. With a threshold set, buffers above it go back to the system; measured flat at
+# 1.45 GB at no cost in throughput. Set before DALI allocates anything; a value in the environment wins.
+os.environ.setdefault("DALI_MALLOC_POOL_THRESHOLD", str(1 << 20))
+
 from .errors import (ConfigError, DaliStreamError, DatasetError, DatasetNotFoundError, DecodeError, DeviceError,
                      FrameTimestampError, InstallError, RemoteError, StateError, UnsupportedVersionError,
                      VideoFileError)
