@@ -57,13 +57,14 @@ def _work(dataset: str, batches: int):
 
 
 def run_threads(items, workers: int) -> float:
-    from dali_stream.decode import torchcodec_frames, warm_decoders
+    from dali_stream.decode import DecoderCache, torchcodec_frames, warm_decoders
 
+    cache = DecoderCache(None)
     for seg, _ in items:
-        warm_decoders(seg, workers)
+        warm_decoders(seg, workers, cache)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        for _ in pool.map(lambda it: torchcodec_frames(*it), items):
+        for _ in pool.map(lambda it: torchcodec_frames(*it, cache), items):
             pass
     return time.perf_counter() - t0
 

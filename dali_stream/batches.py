@@ -97,7 +97,7 @@ class BatchBuilder:
                     self.dali_samples += len(inputs)
             else:
                 t0 = time.perf_counter()
-                values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx)
+                values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, store.decoders)
                 with self._count_lock:
                     self.decode_s += time.perf_counter() - t0
                     self.decoded_frames += frames_decoded
@@ -167,7 +167,7 @@ class BatchBuilder:
         return None
 
 
-def decode_grouped(segs, idx) -> tuple[list[np.ndarray], int]:
+def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
     """Decode each distinct segment once per batch (its unique frames in one call), then scatter.
 
     Returns the per-sample frames and how many frames were actually decoded."""
@@ -178,7 +178,7 @@ def decode_grouped(segs, idx) -> tuple[list[np.ndarray], int]:
     decoded = 0
     for seg, members in by_seg.values():
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
-        pixels = torchcodec_frames(seg, wanted)
+        pixels = torchcodec_frames(seg, wanted, cache)
         decoded += len(wanted)
         for j in members:
             out[j] = pixels[np.searchsorted(wanted, idx[j])]

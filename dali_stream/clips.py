@@ -98,7 +98,12 @@ class DaliInput:
 def dali_input(seg, indices: np.ndarray) -> DaliInput:
     """The clip of `seg` (a `segments.Segment`) for frames `indices` (segment-relative, sorted-pts order)."""
     wanted, order = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
-    index = seg.packets()
+    try:
+        index = seg.packets()
+    except Exception as exc:  # the segment's own bytes do not demux: its packets are damaged
+        from .segments import decode_error
+
+        raise decode_error(seg, "the clip cutter (DALI routes)", exc) from exc
     shown = np.sort(index.pts)  # the segment's frames in presentation order, as ticks
     start, stop = clip_span(index, int(shown[wanted[0]]), int(shown[wanted[-1]]))
     if start == 0 and stop == len(index.pts):

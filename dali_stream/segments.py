@@ -37,7 +37,6 @@ class Segment:
     camera: str
     codec: str
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    idle_decoders: list = field(default_factory=list, repr=False)  # CPU decoders reused across batches
     _packets: object = field(default=None, repr=False)  # clips.PacketIndex, made on first use
 
     @property
@@ -52,11 +51,6 @@ class Segment:
 
                 self._packets = packet_index(self.data)
             return self._packets
-
-    def release_decoders(self) -> None:
-        """Close the idle CPU decoders (FFmpeg contexts and frame buffers, not counted in `nbytes`)."""
-        with self.lock:
-            self.idle_decoders.clear()
 
     def frame_indices(self, query_s: np.ndarray, tolerance_s: float, what: str) -> np.ndarray:
         """Index of the frame whose pts is nearest each query time; error if one is farther than tolerance."""
@@ -144,6 +138,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
     try:
         stream = src.streams.video[0]
         tb = stream.time_base
+        num, den = tb.numerator, tb.denominator  # ticks * num / den: ints divide exactly as float(ticks * tb)
         eps = 1e-6
         margin = 0.0
         while True:
@@ -155,8 +150,8 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
                 for pkt in src.demux(stream):
                     if pkt.pts is None or pkt.size == 0:
                         continue
-                    t_pts = float(pkt.pts * tb)
-                    t_dts = float((pkt.dts if pkt.dts is not None else pkt.pts) * tb)
+                    t_pts = pkt.pts * num / den
+                    t_dts = (pkt.dts if pkt.dts is not None else pkt.pts) * num / den
                     if pkt.is_keyframe and t_pts <= from_s + eps:
                         packets = []  # a later keyframe still at or before the episode start: cut from it
                     elif not packets and not pkt.is_keyframe:
@@ -173,13 +168,13 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
                     f"video file {path} is corrupt near {from_s:.3f}..{to_s:.3f}s (episode {episode}, camera "
                     f"{camera!r}): {exc}; {FIX_FILE}"
                 ) from exc
-            first = float(packets[0].pts * tb) if packets else None
+            first = packets[0].pts * num / den if packets else None
             if first is not None and first <= from_s + tolerance_s:
                 break
             if target <= 0.0:
                 raise _no_keyframe(path, from_s, episode, camera, first)
             margin = max(1.0, 2 * margin)  # the demuxer's index landed after the start: look further back
-        pts = np.sort(np.array([float(p.pts * tb) for p in packets]))
+        pts = np.sort(np.array([p.pts * num / den for p in packets]))
         _check_end(path, pts, reached_end, last_frame_s, tolerance_s, episode, camera)
         return Segment(mux(stream, packets), pts, path, episode, camera, codec)
     finally:

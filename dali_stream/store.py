@@ -18,6 +18,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .decode import DecoderCache
 from .errors import RemoteError
 from .segments import Segment, cut_segment
 from .tables import TableReader
@@ -53,13 +54,14 @@ class _Episode:
 
 class EpisodeStore:
     def __init__(self, meta, tables: TableReader, tolerance_s: float, cameras: list[str],
-                 capacity_bytes: int, fetch_workers: int = 4) -> None:
+                 capacity_bytes: int, fetch_workers: int = 4, max_decoders: int | None = None) -> None:
         self.meta = meta
         self.tables = tables
         self.tolerance_s = tolerance_s
         self.cameras = list(cameras)
         self.capacity_bytes = int(capacity_bytes)
         self.stats = StoreStats()
+        self.decoders = DecoderCache(max_decoders)  # the CPU decoders of fetched segments, bounded
         self.bytes = 0  # bytes held by fetched entries
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()
@@ -91,9 +93,9 @@ class EpisodeStore:
             entry = self._entries.get(pos)
             if entry is not None and entry.refs > 0:
                 entry.refs -= 1
-                if entry.refs == 0:  # retired: keep the bytes (bounded), not its decoders (unbounded)
+                if entry.refs == 0:  # retired: keep the bytes (bounded), not its decoders
                     for seg in entry.segments.values():
-                        seg.release_decoders()
+                        self.decoders.release(seg)
             self._evict()
 
     # ---- lookups ---------------------------------------------------------------------------------------

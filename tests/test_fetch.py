@@ -214,7 +214,8 @@ def test_cache_is_bounded_in_bytes_and_refcounted(small_dataset):
     assert big.store.stats.evictions == 0
     entries = list(big.store._entries.values())
     assert entries and all(e.refs == 0 for e in entries)
-    assert not any(seg.idle_decoders for e in entries for seg in e.segments.values()), "retired decoders kept"
+    decoders = big.store.decoders
+    assert decoders.opened > 0 and decoders.alive == 0, "retired decoders kept"
     fetched = big.store.stats.segments_cut
     again = [b for b in big]
     assert len(again) == len(want) and big.store.stats.segments_cut == fetched  # all cached

@@ -247,3 +247,16 @@ def test_elastic_resume_on_another_world_size(small_dataset, before, after):
 def test_uneven_rank_shares_warn(small_dataset):
     with pytest.warns(UserWarning, match=r"uneven shares of epoch 0: \d+ to \d+ frames over 6 ranks"):
         StreamLoader(str(small_dataset), rank=0, world_size=6, batch_size=2, device="cpu")
+
+
+def test_cpu_decoders_alive_are_bounded(small_dataset):
+    """max_decoders bounds the torchcodec decoders kept for reuse (plus one per worker thread decoding), not
+    pool x cameras x threads; the batches stay the same."""
+    args = dict(batch_size=4, episode_pool_size=4, seed=2, device="cpu", num_workers=2, decode="cpu")
+    free = StreamLoader(str(small_dataset), **args)
+    want = [b["index"].tolist() for b in free]
+    tight = StreamLoader(str(small_dataset), max_decoders=2, **args)
+    assert [b["index"].tolist() for b in tight] == want
+    cache = tight.store.decoders
+    assert cache.peak <= 2 + 2 and cache.closed > 0 and cache.alive == 0
+    assert free.store.decoders.peak > cache.peak
