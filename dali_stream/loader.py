@@ -8,6 +8,7 @@ before iterating continues exactly there: plans are recomputed, nothing skipped 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import warnings
@@ -22,7 +23,7 @@ from .batches import BatchBuilder, Prepared
 from .decode import Node, choose_routes, formats_of, warn_once
 from .decode_errors import classify
 from .device import resolve_device, torch_current_device
-from .errors import ConfigError, StateError
+from .errors import ConfigError, InstallError, StateError
 from .imageops import ImageOps
 from .meta import DatasetMeta
 from .pairing import check_dali
@@ -36,6 +37,24 @@ from .world import World, resolve_world
 DEFAULT_CACHE_BYTES = 4 << 30
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
+
+
+def _import_runtime() -> dict[str, BaseException]:
+    """DALI's torch plugin and torchcodec (1.7 s of torch._dynamo imports) load with this module, so neither a
+    loader's constructor nor its first batch pays for them; a failure is kept and raised, named, by the
+    constructor (after the DALI flavour check, which explains the commonest one)."""
+    import importlib
+
+    failed = {}
+    for name in ("nvidia.dali.plugin.pytorch", "torchcodec.decoders"):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported by StreamLoader.__init__
+            failed[name] = exc
+    return failed
+
+
+_IMPORT_ERRORS = _import_runtime()
 
 
 class _Producer:
@@ -114,7 +133,10 @@ class StreamLoader:
         remote_max_retries: retries of a failing remote read (default: env DALI_STREAM_REMOTE_MAX_RETRIES or 5).
         cache_bytes: bound of the fetched episodes kept in memory (compressed segments and rows; default
             4 GiB); episodes open in the pool are never evicted, retired ones least recently used first.
-        fetch_workers: threads fetching admitted episodes in the background (0: fetch when a batch needs it).
+        fetch_workers: threads fetching admitted episodes in the background (0: fetch when a batch needs it;
+            default: one per CPU core up to 4 for local data, 4 for remote sources).
+        max_decoders: CPU (torchcodec) decoders kept open for reuse, least recently used closed first (an AV1
+            decoder holds ~12 MB at 480p); default num_workers x CPU-decoded cameras x min(batch, pool).
         remote_timeout_s: limit of one remote request attempt (default: env DALI_STREAM_REMOTE_TIMEOUT_S or 60).
         data_files_root: where data/ and videos/ live when not under `source` (e.g. a bucket next to a Hub repo).
         storage_options: fsspec options for the remote filesystem(s), e.g. {"endpoint_url": ...} for s3://.
@@ -131,11 +153,12 @@ class StreamLoader:
                  resize: tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
                  mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None,
                  remote_max_retries: int | None = None, data_files_root: str | None = None,
-                 cache_bytes: int | None = None, fetch_workers: int = 4, remote_timeout_s: float | None = None,
+                 cache_bytes: int | None = None, fetch_workers: int | None = None,
+                 max_decoders: int | None = None, remote_timeout_s: float | None = None,
                  storage_options: Mapping[str, Any] | None = None, revision: str | None = None) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
-        if not isinstance(fetch_workers, int) or fetch_workers < 0:
+        if fetch_workers is not None and (not isinstance(fetch_workers, int) or fetch_workers < 0):
             raise ConfigError(f"`fetch_workers` must be an integer >= 0. Found: {fetch_workers!r}")
         cache_bytes = DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes
         if not isinstance(cache_bytes, int) or cache_bytes <= 0:
@@ -143,6 +166,10 @@ class StreamLoader:
         if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
         check_dali()
+        if "nvidia.dali.plugin.pytorch" in _IMPORT_ERRORS:
+            exc = _IMPORT_ERRORS["nvidia.dali.plugin.pytorch"]
+            raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
+                               "names the broken layer and the constraint set that fixes it")
         self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
         self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root,
                                             remote_timeout_s=remote_timeout_s,
@@ -169,8 +196,12 @@ class StreamLoader:
         choices = choose_routes(formats_of(meta), decode, self.node)
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
-        if "torchcodec" in self.routes.values():
-            import torchcodec.decoders  # noqa: F401  1.3 s of torch._dynamo imports: pay them here, not in batch 0
+        if "torchcodec" in self.routes.values() and "torchcodec.decoders" in _IMPORT_ERRORS:
+            exc = _IMPORT_ERRORS["torchcodec.decoders"]
+            cpu = sorted(k for k, r in self.routes.items() if r == "torchcodec")
+            raise InstallError(f"cameras {cpu} decode with torchcodec, which does not import ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''}); torchcodec must match torch and "
+                               "find FFmpeg 4-7 (apt-get install -y ffmpeg): `dali-stream diagnose` names the fix")
         self.num_workers = num_workers
         # DALI's mixed video decoder runs one decode session per pipeline thread, and one session cannot use
         # more than one NVDEC engine: give it a thread per engine (H100: 7), not just `num_workers`.
@@ -181,7 +212,15 @@ class StreamLoader:
             self.image_ops.check_camera(key, cam.height, cam.width)
         self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
         tables = TableReader(meta, meta.table_keys)
-        self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, fetch_workers)
+        if fetch_workers is None:  # local fetches are CPU work (remux): one thread per core; remote ones wait
+            from .storage import is_local
+
+            fetch_workers = min(4, os.cpu_count() or 1) if is_local(meta.data_fs) else 4
+        if max_decoders is None:  # what the builders touch per batch: every distinct segment, every thread
+            cpu = sum(1 for r in self.routes.values() if r == "torchcodec")
+            max_decoders = max(1, num_workers) * max(1, cpu) * min(batch_size, episode_pool_size)
+        self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, fetch_workers,
+                                  max_decoders)
         self._builder = BatchBuilder(meta, self.store, self.routes, self.config.delta_indices, self.tolerance_s,
                                      meta.table_keys, self._table_dtypes(tables))
         self._epoch = 0
@@ -225,6 +264,27 @@ class StreamLoader:
         if not found:
             return None
         return {k: sum(s[k] for s in found) for k in found[0]}
+
+    def memory_budget(self) -> dict[str, Any]:
+        """Where this loader's host memory goes, in bytes, and the knob that bounds each part (README, Memory).
+
+        `cache_peak` is measured; the others are upper estimates from the configuration: prepared batches
+        hold decoded uint8 frames (CPU routes) and clips (DALI routes) for `prefetch_batches + 1` batches; DALI
+        keeps `prefetch_queue_depth` (2) output batches; CPU decoders hold their frame buffers (~12 MB per AV1
+        decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
+        b = self.config.batch_size
+        steps = {k: len(self.config.delta_indices.get(k, (0,))) for k in self.routes}
+        cams = self.meta.cameras
+        decoded = sum(b * steps[k] * cams[k].height * cams[k].width * 3
+                      for k, r in self.routes.items() if r == "torchcodec")
+        itemsize = 4 if self.image_ops.dtype == "float32" else 1
+        dali_out = sum(b * steps[k] * itemsize * int(np.prod(self.image_ops.out_shape(cams[k].height, cams[k].width)))
+                       for k in self.routes)
+        return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
+                "prepared_batches": (self.prefetch_batches + 1) * decoded, "dali_outputs": 2 * dali_out,
+                "decoders_alive_peak": self.store.decoders.peak, "decoders_bound": self.store.decoders.capacity,
+                "knobs": {"cache_bound": "cache_bytes", "prepared_batches": "prefetch_batches, num_workers",
+                          "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders"}}
 
     def batch_plan(self, epoch: int, index: int):
         """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""

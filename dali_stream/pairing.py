@@ -100,11 +100,17 @@ def dali_flavour_problem(flavours: list[str], driver: str | None) -> str | None:
 
 
 def installed_dali() -> list[str]:
-    """Names of the installed nvidia-dali-* distributions (the CUDA flavours, not their plugins)."""
+    """Names of the installed nvidia-dali-cuda* distributions (looked up by name: no scan of every package)."""
     import importlib.metadata as md
 
-    names = {(d.metadata["Name"] or "").lower() for d in md.distributions()}
-    return sorted(n for n in names if re.fullmatch(r"nvidia-dali-cuda\d+", n))
+    found = []
+    for name in ("nvidia-dali-cuda110", "nvidia-dali-cuda120", "nvidia-dali-cuda130"):
+        try:
+            md.version(name)
+        except md.PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
 
 
 def check_dali() -> None:
