@@ -25,13 +25,14 @@ from typing import Any
 
 import numpy as np
 
-MODES = ("single", "sarm")
+MODES = ("single", "sarm", "camera-window")
 SARM_STEPS, SARM_SPACING_S = 8, 1.0
-METRIC_KEYS = ("frames_per_s_node", "samples_per_s", "first_batch_latency_s", "p50_batch_latency_ms",
-               "p95_batch_latency_ms", "p99_batch_latency_ms", "peak_rss_gb", "shuffle_randomness_frac",
-               "time_split", "decoder_cache", "bytes_read", "dataset_bytes", "routes", "decode_per_camera", "device",
-               "versions",
-               "limit_ratio", "baseline_ratio")
+METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_per_s", "samples_per_s",
+               "first_batch_latency_s", "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
+               "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
+               "peak_rss_gb", "shuffle_randomness_frac", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
+               "routes", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape", "rank",
+               "world_size", "limit_ratio", "baseline_ratio")
 
 
 @dataclass
@@ -49,6 +50,10 @@ class BenchConfig:
     limit: bool = True
     device: str | None = None
     image_dtype: str = "float32"
+    num_batches: int | None = None  # close the window after this many batches instead of `duration_s`
+    data_files_root: str | None = None
+    revision: str | None = None
+    tolerance_s: float = 1e-4
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -59,12 +64,23 @@ class BenchConfig:
         if self.duration_s <= 0 or self.warmup_batches < 0:
             raise ConfigError(f"--duration-s must be > 0 and --warmup-batches >= 0. Found: {self.duration_s}, "
                               f"{self.warmup_batches}")
+        if self.num_batches is not None and self.num_batches < 1:
+            raise ConfigError(f"--num-batches must be >= 1. Found: {self.num_batches}")
 
 
-def mode_deltas(mode: str, cameras: list[str]) -> dict[str, list[float]]:
-    """`single`: one frame per camera; `sarm`: 8 steps spaced 1 s (the last 7 s and now) on every camera."""
+def mode_deltas(mode: str, cameras: list[str], features) -> dict[str, list[float]]:
+    """`single`: one frame per camera. `sarm` (as the seeds define it): one frame per camera and an 8-step
+    action window spaced 1 s, now to 7 s ahead. `camera-window`: 8 steps spaced 1 s (the last 7 s and now) on
+    every camera."""
     if mode == "single":
         return {}
+    if mode == "sarm":
+        if "action" not in features:
+            from .errors import ConfigError
+
+            raise ConfigError("--mode sarm windows the 'action' feature, which this dataset does not have; "
+                              "use --mode single or camera-window")
+        return {"action": [i * SARM_SPACING_S for i in range(SARM_STEPS)]}
     offsets = [-(SARM_STEPS - 1 - i) * SARM_SPACING_S for i in range(SARM_STEPS)]
     return {key: offsets for key in cameras}
 
@@ -135,10 +151,11 @@ def _frames_in(batch: dict, cameras: list[str]) -> int:
 class SteadyWindow:
     """The measurement rule shared by the loader run and the baseline, so their rates compare: the window
     opens when batch `warmup_batches + 1` is asked for and closes at the first batch delivered
-    `duration_s` after that; `waits` are the times spent in `next()` for the window's batches."""
+    `duration_s` after that (or at its `num_batches`-th batch); `waits` are the times spent in `next()` for
+    the window's batches."""
 
-    def __init__(self, warmup_batches: int, duration_s: float) -> None:
-        self.warmup_batches, self.duration_s = warmup_batches, duration_s
+    def __init__(self, warmup_batches: int, duration_s: float, num_batches: int | None = None) -> None:
+        self.warmup_batches, self.duration_s, self.num_batches = warmup_batches, duration_s, num_batches
         self.delivered = 0
         self.first_got: float | None = None  # when the first batch arrived (first-batch latency)
         self.start: float | None = None
@@ -157,7 +174,7 @@ class SteadyWindow:
             return False
         self.waits.append(got - asked)
         self.last = got
-        if got - self.start >= self.duration_s:
+        if (len(self.waits) >= self.num_batches if self.num_batches else got - self.start >= self.duration_s):
             self.end = got
         return True
 
@@ -183,7 +200,7 @@ class SteadyWindow:
 
 def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
     """Run the loader through warm-up and a steady window; returns measurements and the window's batches."""
-    steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s)
+    steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s, cfg.num_batches)
     window, seen_eps = [], []
     samples = frames = 0
     t_iter = time.perf_counter()
@@ -213,11 +230,15 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         return {"samples": 0, "batches": steady.delivered, "first_batch_latency_s": first_latency}
     seconds = steady.seconds
     lat = np.array(steady.waits) * 1e3
-    return {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(steady.waits),
-            "samples_per_s": samples / seconds, "frames_per_s_node": frames / seconds,
-            "first_batch_latency_s": first_latency, "p50_batch_latency_ms": float(np.percentile(lat, 50)),
-            "p95_batch_latency_ms": float(np.percentile(lat, 95)), "p99_batch_latency_ms": float(np.percentile(lat, 99)),
-            "shuffle_randomness_frac": float(np.mean(seen_eps)), "window": window}
+    per_sample = lat / cfg.batch_size  # the wait a training step sees, spread over the batch's samples
+    out = {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(steady.waits),
+           "samples_per_s": samples / seconds, "frames_per_s_node": frames / seconds,
+           "first_batch_latency_s": first_latency, "shuffle_randomness_frac": float(np.mean(seen_eps)),
+           "window": window}
+    for q in (50, 95, 99):
+        out[f"p{q}_batch_latency_ms"] = float(np.percentile(lat, q))
+        out[f"p{q}_sample_latency_ms"] = float(np.percentile(per_sample, q))
+    return out
 
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
@@ -233,14 +254,15 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             segs, idx = builder.locate(plan, rows, key)
             work.append((route, key, segs, idx))
     frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
-    # Warm: one open torchcodec decoder per segment per thread before timing.
-    from .decode import warm_decoders
+    # Warm: one open torchcodec decoder per segment per thread before timing (unbounded: the ideal).
+    from .decode import DecoderCache, warm_decoders
 
+    warm = DecoderCache(None)
     for route, _, segs, _ in work:
         if route == "torchcodec":
             for seg in segs:
-                warm_decoders(seg, threads)
-    cpu_work = [(segs, idx) for route, _, segs, idx in work if route == "torchcodec"]
+                warm_decoders(seg, threads, warm)
+    cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route == "torchcodec"]
     t0 = time.perf_counter()
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
@@ -308,15 +330,18 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     from .loader import StreamLoader
     from .meta import DatasetMeta
 
-    meta = DatasetMeta.open(cfg.dataset)
+    t_run = time.perf_counter()
+    meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.data_files_root, revision=cfg.revision)
     cameras = list(meta.video_keys)
-    deltas = mode_deltas(cfg.mode, cameras)
+    deltas = mode_deltas(cfg.mode, cameras, meta.features)
     decode = loader_decode(cfg.decode, formats_of(meta), Node.probe())
     with RssSampler() as rss:
         t0 = time.perf_counter()
         loader = StreamLoader(cfg.dataset, batch_size=cfg.batch_size, delta_timestamps=deltas,
                               episode_pool_size=cfg.pool, decode=decode, device=cfg.device,
-                              num_workers=cfg.num_workers, drop_last=True, image_dtype=cfg.image_dtype)
+                              num_workers=cfg.num_workers, drop_last=True, image_dtype=cfg.image_dtype,
+                              data_files_root=cfg.data_files_root, revision=cfg.revision,
+                              tolerance_s=cfg.tolerance_s)
         setup_s = time.perf_counter() - t0
         if progress:
             progress("loader")
@@ -327,13 +352,20 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         result.update(samples_per_s=0.0, error=(
             f"the loader delivered {got['batches']} batches in up to 10 epochs, none inside the measured window "
             f"(warm-up {cfg.warmup_batches} batches; {len(loader)} batches per epoch of {cfg.batch_size} with "
-            f"drop_last): lower --warmup-batches or --batch-size, or use a larger dataset"))
+            f"drop_last): lower --warmup-batches or --batch-size, or use a larger dataset"),
+            rank=loader.world.rank, world_size=loader.world.world_size, wallclock_s=time.perf_counter() - t_run)
         return result
     stats = loader.store.stats
     builder = loader._builder
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
                                        "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
+                                       "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms",
                                        "shuffle_randomness_frac")})
+    # The seeds' own definitions beside ours: their frames_per_s_node counts samples per second on the node;
+    # ours counts decoded camera frames delivered (samples x cameras x steps), also under its plain name.
+    result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
+                  num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
+                  image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()})
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,
@@ -343,11 +375,16 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
                     "note": "fetch/decode: summed over worker threads for the whole run; graph: window time "
                             "not spent waiting for workers (last epoch)"},
         decoder_cache={"hits": stats.hits, "misses": stats.segments_cut + stats.table_reads,
-                       "evictions": stats.evictions},
+                       "hit_rate": stats.hits / max(1, stats.hits + stats.segments_cut + stats.table_reads),
+                       "evictions": stats.evictions, "size_bytes": loader.store.bytes,
+                       "peak_bytes": stats.peak_bytes, "decoders_peak": loader.store.decoders.peak,
+                       "decoders_opened": loader.store.decoders.opened,
+                       "note": "hits/misses: episode store lookups (a miss fetches rows or cuts a segment); "
+                               "decoders: torchcodec decoders alive at once / opened"},
         bytes_read=stats.segment_bytes + loader.store.tables.bytes_read,
         dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), route_reasons=dict(loader.route_reasons),
         decode_per_camera=decode if isinstance(decode, dict) else dict.fromkeys(cameras, decode),
-        device=_device(loader),
+        device=_device(loader), memory_budget=loader.memory_budget(),
         versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
     )
     if cfg.limit:
@@ -369,6 +406,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         result["baseline_ratio"] = got["samples_per_s"] / best if best else None
     else:
         result["baseline_ratio"] = None
+    result["wallclock_s"] = time.perf_counter() - t_run
     return result
 
 
@@ -386,7 +424,9 @@ def write(result: dict[str, Any], out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     cfg = result["config"]
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = out / f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg['num_workers']}.json"
+    rank, world = result.get("rank", 0), result.get("world_size", 1)
+    path = out / (f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg['num_workers']}"
+                  f"-r{rank}of{world}.json")
     path.write_text(json.dumps(result, indent=2, default=str))
     row = {"file": path.name, **{f"config.{k}": v for k, v in cfg.items()}}
     for key in METRIC_KEYS:

@@ -250,7 +250,9 @@ def _bench_configs(args: argparse.Namespace):
                         num_workers=args.num_workers, pool=args.pool, duration_s=args.duration_s,
                         warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
                         baseline_workers=workers, limit=not args.no_limit, device=args.device,
-                        image_dtype=args.image_dtype) for d, m in grid]
+                        image_dtype=args.image_dtype, num_batches=args.num_batches,
+                        data_files_root=args.data_files_root, revision=args.revision, tolerance_s=args.tolerance_s)
+            for d, m in grid]
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -365,13 +367,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="which benchmark sample when DATASET is omitted (written on first use): two 640x480 "
                         "cameras, 20 episodes of 10-20 s, AV1 g=2 (lerobot's default) or H.264 g=2; toy: the "
                         "old 200 short episodes")
-    p.add_argument("--mode", default="single", choices=("single", "sarm"),
-                   help="single: one frame per camera; sarm: 8 steps spaced 1 s on every camera")
+    p.add_argument("--mode", default="single", choices=("single", "sarm", "camera-window"),
+                   help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
+                        "0..7 s (the seeds' definition); camera-window: 8 steps spaced 1 s on every camera")
     p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--pool", type=int, default=16, help="episode_pool_size")
     p.add_argument("--duration-s", type=float, default=20.0, help="length of the measured window")
+    p.add_argument("--num-batches", type=int, default=None,
+                   help="measure this many batches instead of --duration-s seconds")
+    p.add_argument("--data-files-root", default=None, help="data/ and videos/ from another root than meta/")
+    p.add_argument("--revision", default=None, help="branch, tag or commit of an hf://datasets/... DATASET")
+    p.add_argument("--tolerance-s", type=float, default=1e-4,
+                   help="largest gap between a queried timestamp and its frame (the seeds use 1e-3)")
     p.add_argument("--warmup-batches", type=int, default=5)
     p.add_argument("--out-dir", default="benchmarks/results/local", help="where the JSON files and bench.csv go")
     p.add_argument("--device", default=None, help="where batches land (default: cuda when available)")

@@ -19,10 +19,10 @@ def _bench(*args):
 @pytest.fixture(scope="module")
 def tiny_run(small_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = _bench(small_dataset, "--mode", "sarm", "--batch-size", 4, "--pool", 3, "--duration-s", 1.5,
+    proc = _bench(small_dataset, "--mode", "camera-window", "--batch-size", 4, "--pool", 3, "--duration-s", 1.5,
                   "--warmup-batches", 2, "--baseline-workers", "0,1", "--out-dir", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    (path,) = out.glob("bench-*.json")
+    (path,) = out.glob("bench-*-r0of1.json")
     return json.loads(path.read_text()), out, proc
 
 
@@ -31,7 +31,7 @@ def test_every_metric_is_reported_and_sane(tiny_run):
     missing = [k for k in METRIC_KEYS if k not in result]
     assert not missing, missing
     assert result["samples_per_s"] > 0 and result["frames_per_s_node"] > 0
-    # sarm: 8 steps on each of the 2 cameras per sample
+    # camera-window: 8 steps on each of the 2 cameras per sample
     assert result["window"]["frames"] == result["window"]["samples"] * 8 * 2
     assert result["frames_per_s_node"] == pytest.approx(result["window"]["frames"] / result["window"]["seconds"])
     assert 0 < result["shuffle_randomness_frac"] <= 1
@@ -43,6 +43,17 @@ def test_every_metric_is_reported_and_sane(tiny_run):
     assert 0 < result["bytes_read"] and 0 < result["dataset_bytes"]
     assert result["routes"] == {"observation.images.front": "torchcodec", "observation.images.top": "dali-cpu"}
     assert "CPU only" in result["device"] and result["versions"]["nvidia.dali"] == "2.4.0"
+    # the seeds' definitions beside ours, and what a reader of a results file needs to compare runs
+    assert result["frames_per_s_node_seed"] == result["samples_per_s"]
+    assert result["decoded_frames_per_s"] == result["frames_per_s_node"]
+    assert result["p50_sample_latency_ms"] == pytest.approx(result["p50_batch_latency_ms"] / 4)
+    assert result["wallclock_s"] > result["window"]["seconds"]
+    assert 0 < result["decoder_cache"]["hit_rate"] <= 1 and result["decoder_cache"]["size_bytes"] > 0
+    assert (result["num_cameras"], result["fps"], result["rank"], result["world_size"]) == (2, 30.0, 0, 1)
+    assert result["image_shape"] == {"observation.images.front": [3, 96, 128], "observation.images.top": [3, 96, 128]}
+    budget = result["memory_budget"]
+    # at most max_decoders idle, plus the one each of the 2 worker threads holds while decoding
+    assert budget["prepared_batches"] > 0 and budget["decoders_bound"] + 2 >= budget["decoders_alive_peak"] > 0
 
 
 def test_ratios_come_from_the_same_run(tiny_run):
@@ -62,7 +73,7 @@ def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
         (row,) = list(csv.DictReader(fh))
     assert float(row["samples_per_s"]) == pytest.approx(result["samples_per_s"])
     assert json.loads(row["routes"]) == result["routes"]
-    assert "loader/limit" in proc.stdout and "sarm / auto" in proc.stdout
+    assert "loader/limit" in proc.stdout and "camera-window / auto" in proc.stdout
     png = tmp_path / "chart.png"
     summary = dali_stream("bench", "summarize", out, "--png", png)
     assert summary.returncode == 0, summary.stderr
@@ -87,3 +98,14 @@ def test_zero_samples_exits_non_zero_with_the_reason(small_dataset, tmp_path):
                   "--no-limit", "--out-dir", tmp_path)
     assert proc.returncode == 1
     assert "delivered 0 samples" in proc.stderr and "0 batches per epoch of 1000" in proc.stderr
+
+
+def test_sarm_as_the_seeds_define_it_and_a_fixed_number_of_batches(small_dataset, tmp_path):
+    """--mode sarm: one frame per camera and an 8-step action window 0..7 s; --num-batches closes the window."""
+    proc = _bench(small_dataset, "--mode", "sarm", "--batch-size", 2, "--pool", 3, "--num-batches", 3,
+                  "--warmup-batches", 1, "--no-baseline", "--no-limit", "--tolerance-s", "1e-3", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("bench-*.json")
+    result = json.loads(path.read_text())
+    assert result["window"]["batches"] == 3 and result["window"]["frames"] == result["window"]["samples"] * 2
+    assert result["config"]["tolerance_s"] == 1e-3
