@@ -6,7 +6,7 @@ a given depth: fed the whole episode segment (what the loader did before clips) 
 (`dali_stream.clips`, what it does now). Each batch is timed warm, `--repeat` times; the ratio deep/shallow
 is the claim: flat with clips.
 
-    .venv/bin/python benchmarks/dali_clip_depth.py [--out benchmarks/results/cpu-2core/dali_clip_depth.json]
+    .venv/bin/python benchmarks/dali_clip_depth.py [--out benchmarks/results/cpu-2core-480p/dali_clip_depth.json]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default=".demo/clip-depth-vp9")
-    p.add_argument("--out", default="benchmarks/results/cpu-2core/dali_clip_depth.json")
+    p.add_argument("--out", default="benchmarks/results/cpu-2core-480p/dali_clip_depth.json")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--batch", type=int, default=4)
     args = p.parse_args()
