@@ -48,8 +48,17 @@ class PlanConfig:
     seed: int = 0
     drop_last: bool = True
     delta_indices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    shuffle: bool = True  # False: every frame once, episodes and frames in order (evaluation)
+    drop_n_first_frames: int = 0  # never draw an episode's first n frames (lerobot's EpisodeAwareSampler)
+    drop_n_last_frames: int = 0  # ... nor its last n (they still serve as window context)
 
     def __post_init__(self) -> None:
+        for name in ("drop_n_first_frames", "drop_n_last_frames"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"`{name}` must be an integer >= 0. Found: {value!r}")
+        if not isinstance(self.shuffle, bool):
+            raise ConfigError(f"`shuffle` must be True or False. Found: {self.shuffle!r}")
         if not isinstance(self.batch_size, int) or self.batch_size <= 0:
             raise ConfigError(f"`batch_size` must be a positive integer. Found: {self.batch_size!r}")
         if not isinstance(self.pool_size, int) or self.pool_size <= 0:
@@ -112,6 +121,25 @@ def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: i
         owned[rank].append(pos)
         heapq.heappush(heap, (load + int(lengths[pos]), rank))
     return [np.array(sorted(o), dtype=np.int64) for o in owned]
+
+
+def partition_in_order(lengths: np.ndarray, world_size: int) -> list[np.ndarray]:
+    """Split episode positions over ranks in order, contiguous blocks of near-equal frames (no shuffle)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    candidates = np.flatnonzero(lengths > 0)
+    if world_size > len(candidates):
+        raise ConfigError(
+            f"world_size={world_size} ranks but the dataset has only {len(candidates)} non-empty episodes: "
+            "every rank needs at least one episode; use fewer ranks or a larger dataset"
+        )
+    sizes = lengths[candidates]
+    middle = np.cumsum(sizes) - sizes / 2.0  # an episode goes to the rank its middle frame falls in
+    starts = [0]
+    for rank in range(1, world_size):
+        first = int(np.searchsorted(middle, rank * sizes.sum() / world_size))
+        starts.append(min(max(first, starts[-1] + 1), len(sizes) - (world_size - rank)))  # no rank empty
+    starts.append(len(sizes))
+    return [candidates[starts[r]:starts[r + 1]] for r in range(world_size)]
 
 
 class _Fenwick:
@@ -208,6 +236,35 @@ class _PoolSampler:
         return eps, frames
 
 
+class _InOrder:
+    """`shuffle=False`: every frame of each episode in order, episodes in order (the sampler interface)."""
+
+    def __init__(self, counts: list[int], available: list, log: list) -> None:
+        self._frames, self._log = available, log
+        self._episode, self._pos = 0, 0
+        self.remaining = sum(counts)
+
+    def draw(self, n: int) -> tuple[list[int], list[int]]:
+        eps: list[int] = []
+        frames: list[int] = []
+        while len(eps) < n and self.remaining:
+            frames_here = self._frames[self._episode]
+            if self._pos == 0:
+                if len(frames_here) == 0:
+                    self._episode += 1
+                    continue
+                self._log.append((True, self._episode))
+            take = min(n - len(eps), len(frames_here) - self._pos)
+            eps.extend([self._episode] * take)
+            frames.extend(int(f) for f in frames_here[self._pos:self._pos + take])
+            self._pos += take
+            self.remaining -= take
+            if self._pos == len(frames_here):
+                self._log.append((False, self._episode))
+                self._episode, self._pos = self._episode + 1, 0
+        return eps, frames
+
+
 class EpochPlan:
     """All batches of one epoch on one rank, generated lazily and kept, so `batch(i)` is cheap after the first call.
 
@@ -226,16 +283,24 @@ class EpochPlan:
         self.epoch = epoch
         self.segment = segment
         self.lengths = np.asarray(lengths, dtype=np.int64)
+        # Frames an episode hands out: [first, first + count), without the dropped first/last frames.
+        self._first = np.minimum(config.drop_n_first_frames, self.lengths)
+        remaining = np.maximum(self.lengths - config.drop_n_first_frames - config.drop_n_last_frames, 0)
         consumed = consumed or {}
-        self._available: dict[int, np.ndarray] = {p: np.flatnonzero(~mask) for p, mask in consumed.items()}
-        remaining = self.lengths.copy()
+        self._available: dict[int, np.ndarray] = {
+            p: np.flatnonzero(~mask[self._first[p]:self._first[p] + remaining[p]]) + self._first[p]
+            for p, mask in consumed.items()}
         for p, frames in self._available.items():
             remaining[p] = len(frames)
         salt = (segment,) if segment else ()
-        shares = partition_episodes(remaining, world.world_size, config.seed, epoch, *salt)
-        mine = shares[world.rank]
-        rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD, *salt])
-        self.admission_order = mine[rng.permutation(len(mine))]
+        if config.shuffle:
+            shares = partition_episodes(remaining, world.world_size, config.seed, epoch, *salt)
+            mine = shares[world.rank]
+            rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD, *salt])
+            self.admission_order = mine[rng.permutation(len(mine))]
+        else:  # evaluation: contiguous blocks of episodes per rank, in order
+            shares = partition_in_order(remaining, world.world_size)
+            self.admission_order = shares[world.rank]
         self._remaining = remaining
         self.num_frames = int(remaining[self.admission_order].sum())
         # Every rank must yield the same batches (a DDP step waits for all ranks): with drop_last the
@@ -258,12 +323,21 @@ class EpochPlan:
         self._frames: list[np.ndarray] = []
         self._moves: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # per batch: (admitted, retired)
 
-    def _new_sampler(self) -> _PoolSampler:
+    def _frames_of(self, pos: int):
+        """The frames episode `pos` hands out this segment, ascending (a range when none were consumed)."""
+        if pos in self._available:
+            return self._available[pos]
+        first = int(self._first[pos])
+        return range(first, first + int(self._remaining[pos]))
+
+    def _new_sampler(self):
+        counts = self._remaining[self.admission_order].tolist()
+        available = [self._frames_of(int(p)) for p in self.admission_order]
+        if not self.config.shuffle:
+            return _InOrder(counts, available, self._log)
         words = (self.config.seed, self.epoch, self.world.rank, 0x5A) + ((self._pass,) if self._pass else ())
         words += (1000 + self.segment,) if self.segment else ()
-        available = ([self._available.get(int(p)) for p in self.admission_order] if self._available else None)
-        return _PoolSampler(self._remaining[self.admission_order].tolist(), self.config.pool_size,
-                            random.Random(_seed_int(*words)), available, self._log)
+        return _PoolSampler(counts, self.config.pool_size, random.Random(_seed_int(*words)), available, self._log)
 
     def _draw(self, n: int) -> tuple[list[int], list[int]]:
         """n samples of this rank's stream; after its own frames come padding passes over them again."""

@@ -244,3 +244,66 @@ def test_admissions_and_retirements_bracket_every_draw(world_size, drop_last):
         assert len(live) <= cfg.pool_size
         if not drop_last and world_size == 1:
             assert not live, "an epoch over all frames ends with an empty pool"
+
+
+# ---- lerobot's habits: frame trimming, evaluation order, episode subsets ------------------------------------
+def _trimmed(lengths, first, last, episodes=None):
+    eps = range(len(lengths)) if episodes is None else episodes
+    return {(int(e), f) for e in eps for f in range(first, max(first, int(lengths[e]) - last))}
+
+
+@pytest.mark.parametrize("world_size", [1, 3])
+def test_dropped_first_and_last_frames_are_never_drawn(world_size):
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=4, drop_last=False, drop_n_first_frames=2, drop_n_last_frames=6,
+                     delta_indices={"action": (0, 1, 2, 3)})
+    own = []
+    for rank in range(world_size):
+        plan, pairs = epoch_samples(LENGTHS, cfg, World(rank=rank, world_size=world_size), 0)
+        own += pairs[:plan.num_frames]
+        windows = [plan.batch(i).windows["action"] for i in range(len(plan))]
+        assert max(int(w.rows.max()) for w in windows) > 0  # windows still reach into the trimmed frames
+    assert len(own) == len(set(own)) and set(own) == _trimmed(LENGTHS, 2, 6)
+
+
+def test_trimmed_elastic_resume_keeps_exactly_once():
+    from dali_stream.plan import consumed_by, resume_plan
+
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=3, drop_last=False, drop_n_first_frames=1, drop_n_last_frames=3)
+    consumed = consumed_by(LENGTHS, cfg, 2, 0, 5)
+    drawn = {(p, f) for p, m in consumed.items() for f in np.flatnonzero(m).tolist()}
+    rest = []
+    for rank in range(3):
+        plan = resume_plan(LENGTHS, cfg, World(rank=rank, world_size=3), 0, [(2, 5)])
+        rest += epoch_samples_of(plan)[1][:plan.num_frames]
+    assert len(rest) == len(set(rest)) and set(rest).isdisjoint(drawn)
+    assert set(rest) | drawn == _trimmed(LENGTHS, 1, 3)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 5])
+def test_unshuffled_pass_is_every_frame_once_in_order(world_size):
+    cfg = PlanConfig(batch_size=7, pool_size=4, seed=9, drop_last=False, shuffle=False)
+    own = []
+    for rank in range(world_size):
+        plan, pairs = epoch_samples(LENGTHS, cfg, World(rank=rank, world_size=world_size), 3)
+        mine = pairs[:plan.num_frames]
+        assert mine == sorted(mine), "episodes in order, frames in order"
+        own += mine
+    assert own == sorted(own) and own == sorted(all_frames(LENGTHS)), "ranks hold contiguous blocks, no overlap"
+    again = epoch_samples(LENGTHS, cfg, World(rank=0, world_size=world_size), 4)[1]
+    assert again == epoch_samples(LENGTHS, cfg, World(rank=0, world_size=world_size), 3)[1], "same every epoch"
+
+
+def test_an_episode_subset_is_planned_by_zero_lengths():
+    """The loader plans `episodes=[...]` by zeroing the others' lengths: they are never drawn."""
+    keep = [0, 3, 4, 9, 12]
+    lengths = np.where(np.isin(np.arange(len(LENGTHS)), keep), LENGTHS, 0)
+    _, pairs = epoch_samples(lengths, PlanConfig(batch_size=5, pool_size=2, seed=1, drop_last=False), World(), 0)
+    assert set(pairs) == all_frames(LENGTHS, keep)
+
+
+@pytest.mark.parametrize("kwargs,match", [({"drop_n_first_frames": -1}, "drop_n_first_frames"),
+                                          ({"drop_n_last_frames": 1.5}, "drop_n_last_frames"),
+                                          ({"shuffle": "no"}, "shuffle")])
+def test_bad_trimming_and_shuffle_values(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        PlanConfig(batch_size=2, pool_size=2, **kwargs)
