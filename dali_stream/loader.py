@@ -29,6 +29,8 @@ from .meta import DatasetMeta
 from .pairing import check_dali
 from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
 from .prefetch import Prefetcher
+from .selection import digest as selection_digest
+from .selection import select
 from .state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .store import EpisodeStore
 from .tables import TableReader
@@ -141,6 +143,12 @@ class StreamLoader:
         data_files_root: where data/ and videos/ live when not under `source` (e.g. a bucket next to a Hub repo).
         storage_options: fsspec options for the remote filesystem(s), e.g. {"endpoint_url": ...} for s3://.
         revision: branch, tag or commit of an hf://datasets/... source.
+        episodes: episode indices to use (a train/val split); the others are never drawn or fetched.
+        max_episodes: use at most this many episodes (the first ones of `episodes`, or of the dataset).
+        shuffle: False for an evaluation pass: every frame once, episodes and frames in order (ranks get
+            contiguous blocks of episodes).
+        drop_n_first_frames, drop_n_last_frames: never draw an episode's first/last n frames as samples (they
+            still serve as window context), as lerobot's EpisodeAwareSampler.
         rank, world_size: override the torchrun/SLURM environment.
         prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
     """
@@ -155,7 +163,9 @@ class StreamLoader:
                  remote_max_retries: int | None = None, data_files_root: str | None = None,
                  cache_bytes: int | None = None, fetch_workers: int | None = None,
                  max_decoders: int | None = None, remote_timeout_s: float | None = None,
-                 storage_options: Mapping[str, Any] | None = None, revision: str | None = None) -> None:
+                 storage_options: Mapping[str, Any] | None = None, revision: str | None = None,
+                 episodes: list[int] | None = None, max_episodes: int | None = None, shuffle: bool = True,
+                 drop_n_first_frames: int = 0, drop_n_last_frames: int = 0) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
         if fetch_workers is not None and (not isinstance(fetch_workers, int) or fetch_workers < 0):
@@ -183,7 +193,12 @@ class StreamLoader:
             )
         self.world = resolve_world(rank=rank, world_size=world_size)
         self.config = PlanConfig(batch_size=batch_size, pool_size=episode_pool_size, seed=seed, drop_last=drop_last,
-                                 delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s))
+                                 delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s),
+                                 shuffle=shuffle, drop_n_first_frames=drop_n_first_frames,
+                                 drop_n_last_frames=drop_n_last_frames)
+        # The planner sees the selected episodes' lengths (the others as 0: never drawn, never fetched).
+        self.plan_lengths, self.episodes = select(meta.episodes["episode_index"], meta.lengths, episodes,
+                                                  max_episodes)
         self.node = Node.probe()
         if self.node.gpu_problem and not (self.node.facts and self.node.facts.cpu_only):
             warn_once(self.node.gpu_problem)
@@ -240,7 +255,7 @@ class StreamLoader:
 
     # ---- set-up helpers --------------------------------------------------------------------------------
     def _table_dtypes(self, tables: TableReader) -> dict[str, tuple[np.dtype, int]]:
-        first = int(np.flatnonzero(self.meta.lengths > 0)[0])
+        first = int(np.flatnonzero(self.plan_lengths > 0)[0])
         rows = tables.episode(first)
         return {k: (v.dtype, v.ndim - 1) for k, v in rows.items()}
 
@@ -249,7 +264,7 @@ class StreamLoader:
         chain = tuple(self._chain) if epoch == self._epoch else ()
         plan = self._plans.get((epoch, chain))
         if plan is None:
-            plan = resume_plan(self.meta.lengths, self.config, self.world, epoch, list(chain))
+            plan = resume_plan(self.plan_lengths, self.config, self.world, epoch, list(chain))
             self._plans = {(epoch, chain): plan}
         return plan
 
@@ -307,7 +322,11 @@ class StreamLoader:
                 "drop_last": self.config.drop_last, "world_size": self.world.world_size,
                 "elastic": [list(seg) for seg in chain],
                 "delta_indices": {k: list(v) for k, v in self.config.delta_indices.items()},
-                "dataset": self.meta.fingerprint()}
+                "dataset": self.meta.fingerprint(),
+                "selection": {"episodes_sha256": selection_digest(self.episodes), "episodes": len(self.episodes),
+                              "shuffle": self.config.shuffle,
+                              "drop_n_first_frames": self.config.drop_n_first_frames,
+                              "drop_n_last_frames": self.config.drop_n_last_frames}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at `state` (from `state_dict()`, possibly saved on another world size) on the next `for`.
@@ -334,7 +353,7 @@ class StreamLoader:
         # Every rank of a world has the same batch count, so this rank's plan validates a same-world state
         # and is kept for the iteration; an elastic state is checked against a rank of the saved world.
         world = self.world if same_world else World(rank=0, world_size=saved_world)
-        plan = resume_plan(self.meta.lengths, self.config, world, epoch, chain)
+        plan = resume_plan(self.plan_lengths, self.config, world, epoch, chain)
         if consumed > plan.num_batches:
             raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
                              f"({plan.num_batches} batches on {saved_world} ranks): the state was edited or comes "

@@ -18,7 +18,7 @@ from .errors import StateError
 
 STATE_VERSION = 2  # 2: the dataset fingerprint holds a digest of the episodes' indices and lengths
 FIX = "pass the dict StreamLoader.state_dict() returned, unchanged (json.load of the saved file gives it back)"
-CONFIG_KEYS = ("seed", "batch_size", "episode_pool_size", "drop_last", "delta_indices", "dataset")
+CONFIG_KEYS = ("seed", "batch_size", "episode_pool_size", "drop_last", "delta_indices", "dataset", "selection")
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class SavedState:
     elastic: tuple[tuple[int, int], ...]
     delta_indices: dict[str, list[int]]
     dataset: dict[str, Any]
+    selection: dict[str, Any]  # episodes subset digest, shuffle, dropped first/last frames
 
 
 def _int(state: Mapping, key: str, low: int) -> int:
@@ -52,7 +53,7 @@ def parse_state(state: Any) -> SavedState:
         raise StateError(f"state version {version!r} is not {STATE_VERSION}{why}; pass a dict saved by "
                          "StreamLoader.state_dict() of this dali_stream version, or start the run afresh")
     missing = [k for k in ("seed", "epoch", "batches_consumed", "batch_size", "episode_pool_size", "drop_last",
-                           "world_size", "delta_indices", "dataset") if k not in state]
+                           "world_size", "delta_indices", "dataset", "selection") if k not in state]
     if missing:
         raise StateError(f"state has no {missing} entries; {FIX}")
     if not isinstance(state["drop_last"], bool):
@@ -63,6 +64,9 @@ def parse_state(state: Any) -> SavedState:
             for v in deltas.values()):
         raise StateError(f"state['delta_indices'] must map keys to lists of integer frame offsets. Found: "
                          f"{deltas!r}; {FIX}")
+    if not isinstance(state["selection"], Mapping):
+        raise StateError(f"state['selection'] must be a dict (episodes, shuffle, trimming). Found: "
+                         f"{state['selection']!r}; {FIX}")
     if not isinstance(state["dataset"], Mapping):
         raise StateError(f"state['dataset'] must be the dataset's fingerprint (a dict). Found: "
                          f"{state['dataset']!r}; {FIX}")
@@ -76,4 +80,5 @@ def parse_state(state: Any) -> SavedState:
                       batches_consumed=_int(state, "batches_consumed", 0), batch_size=_int(state, "batch_size", 1),
                       episode_pool_size=_int(state, "episode_pool_size", 1), drop_last=state["drop_last"],
                       world_size=_int(state, "world_size", 1), elastic=tuple((int(w), int(n)) for w, n in elastic),
-                      delta_indices=dict(deltas), dataset=dict(state["dataset"]))
+                      delta_indices=dict(deltas), dataset=dict(state["dataset"]),
+                      selection=dict(state["selection"]))

@@ -260,3 +260,56 @@ def test_cpu_decoders_alive_are_bounded(small_dataset):
     cache = tight.store.decoders
     assert cache.peak <= 2 + 2 and cache.closed > 0 and cache.alive == 0
     assert free.store.decoders.peak > cache.peak
+
+
+# ---- lerobot's habits -------------------------------------------------------------------------------------
+def test_episode_subset_trimming_and_exact_resume(small_dataset):
+    """episodes=[...] draws (and fetches) only those; drop_n_first/last_frames trims what is drawn; a state
+    resumes exactly over the subset and refuses another subset."""
+    from dali_stream import StateError
+
+    args = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", episodes=[1, 3, 4, 6],
+                drop_n_first_frames=1, drop_n_last_frames=2, delta_timestamps={"action": [0.0, 1 / 30]})
+    loader = StreamLoader(str(small_dataset), **args)
+    lengths = dict(zip(loader.meta.episodes["episode_index"].tolist(), loader.meta.lengths.tolist()))
+    full = [b for b in loader]
+    pairs = [(e, f) for b in full for e, f in zip(b["episode_index"].tolist(), b["frame_index"].tolist())]
+    want = {(e, f) for e in (1, 3, 4, 6) for f in range(1, lengths[e] - 2)}
+    assert set(pairs) <= want and len(pairs) == len(set(pairs)) and len(want) - len(pairs) < 3  # drop_last
+    assert loader.store.stats.episodes <= {p for p, e in enumerate(loader.meta.episodes["episode_index"].tolist())
+                                           if e in (1, 3, 4, 6)}, "only the subset is fetched"
+    first = StreamLoader(str(small_dataset), **args)
+    for i, _ in enumerate(first):
+        if i == 2:
+            break
+    state = first.state_dict()
+    again = StreamLoader(str(small_dataset), **args)
+    again.load_state_dict(state)
+    assert [b["index"].tolist() for b in again] == [b["index"].tolist() for b in full[3:]]
+    other = StreamLoader(str(small_dataset), **{**args, "episodes": [1, 3, 4]})
+    with pytest.raises(StateError, match="selection"):
+        other.load_state_dict(state)
+
+
+def test_unshuffled_evaluation_pass_in_order(small_dataset):
+    loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", shuffle=False, drop_last=False,
+                          max_episodes=5, image_dtype="uint8")
+    pairs = []
+    for batch in loader:
+        for i, (e, f) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):
+            assert read_ids(batch["observation.images.front"][i]) == (e, f)
+            pairs.append((e, f))
+    lengths = loader.meta.lengths.tolist()[:5]
+    assert pairs == [(e, f) for e in range(5) for f in range(lengths[e])]
+    assert [b["index"].tolist() for b in loader][:2] == [[0, 1, 2, 3], [4, 5, 6, 7]], "the next pass is the same"
+
+
+@pytest.mark.parametrize("kwargs,match", [({"episodes": [0, 99]}, r"episodes \[99\] that the dataset does not have"),
+                                          ({"episodes": []}, "selects no episode"),
+                                          ({"max_episodes": 0}, "max_episodes"),
+                                          ({"episodes": "0,1"}, "list of episode indices")])
+def test_bad_selections(small_dataset, kwargs, match):
+    from dali_stream import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        StreamLoader(str(small_dataset), **kwargs)
