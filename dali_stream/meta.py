@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError, DatasetNotFoundError, UnsupportedVersionError
-from .storage import open_fs, read_parquet
+from .storage import open_fs, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -77,6 +77,12 @@ class DatasetMeta:
         try:
             info = cls._read_info(source, fs, root)
         except DatasetNotFoundError:
+            if resolve_source(source) != str(source):
+                raise DatasetNotFoundError(
+                    f"{source!r} is not a local folder, so it was read as the Hub dataset "
+                    f"{resolve_source(source)}{f' at revision {revision!r}' if revision else ''}, which does not "
+                    "exist or the token cannot see (HF_TOKEN / `hf auth login`); pass a local dataset root, or "
+                    "check the repo id") from None
             if revision is None:
                 raise
             raise DatasetNotFoundError(
@@ -85,7 +91,7 @@ class DatasetMeta:
             ) from None
         episodes = cls._read_episodes(source, fs, root, info)
         tasks = cls._read_tasks(source, fs, root)
-        meta = cls(source, fs, root, info, episodes, tasks)
+        meta = cls(resolve_source(source), fs, root, info, episodes, tasks)
         if data_files_root is not None:
             meta.data_fs, meta.data_root = open_fs(data_files_root, remote_max_retries, remote_timeout_s,
                                                    storage_options)

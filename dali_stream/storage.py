@@ -8,6 +8,20 @@ through native paths for local files and single-threaded reads for everything el
 from __future__ import annotations
 
 import contextlib
+import os
+import re
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def resolve_source(source: str) -> str:
+    """A Hub repo id as lerobot writes it ("lerobot/pusht") is `hf://datasets/<id>` unless a local folder of
+    that name exists; anything else (paths, URLs) is returned as given."""
+    text = str(source)
+    if "://" in text or not _REPO_ID.fullmatch(text) or os.path.exists(text):
+        return text
+    return f"hf://datasets/{text}"
 
 
 def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None = None,
@@ -19,6 +33,7 @@ def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None
     from the URL into logs or errors. `revision` pins an hf:// repository to a branch, tag or commit."""
     import fsspec
 
+    source = resolve_source(source)
     if revision is not None:
         source = with_revision(str(source), revision)
     try:

@@ -92,3 +92,22 @@ def test_cli_inspect_reads_the_token_and_endpoint_from_the_environment(hub):
     report = json.loads(proc.stdout)
     assert report["episodes"] == 4 and report["revision"] == "v1.0"
     assert TOKEN not in proc.stdout + proc.stderr
+
+
+def test_a_repo_id_as_lerobot_writes_it(hub, small_dataset, monkeypatch, tmp_path):
+    """"lab/arm" (no local folder of that name) is hf://datasets/lab/arm, in the loader and the CLI; an unknown
+    id says both readings failed."""
+    import json
+
+    from dali_stream import DatasetNotFoundError
+
+    local = str(small_dataset)
+    monkeypatch.chdir(tmp_path)  # no folder lab/arm here
+    loader = StreamLoader("lab/arm", storage_options=_options(hub), **ARGS)
+    assert loader.meta.source == "hf://datasets/lab/arm"
+    _same_epoch(loader, StreamLoader(local, **ARGS))
+    with pytest.raises(DatasetNotFoundError, match=r"'lab/nope' is not a local folder.*hf://datasets/lab/nope"):
+        StreamLoader("lab/nope", storage_options=_options(hub), **ARGS)
+    # huggingface_hub reads HF_ENDPOINT when imported: the CLI in its own process takes it from the environment
+    proc = dali_stream("inspect", "lab/arm", "--json", env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN})
+    assert proc.returncode == 0 and json.loads(proc.stdout)["source"] == "hf://datasets/lab/arm", proc.stderr
