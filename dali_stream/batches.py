@@ -23,6 +23,7 @@ from .plan import BatchPlan
 from .segments import FIX_FILE
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
+AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Output:
     """One external-source output: what it carries and for which key."""
 
     name: str  # unique output name inside the graph
-    kind: str  # "encoded" | "frames" | "order" | "pixels" | "table"
+    kind: str  # "encoded" | "frames" | "order" | "pixels" | "rand" | "table"
     key: str  # feature key (or "<key>_is_pad") it belongs to
     dtype: np.dtype
     ndim: int
@@ -45,8 +46,12 @@ class Prepared:
 
 class BatchBuilder:
     def __init__(self, meta, store, routes: Mapping[str, str], delta_indices: Mapping[str, tuple[int, ...]],
-                 tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]]) -> None:
+                 tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
+                 augment_seed: int | None = None) -> None:
+        """`augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
+        (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook)."""
         self.meta = meta
+        self.augment_seed = augment_seed
         self.store = store
         self.routes = dict(routes)
         self.delta = dict(delta_indices)
@@ -60,6 +65,8 @@ class BatchBuilder:
                 outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
             else:
                 outputs.append(Output(f"{key}@pixels", "pixels", key, np.dtype(np.uint8), 4))
+        if augment_seed is not None:
+            outputs += [Output(f"{key}@rand", "rand", key, np.dtype(np.float32), 1) for key in self.routes]
         for key in table_keys:
             dtype, ndim = table_dtypes[key]
             outputs.append(Output(key, "table", key, dtype, ndim + (1 if key in self.delta else 0)))
@@ -101,6 +108,10 @@ class BatchBuilder:
                 with self._count_lock:
                     self.decode_s += time.perf_counter() - t0
                     self.decoded_frames += frames_decoded
+        if self.augment_seed is not None:
+            for k, key in enumerate(self.routes):
+                rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, 0xA6])
+                values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks)
 

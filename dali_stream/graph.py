@@ -31,11 +31,13 @@ def video_decoder(encoded, frames, route: str):
 
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
-                   image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False):
+                   image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False,
+                   augment: Callable | None = None):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order).
 
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
-    the graph (image ops then run on the GPU, and the iterator hands over GPU tensors)."""
+    the graph (image ops then run on the GPU, and the iterator hands over GPU tensors). `augment(video, key,
+    rand)` (see `StreamLoader`) runs on each camera's decoded frames before resize/crop/normalise."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
@@ -67,6 +69,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
             if on_gpu and route != "nvdec":
                 video = video.gpu()
+            if augment is not None:
+                video = augment(video, key, by_name[f"{key}@rand"])
             if image_ops.resize:
                 video = fn.resize(video, size=list(image_ops.resize), antialias=True)
             crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}

@@ -15,7 +15,7 @@ import warnings
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -140,6 +140,8 @@ class StreamLoader:
         max_decoders: CPU (torchcodec) decoders kept open for reuse, least recently used closed first (an AV1
             decoder holds ~12 MB at 480p); default num_workers x CPU-decoded cameras x min(batch, pool).
         remote_timeout_s: limit of one remote request attempt (default: env DALI_STREAM_REMOTE_TIMEOUT_S or 60).
+        remote_deadline_s: limit of all attempts of one remote read together (default: env
+            DALI_STREAM_REMOTE_DEADLINE_S, else none beyond the retries).
         data_files_root: where data/ and videos/ live when not under `source` (e.g. a bucket next to a Hub repo).
         storage_options: fsspec options for the remote filesystem(s), e.g. {"endpoint_url": ...} for s3://.
         revision: branch, tag or commit of an hf://datasets/... source.
@@ -149,6 +151,12 @@ class StreamLoader:
             contiguous blocks of episodes).
         drop_n_first_frames, drop_n_last_frames: never draw an episode's first/last n frames as samples (they
             still serve as window context), as lerobot's EpisodeAwareSampler.
+        augment: `augment(video, key, rand) -> video`, run inside the DALI graph on each camera's decoded
+            frames (a FHWC uint8 node, on the GPU where the camera decodes there or batches land on CUDA),
+            before resize/crop/normalise. `rand` holds 16 uniform [0, 1) numbers per sample, a pure function
+            of (seed, epoch, batch, sample, camera): draw every random parameter from it (e.g. `rand[0]`), not
+            from DALI's random operators, and a resumed run augments exactly as an uninterrupted one.
+            `pipelines/augment.py` has a random resized crop with colour jitter.
         rank, world_size: override the torchrun/SLURM environment.
         prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
     """
@@ -163,9 +171,11 @@ class StreamLoader:
                  remote_max_retries: int | None = None, data_files_root: str | None = None,
                  cache_bytes: int | None = None, fetch_workers: int | None = None,
                  max_decoders: int | None = None, remote_timeout_s: float | None = None,
+                 remote_deadline_s: float | None = None,
                  storage_options: Mapping[str, Any] | None = None, revision: str | None = None,
                  episodes: list[int] | None = None, max_episodes: int | None = None, shuffle: bool = True,
-                 drop_n_first_frames: int = 0, drop_n_last_frames: int = 0) -> None:
+                 drop_n_first_frames: int = 0, drop_n_last_frames: int = 0,
+                 augment: Callable[[Any, str, Any], Any] | None = None) -> None:
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
         if fetch_workers is not None and (not isinstance(fetch_workers, int) or fetch_workers < 0):
@@ -182,7 +192,7 @@ class StreamLoader:
                                "names the broken layer and the constraint set that fixes it")
         self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
         self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root,
-                                            remote_timeout_s=remote_timeout_s,
+                                            remote_timeout_s=remote_timeout_s, remote_deadline_s=remote_deadline_s,
                                             storage_options=dict(storage_options or {}), revision=revision)
         delta_timestamps = dict(delta_timestamps or {})
         unknown = sorted(set(delta_timestamps) - set(meta.features))
@@ -236,8 +246,12 @@ class StreamLoader:
             max_decoders = max(1, num_workers) * max(1, cpu) * min(batch_size, episode_pool_size)
         self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, fetch_workers,
                                   max_decoders)
+        if augment is not None and not callable(augment):
+            raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {augment!r}")
+        self.augment = augment
         self._builder = BatchBuilder(meta, self.store, self.routes, self.config.delta_indices, self.tolerance_s,
-                                     meta.table_keys, self._table_dtypes(tables))
+                                     meta.table_keys, self._table_dtypes(tables),
+                                     augment_seed=seed if augment is not None else None)
         self._epoch = 0
         self._consumed = 0
         self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
@@ -406,7 +420,7 @@ class StreamLoader:
         try:
             pipe, names = build_pipeline(self._builder.outputs, self.routes, squeeze, producer,
                                          self.config.batch_size, self.dali_threads, device_id, self.image_ops,
-                                         on_gpu=self.device.startswith("cuda"))
+                                         on_gpu=self.device.startswith("cuda"), augment=self.augment)
             with self._dali_errors(producer):  # the iterator runs the first batch while constructed
                 iterator = DALIGenericIterator([pipe], names, auto_reset=False,
                                                last_batch_policy=LastBatchPolicy.PARTIAL)

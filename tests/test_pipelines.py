@@ -43,6 +43,7 @@ def test_action_chunk_and_single_frame(small_dataset):
     ("single_frame.py", FRONT, [2, 3, 96, 128]),
     ("sarm.py", TOP, [2, 8, 3, 96, 128]),
     ("action_chunk.py", "action", [2, 16, 6]),
+    ("augment.py", FRONT, [2, 3, 96, 128]),
 ])
 def test_recipe_runs_as_a_script(small_dataset, script, key, shape):
     proc = subprocess.run([sys.executable, str(REPO / "pipelines" / script), str(small_dataset), "--batches", "3",
@@ -51,3 +52,32 @@ def test_recipe_runs_as_a_script(small_dataset, script, key, shape):
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert summary["batches"] == 3 and summary["samples_per_s"] > 0 and summary["shapes"][key] == shape
     assert summary["routes"] == {FRONT: "torchcodec", TOP: "dali-cpu"}
+
+
+def test_augmentation_in_the_graph_is_deterministic_under_resume(small_dataset):
+    """The augment= recipe changes the pixels, differently per sample and epoch, and a resumed run gets exactly
+    the uninterrupted run's augmented batches (parameters come from the plan, not DALI's RNG)."""
+    import torch
+
+    from dali_stream import StreamLoader
+    from pipelines import augment
+
+    args = dict(batch_size=3, episode_pool_size=2, seed=6, device="cpu", image_dtype="uint8",
+                delta_timestamps={FRONT: [-1 / 30, 0.0]})
+    full = [b for b in augment.make_loader(str(small_dataset), **args)]
+    plain = next(iter(StreamLoader(str(small_dataset), **args)))
+    assert torch.equal(full[0]["index"], plain["index"])
+    assert not torch.equal(full[0][TOP], plain[TOP]) and full[0][TOP].shape == plain[TOP].shape
+    first = augment.make_loader(str(small_dataset), **args)
+    for i, _ in enumerate(first):
+        if i == 2:
+            break
+    resumed = augment.make_loader(str(small_dataset), **args)
+    resumed.load_state_dict(first.state_dict())
+    rest = [b for b in resumed]
+    assert len(rest) == len(full) - 3
+    for a, b in zip(rest, full[3:]):
+        for key in (FRONT, TOP):
+            assert torch.equal(a[key], b[key]), key
+    nxt = next(iter(augment.make_loader(str(small_dataset), **args)))  # epoch 0 again: the same draw
+    assert torch.equal(nxt[TOP], full[0][TOP])
