@@ -125,7 +125,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     loader = StreamLoader(str(root), batch_size=args.batch_size, episode_pool_size=args.pool_size, seed=args.seed,
                           decode=args.decode, device="cpu", num_workers=args.num_workers,
-                          delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]})
+                          delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]},
+                          tolerance_s=args.tolerance_s)
     setup_s = time.perf_counter() - t0
     first_key = loader.meta.video_keys[0]
     samples = 0
@@ -405,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=2)
     p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
     p.add_argument("--action-horizon", type=int, default=8, help="action chunk length in frames")
+    p.add_argument("--tolerance-s", type=float, default=1e-4,
+                   help="largest gap between a queried timestamp and its frame (lerobot's seeds use 1e-3)")
     _make_sample_args(p)
     p.set_defaults(func=cmd_demo)
     return parser

@@ -35,9 +35,12 @@ def run(description: str, make_loader: Callable, argv=None) -> dict:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
     p.add_argument("--device", default=None, help="where batches land (default: cuda when available)")
+    p.add_argument("--tolerance-s", type=float, default=1e-4,
+                   help="largest gap between a queried timestamp and its frame (lerobot's seeds use 1e-3)")
     args = p.parse_args(argv)
     source = ensure_sample(args.dataset) if args.dataset == ".demo/sample" else args.dataset
-    loader = make_loader(source, batch_size=args.batch_size, decode=args.decode, device=args.device)
+    loader = make_loader(source, batch_size=args.batch_size, decode=args.decode, device=args.device,
+                         tolerance_s=args.tolerance_s)
     t0, n, batch = time.perf_counter(), 0, None
     for batch in loader:
         n += 1

@@ -2,6 +2,10 @@
 
     accelerate launch --num_processes 2 pipelines/train.py DATASET --epochs 2 --checkpoint-dir ckpt
     python pipelines/train.py DATASET --dummy --resume-from ckpt/latest      # pure data loading, resumed
+    python pipelines/train.py DATASET --steps 200 --chunk 16                 # an action chunk of 16
+
+State and action sizes come from the dataset's meta/info.json; `--chunk N` predicts N future actions
+(`delta_timestamps` on `action`). The last line reports samples/s of all ranks together.
 
 The loader is NOT passed to `accelerator.prepare` (that would shard it again and drop (W-1)/W of each
 rank's batches): StreamLoader already gives every rank its own share, with equal batch counts. Rank and
@@ -41,6 +45,19 @@ class Policy:
                 return self.head(torch.cat(feats + [state], dim=1))
 
         return _Policy()
+
+
+def feature_size(source: str, key: str) -> int:
+    """Elements of feature `key` per frame, from the dataset's meta/info.json (e.g. 6 for a 6-dof state)."""
+    from dali_stream.meta import DatasetMeta
+
+    features = DatasetMeta.open(source).features
+    if key not in features:
+        raise SystemExit(f"train.py needs the dataset feature {key!r}; {source} has {sorted(features)}")
+    size = 1
+    for dim in features[key].get("shape") or [1]:
+        size *= int(dim)
+    return size
 
 
 def save_checkpoint(directory: Path, step: int, payload: dict) -> Path:
@@ -83,6 +100,10 @@ def main(argv=None) -> int:
     ap.add_argument("--resume-from", default=None, help="a checkpoint file, or a directory / its 'latest' pointer")
     ap.add_argument("--log-every", type=int, default=20)
     ap.add_argument("--sample-log", default=None, help="append each step's sample indices to <this>/rank<r>.jsonl")
+    ap.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps in total")
+    ap.add_argument("--chunk", type=int, default=1, help="actions predicted per sample (an action chunk, as ACT)")
+    ap.add_argument("--tolerance-s", type=float, default=1e-4,
+                    help="largest gap between a queried timestamp and its frame (lerobot's seeds use 1e-3)")
     args = ap.parse_args(argv)
 
     import torch
@@ -93,13 +114,16 @@ def main(argv=None) -> int:
 
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     rank, world = accelerator.process_index, accelerator.num_processes
-    _, cameras = video_keys(args.dataset)
+    fps, cameras = video_keys(args.dataset)
+    state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
+    chunk = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
     loader = StreamLoader(args.dataset, batch_size=args.batch_size, episode_pool_size=args.pool, seed=args.seed,
                           decode=args.decode, device=str(accelerator.device), num_workers=args.num_workers,
-                          rank=rank, world_size=world, resize=(48, 64), drop_last=True)
+                          rank=rank, world_size=world, resize=(48, 64), drop_last=True, delta_timestamps=chunk,
+                          tolerance_s=args.tolerance_s)
     model = optimizer = None
     if not args.dummy:
-        model = Policy.build(len(cameras), 6, 6)
+        model = Policy.build(len(cameras), state_dim, action_dim * args.chunk)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model, optimizer = accelerator.prepare(model, optimizer)
     step = 0
@@ -119,11 +143,13 @@ def main(argv=None) -> int:
     start_epoch = loader.state_dict()["epoch"]
     t0, samples = time.perf_counter(), 0
     for _ in range(start_epoch, args.epochs):
+        if args.steps is not None and step >= args.steps:
+            break
         for batch in loader:
             if model is not None:
                 images = [batch[k] for k in cameras]
-                pred = model(images, batch["observation.state"])
-                loss = torch.nn.functional.mse_loss(pred, batch["action"])
+                pred = model(images, batch["observation.state"].flatten(1))
+                loss = torch.nn.functional.mse_loss(pred, batch["action"].flatten(1))
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
@@ -141,8 +167,13 @@ def main(argv=None) -> int:
                            "model": accelerator.unwrap_model(model).state_dict() if model is not None else None,
                            "optimizer": optimizer.state_dict() if optimizer is not None else None}
                 save_checkpoint(Path(args.checkpoint_dir), step, payload)
+            if args.steps is not None and step >= args.steps:
+                break
+    elapsed = time.perf_counter() - t0
+    total = accelerator.reduce(torch.tensor([float(samples)], device=accelerator.device), reduction="sum")
     accelerator.wait_for_everyone()
-    accelerator.print(f"done: {step} steps")
+    accelerator.print(f"done: {step} steps; all {world} ranks together {float(total[0]) / max(elapsed, 1e-9):.1f} "
+                      f"samples/s ({int(total[0])} samples in {elapsed:.1f} s)")
     return 0
 
 

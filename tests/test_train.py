@@ -70,3 +70,13 @@ def test_torchrun_two_ranks_train_disjoint_shares(small_dataset, tmp_path):
     own0, own1 = {i for b in r0 for i in b}, {i for b in r1 for i in b}
     assert own0.isdisjoint(own1), "each rank trains on its own share (drop_last: no padding)"
     assert "done:" in proc.stdout
+
+
+def test_steps_action_chunk_and_the_total_throughput_line(small_dataset, tmp_path):
+    """Feature sizes from meta/info.json, a 4-step action chunk, a stop after --steps, one line for all ranks."""
+    proc = subprocess.run(_args(small_dataset, tmp_path / "log", tmp_path / "ckpt", "--steps", "5", "--chunk", "4",
+                                "--tolerance-s", "1e-3"),
+                          capture_output=True, text=True, timeout=600, env=_env())
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert len(_steps(tmp_path / "log")) == 5
+    assert "done: 5 steps; all 1 ranks together" in proc.stdout and "samples/s" in proc.stdout
