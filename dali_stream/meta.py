@@ -69,11 +69,13 @@ class DatasetMeta:
     @classmethod
     def open(cls, source: str, remote_max_retries: int | None = None,
              data_files_root: str | None = None, *, remote_timeout_s: float | None = None,
+             remote_deadline_s: float | None = None,
              storage_options: dict | None = None, revision: str | None = None) -> "DatasetMeta":
         """Metadata from `source`; data/ and videos/ from `data_files_root` when given (e.g. meta from a Hub
         dataset, bulk files from a bucket), else from `source`. `revision` applies to `source` (an hf://
         repository); `storage_options` (fsspec's) to both roots."""
-        fs, root = open_fs(source, remote_max_retries, remote_timeout_s, storage_options, revision)
+        fs, root = open_fs(source, remote_max_retries, remote_timeout_s, storage_options, revision,
+                           remote_deadline_s)
         try:
             info = cls._read_info(source, fs, root)
         except DatasetNotFoundError:
@@ -94,7 +96,7 @@ class DatasetMeta:
         meta = cls(resolve_source(source), fs, root, info, episodes, tasks)
         if data_files_root is not None:
             meta.data_fs, meta.data_root = open_fs(data_files_root, remote_max_retries, remote_timeout_s,
-                                                   storage_options)
+                                                   storage_options, deadline_s=remote_deadline_s)
             if not meta.data_fs.exists(meta.data_root):
                 raise DatasetNotFoundError(f"data_files_root {data_files_root!r} does not exist; it must hold the "
                                            "dataset's data/ and videos/ folders")

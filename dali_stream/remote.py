@@ -13,8 +13,10 @@ and the last error.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import os
+import random
 import re
 import threading
 import time
@@ -25,6 +27,7 @@ from .errors import RemoteError
 
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
 ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
+ENV_DEADLINE = "DALI_STREAM_REMOTE_DEADLINE_S"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # On Python 3.10 asyncio.TimeoutError (what asyncio.wait_for and fsspec's FSTimeoutError raise) is not the
 # builtin TimeoutError; from 3.11 on it is the same class. Catch both, so a timed-out attempt is retried.
@@ -41,39 +44,73 @@ def redact(url: str) -> str:
     return re.sub(r"(?i)([?&](?:token|access_token|sig|signature|x-amz-[a-z-]+|key)=)[^&]*", r"\1***", url)
 
 
+# Transient by class name: aiohttp (resets, payload errors, disconnects), botocore (connection and read timeouts),
+# httpx / httpx2 (what huggingface_hub reads hf:// with: timeouts, failed connects, dropped connections).
+_TRANSIENT_NAMES = frozenset({
+    "ClientPayloadError", "ServerDisconnectedError", "ClientConnectionError", "ClientOSError",
+    "EndpointConnectionError", "ReadTimeoutError", "ConnectTimeoutError",
+    "TimeoutException", "ReadTimeout", "ConnectTimeout", "WriteTimeout", "PoolTimeout", "NetworkError",
+    "ConnectError", "ReadError", "WriteError", "CloseError", "RemoteProtocolError",
+})
+# A plain OSError is transient only for these errnos (a reset or unreachable peer), never as a class.
+_TRANSIENT_ERRNO = frozenset({errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.ETIMEDOUT,
+                              errno.EPIPE, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EAGAIN})
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status an exception carries (aiohttp's .status, botocore's .code, httpx's .response)."""
+    for value in (getattr(exc, "status", None), getattr(exc, "code", None),
+                  getattr(getattr(exc, "response", None), "status_code", None)):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+    """Whether retrying `exc` can help: timeouts, resets, truncated bodies, HTTP 408/429/5xx."""
+    from .errors import DaliStreamError
+
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, DaliStreamError)):
         return False
-    status = getattr(exc, "status", None) or getattr(exc, "code", None)
-    if isinstance(status, int):
+    status = _status(exc)
+    if status is not None:
         return status in TRANSIENT_STATUS
     if isinstance(exc, (_Truncated, ConnectionError, *TIMEOUTS)):
         return True
-    names = {c.__name__ for c in type(exc).__mro__}
-    # aiohttp.ClientError (resets, payload errors, disconnects), botocore connection/read timeouts
-    return bool(names & {"ClientError", "ClientPayloadError", "ServerDisconnectedError", "ClientConnectionError",
-                         "EndpointConnectionError", "ReadTimeoutError", "ConnectTimeoutError", "OSError"})
+    if {c.__name__ for c in type(exc).__mro__} & _TRANSIENT_NAMES:
+        return True
+    return type(exc) is OSError and exc.errno in _TRANSIENT_ERRNO
 
 
 @dataclass
 class RetryPolicy:
     """How hard a remote read tries: `max_retries` after the first attempt, exponential backoff from
-    `backoff_s` up to `max_backoff_s`, and `timeout_s` per attempt (enforced for asynchronous fsspec
-    filesystems: http, s3; others use their client's own timeouts). The worst case before `RemoteError`
-    is (max_retries + 1) * timeout_s plus the backoff sleeps (`worst_case_s`)."""
+    `backoff_s` up to `max_backoff_s` with jitter (each sleep x0.5..1.5, so 64 ranks hit by the same outage
+    do not retry in lock-step), `timeout_s` per attempt (enforced for asynchronous fsspec filesystems: http,
+    s3; others use their client's own timeouts), and `deadline_s` for all attempts of one read together
+    (None: no limit but the retries'). The worst case before `RemoteError` (`worst_case_s`) is the deadline,
+    or (max_retries + 1) * timeout_s plus the longest backoff sleeps."""
 
     max_retries: int = 5
     timeout_s: float = 60.0
     backoff_s: float = 0.1
     max_backoff_s: float = 5.0
+    deadline_s: float | None = None
+    JITTER = (0.5, 1.5)
 
     @property
     def worst_case_s(self) -> float:
-        sleeps = sum(min(self.max_backoff_s, self.backoff_s * 2 ** k) for k in range(self.max_retries))
-        return (self.max_retries + 1) * self.timeout_s + sleeps
+        sleeps = sum(self.JITTER[1] * min(self.max_backoff_s, self.backoff_s * 2 ** k) for k in range(self.max_retries))
+        worst = (self.max_retries + 1) * self.timeout_s + sleeps
+        return worst if self.deadline_s is None else min(worst, self.deadline_s)
+
+    def sleep_s(self, attempt: int, rng) -> float:
+        """The pause after failed attempt `attempt` (0-based): exponential, capped, jittered by `rng`."""
+        return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * rng.uniform(*self.JITTER)
 
     @classmethod
-    def from_env(cls, max_retries: int | None = None, timeout_s: float | None = None) -> "RetryPolicy":
+    def from_env(cls, max_retries: int | None = None, timeout_s: float | None = None,
+                 deadline_s: float | None = None) -> "RetryPolicy":
         from .errors import ConfigError
 
         def env(name: str, kind, default, example: str):
@@ -93,7 +130,12 @@ class RetryPolicy:
             raise ConfigError(f"`remote_max_retries` must be an integer >= 0. Found: {max_retries!r}")
         if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ConfigError(f"`remote_timeout_s` must be a number of seconds > 0. Found: {timeout_s!r}")
-        return cls(max_retries=max_retries, timeout_s=float(timeout_s))
+        if deadline_s is None:
+            deadline_s = env(ENV_DEADLINE, float, None, "a number of seconds; set it to e.g. 600")
+        if deadline_s is not None and (not isinstance(deadline_s, (int, float)) or deadline_s <= 0):
+            raise ConfigError(f"`remote_deadline_s` must be a number of seconds > 0. Found: {deadline_s!r}")
+        return cls(max_retries=max_retries, timeout_s=float(timeout_s),
+                   deadline_s=None if deadline_s is None else float(deadline_s))
 
 
 async def _within(coro_fn, timeout_s: float, args, kwargs):
@@ -121,6 +163,8 @@ class RemoteFS:
         self.fs = fs
         self.policy = policy
         self.stats = stats or RemoteStats()
+        self._rng = random.Random()  # jitter: seeded from the OS, different on every rank
+        self._attempt = threading.local()  # this thread's current attempt's time limit
         self.protocol = fs.protocol
         self._sizes: dict[str, int] = {}  # files of a dataset do not change while it is read
 
@@ -133,17 +177,20 @@ class RemoteFS:
         if getattr(self.fs, "async_impl", False) and coro_fn is not None and getattr(self.fs, "loop", None):
             from fsspec.asyn import sync
 
+            limit = getattr(self._attempt, "timeout_s", self.policy.timeout_s)
             try:
-                return sync(self.fs.loop, _within, coro_fn, self.policy.timeout_s, args, kwargs)
+                return sync(self.fs.loop, _within, coro_fn, limit, args, kwargs)
             except TIMEOUTS:  # fsspec re-raises it as its FSTimeoutError, without a message
-                raise TimeoutError(f"no answer within {self.policy.timeout_s:g}s (remote_timeout_s / "
-                                   f"{ENV_TIMEOUT})") from None
+                raise TimeoutError(f"no answer within {limit:g}s (remote_timeout_s / {ENV_TIMEOUT}, or what "
+                                   "was left of remote_deadline_s)") from None
         return getattr(self.fs, name)(*args, **kwargs)
 
     def call(self, what: str, path: str, fn, *args):
-        delay = self.policy.backoff_s
+        policy = self.policy
         t0 = time.perf_counter()
-        for attempt in range(self.policy.max_retries + 1):
+        for attempt in range(policy.max_retries + 1):
+            left = None if policy.deadline_s is None else policy.deadline_s - (time.perf_counter() - t0)
+            self._attempt.timeout_s = policy.timeout_s if left is None else max(0.001, min(policy.timeout_s, left))
             try:
                 with self.stats.lock:
                     self.stats.requests += 1
@@ -157,16 +204,20 @@ class RemoteFS:
                         raise FileNotFoundError(f"{redact(self._url(path))} does not exist") from None
                     raise RemoteError(f"{what} {redact(self._url(path))} failed: {type(exc).__name__}: "
                                       f"{redact(str(exc))}") from None
-                if attempt == self.policy.max_retries:
+                pause = policy.sleep_s(attempt, self._rng)
+                spent = time.perf_counter() - t0
+                past_deadline = policy.deadline_s is not None and spent + pause >= policy.deadline_s
+                if attempt == policy.max_retries or past_deadline:
+                    why = (f"the deadline of {policy.deadline_s:g}s ({ENV_DEADLINE} or remote_deadline_s=) left no "
+                           "time for another attempt" if past_deadline else
+                           f"allow more retries ({ENV_MAX_RETRIES} or remote_max_retries=)")
                     raise RemoteError(
-                        f"{what} {redact(self._url(path))} failed {attempt + 1} times over "
-                        f"{time.perf_counter() - t0:.1f}s; last error {type(exc).__name__}: {redact(str(exc))}. "
-                        f"Check the network and credentials, or allow more retries ({ENV_MAX_RETRIES} or "
-                        "remote_max_retries=)") from None
+                        f"{what} {redact(self._url(path))} failed {attempt + 1} times over {spent:.1f}s; last "
+                        f"error {type(exc).__name__}: {redact(str(exc))}. Check the network and credentials, or "
+                        f"{why}") from None
                 with self.stats.lock:
                     self.stats.retries += 1
-                time.sleep(delay)
-                delay = min(self.policy.max_backoff_s, delay * 2)
+                time.sleep(pause)
 
     # ---- the filesystem surface the loader uses ---------------------------------------------------------
     def exists(self, path: str) -> bool:

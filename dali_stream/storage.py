@@ -25,7 +25,7 @@ def resolve_source(source: str) -> str:
 
 
 def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None = None,
-            storage_options: dict | None = None, revision: str | None = None):
+            storage_options: dict | None = None, revision: str | None = None, deadline_s: float | None = None):
     """(filesystem, root path without trailing slash) for a local path or an fsspec URL.
 
     Remote filesystems come wrapped in `remote.RemoteFS` (range reads, retries, timeouts, counters);
@@ -48,7 +48,7 @@ def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None
     if not is_local(fs):
         from .remote import RemoteFS, RetryPolicy
 
-        fs = RemoteFS(fs, RetryPolicy.from_env(max_retries, timeout_s))
+        fs = RemoteFS(fs, RetryPolicy.from_env(max_retries, timeout_s, deadline_s))
     return fs, root.rstrip("/") or "/"
 
 

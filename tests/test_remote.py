@@ -140,7 +140,7 @@ def test_stalled_server_times_out_with_a_clear_error(small_dataset):
             _epoch(loader)
         elapsed = time.perf_counter() - t0
     assert "episode" in str(info.value)
-    assert policy.worst_case_s == pytest.approx(2 * 0.5 + 0.1)
+    assert policy.worst_case_s == pytest.approx(2 * 0.5 + 0.1 * 1.5)  # the backoff's jitter is at most x1.5
     assert elapsed < 4 * policy.worst_case_s, elapsed  # bounded by the policy, not by the server's hour-long stall
 
 
@@ -204,3 +204,53 @@ def test_timeouts_are_transient_on_every_python():
 
     assert is_transient(asyncio.TimeoutError()) and is_transient(FSTimeoutError()) and is_transient(TimeoutError())
     assert not is_transient(FileNotFoundError())
+
+
+def test_what_is_transient():
+    """httpx / httpx2 errors (what huggingface_hub raises) and HTTP 408/429/5xx are retried; a RemoteError, an
+    OSError as such and a 404 are not."""
+    import errno
+
+    try:  # huggingface_hub 2.x reads through httpx2, 1.x through httpx: the same exception classes
+        import httpx2
+    except ImportError:
+        import httpx as httpx2
+
+    from dali_stream.remote import is_transient
+
+    request = httpx2.Request("GET", "https://hub.example/x")
+    for exc in (httpx2.ReadTimeout("slow", request=request), httpx2.ConnectError("refused", request=request),
+                httpx2.RemoteProtocolError("peer closed", request=request),
+                httpx2.HTTPStatusError("503", request=request, response=httpx2.Response(503, request=request)),
+                OSError(errno.ECONNRESET, "reset"), ConnectionResetError()):
+        assert is_transient(exc), exc
+    for exc in (RemoteError("gave up"), OSError("some other failure"), FileNotFoundError("x"),
+                httpx2.HTTPStatusError("404", request=request, response=httpx2.Response(404, request=request))):
+        assert not is_transient(exc), exc
+
+
+def test_backoff_is_jittered():
+    """Two ranks hit by the same outage do not retry in lock-step: their pauses differ, within x0.5..1.5."""
+    import random
+
+    from dali_stream.remote import RetryPolicy
+
+    policy = RetryPolicy(max_retries=6, backoff_s=0.1, max_backoff_s=1.0)
+    a, b = random.Random(1), random.Random(2)
+    pauses_a = [policy.sleep_s(k, a) for k in range(6)]
+    assert pauses_a != [policy.sleep_s(k, b) for k in range(6)]
+    for k, pause in enumerate(pauses_a):
+        base = min(1.0, 0.1 * 2 ** k)
+        assert 0.5 * base <= pause <= 1.5 * base
+
+
+def test_a_total_deadline_bounds_every_read(small_dataset):
+    """Many retries allowed, but remote_deadline_s ends the read: a stalled server costs at most the deadline."""
+    with Server(small_dataset) as upstream, FaultProxy(upstream, stall_paths=r"/videos/.*\.mp4") as url:
+        loader = StreamLoader(url, remote_max_retries=50, remote_timeout_s=0.4, remote_deadline_s=1.5, **ARGS)
+        t0 = time.perf_counter()
+        with pytest.raises(RemoteError, match=r"deadline of 1.5s .*left no time for another attempt"):
+            _epoch(loader)
+        elapsed = time.perf_counter() - t0
+    assert loader.meta.data_fs.policy.worst_case_s == 1.5
+    assert elapsed < 8, elapsed
