@@ -1,5 +1,9 @@
 """Read one episode's rows from the data parquet files: only the row groups that hold it.
 
+A file written with one row group for many episodes (pandas' and pyarrow's default for small files) would
+make every episode read decode the whole group: such a group is decoded once and kept (the last
+`SHARED_GROUPS`), with one warning per file naming the fix.
+
 Columns come back as numpy arrays with lerobot's torch dtypes: floating point as float32, integers as
 int64, booleans as bool; fixed-size list columns as (rows, dim) arrays.
 """
@@ -7,12 +11,15 @@ int64, booleans as bool; fixed-size list columns as (rows, dim) arrays.
 from __future__ import annotations
 
 import threading
+import warnings
 
 import numpy as np
 
 from .errors import DatasetError, RemoteError
 from .once import OncePerKey
 from .storage import parquet_errors, parquet_file
+
+SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
 
 
 def _to_numpy(col) -> np.ndarray:
@@ -40,8 +47,11 @@ class TableReader:
         self.meta = meta
         self.keys = keys
         self._files = OncePerKey()  # path -> (ParquetFile, row group index ranges, its read lock)
+        self._shared = OncePerKey(SHARED_GROUPS)  # (path, group) -> decoded row group holding many episodes
+        self._warned: set[str] = set()
         self._lock = threading.Lock()
         self.bytes_read = 0  # compressed bytes of the row groups' columns read (parquet footers not counted)
+        self.groups_read = 0  # row groups read (a shared one once while it stays kept)
 
     def _open(self, path: str):
         try:
@@ -80,16 +90,8 @@ class TableReader:
             size += col.total_compressed_size
         return start or 0, end, size
 
-    def episode(self, pos: int) -> dict[str, np.ndarray]:
-        """The episode's rows in frame order, one numpy array per column."""
-        import pyarrow.compute as pc
-
-        meta = self.meta
-        start = int(meta.episodes["dataset_from_index"][pos])
-        stop = int(meta.episodes["dataset_to_index"][pos])
-        path = meta.data_file(pos)
-        pf, ranges, read_lock = self._files.get(path, lambda: self._open(path))  # footer read once per file
-        groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
+    def _read(self, path: str, pf, groups: list[int], read_lock, episode: int):
+        """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each."""
         spans = [self._span(pf.metadata.row_group(g)) for g in groups]
         raw = getattr(pf, "raw", None)
         pieces = []
@@ -97,13 +99,50 @@ class TableReader:
             try:
                 pieces = [(first, self.meta.data_fs.read_range(path, first, end)) for first, end, _ in spans]
             except RemoteError as exc:
-                raise RemoteError(f"{exc} (rows of episode {meta.episode_index(pos)})") from None
-        with read_lock, parquet_errors(path, f" (rows of episode {meta.episode_index(pos)})"):
+                raise RemoteError(f"{exc} (rows of episode {episode})") from None
+        with read_lock, parquet_errors(path, f" (rows of episode {episode})"):
             for first, data in pieces:
                 raw.preload(first, data)
             table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
         with self._lock:
             self.bytes_read += sum(size for *_, size in spans)
+            self.groups_read += len(groups)
+        return table
+
+    def _warn_shared(self, path: str, pf, group: int) -> None:
+        with self._lock:
+            if path in self._warned:
+                return
+            self._warned.add(path)
+        rows = pf.metadata.row_group(group).num_rows
+        warnings.warn(
+            f"{path}: row group {group} holds {rows} rows, many episodes' worth, so reading one episode decodes "
+            "all of them (remote: fetches all of them). dali_stream decodes each such row group once and keeps "
+            f"the last {SHARED_GROUPS} in memory while their episodes are read. Rewrite the file with one row group "
+            "per episode to read only an episode's rows: pq.write_table(table, path, row_group_size=<rows of the "
+            "longest episode>), or lerobot's writer", stacklevel=4)
+
+    def episode(self, pos: int) -> dict[str, np.ndarray]:
+        """The episode's rows in frame order, one numpy array per column."""
+        import pyarrow.compute as pc
+
+        import pyarrow as pa
+
+        meta = self.meta
+        start = int(meta.episodes["dataset_from_index"][pos])
+        stop = int(meta.episodes["dataset_to_index"][pos])
+        path = meta.data_file(pos)
+        episode = meta.episode_index(pos)
+        pf, ranges, read_lock = self._files.get(path, lambda: self._open(path))  # footer read once per file
+        groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
+        shared = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
+        if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
+            self._warn_shared(path, pf, shared[0])
+            parts = [self._shared.get((path, g), lambda g=g: self._read(path, pf, [g], read_lock, episode))
+                     if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
+            table = pa.concat_tables(parts)
+        else:
+            table = self._read(path, pf, groups, read_lock, episode)
         index = table.column("index")
         table = table.filter(pc.and_(pc.greater_equal(index, start), pc.less(index, stop)))
         table = table.sort_by("index")
