@@ -102,15 +102,21 @@ def _seed_int(*words: int) -> int:
     return int(np.random.SeedSequence([int(w) for w in words]).generate_state(2, dtype=np.uint64)[0])
 
 
-def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int, *salt: int) -> list[np.ndarray]:
-    """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch, salt)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
+def _candidates(lengths: np.ndarray, world_size: int) -> np.ndarray:
+    """Positions of the episodes with frames to hand out; every rank needs at least one."""
     candidates = np.flatnonzero(lengths > 0)
     if world_size > len(candidates):
         raise ConfigError(
             f"world_size={world_size} ranks but the dataset has only {len(candidates)} non-empty episodes: "
             "every rank needs at least one episode; use fewer ranks or a larger dataset"
         )
+    return candidates
+
+
+def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int, *salt: int) -> list[np.ndarray]:
+    """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch, salt)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    candidates = _candidates(lengths, world_size)
     rng = np.random.default_rng([seed, epoch, 0x9A27, *salt])
     order = candidates[rng.permutation(len(candidates))]
     order = order[np.argsort(-lengths[order], kind="stable")]
@@ -126,12 +132,7 @@ def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: i
 def partition_in_order(lengths: np.ndarray, world_size: int) -> list[np.ndarray]:
     """Split episode positions over ranks in order, contiguous blocks of near-equal frames (no shuffle)."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    candidates = np.flatnonzero(lengths > 0)
-    if world_size > len(candidates):
-        raise ConfigError(
-            f"world_size={world_size} ranks but the dataset has only {len(candidates)} non-empty episodes: "
-            "every rank needs at least one episode; use fewer ranks or a larger dataset"
-        )
+    candidates = _candidates(lengths, world_size)
     sizes = lengths[candidates]
     middle = np.cumsum(sizes) - sizes / 2.0  # an episode goes to the rank its middle frame falls in
     starts = [0]

@@ -36,33 +36,28 @@ class Published:
     hash: tuple[str, str] | None
 
 
-def _files(fs, root: str) -> dict[str, int]:
-    """Relative path -> size of every file under root's meta/, data/ and videos/."""
-    out = {}
+def _found(fs, root: str):
+    """(path relative to root, fsspec info) of every file under root's meta/, data/ and videos/."""
     for top in TOP_FOLDERS:
         base = posixpath.join(root, top)
-        if not fs.exists(base):
-            continue
-        for path, info in fs.find(base, detail=True).items():
-            if info.get("type", "file") == "file":
-                out[posixpath.relpath(path, root)] = int(info.get("size") or 0)
-    return out
+        if fs.exists(base):
+            for path, info in fs.find(base, detail=True).items():
+                if info.get("type", "file") == "file":
+                    yield posixpath.relpath(path, root), info
+
+
+def _files(fs, root: str) -> dict[str, int]:
+    """Relative path -> size of every file of the dataset."""
+    return {rel: int(info.get("size") or 0) for rel, info in _found(fs, root)}
 
 
 def _hub_published(fs, root: str) -> dict[str, Published]:
     """The Hub's own record of each file: LFS SHA-256, else the git blob SHA-1 (buckets: size only)."""
     out = {}
-    for top in TOP_FOLDERS:
-        base = posixpath.join(root, top)
-        if not fs.exists(base):
-            continue
-        for path, info in fs.find(base, detail=True).items():
-            if info.get("type", "file") != "file":
-                continue
-            lfs = info.get("lfs")
-            digest = ("sha256", lfs["sha256"]) if lfs else (("git-sha1", info["blob_id"]) if info.get("blob_id")
-                                                           else None)
-            out[posixpath.relpath(path, root)] = Published(int(info["size"]), digest)
+    for rel, info in _found(fs, root):
+        lfs = info.get("lfs")
+        digest = ("sha256", lfs["sha256"]) if lfs else (("git-sha1", info["blob_id"]) if info.get("blob_id") else None)
+        out[rel] = Published(int(info["size"]), digest)
     return out
 
 
