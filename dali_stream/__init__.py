@@ -6,6 +6,7 @@ use, so `dali-stream diagnose`-style tools import this package on a half-broken 
 
 from __future__ import annotations
 
+import logging
 import os
 
 # DALI keeps freed host buffers in its own pool, which by default does not give them back: with outputs
@@ -13,6 +14,9 @@ import os
 # 6-7 GB over an epoch. With a threshold set, buffers above it go back to the system; measured flat at
 # 1.45 GB at no cost in throughput. Set before DALI allocates anything; a value in the environment wins.
 os.environ.setdefault("DALI_MALLOC_POOL_THRESHOLD", str(1 << 20))
+# The library prints nothing: routes and settings are logged at INFO, remote retries at WARNING, on the
+# `dali_stream` logger; without a handler configured by the application they go nowhere.
+logging.getLogger("dali_stream").addHandler(logging.NullHandler())
 
 from .errors import (ConfigError, DaliStreamError, DatasetError, DatasetNotFoundError, DecodeError, DeviceError,
                      FrameTimestampError, InstallError, RemoteError, StateError, UnsupportedVersionError,

@@ -351,6 +351,12 @@ class DecoderCache:
             for key in self._of.pop(id(seg), []):
                 self._idle.pop(key, None)
 
+    def clear(self) -> None:
+        """Close every idle decoder (the loader is closing)."""
+        with self._lock:
+            self._idle.clear()
+            self._of.clear()
+
     def idle_of(self, seg: Segment) -> int:
         with self._lock:
             return len(self._of.get(id(seg), []))

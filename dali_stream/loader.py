@@ -8,6 +8,7 @@ before iterating continues exactly there: plans are recomputed, nothing skipped 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from .world import World, resolve_world
 DEFAULT_CACHE_BYTES = 4 << 30
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
+log = logging.getLogger("dali_stream")
 
 
 def _import_runtime() -> dict[str, BaseException]:
@@ -221,6 +223,8 @@ class StreamLoader:
         choices = choose_routes(formats_of(meta), decode, self.node)
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
+        for key, choice in choices.items():
+            log.info("camera %s: %s (%s)", key, choice.route, choice.reason)
         if "torchcodec" in self.routes.values() and "torchcodec.decoders" in _IMPORT_ERRORS:
             exc = _IMPORT_ERRORS["torchcodec.decoders"]
             cpu = sorted(k for k, r in self.routes.items() if r == "torchcodec")
@@ -246,6 +250,11 @@ class StreamLoader:
             max_decoders = max(1, num_workers) * max(1, cpu) * min(batch_size, episode_pool_size)
         self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, fetch_workers,
                                   max_decoders)
+        log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
+                 "rank %d of %d", self.device, num_workers, fetch_workers, max_decoders, cache_bytes >> 20,
+                 self.world.rank, self.world.world_size)
+        self._closed = False
+        self._finalizer = weakref.finalize(self, self.store.close)  # threads end with the loader, even unclosed
         if augment is not None and not callable(augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {augment!r}")
         self.augment = augment
@@ -260,7 +269,8 @@ class StreamLoader:
         self._live: weakref.ref | None = None  # the generator of the epoch being iterated
         self.last_epoch_stats: dict[str, Any] = {}
         sizes = self._plan(0).share_sizes  # validates the world against the dataset now, not at batch 0
-        if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes):
+        # about the whole job: said once, by rank 0
+        if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes) and self.world.rank == 0:
             warnings.warn(
                 f"ranks get uneven shares of epoch 0: {min(sizes)} to {max(sizes)} frames over {len(sizes)} ranks "
                 f"(episodes are whole per rank); every rank yields {self._plan(0).num_batches} batches, so "
@@ -377,7 +387,24 @@ class StreamLoader:
         self._epoch, self._consumed, self._chain, self._continue = epoch, consumed, chain, True
         self._plans = {(epoch, tuple(chain)): plan} if same_world else {}
 
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """End the fetch threads, close CPU decoders and index containers, drop fetched episodes. Also done when
+        the loader is garbage collected, and by `with StreamLoader(...) as loader:`. Iterating a closed loader
+        raises ConfigError."""
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> "StreamLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._closed:
+            raise ConfigError("this StreamLoader was closed (close(), or the end of its `with` block); "
+                              "construct a new one, and load_state_dict() to continue where it stopped")
         if not self._continue:
             self._start_epoch(self._epoch + 1)
         if self._consumed > 0 and self._consumed >= self._plan(self._epoch).num_batches:

@@ -214,6 +214,12 @@ class IndexCache:
     def get(self, path: str) -> IndexedFile | None:
         return self._files.get(path, lambda: self._open(path))
 
+    def close(self) -> None:
+        """Close every template container opened for the indexed files."""
+        for value in self._files.clear():
+            if value is not None:
+                value.container.close()
+
     def _open(self, path: str) -> IndexedFile | None:
         import av
 

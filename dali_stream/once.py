@@ -25,6 +25,13 @@ class OncePerKey:
             self._values.move_to_end(key)
             return True, self._values[key]
 
+    def clear(self) -> list:
+        """Forget every value; returns them (for the caller to close)."""
+        with self._lock:
+            values = list(self._values.values())
+            self._values.clear()
+        return values
+
     def get(self, key: Hashable, make: Callable[[], object]):
         found, value = self._kept(key)
         if found:

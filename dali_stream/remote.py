@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import io
+import logging
 import os
 import random
 import re
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .errors import RemoteError
 
+log = logging.getLogger("dali_stream")
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
 ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
 ENV_DEADLINE = "DALI_STREAM_REMOTE_DEADLINE_S"
@@ -217,6 +219,8 @@ class RemoteFS:
                         f"{why}") from None
                 with self.stats.lock:
                     self.stats.retries += 1
+                log.warning("%s %s failed (%s: %s), retry %d of %d in %.2f s", what, redact(self._url(path)),
+                            type(exc).__name__, redact(str(exc))[:200], attempt + 1, policy.max_retries, pause)
                 time.sleep(pause)
 
     # ---- the filesystem surface the loader uses ---------------------------------------------------------

@@ -76,6 +76,19 @@ class EpisodeStore:
 
             self.indexes = IndexCache(meta.data_fs)
 
+    def close(self) -> None:
+        """End the fetch threads (pending fetches are cancelled), close decoders and index containers, and drop
+        the fetched episodes. Safe to call more than once."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.decoders.clear()
+        if self.indexes is not None:
+            self.indexes.close()
+        with self._lock:
+            self._entries.clear()
+            self.bytes = 0
+
     # ---- refcounts -------------------------------------------------------------------------------------
     def pin(self, pos: int) -> None:
         """Keep `pos` until `unpin`; fetch it in the background now if nobody has started to."""

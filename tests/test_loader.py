@@ -313,3 +313,44 @@ def test_bad_selections(small_dataset, kwargs, match):
 
     with pytest.raises(ConfigError, match=match):
         StreamLoader(str(small_dataset), **kwargs)
+
+
+# ---- lifecycle and logging -------------------------------------------------------------------------------
+def _fetch_threads() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name.startswith("dali-stream-fetch"))
+
+
+def test_close_and_with_end_the_threads_and_the_loader(small_dataset):
+    import gc
+
+    from dali_stream import ConfigError
+
+    before = _fetch_threads()
+    with StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
+                      fetch_workers=2) as loader:
+        next(iter(loader))
+        assert _fetch_threads() == before + 2
+    assert _fetch_threads() == before and loader.store.decoders.alive == 0
+    with pytest.raises(ConfigError, match="closed"):
+        iter(loader)
+    dropped = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=2)
+    for _ in dropped:
+        break
+    del dropped
+    gc.collect()
+    assert _fetch_threads() == before, "an unclosed loader's threads end when it is garbage collected"
+
+
+def test_routes_and_settings_are_logged_not_printed(small_dataset, caplog, capsys):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="dali_stream"):
+        loader = StreamLoader(str(small_dataset), batch_size=2, device="cpu")
+        for _ in loader:
+            break
+    text = caplog.text
+    assert "camera observation.images.top: dali-cpu" in text and "batches on cpu" in text
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""

@@ -244,13 +244,18 @@ def test_backoff_is_jittered():
         assert 0.5 * base <= pause <= 1.5 * base
 
 
-def test_a_total_deadline_bounds_every_read(small_dataset):
-    """Many retries allowed, but remote_deadline_s ends the read: a stalled server costs at most the deadline."""
+def test_a_total_deadline_bounds_every_read(small_dataset, caplog):
+    """Many retries allowed, but remote_deadline_s ends the read: a stalled server costs at most the deadline.
+    Each retry is logged at WARNING on the `dali_stream` logger."""
+    import logging
+
     with Server(small_dataset) as upstream, FaultProxy(upstream, stall_paths=r"/videos/.*\.mp4") as url:
         loader = StreamLoader(url, remote_max_retries=50, remote_timeout_s=0.4, remote_deadline_s=1.5, **ARGS)
         t0 = time.perf_counter()
-        with pytest.raises(RemoteError, match=r"deadline of 1.5s .*left no time for another attempt"):
+        with caplog.at_level(logging.WARNING, logger="dali_stream"), \
+                pytest.raises(RemoteError, match=r"deadline of 1.5s .*left no time for another attempt"):
             _epoch(loader)
         elapsed = time.perf_counter() - t0
+    assert any("retry 1 of 50" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert loader.meta.data_fs.policy.worst_case_s == 1.5
     assert elapsed < 8, elapsed
