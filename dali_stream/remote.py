@@ -61,8 +61,10 @@ _TRANSIENT_ERRNO = frozenset({errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNR
 
 def _status(exc: BaseException) -> int | None:
     """The HTTP status an exception carries (aiohttp's .status, botocore's .code, httpx's .response)."""
-    for value in (getattr(exc, "status", None), getattr(exc, "code", None),
-                  getattr(getattr(exc, "response", None), "status_code", None)):
+    readers = (lambda: getattr(exc, "status", None), lambda: getattr(exc, "code", None),  # noqa: E731
+               lambda: getattr(getattr(exc, "response", None), "status_code", None))
+    for read in readers:  # lazily: aiohttp warns when .code is read
+        value = read()
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None

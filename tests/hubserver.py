@@ -108,6 +108,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json({"id": m.group(1), "sha": _SHA(m.group(1) + rev), "private": True,
                                "siblings": [{"rfilename": e["path"]} for e in
                                             self._entries(revs[rev], "", True, files_only=True)]})
+        if re.fullmatch(r"/api/datasets/[^/]+", path):  # an id without a namespace (older huggingface_hub asks)
+            return self._error(404, "Repository not found", "RepoNotFound")
         m = re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/(tree|paths-info)/([^/]+)(?:/(.*))?", path)
         if m:
             root = hub.datasets.get(m.group(1), {}).get(m.group(3))
