@@ -31,7 +31,7 @@ _WORKER_DECODERS: dict = {}
 
 def _worker_decode(key, data, indices):
     """Runs in a worker process: decode `indices` of the segment `key` (bytes sent on first use)."""
-    from dali_stream.decode import open_decoder
+    from dali_stream.decode.cpu import open_decoder
 
     dec = _WORKER_DECODERS.get(key)
     if dec is None:
@@ -48,7 +48,7 @@ def _work(dataset: str, batches: int):
         plan = loader.batch_plan(0, b)
         rows = [loader.store.rows(int(p)) for p in plan.episodes]
         for key in loader.routes:
-            segs, idx = loader._builder.locate(plan, rows, key)
+            segs, idx = loader.builder.locate(plan, rows, key)
             groups: dict[int, tuple] = {}
             for seg, i in zip(segs, idx):
                 groups.setdefault(id(seg), (seg, []))[1].extend(int(x) for x in i)
@@ -57,7 +57,7 @@ def _work(dataset: str, batches: int):
 
 
 def run_threads(items, workers: int) -> float:
-    from dali_stream.decode import DecoderCache, torchcodec_frames, warm_decoders
+    from dali_stream.decode.cpu import DecoderCache, torchcodec_frames, warm_decoders
 
     cache = DecoderCache(None)
     for seg, _ in items:

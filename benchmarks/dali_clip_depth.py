@@ -3,7 +3,7 @@
 One VP9 episode of 1800 frames (GOP 30, 320x240, the sample writer's painted frames) through DALI's CPU
 decoder (`fn.decoders.video(device="cpu")`, the `dali-cpu` route), batches of 4 samples, one frame each at
 a given depth: fed the whole episode segment (what the loader did before clips) or the sample's clip
-(`dali_stream.clips`, what it does now). Each batch is timed warm, `--repeat` times; the ratio deep/shallow
+(`dali_stream.graph.clips`, what it does now). Each batch is timed warm, `--repeat` times; the ratio deep/shallow
 is the claim: flat with clips.
 
     .venv/bin/python benchmarks/dali_clip_depth.py [--out benchmarks/results/cpu-2core-480p/dali_clip_depth.json]
@@ -23,8 +23,8 @@ DEPTHS = (1, 300, 900, 1500, 1790)
 
 
 def _segment(root: Path):
+    from dali_stream.fetch.segments import cut_segment
     from dali_stream.meta import DatasetMeta
-    from dali_stream.segments import cut_segment
 
     meta = DatasetMeta.open(str(root))
     key = meta.video_keys[0]
@@ -39,7 +39,7 @@ def _pipeline(feed, batch: int):
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
-    from dali_stream.graph import video_decoder
+    from dali_stream.graph.pipeline import video_decoder
 
     pipe = Pipeline(batch_size=batch, num_threads=2, device_id=None, prefetch_queue_depth=1)
     with pipe:
@@ -50,9 +50,9 @@ def _pipeline(feed, batch: int):
 
 
 def main() -> None:
-    from dali_stream.clips import dali_input
-    from dali_stream.paint import read_ids
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.graph.clips import dali_input
+    from dali_stream.tools.paint import read_ids
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default=".demo/clip-depth-vp9")

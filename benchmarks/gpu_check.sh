@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED=1 SVT_LOG=1
 unset DALI_STREAM_CPU_ONLY
 
 echo "== diagnose ($gpu) -> $out/diagnose.json"
-"$PY" -m dali_stream.cli diagnose --json >"$out/diagnose.json"
+"$PY" -m dali_stream diagnose --json >"$out/diagnose.json"
 "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['verdict']); print('gpu:', r['gpu'])" \
     "$out/diagnose.json"
 
@@ -40,13 +40,13 @@ fi
 echo "== bench -> $out"
 sample=.demo/gpu-check-640x480
 if [ ! -f "$sample/meta/info.json" ]; then
-    "$PY" -m dali_stream.cli make-sample "$sample" --overwrite --episodes 24 --min-length 60 --max-length 120 \
+    "$PY" -m dali_stream make-sample "$sample" --overwrite --episodes 24 --min-length 60 --max-length 120 \
         --height 480 --width 640 --cameras front:h264,side:hevc,wrist:av1 --gop 2 --episodes-per-file 8
 fi
-"$PY" -m dali_stream.cli bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
+"$PY" -m dali_stream bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
     --out-dir "$out" 2>&1 | tee "$out/bench-gpu.log"
 bench=${PIPESTATUS[0]}
-"$PY" -m dali_stream.cli bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
+"$PY" -m dali_stream bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
     --out-dir "$out" 2>&1 | tee "$out/bench-cpu.log"
 bench=$(( bench || PIPESTATUS[0] ))
 echo "gpu-check: tests exit $tests, bench exit $bench; results in $out"

@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--out", default="benchmarks/results/cpu-2core/remote_prefetch.json")
     args = ap.parse_args()
     if not Path(args.dataset).exists():
-        from dali_stream.sample_data import write_sample
+        from dali_stream.tools.sample_data import write_sample
 
         write_sample(args.dataset)
     from tests.faultproxy import FaultProxy

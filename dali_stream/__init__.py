@@ -18,9 +18,20 @@ os.environ.setdefault("DALI_MALLOC_POOL_THRESHOLD", str(1 << 20))
 # `dali_stream` logger; without a handler configured by the application they go nowhere.
 logging.getLogger("dali_stream").addHandler(logging.NullHandler())
 
-from .errors import (ConfigError, DaliStreamError, DatasetError, DatasetNotFoundError, DecodeError, DeviceError,
-                     FrameTimestampError, InstallError, RemoteError, StateError, UnsupportedVersionError,
-                     VideoFileError)
+from .errors import (
+    ConfigError,
+    DaliStreamError,
+    DatasetError,
+    DatasetNotFoundError,
+    DecodeError,
+    DeviceError,
+    FrameTimestampError,
+    InstallError,
+    RemoteError,
+    StateError,
+    UnsupportedVersionError,
+    VideoFileError,
+)
 
 __version__ = "0.1.0"
 __all__ = ["StreamLoader", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",

@@ -20,22 +20,23 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from .batches import BatchBuilder, Prepared
-from .decode import Node, choose_routes, formats_of, warn_once
-from .decode_errors import classify
-from .device import resolve_device, torch_current_device
+from .decode.cpu import DecoderCache
+from .decode.device import resolve_device, torch_current_device
+from .decode.errors import classify
+from .decode.routes import Node, choose_routes, formats_of, warn_once
 from .errors import ConfigError, InstallError, StateError
-from .imageops import ImageOps
+from .fetch.prefetch import Prefetcher
+from .fetch.store import EpisodeStore
+from .fetch.tables import TableReader
+from .graph.batches import BatchBuilder, Prepared
+from .graph.imageops import ImageOps
 from .meta import DatasetMeta
 from .pairing import check_dali
-from .plan import EpochPlan, PlanConfig, delta_indices, resume_plan
-from .prefetch import Prefetcher
-from .selection import digest as selection_digest
-from .selection import select
-from .state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
-from .store import EpisodeStore
-from .tables import TableReader
-from .world import World, resolve_world
+from .plan.epoch import EpochPlan, PlanConfig, delta_indices, resume_plan
+from .plan.selection import digest as selection_digest
+from .plan.selection import select
+from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
+from .plan.world import World, resolve_world
 
 DEFAULT_CACHE_BYTES = 4 << 30
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
@@ -122,9 +123,9 @@ class StreamLoader:
         delta_timestamps: feature key -> offsets in seconds; those keys get a time axis and `<key>_is_pad`.
         episode_pool_size: whole episodes each rank keeps open and samples across.
         seed: shuffling seed; plans depend only on (seed, epoch, rank, position).
-        decode: "auto" | "gpu" | "cpu", or a dict camera key -> one of those (see `dali_stream.decode`).
+        decode: "auto" | "gpu" | "cpu", or a dict camera key -> one of those (see `dali_stream.decode.routes`).
         device: where batches land: "cpu", "cuda" or "cuda:N"; default "cuda" when DALI and torch both see a
-            GPU, else "cpu". One CUDA device per loader (see `dali_stream.device`): "cuda:N", else torch's
+            GPU, else "cpu". One CUDA device per loader (see `dali_stream.decode.device`): "cuda:N", else torch's
             current device once CUDA is initialised, else LOCAL_RANK % visible devices; `loader.device` says
             which ("cuda:0", ...).
         num_workers: threads that fetch and CPU-decode batches ahead (0: in the calling thread).
@@ -203,7 +204,7 @@ class StreamLoader:
                 f"delta_timestamps has keys {unknown} that are not features of {source!r}; "
                 f"features: {sorted(meta.features)}"
             )
-        self.world = resolve_world(rank=rank, world_size=world_size)
+        self.world = resolve_world(rank=rank, world_size=world_size, env=os.environ)
         self.config = PlanConfig(batch_size=batch_size, pool_size=episode_pool_size, seed=seed, drop_last=drop_last,
                                  delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s),
                                  shuffle=shuffle, drop_n_first_frames=drop_n_first_frames,
@@ -242,14 +243,15 @@ class StreamLoader:
         self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
         tables = TableReader(meta, meta.table_keys)
         if fetch_workers is None:  # local fetches are CPU work (remux): one thread per core; remote ones wait
-            from .storage import is_local
+            from .source.storage import is_local
 
             fetch_workers = min(4, os.cpu_count() or 1) if is_local(meta.data_fs) else 4
         if max_decoders is None:  # what the builders touch per batch: every distinct segment, every thread
             cpu = sum(1 for r in self.routes.values() if r == "torchcodec")
             max_decoders = max(1, num_workers) * max(1, cpu) * min(batch_size, episode_pool_size)
-        self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, fetch_workers,
-                                  max_decoders)
+        self.decoders = DecoderCache(max_decoders)
+        self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, self.decoders,
+                                  fetch_workers)
         log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
                  "rank %d of %d", self.device, num_workers, fetch_workers, max_decoders, cache_bytes >> 20,
                  self.world.rank, self.world.world_size)
@@ -258,7 +260,7 @@ class StreamLoader:
         if augment is not None and not callable(augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {augment!r}")
         self.augment = augment
-        self._builder = BatchBuilder(meta, self.store, self.routes, self.config.delta_indices, self.tolerance_s,
+        self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.config.delta_indices, self.tolerance_s,
                                      meta.table_keys, self._table_dtypes(tables),
                                      augment_seed=seed if augment is not None else None)
         self._epoch = 0
@@ -321,7 +323,7 @@ class StreamLoader:
                        for k in self.routes)
         return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
                 "prepared_batches": (self.prefetch_batches + 1) * decoded, "dali_outputs": 2 * dali_out,
-                "decoders_alive_peak": self.store.decoders.peak, "decoders_bound": self.store.decoders.capacity,
+                "decoders_alive_peak": self.decoders.peak, "decoders_bound": self.decoders.capacity,
                 "knobs": {"cache_bound": "cache_bytes", "prepared_batches": "prefetch_batches, num_workers",
                           "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders"}}
 
@@ -422,13 +424,13 @@ class StreamLoader:
         except RuntimeError as exc:
             if "decoders.video" not in str(exc) and classify(str(exc)).kind == "unknown":
                 raise
-            raise self._builder.explain_dali_failure(list(producer.handed), exc, self.node) from None
+            raise self.builder.explain_dali_failure(list(producer.handed), exc, self.node) from None
 
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-        from .graph import build_pipeline
+        from .graph.pipeline import build_pipeline
 
         plan = self._plan(epoch)
         if start >= plan.num_batches:  # e.g. fewer frames on this rank than one batch with drop_last
@@ -437,7 +439,7 @@ class StreamLoader:
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
-        producer = _Producer(self._builder, plan, start, self.num_workers, self.prefetch_batches,
+        producer = _Producer(self.builder, plan, start, self.num_workers, self.prefetch_batches,
                              FETCH_AHEAD_BATCHES)
         squeeze = {k: len(self.config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         device_id = self.dali_device
@@ -445,7 +447,7 @@ class StreamLoader:
         first_s = None
         delivered = 0
         try:
-            pipe, names = build_pipeline(self._builder.outputs, self.routes, squeeze, producer,
+            pipe, names = build_pipeline(self.builder.outputs, self.routes, squeeze, producer,
                                          self.config.batch_size, self.dali_threads, device_id, self.image_ops,
                                          on_gpu=self.device.startswith("cuda"), augment=self.augment)
             with self._dali_errors(producer):  # the iterator runs the first batch while constructed

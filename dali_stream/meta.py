@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError, DatasetNotFoundError, UnsupportedVersionError
-from .storage import open_fs, read_parquet, resolve_source
+from .source.storage import open_fs, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -254,7 +254,7 @@ class DatasetMeta:
         return posixpath.join(self.data_root, rel)
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a saved loader state must agree on to resume against this dataset (see `dali_stream.state`):
+        """What a saved loader state must agree on to resume against this dataset (see `dali_stream.plan.state`):
         plans depend on the episodes' number, order and lengths, held as a SHA-256 of (episode_index, length)
         pairs in table order; fps and camera keys refuse a state from a dataset of another layout."""
         import hashlib

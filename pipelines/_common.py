@@ -20,7 +20,7 @@ def ensure_sample(path: str) -> str:
     """The bundled sample dataset at `path`, written on first use (only for the default location)."""
     root = Path(path)
     if not (root / "meta/info.json").exists():
-        from dali_stream.sample_data import write_sample
+        from dali_stream.tools.sample_data import write_sample
 
         print(f"writing the sample dataset to {root} ...")
         write_sample(root)

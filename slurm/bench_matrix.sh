@@ -26,7 +26,7 @@ for decode in gpu cpu; do
         if [[ -n "${BENCH_NO_GPU_REQUEST:-}" ]]; then gres=(); fi
         jid=$(sbatch --parsable -N1 -n1 --exclusive "${gres[@]}" "${dep[@]}" --job-name="bench-$decode-$mode" \
             --output="$out/slurm-%j-$decode-$mode.out" \
-            --wrap="$(printf '%q ' "$py" -m dali_stream.cli bench "$dataset" --decode "$decode" --mode "$mode" --out-dir "$out" "$@")")
+            --wrap="$(printf '%q ' "$py" -m dali_stream bench "$dataset" --decode "$decode" --mode "$mode" --out-dir "$out" "$@")")
         echo "submitted $decode/$mode: job $jid"
         deps+=("$jid")
         prev=$jid
@@ -34,5 +34,5 @@ for decode in gpu cpu; do
 done
 jid=$(sbatch --parsable -N1 -n1 --dependency="afterany:$(IFS=:; echo "${deps[*]}")" --job-name=bench-summary \
     --output="$out/slurm-%j-summary.out" \
-    --wrap="$(printf '%q ' "$py" -m dali_stream.cli bench summarize "$out" --png "$out/chart.png")")
+    --wrap="$(printf '%q ' "$py" -m dali_stream bench summarize "$out" --png "$out/chart.png")")
 echo "submitted summary: job $jid"

@@ -17,7 +17,7 @@ def _gpu_node():
     """The routing node of this machine, probed before any test pins CPU routes (None: probing failed).
     With DALI_STREAM_CPU_ONLY=1 in the environment the `gpu` tests skip."""
     try:
-        from dali_stream.decode import Node
+        from dali_stream.decode.routes import Node
 
         return Node.probe()
     except Exception:
@@ -46,7 +46,7 @@ def _cpu_routes_unless_gpu_test(request, monkeypatch):
 @pytest.fixture(scope="session")
 def four_codec_dataset(tmp_path_factory):
     """h264 (B-frames), hevc, av1, vp9 cameras; episodes start mid-GOP; several files and chunks per camera."""
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=10, min_length=12, max_length=40, gop=16, episodes_per_file=3, chunks_size=2,
                       cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9"), seed=1)
@@ -56,7 +56,7 @@ def four_codec_dataset(tmp_path_factory):
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
     """Two cameras (h264 through torchcodec, vp9 through DALI's CPU decoder), short episodes: fast loops."""
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=7, min_length=8, max_length=20, gop=8, episodes_per_file=3,
                       cameras=parse_cameras("front:h264,top:vp9"), seed=2)

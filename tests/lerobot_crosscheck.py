@@ -56,7 +56,7 @@ def dump(root: Path, out: Path) -> None:
 
 def compare(root: Path, dumped: Path) -> int:
     from dali_stream import StreamLoader
-    from dali_stream.paint import read_ids
+    from dali_stream.tools.paint import read_ids
 
     info = _info(root)
     data = np.load(dumped, allow_pickle=True)

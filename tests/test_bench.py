@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from dali_stream.bench import METRIC_KEYS
+from dali_stream.tools.bench import METRIC_KEYS
 
 from .console import dali_stream
 

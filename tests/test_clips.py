@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from dali_stream import StreamLoader
-from dali_stream.clips import dali_input
-from dali_stream.decode import open_decoder
+from dali_stream.decode.cpu import open_decoder
+from dali_stream.fetch.segments import cut_segment
+from dali_stream.graph.clips import dali_input
 from dali_stream.meta import DatasetMeta
-from dali_stream.paint import read_ids
-from dali_stream.segments import cut_segment
+from dali_stream.tools.paint import read_ids
 
 GOP = 30
 
@@ -20,7 +20,7 @@ GOP = 30
 @pytest.fixture(scope="module")
 def long_episodes(tmp_path_factory):
     """Two episodes of ~950 frames (GOP 30): VP9 (DALI's CPU route), H.264 with B-frames and HEVC."""
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=2, min_length=920, max_length=960, height=32, width=64, gop=GOP,
                       episodes_per_file=2, cameras=parse_cameras("top:vp9,front:h264,side:hevc"), seed=5)
@@ -68,6 +68,6 @@ def test_dali_work_per_sample_is_flat_in_frame_depth(long_episodes):
             depths.append(fr)
         if n == 15:
             break
-    builder = loader._builder
+    builder = loader.builder
     assert np.mean(depths) > 200
     assert builder.dali_samples >= 16 * 4 and builder.dali_frames_fed / builder.dali_samples <= GOP + 2  # built ahead too

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from dali_stream import DecodeError, DeviceError, StreamLoader
-from dali_stream.decode import Node, NodeFacts
-from dali_stream.decode_errors import classify, explain_device
-from dali_stream.graph import build_pipeline
+from dali_stream.decode.errors import classify, explain_device
+from dali_stream.decode.routes import Node, NodeFacts
+from dali_stream.graph.pipeline import build_pipeline
 
 TOP, FRONT = "observation.images.top", "observation.images.front"
 H100 = Node.from_facts(NodeFacts(8, 8, "2.13.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0)))
@@ -36,7 +36,7 @@ def test_classify_dali_messages(kind):
 
 def _prepared(dataset, routes_override=None):
     loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0)
-    builder = loader._builder
+    builder = loader.builder
     if routes_override:
         builder.routes.update(routes_override)
     return loader, builder, builder.build(loader.batch_plan(0, 0))

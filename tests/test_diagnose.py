@@ -27,7 +27,7 @@ def _diagnose(*args, env_extra=None):
 @pytest.fixture(scope="module")
 def sample(tmp_path_factory):
     """The default camera set (h264, av1, vp9), small."""
-    from dali_stream.sample_data import SampleSpec, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, write_sample
 
     return write_sample(tmp_path_factory.mktemp("diag") / "sample",
                         SampleSpec(episodes=4, min_length=20, max_length=30, gop=10, episodes_per_file=2))
@@ -173,7 +173,7 @@ def test_damaged_container(copy):
 
 
 def test_cli_and_diagnose_import_only_the_standard_library():
-    code = ("import sys, dali_stream.cli, dali_stream.diagnose; "
+    code = ("import sys, dali_stream.tools.cli, dali_stream.tools.diagnose; "
             "heavy = [m for m in ('torch', 'numpy', 'nvidia.dali', 'av', 'pyarrow', 'rich', 'torchcodec') "
             "if m in sys.modules]; print(heavy); sys.exit(1 if heavy else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -194,7 +194,7 @@ def _software(dali_devices, torch_devices, cuda_build="13.0"):
 ])
 def test_gpu_layer_from_simulated_probes(software, nvcuvid, name, layer, monkeypatch):
     """The same rules as the loader's routing, on probe results of nodes this machine is not."""
-    from dali_stream.diagnose import gpu_verdict, routing_node
+    from dali_stream.tools.diagnose import gpu_verdict, routing_node
 
     monkeypatch.delenv("DALI_STREAM_CPU_ONLY")
     node_report = {"gpus": [{"name": name, "compute_capability": [8 if "A100" in name else 9, 0]}],

@@ -10,8 +10,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dali_stream import (ConfigError, DatasetError, DatasetNotFoundError, DecodeError, DeviceError, FrameTimestampError,
-                         StateError, StreamLoader, UnsupportedVersionError, VideoFileError)
+from dali_stream import (
+    ConfigError,
+    DatasetError,
+    DatasetNotFoundError,
+    DecodeError,
+    DeviceError,
+    FrameTimestampError,
+    StateError,
+    StreamLoader,
+    UnsupportedVersionError,
+    VideoFileError,
+)
 from dali_stream.meta import DatasetMeta
 
 from .damage import scramble_keyframes
@@ -74,7 +84,7 @@ def test_unknown_decode_choice(small_dataset):
 
 
 def test_gpu_decode_without_gpu(small_dataset):
-    from dali_stream.decode import Node
+    from dali_stream.decode.routes import Node
 
     if Node.probe().gpus:
         pytest.skip("this machine has a GPU")
@@ -286,7 +296,7 @@ def test_state_without_an_entry(small_dataset):
 
 
 def _two_length_sets_with_equal_totals(episodes=4, low=8, high=14):
-    from dali_stream.sample_data import SampleSpec
+    from dali_stream.tools.sample_data import SampleSpec
 
     seen = {}
     for seed in range(500):
@@ -300,7 +310,7 @@ def _two_length_sets_with_equal_totals(episodes=4, low=8, high=14):
 
 def test_state_from_another_dataset_with_the_same_totals_is_refused(tmp_path):
     """Same episode count, frame count, fps and cameras, other episode lengths: the plans differ, so refuse."""
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     a, b = _two_length_sets_with_equal_totals()
     spec = dict(episodes=4, min_length=8, max_length=14, cameras=parse_cameras("top:vp9"), height=32, width=64)

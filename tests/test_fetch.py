@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from dali_stream import StreamLoader
+from dali_stream.fetch.mp4index import IndexCache, read_index
+from dali_stream.fetch.segments import cut_segment
 from dali_stream.meta import DatasetMeta
-from dali_stream.mp4index import IndexCache, read_index
-from dali_stream.remote import RemoteFS, RetryPolicy
-from dali_stream.segments import cut_segment
+from dali_stream.source.remote import RemoteFS, RetryPolicy
 
 from .httpserver import Server
 
@@ -27,7 +27,7 @@ ARGS = dict(batch_size=4, episode_pool_size=2, seed=1, device="cpu", num_workers
 def bulky_dataset(tmp_path_factory):
     """Larger frames and longer episodes than the other fixtures, six episodes per packed file, so the
     per-file costs (MP4 index, parquet footer) are small next to the episodes, as in real datasets."""
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=12, min_length=40, max_length=60, gop=15, episodes_per_file=6, height=144,
                       width=192, cameras=parse_cameras("front:h264,top:vp9"), seed=5)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from dali_stream import DeviceError, StreamLoader
-from dali_stream.decode import Node, formats_of
-from dali_stream.paint import read_ids
+from dali_stream.decode.routes import Node, formats_of
+from dali_stream.tools.paint import read_ids
 
 pytestmark = pytest.mark.gpu
 
@@ -24,7 +24,7 @@ STEPS = {FRONT: (-1, 0, 2), TOP: (-2, 0), SIDE: (0,), WRIST: (0,)}
 
 @pytest.fixture(scope="session")
 def gpu_dataset(tmp_path_factory):
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=8, min_length=20, max_length=60, height=160, width=192, gop=16, episodes_per_file=3,
                       cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9"), seed=3)
@@ -33,7 +33,7 @@ def gpu_dataset(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def long_dataset(tmp_path_factory):
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=3, min_length=600, max_length=660, height=160, width=192, gop=30, episodes_per_file=2,
                       cameras=parse_cameras("front:h264,side:hevc,top:vp9"), seed=4)

@@ -20,7 +20,7 @@ ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers
 @pytest.fixture(scope="module")
 def older_dataset(tmp_path_factory):
     """What the repository held at tag v1.0: fewer, different episodes."""
-    from dali_stream.sample_data import SampleSpec, parse_cameras, write_sample
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=4, min_length=8, max_length=14, gop=8, episodes_per_file=2,
                       cameras=parse_cameras("front:h264,top:vp9"), seed=9)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dali_stream import ConfigError, StreamLoader
-from dali_stream.paint import read_ids
+from dali_stream.tools.paint import read_ids
 
 CAMS = ("observation.images.front", "observation.images.top")  # h264 via torchcodec, vp9 via DALI's CPU decoder
 BASE = dict(batch_size=4, episode_pool_size=2, seed=4, device="cpu", num_workers=1,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dali_stream import StreamLoader
-from dali_stream.paint import read_ids
+from dali_stream.tools.paint import read_ids
 
 from .reference import Reference
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from dali_stream.once import OncePerKey
+from dali_stream.fetch.once import OncePerKey
 
 
 def test_racing_threads_make_a_value_once_and_other_keys_do_not_wait():

@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from dali_stream.pairing import (constraint_set, cuda_driver_problem, dali_flavour_problem, torchcodec_problem)
+from dali_stream.pairing import (
+    constraint_set,
+    cuda_driver_problem,
+    dali_flavour_problem,
+    torchcodec_problem,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +83,7 @@ def _software(torch="2.13.0", cuda="13.0", torchcodec="0.13.0", dali=("nvidia-da
     ("580.159.04", _software(), [], [], None),
 ])
 def test_diagnose_names_the_set_that_fixes_a_mismatch(driver, software, broken, idle, fix):
-    from dali_stream.diagnose import install_verdict
+    from dali_stream.tools.diagnose import install_verdict
 
     node = {"gpus": [{"driver": driver}] if driver else []}
     verdict = install_verdict(node, software)

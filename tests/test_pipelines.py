@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dali_stream.paint import read_ids
+from dali_stream.tools.paint import read_ids
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from dali_stream.errors import ConfigError
-from dali_stream.plan import EpochPlan, PlanConfig, delta_indices, partition_episodes, window
-from dali_stream.world import World
+from dali_stream.plan.epoch import (
+    EpochPlan,
+    PlanConfig,
+    delta_indices,
+    partition_episodes,
+    window,
+)
+from dali_stream.plan.world import World
 
 LENGTHS = np.array([30, 5, 0, 48, 17, 22, 60, 9, 41, 12, 33, 27, 50, 8, 19, 25], dtype=np.int64)
 
@@ -174,7 +180,7 @@ def test_bad_sizes_are_clear_errors(kwargs, message):
 @pytest.mark.parametrize("chain,then", [([(2, 5)], 3), ([(3, 4)], 2), ([(1, 9)], 2), ([(2, 3), (3, 2)], 2)])
 def test_elastic_resume_keeps_exactly_once(chain, then):
     """Stop after some batches on W ranks (maybe twice), finish the epoch on W' ranks: no frame lost or repeated."""
-    from dali_stream.plan import consumed_by, resume_plan
+    from dali_stream.plan.epoch import consumed_by, resume_plan
 
     cfg = PlanConfig(batch_size=4, pool_size=3, seed=3, drop_last=False)
     drawn: list[tuple[int, int]] = []
@@ -212,7 +218,7 @@ def epoch_samples_of(plan):
 
 
 def test_resume_plan_without_chain_is_the_epoch_plan():
-    from dali_stream.plan import resume_plan
+    from dali_stream.plan.epoch import resume_plan
 
     cfg = PlanConfig(batch_size=4, pool_size=3, seed=3)
     a = resume_plan(LENGTHS, cfg, World(rank=1, world_size=2), 0, [])
@@ -266,7 +272,7 @@ def test_dropped_first_and_last_frames_are_never_drawn(world_size):
 
 
 def test_trimmed_elastic_resume_keeps_exactly_once():
-    from dali_stream.plan import consumed_by, resume_plan
+    from dali_stream.plan.epoch import consumed_by, resume_plan
 
     cfg = PlanConfig(batch_size=4, pool_size=3, seed=3, drop_last=False, drop_n_first_frames=1, drop_n_last_frames=3)
     consumed = consumed_by(LENGTHS, cfg, 2, 0, 5)

@@ -151,7 +151,7 @@ def test_s3_errors_never_show_the_secret_key(s3):
 
 
 def test_redact_removes_credentials_and_tokens():
-    from dali_stream.remote import redact
+    from dali_stream.source.remote import redact
 
     assert redact("https://bob:pw@host/x?token=abc&y=1&X-Amz-Signature=zz") == "https://host/x?token=***&y=1&X-Amz-Signature=***"
 
@@ -167,7 +167,7 @@ def test_remote_settings_from_env_must_be_numbers(small_dataset, monkeypatch, en
 
 
 def test_revision_pins_hf_repositories_only():
-    from dali_stream.storage import with_revision
+    from dali_stream.source.storage import with_revision
 
     assert with_revision("hf://datasets/lab/arm", "v2.1") == "hf://datasets/lab/arm@v2.1"
     assert with_revision("hf://datasets/lab/arm/sub", "refs/pr/3") == "hf://datasets/lab/arm@refs%2Fpr%2F3/sub"
@@ -200,7 +200,7 @@ def test_timeouts_are_transient_on_every_python():
 
     from fsspec.exceptions import FSTimeoutError
 
-    from dali_stream.remote import is_transient
+    from dali_stream.source.remote import is_transient
 
     assert is_transient(asyncio.TimeoutError()) and is_transient(FSTimeoutError()) and is_transient(TimeoutError())
     assert not is_transient(FileNotFoundError())
@@ -216,7 +216,7 @@ def test_what_is_transient():
     except ImportError:
         import httpx as httpx2
 
-    from dali_stream.remote import is_transient
+    from dali_stream.source.remote import is_transient
 
     request = httpx2.Request("GET", "https://hub.example/x")
     for exc in (httpx2.ReadTimeout("slow", request=request), httpx2.ConnectError("refused", request=request),
@@ -233,7 +233,7 @@ def test_backoff_is_jittered():
     """Two ranks hit by the same outage do not retry in lock-step: their pauses differ, within x0.5..1.5."""
     import random
 
-    from dali_stream.remote import RetryPolicy
+    from dali_stream.source.remote import RetryPolicy
 
     policy = RetryPolicy(max_retries=6, backoff_s=0.1, max_backoff_s=1.0)
     a, b = random.Random(1), random.Random(2)

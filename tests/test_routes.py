@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from dali_stream import ConfigError, DeviceError
-from dali_stream.bench import loader_decode
-from dali_stream.decode import (
+from dali_stream.decode.device import Placement, resolve_device
+from dali_stream.decode.gpus import _ENGINES, board, lookup
+from dali_stream.decode.routes import (
     Node,
     NodeFacts,
     StreamFormat,
@@ -16,8 +17,7 @@ from dali_stream.decode import (
     resolve_routes,
     warn_once,
 )
-from dali_stream.device import Placement, resolve_device
-from dali_stream.gpus import _ENGINES, board, lookup
+from dali_stream.tools.bench import loader_decode
 
 VGA = dict(width=640, height=480, pix_fmt="yuv420p")
 CAMERAS = {"front": StreamFormat("h264", **VGA), "side": StreamFormat("hevc", **VGA),

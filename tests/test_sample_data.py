@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dali_stream import paint
-from dali_stream.sample_data import SampleSpec, parse_cameras, state_row
+from dali_stream.tools import paint
+from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row
 
 
 def test_paint_round_trip_all_layouts():
@@ -68,7 +68,7 @@ def _misread_frames(root) -> dict[str, int]:
 def test_every_frame_of_every_codec_carries_its_ids(tmp_path, height, width, episodes):
     """At the defaults (all 36 episodes), the smallest size the writer allows, an odd block size and a larger
     one: every frame of every codec, decoded straight from the MP4s, shows its own ids."""
-    from dali_stream.sample_data import write_sample
+    from dali_stream.tools.sample_data import write_sample
 
     extra = {} if episodes is None else {"episodes": episodes}
     spec = SampleSpec(height=height, width=width, cameras=parse_cameras("a:h264,b:hevc,c:av1,d:vp9"), **extra)
@@ -133,7 +133,7 @@ def test_resolution_too_small_for_ids():
 
 def test_the_writer_checks_what_it_encoded(tmp_path):
     """`misread_frames`, the writer's own check after each file, sees frames that show other ids."""
-    from dali_stream.sample_data import encode_video, misread_frames
+    from dali_stream.tools.sample_data import encode_video, misread_frames
 
     ids = [(3, f) for f in range(12)]
     path = tmp_path / "v.mp4"

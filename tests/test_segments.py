@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dali_stream.decode import torchcodec_frames
+from dali_stream.decode.cpu import torchcodec_frames
 from dali_stream.errors import DecodeError, VideoFileError
+from dali_stream.fetch.segments import cut_segment
 from dali_stream.meta import DatasetMeta
-from dali_stream.paint import read_ids
-from dali_stream.segments import cut_segment
+from dali_stream.tools.paint import read_ids
 
 
 def _cut(meta, pos, key, path=None):

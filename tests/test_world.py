@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from dali_stream.errors import ConfigError
-from dali_stream.world import resolve_world
+from dali_stream.plan.world import resolve_world
 
 
 def test_explicit_beats_torchrun_beats_slurm():

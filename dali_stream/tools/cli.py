@@ -43,7 +43,13 @@ def _spec(args: argparse.Namespace):
 
 
 def _write_with_progress(out: Path, spec, overwrite: bool, console) -> Path:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from .sample_data import write_sample
 
@@ -69,8 +75,8 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .decode import Node, choose_routes, formats_of
-    from .meta import DatasetMeta
+    from ..decode.routes import Node, choose_routes, formats_of
+    from ..meta import DatasetMeta
 
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
     routes = choose_routes(formats_of(meta), "auto", Node.probe())
@@ -106,11 +112,17 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     from rich.table import Table
 
-    from .loader import StreamLoader
-    from .meta import INFO_PATH
+    from ..loader import StreamLoader
+    from ..meta import INFO_PATH
 
     console = Console()
     root = Path(args.dataset)
@@ -199,7 +211,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     from .verify import verify
 
@@ -260,8 +278,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from ..decode.routes import Node
     from . import bench, bench_report
-    from .decode import Node
 
     console = Console(stderr=True)
     if args.dataset is None:
@@ -319,7 +337,7 @@ def cmd_bench_summarize(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from .. import __version__
 
     parser = argparse.ArgumentParser(prog="dali-stream", description="GPU-first loader for LeRobot v3 datasets")
     parser.add_argument("--version", action="version", version=f"dali-stream {__version__}")
@@ -419,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:2] == ["bench", "summarize"]:  # `dali-stream bench summarize ...` reads better than bench-summarize
         argv = ["bench-summarize", *argv[2:]]
     args = build_parser().parse_args(argv)
-    from .errors import DaliStreamError
+    from ..errors import DaliStreamError
 
     try:
         return int(args.func(args) or 0)

@@ -24,7 +24,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .errors import RemoteError
+from ..errors import RemoteError
 
 log = logging.getLogger("dali_stream")
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
@@ -72,7 +72,7 @@ def _status(exc: BaseException) -> int | None:
 
 def is_transient(exc: BaseException) -> bool:
     """Whether retrying `exc` can help: timeouts, resets, truncated bodies, HTTP 408/429/5xx."""
-    from .errors import DaliStreamError
+    from ..errors import DaliStreamError
 
     if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError, DaliStreamError)):
         return False
@@ -115,7 +115,7 @@ class RetryPolicy:
     @classmethod
     def from_env(cls, max_retries: int | None = None, timeout_s: float | None = None,
                  deadline_s: float | None = None) -> "RetryPolicy":
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         def env(name: str, kind, default, example: str):
             raw = os.environ.get(name)

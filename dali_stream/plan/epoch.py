@@ -35,7 +35,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .world import World
 
 

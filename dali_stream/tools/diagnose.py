@@ -27,7 +27,6 @@ from typing import Any
 
 CORE_PACKAGES = ("torch", "nvidia.dali", "torchcodec", "av", "pyarrow")
 CODECS_OF_INTEREST = ("h264", "hevc", "av1", "libdav1d", "libaom-av1", "vp9", "libvpx-vp9")
-_LFS_MAGIC = b"version https://git-lfs"
 
 
 def _guard(fn, *args) -> dict[str, Any]:
@@ -59,7 +58,7 @@ def _nvidia_smi() -> list[dict[str, Any]]:
 
 
 def probe_node() -> dict[str, Any]:
-    from .gpus import lookup
+    from ..decode.gpus import lookup
 
     try:
         cores = len(os.sched_getaffinity(0))
@@ -78,7 +77,7 @@ def probe_node() -> dict[str, Any]:
         gpu.update(generation=caps.generation, nvdec_engines=caps.nvdec_engines,
                    nvdec_codecs=sorted(caps.nvdec_codecs))
     node["gpus"] = gpus
-    from .decode import nvcuvid_error
+    from ..decode.routes import nvcuvid_error
 
     node["nvcuvid"] = "loads" if gpus and nvcuvid_error() is None else (nvcuvid_error() if gpus else None)
     return node
@@ -97,7 +96,7 @@ def _dali() -> dict[str, Any]:
     import nvidia.dali as dali
     from nvidia.dali import backend
 
-    from .pairing import installed_dali
+    from ..pairing import installed_dali
 
     flavours = installed_dali()
     try:
@@ -156,7 +155,7 @@ def _distributions() -> dict[str, Any]:
     """What pip installed, whether or not it imports: the DALI flavours and torchcodec's version."""
     import importlib.metadata as md
 
-    from .pairing import installed_dali
+    from ..pairing import installed_dali
 
     try:
         torchcodec = md.version("torchcodec")
@@ -186,7 +185,7 @@ GPU_LAYER_FIXES = {
 
 def routing_node(node: dict[str, Any], software: dict[str, Any]):
     """The `decode.Node` routing sees here, from the probes' results (the same rules as the loader's)."""
-    from .decode import ENV_CPU_ONLY, Node, NodeFacts
+    from ..decode.routes import ENV_CPU_ONLY, Node, NodeFacts
 
     dali, torch = software["nvidia.dali"], software["torch"]
     first = node["gpus"][0] if node.get("gpus") else {"name": "unknown", "compute_capability": None}
@@ -222,7 +221,13 @@ def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> di
     """Do the installed versions load together here: torch with torchcodec, torch's and DALI's CUDA builds with
     the driver, one DALI flavour. `broken` problems stop decoding; the others keep GPUs idle. `fix` names the
     constraint set for this node's driver."""
-    from .pairing import constraint_set, cuda_driver_problem, dali_flavour_problem, fix_for, torchcodec_problem
+    from ..pairing import (
+        constraint_set,
+        cuda_driver_problem,
+        dali_flavour_problem,
+        fix_for,
+        torchcodec_problem,
+    )
 
     gpus = node_report.get("gpus") or []
     driver = gpus[0].get("driver") if gpus else None

@@ -15,12 +15,12 @@ from typing import Mapping
 
 import numpy as np
 
+from ..decode.cpu import DecoderCache, torchcodec_frames
+from ..decode.errors import classify, explain_device
+from ..errors import DaliStreamError, DecodeError
+from ..fetch.segments import FIX_FILE
+from ..plan.epoch import BatchPlan
 from .clips import dali_input
-from .decode import torchcodec_frames
-from .decode_errors import classify, explain_device
-from .errors import DaliStreamError, DecodeError
-from .plan import BatchPlan
-from .segments import FIX_FILE
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
@@ -45,7 +45,8 @@ class Prepared:
 
 
 class BatchBuilder:
-    def __init__(self, meta, store, routes: Mapping[str, str], delta_indices: Mapping[str, tuple[int, ...]],
+    def __init__(self, meta, store, decoders: DecoderCache, routes: Mapping[str, str],
+                 delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None) -> None:
         """`augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
@@ -53,6 +54,7 @@ class BatchBuilder:
         self.meta = meta
         self.augment_seed = augment_seed
         self.store = store
+        self.decoders = decoders
         self.routes = dict(routes)
         self.delta = dict(delta_indices)
         self.tolerance_s = tolerance_s
@@ -104,7 +106,7 @@ class BatchBuilder:
                     self.dali_samples += len(inputs)
             else:
                 t0 = time.perf_counter()
-                values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, store.decoders)
+                values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, self.decoders)
                 with self._count_lock:
                     self.decode_s += time.perf_counter() - t0
                     self.decoded_frames += frames_decoded

@@ -17,9 +17,9 @@ import warnings
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from .decode import DecoderCache
-from .errors import RemoteError
+from ..errors import RemoteError
 from .segments import Segment, cut_segment
 from .tables import TableReader
 
@@ -52,23 +52,32 @@ class _Episode:
     refs: int = 0
 
 
+class SegmentDecoders(Protocol):
+    """The CPU decoders kept per segment (`decode.cpu.DecoderCache`): the store releases a retired episode's
+    decoders and closes all of them with itself. Passed in, so fetching does not depend on decoding."""
+
+    def release(self, seg: Segment) -> None: ...
+
+    def clear(self) -> None: ...
+
+
 class EpisodeStore:
     def __init__(self, meta, tables: TableReader, tolerance_s: float, cameras: list[str],
-                 capacity_bytes: int, fetch_workers: int = 4, max_decoders: int | None = None) -> None:
+                 capacity_bytes: int, decoders: SegmentDecoders, fetch_workers: int = 4) -> None:
         self.meta = meta
         self.tables = tables
         self.tolerance_s = tolerance_s
         self.cameras = list(cameras)
         self.capacity_bytes = int(capacity_bytes)
         self.stats = StoreStats()
-        self.decoders = DecoderCache(max_decoders)  # the CPU decoders of fetched segments, bounded
+        self.decoders = decoders  # the CPU decoders of fetched segments, bounded by their owner
         self.bytes = 0  # bytes held by fetched entries
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()
         self._warned = False
         self._pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-fetch") \
             if fetch_workers > 0 else None
-        from .storage import is_local
+        from ..source.storage import is_local
 
         self.indexes = None
         if not is_local(meta.data_fs):

@@ -19,7 +19,7 @@ class LeRobotStyleDataset:
     def __init__(self, meta, deltas: dict[str, list[float]]) -> None:
         import pyarrow as pa
 
-        from .storage import read_parquet
+        from ..source.storage import read_parquet
 
         self.meta = meta
         self.cameras = list(meta.video_keys)
@@ -68,7 +68,7 @@ class LeRobotStyleDataset:
 
 
 def _column(col) -> np.ndarray:
-    from .tables import _to_numpy
+    from ..fetch.tables import _to_numpy
 
     return _to_numpy(col)
 
@@ -77,7 +77,7 @@ def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
     """samples/s of the LeRobot-style DataLoader over the window's samples, at each worker count."""
     from torch.utils.data import DataLoader
 
-    from .bench import SteadyWindow
+    from .steady import SteadyWindow
 
     indices = []
     for epoch, index in window:

@@ -11,7 +11,6 @@ import contextlib
 import os
 import re
 
-
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
@@ -39,7 +38,7 @@ def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None
     try:
         fs, root = fsspec.core.url_to_fs(str(source), **(storage_options or {}))
     except (ImportError, ValueError) as exc:
-        from .errors import ConfigError
+        from ..errors import ConfigError
         from .remote import redact
 
         protocol = str(source).split("://", 1)[0] if "://" in str(source) else "file"
@@ -56,7 +55,7 @@ def with_revision(source: str, revision: str) -> str:
     """`hf://datasets/<org>/<name>` pinned to `revision` (branch, tag or commit): `...<name>@<revision>`."""
     from urllib.parse import quote
 
-    from .errors import ConfigError
+    from ..errors import ConfigError
 
     if not isinstance(revision, str) or not revision:
         raise ConfigError(f"`revision` must be a non-empty string (branch, tag or commit). Found: {revision!r}")
@@ -117,7 +116,7 @@ def parquet_errors(path: str, what: str = ""):
     naming the file and the fix; missing files and remote failures pass through."""
     import pyarrow as pa
 
-    from .errors import DaliStreamError, DatasetError
+    from ..errors import DaliStreamError, DatasetError
 
     try:
         yield

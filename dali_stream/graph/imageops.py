@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def _pair(name: str, value) -> tuple[int, int] | None:

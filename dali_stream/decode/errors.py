@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import DaliStreamError, DeviceError
+from ..errors import DaliStreamError, DeviceError
 
 # (kind, patterns) in the order they are tried; texts as DALI 2.4.0 prints them.
 _KINDS = (
@@ -60,8 +60,8 @@ def stream_format(data: bytes):
 
     import av
 
-    from .decode import StreamFormat
-    from .meta import normalise_codec
+    from ..meta import normalise_codec
+    from .routes import StreamFormat
 
     try:
         with av.open(io.BytesIO(data)) as container:
@@ -80,7 +80,7 @@ def explain_device(failure: DaliFailure, cameras: dict[str, list], node) -> Dali
     gpu = node.gpu.name if node is not None and node.gpu is not None else "this GPU"
     keys = sorted(cameras)
     if failure.kind == "nvcuvid":
-        from .decode import NVDEC_CAPABILITY_FIX
+        from .routes import NVDEC_CAPABILITY_FIX
 
         return DeviceError(f"NVDEC is not usable in this process ({failure.line}): libnvcuvid, the driver's video "
                            f"library, is missing; {NVDEC_CAPABILITY_FIX}; or decode on CPU with decode='cpu'")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def select(episode_index: np.ndarray, lengths: np.ndarray, episodes: Iterable[int] | None,

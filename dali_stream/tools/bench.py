@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .steady import SteadyWindow
+
 MODES = ("single", "sarm", "camera-window")
 SARM_STEPS, SARM_SPACING_S = 8, 1.0
 METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_per_s", "samples_per_s",
@@ -57,7 +59,7 @@ class BenchConfig:
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         if self.mode not in MODES:
             raise ConfigError(f"--mode must be one of {MODES}. Found: {self.mode!r}")
@@ -76,7 +78,7 @@ def mode_deltas(mode: str, cameras: list[str], features) -> dict[str, list[float
         return {}
     if mode == "sarm":
         if "action" not in features:
-            from .errors import ConfigError
+            from ..errors import ConfigError
 
             raise ConfigError("--mode sarm windows the 'action' feature, which this dataset does not have; "
                               "use --mode single or camera-window")
@@ -148,56 +150,6 @@ def _frames_in(batch: dict, cameras: list[str]) -> int:
     return sum(int(np.prod(batch[k].shape[:-3])) for k in cameras)
 
 
-class SteadyWindow:
-    """The measurement rule shared by the loader run and the baseline, so their rates compare: the window
-    opens when batch `warmup_batches + 1` is asked for and closes at the first batch delivered
-    `duration_s` after that (or at its `num_batches`-th batch); `waits` are the times spent in `next()` for
-    the window's batches."""
-
-    def __init__(self, warmup_batches: int, duration_s: float, num_batches: int | None = None) -> None:
-        self.warmup_batches, self.duration_s, self.num_batches = warmup_batches, duration_s, num_batches
-        self.delivered = 0
-        self.first_got: float | None = None  # when the first batch arrived (first-batch latency)
-        self.start: float | None = None
-        self.end: float | None = None
-        self.last: float | None = None
-        self.waits: list[float] = []
-
-    def record(self, asked: float, got: float) -> bool:
-        """One batch asked for at `asked`, delivered at `got`; True when it belongs to the window."""
-        self.delivered += 1
-        if self.first_got is None:
-            self.first_got = got
-        if self.start is None and self.delivered == self.warmup_batches + 1:
-            self.start = asked
-        if self.start is None:
-            return False
-        self.waits.append(got - asked)
-        self.last = got
-        if (len(self.waits) >= self.num_batches if self.num_batches else got - self.start >= self.duration_s):
-            self.end = got
-        return True
-
-    def timed(self, it):
-        """Each batch of iterator `it`, with whether it belongs to the window (each `next()` timed, recorded)."""
-        while True:
-            asked = time.perf_counter()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            yield batch, self.record(asked, time.perf_counter())
-
-    @property
-    def closed(self) -> bool:
-        return self.end is not None
-
-    @property
-    def seconds(self) -> float:
-        """Window length: to its closing batch, or to the last batch if the source ran out first."""
-        return (self.end or self.last) - self.start if self.start is not None else 0.0
-
-
 def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
     """Run the loader through warm-up and a steady window; returns measurements and the window's batches."""
     steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s, cfg.num_batches)
@@ -243,9 +195,9 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
-    from .batches import DALI_ROUTES, decode_grouped
+    from ..graph.batches import DALI_ROUTES, decode_grouped
 
-    builder, store = loader._builder, loader.store
+    builder, store = loader.builder, loader.store
     work = []  # (route, key, segs, idx)
     for epoch, index in window:
         plan = loader.batch_plan(epoch, index)
@@ -255,7 +207,7 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             work.append((route, key, segs, idx))
     frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
     # Warm: one open torchcodec decoder per segment per thread before timing (unbounded: the ideal).
-    from .decode import DecoderCache, warm_decoders
+    from ..decode.cpu import DecoderCache, warm_decoders
 
     warm = DecoderCache(None)
     for route, _, segs, _ in work:
@@ -284,9 +236,8 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
-    from .graph import video_decoder
-
-    from .clips import dali_input
+    from ..graph.clips import dali_input
+    from ..graph.pipeline import video_decoder
 
     total = 0.0
     for route in sorted({loader.routes[key] for key, _, _ in work}):
@@ -326,9 +277,9 @@ def loader_decode(decode: str, formats: dict, node) -> str | dict[str, str]:
 
 def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`."""
-    from .decode import Node, formats_of
-    from .loader import StreamLoader
-    from .meta import DatasetMeta
+    from ..decode.routes import Node, formats_of
+    from ..loader import StreamLoader
+    from ..meta import DatasetMeta
 
     t_run = time.perf_counter()
     meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.data_files_root, revision=cfg.revision)
@@ -356,7 +307,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
             rank=loader.world.rank, world_size=loader.world.world_size, wallclock_s=time.perf_counter() - t_run)
         return result
     stats = loader.store.stats
-    builder = loader._builder
+    builder = loader.builder
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
                                        "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
                                        "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms",
@@ -377,8 +328,8 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         decoder_cache={"hits": stats.hits, "misses": stats.segments_cut + stats.table_reads,
                        "hit_rate": stats.hits / max(1, stats.hits + stats.segments_cut + stats.table_reads),
                        "evictions": stats.evictions, "size_bytes": loader.store.bytes,
-                       "peak_bytes": stats.peak_bytes, "decoders_peak": loader.store.decoders.peak,
-                       "decoders_opened": loader.store.decoders.opened,
+                       "peak_bytes": stats.peak_bytes, "decoders_peak": loader.decoders.peak,
+                       "decoders_opened": loader.decoders.opened,
                        "note": "hits/misses: episode store lookups (a miss fetches rows or cuts a segment); "
                                "decoders: torchcodec decoders alive at once / opened"},
         bytes_read=stats.segment_bytes + loader.store.tables.bytes_read,
@@ -462,7 +413,7 @@ def bench_sample_spec(variant: str):
     from .sample_data import SampleSpec, parse_cameras
 
     if variant not in BENCH_SAMPLES:
-        from .errors import ConfigError
+        from ..errors import ConfigError
 
         raise ConfigError(f"--sample must be one of {sorted(BENCH_SAMPLES)}. Found: {variant!r}")
     spec = dict(BENCH_SAMPLES[variant])

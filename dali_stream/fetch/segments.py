@@ -18,10 +18,11 @@ from __future__ import annotations
 import io
 import threading
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
-from .errors import DecodeError, FrameTimestampError, VideoFileError
+from ..errors import DecodeError, FrameTimestampError, VideoFileError
 
 FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
 
@@ -37,18 +38,16 @@ class Segment:
     camera: str
     codec: str
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _packets: object = field(default=None, repr=False)  # clips.PacketIndex, made on first use
+    _packets: PacketIndex | None = field(default=None, repr=False)  # made on first use
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
 
-    def packets(self):
-        """The segment's packets in decode order (`clips.PacketIndex`): DALI routes cut per-sample clips by it."""
+    def packets(self) -> PacketIndex:
+        """The segment's packets in decode order (`PacketIndex`): DALI routes cut per-sample clips by it."""
         with self.lock:
             if self._packets is None:
-                from .clips import packet_index
-
                 self._packets = packet_index(self.data)
             return self._packets
 
@@ -104,7 +103,7 @@ def _open(fs, path: str, episode: int, camera: str):
 
 def _raise_remote(exc: BaseException, episode: int, camera: str) -> None:
     """A remote read failure surfacing through PyAV is a RemoteError (named), not a broken file."""
-    from .remote import RemoteError
+    from ..source.remote import RemoteError
 
     seen = exc
     while seen is not None:
@@ -252,3 +251,34 @@ def decode_error(seg: Segment, route: str, exc: BaseException) -> DecodeError:
         f"cut from {seg.source}): {exc}; first bytes {seg.data[:32]!r}. The encoded stream is corrupt: "
         f"{FIX_FILE}"
     )
+
+
+@dataclass(frozen=True)
+class PacketIndex:
+    """The packets of a segment's MP4 in decode order: where each one's bytes lie and its timing."""
+
+    pos: np.ndarray  # (N,) int64 byte offset in the segment's data
+    size: np.ndarray  # (N,) int64
+    pts: np.ndarray  # (N,) int64 ticks of `time_base`
+    dts: np.ndarray
+    duration: np.ndarray
+    key: np.ndarray  # (N,) bool
+    time_base: Fraction
+
+
+def packet_index(data: bytes) -> PacketIndex:
+    """Demux a segment's bytes once and record every packet (the segment's own muxer wrote them)."""
+    import av
+
+    rows = []
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        time_base = stream.time_base
+        for pkt in container.demux(stream):
+            if pkt.size == 0 or pkt.pts is None:
+                continue
+            rows.append((pkt.pos, pkt.size, pkt.pts, pkt.dts if pkt.dts is not None else pkt.pts,
+                         pkt.duration or 0, pkt.is_keyframe))
+    cols = list(zip(*rows)) if rows else [()] * 6
+    ints = [np.asarray(c, dtype=np.int64) for c in cols[:5]]
+    return PacketIndex(*ints, np.asarray(cols[5], dtype=bool), time_base)

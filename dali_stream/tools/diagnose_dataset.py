@@ -1,7 +1,7 @@
 """The dataset half of `dali-stream diagnose`: per camera, the stream's facts, the route, and decode tests.
 
 Imported only after the software probes ran, so it may import the project's modules; each step still runs
-under a guard that turns a failure into a reported layer (see `dali_stream.diagnose`).
+under a guard that turns a failure into a reported layer (see `dali_stream.tools.diagnose`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .diagnose import _LFS_MAGIC
+LFS_MAGIC = b"version https://git-lfs"  # the first bytes of a Git LFS pointer file
 
 _FIXES = {
     "missing": "download the file (huggingface_hub snapshot_download / hf download) or fix the dataset path",
@@ -35,7 +35,7 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
 
     with fs.open(path, "rb") as raw:
         head = raw.read(64)
-        if head.startswith(_LFS_MAGIC) or b"ftyp" not in head[:12]:
+        if head.startswith(LFS_MAGIC) or b"ftyp" not in head[:12]:
             return {"layer": "placeholder", "error": f"{path} is not an MP4: first bytes {head[:48]!r}"}
         raw.seek(0)
         try:
@@ -67,8 +67,9 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
 
 def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: bool) -> dict[str, Any]:
     """Cut the episode's segment and decode its middle frame through each route this node has."""
-    from .decode import DALI_CPU_CODECS, torchcodec_frames
-    from .segments import cut_segment
+    from ..decode.cpu import torchcodec_frames
+    from ..decode.routes import DALI_CPU_CODECS
+    from ..fetch.segments import cut_segment
 
     cam = meta.cameras[key]
     start = float(cam.from_timestamp[pos])
@@ -116,7 +117,7 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
     if not software["nvidia.dali"]["ok"]:
         results["dali-cpu"] = {"ok": False, "layer": "dali-import", "error": software["nvidia.dali"]["error"]}
     elif cam.codec in DALI_CPU_CODECS:
-        from .graph import decode_once
+        from ..graph.pipeline import decode_once
 
         attempt("dali-cpu", lambda: decode_once(seg.data, list(idx), "dali-cpu"))
     else:
@@ -124,7 +125,7 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
                                "error": f"DALI's CPU decoder has no {cam.codec} (only vp8/vp9/mjpeg)"}
     refused = node.nvdec_refuses(fmt)
     if software["nvidia.dali"]["ok"] and refused is None:
-        from .graph import decode_once
+        from ..graph.pipeline import decode_once
 
         attempt("nvdec", lambda: decode_once(seg.data, list(idx), "nvdec"))
     elif node.gpus == 0:
@@ -140,8 +141,8 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
     """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request)."""
     import numpy as np
 
-    from .decode import StreamFormat, choose_routes, formats_of
-    from .meta import DatasetMeta
+    from ..decode.routes import StreamFormat, choose_routes, formats_of
+    from ..meta import DatasetMeta
 
     try:
         meta = DatasetMeta.open(source)

@@ -22,7 +22,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Callable
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 TOP_FOLDERS = ("meta", "data", "videos")
 _CHUNK = 1 << 20
@@ -85,7 +85,7 @@ def _is_hub(fs) -> bool:
 
 def reference_of(against: str | None, source: str, fs, root: str, storage_options: dict | None):
     """(what the reference is, relative path -> Published, filesystem and root to hash, or None)."""
-    from .storage import open_fs
+    from ..source.storage import open_fs
 
     if against is None:
         if _is_hub(fs):
@@ -118,8 +118,8 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
 
     path = posixpath.join(root, rel)
     if rel.endswith(".parquet"):
-        from .errors import DatasetError
-        from .storage import read_parquet
+        from ..errors import DatasetError
+        from ..source.storage import read_parquet
 
         try:
             read_parquet(fs, path)
@@ -184,8 +184,8 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     """Compare every file of `source` with the reference (and decode it with `decode`); see the module doc.
 
     `progress(stage, done, total)` is called as files are hashed (bytes) and decoded (files)."""
-    from .meta import DatasetMeta
-    from .storage import open_fs
+    from ..meta import DatasetMeta
+    from ..source.storage import open_fs
 
     fs, root = open_fs(source, storage_options=storage_options, revision=revision)
     if not fs.exists(root):

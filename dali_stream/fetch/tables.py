@@ -15,9 +15,9 @@ import warnings
 
 import numpy as np
 
-from .errors import DatasetError, RemoteError
+from ..errors import DatasetError, RemoteError
+from ..source.storage import parquet_errors, parquet_file
 from .once import OncePerKey
-from .storage import parquet_errors, parquet_file
 
 SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
 
@@ -124,9 +124,8 @@ class TableReader:
 
     def episode(self, pos: int) -> dict[str, np.ndarray]:
         """The episode's rows in frame order, one numpy array per column."""
-        import pyarrow.compute as pc
-
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         meta = self.meta
         start = int(meta.episodes["dataset_from_index"][pos])

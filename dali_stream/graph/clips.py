@@ -17,40 +17,10 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from fractions import Fraction
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class PacketIndex:
-    """The packets of a segment's MP4 in decode order: where each one's bytes lie and its timing."""
-
-    pos: np.ndarray  # (N,) int64 byte offset in the segment's data
-    size: np.ndarray  # (N,) int64
-    pts: np.ndarray  # (N,) int64 ticks of `time_base`
-    dts: np.ndarray
-    duration: np.ndarray
-    key: np.ndarray  # (N,) bool
-    time_base: Fraction
-
-
-def packet_index(data: bytes) -> PacketIndex:
-    """Demux a segment's bytes once and record every packet (the segment's own muxer wrote them)."""
-    import av
-
-    rows = []
-    with av.open(io.BytesIO(data)) as container:
-        stream = container.streams.video[0]
-        time_base = stream.time_base
-        for pkt in container.demux(stream):
-            if pkt.size == 0 or pkt.pts is None:
-                continue
-            rows.append((pkt.pos, pkt.size, pkt.pts, pkt.dts if pkt.dts is not None else pkt.pts,
-                         pkt.duration or 0, pkt.is_keyframe))
-    cols = list(zip(*rows)) if rows else [()] * 6
-    ints = [np.asarray(c, dtype=np.int64) for c in cols[:5]]
-    return PacketIndex(*ints, np.asarray(cols[5], dtype=bool), time_base)
+from ..fetch.segments import PacketIndex
 
 
 def clip_span(index: PacketIndex, first_pts: int, last_pts: int) -> tuple[int, int]:
@@ -66,7 +36,7 @@ def cut_clip(data: bytes, index: PacketIndex, start: int, stop: int) -> bytes:
     """Packets [start, stop) of the segment in `data`, remuxed into a standalone MP4 (no re-encoding)."""
     import av
 
-    from .segments import mux
+    from ..fetch.segments import mux
 
     with av.open(io.BytesIO(data)) as template:
         stream = template.streams.video[0]
@@ -101,7 +71,7 @@ def dali_input(seg, indices: np.ndarray) -> DaliInput:
     try:
         index = seg.packets()
     except Exception as exc:  # the segment's own bytes do not demux: its packets are damaged
-        from .segments import decode_error
+        from ..fetch.segments import decode_error
 
         raise decode_error(seg, "the clip cutter (DALI routes)", exc) from exc
     shown = np.sort(index.pts)  # the segment's frames in presentation order, as ticks

@@ -6,11 +6,10 @@ GROUP_RANK), then SLURM (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,11 @@ def resolve_world(
     world_size: int | None = None,
     local_rank: int | None = None,
     node_rank: int | None = None,
-    env: Mapping[str, str] | None = None,
+    *,
+    env: Mapping[str, str],
 ) -> World:
-    """Build a `World` from explicit values first, then torchrun/accelerate, then SLURM variables."""
-    env = os.environ if env is None else env
+    """Build a `World` from explicit values first, then torchrun/accelerate, then SLURM variables of `env`
+    (the caller passes `os.environ`: the planner reads no process state itself)."""
     layers = (
         ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK"),
         ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NODEID"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import StateError
+from ..errors import StateError
 
 STATE_VERSION = 2  # 2: the dataset fingerprint holds a digest of the episodes' indices and lengths
 FIX = "pass the dict StreamLoader.state_dict() returned, unchanged (json.load of the saved file gives it back)"

@@ -1,0 +1,124 @@
+"""The CPU decoder: torchcodec on the builders' threads, with idle decoders kept for reuse (bounded)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..fetch.segments import Segment, decode_error
+
+
+def open_decoder(data: bytes):
+    """The torchcodec decoder every CPU decode uses (loader, benchmarks): exact seeking, NHWC frames."""
+    from torchcodec.decoders import VideoDecoder
+
+    return VideoDecoder(data, seek_mode="exact", dimension_order="NHWC")
+
+
+class DecoderCache:
+    """Idle torchcodec decoders of segments, reused across batches, at most `capacity` of them alive.
+
+    A thread takes an idle decoder of the segment (or opens one) and gives it back after decoding, so threads
+    decoding the same segment run in parallel (torchcodec releases the GIL; one decoder must not be used by two
+    threads at once). Beyond `capacity` idle decoders the least recently used one is closed: an AV1 decoder
+    holds ~12 MB at 480p, so without a bound they would scale as pool x cameras x threads. Alive at once: at
+    most `capacity` idle ones plus one per thread decoding. `capacity=None`: unbounded (the benchmark's warm
+    decode limit)."""
+
+    def __init__(self, capacity: int | None) -> None:
+        if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
+            raise ConfigError(f"`max_decoders` must be a positive integer. Found: {capacity!r}")
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._idle: OrderedDict[int, tuple[Segment, object]] = OrderedDict()  # id(decoder) -> (segment, decoder)
+        self._of: dict[int, list[int]] = {}  # id(segment) -> ids of its idle decoders
+        self.busy = 0  # decoders in use right now
+        self.opened = 0  # decoders opened so far
+        self.closed = 0  # idle decoders closed to stay within capacity
+        self.peak = 0  # most decoders alive at once (idle + busy)
+
+    @property
+    def alive(self) -> int:
+        return len(self._idle) + self.busy
+
+    def take(self, seg: Segment):
+        """An idle decoder of `seg`, or None (the caller opens one); either way the caller now holds one."""
+        with self._lock:
+            self.busy += 1
+            ids = self._of.get(id(seg))
+            if ids:
+                return self._idle.pop(ids.pop())[1]
+            self.opened += 1
+            self.peak = max(self.peak, self.alive)
+            return None
+
+    def give(self, seg: Segment, decoder) -> None:
+        """Give back a decoder taken for `seg` (None: it failed and is dropped)."""
+        with self._lock:
+            self.busy -= 1
+            if decoder is not None:
+                self._keep(seg, decoder)
+
+    def add(self, seg: Segment, decoder) -> None:
+        """Keep a decoder opened for `seg` outside `take` (warming a cache before timing)."""
+        with self._lock:
+            self.opened += 1
+            self._keep(seg, decoder)
+            self.peak = max(self.peak, self.alive)
+
+    def _keep(self, seg: Segment, decoder) -> None:
+        """(lock held) `decoder` joins the idle ones; the least recently used beyond capacity are closed."""
+        self._idle[id(decoder)] = (seg, decoder)
+        self._of.setdefault(id(seg), []).append(id(decoder))
+        while self.capacity is not None and len(self._idle) > self.capacity:
+            key, (old, _) = self._idle.popitem(last=False)
+            self._forget(old, key)
+            self.closed += 1
+
+    def _forget(self, seg: Segment, key: int) -> None:
+        ids = self._of[id(seg)]
+        ids.remove(key)
+        if not ids:
+            del self._of[id(seg)]
+
+    def release(self, seg: Segment) -> None:
+        """Close the idle decoders of `seg` (it left the pool: FFmpeg contexts are not counted in cache_bytes)."""
+        with self._lock:
+            for key in self._of.pop(id(seg), []):
+                self._idle.pop(key, None)
+
+    def clear(self) -> None:
+        """Close every idle decoder (the loader is closing)."""
+        with self._lock:
+            self._idle.clear()
+            self._of.clear()
+
+    def idle_of(self, seg: Segment) -> int:
+        with self._lock:
+            return len(self._of.get(id(seg), []))
+
+
+def torchcodec_frames(seg: Segment, indices: np.ndarray, cache: DecoderCache | None = None) -> np.ndarray:
+    """Frames `indices` of the segment as (N, H, W, 3) uint8, through a decoder from `cache` (None: a decoder
+    opened for this call alone, as one-off tools such as diagnose want)."""
+    decoder = cache.take(seg) if cache is not None else None
+    try:
+        if decoder is None:
+            decoder = open_decoder(seg.data)
+        batch = decoder.get_frames_at(indices=[int(i) for i in indices])
+    except Exception as exc:
+        if cache is not None:
+            cache.give(seg, None)
+        raise decode_error(seg, "torchcodec", exc) from exc
+    if cache is not None:
+        cache.give(seg, decoder)
+    return batch.data.numpy()
+
+
+def warm_decoders(seg: Segment, count: int, cache: DecoderCache) -> None:
+    """Open idle torchcodec decoders of the segment until `cache` holds `count` (benchmarks time decode alone)."""
+    for _ in range(count - cache.idle_of(seg)):
+        cache.add(seg, open_decoder(seg.data))

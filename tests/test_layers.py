@@ -1,0 +1,175 @@
+"""The package's stage rule, checked on the source (DESIGN.md, "Data flow"; README, "Layout").
+
+dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader,
+with `errors` and `pairing` below all of them and `tools` above all of them (the package's `__init__`, the
+public surface, re-exports from any stage). The planner imports no IO, torch or
+DALI; the runtime never imports the tools; no module imports itself back through others (no cycles, lazy
+imports inside functions included). Imports under `if TYPE_CHECKING:` are for the type checker only and do
+not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dali_stream"
+
+# Stages, lowest first: a module may import its own stage and any stage before it.
+STAGES = ["base", "source", "meta", "plan", "fetch", "decode", "graph", "loader", "tools"]
+BASE = {"dali_stream", "dali_stream.errors", "dali_stream.pairing"}
+# The planner's whole world: the standard library's pure parts and numpy.
+PLAN_MAY_IMPORT = {"__future__", "bisect", "dataclasses", "hashlib", "heapq", "itertools", "math", "random",
+                   "typing", "collections", "functools", "numpy"}
+
+
+def stage_of(module: str) -> str:
+    if module in BASE or module == "dali_stream.__main__":
+        return "tools" if module == "dali_stream.__main__" else "base"
+    part = module.split(".")[1]
+    return {"meta": "meta", "loader": "loader"}.get(part, part)
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                lines.update(range(inner.lineno, (inner.end_lineno or inner.lineno) + 1))
+    return lines
+
+
+def imports(root: Path, package: str = "dali_stream") -> dict[str, set[str]]:
+    """Module -> every module it imports (absolute names; `from . import x` of a submodule names the submodule)."""
+    found: dict[str, set[str]] = {}
+    modules = {".".join((package, *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+               for p in root.rglob("*.py")}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("").parts
+        name = ".".join((package, *rel)).removesuffix(".__init__")
+        is_pkg = path.name == "__init__.py"
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _type_checking_lines(tree)
+        out = found.setdefault(name, set())
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".") if is_pkg else name.split(".")[:-1]
+                    base = base[:len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                out.add(target)
+                for a in node.names:
+                    if f"{target}.{a.name}" in modules:
+                        out.add(f"{target}.{a.name}")
+    return found
+
+
+def violations(found: dict[str, set[str]], package: str = "dali_stream") -> list[str]:
+    bad = []
+    for module, targets in sorted(found.items()):
+        if module == package:  # the public surface re-exports (lazily) what users need from every stage
+            continue
+        mine = STAGES.index(stage_of(module))
+        for target in sorted(targets):
+            top = target.split(".")[0]
+            if module.split(".")[1:2] == ["plan"] and top != package and top not in PLAN_MAY_IMPORT:
+                bad.append(f"{module} imports {target}: the planner imports no IO, torch or DALI")
+            if top != package or target == package:
+                continue
+            theirs = STAGES.index(stage_of(target))
+            if theirs > mine:
+                bad.append(f"{module} ({STAGES[mine]}) imports {target} ({STAGES[theirs]}), a later stage")
+    return bad
+
+
+def cycles(found: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph = {m: {t for t in ts if t in found and t != m and not m.startswith(t + ".")} for m, ts in found.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_stage():
+    found = imports(PACKAGE)
+    assert len(found) > 30
+    for module in found:
+        assert stage_of(module) in STAGES, module
+
+
+def test_stages_import_only_earlier_stages_and_the_planner_no_io():
+    assert violations(imports(PACKAGE)) == []
+
+
+def test_no_import_cycles():
+    assert cycles(imports(PACKAGE)) == []
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / "dali_stream" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root / "dali_stream"
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"plan/epoch.py": "import torch\n"}, "the planner imports no IO"),
+    ({"plan/epoch.py": "def f():\n    import pyarrow\n"}, "the planner imports no IO"),
+    ({"fetch/store.py": "from ..decode.cpu import DecoderCache\n", "decode/cpu.py": ""}, "a later stage"),
+    ({"loader.py": "from .tools import bench\n", "tools/bench.py": ""}, "a later stage"),
+])
+def test_the_rules_catch_a_violation(tmp_path, files, expected):
+    """The checker itself: each planted violation is reported (the rules can fail)."""
+    root = _write(tmp_path, {"__init__.py": "", **{f"{d}/__init__.py": "" for d in ("plan", "fetch", "decode",
+                                                                                     "tools")}, **files})
+    assert any(expected in v for v in violations(imports(root))), violations(imports(root))
+
+
+def test_the_cycle_check_catches_a_lazy_cycle(tmp_path):
+    root = _write(tmp_path, {"__init__.py": "", "tools/__init__.py": "",
+                             "tools/a.py": "def f():\n    from .b import g\n",
+                             "tools/b.py": "from .a import f\n",
+                             "decode/__init__.py": "",
+                             "decode/routes.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                 "    from .cpu import X\n",
+                             "decode/cpu.py": "from .routes import Y\n"})
+    assert cycles(imports(root)) == [["dali_stream.tools.a", "dali_stream.tools.b"]]
