@@ -1,7 +1,9 @@
 """dali_stream: a GPU-first loader for LeRobot v3 datasets, built on NVIDIA DALI.
 
-`from dali_stream import StreamLoader` is the entry point. Heavy modules (torch, DALI) load on first
-use, so `dali-stream diagnose`-style tools import this package on a half-broken node.
+The public surface is what this module exports: `StreamLoader`, `LoaderConfig` (its settings), the error
+classes and `__version__`. The subpackages (`source`, `plan`, `fetch`, `decode`, `graph`, `tools`) and the
+other modules are internal: their names may change between versions. Heavy modules (torch, DALI) load on
+first use of `StreamLoader`, so `dali-stream diagnose`-style tools import this package on a half-broken node.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ os.environ.setdefault("DALI_MALLOC_POOL_THRESHOLD", str(1 << 20))
 # `dali_stream` logger; without a handler configured by the application they go nowhere.
 logging.getLogger("dali_stream").addHandler(logging.NullHandler())
 
+from .config import LoaderConfig
 from .errors import (
     ConfigError,
     DaliStreamError,
@@ -34,7 +37,7 @@ from .errors import (
 )
 
 __version__ = "0.1.0"
-__all__ = ["StreamLoader", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
+__all__ = ["StreamLoader", "LoaderConfig", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
            "DeviceError", "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError", "VideoFileError",
            "__version__"]
 

@@ -16,10 +16,11 @@ import warnings
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from .config import LoaderConfig
 from .decode.cpu import DecoderCache
 from .decode.device import resolve_device, torch_current_device
 from .decode.errors import classify
@@ -37,8 +38,8 @@ from .plan.selection import digest as selection_digest
 from .plan.selection import select
 from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .plan.world import World, resolve_world
+from .source.storage import is_local
 
-DEFAULT_CACHE_BYTES = 4 << 30
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
 log = logging.getLogger("dali_stream")
@@ -50,7 +51,7 @@ def _import_runtime() -> dict[str, BaseException]:
     constructor (after the DALI flavour check, which explains the commonest one)."""
     import importlib
 
-    failed = {}
+    failed: dict[str, BaseException] = {}
     for name in ("nvidia.dali.plugin.pytorch", "torchcodec.decoders"):
         try:
             importlib.import_module(name)
@@ -87,7 +88,7 @@ class _Producer:
         return out
 
     def _submit(self, index: int) -> None:
-        if index < self.plan.num_batches and index not in self.futures:
+        if self.pool is not None and index < self.plan.num_batches and index not in self.futures:
             self.futures[index] = self.pool.submit(self._timed_build, index)
 
     def __call__(self, info) -> list[list[np.ndarray]]:
@@ -117,111 +118,54 @@ class _Producer:
 class StreamLoader:
     """Batches of a LeRobot v3 dataset following lerobot's sample contract, decoded through DALI.
 
-    Args:
-        source: dataset root (local path or fsspec URL).
-        batch_size: samples per batch (per rank).
-        delta_timestamps: feature key -> offsets in seconds; those keys get a time axis and `<key>_is_pad`.
-        episode_pool_size: whole episodes each rank keeps open and samples across.
-        seed: shuffling seed; plans depend only on (seed, epoch, rank, position).
-        decode: "auto" | "gpu" | "cpu", or a dict camera key -> one of those (see `dali_stream.decode.routes`).
-        device: where batches land: "cpu", "cuda" or "cuda:N"; default "cuda" when DALI and torch both see a
-            GPU, else "cpu". One CUDA device per loader (see `dali_stream.decode.device`): "cuda:N", else torch's
-            current device once CUDA is initialised, else LOCAL_RANK % visible devices; `loader.device` says
-            which ("cuda:0", ...).
-        num_workers: threads that fetch and CPU-decode batches ahead (0: in the calling thread).
-        drop_last: drop the last partial batch of each epoch.
-        tolerance_s: largest allowed gap between a queried timestamp and the frame returned.
-        image_dtype: "float32" (in [0, 1], lerobot's default) or "uint8".
-        resize: (height, width) every camera image is resized to (antialiased), in the DALI graph.
-        crop: (height, width) of a centre crop, after `resize`.
-        mean, std: per-channel normalisation in [0, 1] units, (x - mean) / std (float32 only).
-        remote_max_retries: retries of a failing remote read (default: env DALI_STREAM_REMOTE_MAX_RETRIES or 5).
-        cache_bytes: bound of the fetched episodes kept in memory (compressed segments and rows; default
-            4 GiB); episodes open in the pool are never evicted, retired ones least recently used first.
-        fetch_workers: threads fetching admitted episodes in the background (0: fetch when a batch needs it;
-            default: one per CPU core up to 4 for local data, 4 for remote sources).
-        max_decoders: CPU (torchcodec) decoders kept open for reuse, least recently used closed first (an AV1
-            decoder holds ~12 MB at 480p); default num_workers x CPU-decoded cameras x min(batch, pool).
-        remote_timeout_s: limit of one remote request attempt (default: env DALI_STREAM_REMOTE_TIMEOUT_S or 60).
-        remote_deadline_s: limit of all attempts of one remote read together (default: env
-            DALI_STREAM_REMOTE_DEADLINE_S, else none beyond the retries).
-        data_files_root: where data/ and videos/ live when not under `source` (e.g. a bucket next to a Hub repo).
-        storage_options: fsspec options for the remote filesystem(s), e.g. {"endpoint_url": ...} for s3://.
-        revision: branch, tag or commit of an hf://datasets/... source.
-        episodes: episode indices to use (a train/val split); the others are never drawn or fetched.
-        max_episodes: use at most this many episodes (the first ones of `episodes`, or of the dataset).
-        shuffle: False for an evaluation pass: every frame once, episodes and frames in order (ranks get
-            contiguous blocks of episodes).
-        drop_n_first_frames, drop_n_last_frames: never draw an episode's first/last n frames as samples (they
-            still serve as window context), as lerobot's EpisodeAwareSampler.
-        augment: `augment(video, key, rand) -> video`, run inside the DALI graph on each camera's decoded
-            frames (a FHWC uint8 node, on the GPU where the camera decodes there or batches land on CUDA),
-            before resize/crop/normalise. `rand` holds 16 uniform [0, 1) numbers per sample, a pure function
-            of (seed, epoch, batch, sample, camera): draw every random parameter from it (e.g. `rand[0]`), not
-            from DALI's random operators, and a resumed run augments exactly as an uninterrupted one.
-            `pipelines/augment.py` has a random resized crop with colour jitter.
-        rank, world_size: override the torchrun/SLURM environment.
-        prefetch_batches: batches prepared ahead of DALI (default 2 x num_workers).
+    `StreamLoader(source, *, config=None, **settings)`: `source` is the dataset root (a local path, an fsspec
+    URL or a Hub id such as "lerobot/pusht"); every other argument is keyword-only and a field of
+    `LoaderConfig` (batch_size, delta_timestamps, decode, device, episodes, augment, ...: see its fields for
+    each one's meaning and default). `config=` passes a whole `LoaderConfig`; keywords given beside it replace
+    its fields. `loader.config` is the validated, frozen result.
+
+    One CUDA device per loader (`dali_stream.decode.device`): "cuda:N", else torch's current device once CUDA
+    is initialised, else LOCAL_RANK % visible devices; `loader.device` says which ("cuda:0", ..., or "cpu").
     """
 
-    def __init__(self, source: str, batch_size: int = 16, delta_timestamps: Mapping[str, list[float]] | None = None,
-                 episode_pool_size: int = 16, seed: int = 0, decode: str | Mapping[str, str] = "auto",
-                 device: str | None = None, num_workers: int = 2, drop_last: bool = True,
-                 tolerance_s: float = 1e-4, image_dtype: str = "float32", rank: int | None = None,
-                 world_size: int | None = None, prefetch_batches: int | None = None,
-                 resize: tuple[int, int] | None = None, crop: tuple[int, int] | None = None,
-                 mean: float | tuple[float, ...] | None = None, std: float | tuple[float, ...] | None = None,
-                 remote_max_retries: int | None = None, data_files_root: str | None = None,
-                 cache_bytes: int | None = None, fetch_workers: int | None = None,
-                 max_decoders: int | None = None, remote_timeout_s: float | None = None,
-                 remote_deadline_s: float | None = None,
-                 storage_options: Mapping[str, Any] | None = None, revision: str | None = None,
-                 episodes: list[int] | None = None, max_episodes: int | None = None, shuffle: bool = True,
-                 drop_n_first_frames: int = 0, drop_n_last_frames: int = 0,
-                 augment: Callable[[Any, str, Any], Any] | None = None) -> None:
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ConfigError(f"`num_workers` must be an integer >= 0. Found: {num_workers!r}")
-        if fetch_workers is not None and (not isinstance(fetch_workers, int) or fetch_workers < 0):
-            raise ConfigError(f"`fetch_workers` must be an integer >= 0. Found: {fetch_workers!r}")
-        cache_bytes = DEFAULT_CACHE_BYTES if cache_bytes is None else cache_bytes
-        if not isinstance(cache_bytes, int) or cache_bytes <= 0:
-            raise ConfigError(f"`cache_bytes` must be a positive integer (bytes). Found: {cache_bytes!r}")
-        if not (isinstance(tolerance_s, (int, float)) and tolerance_s >= 0):
-            raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {tolerance_s!r}")
+    def __init__(self, source: str, *, config: LoaderConfig | None = None, **settings: Any) -> None:
+        self.config = cfg = LoaderConfig.make(config, **settings)
         check_dali()
         if "nvidia.dali.plugin.pytorch" in _IMPORT_ERRORS:
             exc = _IMPORT_ERRORS["nvidia.dali.plugin.pytorch"]
             raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
                                "names the broken layer and the constraint set that fixes it")
-        self.image_ops = ImageOps.make(image_dtype, resize=resize, crop=crop, mean=mean, std=std)
-        self.meta = meta = DatasetMeta.open(source, remote_max_retries, data_files_root,
-                                            remote_timeout_s=remote_timeout_s, remote_deadline_s=remote_deadline_s,
-                                            storage_options=dict(storage_options or {}), revision=revision)
-        delta_timestamps = dict(delta_timestamps or {})
-        unknown = sorted(set(delta_timestamps) - set(meta.features))
+        self.image_ops = ImageOps.make(cfg.image_dtype, resize=cfg.resize, crop=cfg.crop, mean=cfg.mean, std=cfg.std)
+        self.meta = meta = DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
+                                            remote_timeout_s=cfg.remote_timeout_s,
+                                            remote_deadline_s=cfg.remote_deadline_s,
+                                            storage_options=dict(cfg.storage_options), revision=cfg.revision)
+        unknown = sorted(set(cfg.delta_timestamps) - set(meta.features))
         if unknown:
             raise ConfigError(
                 f"delta_timestamps has keys {unknown} that are not features of {source!r}; "
                 f"features: {sorted(meta.features)}"
             )
-        self.world = resolve_world(rank=rank, world_size=world_size, env=os.environ)
-        self.config = PlanConfig(batch_size=batch_size, pool_size=episode_pool_size, seed=seed, drop_last=drop_last,
-                                 delta_indices=delta_indices(delta_timestamps, meta.fps, tolerance_s),
-                                 shuffle=shuffle, drop_n_first_frames=drop_n_first_frames,
-                                 drop_n_last_frames=drop_n_last_frames)
+        self.world = resolve_world(rank=cfg.rank, world_size=cfg.world_size, env=os.environ)
+        self.plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=cfg.episode_pool_size, seed=cfg.seed,
+                                      drop_last=cfg.drop_last,
+                                      delta_indices=delta_indices(cfg.delta_timestamps, meta.fps, cfg.tolerance_s),
+                                      shuffle=cfg.shuffle, drop_n_first_frames=cfg.drop_n_first_frames,
+                                      drop_n_last_frames=cfg.drop_n_last_frames)
         # The planner sees the selected episodes' lengths (the others as 0: never drawn, never fetched).
-        self.plan_lengths, self.episodes = select(meta.episodes["episode_index"], meta.lengths, episodes,
-                                                  max_episodes)
+        self.plan_lengths, self.episodes = select(meta.episodes["episode_index"], meta.lengths,
+                                                  None if cfg.episodes is None else list(cfg.episodes),
+                                                  cfg.max_episodes)
         self.node = Node.probe()
         if self.node.gpu_problem and not (self.node.facts and self.node.facts.cpu_only):
             warn_once(self.node.gpu_problem)
-        placement = resolve_device(device, self.node.gpus, self.world.local_rank, torch_current_device(),
+        placement = resolve_device(cfg.device, self.node.gpus, self.world.local_rank, torch_current_device(),
                                    self.node.gpu_problem)
         if placement.dali_device:  # another GPU than device 0: identify that one
             self.node = Node.probe(placement.dali_device)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
-        choices = choose_routes(formats_of(meta), decode, self.node)
+        choices = choose_routes(formats_of(meta), cfg.decode, self.node)
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
         for key, choice in choices.items():
@@ -232,37 +176,32 @@ class StreamLoader:
             raise InstallError(f"cameras {cpu} decode with torchcodec, which does not import ({type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''}); torchcodec must match torch and "
                                "find FFmpeg 4-7 (apt-get install -y ffmpeg): `dali-stream diagnose` names the fix")
-        self.num_workers = num_workers
         # DALI's mixed video decoder runs one decode session per pipeline thread, and one session cannot use
         # more than one NVDEC engine: give it a thread per engine (H100: 7), not just `num_workers`.
         engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
-        self.dali_threads = max(1, num_workers, engines if "nvdec" in self.routes.values() else 0)
-        self.tolerance_s = float(tolerance_s)
+        self.dali_threads = max(1, cfg.num_workers, engines if "nvdec" in self.routes.values() else 0)
         for key, cam in meta.cameras.items():
             self.image_ops.check_camera(key, cam.height, cam.width)
-        self.prefetch_batches = prefetch_batches if prefetch_batches is not None else 2 * num_workers
+        self.prefetch_batches = cfg.prefetch_batches if cfg.prefetch_batches is not None else 2 * cfg.num_workers
         tables = TableReader(meta, meta.table_keys)
+        fetch_workers = cfg.fetch_workers
         if fetch_workers is None:  # local fetches are CPU work (remux): one thread per core; remote ones wait
-            from .source.storage import is_local
-
             fetch_workers = min(4, os.cpu_count() or 1) if is_local(meta.data_fs) else 4
+        max_decoders = cfg.max_decoders
         if max_decoders is None:  # what the builders touch per batch: every distinct segment, every thread
-            cpu = sum(1 for r in self.routes.values() if r == "torchcodec")
-            max_decoders = max(1, num_workers) * max(1, cpu) * min(batch_size, episode_pool_size)
+            cpu_cameras = sum(1 for r in self.routes.values() if r == "torchcodec")
+            max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size, cfg.episode_pool_size)
         self.decoders = DecoderCache(max_decoders)
-        self.store = EpisodeStore(meta, tables, self.tolerance_s, list(self.routes), cache_bytes, self.decoders,
+        self.store = EpisodeStore(meta, tables, cfg.tolerance_s, list(self.routes), cfg.cache_bytes, self.decoders,
                                   fetch_workers)
         log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
-                 "rank %d of %d", self.device, num_workers, fetch_workers, max_decoders, cache_bytes >> 20,
+                 "rank %d of %d", self.device, cfg.num_workers, fetch_workers, max_decoders, cfg.cache_bytes >> 20,
                  self.world.rank, self.world.world_size)
         self._closed = False
         self._finalizer = weakref.finalize(self, self.store.close)  # threads end with the loader, even unclosed
-        if augment is not None and not callable(augment):
-            raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {augment!r}")
-        self.augment = augment
-        self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.config.delta_indices, self.tolerance_s,
-                                     meta.table_keys, self._table_dtypes(tables),
-                                     augment_seed=seed if augment is not None else None)
+        self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
+                                    cfg.tolerance_s, meta.table_keys, self._table_dtypes(tables),
+                                    augment_seed=cfg.seed if cfg.augment is not None else None)
         self._epoch = 0
         self._consumed = 0
         self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
@@ -276,7 +215,7 @@ class StreamLoader:
             warnings.warn(
                 f"ranks get uneven shares of epoch 0: {min(sizes)} to {max(sizes)} frames over {len(sizes)} ranks "
                 f"(episodes are whole per rank); every rank yields {self._plan(0).num_batches} batches, so "
-                f"{'frames of the larger shares are dropped' if drop_last else 'the smaller shares are padded with repeats'}"
+                f"{'frames of the larger shares are dropped' if cfg.drop_last else 'the smaller shares are padded with repeats'}"
                 "; use fewer ranks or a dataset with more, shorter episodes", stacklevel=2)
 
     # ---- set-up helpers --------------------------------------------------------------------------------
@@ -290,7 +229,7 @@ class StreamLoader:
         chain = tuple(self._chain) if epoch == self._epoch else ()
         plan = self._plans.get((epoch, chain))
         if plan is None:
-            plan = resume_plan(self.plan_lengths, self.config, self.world, epoch, list(chain))
+            plan = resume_plan(self.plan_lengths, self.plan_config, self.world, epoch, list(chain))
             self._plans = {(epoch, chain): plan}
         return plan
 
@@ -314,7 +253,7 @@ class StreamLoader:
         keeps `prefetch_queue_depth` (2) output batches; CPU decoders hold their frame buffers (~12 MB per AV1
         decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
         b = self.config.batch_size
-        steps = {k: len(self.config.delta_indices.get(k, (0,))) for k in self.routes}
+        steps = {k: len(self.plan_config.delta_indices.get(k, (0,))) for k in self.routes}
         cams = self.meta.cameras
         decoded = sum(b * steps[k] * cams[k].height * cams[k].width * 3
                       for k, r in self.routes.items() if r == "torchcodec")
@@ -344,10 +283,10 @@ class StreamLoader:
         if consumed > 0 and consumed >= self._plan(epoch).num_batches:  # taken at an epoch's end
             epoch, consumed, chain = epoch + 1, 0, []
         return {"version": STATE_VERSION, "seed": self.config.seed, "epoch": epoch, "batches_consumed": consumed,
-                "batch_size": self.config.batch_size, "episode_pool_size": self.config.pool_size,
+                "batch_size": self.config.batch_size, "episode_pool_size": self.config.episode_pool_size,
                 "drop_last": self.config.drop_last, "world_size": self.world.world_size,
                 "elastic": [list(seg) for seg in chain],
-                "delta_indices": {k: list(v) for k, v in self.config.delta_indices.items()},
+                "delta_indices": {k: list(v) for k, v in self.plan_config.delta_indices.items()},
                 "dataset": self.meta.fingerprint(),
                 "selection": {"episodes_sha256": selection_digest(self.episodes), "episodes": len(self.episodes),
                               "shuffle": self.config.shuffle,
@@ -379,7 +318,7 @@ class StreamLoader:
         # Every rank of a world has the same batch count, so this rank's plan validates a same-world state
         # and is kept for the iteration; an elastic state is checked against a rank of the saved world.
         world = self.world if same_world else World(rank=0, world_size=saved_world)
-        plan = resume_plan(self.plan_lengths, self.config, world, epoch, chain)
+        plan = resume_plan(self.plan_lengths, self.plan_config, world, epoch, chain)
         if consumed > plan.num_batches:
             raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
                              f"({plan.num_batches} batches on {saved_world} ranks): the state was edited or comes "
@@ -439,9 +378,9 @@ class StreamLoader:
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
-        producer = _Producer(self.builder, plan, start, self.num_workers, self.prefetch_batches,
+        producer = _Producer(self.builder, plan, start, self.config.num_workers, self.prefetch_batches,
                              FETCH_AHEAD_BATCHES)
-        squeeze = {k: len(self.config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
+        squeeze = {k: len(self.plan_config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         device_id = self.dali_device
         t0 = time.perf_counter()
         first_s = None
@@ -449,7 +388,7 @@ class StreamLoader:
         try:
             pipe, names = build_pipeline(self.builder.outputs, self.routes, squeeze, producer,
                                          self.config.batch_size, self.dali_threads, device_id, self.image_ops,
-                                         on_gpu=self.device.startswith("cuda"), augment=self.augment)
+                                         on_gpu=self.device.startswith("cuda"), augment=self.config.augment)
             with self._dali_errors(producer):  # the iterator runs the first batch while constructed
                 iterator = DALIGenericIterator([pipe], names, auto_reset=False,
                                                last_batch_policy=LastBatchPolicy.PARTIAL)
@@ -460,7 +399,8 @@ class StreamLoader:
                 except StopIteration:
                     break
                 prepared = producer.handed.popleft()
-                batch = {k: (v if str(v.device) == self.device else v.to(self.device)) for k, v in out[0].items()}
+                batch: dict[str, Any] = {k: (v if str(v.device) == self.device else v.to(self.device))
+                                         for k, v in out[0].items()}
                 batch["task"] = prepared.tasks
                 self._consumed += 1
                 delivered += 1

@@ -8,6 +8,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from dali_stream.tools.flags import add_loader_flags, loader_settings
+
+# Loader settings every recipe takes as flags (type, default and help from dali_stream.LoaderConfig).
+RECIPE_SETTINGS = ("batch_size", "decode", "device", "tolerance_s", "num_workers", "episode_pool_size")
+
 
 def video_keys(source: str) -> tuple[float, list[str]]:
     from dali_stream.meta import DatasetMeta
@@ -32,15 +37,10 @@ def run(description: str, make_loader: Callable, argv=None) -> dict:
     p.add_argument("dataset", nargs="?", default=".demo/sample", help="dataset root (default: the sample, written "
                    "there on first use)")
     p.add_argument("--batches", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
-    p.add_argument("--device", default=None, help="where batches land (default: cuda when available)")
-    p.add_argument("--tolerance-s", type=float, default=1e-4,
-                   help="largest gap between a queried timestamp and its frame (lerobot's seeds use 1e-3)")
+    add_loader_flags(p, RECIPE_SETTINGS, batch_size=8)
     args = p.parse_args(argv)
     source = ensure_sample(args.dataset) if args.dataset == ".demo/sample" else args.dataset
-    loader = make_loader(source, batch_size=args.batch_size, decode=args.decode, device=args.device,
-                         tolerance_s=args.tolerance_s)
+    loader = make_loader(source, **loader_settings(args, RECIPE_SETTINGS))
     t0, n, batch = time.perf_counter(), 0, None
     for batch in loader:
         n += 1

@@ -23,6 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from dali_stream.tools.flags import add_loader_flags, loader_settings
+
+# Loader settings taken as flags (type, default and help from dali_stream.LoaderConfig).
+LOADER_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "seed", "tolerance_s")
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -89,11 +94,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset")
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--pool", type=int, default=8, help="episode_pool_size")
-    ap.add_argument("--num-workers", type=int, default=2)
-    ap.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
-    ap.add_argument("--seed", type=int, default=0)
+    add_loader_flags(ap, LOADER_SETTINGS, batch_size=8, episode_pool_size=8)
     ap.add_argument("--dummy", action="store_true", help="no model: measure and test pure data loading")
     ap.add_argument("--checkpoint-dir", default="checkpoints")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (rank 0)")
@@ -102,8 +103,6 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-log", default=None, help="append each step's sample indices to <this>/rank<r>.jsonl")
     ap.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps in total")
     ap.add_argument("--chunk", type=int, default=1, help="actions predicted per sample (an action chunk, as ACT)")
-    ap.add_argument("--tolerance-s", type=float, default=1e-4,
-                    help="largest gap between a queried timestamp and its frame (lerobot's seeds use 1e-3)")
     args = ap.parse_args(argv)
 
     import torch
@@ -117,10 +116,8 @@ def main(argv=None) -> int:
     fps, cameras = video_keys(args.dataset)
     state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
     chunk = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
-    loader = StreamLoader(args.dataset, batch_size=args.batch_size, episode_pool_size=args.pool, seed=args.seed,
-                          decode=args.decode, device=str(accelerator.device), num_workers=args.num_workers,
-                          rank=rank, world_size=world, resize=(48, 64), drop_last=True, delta_timestamps=chunk,
-                          tolerance_s=args.tolerance_s)
+    loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
+                          rank=rank, world_size=world, resize=(48, 64), drop_last=True, delta_timestamps=chunk)
     model = optimizer = None
     if not args.dummy:
         model = Policy.build(len(cameras), state_dim, action_dim * args.chunk)

@@ -1,7 +1,7 @@
 """The package's stage rule, checked on the source (DESIGN.md, "Data flow"; README, "Layout").
 
 dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader,
-with `errors` and `pairing` below all of them and `tools` above all of them (the package's `__init__`, the
+with `errors`, `config` and `pairing` below all of them and `tools` above all of them (the package's `__init__`, the
 public surface, re-exports from any stage). The planner imports no IO, torch or
 DALI; the runtime never imports the tools; no module imports itself back through others (no cycles, lazy
 imports inside functions included). Imports under `if TYPE_CHECKING:` are for the type checker only and do
@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dali_stream"
 
 # Stages, lowest first: a module may import its own stage and any stage before it.
 STAGES = ["base", "source", "meta", "plan", "fetch", "decode", "graph", "loader", "tools"]
-BASE = {"dali_stream", "dali_stream.errors", "dali_stream.pairing"}
+BASE = {"dali_stream", "dali_stream.errors", "dali_stream.config", "dali_stream.pairing"}
 # The planner's whole world: the standard library's pure parts and numpy.
 PLAN_MAY_IMPORT = {"__future__", "bisect", "dataclasses", "hashlib", "heapq", "itertools", "math", "random",
                    "typing", "collections", "functools", "numpy"}
@@ -173,3 +173,16 @@ def test_the_cycle_check_catches_a_lazy_cycle(tmp_path):
                                                  "    from .cpu import X\n",
                              "decode/cpu.py": "from .routes import Y\n"})
     assert cycles(imports(root)) == [["dali_stream.tools.a", "dali_stream.tools.b"]]
+
+
+def test_the_public_surface_is_small_and_resolves():
+    """What users import: the loader, its config, the errors and the version (README, "Layout")."""
+    import dali_stream
+
+    errors = {"DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError", "DeviceError",
+              "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError",
+              "VideoFileError"}
+    assert set(dali_stream.__all__) == {"StreamLoader", "LoaderConfig", "__version__"} | errors
+    for name in dali_stream.__all__:
+        assert getattr(dali_stream, name) is not None
+    assert all(issubclass(getattr(dali_stream, e), dali_stream.DaliStreamError) for e in errors)

@@ -19,12 +19,13 @@ import platform
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
+from ..config import LoaderConfig, as_dict
 from .steady import SteadyWindow
 
 MODES = ("single", "sarm", "camera-window")
@@ -39,23 +40,18 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
 
 @dataclass
 class BenchConfig:
+    """One bench run: the dataset, the mode, the loader's settings (`LoaderConfig`: decode, batch size, workers,
+    pool, device, dtype, tolerance, revision, ...) and the measurement's own settings."""
+
     dataset: str
     mode: str = "single"
-    decode: str = "auto"
-    batch_size: int = 16
-    num_workers: int = 2
-    pool: int = 16
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
     duration_s: float = 20.0
     warmup_batches: int = 5
     baseline: bool = True
     baseline_workers: tuple[int, ...] = (0, 1, 2)
     limit: bool = True
-    device: str | None = None
-    image_dtype: str = "float32"
     num_batches: int | None = None  # close the window after this many batches instead of `duration_s`
-    data_files_root: str | None = None
-    revision: str | None = None
-    tolerance_s: float = 1e-4
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -68,6 +64,13 @@ class BenchConfig:
                               f"{self.warmup_batches}")
         if self.num_batches is not None and self.num_batches < 1:
             raise ConfigError(f"--num-batches must be >= 1. Found: {self.num_batches}")
+
+    def record(self) -> dict[str, Any]:
+        """The run's settings as one flat JSON-ready dict (results files, bench.csv): loader settings by their
+        LoaderConfig names beside the bench's own."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("loader", "extra")}
+        loader = {k: v for k, v in as_dict(self.loader).items() if v is not None and v != {} and k != "augment"}
+        return own | loader | {"baseline_workers": list(self.baseline_workers)} | self.extra
 
 
 def mode_deltas(mode: str, cameras: list[str], features) -> dict[str, list[float]]:
@@ -182,7 +185,7 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         return {"samples": 0, "batches": steady.delivered, "first_batch_latency_s": first_latency}
     seconds = steady.seconds
     lat = np.array(steady.waits) * 1e3
-    per_sample = lat / cfg.batch_size  # the wait a training step sees, spread over the batch's samples
+    per_sample = lat / cfg.loader.batch_size  # the wait a training step sees, spread over the batch's samples
     out = {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(steady.waits),
            "samples_per_s": samples / seconds, "frames_per_s_node": frames / seconds,
            "first_batch_latency_s": first_latency, "shuffle_randomness_frac": float(np.mean(seen_eps)),
@@ -267,7 +270,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     return total
 
 
-def loader_decode(decode: str, formats: dict, node) -> str | dict[str, str]:
+def loader_decode(decode: str | Mapping[str, str], formats: dict, node) -> str | Mapping[str, str]:
     """What `bench --decode` asks the loader for. "gpu" means NVDEC for every camera this GPU decodes and
     `auto` for the rest (an H100 has no AV1 NVDEC: that camera goes to CPU instead of aborting the run)."""
     if decode != "gpu":
@@ -282,27 +285,23 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     from ..meta import DatasetMeta
 
     t_run = time.perf_counter()
-    meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.data_files_root, revision=cfg.revision)
+    meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.loader.data_files_root, revision=cfg.loader.revision)
     cameras = list(meta.video_keys)
     deltas = mode_deltas(cfg.mode, cameras, meta.features)
-    decode = loader_decode(cfg.decode, formats_of(meta), Node.probe())
+    decode = loader_decode(cfg.loader.decode, formats_of(meta), Node.probe())
     with RssSampler() as rss:
         t0 = time.perf_counter()
-        loader = StreamLoader(cfg.dataset, batch_size=cfg.batch_size, delta_timestamps=deltas,
-                              episode_pool_size=cfg.pool, decode=decode, device=cfg.device,
-                              num_workers=cfg.num_workers, drop_last=True, image_dtype=cfg.image_dtype,
-                              data_files_root=cfg.data_files_root, revision=cfg.revision,
-                              tolerance_s=cfg.tolerance_s)
+        loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
         setup_s = time.perf_counter() - t0
         if progress:
             progress("loader")
         got = stream(loader, cfg, cameras)
-    result: dict[str, Any] = {"config": {k: v for k, v in asdict(cfg).items() if k != "extra"} | cfg.extra,
+    result: dict[str, Any] = {"config": cfg.record(),
                               "setup_s": setup_s, "notes": []}
     if got["samples"] == 0:
         result.update(samples_per_s=0.0, error=(
             f"the loader delivered {got['batches']} batches in up to 10 epochs, none inside the measured window "
-            f"(warm-up {cfg.warmup_batches} batches; {len(loader)} batches per epoch of {cfg.batch_size} with "
+            f"(warm-up {cfg.warmup_batches} batches; {len(loader)} batches per epoch of {cfg.loader.batch_size} with "
             f"drop_last): lower --warmup-batches or --batch-size, or use a larger dataset"),
             rank=loader.world.rank, world_size=loader.world.world_size, wallclock_s=time.perf_counter() - t_run)
         return result
@@ -341,7 +340,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     if cfg.limit:
         if progress:
             progress("limit")
-        limit = raw_limit(loader, got["window"], max(1, cfg.num_workers))
+        limit = raw_limit(loader, got["window"], max(1, cfg.loader.num_workers))
         result["limit"] = limit
         result["limit_ratio"] = got["frames_per_s_node"] / limit["frames_per_s"] if limit["frames_per_s"] else None
     else:
@@ -416,7 +415,7 @@ def bench_sample_spec(variant: str):
         from ..errors import ConfigError
 
         raise ConfigError(f"--sample must be one of {sorted(BENCH_SAMPLES)}. Found: {variant!r}")
-    spec = dict(BENCH_SAMPLES[variant])
+    spec: dict[str, Any] = dict(BENCH_SAMPLES[variant])
     return SampleSpec(height=480, width=640, seed=7, **{**spec, "cameras": parse_cameras(spec["cameras"])})
 
 

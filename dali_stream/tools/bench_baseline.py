@@ -87,7 +87,7 @@ def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
     runs = []
     for workers in cfg.baseline_workers:
         dataset = LeRobotStyleDataset(meta, deltas)
-        dl = DataLoader(dataset, batch_size=cfg.batch_size, sampler=indices, num_workers=workers,
+        dl = DataLoader(dataset, batch_size=cfg.loader.batch_size, sampler=indices, num_workers=workers,
                         drop_last=True, persistent_workers=False)
         steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s)
         it = iter(dl)

@@ -13,6 +13,12 @@ import sys
 import time
 from pathlib import Path
 
+from .flags import add_loader_flags, loader_settings
+
+# The loader settings each command takes as flags (type, default and help from LoaderConfig).
+DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "tolerance_s")
+BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "tolerance_s",
+                  "data_files_root", "revision")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import SAMPLE_DEFAULTS as from_spec
@@ -135,10 +141,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         console.print(f"using the sample dataset already at {root}")
     fps = json.loads((root / INFO_PATH).read_text())["fps"]
     t0 = time.perf_counter()
-    loader = StreamLoader(str(root), batch_size=args.batch_size, episode_pool_size=args.pool_size, seed=args.seed,
-                          decode=args.decode, device="cpu", num_workers=args.num_workers,
-                          delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]},
-                          tolerance_s=args.tolerance_s)
+    loader = StreamLoader(str(root), **loader_settings(args, DEMO_SETTINGS), seed=args.seed, device="cpu",
+                          delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]})
     setup_s = time.perf_counter() - t0
     first_key = loader.meta.video_keys[0]
     samples = 0
@@ -164,7 +168,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .paint import UnreadableIds, read_ids
 
     try:
-        ids = read_ids(batch[first_key][0])
+        ids: object = read_ids(batch[first_key][0])
     except UnreadableIds as exc:  # e.g. a sample written by an older dali_stream (no check row)
         ids = f"unreadable ({exc}; delete {root} to write a fresh sample)"
     summary = Table(title="dali_stream demo", show_header=False)
@@ -261,16 +265,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _bench_configs(args: argparse.Namespace):
+    from ..config import LoaderConfig
     from .bench import BenchConfig
 
     workers = tuple(int(w) for w in args.baseline_workers.split(",") if w.strip())
     grid = [(d, m) for d in ("gpu", "cpu") for m in ("single", "sarm")] if args.matrix else [(args.decode, args.mode)]
-    return [BenchConfig(dataset=args.dataset, mode=m, decode=d, batch_size=args.batch_size,
-                        num_workers=args.num_workers, pool=args.pool, duration_s=args.duration_s,
-                        warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
-                        baseline_workers=workers, limit=not args.no_limit, device=args.device,
-                        image_dtype=args.image_dtype, num_batches=args.num_batches,
-                        data_files_root=args.data_files_root, revision=args.revision, tolerance_s=args.tolerance_s)
+    settings = loader_settings(args, BENCH_SETTINGS)
+    return [BenchConfig(dataset=args.dataset, mode=m, loader=LoaderConfig(**(settings | {"decode": d})),
+                        duration_s=args.duration_s, warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
+                        baseline_workers=workers, limit=not args.no_limit, num_batches=args.num_batches)
             for d, m in grid]
 
 
@@ -298,16 +301,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
                   TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("bench", total=len(configs))
         for cfg in configs:
-            bar.update(task, description=f"bench {cfg.mode}/{cfg.decode}")
-            if cfg.decode == "gpu" and node.gpus == 0:
+            bar.update(task, description=f"bench {cfg.mode}/{cfg.loader.decode}")
+            if cfg.loader.decode == "gpu" and node.gpus == 0:
                 why = f" ({node.gpu_problem})" if node.gpu_problem else ""
-                result = {"config": vars(cfg) | {"baseline_workers": list(cfg.baseline_workers)},
+                result = {"config": cfg.record(),
                           "skipped": f"no CUDA GPU that DALI and torch can both use on this node{why}: "
                                      "decode='gpu' needs one"}
                 failed.append(f"bench {cfg.mode}/gpu skipped: {result['skipped']}")
             else:
                 result = bench.run(cfg, progress=lambda stage: bar.update(
-                    task, description=f"bench {cfg.mode}/{cfg.decode}: {stage}"))
+                    task, description=f"bench {cfg.mode}/{cfg.loader.decode}: {stage}"))
                 if result.get("error"):
                     failed.append(f"bench delivered 0 samples: {result['error']}")
             result["file"] = str(bench.write(result, args.out_dir))
@@ -389,22 +392,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="single", choices=("single", "sarm", "camera-window"),
                    help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
                         "0..7 s (the seeds' definition); camera-window: 8 steps spaced 1 s on every camera")
-    p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--pool", type=int, default=16, help="episode_pool_size")
+    add_loader_flags(p, BENCH_SETTINGS)
     p.add_argument("--duration-s", type=float, default=20.0, help="length of the measured window")
     p.add_argument("--num-batches", type=int, default=None,
                    help="measure this many batches instead of --duration-s seconds")
-    p.add_argument("--data-files-root", default=None, help="data/ and videos/ from another root than meta/")
-    p.add_argument("--revision", default=None, help="branch, tag or commit of an hf://datasets/... DATASET")
-    p.add_argument("--tolerance-s", type=float, default=1e-4,
-                   help="largest gap between a queried timestamp and its frame (the seeds use 1e-3)")
     p.add_argument("--warmup-batches", type=int, default=5)
     p.add_argument("--out-dir", default="benchmarks/results/local", help="where the JSON files and bench.csv go")
-    p.add_argument("--device", default=None, help="where batches land (default: cuda when available)")
-    p.add_argument("--image-dtype", default="float32", choices=("float32", "uint8"),
-                   help="images as lerobot gives them (float32 in [0, 1]) or uint8 (the baseline stays float32)")
     p.add_argument("--matrix", action="store_true", help="run decode gpu/cpu x mode single/sarm")
     p.add_argument("--no-baseline", action="store_true", help="skip the DataLoader baseline")
     p.add_argument("--no-limit", action="store_true", help="skip the raw decode limit")
@@ -419,13 +412,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="write the sample dataset (if absent) and stream batches from it")
     p.add_argument("dataset", nargs="?", default=".demo/sample", help="folder of the sample dataset (default %(default)s)")
     p.add_argument("--batches", type=int, default=300, help="batches to stream (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--pool-size", type=int, default=16, help="episode_pool_size")
-    p.add_argument("--num-workers", type=int, default=2)
-    p.add_argument("--decode", default="auto", choices=("auto", "gpu", "cpu"))
+    add_loader_flags(p, DEMO_SETTINGS)
     p.add_argument("--action-horizon", type=int, default=8, help="action chunk length in frames")
-    p.add_argument("--tolerance-s", type=float, default=1e-4,
-                   help="largest gap between a queried timestamp and its frame (lerobot's seeds use 1e-3)")
     _make_sample_args(p)
     p.set_defaults(func=cmd_demo)
     return parser

@@ -1,0 +1,216 @@
+"""Every setting of a `StreamLoader`, in one frozen object validated when it is made.
+
+`StreamLoader(source, batch_size=32, ...)` builds a `LoaderConfig` from its keyword arguments (or takes one:
+`StreamLoader(source, config=cfg)`, with keywords overriding its fields). The loader, `state_dict()`,
+`dali-stream bench` and the CLI's flags (`tools/flags.py`) read the settings, their defaults and their help
+from here, so each setting is defined once. Checks here are the ones that need no dataset; those that do
+(unknown feature keys, episode indices, image sizes against crops) run when the loader opens the dataset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import (
+    Any,
+    Callable,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+    get_args,
+)
+
+from .errors import ConfigError
+
+Decode = Literal["auto", "gpu", "cpu"]
+ImageDtype = Literal["float32", "uint8"]
+DECODE_CHOICES: tuple[str, ...] = get_args(Decode)
+IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
+DEFAULT_CACHE_BYTES = 4 << 30
+
+
+def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None) -> Any:
+    meta = {"help": help}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderConfig:
+    """The settings of a `StreamLoader` (all keyword-only; `help(LoaderConfig)` lists them with their help)."""
+
+    # what a batch is
+    batch_size: int = _s(16, "samples per batch (per rank)")
+    delta_timestamps: Mapping[str, Tuple[float, ...]] = _s(
+        None, "feature key -> offsets in seconds; those keys get a time axis and `<key>_is_pad`", factory=dict)
+    tolerance_s: float = _s(1e-4, "largest allowed gap between a queried timestamp and the frame returned "
+                                  "(lerobot's seeds use 1e-3)")
+    drop_last: bool = _s(True, "drop the last partial batch of each epoch")
+    # which samples
+    episode_pool_size: int = _s(16, "whole episodes each rank keeps open and samples across")
+    seed: int = _s(0, "shuffling seed; plans depend only on (seed, epoch, rank, position)")
+    shuffle: bool = _s(True, "False for an evaluation pass: every frame once, episodes and frames in order (ranks "
+                             "get contiguous blocks of episodes)")
+    episodes: Optional[Tuple[int, ...]] = _s(None, "episode indices to use (a train/val split); the others are "
+                                                   "never drawn or fetched")
+    max_episodes: Optional[int] = _s(None, "use at most this many episodes (the first ones of `episodes`, or of "
+                                           "the dataset)")
+    drop_n_first_frames: int = _s(0, "never draw an episode's first n frames as samples (they still serve as "
+                                     "window context), as lerobot's EpisodeAwareSampler")
+    drop_n_last_frames: int = _s(0, "never draw an episode's last n frames as samples")
+    # decode and images
+    decode: Union[Decode, Mapping[str, Decode]] = _s(
+        "auto", "auto | gpu | cpu, or camera key -> one of those (see dali_stream.decode.routes)")
+    device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "
+                                     "when DALI and torch both see a GPU, else cpu)")
+    image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8")
+    resize: Optional[Tuple[int, int]] = _s(None, "(height, width) every camera image is resized to (antialiased), "
+                                                 "in the DALI graph")
+    crop: Optional[Tuple[int, int]] = _s(None, "(height, width) of a centre crop, after resize")
+    mean: Union[float, Tuple[float, ...], None] = _s(None, "per-channel mean in [0, 1] units: (x - mean) / std "
+                                                           "(float32 only)")
+    std: Union[float, Tuple[float, ...], None] = _s(None, "per-channel standard deviation, with mean")
+    augment: Optional[Callable[[Any, str, Any], Any]] = _s(
+        None, "augment(video, key, rand) -> video, inside the DALI graph on each camera's decoded FHWC uint8 "
+              "frames (on the GPU where the camera is); draw every random parameter from `rand` (16 uniform "
+              "numbers per sample, a pure function of seed, epoch, batch, sample, camera) so a resumed run "
+              "augments as an uninterrupted one (pipelines/augment.py)")
+    # threads and memory
+    num_workers: int = _s(2, "threads that fetch and CPU-decode batches ahead (0: in the calling thread)")
+    prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default 2 x num_workers)")
+    fetch_workers: Optional[int] = _s(None, "threads fetching admitted episodes in the background (0: when a "
+                                            "batch needs it; default one per CPU core up to 4 locally, 4 remote)")
+    cache_bytes: int = _s(DEFAULT_CACHE_BYTES, "bound of the fetched episodes kept in memory (compressed segments "
+                                               "and rows); episodes open in the pool are never evicted")
+    max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
+                                           "closed first (default num_workers x CPU cameras x min(batch, pool))")
+    # the job
+    rank: Optional[int] = _s(None, "this process's rank (default: torchrun/SLURM environment, else 0)")
+    world_size: Optional[int] = _s(None, "number of ranks (default: torchrun/SLURM environment, else 1)")
+    # where the bytes are
+    revision: Optional[str] = _s(None, "branch, tag or commit of an hf://datasets/... source")
+    data_files_root: Optional[str] = _s(None, "where data/ and videos/ live when not under the source (e.g. a "
+                                              "bucket next to a Hub repo)")
+    storage_options: Mapping[str, Any] = _s(None, "fsspec options for the remote filesystem(s), e.g. "
+                                                  "{'endpoint_url': ...} for s3://", factory=dict)
+    remote_max_retries: Optional[int] = _s(None, "retries of a failing remote read (default: env "
+                                                 "DALI_STREAM_REMOTE_MAX_RETRIES or 5)")
+    remote_timeout_s: Optional[float] = _s(None, "limit of one remote request attempt (default: env "
+                                                 "DALI_STREAM_REMOTE_TIMEOUT_S or 60)")
+    remote_deadline_s: Optional[float] = _s(None, "limit of all attempts of one remote read together (default: "
+                                                  "env DALI_STREAM_REMOTE_DEADLINE_S, else none)")
+
+    def __post_init__(self) -> None:
+        fix = object.__setattr__
+        deltas = self.delta_timestamps
+        if not isinstance(deltas, Mapping):
+            raise ConfigError(f"`delta_timestamps` must map feature keys to lists of offsets in seconds. Found: "
+                              f"{deltas!r}")
+        fix(self, "delta_timestamps", MappingProxyType({str(k): _offsets(k, v) for k, v in deltas.items()}))
+        fix(self, "storage_options", MappingProxyType(dict(self.storage_options or {})))
+        if isinstance(self.decode, Mapping):
+            fix(self, "decode", MappingProxyType(dict(self.decode)))
+        elif self.decode not in DECODE_CHOICES:
+            raise ConfigError(f"decode={self.decode!r} is not one of {DECODE_CHOICES} (or a dict camera key -> one "
+                              "of those)")
+        if self.image_dtype not in IMAGE_DTYPES:
+            raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {self.image_dtype!r}")
+        for name in ("batch_size", "episode_pool_size", "cache_bytes"):
+            _integer(name, getattr(self, name), 1)
+        for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
+            _integer(name, getattr(self, name), 0)
+        for name, low in (("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1), ("max_episodes", 1),
+                          ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
+            if getattr(self, name) is not None:
+                _integer(name, getattr(self, name), low)
+        for name in ("drop_last", "shuffle"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"`{name}` must be True or False. Found: {getattr(self, name)!r}")
+        if not (isinstance(self.tolerance_s, (int, float)) and not isinstance(self.tolerance_s, bool)
+                and math.isfinite(self.tolerance_s) and self.tolerance_s >= 0):
+            raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {self.tolerance_s!r}")
+        for name in ("remote_timeout_s", "remote_deadline_s"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+                raise ConfigError(f"`{name}` must be a number of seconds > 0. Found: {value!r}")
+        if self.episodes is not None:
+            if isinstance(self.episodes, (str, bytes)) or not isinstance(self.episodes, Sequence):
+                raise ConfigError(f"`episodes` must be a list of episode indices. Found: {self.episodes!r}")
+            fix(self, "episodes", tuple(self.episodes))
+        for name in ("resize", "crop"):
+            value = getattr(self, name)
+            if value is not None and isinstance(value, list):
+                fix(self, name, tuple(value))
+        for name in ("mean", "std"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                fix(self, name, tuple(value))
+        if self.augment is not None and not callable(self.augment):
+            raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {self.augment!r}")
+        if self.device is not None:  # a torch.device reads as "cpu", "cpu:0", "cuda:1" (checked by decode.device)
+            fix(self, "device", str(self.device))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def make(cls, base: LoaderConfig | None = None, **options: Any) -> LoaderConfig:
+        """`base` (or the defaults) with `options` replacing fields; an unknown name is a ConfigError naming
+        the closest setting."""
+        known = cls.names()
+        for name in options:
+            if name not in known:
+                close = difflib.get_close_matches(name, known, n=1)
+                hint = f"; did you mean `{close[0]}`?" if close else f"; the settings are {list(known)}"
+                raise ConfigError(f"StreamLoader has no setting `{name}`{hint}")
+        if base is None:
+            return cls(**options)
+        if not isinstance(base, LoaderConfig):
+            raise ConfigError(f"`config` must be a LoaderConfig. Found: {type(base).__name__}")
+        return dataclasses.replace(base, **options) if options else base
+
+    def help(self, name: str) -> str:
+        return next(f.metadata["help"] for f in dataclasses.fields(self) if f.name == name)
+
+
+def _integer(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        what = "a positive integer" if low == 1 else f"an integer >= {low}"
+        unit = " (bytes)" if name == "cache_bytes" else ""
+        raise ConfigError(f"`{name}` must be {what}{unit}. Found: {value!r}")
+
+
+def _offsets(key: Any, value: Any) -> tuple[float, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+        raise ConfigError(f"delta_timestamps[{key!r}] must be a non-empty list of offsets in seconds. Found: "
+                          f"{value!r}")
+    out = []
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError(f"delta_timestamps[{key!r}] holds {v!r}: every offset must be a finite number of "
+                              "seconds (e.g. -0.1, 0.0)")
+        out.append(float(v))
+    return tuple(out)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+    return value
+
+
+def as_dict(config: LoaderConfig) -> dict[str, Any]:
+    """The settings as JSON-ready values (mappings as dicts, tuples as lists, a function by its name)."""
+    return {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)}

@@ -1,0 +1,46 @@
+"""Command-line flags for loader settings, made from `LoaderConfig`'s fields: one definition of each setting's
+type, default, choices and help for `dali-stream demo`, `dali-stream bench` and the recipes in `pipelines/`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Iterable, Literal, Union, get_args, get_origin
+
+from ..config import LoaderConfig
+
+# Older, shorter spellings kept working beside the generated `--episode-pool-size`.
+ALIASES = {"episode_pool_size": ("--pool", "--pool-size")}
+
+
+def _scalar(annotation: Any) -> tuple[type, tuple | None]:
+    """The flag's type and choices: Optional unwrapped, Literal as choices, the scalar arm of a Union."""
+    if get_origin(annotation) is Literal:
+        return str, get_args(annotation)
+    if get_origin(annotation) is Union:
+        for arm in get_args(annotation):
+            if arm is not type(None) and (arm in (int, float, str) or get_origin(arm) is Literal):
+                return _scalar(arm)
+    if annotation in (int, float, str):
+        return annotation, None
+    raise TypeError(f"LoaderConfig setting of type {annotation!r} has no command-line form")
+
+
+def add_loader_flags(parser: argparse.ArgumentParser, names: Iterable[str], **defaults: Any) -> None:
+    """`--batch-size`-style flags for the named settings; `defaults` replaces LoaderConfig's default of a flag."""
+    hints = typing.get_type_hints(LoaderConfig)
+    fields = {f.name: f for f in dataclasses.fields(LoaderConfig)}
+    for name in names:
+        kind, choices = _scalar(hints[name])
+        f = fields[name]
+        default = defaults.get(name, None if f.default is dataclasses.MISSING else f.default)
+        flags = ("--" + name.replace("_", "-"), *ALIASES.get(name, ()))
+        parser.add_argument(*flags, dest=name, type=kind, choices=choices, default=default,
+                            help=f"{f.metadata['help']} (default: %(default)s)".replace("%", "%%")
+                            .replace("%%(default)s", "%(default)s"))
+
+
+def loader_settings(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
+    """The named settings from parsed flags, for `StreamLoader(source, **settings)` or `LoaderConfig(...)`."""
+    return {name: getattr(args, name) for name in names}

@@ -1,0 +1,80 @@
+"""LoaderConfig: one frozen, validated object for every loader setting, read by the loader, its state, bench and
+the command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import pytest
+
+from dali_stream import ConfigError, LoaderConfig, StreamLoader
+from dali_stream.config import as_dict
+from dali_stream.tools.flags import add_loader_flags, loader_settings
+
+
+def test_defaults_are_valid_and_frozen():
+    cfg = LoaderConfig()
+    assert cfg.batch_size == 16 and cfg.decode == "auto" and cfg.delta_timestamps == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.batch_size = 4  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        cfg.delta_timestamps["action"] = (0.0,)  # type: ignore[index]
+
+
+def test_settings_are_normalised_when_made():
+    cfg = LoaderConfig(delta_timestamps={"action": [0, 0.1]}, episodes=[3, 1], resize=[48, 64], mean=[0.5] * 3,
+                       std=0.2, decode={"front": "cpu"})
+    assert cfg.delta_timestamps == {"action": (0.0, 0.1)} and cfg.episodes == (3, 1) and cfg.resize == (48, 64)
+    assert cfg.mean == (0.5, 0.5, 0.5) and dict(cfg.decode) == {"front": "cpu"}
+    json.dumps(as_dict(cfg))  # results files and bench.csv take it as it is
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"batch_size": 0}, r"`batch_size` must be a positive integer. Found: 0"),
+    ({"num_workers": 1.5}, r"`num_workers` must be an integer >= 0. Found: 1.5"),
+    ({"shuffle": "no"}, r"`shuffle` must be True or False"),
+    ({"decode": "nvdec"}, r"decode='nvdec' is not one of \('auto', 'gpu', 'cpu'\)"),
+    ({"image_dtype": "float16"}, r"`image_dtype` must be 'float32' or 'uint8'"),
+    ({"tolerance_s": float("nan")}, r"`tolerance_s` must be a number >= 0"),
+    ({"remote_timeout_s": 0}, r"`remote_timeout_s` must be a number of seconds > 0"),
+    ({"delta_timestamps": {"action": []}}, r"delta_timestamps\['action'\] must be a non-empty list"),
+    ({"augment": 3}, r"`augment` must be a function"),
+])
+def test_bad_settings_are_refused_without_a_dataset(options, match):
+    with pytest.raises(ConfigError, match=match):
+        LoaderConfig(**options)
+
+
+def test_an_unknown_setting_names_the_closest_one():
+    with pytest.raises(ConfigError, match=r"no setting `batchsize`; did you mean `batch_size`\?"):
+        LoaderConfig.make(batchsize=4)
+
+
+def test_the_loader_takes_keywords_only_after_the_source(small_dataset):
+    with pytest.raises(TypeError):
+        StreamLoader(str(small_dataset), 4)  # type: ignore[misc]
+    with pytest.raises(ConfigError, match="did you mean `episode_pool_size`"):
+        StreamLoader(str(small_dataset), episode_pool=4)
+
+
+def test_config_and_keywords_together(small_dataset):
+    base = LoaderConfig(batch_size=4, episode_pool_size=3, seed=7, device="cpu")
+    with StreamLoader(str(small_dataset), config=base, seed=9) as loader:
+        assert loader.config == dataclasses.replace(base, seed=9)
+        state = loader.state_dict()
+        assert (state["batch_size"], state["episode_pool_size"], state["seed"]) == (4, 3, 9)
+        assert next(iter(loader))["index"].shape == (4,)
+
+
+def test_flags_come_from_the_config():
+    parser = argparse.ArgumentParser()
+    add_loader_flags(parser, ("batch_size", "episode_pool_size", "decode", "tolerance_s", "device"), batch_size=8)
+    args = parser.parse_args(["--pool", "4", "--decode", "cpu", "--tolerance-s", "1e-3"])
+    assert loader_settings(args, ("batch_size", "episode_pool_size", "decode", "tolerance_s", "device")) == {
+        "batch_size": 8, "episode_pool_size": 4, "decode": "cpu", "tolerance_s": 1e-3, "device": None}
+    text = parser.format_help()
+    assert LoaderConfig().help("episode_pool_size") in " ".join(text.split())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--decode", "nvdec"])
