@@ -20,13 +20,17 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_cli.py
 
-.PHONY: demo test test-floors install sysdeps clean gpu-check
+.PHONY: demo test typecheck test-floors install sysdeps clean gpu-check
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
 
-test: $(STAMP)
+test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -q --timeout=600 $(PYTEST_ARGS)
+
+# The package's annotations, checked by mypy (settings in setup.cfg [mypy]); part of `make test`, so CI runs it.
+typecheck: $(STAMP)
+	$(BIN)/python -m mypy
 
 install: $(STAMP)
 

@@ -55,7 +55,7 @@ def classify(text: str) -> DaliFailure:
 
 
 def stream_format(data: bytes):
-    """The `decode.StreamFormat` of an encoded stream in memory, as its container says (None if unreadable)."""
+    """The `decode.routes.StreamFormat` of an encoded stream in memory, as its container says (None if unreadable)."""
     import io
 
     import av

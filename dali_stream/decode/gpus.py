@@ -158,7 +158,8 @@ def lookup(name: str, capability: tuple[int, int] | None) -> GpuCaps:
     """Capabilities of a GPU named `name` with compute capability `capability` (either may be partial)."""
     gen = None
     if capability is not None:
-        gen = _BY_CAPABILITY.get(tuple(capability)) or _BY_CAPABILITY.get((capability[0], None))
+        major, minor = capability
+        gen = _BY_CAPABILITY.get((major, minor)) or _BY_CAPABILITY.get((major, None))
     if gen is None:  # unknown or missing capability: be conservative, H.264/HEVC are universal since Maxwell
         gen = Generation("unknown", frozenset({"h264", "hevc"}))
     mig = mig_profile(name)
@@ -168,5 +169,5 @@ def lookup(name: str, capability: tuple[int, int] | None) -> GpuCaps:
         engines = _ENGINES[key] if key else None
         if mig and engines is not None:
             engines = None  # a slice of a known board whose profile is not in the table: count unknown
-    return GpuCaps(name=name, capability=tuple(capability) if capability else None, generation=gen.name,
+    return GpuCaps(name=name, capability=(capability[0], capability[1]) if capability else None, generation=gen.name,
                    nvdec_codecs=gen.codecs, nvdec_engines=engines, h264_max=gen.h264_max, mig=mig)

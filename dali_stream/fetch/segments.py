@@ -19,6 +19,7 @@ import io
 import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +106,7 @@ def _raise_remote(exc: BaseException, episode: int, camera: str) -> None:
     """A remote read failure surfacing through PyAV is a RemoteError (named), not a broken file."""
     from ..source.remote import RemoteError
 
-    seen = exc
+    seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, RemoteError):
             raise RemoteError(f"{seen} (episode {episode}, camera {camera!r})") from None
@@ -143,7 +144,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
         while True:
             target = max(0.0, from_s - margin)
             src.seek(int(target / tb), stream=stream, backward=True, any_frame=False)
-            packets = []
+            packets: list[Any] = []
             reached_end = True  # no packet at or after to_s: the file ended inside the episode
             try:
                 for pkt in src.demux(stream):
@@ -281,4 +282,5 @@ def packet_index(data: bytes) -> PacketIndex:
                          pkt.duration or 0, pkt.is_keyframe))
     cols = list(zip(*rows)) if rows else [()] * 6
     ints = [np.asarray(c, dtype=np.int64) for c in cols[:5]]
-    return PacketIndex(*ints, np.asarray(cols[5], dtype=bool), time_base)
+    pos, size, pts, dts, duration = ints
+    return PacketIndex(pos, size, pts, dts, duration, np.asarray(cols[5], dtype=bool), time_base)

@@ -45,7 +45,7 @@ class _Episode:
     rows_ready: threading.Event = field(default_factory=threading.Event)
     started: bool = False
     pending: int = 0  # parts (rows, one per camera) not fetched yet
-    rows: dict | None = None
+    rows: dict = field(default_factory=dict)  # filled by the fetch, before rows_ready is set
     segments: dict = field(default_factory=dict)
     error: BaseException | None = None
     nbytes: int = 0
@@ -161,6 +161,7 @@ class EpisodeStore:
         entry.pending = len(parts)
         for camera in parts:
             if background:
+                assert self._pool is not None  # background fetches need the pool
                 self._pool.submit(self._part, pos, entry, camera, True)
             else:
                 self._part(pos, entry, camera, False)

@@ -6,12 +6,18 @@ make every episode read decode the whole group: such a group is decoded once and
 
 Columns come back as numpy arrays with lerobot's torch dtypes: floating point as float32, integers as
 int64, booleans as bool; fixed-size list columns as (rows, dim) arrays.
+
+Why not `fsspec.parquet.open_parquet_file`: opened per episode it re-reads the footer every time (20 episodes
+over HTTP: 40 requests and 20x the bytes of this reader's footer-once, range-per-row-group reads;
+`benchmarks/library_choices.py`).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -93,7 +99,7 @@ class TableReader:
     def _read(self, path: str, pf, groups: list[int], read_lock, episode: int):
         """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each."""
         spans = [self._span(pf.metadata.row_group(g)) for g in groups]
-        raw = getattr(pf, "raw", None)
+        raw: Any = getattr(pf, "raw", None)
         pieces = []
         if raw is not None:  # remote: each row group's columns in one range request, outside the locks
             try:
@@ -137,7 +143,7 @@ class TableReader:
         shared = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
             self._warn_shared(path, pf, shared[0])
-            parts = [self._shared.get((path, g), lambda g=g: self._read(path, pf, [g], read_lock, episode))
+            parts = [self._shared.get((path, g), functools.partial(self._read, path, pf, [g], read_lock, episode))
                      if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping, cast
 
 import numpy as np
 
@@ -184,7 +184,7 @@ def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
     """Decode each distinct segment once per batch (its unique frames in one call), then scatter.
 
     Returns the per-sample frames and how many frames were actually decoded."""
-    by_seg: dict[int, tuple[object, list[int]]] = {}
+    by_seg: dict[int, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
         by_seg.setdefault(id(seg), (seg, []))[1].append(j)
     out: list[np.ndarray | None] = [None] * len(segs)
@@ -195,4 +195,4 @@ def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
         decoded += len(wanted)
         for j in members:
             out[j] = pixels[np.searchsorted(wanted, idx[j])]
-    return out, decoded
+    return cast("list[np.ndarray]", out), decoded  # every sample's slot was filled above

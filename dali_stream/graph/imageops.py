@@ -1,6 +1,6 @@
 """What the DALI graph does to every camera image after decoding: resize, centre crop, dtype and scaling.
 
-A validated value (no DALI import), applied in `graph.build_pipeline` on the device the frames are on (the
+A validated value (no DALI import), applied in `graph.pipeline.build_pipeline` on the device the frames are on (the
 GPU on the NVDEC route): the preprocessing a policy would otherwise run in its forward pass.
 Order: resize to `resize` (H, W) → centre crop to `crop` (H, W) → CHW layout → dtype: uint8 as decoded, or
 float32 scaled to [0, 1] and, with `mean`/`std` (per channel, in [0, 1] units), (x - mean) / std.

@@ -23,7 +23,7 @@ def video_decoder(encoded, frames, route: str):
     """DALI's video decoder for `route` ("nvdec" or "dali-cpu") at per-sample frame indices.
 
     `pad_mode="none"`: an index past the stream's frames is an error (DALI's default "constant" returns a
-    black frame silently); `decode_errors.explain` names the camera and episode."""
+    black frame silently); `decode.errors.explain` names the camera and episode."""
     from nvidia.dali import fn
 
     return fn.decoders.video(encoded, frames=frames, device="mixed" if route == "nvdec" else "cpu", pad_mode="none")
@@ -47,7 +47,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
     pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
                     prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True)
     names: list[str] = []
-    if image_ops.mean is not None:  # DALI normalises in pixel units: (x - 255 mean) / (255 std)
+    if image_ops.mean is not None and image_ops.std is not None:  # DALI normalises in pixel units: (x - 255 mean) / (255 std)
         mean, std = [m * 255.0 for m in image_ops.mean], [s * 255.0 for s in image_ops.std]
     else:
         mean, std = [0.0], [255.0 if image_ops.dtype == "float32" else 1.0]

@@ -31,7 +31,7 @@ import heapq
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -396,7 +396,7 @@ def window(frames: np.ndarray, lengths: np.ndarray, deltas: tuple[int, ...]) -> 
     return Window(rows=np.clip(raw, 0, last), is_pad=(raw < 0) | (raw > last))
 
 
-def delta_indices(delta_timestamps: Mapping[str, list[float]], fps: float, tolerance_s: float) -> dict[str, tuple[int, ...]]:
+def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float, tolerance_s: float) -> dict[str, tuple[int, ...]]:
     """Seconds to frame offsets (round(d * fps)); each offset must be a multiple of 1/fps within tolerance."""
     out: dict[str, tuple[int, ...]] = {}
     for key, deltas in delta_timestamps.items():

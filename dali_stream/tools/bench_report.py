@@ -37,19 +37,19 @@ def _fmt(value, digits=1) -> str:
 
 
 def rows(results: list[dict[str, Any]]) -> list[list[str]]:
-    out = []
+    out: list[list[str]] = []
     for r in results:
         c = r["config"]
         if r.get("skipped") or r.get("error"):
             out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
-                        "-", "-", "-", "-", "-", "-", "-", r.get("skipped") or r.get("error")])
+                        "-", "-", "-", "-", "-", "-", "-", str(r.get("skipped") or r.get("error"))])
             continue
         best_base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
         out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
                     _fmt(r["p95_batch_latency_ms"]), _fmt(r.get("limit_ratio"), 2),
                     f"{_fmt(r.get('baseline_ratio'), 2)} (vs {_fmt(best_base)})", _fmt(r["peak_rss_gb"], 2),
-                    r.get("device", "")])
+                    str(r.get("device", ""))])
     return out
 
 

@@ -40,6 +40,8 @@ def _guard(fn, *args) -> dict[str, Any]:
 
 # ---- node ----------------------------------------------------------------------------------------------
 def _nvidia_smi() -> list[dict[str, Any]]:
+    """Each GPU's facts from `nvidia-smi --query-gpu` (CSV). Not NVML's Python bindings: diagnose must report on
+    a node whose Python environment is broken, and nvidia-smi ships with every driver."""
     fields = "index,name,compute_cap,memory.total,driver_version,mig.mode.current"
     proc = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
                           capture_output=True, text=True, timeout=20)
@@ -63,7 +65,7 @@ def probe_node() -> dict[str, Any]:
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
-        cores = os.cpu_count()
+        cores = os.cpu_count() or 1
     node: dict[str, Any] = {"hostname": socket.gethostname(), "cpu_cores": cores, "platform": platform.platform()}
     try:
         gpus = _nvidia_smi()
@@ -184,7 +186,7 @@ GPU_LAYER_FIXES = {
 
 
 def routing_node(node: dict[str, Any], software: dict[str, Any]):
-    """The `decode.Node` routing sees here, from the probes' results (the same rules as the loader's)."""
+    """The `decode.routes.Node` routing sees here, from the probes' results (the same rules as the loader's)."""
     from ..decode.routes import ENV_CPU_ONLY, Node, NodeFacts
 
     dali, torch = software["nvidia.dali"], software["torch"]
@@ -194,7 +196,7 @@ def routing_node(node: dict[str, Any], software: dict[str, Any]):
     facts = NodeFacts(
         dali_devices=dali.get("cuda_devices", 0) if dali["ok"] else 0,
         torch_devices=torch.get("cuda_devices", 0) if torch["ok"] else 0,
-        torch_version=torch.get("version"), torch_cuda=torch.get("cuda_build"), gpu_name=first["name"],
+        torch_version=torch.get("version"), torch_cuda=torch.get("cuda_build"), gpu_name=str(first["name"]),
         capability=tuple(cap) if cap else None, nvcuvid_error=None if nvcuvid in (None, "loads") else nvcuvid,
         cpu_only=os.environ.get(ENV_CPU_ONLY, "").strip().lower() in ("1", "true", "yes"))
     return Node.from_facts(facts)
@@ -232,7 +234,8 @@ def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> di
     gpus = node_report.get("gpus") or []
     driver = gpus[0].get("driver") if gpus else None
     torch, codec, dali = software["torch"], software["torchcodec"], software["nvidia.dali"]
-    broken, idle = [], []
+    broken: list[str] = []
+    idle: list[str] = []
     installed = software["distributions"] if software["distributions"]["ok"] else {}
     pair = torchcodec_problem(codec.get("version") or installed.get("torchcodec"), torch.get("version"),
                               torch.get("cuda_build"))
@@ -265,10 +268,12 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
 
         report["dataset"] = _guard(probe_dataset, source, report["software"], node, decode_test)
     host = report["node"].get("hostname", "this node")
-    bad_cameras = []
+    bad_cameras: list[str] = []
+    cams: dict[str, Any] = {}
     dataset = report.get("dataset")
     if dataset is not None and dataset.get("ok"):
-        bad_cameras = [k for k, c in dataset["cameras"].items() if not c["decodable"]]
+        cams = dataset["cameras"]
+        bad_cameras = [k for k, c in cams.items() if not c["decodable"]]
     if broken or report["install"]["broken"]:
         errors = "; ".join([f"{p}: {report['software'][p]['error']}" for p in broken] + report["install"]["broken"])
         report["exit_code"] = EXIT_BROKEN
@@ -280,7 +285,7 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
     elif bad_cameras:
         report["exit_code"] = EXIT_CAMERA
         report["verdict"] = f"{len(bad_cameras)} camera(s) cannot be decoded on {host}: " + "; ".join(
-            f"{k} ({dataset['cameras'][k]['layer']}: {dataset['cameras'][k]['fix']})" for k in bad_cameras)
+            f"{k} ({cams[k]['layer']}: {cams[k]['fix']})" for k in bad_cameras)
     else:
         what = (f"all {len(dataset['cameras'])} cameras decodable ("
                 + ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['route']}" for k, c in dataset["cameras"].items()) + ")"

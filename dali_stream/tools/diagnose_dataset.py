@@ -67,6 +67,8 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
 
 def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: bool) -> dict[str, Any]:
     """Cut the episode's segment and decode its middle frame through each route this node has."""
+    import numpy as np
+
     from ..decode.cpu import torchcodec_frames
     from ..decode.routes import DALI_CPU_CODECS
     from ..fetch.segments import cut_segment
@@ -79,7 +81,7 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
         seg = cut_segment(meta.data_fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
                           episode=meta.episode_index(pos), camera=key, codec=cam.codec, tolerance_s=1e-3,
                           last_frame_s=start + (length - 1) / meta.fps)
-        idx = seg.frame_indices([start + frame / meta.fps], 1e-3, f"frame {frame}")
+        idx = seg.frame_indices(np.array([start + frame / meta.fps]), 1e-3, f"frame {frame}")
     except Exception as exc:
         return {"segment": {"ok": False, "layer": "container", "error": str(exc)[:600]}}
     expect = [meta.episode_index(pos), frame]

@@ -19,7 +19,7 @@ def _software_rows(software: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def _camera_rows(cameras: dict[str, Any]) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for key, c in cameras.items():
         size = f"{c['width']}x{c['height']}" if "width" in c else "?"
         tests = c.get("decode_test", {})
@@ -66,8 +66,8 @@ def render(report: dict[str, Any]) -> None:
         if dataset.get("ok"):
             table = Table(*CAMERA_HEADER, title=f"{dataset['source']} ({dataset['codebase_version']}, "
                                                 f"{dataset['episodes']} episodes)")
-            for row, cam in zip(_camera_rows(dataset["cameras"]), dataset["cameras"].values()):
-                table.add_row(*row, style=None if cam["decodable"] else "red")
+            for cam_row, cam in zip(_camera_rows(dataset["cameras"]), dataset["cameras"].values()):
+                table.add_row(*cam_row, style=None if cam["decodable"] else "red")
             console.print(table)
             for key, cam in dataset["cameras"].items():
                 console.print(f"  {key}: {cam['reason']}" + ("" if cam["decodable"] else

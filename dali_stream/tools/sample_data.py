@@ -142,8 +142,8 @@ def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int,
     import av
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
-    encoder, options = _ENCODERS[codec]
-    options = {**options(gop), **(_CAREFUL[codec] if careful else {})}
+    encoder, options_of = _ENCODERS[codec]
+    options = {**options_of(gop), **(_CAREFUL[codec] if careful else {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as container:
         stream = container.add_stream(encoder, rate=fps, options=options)
@@ -267,7 +267,8 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
             writer = writer or pq.ParquetWriter(path, table.schema)
             writer.write_table(table)  # one row group per episode
             ep_cols["data/chunk_index"][e], ep_cols["data/file_index"][e] = chunk, file
-        writer.close()
+        if writer is not None:
+            writer.close()
         done += 1
         if progress:
             progress(done, total_files)

@@ -1,7 +1,9 @@
 """Defaults of the sample-data writer, standard library only: `sample_data.SampleSpec` and the
 `dali-stream make-sample` parser share them (the CLI builds its parser without importing numpy)."""
 
-SAMPLE_DEFAULTS = {
+from typing import Any
+
+SAMPLE_DEFAULTS: dict[str, Any] = {
     "episodes": 36,
     "min_length": 40,
     "max_length": 90,

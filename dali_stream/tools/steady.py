@@ -52,4 +52,5 @@ class SteadyWindow:
     @property
     def seconds(self) -> float:
         """Window length: to its closing batch, or to the last batch if the source ran out first."""
-        return (self.end or self.last) - self.start if self.start is not None else 0.0
+        end = self.end if self.end is not None else self.last
+        return end - self.start if self.start is not None and end is not None else 0.0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import ConfigError
 
@@ -145,7 +145,7 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
                     continue
                 for frame in decoded:
                     frames += 1
-                    if expect is not None and not _ids_ok(frame, expect, fps):
+                    if expect is not None and fps is not None and not _ids_ok(frame, expect, fps):
                         wrong += 1
     except av.error.FFmpegError as exc:
         return f"not a readable MP4: {exc}"
@@ -242,7 +242,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
                 damaged.setdefault(rel, []).append(f"decode: {why}")
             if progress:
                 progress("decode", n + 1, len(todo))
-    files = [{"file": rel, "problems": problems, "episodes": holders.get(rel, [])}
+    files: list[dict[str, Any]] = [{"file": rel, "problems": problems, "episodes": holders.get(rel, [])}
              for rel, problems in sorted(damaged.items())]
     episodes = sorted({e for f in files for e in f["episodes"]})
     return {"source": source, "reference": what or None, "decoded": decode, "files_here": len(mine),
