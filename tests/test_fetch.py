@@ -76,6 +76,20 @@ def test_index_matches_the_demuxer(four_codec_dataset):
         assert got == want, path
 
 
+def test_index_matches_pyav_index_entries(four_codec_dataset):
+    """The library alternative (README, "Our code or a library's"): PyAV's index entries hold the same offsets,
+    sizes, dts and keyframe flags for every sample of every codec's files; they have no pts."""
+    import av
+
+    for path in sorted(four_codec_dataset.glob("videos/*/*/*.mp4")):
+        index = read_index(_local_rfs(), str(path))
+        with av.open(str(path)) as c:
+            entries = c.streams.video[0].index_entries
+            theirs = [(e.pos, e.size, e.timestamp, e.is_keyframe) for e in entries]
+        ours = list(zip(index.offsets.tolist(), index.sizes.tolist(), index.dts.tolist(), index.sync.tolist()))
+        assert ours == theirs, path
+
+
 def test_indexed_cut_equals_the_demuxing_cut(four_codec_dataset):
     from fsspec.implementations.local import LocalFileSystem
 
