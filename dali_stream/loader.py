@@ -27,7 +27,7 @@ from .decode.errors import classify
 from .decode.routes import Node, choose_routes, formats_of, warn_once
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
-from .fetch.store import EpisodeStore
+from .fetch.store import EpisodeStore, end_pool
 from .fetch.tables import TableReader
 from .graph.batches import BatchBuilder, Prepared
 from .graph.imageops import ImageOps
@@ -111,7 +111,7 @@ class _Producer:
         if self.pool is not None:
             for fut in self.futures.values():
                 fut.cancel()
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            end_pool(self.pool)
         self.prefetcher.close()
 
 

@@ -347,6 +347,32 @@ def test_close_and_with_end_the_threads_and_the_loader(small_dataset):
     other.close()  # twice is fine
 
 
+def test_a_loader_collected_on_its_own_fetch_thread_ends_cleanly(small_dataset, monkeypatch):
+    """The last reference dropped inside one of the loader's fetch threads (as a failed batch's traceback can
+    do): the finalizer runs there and must not try to join that thread."""
+    import gc
+    import sys
+    import threading
+
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
+    pool = box[0].store._pool
+    pool.submit(lambda: None).result()  # the pool's thread exists now
+    threads = _threads_of(box[0])
+    done = threading.Event()
+
+    def drop():
+        box.clear()
+        gc.collect()  # the loader's finalizer runs here, on its own fetch thread
+        done.set()
+
+    pool.submit(drop)
+    assert done.wait(30)
+    assert unraisable == [], [u.exc_value for u in unraisable]
+    assert pool._shutdown and _ended(threads)
+
+
 def test_routes_and_settings_are_logged_not_printed(small_dataset, caplog, capsys):
     import logging
 

@@ -52,6 +52,13 @@ class _Episode:
     refs: int = 0
 
 
+def end_pool(pool: ThreadPoolExecutor) -> None:
+    """Cancel a pool's pending work and wait for its threads, unless called on one of them (a loader garbage
+    collected by its own fetch thread): that thread cannot join itself, the others are told to end."""
+    own = threading.current_thread() in getattr(pool, "_threads", ())
+    pool.shutdown(wait=not own, cancel_futures=True)
+
+
 class SegmentDecoders(Protocol):
     """The CPU decoders kept per segment (`decode.cpu.DecoderCache`): the store releases a retired episode's
     decoders and closes all of them with itself. Passed in, so fetching does not depend on decoding."""
@@ -88,9 +95,9 @@ class EpisodeStore:
     def close(self) -> None:
         """End the fetch threads (pending fetches are cancelled), close decoders and index containers, and drop
         the fetched episodes. Safe to call more than once."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            end_pool(pool)
         self.decoders.clear()
         if self.indexes is not None:
             self.indexes.close()
