@@ -90,6 +90,24 @@ def test_index_matches_pyav_index_entries(four_codec_dataset):
         assert ours == theirs, path
 
 
+def test_local_files_are_cut_from_their_index(four_codec_dataset):
+    """Local data takes the indexed cut too (one read of an episode's packets, no demuxer per episode), and its
+    batches are the painted frames the plan asked for."""
+    from dali_stream.tools.paint import read_ids
+
+    loader = StreamLoader(str(four_codec_dataset), batch_size=4, episode_pool_size=2, device="cpu",
+                          image_dtype="uint8", decode="cpu")
+    batch = next(iter(loader))
+    meta = loader.meta
+    for key in meta.video_keys:
+        path = meta.video_file(int(batch["episode_index"][0]), key)
+        assert loader.store.indexes.get(path) is not None, loader.store.indexes.unsupported
+        for i in range(4):
+            assert read_ids(batch[key][i]) == (int(batch["episode_index"][i]), int(batch["frame_index"][i]))
+    assert loader.store.indexes.unsupported == {}
+    loader.close()
+
+
 def test_indexed_cut_equals_the_demuxing_cut(four_codec_dataset):
     from fsspec.implementations.local import LocalFileSystem
 

@@ -1,4 +1,4 @@
-"""The sample index of a remote MP4 (its `moov` box), so an episode costs one range request for its packets.
+"""The sample index of an MP4 (its `moov` box), so an episode costs one range read for its packets.
 
 `read_index(rfs, path)` walks the file's top-level boxes with small range reads (the first 4 KB, one
 16-byte header per later box, then the whole `moov`) and parses the video track's sample tables
@@ -27,6 +27,8 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+
+from ..errors import VideoFileError
 
 HEAD_BYTES = 4096  # read first: ftyp and, for faststart files, the start of moov
 _CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
@@ -196,7 +198,7 @@ def read_index(rfs, path: str) -> Mp4Index:
 
 @dataclass
 class IndexedFile:
-    """A remote video file ready for cutting: its index and an open container whose stream is the template."""
+    """A video file (remote or local) ready for cutting: its index and an open container whose stream is the template."""
 
     index: Mp4Index
     container: object  # av.container.InputContainer, kept open for `stream`
@@ -236,7 +238,7 @@ class IndexCache:
 
         try:
             index = read_index(self.rfs, path)
-        except (IndexUnsupported, struct.error, IndexError, ValueError) as exc:
+        except (IndexUnsupported, VideoFileError, struct.error, IndexError, ValueError) as exc:
             self.unsupported[path] = f"{type(exc).__name__}: {exc}"
             return None
         try:

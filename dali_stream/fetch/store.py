@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..errors import RemoteError
+from ..errors import RemoteError, VideoFileError
 from .segments import Segment, cut_segment
 from .tables import TableReader
 
@@ -84,13 +84,13 @@ class EpisodeStore:
         self._warned = False
         self._pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-fetch") \
             if fetch_workers > 0 else None
-        from ..source.storage import is_local
+        from ..source.storage import LocalRanges, is_local
+        from .mp4index import IndexCache
 
-        self.indexes = None
-        if not is_local(meta.data_fs):
-            from .mp4index import IndexCache
-
-            self.indexes = IndexCache(meta.data_fs)
+        # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
+        # behind the same interface (a file the index cannot handle is cut through the demuxer).
+        self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
+        self.indexes = IndexCache(self.ranges)
 
     def close(self) -> None:
         """End the fetch threads (pending fetches are cancelled), close decoders and index containers, and drop
@@ -99,8 +99,7 @@ class EpisodeStore:
         if pool is not None:
             end_pool(pool)
         self.decoders.clear()
-        if self.indexes is not None:
-            self.indexes.close()
+        self.indexes.close()
         with self._lock:
             self._entries.clear()
             self.bytes = 0
@@ -212,14 +211,14 @@ class EpisodeStore:
         path = meta.video_file(pos, camera)
         episode = meta.episode_index(pos)
         try:
-            indexed = self.indexes.get(path) if self.indexes is not None else None
-            seg = cut_segment(meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
+            indexed = self.indexes.get(path)
+            seg = cut_segment(self.ranges if indexed is not None else meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
                               camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
                               last_frame_s=start + float(rows["timestamp"][-1]), indexed=indexed)
-        except RemoteError as exc:
+        except (RemoteError, VideoFileError) as exc:
             if f"(episode {episode}," in str(exc):
                 raise
-            raise RemoteError(f"{exc} (episode {episode}, camera {camera!r})") from None
+            raise type(exc)(f"{exc} (episode {episode}, camera {camera!r})") from None
         with self._lock:
             self.stats.segments_cut += 1
             self.stats.segment_bytes += seg.nbytes
