@@ -49,6 +49,12 @@ def _packets(data_or_path) -> list[tuple]:
         return [(p.pts, p.dts, p.duration, bytes(p), p.is_keyframe) for p in c.demux(stream) if p.size]
 
 
+def _relative(packets: list[tuple]) -> list[tuple]:
+    """Packets with pts and dts counted from the first packet's dts."""
+    base = packets[0][1]
+    return [(pts - base, dts - base, *rest) for pts, dts, *rest in packets]
+
+
 def _cut_args(meta, pos, key):
     cam = meta.cameras[key]
     start = float(cam.from_timestamp[pos])
@@ -120,7 +126,9 @@ def test_indexed_cut_equals_the_demuxing_cut(four_codec_dataset):
             demuxed = cut_segment(LocalFileSystem(), *args, **kw)
             indexed = cut_segment(rfs, *args, indexed=cache.get(args[0]), **kw)
             assert np.array_equal(demuxed.pts_s, indexed.pts_s), (key, pos)
-            assert _packets(demuxed.data) == _packets(indexed.data), (key, pos)
+            # the same packets, bytes and flags, with the same spacing and order of pts and dts (the indexed
+            # segment is written by mp4write with its first dts at 0, the remuxed one keeps the source's)
+            assert _relative(_packets(demuxed.data)) == _relative(_packets(indexed.data)), (key, pos)
     assert cache.unsupported == {}
 
 

@@ -69,3 +69,23 @@ def test_corrupt_segment_is_a_decode_error(four_codec_dataset):
     seg.data = seg.data[:40] + bytes(len(seg.data) - 40)
     with pytest.raises(DecodeError, match=r"torchcodec could not decode episode 1, camera 'observation.images.wrist'"):
         torchcodec_frames(seg, np.array([0, 3]))
+
+
+def test_samples_bytes_in_one_run_and_interleaved():
+    """An indexed segment's samples: one slice when they lie back to back (video-only files), gathered one by
+    one when other data sits between them (e.g. an audio track interleaved)."""
+    from dali_stream.fetch.segments import samples_bytes
+
+    data = bytes(range(100))
+    run = samples_bytes(data, 10, np.array([10, 13, 20]), np.array([3, 7, 5]))
+    assert run == data[0:15]
+    gathered = samples_bytes(data, 10, np.array([10, 20, 40]), np.array([3, 5, 2]))
+    assert gathered == data[0:3] + data[10:15] + data[30:32]
+
+
+def test_written_segment_refuses_a_payload_of_another_size():
+    from dali_stream.fetch.mp4write import write_mp4
+
+    one = np.array([1])
+    with pytest.raises(ValueError, match="1 samples of 4 bytes, payload of 3"):
+        write_mp4(b"", 16, 16, 1000, np.array([4]), one, one, one, np.array([True]), b"abc")

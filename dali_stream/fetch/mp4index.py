@@ -49,6 +49,7 @@ class Mp4Index:
     pts: np.ndarray  # (N,) int64 ticks
     durations: np.ndarray  # (N,) int64 ticks
     sync: np.ndarray  # (N,) bool keyframes
+    stsd: bytes  # the track's whole `stsd` box (codec, size, decoder configuration): segments copy it
 
     def cut(self, from_s: float, to_s: float, eps: float = 1e-6) -> tuple[int, int] | None:
         """Samples [first, stop) of an episode [from_s, to_s) in file seconds: from the last keyframe whose
@@ -157,7 +158,11 @@ def _track_arrays(moov: bytes) -> tuple:
             shift = media[0]
         if len(sizes) != count or len(chunk_of) != count:
             raise IndexUnsupported("sample tables disagree on the sample count")
-        return timescale, offsets.astype(np.int64), sizes, dts - shift, dts + comp - shift, deltas, sync
+        stsd_start, stsd_end = box(b"stsd")
+        stsd = moov[stsd_start - 8:stsd_end]
+        if struct.unpack_from(">I4s", stsd)[1] != b"stsd":
+            raise IndexUnsupported("stsd box with a 64-bit size")
+        return timescale, offsets.astype(np.int64), sizes, dts - shift, dts + comp - shift, deltas, sync, stsd
     raise IndexUnsupported("no video track")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodeError, FrameTimestampError, VideoFileError
+from .mp4write import write_mp4
 
 FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
 
@@ -186,32 +187,34 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
 def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode: int, camera: str, codec: str,
                  tolerance_s: float, last_frame_s: float) -> Segment:
     """The same cut as the demuxing path, with packets taken from the index and one range request."""
-    import av
 
     index = indexed.index
     span = index.cut(from_s, to_s)
     if span is None:
         raise _no_keyframe(path, from_s, episode, camera, None)
     first, stop = span
-    tb, ts = indexed.stream.time_base, index.timescale
+    ts = index.timescale
     if index.pts[first] / ts > from_s + tolerance_s:
         raise _no_keyframe(path, from_s, episode, camera, index.pts[first] / ts)
     start, end = index.byte_range(first, stop)
     data = fs.read_range(path, start, end)
-    packets = []
-    for i in range(first, stop):
-        size = int(index.sizes[i])
-        if size == 0:
-            continue
-        offset = int(index.offsets[i]) - start
-        pkt = av.Packet(data[offset:offset + size])
-        pkt.pts, pkt.dts, pkt.duration = int(index.pts[i]), int(index.dts[i]), int(index.durations[i])
-        pkt.time_base = tb
-        pkt.is_keyframe = bool(index.sync[i])
-        packets.append(pkt)
-    pts = np.sort(index.pts[first:stop][index.sizes[first:stop] > 0] / ts)  # as float(pts * tb), exactly
+    keep = index.sizes[first:stop] > 0
+    sizes = index.sizes[first:stop][keep]
+    payload = samples_bytes(data, start, index.offsets[first:stop][keep], sizes)
+    stream = indexed.stream
+    segment = write_mp4(index.stsd, stream.codec_context.width, stream.codec_context.height, ts, sizes,
+                        index.dts[first:stop][keep], index.pts[first:stop][keep],
+                        index.durations[first:stop][keep], index.sync[first:stop][keep], payload)
+    pts = np.sort(index.pts[first:stop][keep] / ts)  # as float(pts * tb), exactly
     _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
-    return Segment(mux(indexed.stream, packets), pts, path, episode, camera, codec)
+    return Segment(segment, pts, path, episode, camera, codec)
+
+
+def samples_bytes(data: bytes, start: int, offsets: np.ndarray, sizes: np.ndarray) -> bytes:
+    """The samples at file `offsets` (decode order) back to back, from `data` read at file offset `start`."""
+    if len(offsets) and int(offsets[0]) == start and np.array_equal(offsets[1:], offsets[:-1] + sizes[:-1]):
+        return data[:int(sizes.sum())]  # one run of samples (a video-only file): no copy per sample
+    return b"".join(data[o - start:o - start + n] for o, n in zip(offsets.tolist(), sizes.tolist()))
 
 
 def mux(template, packets) -> bytes:
