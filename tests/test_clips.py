@@ -9,9 +9,11 @@ import pytest
 
 from dali_stream import StreamLoader
 from dali_stream.decode.cpu import open_decoder
+from dali_stream.fetch.mp4index import IndexCache
 from dali_stream.fetch.segments import cut_segment
 from dali_stream.graph.clips import dali_input
 from dali_stream.meta import DatasetMeta
+from dali_stream.source.storage import LocalRanges
 from dali_stream.tools.paint import read_ids
 
 GOP = 30
@@ -27,19 +29,29 @@ def long_episodes(tmp_path_factory):
     return write_sample(tmp_path_factory.mktemp("clips") / "long", spec)
 
 
-def _segment(root, pos, key):
-    """The episode's segment (it starts at the keyframe at or before the episode) and its first frame's time."""
+def _segment(root, pos, key, indexed: bool = False):
+    """The episode's segment (it starts at the keyframe at or before the episode) and its first frame's time:
+    remuxed by PyAV through the demuxer, or written by mp4write from the file's index (what the loader does)."""
     meta = DatasetMeta.open(str(root))
     cam = meta.cameras[key]
     start = float(cam.from_timestamp[pos])
-    return meta, start, cut_segment(meta.data_fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
+    fs, index = meta.data_fs, None
+    if indexed:
+        fs = LocalRanges(meta.data_fs)
+        index = IndexCache(fs).get(meta.video_file(pos, key))
+        assert index is not None
+    return meta, start, cut_segment(fs, meta.video_file(pos, key), start, float(cam.to_timestamp[pos]),
                                     episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4,
-                                    last_frame_s=start + (int(meta.lengths[pos]) - 1) / meta.fps)
+                                    last_frame_s=start + (int(meta.lengths[pos]) - 1) / meta.fps, indexed=index)
 
 
+@pytest.mark.parametrize("indexed", [False, True], ids=["remuxed-segment", "written-segment"])
 @pytest.mark.parametrize("key", ["observation.images.front", "observation.images.side", "observation.images.top"])
-def test_a_clip_decodes_to_the_frames_asked_for(long_episodes, key):
-    meta, start, seg = _segment(long_episodes, 1, key)
+def test_a_clip_decodes_to_the_frames_asked_for(long_episodes, key, indexed):
+    """Clips are written by mp4write from the segment's own sample table, whichever way the segment was made
+    (PyAV's muxer writes an edit list for B-frames; mp4write none)."""
+    meta, start, seg = _segment(long_episodes, 1, key, indexed)
+    assert seg.packets().stsd is not None
     rng = np.random.default_rng(0)
     episode, length = meta.episode_index(1), int(meta.lengths[1])
     for first in [0, 1, 29, 30, 31, 400, length - 3]:

@@ -79,6 +79,7 @@ def test_samples_bytes_in_one_run_and_interleaved():
     data = bytes(range(100))
     run = samples_bytes(data, 10, np.array([10, 13, 20]), np.array([3, 7, 5]))
     assert run == data[0:15]
+    assert samples_bytes(data, 10, np.array([20, 23]), np.array([3, 4])) == data[10:17]
     gathered = samples_bytes(data, 10, np.array([10, 20, 40]), np.array([3, 5, 2]))
     assert gathered == data[0:3] + data[10:15] + data[30:32]
 
@@ -88,4 +89,4 @@ def test_written_segment_refuses_a_payload_of_another_size():
 
     one = np.array([1])
     with pytest.raises(ValueError, match="1 samples of 4 bytes, payload of 3"):
-        write_mp4(b"", 16, 16, 1000, np.array([4]), one, one, one, np.array([True]), b"abc")
+        write_mp4(b"", 1000, np.array([4]), one, one, one, np.array([True]), b"abc")

@@ -166,6 +166,14 @@ def _track_arrays(moov: bytes) -> tuple:
     raise IndexUnsupported("no video track")
 
 
+def track_of(data: bytes) -> tuple:
+    """The video track's arrays (as `Mp4Index` holds them, then its `stsd` box) of a whole MP4 in memory."""
+    for kind, start, end in _boxes(data):
+        if kind == b"moov":
+            return _track_arrays(data[start:end])
+    raise IndexUnsupported("no moov box")
+
+
 def read_index(rfs, path: str) -> Mp4Index:
     """Index the video track of the MP4 at `path` on a RemoteFS (a few small range reads + the moov)."""
     size = rfs.size(path)

@@ -16,6 +16,7 @@ two give the same packets (bytes, pts, dts, duration, keyframes); the indexed cu
 from __future__ import annotations
 
 import io
+import struct
 import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -201,9 +202,7 @@ def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode:
     keep = index.sizes[first:stop] > 0
     sizes = index.sizes[first:stop][keep]
     payload = samples_bytes(data, start, index.offsets[first:stop][keep], sizes)
-    stream = indexed.stream
-    segment = write_mp4(index.stsd, stream.codec_context.width, stream.codec_context.height, ts, sizes,
-                        index.dts[first:stop][keep], index.pts[first:stop][keep],
+    segment = write_mp4(index.stsd, ts, sizes, index.dts[first:stop][keep], index.pts[first:stop][keep],
                         index.durations[first:stop][keep], index.sync[first:stop][keep], payload)
     pts = np.sort(index.pts[first:stop][keep] / ts)  # as float(pts * tb), exactly
     _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
@@ -212,8 +211,9 @@ def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode:
 
 def samples_bytes(data: bytes, start: int, offsets: np.ndarray, sizes: np.ndarray) -> bytes:
     """The samples at file `offsets` (decode order) back to back, from `data` read at file offset `start`."""
-    if len(offsets) and int(offsets[0]) == start and np.array_equal(offsets[1:], offsets[:-1] + sizes[:-1]):
-        return data[:int(sizes.sum())]  # one run of samples (a video-only file): no copy per sample
+    if len(offsets) and np.array_equal(offsets[1:], offsets[:-1] + sizes[:-1]):
+        first = int(offsets[0]) - start
+        return data[first:first + int(sizes.sum())]  # one run of samples (a video-only file): no copy per sample
     return b"".join(data[o - start:o - start + n] for o, n in zip(offsets.tolist(), sizes.tolist()))
 
 
@@ -269,10 +269,24 @@ class PacketIndex:
     duration: np.ndarray
     key: np.ndarray  # (N,) bool
     time_base: Fraction
+    stsd: bytes | None = None  # the track's `stsd` box, for clips written by `mp4write` (None: remux by PyAV)
 
 
 def packet_index(data: bytes) -> PacketIndex:
-    """Demux a segment's bytes once and record every packet (the segment's own muxer wrote them)."""
+    """Every packet of a segment's bytes, read from its own `moov` with numpy as `mp4index` reads files; a
+    layout that index does not take is demuxed once by PyAV instead."""
+    from .mp4index import IndexUnsupported, track_of
+
+    try:
+        timescale, offsets, sizes, dts, pts, durations, sync, stsd = track_of(data)
+    except (IndexUnsupported, struct.error, IndexError, ValueError):
+        return _demuxed_packets(data)
+    keep = sizes > 0
+    return PacketIndex(offsets[keep], sizes[keep], pts[keep], dts[keep], durations[keep], sync[keep],
+                       Fraction(1, timescale), stsd)
+
+
+def _demuxed_packets(data: bytes) -> PacketIndex:
     import av
 
     rows = []
