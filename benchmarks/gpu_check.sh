@@ -8,6 +8,7 @@
 #
 #   PY=python3 GPU_OUT=/tmp/out bash benchmarks/gpu_check.sh
 # PY: the interpreter holding dali_stream's dependencies (default .venv/bin/python, else python3).
+# GPU_TEST_TIMEOUT: seconds one GPU test may run before pytest-timeout stops it (default 900).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -28,7 +29,7 @@ echo "== diagnose ($gpu) -> $out/diagnose.json"
 
 echo "== gpu tests -> $out/gpu-tests.log"
 timeout_flag=()
-"$PY" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout=900)
+"$PY" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout="${GPU_TEST_TIMEOUT:-900}")
 "$PY" -m pytest -m gpu -v -rs "${timeout_flag[@]}" -p no:cacheprovider tests/test_gpu.py \
     --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
 tests=${PIPESTATUS[0]}
