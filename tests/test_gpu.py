@@ -56,7 +56,7 @@ def _check_ids(batch, loader, keys, steps=STEPS):
         for i, (ep, fr) in enumerate(zip(eps, frames)):
             want = [(int(ep), min(max(int(fr) + d, 0), lengths[int(ep)] - 1)) for d in steps.get(key, (0,))]
             got = [read_ids(f) for f in (imgs[i] if imgs[i].ndim == 4 else imgs[i][None])]
-            assert got == want, (key, ep, fr)
+            assert got == want, (key, loader.routes[key], ep, fr)
 
 
 def test_auto_routes_follow_the_table_on_this_gpu(gpu_dataset):
@@ -92,16 +92,21 @@ def test_nvdec_frames_carry_the_planned_ids_and_every_tensor_is_on_the_loader_de
 
 
 def test_nvdec_and_torchcodec_give_the_same_frames_per_camera(gpu_dataset):
-    """Same plan through NVDEC and torchcodec: same painted ids, and PSNR above 30 dB per camera."""
+    """Same plan through NVDEC and torchcodec, two loaders in one process: each route's frames carry the planned
+    ids (checked per loader, so a failure names the route), and they agree with PSNR above 30 dB per camera.
+
+    H100, 2026-11-23 (benchmarks/results/NVIDIA-H100-80GB-HBM3/README.md): fails there on the torchcodec loader,
+    which showed another frame of the episode in the last sample of one batch, only while the NVDEC loader ran
+    in the same process; the NVDEC loader matched the plan in every batch. Cause open."""
     args = dict(batch_size=4, episode_pool_size=3, seed=5, delta_timestamps=DELTAS, image_dtype="uint8")
     gpu = StreamLoader(str(gpu_dataset), decode={k: "gpu" for k in (FRONT, SIDE, TOP)}, **args)
     cpu = StreamLoader(str(gpu_dataset), decode="cpu", **args)
     for n, (a, b) in enumerate(zip(gpu, cpu)):
         assert torch.equal(a["index"].cpu(), b["index"].cpu())
+        _check_ids(a, gpu, [FRONT, SIDE, TOP])
+        _check_ids(b, cpu, [FRONT, SIDE, TOP])
         for key in (FRONT, SIDE, TOP):
             x, y = a[key].cpu().numpy(), b[key].cpu().numpy()
-            assert [read_ids(f) for f in x.reshape(-1, *x.shape[-3:])] == \
-                [read_ids(f) for f in y.reshape(-1, *y.shape[-3:])], key
             mse = np.mean((x.astype(np.float64) - y.astype(np.float64)) ** 2)
             assert 10 * np.log10(255.0 ** 2 / max(mse, 1e-9)) > 30, key
         if n == 5:
@@ -160,7 +165,7 @@ def test_the_make_demo_sample_decodes_on_this_gpu(small_dataset):
     loader = StreamLoader(str(small_dataset), batch_size=4, image_dtype="uint8")
     assert loader.routes[TOP] == "dali-cpu" and "below NVDEC's minimum 128x128" in loader.route_reasons[TOP]
     batch = next(iter(loader))
-    _check_ids(batch, loader, list(loader.routes))
+    _check_ids(batch, loader, list(loader.routes), steps={})  # no delta_timestamps: one frame per camera
     assert {str(v.device) for v in batch.values() if isinstance(v, torch.Tensor)} == {loader.device}
 
 
