@@ -177,7 +177,10 @@ class StreamLoader:
                                f"{str(exc).splitlines()[0] if str(exc) else ''}); torchcodec must match torch and "
                                "find FFmpeg 4-7 (apt-get install -y ffmpeg): `dali-stream diagnose` names the fix")
         # DALI's mixed video decoder runs one decode session per pipeline thread, and one session cannot use
-        # more than one NVDEC engine: give it a thread per engine (H100: 7), not just `num_workers`.
+        # more than one NVDEC engine: give it a thread per engine (H100: 7), not just `num_workers`. Measured
+        # on an H100 with DALI 2.4, the decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16
+        # threads cost the same (benchmarks/results/NVIDIA-H100-80GB-HBM3/): the threads wait for a DALI
+        # that decodes samples in parallel.
         engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
         self.dali_threads = max(1, cfg.num_workers, engines if "nvdec" in self.routes.values() else 0)
         for key, cam in meta.cameras.items():
