@@ -78,3 +78,28 @@ def test_version_and_python_dash_m():
     out = subprocess.run([sys.executable, "-m", "dali_stream", "--version"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == f"dali-stream {__version__}"
+
+
+def test_make_sample_with_encoder_processes_through_python_dash_m(tmp_path):
+    """`python -m dali_stream make-sample --workers 2`: the spawned encoders import dali_stream.__main__ without
+    running the command again, and the dataset is the one a single process writes (as
+    `test_sample_data.test_encoder_processes_write_the_same_dataset` compares them)."""
+    import subprocess
+    import sys
+
+    args = ["make-sample", "--episodes", "4", "--min-length", "6", "--max-length", "9", "--cameras", "a:h264,b:vp9",
+            "--height", "64", "--width", "96", "--episodes-per-file", "2", "--gop", "5"]
+    for name, workers in (("one", "1"), ("two", "2")):
+        proc = subprocess.run([sys.executable, "-m", "dali_stream", *args[:1], str(tmp_path / name), *args[1:],
+                               "--workers", workers], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.count("wrote LeRobot v3.0 dataset") == 1, proc.stderr
+    from .test_sample_data import _files
+
+    assert _files(tmp_path / "one") == _files(tmp_path / "two")
+
+
+def test_make_sample_refuses_zero_workers(tmp_path):
+    proc = _cli("make-sample", tmp_path / "s", "--workers", 0, check=False)
+    assert proc.returncode != 0 and "must be at least 1. Found: 0" in proc.stderr
+    assert not (tmp_path / "s").exists()

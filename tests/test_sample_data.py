@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -140,3 +141,57 @@ def test_the_writer_checks_what_it_encoded(tmp_path):
     encode_video(path, (paint.render(64, 96, e, f) for e, f in ids), "av1", 30, 4, 64, 96)
     assert misread_frames(path, ids, 30) == []
     assert misread_frames(path, ids[:6] + [(3, 99)] + ids[7:], 30) == [6]
+
+
+def _files(root):
+    """Every file of a written dataset: tables and metadata as bytes; videos as (pts, keyframe, painted ids) per
+    frame, which is what the writer promises (an encoder's bytes may vary with its threads' timing)."""
+    import av
+
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.suffix == ".mp4":
+            with av.open(str(p)) as c:
+                out[p.relative_to(root)] = [(f.pts, f.key_frame, paint.read_ids(f.to_ndarray(format="rgb24")))
+                                            for f in c.decode(video=0)]
+        elif p.is_file():
+            out[p.relative_to(root)] = p.read_bytes()
+    return out
+
+
+def test_encoder_processes_write_the_same_dataset(tmp_path):
+    """Encoded in two worker processes, the dataset is the one a single process writes: the same tables and
+    metadata byte for byte, and every video frame at the same time, keyframe or not, with the same ids."""
+    from dali_stream.tools.sample_data import write_sample
+
+    spec = SampleSpec(episodes=4, min_length=8, max_length=14, height=64, width=96, gop=5, episodes_per_file=2,
+                      cameras=parse_cameras("a:h264,b:vp9"))
+    done = []
+    one = write_sample(tmp_path / "one", spec, workers=1)
+    two = write_sample(tmp_path / "two", spec, workers=2, progress=lambda d, t: done.append((d, t)))
+    assert _files(one) == _files(two)
+    total = done[-1][1]
+    assert [d for d, _ in done] == list(range(1, total + 1)) and total == len(list((two / "videos").rglob("*.mp4"))) + 2
+
+
+def test_encoder_processes_by_sample_size():
+    from dali_stream.tools.sample_data import PARALLEL_PIXELS, encode_workers
+
+    small = SampleSpec(episodes=4, min_length=8, max_length=14, height=64, width=96, cameras=parse_cameras("a:h264"))
+    big = SampleSpec(episodes=20, min_length=300, max_length=600, height=480, width=640,
+                     cameras=parse_cameras("a:h264,b:h264"))
+    assert int(big.lengths().sum()) * 2 * 480 * 640 >= PARALLEL_PIXELS
+    assert encode_workers(small, 6) == 1
+    assert encode_workers(big, 6) == min(os.cpu_count() or 1, 6)
+    assert encode_workers(small, 6, workers=3) == 3 and encode_workers(big, 2, workers=8) == 2
+
+
+def test_zero_workers_is_refused_before_anything_is_touched(tmp_path):
+    from dali_stream.tools.sample_data import write_sample
+
+    keep = tmp_path / "existing"
+    keep.mkdir()
+    (keep / "file").write_text("mine")
+    with pytest.raises(ValueError, match=r"workers .* must be at least 1\. Found: 0"):
+        write_sample(keep, SampleSpec(episodes=2), overwrite=True, workers=0)
+    assert (keep / "file").read_text() == "mine"

@@ -37,6 +37,9 @@ def _make_sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", type=int, default=from_spec["tasks"], help="distinct task strings")
     p.add_argument("--seed", type=int, default=from_spec["seed"], help="seed of the episode lengths")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes encoding the video files (default: one per core for samples of 200M+ pixels "
+                        "of video, else 1)")
 
 
 def _spec(args: argparse.Namespace):
@@ -48,7 +51,7 @@ def _spec(args: argparse.Namespace):
                       tasks=args.tasks, seed=args.seed)
 
 
-def _write_with_progress(out: Path, spec, overwrite: bool, console) -> Path:
+def _write_with_progress(out: Path, spec, overwrite: bool, console, workers: int | None = None) -> Path:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -66,7 +69,7 @@ def _write_with_progress(out: Path, spec, overwrite: bool, console) -> Path:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return write_sample(out, spec, overwrite=overwrite, progress=progress)
+        return write_sample(out, spec, overwrite=overwrite, progress=progress, workers=workers)
 
 
 def cmd_make_sample(args: argparse.Namespace) -> int:
@@ -74,7 +77,7 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True)
     spec = _spec(args)
-    path = _write_with_progress(Path(args.out), spec, args.overwrite, console)
+    path = _write_with_progress(Path(args.out), spec, args.overwrite, console, args.workers)
     console.print(f"wrote LeRobot v3.0 dataset: {path} ({spec.episodes} episodes, "
                   f"{int(spec.lengths().sum())} frames, cameras {', '.join(c.name + ':' + c.codec for c in spec.cameras)})")
     return 0
@@ -136,7 +139,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if root.exists() and any(root.iterdir()):
             console.print(f"[red]{root} exists but has no {INFO_PATH}; remove it or pass another folder[/]")
             return 2
-        _write_with_progress(root, _spec(args), True, console)
+        _write_with_progress(root, _spec(args), True, console, args.workers)
     else:
         console.print(f"using the sample dataset already at {root}")
     fps = json.loads((root / INFO_PATH).read_text())["fps"]

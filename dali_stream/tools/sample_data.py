@@ -215,12 +215,55 @@ def _stats(values: np.ndarray) -> dict[str, list]:
             "std": v.std(0).tolist(), "count": [int(len(v))]}
 
 
+# Below this many pixels of video in all (~650 frames at 640x480) files are encoded one after another: the
+# test fixtures stay in one process, where starting encoder processes would cost more than it saves.
+PARALLEL_PIXELS = 200_000_000
+
+
+def encode_workers(spec: "SampleSpec", files: int, workers: int | None = None) -> int:
+    """Processes that encode the video files: `workers` if given, else one per core for a sample of at least
+    PARALLEL_PIXELS of video (painting, encoding and reading the ids back run in Python per frame, so one
+    file keeps about one core busy), else 1."""
+    if workers is not None:
+        return min(workers, max(1, files))
+    pixels = int(spec.lengths().sum()) * len(spec.cameras) * spec.height * spec.width
+    return min(os.cpu_count() or 1, files) if pixels >= PARALLEL_PIXELS else 1
+
+
+_Job = tuple[Path, list[tuple[int, int]], int, str]  # a video file: path, painted ids, camera index, codec
+
+
+def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int, done: Callable[[], None]) -> None:
+    """`_encode_checked` for each job, in `workers` processes (1: in this one)."""
+    if workers <= 1:
+        for path, ids, camera, codec in jobs:
+            _encode_checked(path, ids, camera, codec, spec)
+            done()
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: the caller may hold threads (a loader, pytest's), which a forked child would inherit half-copied
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        futures = [pool.submit(_encode_checked, path, ids, camera, codec, spec) for path, ids, camera, codec in jobs]
+        for future in as_completed(futures):
+            future.result()
+            done()
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
 def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bool = False,
-                 progress: Callable[[int, int], None] | None = None) -> Path:
-    """Write the dataset under `out` and return its path. `progress(done, total)` counts encoded files."""
+                 progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Path:
+    """Write the dataset under `out` and return its path. `progress(done, total)` counts written files;
+    `workers`: processes encoding video files (default: see `encode_workers`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers (processes encoding the video files) must be at least 1. Found: {workers}; "
+                         "leave it out for one per core on large samples")
     out = Path(out)
     if out.exists():
         if not overwrite:
@@ -237,6 +280,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
     cam_groups = [_groups(spec.episodes, spec.episodes_per_file - c, spec.episodes_per_file)
                   for c in range(len(spec.cameras))]
     total_files = len(data_groups) + sum(len(g) for g in cam_groups)
+    processes = encode_workers(spec, total_files - len(data_groups), workers)
     done = 0
 
     # ---- tables --------------------------------------------------------------------------------------
@@ -274,6 +318,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
             progress(done, total_files)
 
     # ---- videos --------------------------------------------------------------------------------------
+    jobs: list[_Job] = []
     for c, cam in enumerate(spec.cameras):
         p = f"videos/{cam.key}/"
         for col in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
@@ -281,16 +326,21 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         for n, group in enumerate(cam_groups[c]):
             chunk, file = _chunk_file(n, spec.chunks_size)
             path = out / "videos" / cam.key / f"chunk-{chunk:03d}" / f"file-{file:03d}.mp4"
-            _encode_checked(path, [(e, f) for e in group for f in range(int(lengths[e]))], c, cam.codec, spec)
+            jobs.append((path, [(e, f) for e in group for f in range(int(lengths[e]))], c, cam.codec))
             offset = 0
             for e in group:
                 ep_cols[p + "chunk_index"][e], ep_cols[p + "file_index"][e] = chunk, file
                 ep_cols[p + "from_timestamp"][e] = offset / spec.fps
                 offset += int(lengths[e])
                 ep_cols[p + "to_timestamp"][e] = offset / spec.fps
-            done += 1
-            if progress:
-                progress(done, total_files)
+
+    def encoded() -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done, total_files)
+
+    _encode_files(jobs, spec, processes, encoded)
 
     # ---- meta ----------------------------------------------------------------------------------------
     half = max(1, spec.episodes // 2)
