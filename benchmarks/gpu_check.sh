@@ -2,7 +2,10 @@
 # `make gpu-check`: on a machine with an NVIDIA GPU, the GPU route's first-contact check in one command.
 #   1. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
 #   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file;
-#   3. a short benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode.
+#   3. a short benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
+#   4. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), every clip's ids
+#      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
+#      (gpu_two_loaders.py --both): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md.
 # Results go to benchmarks/results/<gpu-name>/ (override with GPU_OUT). Exit status: the tests' (non-zero when
 # a GPU test failed, none ran, or no GPU was found), or the benchmark's when the tests passed.
 #
@@ -50,6 +53,13 @@ bench=${PIPESTATUS[0]}
 "$PY" -m dali_stream bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
     --out-dir "$out" 2>&1 | tee "$out/bench-cpu.log"
 bench=$(( bench || PIPESTATUS[0] ))
+echo "== diagnostics -> $out (exit status unaffected)"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the scripts import dali_stream from this tree
+"$PY" -m pytest -q -p no:cacheprovider tests/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
+tail -n1 "$out/torchcodec-reuse.log"
+"$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
+"$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"
+"$PY" benchmarks/gpu_two_loaders.py --both >"$out/two-loaders.txt" 2>&1; tail -n3 "$out/two-loaders.txt"
 echo "gpu-check: tests exit $tests, bench exit $bench; results in $out"
 [ "$tests" -ne 0 ] && exit "$tests"
 exit "$bench"

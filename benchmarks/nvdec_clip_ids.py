@@ -22,7 +22,7 @@ from dali_stream.graph.clips import dali_input
 from dali_stream.tools.paint import UnreadableIds, read_ids
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
-p = Path("/tmp/gpuds/four_codecs_192x160")
+p = Path(os.environ.get("GPU_TEST_DATA", ".demo/four-codecs-192x160"))  # written on first use
 if not (p / "meta/info.json").exists():
     write_sample(p, SampleSpec(episodes=8, min_length=20, max_length=60, height=160, width=192, gop=16,
                                episodes_per_file=3, cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9"), seed=3))

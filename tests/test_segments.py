@@ -90,3 +90,23 @@ def test_written_segment_refuses_a_payload_of_another_size():
     one = np.array([1])
     with pytest.raises(ValueError, match="1 samples of 4 bytes, payload of 3"):
         write_mp4(b"", 1000, np.array([4]), one, one, one, np.array([True]), b"abc")
+
+
+@pytest.mark.parametrize("camera", ["front", "side", "wrist", "top"])
+def test_a_reused_decoder_returns_the_asked_frames_whatever_it_decoded_before(four_codec_dataset, camera):
+    """The loader keeps torchcodec decoders across batches (`DecoderCache`): one decoder asked for random sorted
+    index sets, forwards and backwards across GOPs, returns the frames a fresh decoder returns."""
+    from dali_stream.decode.cpu import DecoderCache
+
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    key = f"observation.images.{camera}"
+    rng = np.random.default_rng(7)
+    cache = DecoderCache(capacity=1)
+    for pos in range(0, meta.num_episodes, 3):
+        seg = _cut(meta, pos, key)
+        truth = [read_ids(f) for f in torchcodec_frames(seg, np.arange(len(seg.pts_s)))]
+        for _ in range(25):
+            idx = np.unique(rng.integers(0, len(seg.pts_s), int(rng.integers(1, 4))))
+            got = [read_ids(f) for f in torchcodec_frames(seg, idx, cache)]
+            assert got == [truth[i] for i in idx], (pos, idx.tolist())
+        assert cache.opened == 1 + pos // 3  # one decoder per segment, reused for every call
