@@ -5,7 +5,8 @@
 #   3. a short benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
 #   4. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), every clip's ids
 #      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
-#      (gpu_two_loaders.py --both): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md.
+#      (gpu_two_loaders.py --both), one joined stream per batch against per-sample clips on NVDEC
+#      (joined_clips.py): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md.
 # Results go to benchmarks/results/<gpu-name>/ (override with GPU_OUT). Exit status: the tests' (non-zero when
 # a GPU test failed, none ran, or no GPU was found), or the benchmark's when the tests passed.
 #
@@ -60,6 +61,7 @@ tail -n1 "$out/torchcodec-reuse.log"
 "$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
 "$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"
 "$PY" benchmarks/gpu_two_loaders.py --both >"$out/two-loaders.txt" 2>&1; tail -n3 "$out/two-loaders.txt"
+"$PY" benchmarks/joined_clips.py "$sample" >"$out/joined-clips.txt" 2>&1; tail -n3 "$out/joined-clips.txt"
 echo "gpu-check: tests exit $tests, bench exit $bench; results in $out"
 [ "$tests" -ne 0 ] && exit "$tests"
 exit "$bench"
