@@ -27,7 +27,7 @@ from .decode.errors import classify
 from .decode.routes import Node, choose_routes, formats_of, warn_once
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
-from .fetch.store import EpisodeStore, end_pool
+from .fetch.store import EpisodeStore, end_pool, in_background
 from .fetch.tables import TableReader
 from .graph.batches import BatchBuilder, Prepared
 from .graph.imageops import ImageOps
@@ -77,6 +77,7 @@ class _Producer:
         self.prefetcher = Prefetcher(builder.store, plan, start, lookahead + fetch_ahead, self.lock)
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
+        self.owner = threading.current_thread()  # the iterating thread
 
     def _timed_build(self, index: int) -> Prepared:
         t0 = time.perf_counter()
@@ -108,10 +109,19 @@ class _Producer:
         return prepared.arrays
 
     def close(self) -> None:
+        """End the workers and release the prefetcher's pins. Off the iterating thread (an abandoned iterator
+        finalized by garbage collection, which can run on any thread: see StreamLoader.__init__) this happens
+        on a thread of its own, without waiting for the workers."""
+        if threading.current_thread() is self.owner:
+            self._close(True)
+        else:
+            in_background(self._close, False)
+
+    def _close(self, wait: bool) -> None:
         if self.pool is not None:
-            for fut in self.futures.values():
+            for fut in list(self.futures.values()):
                 fut.cancel()
-            end_pool(self.pool)
+            end_pool(self.pool, wait)
         self.prefetcher.close()
 
 
@@ -201,7 +211,12 @@ class StreamLoader:
                  "rank %d of %d", self.device, cfg.num_workers, fetch_workers, max_decoders, cfg.cache_bytes >> 20,
                  self.world.rank, self.world.world_size)
         self._closed = False
-        self._finalizer = weakref.finalize(self, self.store.close)  # threads end with the loader, even unclosed
+        # Threads end with the loader, even unclosed. Garbage collection runs the finalizer on whatever thread
+        # allocates at that moment: one of the fetch threads, one holding a lock the close takes, or fsspec's
+        # event-loop thread while a fetch thread waits for that loop (joining it there never returned). So a
+        # collected loader is closed on a thread of its own, which tells the fetch threads to end and does
+        # not wait for them; `close()` waits.
+        self._finalizer = weakref.finalize(self, in_background, self.store.close, False)
         self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
                                     cfg.tolerance_s, meta.table_keys, self._table_dtypes(tables),
                                     augment_seed=cfg.seed if cfg.augment is not None else None)
@@ -337,7 +352,8 @@ class StreamLoader:
         the loader is garbage collected, and by `with StreamLoader(...) as loader:`. Iterating a closed loader
         raises ConfigError."""
         self._closed = True
-        self._finalizer()
+        if self._finalizer.detach() is not None:
+            self.store.close()
 
     def __enter__(self) -> "StreamLoader":
         return self

@@ -369,8 +369,58 @@ def test_a_loader_collected_on_its_own_fetch_thread_ends_cleanly(small_dataset, 
 
     pool.submit(drop)
     assert done.wait(30)
+    assert _ended(threads) and pool._shutdown  # closed on a thread of its own: give it time to run
     assert unraisable == [], [u.exc_value for u in unraisable]
-    assert pool._shutdown and _ended(threads)
+
+
+def test_a_loader_collected_on_a_thread_its_fetches_wait_for_does_not_deadlock(small_dataset):
+    """Seen in CI: garbage collection ran the finalizer on fsspec's event-loop thread while a fetch thread waited
+    for that loop; joining the fetch thread there never returned. Here a fetch waits for a thread, and that
+    thread drops the last reference: the finalizer must tell the threads to end without waiting for them."""
+    import gc
+    import threading
+
+    box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
+    pool = box[0].store._pool
+    loop_free, done = threading.Event(), threading.Event()
+    pool.submit(loop_free.wait)  # the fetch thread now waits for the "loop" thread below
+    threads = _threads_of(box[0])
+
+    def loop():
+        box.clear()
+        gc.collect()  # the loader's finalizer runs here
+        loop_free.set()
+        done.set()
+
+    threading.Thread(target=loop, daemon=True).start()
+    try:
+        assert done.wait(30), "the finalizer waited for a fetch thread that was waiting for it"
+    finally:
+        loop_free.set()  # a failed run must not leave the pool's thread blocked at interpreter exit
+    assert _ended(threads) and pool._shutdown
+
+
+def test_a_loader_collected_while_its_store_lock_is_held_does_not_deadlock(small_dataset):
+    """Garbage collection can run the finalizer on a thread inside one of the store's locked sections (any
+    allocation there): closing the store on that thread would wait for a lock it holds itself."""
+    import gc
+    import threading
+
+    box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
+    store = box[0].store
+    store._pool.submit(lambda: None).result()
+    threads = _threads_of(box[0])
+    done = threading.Event()
+
+    def locked_section():
+        with store._lock:
+            box.clear()
+            gc.collect()  # the loader's finalizer runs here, inside the store's lock
+        done.set()
+
+    threading.Thread(target=locked_section, daemon=True).start()
+    assert done.wait(30), "the finalizer waited for a lock its own thread holds"
+    assert _ended(threads) and store._pool is None
 
 
 def test_routes_and_settings_are_logged_not_printed(small_dataset, caplog, capsys):

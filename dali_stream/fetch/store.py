@@ -17,7 +17,7 @@ import warnings
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ..errors import RemoteError, VideoFileError
 from .segments import Segment, cut_segment
@@ -52,11 +52,21 @@ class _Episode:
     refs: int = 0
 
 
-def end_pool(pool: ThreadPoolExecutor) -> None:
-    """Cancel a pool's pending work and wait for its threads, unless called on one of them (a loader garbage
-    collected by its own fetch thread): that thread cannot join itself, the others are told to end."""
+def end_pool(pool: ThreadPoolExecutor, wait: bool = True) -> None:
+    """Cancel a pool's pending work and, with `wait`, wait for its threads, except when called on one of them
+    (a loader garbage collected by its own fetch thread): that thread cannot join itself. Without `wait` the
+    threads are told to end and finish their current task on their own."""
     own = threading.current_thread() in getattr(pool, "_threads", ())
-    pool.shutdown(wait=not own, cancel_futures=True)
+    pool.shutdown(wait=wait and not own, cancel_futures=True)
+
+
+def in_background(fn: Callable[..., object], *args: object) -> None:
+    """Run `fn(*args)` on a new daemon thread and return at once: for finalizers, which garbage collection runs
+    on whatever thread allocates, possibly one holding a lock `fn` takes or one `fn` would wait for."""
+    try:
+        threading.Thread(target=fn, args=args, name="dali-stream-close", daemon=True).start()
+    except RuntimeError:  # the interpreter is shutting down and starts no threads: its exit ends them anyway
+        fn(*args)
 
 
 class SegmentDecoders(Protocol):
@@ -92,12 +102,12 @@ class EpisodeStore:
         self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
         self.indexes = IndexCache(self.ranges)
 
-    def close(self) -> None:
-        """End the fetch threads (pending fetches are cancelled), close decoders and index containers, and drop
-        the fetched episodes. Safe to call more than once."""
+    def close(self, wait: bool = True) -> None:
+        """End the fetch threads (pending fetches are cancelled; `wait`: and wait for the running ones), close
+        decoders and index containers, and drop the fetched episodes. Safe to call more than once."""
         pool, self._pool = self._pool, None
         if pool is not None:
-            end_pool(pool)
+            end_pool(pool, wait)
         self.decoders.clear()
         self.indexes.close()
         with self._lock:
