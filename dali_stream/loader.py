@@ -27,7 +27,7 @@ from .decode.errors import classify
 from .decode.routes import Node, choose_routes, formats_of, warn_once
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
-from .fetch.store import EpisodeStore, end_pool, in_background
+from .fetch.store import EpisodeStore, in_background
 from .fetch.tables import TableReader
 from .graph.batches import BatchBuilder, Prepared
 from .graph.imageops import ImageOps
@@ -121,7 +121,7 @@ class _Producer:
         if self.pool is not None:
             for fut in list(self.futures.values()):
                 fut.cancel()
-            end_pool(self.pool, wait)
+            self.pool.shutdown(wait=wait, cancel_futures=True)
         self.prefetcher.close()
 
 

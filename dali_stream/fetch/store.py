@@ -52,17 +52,10 @@ class _Episode:
     refs: int = 0
 
 
-def end_pool(pool: ThreadPoolExecutor, wait: bool = True) -> None:
-    """Cancel a pool's pending work and, with `wait`, wait for its threads, except when called on one of them
-    (a loader garbage collected by its own fetch thread): that thread cannot join itself. Without `wait` the
-    threads are told to end and finish their current task on their own."""
-    own = threading.current_thread() in getattr(pool, "_threads", ())
-    pool.shutdown(wait=wait and not own, cancel_futures=True)
-
-
 def in_background(fn: Callable[..., object], *args: object) -> None:
     """Run `fn(*args)` on a new daemon thread and return at once: for finalizers, which garbage collection runs
-    on whatever thread allocates, possibly one holding a lock `fn` takes or one `fn` would wait for."""
+    on whatever thread allocates: one of the pool threads `fn` would join (a thread cannot join itself), one
+    holding a lock `fn` takes, or one a pool thread waits for."""
     try:
         threading.Thread(target=fn, args=args, name="dali-stream-close", daemon=True).start()
     except RuntimeError:  # the interpreter is shutting down and starts no threads: its exit ends them anyway
@@ -107,7 +100,7 @@ class EpisodeStore:
         decoders and index containers, and drop the fetched episodes. Safe to call more than once."""
         pool, self._pool = self._pool, None
         if pool is not None:
-            end_pool(pool, wait)
+            pool.shutdown(wait=wait, cancel_futures=True)
         self.decoders.clear()
         self.indexes.close()
         with self._lock:
