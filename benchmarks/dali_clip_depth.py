@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from _common import write_result
+
 DEPTHS = (1, 300, 900, 1500, 1790)
 
 
@@ -93,8 +95,7 @@ def main() -> None:
                                     for mode in ("segment", "clip")},
               "machine": f"{platform.processor() or platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
               "date": time.strftime("%Y-%m-%d")}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    write_result(args.out, result)
     print(json.dumps(result["deep_over_shallow"]))
 
 

@@ -12,21 +12,16 @@ Results: benchmarks/results/<gpu>/two-loaders.txt.
 
 import os
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from dali_stream import StreamLoader
 from dali_stream.graph.pipeline import decode_once
 from dali_stream.tools.paint import UnreadableIds, read_ids
-from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+from _common import gpu_test_dataset
 
 LOCAL = os.environ.get("LOCAL") == "1"
-p = Path(os.environ.get("GPU_TEST_DATA", ".demo/four-codecs-192x160"))  # written on first use
-if not (p / "meta/info.json").exists():
-    write_sample(p, SampleSpec(episodes=8, min_length=20, max_length=60, height=160, width=192, gop=16,
-                               episodes_per_file=3, cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9"),
-                               seed=3))
+p = gpu_test_dataset()
 FPS = 30
 FRONT, SIDE, WRIST, TOP = (f"observation.images.{n}" for n in ("front", "side", "wrist", "top"))
 DELTAS = {FRONT: [-1 / FPS, 0.0, 2 / FPS], TOP: [-2 / FPS, 0.0], "action": [0.0, 1 / FPS]}

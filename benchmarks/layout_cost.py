@@ -10,9 +10,10 @@ One thread each (the loader's DALI threads and workers share the node's cores wi
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
+
+from _common import write_result
 
 
 def main(argv=None) -> int:
@@ -69,8 +70,7 @@ def main(argv=None) -> int:
     for k, v in res.items():
         print(f"{k:28s} {v:6.2f}")
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_result(args.out, result)
     return 0
 
 

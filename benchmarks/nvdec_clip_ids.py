@@ -10,22 +10,16 @@ import sys
 import time
 
 import numpy as np
-
-DEV = os.environ.get("DEV", "mixed")
-from pathlib import Path
-
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from dali_stream import StreamLoader
 from dali_stream.graph.clips import dali_input
 from dali_stream.tools.paint import UnreadableIds, read_ids
-from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+from _common import gpu_test_dataset
 
-p = Path(os.environ.get("GPU_TEST_DATA", ".demo/four-codecs-192x160"))  # written on first use
-if not (p / "meta/info.json").exists():
-    write_sample(p, SampleSpec(episodes=8, min_length=20, max_length=60, height=160, width=192, gop=16,
-                               episodes_per_file=3, cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9"), seed=3))
+DEV = os.environ.get("DEV", "mixed")
+p = gpu_test_dataset()
 L = StreamLoader(str(p), batch_size=4, decode="cpu", image_dtype="uint8", device="cpu")
 store = L.builder.store
 eps = L.meta.episodes["episode_index"].tolist()

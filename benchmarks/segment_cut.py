@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import platform
 import sys
 import time
 from pathlib import Path
+
+from _common import write_result
 
 
 def main(argv=None) -> int:
@@ -76,9 +77,7 @@ def main(argv=None) -> int:
             clips.cut_clip(seg.data, table, a, b)
         result[name] = (time.perf_counter() - t0) / len(picks) * 1e3
     indexes.close()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    print(write_result(args.out, result))
     return 0
 
 
