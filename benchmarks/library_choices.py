@@ -21,12 +21,13 @@ Counts (requests, bytes) are exact; seconds are what to compare within the run (
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _common import write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: the Range HTTP server
 
@@ -41,7 +42,7 @@ def mp4_index(video: Path, repeat: int = 10) -> dict:
     moov = next(data[s:e] for kind, s, e in _boxes(data) if kind == b"moov")
     t0 = time.perf_counter()
     for _ in range(repeat):
-        _, offsets, sizes, dts, _pts, _dur, sync = _track_arrays(moov)
+        _, offsets, sizes, dts, _pts, _dur, sync, _stsd = _track_arrays(moov)
     ours = (time.perf_counter() - t0) / repeat
     with av.open(str(video)) as container:
         stream = container.streams.video[0]
@@ -168,9 +169,7 @@ def main(argv=None) -> int:
     video = sorted((root / "videos").rglob("*.mp4"))[0]
     result = {"dataset": str(root), "python": platform.python_version(), "mp4_index": mp4_index(video),
               "parquet_rows": parquet_rows(root, args.episodes), "video_bytes": video_bytes(root)}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    print(write_result(args.out, result))
     return 0
 
 
