@@ -30,6 +30,7 @@ from .fetch.prefetch import Prefetcher
 from .fetch.store import EpisodeStore, in_background
 from .fetch.tables import TableReader
 from .graph.batches import BatchBuilder, Prepared
+from .graph.host import to_output, uses_host_frames
 from .graph.imageops import ImageOps
 from .meta import DatasetMeta
 from .pairing import check_dali
@@ -195,7 +196,12 @@ class StreamLoader:
         self.dali_threads = max(1, cfg.num_workers, engines if "nvdec" in self.routes.values() else 0)
         for key, cam in meta.cameras.items():
             self.image_ops.check_camera(key, cam.height, cam.width)
-        self.prefetch_batches = cfg.prefetch_batches if cfg.prefetch_batches is not None else 2 * cfg.num_workers
+        # Host frames (graph.host): CPU-decoded cameras skip the graph, laid out by the workers in the caller's
+        # dtype, so prepared batches are output-sized; one batch ahead per worker plus one keeps the workers busy
+        # (measured as fast as 2 per worker, 2-core VM) at less memory.
+        host_frames = uses_host_frames(self.image_ops, self.device.startswith("cuda"), cfg.augment)
+        self.prefetch_batches = (cfg.prefetch_batches if cfg.prefetch_batches is not None
+                                 else cfg.num_workers + 1 if host_frames else 2 * cfg.num_workers)
         tables = TableReader(meta, meta.table_keys)
         fetch_workers = cfg.fetch_workers
         if fetch_workers is None:  # local fetches are CPU work (remux): one thread per core; remote ones wait
@@ -219,7 +225,9 @@ class StreamLoader:
         self._finalizer = weakref.finalize(self, in_background, self.store.close, False)
         self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
                                     cfg.tolerance_s, meta.table_keys, self._table_dtypes(tables),
-                                    augment_seed=cfg.seed if cfg.augment is not None else None)
+                                    augment_seed=cfg.seed if cfg.augment is not None else None,
+                                    image_ops=self.image_ops if host_frames else None,
+                                    lookahead=self.prefetch_batches)
         self._epoch = 0
         self._consumed = 0
         self._continue = True  # the next `for` continues at (_epoch, _consumed) instead of a new epoch
@@ -267,19 +275,26 @@ class StreamLoader:
         """Where this loader's host memory goes, in bytes, and the knob that bounds each part (README, Memory).
 
         `cache_peak` is measured; the others are upper estimates from the configuration: prepared batches
-        hold decoded uint8 frames (CPU routes) and clips (DALI routes) for `prefetch_batches + 1` batches; DALI
-        keeps `prefetch_queue_depth` (2) output batches; CPU decoders hold their frame buffers (~12 MB per AV1
-        decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
+        hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
+        + 1` batches; host frames (`graph.host`: CPU-decoded cameras of batches on the CPU) are output-sized
+        buffers for `prefetch_batches + 3` batches (built ahead, the one DALI holds, the caller's); DALI keeps
+        `prefetch_queue_depth` (2) output batches of the cameras it lays out; CPU decoders hold their frame
+        buffers (~12 MB per AV1 decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
         b = self.config.batch_size
         steps = {k: len(self.plan_config.delta_indices.get(k, (0,))) for k in self.routes}
         cams = self.meta.cameras
-        decoded = sum(b * steps[k] * cams[k].height * cams[k].width * 3
-                      for k, r in self.routes.items() if r == "torchcodec")
+        host = self.builder.host_keys
         itemsize = 4 if self.image_ops.dtype == "float32" else 1
-        dali_out = sum(b * steps[k] * itemsize * int(np.prod(self.image_ops.out_shape(cams[k].height, cams[k].width)))
-                       for k in self.routes)
+
+        def out_bytes(k: str) -> int:
+            return b * steps[k] * itemsize * int(np.prod(self.image_ops.out_shape(cams[k].height, cams[k].width)))
+
+        decoded = sum(b * steps[k] * cams[k].height * cams[k].width * 3
+                      for k, r in self.routes.items() if r == "torchcodec" and k not in host)
+        prepared = (self.prefetch_batches + 1) * decoded + (self.prefetch_batches + 3) * sum(map(out_bytes, host))
         return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
-                "prepared_batches": (self.prefetch_batches + 1) * decoded, "dali_outputs": 2 * dali_out,
+                "prepared_batches": prepared, "dali_outputs": 2 * sum(out_bytes(k) for k in self.routes if k not in host),
+                "host_frames": list(host), "host_buffers_peak": self.builder.buffers.nbytes,
                 "decoders_alive_peak": self.decoders.peak, "decoders_bound": self.decoders.capacity,
                 "knobs": {"cache_bound": "cache_bytes", "prepared_batches": "prefetch_batches, num_workers",
                           "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders"}}
@@ -384,6 +399,19 @@ class StreamLoader:
                 raise
             raise self.builder.explain_dali_failure(list(producer.handed), exc, self.node) from None
 
+    def _batch(self, got: Mapping[str, Any], prepared: Prepared, squeeze: Mapping[str, bool]) -> dict[str, Any]:
+        """The caller's batch: cameras in route order (host frames converted here, `graph.host`), then the
+        tables, then `task`; every tensor on `self.device`."""
+        batch: dict[str, Any] = {}
+        for key in self.routes:
+            if key in prepared.host:
+                batch[key] = to_output(prepared.host[key], squeeze[key])
+        for key, v in got.items():
+            batch[key] = v if str(v.device) == self.device else v.to(self.device)
+        batch = {k: batch[k] for k in [*self.routes, *(k for k in batch if k not in self.routes)]}
+        batch["task"] = prepared.tasks
+        return batch
+
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         from nvidia.dali.plugin.base_iterator import LastBatchPolicy
         from nvidia.dali.plugin.pytorch import DALIGenericIterator
@@ -405,7 +433,7 @@ class StreamLoader:
         first_s = None
         delivered = 0
         try:
-            pipe, names = build_pipeline(self.builder.outputs, self.routes, squeeze, producer,
+            pipe, names = build_pipeline(self.builder.outputs, self.builder.graph_routes, squeeze, producer,
                                          self.config.batch_size, self.dali_threads, device_id, self.image_ops,
                                          on_gpu=self.device.startswith("cuda"), augment=self.config.augment)
             with self._dali_errors(producer):  # the iterator runs the first batch while constructed
@@ -418,9 +446,7 @@ class StreamLoader:
                 except StopIteration:
                     break
                 prepared = producer.handed.popleft()
-                batch: dict[str, Any] = {k: (v if str(v.device) == self.device else v.to(self.device))
-                                         for k, v in out[0].items()}
-                batch["task"] = prepared.tasks
+                batch = self._batch(out[0], prepared, squeeze)
                 self._consumed += 1
                 delivered += 1
                 if first_s is None:

@@ -19,7 +19,7 @@ def _bench(*args):
 @pytest.fixture(scope="module")
 def tiny_run(small_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    proc = _bench(small_dataset, "--mode", "camera-window", "--batch-size", 4, "--pool", 3, "--duration-s", 1.5,
+    proc = _bench(small_dataset, "--mode", "camera-window", "--batch-size", 4, "--pool", 3, "--duration-s", 0.5,
                   "--warmup-batches", 2, "--baseline-workers", "0,1", "--out-dir", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = out.glob("bench-*-r0of1.json")

@@ -51,7 +51,7 @@ def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(sm
     bad = len(seg.pts_s) + 3
     prepared.arrays[slot][1] = np.array([bad], dtype=np.int32)
     squeeze = dict.fromkeys(loader.routes, True)
-    pipe, _ = build_pipeline(builder.outputs, loader.routes, squeeze, lambda info: prepared.arrays, 3, 1, None,
+    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, squeeze, lambda info: prepared.arrays, 3, 1, None,
                              loader.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:

@@ -104,6 +104,11 @@ class DecoderCache:
 def torchcodec_frames(seg: Segment, indices: np.ndarray, cache: DecoderCache | None = None) -> np.ndarray:
     """Frames `indices` of the segment as (N, H, W, 3) uint8, through a decoder from `cache` (None: a decoder
     opened for this call alone, as one-off tools such as diagnose want)."""
+    return torchcodec_tensor(seg, indices, cache).numpy()
+
+
+def torchcodec_tensor(seg: Segment, indices: np.ndarray, cache: DecoderCache | None = None):
+    """`torchcodec_frames` as the torch tensor torchcodec returns (N, H, W, 3) uint8."""
     decoder = cache.take(seg) if cache is not None else None
     try:
         if decoder is None:
@@ -115,7 +120,7 @@ def torchcodec_frames(seg: Segment, indices: np.ndarray, cache: DecoderCache | N
         raise decode_error(seg, "torchcodec", exc) from exc
     if cache is not None:
         cache.give(seg, decoder)
-    return batch.data.numpy()
+    return batch.data
 
 
 def warm_decoders(seg: Segment, count: int, cache: DecoderCache) -> None:

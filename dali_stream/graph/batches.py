@@ -3,24 +3,29 @@
 Per sample: the episode's rows give the tabular values (windowed keys gather their clamped rows) and the
 timestamps each camera must show; a camera's timestamps become frame indices in its episode segment by
 nearest pts. DALI-decoded cameras ship a per-sample clip of the segment, the distinct frames in it and the
-order that expands them to the sample's steps (`clips`); torchcodec cameras ship decoded frames. Everything else in the batch (`task` strings) rides alongside.
+order that expands them to the sample's steps (`clips`); torchcodec cameras ship decoded frames (HWC, per
+sample), or with host frames (`graph.host`: batches on the CPU, no DALI image ops) skip the graph as one CHW
+tensor per camera in `Prepared.host`. Everything else in the batch (`task` strings) rides alongside.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, cast
 
 import numpy as np
 
-from ..decode.cpu import DecoderCache, torchcodec_frames
+from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
 from ..decode.errors import classify, explain_device
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
 from ..plan.epoch import BatchPlan
 from .clips import dali_input
+from .buffers import BufferPool
+from .host import host_dtype, scatter_chw
+from .imageops import ImageOps
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
@@ -42,15 +47,18 @@ class Prepared:
     plan: BatchPlan
     arrays: list[list[np.ndarray]]  # per output, per sample
     tasks: list[str]
+    host: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> (B, T, 3, H, W) frames (graph.host)
 
 
 class BatchBuilder:
     def __init__(self, meta, store, decoders: DecoderCache, routes: Mapping[str, str],
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
-                 augment_seed: int | None = None) -> None:
+                 augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0) -> None:
         """`augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
-        (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook)."""
+        (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
+        `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
+        out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over."""
         self.meta = meta
         self.augment_seed = augment_seed
         self.store = store
@@ -59,8 +67,17 @@ class BatchBuilder:
         self.delta = dict(delta_indices)
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
+        if image_ops is not None and augment_seed is not None:
+            raise ValueError("host frames skip the graph, where augmentation runs")  # uses_host_frames rules it out
+        self.host_keys = [k for k, r in self.routes.items() if r == "torchcodec"] if image_ops is not None else []
+        self.image_ops = image_ops
+        # Host-frame buffers alive at once: the batches built ahead (`lookahead` + 1), the one DALI holds and the
+        # one the caller holds, per host camera (cameras of one shape share them).
+        self.buffers = BufferPool((lookahead + 3) * max(1, len(self.host_keys)))
         outputs: list[Output] = []
         for key, route in self.routes.items():
+            if key in self.host_keys:
+                continue
             if route in DALI_ROUTES:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
@@ -82,6 +99,11 @@ class BatchBuilder:
         self.dali_samples = 0
         self._count_lock = threading.Lock()
 
+    @property
+    def graph_routes(self) -> dict[str, str]:
+        """The cameras that go through the DALI graph (all but host frames), with their routes."""
+        return {k: r for k, r in self.routes.items() if k not in self.host_keys}
+
     def build(self, plan: BatchPlan) -> Prepared:
         store, meta = self.store, self.meta
         rows = [store.rows(int(p)) for p in plan.episodes]
@@ -94,6 +116,7 @@ class BatchBuilder:
                 values[key] = [np.asarray(r[key][f]) for r, f in zip(rows, frames)]
         for key, win in plan.windows.items():
             values[f"{key}_is_pad"] = list(win.is_pad)
+        host: dict[str, np.ndarray] = {}
         for key, route in self.routes.items():
             segs, idx = self.locate(plan, rows, key)
             if route in DALI_ROUTES:
@@ -106,7 +129,11 @@ class BatchBuilder:
                     self.dali_samples += len(inputs)
             else:
                 t0 = time.perf_counter()
-                values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, self.decoders)
+                if key in self.host_keys:
+                    host[key], frames_decoded = decode_chw(segs, idx, self.decoders, self.buffers,
+                                                           cast(ImageOps, self.image_ops))
+                else:
+                    values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, self.decoders)
                 with self._count_lock:
                     self.decode_s += time.perf_counter() - t0
                     self.decoded_frames += frames_decoded
@@ -115,7 +142,7 @@ class BatchBuilder:
                 rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, 0xA6])
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
-        return Prepared(plan, [values[o.name] for o in self.outputs], tasks)
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host)
 
     def locate(self, plan: BatchPlan, rows: list[dict], key: str) -> tuple[list, list[np.ndarray]]:
         """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show."""
@@ -180,19 +207,40 @@ class BatchBuilder:
         return None
 
 
-def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
-    """Decode each distinct segment once per batch (its unique frames in one call), then scatter.
+def decode_segments(segs, idx, cache):
+    """Decode each distinct segment of a batch's camera once (its distinct frames in one call).
 
-    Returns the per-sample frames and how many frames were actually decoded."""
+    Yields (members, wanted, frames): the batch positions using the segment, the sorted distinct frame indices
+    decoded and the frames, (len(wanted), H, W, 3) uint8 torch tensor."""
     by_seg: dict[int, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
         by_seg.setdefault(id(seg), (seg, []))[1].append(j)
-    out: list[np.ndarray | None] = [None] * len(segs)
-    decoded = 0
     for seg, members in by_seg.values():
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
-        pixels = torchcodec_frames(seg, wanted, cache)
+        yield members, wanted, torchcodec_tensor(seg, wanted, cache)
+
+
+def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
+    """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded."""
+    out: list[np.ndarray | None] = [None] * len(segs)
+    decoded = 0
+    for members, wanted, frames in decode_segments(segs, idx, cache):
+        pixels = frames.numpy()
         decoded += len(wanted)
         for j in members:
             out[j] = pixels[np.searchsorted(wanted, idx[j])]
     return cast("list[np.ndarray]", out), decoded  # every sample's slot was filled above
+
+
+def decode_chw(segs, idx, cache, pool: BufferPool, image_ops: ImageOps):
+    """The batch's frames of one camera as one (B, T, 3, H, W) array of `pool`, laid out as `image_ops` says
+    (host frames, `graph.host`), and how many frames were decoded."""
+    out = None
+    decoded = 0
+    for members, wanted, frames in decode_segments(segs, idx, cache):
+        if out is None:
+            _, h, w, c = frames.shape
+            out = pool.take((len(segs), len(idx[0]), c, h, w), host_dtype(image_ops))
+        scatter_chw(out, frames.numpy(), members, wanted, idx, image_ops)
+        decoded += len(wanted)
+    return out, decoded

@@ -198,7 +198,7 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
-    from ..graph.batches import DALI_ROUTES, decode_grouped
+    from ..graph.batches import DALI_ROUTES, decode_segments
 
     builder, store = loader.builder, loader.store
     work = []  # (route, key, segs, idx)
@@ -221,11 +221,12 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     t0 = time.perf_counter()
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
-            for _ in pool.map(lambda w: decode_grouped(*w), cpu_work):
+            for _ in pool.map(lambda w: list(decode_segments(*w)) and None, cpu_work):
                 pass  # drop the frames: a window of full-size frames does not fit in memory at once
     else:
         for w in cpu_work:
-            decode_grouped(*w)
+            for _ in decode_segments(*w):
+                pass
     seconds = time.perf_counter() - t0
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
     if dali_work:

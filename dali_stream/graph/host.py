@@ -1,0 +1,71 @@
+"""Host frames: torchcodec-decoded cameras of batches that land on the CPU, laid out by the workers, not by DALI.
+
+On a node whose batches stay in host memory, DALI's graph would only lay the decoded frames out (HWC uint8 to
+CHW, float32 in [0, 1]), on the same cores that decode them. So when no DALI image op is asked for (no resize,
+crop or augmentation) such cameras skip the graph: a worker decodes a segment's frames and writes each
+sample's frames straight into the batch's (B, T, 3, H, W) array in the caller's dtype and layout, one pass per
+frame while it is still in cache (the gather, the CHW layout, the scaling and any mean/std together), into a
+buffer of a `BufferPool` reused once the caller has dropped it. At hand-off the array becomes a tensor without
+a copy. On the 2-core VM, AV1 640x480, batch 16, two cameras: 603 against 472 samples/s (float32) and 600
+against 517-554 (uint8) over DALI's CPU crop_mirror_normalize, at the same peak RSS (benchmarks/README.md).
+
+Two measured traps this module avoids: fresh batch-sized buffers (page faults cost more than the writing: 418
+samples/s with them against 561 with reused ones), and torch ops on the worker threads (each starts an OpenMP
+team on the cores the other workers decode on: 387 against 505 samples/s), hence numpy's single-threaded
+ufuncs. Batches on a GPU, or with resize/crop/augmentation, keep the DALI route for these cameras (the layout
+then runs on the GPU, or inside DALI's own image ops).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .imageops import ImageOps
+
+
+def uses_host_frames(image_ops: ImageOps, on_gpu: bool, augment: Any) -> bool:
+    """Whether torchcodec cameras skip the DALI graph: batches land on the CPU and nothing needs DALI's ops."""
+    return not on_gpu and augment is None and image_ops.resize is None and image_ops.crop is None
+
+
+def host_dtype(image_ops: ImageOps) -> np.dtype:
+    return np.dtype(np.uint8 if image_ops.dtype == "uint8" else np.float32)
+
+
+def scatter_chw(out: np.ndarray, frames: np.ndarray, members: list[int], wanted: np.ndarray,
+                idx: list[np.ndarray], image_ops: ImageOps) -> None:
+    """Write each sample's frames of one decoded segment into `out` (B, T, 3, H, W) as `image_ops` asks: CHW,
+    uint8 as decoded or float32 in [0, 1], then (x - mean) / std when given.
+
+    `frames`: the segment's decoded frames (N, H, W, 3) uint8, one per index of `wanted` (sorted, distinct);
+    `members`: the batch positions whose frames come from this segment; `idx[j]`: sample j's frame indices (T
+    of them, repeats allowed)."""
+    chw = frames.transpose(0, 3, 1, 2)
+    if out.dtype == np.uint8:
+        for j in members:
+            for t, k in enumerate(np.searchsorted(wanted, idx[j])):
+                out[j, t] = chw[k]
+        return
+    if image_ops.mean is not None and image_ops.std is not None:  # x / 255 * (1 / std) - mean / std, per channel
+        std = np.asarray(image_ops.std, np.float32).reshape(-1, 1, 1)
+        scale = np.float32(1.0 / 255.0) / std
+        shift = np.asarray(image_ops.mean, np.float32).reshape(-1, 1, 1) / std
+    else:
+        scale, shift = np.float32(1.0 / 255.0), None
+    for j in members:
+        for t, k in enumerate(np.searchsorted(wanted, idx[j])):
+            dst = out[j, t]
+            np.multiply(chw[k], scale, out=dst, casting="unsafe")
+            if shift is not None:
+                np.subtract(dst, shift, out=dst)
+
+
+def to_output(frames: np.ndarray, squeeze: bool):
+    """The caller's tensor on a batch's frames (B, T, 3, H, W), without a copy: (B, 3, H, W) when `squeeze`
+    (a camera with one step, as lerobot returns it). The tensor keeps the array referenced, so its
+    `BufferPool` hands the buffer out again only once the caller has dropped the tensor and its views."""
+    import torch
+
+    return torch.from_numpy(frames[:, 0] if squeeze else frames)

@@ -1,0 +1,100 @@
+"""Host frames (`graph.host`): CPU-decoded cameras of batches on the CPU are laid out by the workers into reused
+buffers instead of by DALI's graph. Same values as the graph, and a buffer the caller still holds is never
+written again."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from dali_stream import StreamLoader
+from dali_stream.graph.buffers import BufferPool
+from dali_stream.tools.paint import read_ids
+
+FRONT, TOP = "observation.images.front", "observation.images.top"  # h264 via torchcodec, vp9 via DALI's CPU decoder
+BASE = dict(batch_size=4, episode_pool_size=2, seed=4, device="cpu", num_workers=2,
+            delta_timestamps={FRONT: [-2 / 30, 0.0, 2 / 30], "action": [0.0, 1 / 30]})
+FULL = (96, 128)  # the sample's frame size: a centre crop to it changes nothing but sends the camera through DALI
+
+
+def _batches(loader, n):
+    out = []
+    for batch in loader:
+        out.append(batch)
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.mark.parametrize("options", [dict(image_dtype="uint8"), dict(image_dtype="float32"),
+                                     dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))])
+def test_host_frames_equal_the_graphs(small_dataset, options):
+    host = StreamLoader(str(small_dataset), **BASE, **options)
+    graph = StreamLoader(str(small_dataset), crop=FULL, **BASE, **options)
+    assert host.builder.host_keys == [FRONT] and graph.builder.host_keys == []
+    for a, b in zip(_batches(host, 3), _batches(graph, 3)):
+        assert list(a) == list(b)  # same keys, same order
+        for key in (FRONT, TOP):
+            assert a[key].shape == b[key].shape and a[key].dtype == b[key].dtype and a[key].is_contiguous()
+            if a[key].dtype == torch.uint8:
+                assert torch.equal(a[key], b[key])
+            else:
+                np.testing.assert_allclose(a[key].numpy(), b[key].numpy(), atol=2e-6)
+        assert torch.equal(a["action"], b["action"]) and torch.equal(a["index"], b["index"])
+    host.close()
+    graph.close()
+
+
+def test_host_frames_show_the_planned_frames(small_dataset):
+    loader = StreamLoader(str(small_dataset), image_dtype="uint8", **BASE)
+    for batch in _batches(loader, 4):
+        assert batch[FRONT].shape == (4, 3, 3, 96, 128)
+        for i, (ep, fr) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):
+            pad = batch[f"{FRONT}_is_pad"][i].tolist()
+            for t, delta in enumerate((-2, 0, 2)):
+                if not pad[t]:
+                    assert read_ids(batch[FRONT][i, t]) == (ep, fr + delta)
+    loader.close()
+
+
+def test_a_batch_the_caller_holds_is_never_overwritten(small_dataset):
+    loader = StreamLoader(str(small_dataset), episode_pool_size=4, batch_size=2, seed=1, device="cpu",
+                          num_workers=2, drop_last=True)
+    assert len(loader) > 25
+    it = iter(loader)
+    first = next(it)
+    held, view = first[FRONT], first[FRONT][1:3]
+    want = held.clone()
+    del first
+    for _ in range(12):  # many times the buffers in flight
+        next(it)
+    assert torch.equal(held, want) and torch.equal(view, want[1:3])
+    pool = loader.builder.buffers
+    kept_before = pool.nbytes
+    del held, view
+    gc.collect()
+    for _ in range(12):
+        next(it)
+    # bounded: buffers are reused, the pool holds at most `keep` of a shape
+    assert pool.reused > pool.allocated and pool.nbytes == kept_before
+    assert loader.memory_budget()["host_buffers_peak"] == pool.nbytes
+    loader.close()
+
+
+def test_buffer_pool_reuses_only_what_nobody_holds():
+    pool = BufferPool(keep=2)
+    a = pool.take((2, 3), np.float32)
+    t = torch.from_numpy(a)[1:]  # a view through torch keeps the array referenced
+    del a
+    b = pool.take((2, 3), np.float32)
+    assert not np.shares_memory(b, t.numpy())
+    del t
+    c = pool.take((2, 3), np.float32)  # the first buffer is free again
+    assert pool.reused == 1 and pool.allocated == 2 and not np.shares_memory(b, c)
+    d = pool.take((2, 3), np.float32)  # b and c held: a third one, beyond `keep`, is not kept
+    assert pool.allocated == 3 and pool.nbytes == 2 * 2 * 3 * 4
+    del b, c, d
+    assert pool.take((2, 3), np.uint8).dtype == np.uint8 and pool.allocated == 4  # dtypes do not share
