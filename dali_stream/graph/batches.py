@@ -93,7 +93,7 @@ class BatchBuilder:
             outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 1))
         self.outputs = outputs
         self._slot = {o.name: i for i, o in enumerate(outputs)}
-        self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding, summed over worker threads
+        self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
         self.dali_frames_fed = 0  # frames DALI's decoder works through (clip frames up to the last asked)
         self.dali_samples = 0
