@@ -363,10 +363,11 @@ class StreamLoader:
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def close(self) -> None:
-        """End the fetch threads, close CPU decoders and index containers, drop fetched episodes. Also done when
-        the loader is garbage collected, and by `with StreamLoader(...) as loader:`. Iterating a closed loader
-        raises ConfigError."""
+        """End the fetch threads, close CPU decoders and index containers, drop fetched episodes and the host-frame
+        buffers (batches the caller still holds stay valid). Also done when the loader is garbage collected, and
+        by `with StreamLoader(...) as loader:`. Iterating a closed loader raises ConfigError."""
         self._closed = True
+        self.builder.buffers.clear()
         if self._finalizer.detach() is not None:
             self.store.close()
 
@@ -400,8 +401,8 @@ class StreamLoader:
             raise self.builder.explain_dali_failure(list(producer.handed), exc, self.node) from None
 
     def _batch(self, got: Mapping[str, Any], prepared: Prepared, squeeze: Mapping[str, bool]) -> dict[str, Any]:
-        """The caller's batch: cameras in route order (host frames converted here, `graph.host`), then the
-        tables, then `task`; every tensor on `self.device`."""
+        """The caller's batch: cameras in route order (host frames as tensors on their buffers, `graph.host`),
+        then the tables, then `task`; every tensor on `self.device`."""
         batch: dict[str, Any] = {}
         for key in self.routes:
             if key in prepared.host:

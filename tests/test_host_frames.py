@@ -81,7 +81,11 @@ def test_a_batch_the_caller_holds_is_never_overwritten(small_dataset):
     # bounded: buffers are reused, the pool holds at most `keep` of a shape
     assert pool.reused > pool.allocated and pool.nbytes == kept_before
     assert loader.memory_budget()["host_buffers_peak"] == pool.nbytes
-    loader.close()
+    last = next(it)[FRONT]
+    want_last = last.clone()
+    it.close()
+    loader.close()  # drops the pool's buffers; a batch the caller holds stays valid
+    assert pool.nbytes == 0 and torch.equal(last, want_last)
 
 
 def test_buffer_pool_reuses_only_what_nobody_holds():
