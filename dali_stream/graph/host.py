@@ -57,7 +57,11 @@ def scatter_chw(out: np.ndarray, frames: np.ndarray, members: list[int], wanted:
     for j in members:
         for t, k in enumerate(np.searchsorted(wanted, idx[j])):
             dst = out[j, t]
-            np.multiply(chw[k], scale, out=dst, casting="unsafe")
+            # A cast copy, then scaling in place: 0.30 ms a 480p frame (one thread, destination not in cache)
+            # against 0.44 for one multiply casting its strided uint8 input, which numpy buffers; in the loader
+            # +1-5 % samples/s (AV1, 3 alternated pairs).
+            dst[...] = chw[k]
+            np.multiply(dst, scale, out=dst)
             if shift is not None:
                 np.subtract(dst, shift, out=dst)
 
