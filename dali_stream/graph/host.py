@@ -3,11 +3,12 @@
 On a node whose batches stay in host memory, DALI's graph would only lay the decoded frames out (HWC uint8 to
 CHW, float32 in [0, 1]), on the same cores that decode them. So when no DALI image op is asked for (no resize,
 crop or augmentation) such cameras skip the graph: a worker decodes a segment's frames and writes each
-sample's frames straight into the batch's (B, T, 3, H, W) array in the caller's dtype and layout, one pass per
-frame while it is still in cache (the gather, the CHW layout, the scaling and any mean/std together), into a
+sample's frames straight into the batch's (B, T, 3, H, W) array in the caller's dtype and layout while the frame
+is still in cache (gather and CHW layout in one cast copy, then scaling and any mean/std in place), into a
 buffer of a `BufferPool` reused once the caller has dropped it. At hand-off the array becomes a tensor without
-a copy. On the 2-core VM, AV1 640x480, batch 16, two cameras: 603 against 472 samples/s (float32) and 600
-against 517-554 (uint8) over DALI's CPU crop_mirror_normalize, at the same peak RSS (benchmarks/README.md).
+a copy. On the 2-core VM, AV1 640x480, batch 16, two cameras: 1.15x (float32) and 1.19x (uint8) the samples/s
+of DALI's CPU crop_mirror_normalize doing that step, at the same or lower peak RSS
+(benchmarks/results/cpu-2core-480p/host_frames.json).
 
 Two measured traps this module avoids: fresh batch-sized buffers (page faults cost more than the writing: 418
 samples/s with them against 561 with reused ones), and torch ops on the worker threads (each starts an OpenMP
