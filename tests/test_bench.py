@@ -109,3 +109,21 @@ def test_sarm_as_the_seeds_define_it_and_a_fixed_number_of_batches(small_dataset
     result = json.loads(path.read_text())
     assert result["window"]["batches"] == 3 and result["window"]["frames"] == result["window"]["samples"] * 2
     assert result["config"]["tolerance_s"] == 1e-3
+
+
+def test_a_narrow_terminal_gets_every_value_whole(tiny_run):
+    """80 columns (a default terminal, a log file): one metric per line per run, nothing cut to an ellipsis."""
+    import io
+
+    from rich.console import Console
+
+    from dali_stream.tools import bench_report
+
+    result, _, _ = tiny_run
+    for width, vertical in ((80, True), (400, False)):
+        console = Console(width=width, file=io.StringIO(), record=True)
+        bench_report.print_table([result], console=console)
+        text = console.export_text()
+        assert "…" not in text
+        assert all(name in text for name in bench_report.HEADER[1:]) and bench_report.label(result) in text
+        assert ("metric" in text) == vertical

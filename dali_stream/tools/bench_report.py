@@ -57,14 +57,25 @@ HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first 
           "loader/baseline (baseline samples/s)", "peak RSS GB", "device / note"]
 
 
-def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench") -> None:
+def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench", console=None) -> None:
+    """One row per run; where that table is wider than the terminal (80 columns, or a log file), one
+    metric-per-line table per run instead, so no value is cut to an ellipsis."""
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
 
+    console = console or Console()
     table = Table(*HEADER, title=title)
     for row in rows(results):
         table.add_row(*row)
-    Console().print(table)
+    if Measurement.get(console, console.options.update_width(10**6), table).maximum <= console.width:
+        console.print(table)
+        return
+    for row in rows(results):
+        run = Table("metric", "value", title=f"{title}: {row[0]}")
+        for name, value in zip(HEADER[1:], row[1:]):
+            run.add_row(name, value)
+        console.print(run)
 
 
 def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
