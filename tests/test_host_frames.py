@@ -102,3 +102,20 @@ def test_buffer_pool_reuses_only_what_nobody_holds():
     assert pool.allocated == 3 and pool.nbytes == 2 * 2 * 3 * 4
     del b, c, d
     assert pool.take((2, 3), np.uint8).dtype == np.uint8 and pool.allocated == 4  # dtypes do not share
+
+
+def test_with_only_tables_in_the_graph_dali_takes_one_batch_less_before_the_first(small_dataset):
+    """DALI asks its source for prefetch_queue_depth + 1 batches before returning the first: with every camera on
+    host frames the graph carries only tables and runs at depth 1 (two batches), else at depth 2 (three)."""
+    for decode, graph, taken in (("cpu", [], 2), ("auto", [TOP], 3)):
+        loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", num_workers=2,
+                              decode=decode)
+        it = iter(loader)
+        try:
+            next(it)
+            producer = it.gi_frame.f_locals["producer"]  # the generator's external source: counts what DALI took
+            assert list(loader.builder.graph_routes) == graph
+            assert len(producer.handed) + 1 == taken, decode
+        finally:
+            it.close()
+            loader.close()
