@@ -53,11 +53,14 @@ class _Episode:
 
 
 def in_background(fn: Callable[..., object], *args: object) -> None:
-    """Run `fn(*args)` on a new daemon thread and return at once: for finalizers, which garbage collection runs
-    on whatever thread allocates: one of the pool threads `fn` would join (a thread cannot join itself), one
-    holding a lock `fn` takes, or one a pool thread waits for."""
+    """Run `fn(*args)` on a new thread and return at once: for finalizers, which garbage collection runs on
+    whatever thread allocates: one of the pool threads `fn` would join (a thread cannot join itself), one
+    holding a lock `fn` takes, or one a pool thread waits for. Not a daemon thread: the interpreter joins it
+    before it tears down, since a daemon thread still running then (here: dropping the last reference to a
+    store, whose pyarrow readers release the GIL while freed) is killed mid-C++ and aborts the process
+    ("terminate called without an active exception"). `fn` must not wait on other threads."""
     try:
-        threading.Thread(target=fn, args=args, name="dali-stream-close", daemon=True).start()
+        threading.Thread(target=fn, args=args, name="dali-stream-close", daemon=False).start()
     except RuntimeError:  # the interpreter is shutting down and starts no threads: its exit ends them anyway
         fn(*args)
 
