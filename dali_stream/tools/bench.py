@@ -218,15 +218,17 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             for seg in segs:
                 warm_decoders(seg, threads, warm)
     cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route == "torchcodec"]
+    def decode(work) -> None:  # decode and drop: a window of full-size frames does not fit in memory at once
+        for _ in decode_segments(*work):
+            pass
+
     t0 = time.perf_counter()
     if threads > 1:
         with ThreadPoolExecutor(threads) as pool:
-            for _ in pool.map(lambda w: list(decode_segments(*w)) and None, cpu_work):
-                pass  # drop the frames: a window of full-size frames does not fit in memory at once
+            list(pool.map(decode, cpu_work))
     else:
         for w in cpu_work:
-            for _ in decode_segments(*w):
-                pass
+            decode(w)
     seconds = time.perf_counter() - t0
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
     if dali_work:
