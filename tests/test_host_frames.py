@@ -35,6 +35,8 @@ def test_host_frames_equal_the_graphs(small_dataset, options):
     host = StreamLoader(str(small_dataset), **BASE, **options)
     graph = StreamLoader(str(small_dataset), crop=FULL, **BASE, **options)
     assert host.builder.host_keys == [FRONT] and graph.builder.host_keys == []
+    # output-sized prepared batches: one batch ahead per worker plus one by default, against 2 per worker
+    assert host.prefetch_batches == BASE["num_workers"] + 1 and graph.prefetch_batches == 2 * BASE["num_workers"]
     for a, b in zip(_batches(host, 3), _batches(graph, 3)):
         assert list(a) == list(b)  # same keys, same order
         for key in (FRONT, TOP):
