@@ -30,8 +30,10 @@ from .errors import ConfigError
 
 Decode = Literal["auto", "gpu", "cpu"]
 ImageDtype = Literal["float32", "uint8"]
+MemoryFormat = Literal["contiguous", "channels_last"]
 DECODE_CHOICES: tuple[str, ...] = get_args(Decode)
 IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
+MEMORY_FORMATS: tuple[str, ...] = get_args(MemoryFormat)
 DEFAULT_CACHE_BYTES = 4 << 30
 
 
@@ -71,6 +73,10 @@ class LoaderConfig:
     device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "
                                      "when DALI and torch both see a GPU, else cpu)")
     image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8")
+    memory_format: MemoryFormat = _s(
+        "contiguous", "how camera tensors (..., 3, H, W) are stored: contiguous (CHW, as lerobot's) or "
+                      "channels_last (HWC storage, torch.channels_last for 4-D batches; same shape and values): the "
+                      "CPU route then skips the CHW transpose, and convnets run channels_last as is")
     resize: Optional[Tuple[int, int]] = _s(None, "(height, width) every camera image is resized to (antialiased), "
                                                  "in the DALI graph")
     crop: Optional[Tuple[int, int]] = _s(None, "(height, width) of a centre crop, after resize")
@@ -123,6 +129,12 @@ class LoaderConfig:
                               "of those)")
         if self.image_dtype not in IMAGE_DTYPES:
             raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {self.image_dtype!r}")
+        if not isinstance(self.memory_format, str):  # torch.channels_last / torch.contiguous_format, by name
+            named = {"torch.channels_last": "channels_last", "torch.contiguous_format": "contiguous"}
+            fix(self, "memory_format", named.get(str(self.memory_format), self.memory_format))
+        if self.memory_format not in MEMORY_FORMATS:
+            raise ConfigError(f"`memory_format` must be 'contiguous' or 'channels_last' (or torch.channels_last / "
+                              f"torch.contiguous_format). Found: {self.memory_format!r}")
         for name in ("batch_size", "episode_pool_size", "cache_bytes"):
             _integer(name, getattr(self, name), 1)
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):

@@ -155,7 +155,8 @@ class StreamLoader:
             exc = _IMPORT_ERRORS["nvidia.dali.plugin.pytorch"]
             raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
                                "names the broken layer and the constraint set that fixes it")
-        self.image_ops = ImageOps.make(cfg.image_dtype, resize=cfg.resize, crop=cfg.crop, mean=cfg.mean, std=cfg.std)
+        self.image_ops = ImageOps.make(cfg.image_dtype, resize=cfg.resize, crop=cfg.crop, mean=cfg.mean, std=cfg.std,
+                                       memory_format=cfg.memory_format)
         self.meta = meta = DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
                                             remote_timeout_s=cfg.remote_timeout_s,
                                             remote_deadline_s=cfg.remote_deadline_s,
@@ -419,8 +420,14 @@ class StreamLoader:
 
     def _batch(self, got: Mapping[str, Any], prepared: Prepared, squeeze: Mapping[str, bool]) -> dict[str, Any]:
         """The caller's batch: cameras in route order (host frames as tensors on their buffers, `graph.host`),
-        then the tables, then `task`; every tensor on `self.device`."""
-        tensors = {**got, **{k: to_output(v, squeeze[k]) for k, v in prepared.host.items()}}
+        then the tables, then `task`; every tensor on `self.device`. With `channels_last` the graph's cameras
+        come HWC and are handed over as (..., 3, H, W) views, as host frames are."""
+        tensors = dict(got)
+        if self.image_ops.channels_last:
+            for k in self.builder.graph_routes:
+                tensors[k] = tensors[k].movedim(-1, -3)
+        for k, v in prepared.host.items():
+            tensors[k] = to_output(v, squeeze[k], self.image_ops.channels_last)
         order = [*self.routes, *(k for k in got if k not in self.routes)]
         batch: dict[str, Any] = {k: tensors[k] if str(tensors[k].device) == self.device else tensors[k].to(self.device)
                                  for k in order}

@@ -24,7 +24,7 @@ from ..fetch.segments import FIX_FILE
 from ..plan.epoch import BatchPlan
 from .clips import dali_input
 from .buffers import BufferPool
-from .host import host_dtype, scatter_chw
+from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
@@ -130,7 +130,7 @@ class BatchBuilder:
             else:
                 t0 = time.perf_counter()
                 if key in self.host_keys:
-                    host[key], frames_decoded = decode_chw(segs, idx, self.decoders, self.buffers,
+                    host[key], frames_decoded = decode_host(segs, idx, self.decoders, self.buffers,
                                                            cast(ImageOps, self.image_ops))
                 else:
                     values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, self.decoders)
@@ -232,15 +232,15 @@ def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
     return cast("list[np.ndarray]", out), decoded  # every sample's slot was filled above
 
 
-def decode_chw(segs, idx, cache, pool: BufferPool, image_ops: ImageOps):
-    """The batch's frames of one camera as one (B, T, 3, H, W) array of `pool`, laid out as `image_ops` says
+def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps):
+    """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded."""
     out = None
     decoded = 0
     for members, wanted, frames in decode_segments(segs, idx, cache):
         if out is None:
-            _, h, w, c = frames.shape
-            out = pool.take((len(segs), len(idx[0]), c, h, w), host_dtype(image_ops))
-        scatter_chw(out, frames.numpy(), members, wanted, idx, image_ops)
+            _, h, w, _ = frames.shape
+            out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))
+        scatter_frames(out, frames.numpy(), members, wanted, idx, image_ops)
         decoded += len(wanted)
     return out, decoded

@@ -2,8 +2,9 @@
 
 A validated value (no DALI import), applied in `graph.pipeline.build_pipeline` on the device the frames are on (the
 GPU on the NVDEC route): the preprocessing a policy would otherwise run in its forward pass.
-Order: resize to `resize` (H, W) → centre crop to `crop` (H, W) → CHW layout → dtype: uint8 as decoded, or
-float32 scaled to [0, 1] and, with `mean`/`std` (per channel, in [0, 1] units), (x - mean) / std.
+Order: resize to `resize` (H, W) → centre crop to `crop` (H, W) → CHW layout (kept HWC when `channels_last`:
+the loader then hands each frame over as a (3, H, W) view of HWC memory) → dtype: uint8 as decoded, or float32
+scaled to [0, 1] and, with `mean`/`std` (per channel, in [0, 1] units), (x - mean) / std.
 """
 
 from __future__ import annotations
@@ -42,13 +43,17 @@ class ImageOps:
     crop: tuple[int, int] | None = None
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
+    channels_last: bool = False
 
     @classmethod
     def make(cls, dtype: str = "float32", resize: Sequence[int] | None = None, crop: Sequence[int] | None = None,
-             mean=None, std=None) -> "ImageOps":
+             mean=None, std=None, memory_format: str = "contiguous") -> "ImageOps":
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {dtype!r}")
-        ops = cls(dtype, _pair("resize", resize), _pair("crop", crop), _channels("mean", mean), _channels("std", std))
+        if memory_format not in ("contiguous", "channels_last"):
+            raise ConfigError(f"`memory_format` must be 'contiguous' or 'channels_last'. Found: {memory_format!r}")
+        ops = cls(dtype, _pair("resize", resize), _pair("crop", crop), _channels("mean", mean), _channels("std", std),
+                  memory_format == "channels_last")
         if (ops.mean is None) != (ops.std is None):
             raise ConfigError("`mean` and `std` go together: give both (e.g. ImageNet's (0.485, 0.456, 0.406) and "
                               f"(0.229, 0.224, 0.225)) or neither. Found: mean={mean!r}, std={std!r}")

@@ -5,7 +5,7 @@ Per camera: DALI-routed cameras decode a per-sample clip with `fn.decoders.video
 `fn.sequence_rearrange`; torchcodec-routed cameras arrive as decoded
 frames (unless they skip the graph as host frames, `graph.host`: `routes` then leaves them out). Both then get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or
 mean/std-normalised) on the device they are on, and become (T, C, H, W), or (C, H, W) for a single frame
-as lerobot squeezes it. Tabular outputs pass straight through.
+as lerobot squeezes it ((T, H, W, C) and (H, W, C) with `channels_last`: the loader permutes a view). Tabular outputs pass straight through.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
             if image_ops.resize:
                 video = fn.resize(video, size=list(image_ops.resize), antialias=True)
             crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}
-            video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout="FCHW", dtype=out_type,
-                                             **crop)
+            layout = "FHWC" if image_ops.channels_last else "FCHW"  # channels_last: the loader permutes a view
+            video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout=layout, dtype=out_type, **crop)
             if squeeze[key]:
                 video = fn.squeeze(video, axes=[0])
             results.append(video)

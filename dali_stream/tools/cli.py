@@ -17,8 +17,8 @@ from .flags import add_loader_flags, loader_settings
 
 # The loader settings each command takes as flags (type, default and help from LoaderConfig).
 DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "tolerance_s")
-BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "tolerance_s",
-                  "data_files_root", "revision")
+BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "memory_format",
+                  "tolerance_s", "data_files_root", "revision")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import SAMPLE_DEFAULTS as from_spec
