@@ -127,3 +127,23 @@ def test_a_narrow_terminal_gets_every_value_whole(tiny_run):
         assert "…" not in text
         assert all(name in text for name in bench_report.HEADER[1:]) and bench_report.label(result) in text
         assert ("metric" in text) == vertical
+
+
+def test_csv_keeps_every_value_under_its_column_when_a_setting_is_added(tmp_path):
+    """A results folder's bench.csv outlives the code: a run with a new setting (here memory_format) rewrites
+    the file under the union of the columns instead of appending a row one column out of step."""
+    from dali_stream.tools.bench import write
+
+    config = {"dataset": "d", "mode": "single", "decode": "cpu", "batch_size": 16, "num_workers": 2,
+              "image_dtype": "uint8"}
+    write({"config": config, "samples_per_s": 100.0}, tmp_path)
+    write({"config": {**config, "memory_format": "channels_last"}, "samples_per_s": 120.0}, tmp_path)
+    write({"config": {**config, "mode": "sarm", "memory_format": "contiguous"}, "samples_per_s": 90.0}, tmp_path)
+    with (tmp_path / "bench.csv").open() as fh:
+        reader = csv.DictReader(fh)
+        rows = list(reader)
+    assert None not in reader.fieldnames and len(rows) == 3
+    assert [r["config.image_dtype"] for r in rows] == ["uint8"] * 3
+    assert [r["config.memory_format"] for r in rows] == ["", "channels_last", "contiguous"]
+    assert [float(r["samples_per_s"]) for r in rows] == [100.0, 120.0, 90.0]
+    assert [r["config.mode"] for r in rows] == ["single", "single", "sarm"]
