@@ -26,7 +26,7 @@ from pathlib import Path
 from dali_stream.tools.flags import add_loader_flags, loader_settings
 
 # Loader settings taken as flags (type, default and help from dali_stream.LoaderConfig).
-LOADER_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "seed", "tolerance_s")
+LOADER_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "seed", "tolerance_s", "memory_format")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

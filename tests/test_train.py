@@ -73,9 +73,10 @@ def test_torchrun_two_ranks_train_disjoint_shares(small_dataset, tmp_path):
 
 
 def test_steps_action_chunk_and_the_total_throughput_line(small_dataset, tmp_path):
-    """Feature sizes from meta/info.json, a 4-step action chunk, a stop after --steps, one line for all ranks."""
+    """Feature sizes from meta/info.json, a 4-step action chunk, a stop after --steps, one line for all ranks; the
+    policy's convolution takes the loader's channels_last frames as they come."""
     proc = subprocess.run(_args(small_dataset, tmp_path / "log", tmp_path / "ckpt", "--steps", "5", "--chunk", "4",
-                                "--tolerance-s", "1e-3"),
+                                "--tolerance-s", "1e-3", "--memory-format", "channels_last"),
                           capture_output=True, text=True, timeout=600, env=_env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert len(_steps(tmp_path / "log")) == 5
