@@ -106,18 +106,25 @@ def test_buffer_pool_reuses_only_what_nobody_holds():
     assert pool.take((2, 3), np.uint8).dtype == np.uint8 and pool.allocated == 4  # dtypes do not share
 
 
-def test_with_only_tables_in_the_graph_dali_takes_one_batch_less_before_the_first(small_dataset):
-    """DALI asks its source for prefetch_queue_depth + 1 batches before returning the first: with every camera on
-    host frames the graph carries only tables and runs at depth 1 (two batches), else at depth 2 (three)."""
-    for decode, graph, taken in (("cpu", [], 2), ("auto", [TOP], 3)):
+def test_with_every_camera_on_host_frames_there_is_no_graph_and_the_first_batch_waits_for_itself(small_dataset):
+    """DALI asks its source for prefetch_queue_depth + 1 batches (3) before returning the first. With every camera
+    on host frames a graph would only pass tables through: there is none, and batch 0 is handed over as soon as
+    it is built, with the next ones building behind it."""
+    for decode, graph in (("cpu", []), ("auto", [TOP])):
         loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", num_workers=2,
-                              decode=decode)
+                              decode=decode, delta_timestamps={"action": [0.0, 1 / 30]})
+        assert list(loader.builder.graph_routes) == graph and loader.host_batches == (not graph)
         it = iter(loader)
         try:
-            next(it)
-            producer = it.gi_frame.f_locals["producer"]  # the generator's external source: counts what DALI took
-            assert list(loader.builder.graph_routes) == graph
-            assert len(producer.handed) + 1 == taken, decode
+            first = next(it)
+            producer = it.gi_frame.f_locals["producer"]
+            if graph:  # DALI's external source: batches it took and has not returned yet
+                assert len(producer.handed) + 1 == 3
+            else:
+                assert not producer.handed
+                assert sorted(producer.futures) == list(range(1, 1 + loader.prefetch_batches))
+            assert first["episode_index"].dtype == torch.int64 and first["action"].dtype == torch.float32
+            assert first["action_is_pad"].dtype == torch.bool and first["action"].shape == (2, 2, 6)
         finally:
             it.close()
             loader.close()
