@@ -147,3 +147,18 @@ def test_csv_keeps_every_value_under_its_column_when_a_setting_is_added(tmp_path
     assert [r["config.memory_format"] for r in rows] == ["", "channels_last", "contiguous"]
     assert [float(r["samples_per_s"]) for r in rows] == [100.0, 120.0, 90.0]
     assert [r["config.mode"] for r in rows] == ["single", "single", "sarm"]
+
+
+def test_a_dataset_that_runs_out_before_the_window_closes_is_measured_with_a_note(small_dataset, tmp_path):
+    """10 epochs of the small dataset take about a second: a one-hour window cannot close, and the run measures
+    the batches there were (saying so) instead of reporting nothing."""
+    proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--duration-s", 3600, "--warmup-batches", 2,
+                  "--decode", "cpu", "--no-baseline", "--no-limit", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("bench-*.json")
+    result = json.loads(path.read_text())
+    assert result["samples_per_s"] > 0 and "error" not in result
+    assert result["window"]["batches"] == 10 * 23 - 2 and result["window"]["seconds"] < 3600
+    (note,) = result["notes"]
+    assert "ran out after 10 epochs" in note and "shorter than --duration-s 3600" in note
+    assert "ran out after 10 epochs" in proc.stderr.replace("\n", " ")

@@ -181,15 +181,15 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         if not got_any:
             break  # an epoch with no batches: nothing more will come
     first_latency = None if steady.first_got is None else steady.first_got - t_iter
-    if not steady.closed or samples == 0:
-        return {"samples": 0, "batches": steady.delivered, "first_batch_latency_s": first_latency}
     seconds = steady.seconds
+    if samples == 0 or seconds <= 0:
+        return {"samples": 0, "batches": steady.delivered, "first_batch_latency_s": first_latency}
     lat = np.array(steady.waits) * 1e3
     per_sample = lat / cfg.loader.batch_size  # the wait a training step sees, spread over the batch's samples
     out = {"samples": samples, "frames": frames, "seconds": seconds, "batches": len(steady.waits),
            "samples_per_s": samples / seconds, "frames_per_s_node": frames / seconds,
            "first_batch_latency_s": first_latency, "shuffle_randomness_frac": float(np.mean(seen_eps)),
-           "window": window}
+           "window": window, "ran_out": not steady.closed}
     for q in (50, 95, 99):
         out[f"p{q}_batch_latency_ms"] = float(np.percentile(lat, q))
         out[f"p{q}_sample_latency_ms"] = float(np.percentile(per_sample, q))
@@ -308,6 +308,11 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
             f"drop_last): lower --warmup-batches or --batch-size, or use a larger dataset"),
             rank=loader.world.rank, world_size=loader.world.world_size, wallclock_s=time.perf_counter() - t_run)
         return result
+    if got["ran_out"]:  # measured all the same, over the batches there were
+        result["notes"].append(
+            f"the dataset ran out after 10 epochs ({got['batches']} batches in the window): the window is "
+            f"{got['seconds']:.2f} s, shorter than --duration-s {cfg.duration_s:g}; a larger dataset or a shorter "
+            "--duration-s measures over the window asked for")
     stats = loader.store.stats
     builder = loader.builder
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",

@@ -321,6 +321,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             bar.advance(task)
     bench_report.print_table(results)
     for r in results:
+        for note in r.get("notes", []):
+            console.print(f"[yellow]bench {r['config']['mode']}/{r['config']['decode']}: {note}[/]")
         console.print(f"wrote {r['file']}")
     if failed:  # a skipped or empty run must not look like success (a SLURM job would report COMPLETED)
         for reason in failed:
