@@ -24,6 +24,7 @@ def main() -> None:
     p.add_argument("--label", default="")
     p.add_argument("--out", default=None, help="append the result as one JSON line here")
     p.add_argument("--image-dtype", default="float32")
+    p.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
     args = p.parse_args()
     t = time.perf_counter()
     import psutil
@@ -44,7 +45,8 @@ def main() -> None:
     watcher.start()
     t = time.perf_counter()
     loader = StreamLoader(args.dataset, batch_size=16, num_workers=2, episode_pool_size=16, device="cpu",
-                          image_dtype=args.image_dtype, delta_timestamps={"action": [i / 30 for i in range(16)]})
+                          image_dtype=args.image_dtype, memory_format=args.memory_format,
+                          delta_timestamps={"action": [i / 30 for i in range(16)]})
     ctor_s = time.perf_counter() - t
     t, first, samples = time.perf_counter(), None, 0
     for batch in loader:
@@ -57,6 +59,7 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", os.path.dirname(os.path.dirname(dali_stream.__file__)), "rev-parse",
                              "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     result = {"label": args.label, "commit": commit, "dataset": args.dataset, "image_dtype": args.image_dtype,
+              "memory_format": args.memory_format, "host_batches": loader.host_batches,
               "imports_s": round(imports_s, 2), "constructor_s": round(ctor_s, 3),
               "first_batch_s": round(first, 3), "samples": samples, "samples_per_s": round(samples / wall, 1),
               "peak_rss_gb": round(peak[0] / 2**30, 2), "routes": dict(loader.routes),
