@@ -14,19 +14,12 @@ from dali_stream import StreamLoader
 from dali_stream.graph.buffers import BufferPool
 from dali_stream.tools.paint import read_ids
 
+from .take import take
+
 FRONT, TOP = "observation.images.front", "observation.images.top"  # h264 via torchcodec, vp9 via DALI's CPU decoder
 BASE = dict(batch_size=4, episode_pool_size=2, seed=4, device="cpu", num_workers=2,
             delta_timestamps={FRONT: [-2 / 30, 0.0, 2 / 30], "action": [0.0, 1 / 30]})
 FULL = (96, 128)  # the sample's frame size: a centre crop to it changes nothing but sends the camera through DALI
-
-
-def _batches(loader, n):
-    out = []
-    for batch in loader:
-        out.append(batch)
-        if len(out) == n:
-            break
-    return out
 
 
 @pytest.mark.parametrize("options", [dict(image_dtype="uint8"), dict(image_dtype="float32"),
@@ -37,7 +30,7 @@ def test_host_frames_equal_the_graphs(small_dataset, options):
     assert host.builder.host_keys == [FRONT] and graph.builder.host_keys == []
     # output-sized prepared batches: one batch ahead per worker plus one by default, against 2 per worker
     assert host.prefetch_batches == BASE["num_workers"] + 1 and graph.prefetch_batches == 2 * BASE["num_workers"]
-    for a, b in zip(_batches(host, 3), _batches(graph, 3)):
+    for a, b in zip(take(host, 3), take(graph, 3)):
         assert list(a) == list(b)  # same keys, same order
         for key in (FRONT, TOP):
             assert a[key].shape == b[key].shape and a[key].dtype == b[key].dtype and a[key].is_contiguous()
@@ -50,9 +43,27 @@ def test_host_frames_equal_the_graphs(small_dataset, options):
     graph.close()
 
 
+def test_batches_without_a_graph_equal_the_graphs_key_for_key(small_dataset):
+    """Every camera on torchcodec: no DALI graph at all (tables stacked by the loader) against the same batches
+    through DALI (a full-frame crop keeps the graph): same keys in the same order, dtypes, shapes and values."""
+    settings = dict(BASE, decode="cpu", image_dtype="uint8")
+    host = StreamLoader(str(small_dataset), **settings)
+    graph = StreamLoader(str(small_dataset), crop=FULL, **settings)
+    assert host.host_batches and not graph.host_batches
+    for a, b in zip(take(host, 4), take(graph, 4)):
+        assert list(a) == list(b)
+        assert a["task"] == b["task"]
+        for key in a:
+            if key != "task":
+                assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+                assert torch.equal(a[key], b[key]), key
+    host.close()
+    graph.close()
+
+
 def test_host_frames_show_the_planned_frames(small_dataset):
     loader = StreamLoader(str(small_dataset), image_dtype="uint8", **BASE)
-    for batch in _batches(loader, 4):
+    for batch in take(loader, 4):
         assert batch[FRONT].shape == (4, 3, 3, 96, 128)
         for i, (ep, fr) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):
             pad = batch[f"{FRONT}_is_pad"][i].tolist()

@@ -12,19 +12,16 @@ from dali_stream import LoaderConfig, StreamLoader
 from dali_stream.errors import ConfigError
 from dali_stream.tools.paint import read_ids
 
+from .take import take
+
 FRONT, TOP = "observation.images.front", "observation.images.top"  # h264 via torchcodec, vp9 via DALI's CPU decoder
 BASE = dict(batch_size=4, episode_pool_size=2, seed=6, device="cpu", num_workers=2,
             delta_timestamps={FRONT: [-2 / 30, 0.0, 2 / 30], "action": [0.0, 1 / 30]})
 
 
 def _batches(loader, n):
-    out = []
-    for batch in loader:
-        out.append(batch)
-        if len(out) == n:
-            break
-    loader.close()
-    return out
+    with loader:
+        return take(loader, n)
 
 
 def _hwc_storage(t: torch.Tensor) -> bool:
