@@ -136,14 +136,16 @@ def uninterrupted(small_dataset):
     return [_run(loader), _run(loader)]  # epochs 0 and 1
 
 
+@pytest.mark.parametrize("decode", ["auto", "cpu"])  # cpu: no DALI graph at all (host_batches)
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("stop", ["start", "one", "middle", "before_end", "epoch_end"])
-def test_exact_resume(small_dataset, uninterrupted, num_workers, stop):
+def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
     epoch0, epoch1 = uninterrupted
     assert epoch0 != epoch1, "epochs must be reshuffled"
     k = {"start": 0, "one": 1, "middle": len(epoch0) // 2, "before_end": len(epoch0) - 1,
          "epoch_end": len(epoch0)}[stop]
-    first = StreamLoader(str(small_dataset), num_workers=2, **RESUME_ARGS)
+    first = StreamLoader(str(small_dataset), num_workers=2, decode=decode, **RESUME_ARGS)
+    assert first.host_batches == (decode == "cpu")
     if k == len(epoch0):
         got = _run(first)  # ran to the end of the epoch
     else:
@@ -153,7 +155,7 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop):
     assert (state["epoch"], state["batches_consumed"]) == ((1, 0) if k == len(epoch0) else (0, k))
     del first
 
-    second = StreamLoader(str(small_dataset), num_workers=num_workers, **RESUME_ARGS)
+    second = StreamLoader(str(small_dataset), num_workers=num_workers, decode=decode, **RESUME_ARGS)
     second.load_state_dict(state)
     if k < len(epoch0):
         assert len(second) == len(epoch0)
@@ -165,9 +167,10 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop):
     assert _run(second) == epoch1
 
 
-def test_break_mid_epoch_starts_next_epoch(small_dataset, uninterrupted):
+@pytest.mark.parametrize("decode", ["auto", "cpu"])
+def test_break_mid_epoch_starts_next_epoch(small_dataset, uninterrupted, decode):
     epoch0, epoch1 = uninterrupted
-    loader = StreamLoader(str(small_dataset), num_workers=2, **RESUME_ARGS)
+    loader = StreamLoader(str(small_dataset), num_workers=2, decode=decode, **RESUME_ARGS)
     assert _run(loader, limit=2) == epoch0[:2]
     assert loader.state_dict()["batches_consumed"] == 2
     assert _run(loader) == epoch1
