@@ -42,6 +42,7 @@ def test_every_metric_is_reported_and_sane(tiny_run):
     assert result["decoder_cache"]["misses"] > 0 and result["decoder_cache"]["hits"] > 0
     assert 0 < result["bytes_read"] and 0 < result["dataset_bytes"]
     assert result["routes"] == {"observation.images.front": "torchcodec", "observation.images.top": "dali-cpu"}
+    assert result["dali_graph"] is True  # the vp9 camera decodes in DALI
     assert "CPU only" in result["device"] and result["versions"]["nvidia.dali"] == "2.4.0"
     # the seeds' definitions beside ours, and what a reader of a results file needs to compare runs
     assert result["frames_per_s_node_seed"] == result["samples_per_s"]
@@ -157,7 +158,7 @@ def test_a_dataset_that_runs_out_before_the_window_closes_is_measured_with_a_not
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("bench-*.json")
     result = json.loads(path.read_text())
-    assert result["samples_per_s"] > 0 and "error" not in result
+    assert result["samples_per_s"] > 0 and "error" not in result and result["dali_graph"] is False
     assert result["window"]["batches"] == 10 * 23 - 2 and result["window"]["seconds"] < 3600
     (note,) = result["notes"]
     assert "ran out after 10 epochs" in note and "shorter than --duration-s 3600" in note

@@ -34,8 +34,8 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "first_batch_latency_s", "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
                "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
                "peak_rss_gb", "shuffle_randomness_frac", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
-               "routes", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape", "rank",
-               "world_size", "limit_ratio", "baseline_ratio")
+               "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
+               "rank", "world_size", "limit_ratio", "baseline_ratio")
 
 
 @dataclass
@@ -341,6 +341,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
                                "decoders: torchcodec decoders alive at once / opened"},
         bytes_read=stats.segment_bytes + loader.store.tables.bytes_read,
         dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), route_reasons=dict(loader.route_reasons),
+        dali_graph=not loader.host_batches,
         decode_per_camera=decode if isinstance(decode, dict) else dict.fromkeys(cameras, decode),
         device=_device(loader), memory_budget=loader.memory_budget(),
         versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
