@@ -3,9 +3,10 @@
 Per camera: DALI-routed cameras decode a per-sample clip with `fn.decoders.video` (device "mixed" for NVDEC,
 "cpu" for DALI's CPU decoder) at its distinct frame indices, expanded to the sample's steps by
 `fn.sequence_rearrange`; torchcodec-routed cameras arrive as decoded
-frames (unless they skip the graph as host frames, `graph.host`: `routes` then leaves them out). Both then get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or
-mean/std-normalised) on the device they are on, and become (T, C, H, W), or (C, H, W) for a single frame
-as lerobot squeezes it ((T, H, W, C) and (H, W, C) with `channels_last`: the loader permutes a view). Tabular outputs pass straight through.
+frames (unless they skip the graph as host frames, `graph.host`: `routes` then leaves them out). Both then
+get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or mean/std-normalised) on the
+device they are on, and become (T, C, H, W), or (C, H, W) for a single frame as lerobot squeezes it ((T, H, W,
+C) and (H, W, C) with `channels_last`: the loader permutes a view). Tabular outputs pass straight through.
 """
 
 from __future__ import annotations
