@@ -11,7 +11,8 @@ from typing import Callable
 from dali_stream.tools.flags import add_loader_flags, loader_settings
 
 # Loader settings every recipe takes as flags (type, default and help from dali_stream.LoaderConfig).
-RECIPE_SETTINGS = ("batch_size", "decode", "device", "tolerance_s", "num_workers", "episode_pool_size")
+RECIPE_SETTINGS = ("batch_size", "decode", "device", "tolerance_s", "num_workers", "episode_pool_size",
+                   "memory_format")
 
 
 def video_keys(source: str) -> tuple[float, list[str]]:

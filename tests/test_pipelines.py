@@ -39,15 +39,16 @@ def test_action_chunk_and_single_frame(small_dataset):
     assert batch["action"].shape == (3, 6) and not any(k.endswith("_is_pad") for k in batch)
 
 
-@pytest.mark.parametrize("script,key,shape", [
-    ("single_frame.py", FRONT, [2, 3, 96, 128]),
-    ("sarm.py", TOP, [2, 8, 3, 96, 128]),
-    ("action_chunk.py", "action", [2, 16, 6]),
-    ("augment.py", FRONT, [2, 3, 96, 128]),
+@pytest.mark.parametrize("script,key,shape,extra", [
+    ("single_frame.py", FRONT, [2, 3, 96, 128], []),
+    ("sarm.py", TOP, [2, 8, 3, 96, 128], ["--memory-format", "channels_last"]),  # same shapes, HWC memory
+    ("action_chunk.py", "action", [2, 16, 6], []),
+    ("augment.py", FRONT, [2, 3, 96, 128], []),
 ])
-def test_recipe_runs_as_a_script(small_dataset, script, key, shape):
+def test_recipe_runs_as_a_script(small_dataset, script, key, shape, extra):
     proc = subprocess.run([sys.executable, str(REPO / "pipelines" / script), str(small_dataset), "--batches", "3",
-                           "--batch-size", "2", "--device", "cpu"], capture_output=True, text=True, timeout=300)
+                           "--batch-size", "2", "--device", "cpu", *extra], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert summary["batches"] == 3 and summary["samples_per_s"] > 0 and summary["shapes"][key] == shape
