@@ -123,6 +123,18 @@ def test_float32_is_uint8_over_255(gpu_dataset):
         torch.testing.assert_close(f32[key], u8[key].float() / 255.0, atol=1e-5, rtol=0)
 
 
+def test_channels_last_on_the_gpu_is_the_same_batch_in_hwc_memory(gpu_dataset):
+    """The graph lays cameras out FHWC on the GPU and the loader hands (..., 3, H, W) views of them over."""
+    args = dict(batch_size=4, episode_pool_size=3, seed=3, delta_timestamps=DELTAS,
+                decode={FRONT: "gpu", SIDE: "gpu", TOP: "gpu"})
+    last = next(iter(StreamLoader(str(gpu_dataset), memory_format="channels_last", **args)))
+    default = next(iter(StreamLoader(str(gpu_dataset), **args)))
+    for key in (FRONT, SIDE, TOP):
+        assert last[key].is_cuda and last[key].shape == default[key].shape and default[key].is_contiguous()
+        assert last[key].movedim(-3, -1).is_contiguous() and not last[key].is_contiguous()
+        torch.testing.assert_close(last[key], default[key], atol=1e-6, rtol=0)
+
+
 def test_resize_crop_normalise_on_the_gpu_match_the_cpu_route(gpu_dataset):
     ops = dict(resize=(128, 160), crop=(96, 128), mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     args = dict(batch_size=4, episode_pool_size=3, seed=7, **ops)
