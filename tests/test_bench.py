@@ -43,6 +43,7 @@ def test_every_metric_is_reported_and_sane(tiny_run):
     assert 0 < result["bytes_read"] and 0 < result["dataset_bytes"]
     assert result["routes"] == {"observation.images.front": "torchcodec", "observation.images.top": "dali-cpu"}
     assert result["dali_graph"] is True  # the vp9 camera decodes in DALI
+    assert "with_layout" not in result["limit"] and result["limit_ratio_with_layout"] is None
     assert "CPU only" in result["device"] and result["versions"]["nvidia.dali"] == "2.4.0"
     # the seeds' definitions beside ours, and what a reader of a results file needs to compare runs
     assert result["frames_per_s_node_seed"] == result["samples_per_s"]
@@ -154,11 +155,15 @@ def test_a_dataset_that_runs_out_before_the_window_closes_is_measured_with_a_not
     """10 epochs of the small dataset take about a second: a one-hour window cannot close, and the run measures
     the batches there were (saying so) instead of reporting nothing."""
     proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--duration-s", 3600, "--warmup-batches", 2,
-                  "--decode", "cpu", "--no-baseline", "--no-limit", "--out-dir", tmp_path)
+                  "--decode", "cpu", "--no-baseline", "--image-dtype", "uint8", "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("bench-*.json")
     result = json.loads(path.read_text())
     assert result["samples_per_s"] > 0 and "error" not in result and result["dali_graph"] is False
+    # no graph: the limit is also taken with the loader's own write into the output, over the same frames
+    layout = result["limit"]["with_layout"]
+    assert layout["frames_per_s"] > 0 and layout["image_dtype"] == "uint8" and layout["memory_format"] == "contiguous"
+    assert result["limit_ratio_with_layout"] == pytest.approx(result["frames_per_s_node"] / layout["frames_per_s"])
     assert result["window"]["batches"] == 10 * 23 - 2 and result["window"]["seconds"] < 3600
     (note,) = result["notes"]
     assert "ran out after 10 epochs" in note and "shorter than --duration-s 3600" in note

@@ -6,6 +6,9 @@ One run = one (dataset, mode, decode, batch size, workers, pool) configuration:
    gaps) and the batch latency percentiles (time the training loop waited in `next()`).
 2. **Raw decode limit**: the window's batch plans again, the same frames through the same decoders, warm
    (segments cut and decoders open before timing), no loader around them: `limit_ratio` = loader / limit.
+   Where the loader has no DALI graph (`host_batches`), also the same decode followed by the loader's own write
+   into the caller's layout and dtype, on the same threads: `limit_ratio_with_layout` = loader / that, what is
+   left to the loader's own overhead once the output format is paid for.
 3. **Baseline**: a plain PyTorch DataLoader over a map-style dataset decoding each sample with torchcodec
    from the packed MP4s, as lerobot's LeRobotDataset does (`bench_baseline`), on the same samples, at each
    worker count; `baseline_ratio` = loader / the baseline's best.
@@ -35,7 +38,7 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
                "peak_rss_gb", "shuffle_randomness_frac", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
-               "rank", "world_size", "limit_ratio", "baseline_ratio")
+               "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio")
 
 
 @dataclass
@@ -218,23 +221,44 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             for seg in segs:
                 warm_decoders(seg, threads, warm)
     cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route == "torchcodec"]
+
     def decode(work) -> None:  # decode and drop: a window of full-size frames does not fit in memory at once
         for _ in decode_segments(*work):
             pass
 
-    t0 = time.perf_counter()
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(decode, cpu_work))
-    else:
-        for w in cpu_work:
-            decode(w)
-    seconds = time.perf_counter() - t0
+    seconds = _on_threads(decode, cpu_work, threads)
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
-    return {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
-            "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
+    out: dict[str, Any] = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
+                           "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
+    if loader.host_batches and cpu_work:
+        from ..graph.batches import decode_host
+        from ..graph.buffers import BufferPool
+
+        buffers = BufferPool(keep=threads)  # reused as the loader's are, so no page faults are timed
+
+        def decode_and_write(work) -> None:  # the loader's own per-camera decode and write, output dropped
+            segs, idx, cache = work
+            decode_host(segs, idx, cache, buffers, loader.image_ops)
+
+        with_layout = _on_threads(decode_and_write, cpu_work, threads)
+        out["with_layout"] = {"seconds": with_layout, "frames_per_s": frames / with_layout if with_layout else 0.0,
+                              "image_dtype": loader.image_ops.dtype,
+                              "memory_format": "channels_last" if loader.image_ops.channels_last else "contiguous"}
+    return out
+
+
+def _on_threads(fn, work: list, threads: int) -> float:
+    """Seconds to run `fn` over `work` on `threads` threads."""
+    t0 = time.perf_counter()
+    if threads > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(fn, work))
+    else:
+        for w in work:
+            fn(w)
+    return time.perf_counter() - t0
 
 
 def _dali_decode_time(work, loader, threads: int) -> float:
@@ -352,8 +376,10 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         limit = raw_limit(loader, got["window"], max(1, cfg.loader.num_workers))
         result["limit"] = limit
         result["limit_ratio"] = got["frames_per_s_node"] / limit["frames_per_s"] if limit["frames_per_s"] else None
+        layout = limit.get("with_layout", {}).get("frames_per_s")
+        result["limit_ratio_with_layout"] = got["frames_per_s_node"] / layout if layout else None
     else:
-        result["limit_ratio"] = None
+        result["limit_ratio"] = result["limit_ratio_with_layout"] = None
     if cfg.baseline:
         if progress:
             progress("baseline")
