@@ -305,7 +305,8 @@ class StreamLoader:
         `cache_peak` is measured; the others are upper estimates from the configuration: prepared batches
         hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
         + 1` batches; host frames (`graph.host`: CPU-decoded cameras of batches on the CPU) are output-sized
-        buffers for `prefetch_batches + 3` batches (built ahead, the one DALI holds, the caller's); DALI keeps
+        buffers for `prefetch_batches + 2` batches (the ones building, the caller's), one more where a DALI graph
+        holds one too (tables or other cameras still in the graph); DALI keeps
         `prefetch_queue_depth` (2) output batches of the cameras it lays out; CPU decoders hold their frame
         buffers (~12 MB per AV1 decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
         b = self.config.batch_size
@@ -319,7 +320,8 @@ class StreamLoader:
 
         decoded = sum(b * steps[k] * cams[k].height * cams[k].width * 3
                       for k, r in self.routes.items() if r == "torchcodec" and k not in host)
-        prepared = (self.prefetch_batches + 1) * decoded + (self.prefetch_batches + 3) * sum(map(out_bytes, host))
+        host_batches_alive = self.prefetch_batches + (2 if self.host_batches else 3)
+        prepared = (self.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
         return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
                 "prepared_batches": prepared,
                 "dali_outputs": 2 * sum(out_bytes(k) for k in self.routes if k not in host),

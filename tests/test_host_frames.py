@@ -139,3 +139,22 @@ def test_with_every_camera_on_host_frames_there_is_no_graph_and_the_first_batch_
         finally:
             it.close()
             loader.close()
+
+
+@pytest.mark.parametrize("prefetch", [None, 1, 4])
+def test_host_buffers_stay_within_the_memory_budget(small_dataset, prefetch):
+    """Without a graph, at most prefetch_batches + 2 batches of host frames are alive (building, the caller's):
+    what the pool allocated over two epochs stays within what memory_budget() says."""
+    loader = StreamLoader(str(small_dataset), batch_size=4, episode_pool_size=2, device="cpu", num_workers=2,
+                          decode="cpu", image_dtype="uint8", prefetch_batches=prefetch)
+    assert loader.host_batches
+    for _ in range(2):
+        for _batch in loader:
+            pass
+    budget = loader.memory_budget()
+    frame_bytes = 4 * 3 * 96 * 128  # batch x C x H x W, uint8, one step
+    assert budget["prepared_batches"] == (loader.prefetch_batches + 2) * 2 * frame_bytes
+    pool = loader.builder.buffers
+    assert pool.allocated * frame_bytes == budget["host_buffers_peak"] <= budget["prepared_batches"]
+    loader.close()
+
