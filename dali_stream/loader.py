@@ -165,7 +165,7 @@ class StreamLoader:
             raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
                                "names the broken layer and the constraint set that fixes it")
         self.image_ops = ImageOps.make(cfg.image_dtype, resize=cfg.resize, crop=cfg.crop, mean=cfg.mean, std=cfg.std,
-                                       memory_format=cfg.memory_format)
+                                       channels_last=cfg.memory_format == "channels_last")
         self.meta = meta = DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
                                             remote_timeout_s=cfg.remote_timeout_s,
                                             remote_deadline_s=cfg.remote_deadline_s,

@@ -47,13 +47,11 @@ class ImageOps:
 
     @classmethod
     def make(cls, dtype: str = "float32", resize: Sequence[int] | None = None, crop: Sequence[int] | None = None,
-             mean=None, std=None, memory_format: str = "contiguous") -> "ImageOps":
+             mean=None, std=None, channels_last: bool = False) -> "ImageOps":
         if dtype not in ("float32", "uint8"):
             raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {dtype!r}")
-        if memory_format not in ("contiguous", "channels_last"):
-            raise ConfigError(f"`memory_format` must be 'contiguous' or 'channels_last'. Found: {memory_format!r}")
         ops = cls(dtype, _pair("resize", resize), _pair("crop", crop), _channels("mean", mean), _channels("std", std),
-                  memory_format == "channels_last")
+                  channels_last)
         if (ops.mean is None) != (ops.std is None):
             raise ConfigError("`mean` and `std` go together: give both (e.g. ImageNet's (0.485, 0.456, 0.406) and "
                               f"(0.229, 0.224, 0.225)) or neither. Found: mean={mean!r}, std={std!r}")

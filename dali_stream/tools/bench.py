@@ -245,7 +245,7 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
         with_layout = _on_threads(decode_and_write, cpu_work, threads)
         out["with_layout"] = {"seconds": with_layout, "frames_per_s": frames / with_layout if with_layout else 0.0,
                               "image_dtype": loader.image_ops.dtype,
-                              "memory_format": "channels_last" if loader.image_ops.channels_last else "contiguous"}
+                              "memory_format": loader.config.memory_format}
     return out
 
 
