@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import LoaderConfig, as_dict
+from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
 
 MODES = ("single", "sarm", "camera-window")
@@ -38,7 +39,7 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
                "peak_rss_gb", "shuffle_randomness_frac", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
-               "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio")
+               "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio")
 
 
 @dataclass
@@ -347,7 +348,8 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     # ours counts decoded camera frames delivered (samples x cameras x steps), also under its plain name.
     result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
-                  image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()})
+                  image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
+                  sample=meta.info.get(SAMPLE_KEY))  # the sample writer's settings (content, crf); None elsewhere
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,
@@ -449,14 +451,15 @@ def append_csv(csv_path: Path, row: dict[str, Any]) -> None:
 
 # ---- the bundled benchmark datasets ----------------------------------------------------------------------
 # Realistic samples (the default): two 640x480 cameras, 20 episodes of 10-20 s at 30 fps, as lerobot records
-# them. "av1" uses lerobot's default encoder settings (AV1, g=2: a keyframe every other frame); "h264" the
-# other common choice (H.264 with B-frames, g=2). "toy" is the old small sample: 200 episodes of 20-40 frames,
-# three cameras (h264, hevc, av1), GOP 30.
+# them: lerobot's encoder settings (crf 30, g=2: a keyframe every other frame) on camera-like frames
+# (`scene.Scene`, 5.8-6.6 KB a frame in AV1 where lerobot's aloha datasets take 5.5-6.6). "av1" is lerobot's
+# default codec, "h264" the other common choice (H.264 with B-frames). "toy" is the old small sample: 200
+# episodes of 20-40 frames, three cameras (h264, hevc, av1), GOP 30, the smooth test pattern.
 BENCH_SAMPLES = {
     "av1": dict(episodes=20, min_length=300, max_length=600, cameras="front:av1,wrist:av1", gop=2,
-                episodes_per_file=10),
+                episodes_per_file=10, content="scene", crf=30),
     "h264": dict(episodes=20, min_length=300, max_length=600, cameras="front:h264,wrist:h264", gop=2,
-                 episodes_per_file=10),
+                 episodes_per_file=10, content="scene", crf=30),
     "toy": dict(episodes=200, min_length=20, max_length=40, cameras="front:h264,side:hevc,wrist:av1", gop=30,
                 episodes_per_file=50),
 }
@@ -476,3 +479,23 @@ def bench_sample_spec(variant: str):
 
 def default_dataset(variant: str) -> str:
     return f".demo/bench-{variant}"
+
+
+def stale_sample(path: str | Path, spec) -> str | None:
+    """Why the sample at `path` must be written (again) for `spec` (a `SampleSpec`, e.g. `bench_sample_spec`'s):
+    missing, or written with other settings (an older dali_stream's, which a run would otherwise measure
+    silently); None when it is current."""
+    info_path = Path(path) / "meta/info.json"
+    if not info_path.exists():
+        return "not written yet"
+    try:
+        written = json.loads(info_path.read_text()).get(SAMPLE_KEY)
+    except (OSError, ValueError) as err:
+        return f"its meta/info.json cannot be read ({err})"
+    wanted = spec.record()
+    if not isinstance(written, dict):
+        return "it was written by an older dali_stream, which did not record its settings"
+    if written != wanted:
+        changed = sorted(k for k in wanted if written.get(k) != wanted[k])
+        return f"it was written with other settings ({', '.join(changed)} differ from this version's)"
+    return None

@@ -21,6 +21,7 @@ BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "d
                   "tolerance_s", "data_files_root", "revision")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
+    from .sample_defaults import CONTENTS
     from .sample_defaults import SAMPLE_DEFAULTS as from_spec
     p.add_argument("--episodes", type=int, default=from_spec["episodes"], help="number of episodes (default %(default)s)")
     p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
@@ -35,7 +36,13 @@ def _make_sample_args(p: argparse.ArgumentParser) -> None:
                    help="episodes packed into one MP4 per camera")
     p.add_argument("--chunks-size", type=int, default=from_spec["chunks_size"], help="files per chunk folder")
     p.add_argument("--tasks", type=int, default=from_spec["tasks"], help="distinct task strings")
-    p.add_argument("--seed", type=int, default=from_spec["seed"], help="seed of the episode lengths")
+    p.add_argument("--seed", type=int, default=from_spec["seed"], help="seed of the episode lengths and scenes")
+    p.add_argument("--content", choices=CONTENTS, default=from_spec["content"],
+                   help="pattern: a smooth moving pattern (fast); scene: camera-like frames that compress and decode "
+                        "like real robot footage (default %(default)s)")
+    p.add_argument("--crf", type=int, default=from_spec["crf"],
+                   help="every camera's encoder at this crf (lerobot records at 30; default: per-codec settings that "
+                        "keep the painted ids readable at small sizes)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--workers", type=int, default=None,
                    help="processes encoding the video files (default: one per core for samples of 200M+ pixels "
@@ -48,7 +55,7 @@ def _spec(args: argparse.Namespace):
     return SampleSpec(episodes=args.episodes, min_length=args.min_length, max_length=args.max_length,
                       cameras=parse_cameras(args.cameras), height=args.height, width=args.width, fps=args.fps,
                       gop=args.gop, episodes_per_file=args.episodes_per_file, chunks_size=args.chunks_size,
-                      tasks=args.tasks, seed=args.seed)
+                      tasks=args.tasks, seed=args.seed, content=args.content, crf=args.crf)
 
 
 def _write_with_progress(out: Path, spec, overwrite: bool, console, workers: int | None = None) -> Path:
@@ -290,13 +297,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if args.dataset is None:
         args.dataset = bench.default_dataset(args.sample)
-        if not (Path(args.dataset) / "meta/info.json").exists():
-            spec = bench.bench_sample_spec(args.sample)
-            console.print(f"writing the benchmark sample ({args.sample}) to {args.dataset}: {spec.episodes} "
+        spec = bench.bench_sample_spec(args.sample)
+        why = bench.stale_sample(args.dataset, spec)
+        if why is not None:
+            console.print(f"writing the benchmark sample ({args.sample}) to {args.dataset}, {why}: {spec.episodes} "
                           f"episodes of {spec.min_length}-{spec.max_length} frames, cameras "
                           f"{', '.join(c.name + ':' + c.codec for c in spec.cameras)} at {spec.width}x{spec.height}, "
-                          f"GOP {spec.gop} (minutes, once)")
-            _write_with_progress(Path(args.dataset), bench.bench_sample_spec(args.sample), True, console)
+                          f"GOP {spec.gop}, {spec.content} frames (minutes, once)")
+            _write_with_progress(Path(args.dataset), spec, True, console)
     configs = _bench_configs(args)
     node = Node.probe()
     results, failed = [], []

@@ -3,7 +3,8 @@
 The top three rows of blocks carry 16 bits each: row 0 the episode index, row 1 the frame index inside the
 episode, row 2 a check value of both (CRC-32 of the pair, low 16 bits); least significant bit leftmost. A
 block is `block_size(width)` pixels square, light for 1 and dark for 0, aligned to the 4:2:0 chroma grid.
-The rest of the image is a smooth pattern that moves from frame to frame, which gives the encoder real work.
+The rest of the image is a smooth pattern that moves from frame to frame (`render`), which gives the encoder
+real work, or any image of the caller's (`paint_ids`; the benchmark samples paint `scene`'s camera-like frames).
 
 `read_ids` refuses rather than guesses: a block that is neither clearly light nor clearly dark, or ids that
 do not match their check value (an encoder that copied a block from another frame, a corrupt stream, an
@@ -47,9 +48,7 @@ def check_size(height: int, width: int) -> None:
 
 
 def render(height: int, width: int, episode: int, frame: int, camera: int = 0) -> np.ndarray:
-    """An (H, W, 3) uint8 RGB image carrying (episode, frame)."""
-    if not (0 <= episode < 2**BITS and 0 <= frame < 2**BITS):
-        raise ValueError(f"ids must fit in {BITS} bits: episode={episode}, frame={frame}")
+    """An (H, W, 3) uint8 RGB image carrying (episode, frame) on a smooth moving pattern."""
     y = np.arange(height, dtype=np.float32)[:, None]
     x = np.arange(width, dtype=np.float32)[None, :]
     phase = 0.15 * frame + 0.9 * episode + 1.7 * camera
@@ -57,7 +56,14 @@ def render(height: int, width: int, episode: int, frame: int, camera: int = 0) -
     img = np.empty((height, width, 3), dtype=np.uint8)
     for c, shift in enumerate((0.0, 2.1, 4.2)):
         img[..., c] = np.clip(base + 40 * np.sin(shift + phase + x / 29.0), 0, 255).astype(np.uint8)
-    b = block_size(width)
+    return paint_ids(img, episode, frame)
+
+
+def paint_ids(img: np.ndarray, episode: int, frame: int) -> np.ndarray:
+    """Paint (episode, frame) into the top rows of blocks of an (H, W, 3) uint8 image, in place; returns it."""
+    if not (0 <= episode < 2**BITS and 0 <= frame < 2**BITS):
+        raise ValueError(f"ids must fit in {BITS} bits: episode={episode}, frame={frame}")
+    b = block_size(img.shape[1])
     for row, value in enumerate((episode, frame, check_value(episode, frame))):
         for bit in range(BITS):
             img[row * b:(row + 1) * b, bit * b:(bit + 1) * b] = LIGHT if (value >> bit) & 1 else DARK

@@ -21,12 +21,13 @@ import shutil
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from . import paint
-from .sample_defaults import SAMPLE_DEFAULTS
+from .sample_defaults import CONTENTS, SAMPLE_DEFAULTS
+from .scene import Scene
 
 CODECS = ("h264", "hevc", "av1", "vp9")
 TASKS = ("pick up the red cube", "stack the blue block on the green one", "open the top drawer",
@@ -75,6 +76,8 @@ class SampleSpec:
     chunks_size: int = SAMPLE_DEFAULTS["chunks_size"]
     tasks: int = SAMPLE_DEFAULTS["tasks"]
     seed: int = SAMPLE_DEFAULTS["seed"]
+    content: str = SAMPLE_DEFAULTS["content"]  # "pattern" or "scene" (`sample_defaults.CONTENTS`)
+    crf: int | None = SAMPLE_DEFAULTS["crf"]  # every camera's encoder at this crf (lerobot: 30); None: `_ENCODERS`
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -87,7 +90,28 @@ class SampleSpec:
             raise ValueError(f"tasks must be in [1, {len(TASKS)}]. Found: {self.tasks}")
         if not self.cameras:
             raise ValueError("at least one camera is needed")
+        if self.content not in CONTENTS:
+            raise ValueError(f"content must be one of {CONTENTS}. Found: {self.content!r}")
+        if self.crf is not None and not 0 <= self.crf <= 51:
+            raise ValueError(f"crf must be in [0, 51] (every encoder here accepts that range). Found: {self.crf}")
         paint.check_size(self.height, self.width)
+
+    def record(self) -> dict:
+        """The spec as JSON values: written into the sample's info.json (`SAMPLE_KEY`), so a reader can tell which
+        settings wrote a sample (bench rewrites a default sample whose record differs from today's spec)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "cameras"}
+        return out | {"cameras": ",".join(f"{c.name}:{c.codec}" for c in self.cameras)}
+
+    def frames(self, ids: Sequence[tuple[int, int]], camera: int) -> Iterator[np.ndarray]:
+        """The RGB frames of camera `camera` (its position in `cameras`) carrying `ids` (episode, frame), in order."""
+        scene = None
+        for e, f in ids:
+            if self.content == "pattern":
+                yield paint.render(self.height, self.width, e, f, camera)
+                continue
+            if scene is None or scene.episode != e:
+                scene = Scene(self.height, self.width, e, camera, self.seed)
+            yield scene.frame(f)
 
     def lengths(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
@@ -137,13 +161,14 @@ _CAREFUL = {"h264": {"preset": "medium", "crf": "12"}, "hevc": {"preset": "mediu
 
 
 def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int, gop: int, height: int, width: int,
-                 careful: bool = False) -> None:
-    """Encode RGB frames into one MP4 stream, frame k at pts k/fps."""
+                 careful: bool = False, crf: int | None = None) -> None:
+    """Encode RGB frames into one MP4 stream, frame k at pts k/fps; `crf` replaces the codec's own (`_ENCODERS`),
+    `careful` replaces both with `_CAREFUL`'s."""
     import av
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
     encoder, options_of = _ENCODERS[codec]
-    options = {**options_of(gop), **(_CAREFUL[codec] if careful else {})}
+    options = {**options_of(gop), **({} if crf is None else {"crf": str(crf)}), **(_CAREFUL[codec] if careful else {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as container:
         stream = container.add_stream(encoder, rate=fps, options=options)
@@ -178,8 +203,8 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
     """Encode the frames carrying `ids`, then decode them back: every frame must show its own ids. A file that
     does not is encoded again with careful settings; one that still does not is an error."""
     for careful in (False, True):
-        frames = (paint.render(spec.height, spec.width, e, f, camera) for e, f in ids)
-        encode_video(path, frames, codec, spec.fps, spec.gop, spec.height, spec.width, careful=careful)
+        encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
+                     careful=careful, crf=spec.crf)
         bad = misread_frames(path, ids, spec.fps)
         if not bad:
             return
@@ -218,6 +243,8 @@ def _stats(values: np.ndarray) -> dict[str, list]:
 # Below this many pixels of video in all (~650 frames at 640x480) files are encoded one after another: the
 # test fixtures stay in one process, where starting encoder processes would cost more than it saves.
 PARALLEL_PIXELS = 200_000_000
+# info.json key of the settings that wrote a sample (`SampleSpec.record`); lerobot and dali_stream ignore it.
+SAMPLE_KEY = "dali_stream_sample"
 
 
 def encode_workers(spec: "SampleSpec", files: int, workers: int | None = None) -> int:
@@ -380,6 +407,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
         "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
         "features": features,
+        SAMPLE_KEY: spec.record(),
     }
     (out / "meta" / "info.json").write_text(json.dumps(info, indent=2))
 
@@ -391,7 +419,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
              "task_index": _stats(np.repeat(task_of, lengths)),
              "next.done": _stats(np.concatenate([np.arange(L) == L - 1 for L in lengths]))}
     for c, cam in enumerate(spec.cameras):
-        imgs = np.stack([paint.render(spec.height, spec.width, e, 0, c) for e in range(min(4, spec.episodes))])
+        imgs = np.stack(list(spec.frames([(e, 0) for e in range(min(4, spec.episodes))], c)))
         px = imgs.reshape(-1, 3).astype(np.float64) / 255.0
         stats[cam.key] = {k: [[[x]] for x in v] for k, v in _stats(px).items() if k != "count"}
         stats[cam.key]["count"] = [int(len(imgs))]

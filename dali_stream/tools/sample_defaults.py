@@ -16,4 +16,10 @@ SAMPLE_DEFAULTS: dict[str, Any] = {
     "chunks_size": 1000,
     "tasks": 3,
     "seed": 0,
+    "content": "pattern",
+    "crf": None,
 }
+# What the frames show: "pattern", `paint.render`'s smooth moving pattern (fast to write, ids readable at every
+# size the tests use); "scene", `scene.Scene`'s camera-like room, which compresses and decodes like real robot
+# footage (the benchmark samples).
+CONTENTS = ("pattern", "scene")
