@@ -63,6 +63,7 @@ def main() -> None:
               "imports_s": round(imports_s, 2), "constructor_s": round(ctor_s, 3),
               "first_batch_s": round(first, 3), "samples": samples, "samples_per_s": round(samples / wall, 1),
               "peak_rss_gb": round(peak[0] / 2**30, 2), "routes": dict(loader.routes),
+              "sample": loader.meta.info.get("dali_stream_sample"),  # the sample writer's settings, if it wrote it
               "date": time.strftime("%Y-%m-%d %H:%M")}
     print(json.dumps(result))
     if args.out:
