@@ -1,5 +1,7 @@
 """What the CPU route's last step costs per 480p frame: DALI's crop_mirror_normalize on the CPU (HWC uint8 in,
-CHW float32 or uint8 out, the loader's graph for torchcodec frames on a CPU node) against torch doing the same.
+CHW float32 or uint8 out, the loader's graph for torchcodec frames on a CPU node before host frames), torch
+doing the same, the loader's own write today (`scatter_frames`, per layout and dtype), and the floor of a
+float32 output (filling the frame's 3.7 MB, nothing read).
 
     .venv/bin/python benchmarks/layout_cost.py [--out FILE]
 
@@ -65,6 +67,25 @@ def main(argv=None) -> int:
 
     res["torch_float32_FCHW_ms"] = timed(to_float)
     res["torch_uint8_FCHW_ms"] = timed(to_uint8)
+
+    # The loader's own write on a CPU node (host frames: `graph.host.scatter_frames`, numpy, into reused
+    # batch buffers as its BufferPool hands them out), per layout and dtype; and the floor of any float32
+    # output, filling a frame's 3.7 MB with one value (no reading at all).
+    from dali_stream.graph.host import host_dtype, host_shape, scatter_frames
+    from dali_stream.graph.imageops import ImageOps
+
+    decoded = np.concatenate(frames)  # (B, H, W, 3), as a segment's decoded frames
+    wanted = np.arange(B)
+    for dtype in ("float32", "uint8"):
+        for channels_last in (False, True):
+            ops = ImageOps.make(dtype, channels_last=channels_last)
+            bufs = [np.ones(host_shape(ops, B, 1, H, W), host_dtype(ops)) for _ in range(4)]  # touched: no page faults
+            turn = iter(range(10**9))
+            res[f"loader_{dtype}_{'FHWC' if channels_last else 'FCHW'}_ms"] = timed(lambda: scatter_frames(
+                bufs[next(turn) % 4], decoded, list(range(B)), wanted, [np.array([j]) for j in range(B)], ops))
+    fill_bufs = [np.ones((B, 3, H, W), np.float32) for _ in range(4)]
+    turn = iter(range(10**9))
+    res["float32_fill_floor_ms"] = timed(lambda: fill_bufs[next(turn) % 4].fill(0.5))
     result = {"what": "milliseconds per 480x640 frame, one thread", "results": res,
               "machine": {"cpu_count": __import__("os").cpu_count(), "platform": platform.platform()}}
     for k, v in res.items():
