@@ -43,10 +43,11 @@ if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; th
 fi
 
 echo "== bench -> $out"
-sample=.demo/gpu-check-640x480
+sample=.demo/gpu-check-640x480-scene  # camera-like frames at lerobot's crf, as the bench samples
 if [ ! -f "$sample/meta/info.json" ]; then
     "$PY" -m dali_stream make-sample "$sample" --overwrite --episodes 24 --min-length 60 --max-length 120 \
-        --height 480 --width 640 --cameras front:h264,side:hevc,wrist:av1 --gop 2 --episodes-per-file 8
+        --height 480 --width 640 --cameras front:h264,side:hevc,wrist:av1 --gop 2 --episodes-per-file 8 \
+        --content scene --crf 30
 fi
 "$PY" -m dali_stream bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
     --out-dir "$out" 2>&1 | tee "$out/bench-gpu.log"
