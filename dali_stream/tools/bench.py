@@ -452,7 +452,7 @@ def append_csv(csv_path: Path, row: dict[str, Any]) -> None:
 # ---- the bundled benchmark datasets ----------------------------------------------------------------------
 # Realistic samples (the default): two 640x480 cameras, 20 episodes of 10-20 s at 30 fps, as lerobot records
 # them: lerobot's encoder settings (crf 30, g=2: a keyframe every other frame) on camera-like frames
-# (`scene.Scene`, 5.8-6.6 KB a frame in AV1 where lerobot's aloha datasets take 5.5-6.6). "av1" is lerobot's
+# (`scene.Scene`, 6.4-6.9 KB a frame in AV1 where lerobot's aloha datasets take 5.5-6.6). "av1" is lerobot's
 # default codec, "h264" the other common choice (H.264 with B-frames). "toy" is the old small sample: 200
 # episodes of 20-40 frames, three cameras (h264, hevc, av1), GOP 30, the smooth test pattern.
 BENCH_SAMPLES = {

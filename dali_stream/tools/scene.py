@@ -5,11 +5,11 @@ settings, crf 30 and g=2, 640x480: 2.9 KB a frame), so it decodes faster than re
 cost the loader adds per frame. A `Scene` is a textured room seen by a moving camera: a background of
 several octaves of value noise under a soft light, six textured objects, two textured "arms" crossing it,
 the view panning slowly (camera 0, a fixed camera that shakes) or fast (other cameras, wrist-like). At the
-same settings it takes 5.8 KB a frame (camera 0) and 6.6 (camera 1), where lerobot's aloha datasets (4
-cameras 640x480, AV1 crf 30, g=2) take 5.5-6.6 KB (lerobot's benchmarks/video/README.md:
-aloha_static_battery 770.5 MB for 49 episodes of 29,400 frames x 4 cameras, aloha_static_vinh_cup_left
-1.1 GB for 50,000 x 4), and a random frame costs 1.08-1.17 ms to decode against the pattern's 0.83
-(torchcodec, one thread, 2-core VM; H.264 at crf 30: 3.1-3.3 KB, 1.4 ms).
+same settings it takes 5.8-6.9 KB a frame (one 300-frame episode: 5.8 camera 0, 6.6 camera 1; the AV1 bench
+sample's files: 6.4-6.9), where lerobot's aloha datasets (4 cameras 640x480, AV1 crf 30, g=2) take 5.5-6.6
+(lerobot's benchmarks/video/README.md: aloha_static_battery 770.5 MB for 29,400 frames x 4 cameras,
+aloha_static_vinh_cup_left 1.1 GB for 50,000 x 4), and a random frame costs 1.08-1.17 ms to decode against
+the pattern's 0.83 (torchcodec, one thread, 2-core VM; H.264 at crf 30: 3.1-3.3 KB, 1.4 ms).
 
 Everything is a pure function of (seed, episode, camera, frame): the same sample is written on every
 machine. `paint.paint_ids` draws the ids on top, so tests and `verify` read them as on any sample frame.
