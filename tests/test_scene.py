@@ -68,7 +68,8 @@ def test_the_writer_records_its_settings_and_bench_tells_a_stale_sample(tmp_path
     spec = SampleSpec(episodes=2, min_length=6, max_length=8, cameras=parse_cameras("front:av1"), content="scene",
                       crf=30)
     record = json.loads((root / "meta/info.json").read_text())[SAMPLE_KEY]
-    assert record == spec.record() and record["content"] == "scene" and record["cameras"] == "front:av1"
+    assert record == spec.record() | {"careful_files": []}
+    assert record["content"] == "scene" and record["cameras"] == "front:av1"
     assert stale_sample(root, spec) is None
     why = stale_sample(root, dataclasses.replace(spec, crf=None, content="pattern"))
     assert why == "it was written with other settings (content, crf differ from this version's)"
@@ -83,3 +84,24 @@ def test_the_benchmark_samples_are_scenes_at_lerobots_settings():
         spec = bench_sample_spec(variant)
         assert (spec.content, spec.crf, spec.gop, spec.height, spec.width) == ("scene", 30, 2, 480, 640)
         assert {c.codec for c in spec.cameras} == {codec} and len(spec.cameras) == 2
+
+
+def test_files_that_needed_careful_settings_are_recorded_and_bench_notes_them(tmp_path):
+    """At crf 51 and 16x64 H.264 loses the painted ids (AV1 keeps them): the writer re-encodes those files
+    with careful settings, which makes them unlike the rest, so it records them and bench says so."""
+    spec = SampleSpec(episodes=3, min_length=6, max_length=9, height=16, width=64, gop=2, episodes_per_file=2,
+                      cameras=parse_cameras("a:h264,b:av1"), content="scene", crf=51)
+    root = write_sample(tmp_path / "s", spec)
+    assert _misread_frames(root) == {"h264": 0, "av1": 0}
+    record = json.loads((root / "meta/info.json").read_text())[SAMPLE_KEY]
+    h264_files = sorted(str(p.relative_to(root)) for p in (root / "videos/observation.images.a").rglob("*.mp4"))
+    assert record["careful_files"] == h264_files and len(h264_files) == 2
+    assert stale_sample(root, spec) is None  # what the writing found is not a setting
+    out = tmp_path / "bench"
+    proc = dali_stream("bench", root, "--batch-size", 2, "--pool", 2, "--duration-s", 0.2, "--warmup-batches", 1,
+                       "--no-baseline", "--no-limit", "--out-dir", out, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result,) = [json.loads(p.read_text()) for p in out.glob("bench-*.json")]
+    assert result["sample"]["careful_files"] == h264_files
+    assert any(n.startswith("2 video file(s) of this sample were encoded with careful settings") and h264_files[0] in n
+               for n in result["notes"]), result["notes"]

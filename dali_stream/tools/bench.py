@@ -338,6 +338,12 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
             f"the dataset ran out after 10 epochs ({got['batches']} batches in the window): the window is "
             f"{got['seconds']:.2f} s, shorter than --duration-s {cfg.duration_s:g}; a larger dataset or a shorter "
             "--duration-s measures over the window asked for")
+    careful = (meta.info.get(SAMPLE_KEY) or {}).get("careful_files") or []
+    if careful:
+        result["notes"].append(
+            f"{len(careful)} video file(s) of this sample were encoded with careful settings (a lower crf: larger, "
+            f"slower to decode than the rest) because their painted ids did not survive the sample's own: "
+            f"{', '.join(careful[:3])}{' ...' if len(careful) > 3 else ''}; another size or codec avoids it")
     stats = loader.store.stats
     builder = loader.builder
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
@@ -495,7 +501,7 @@ def stale_sample(path: str | Path, spec) -> str | None:
     wanted = spec.record()
     if not isinstance(written, dict):
         return "it was written by an older dali_stream, which did not record its settings"
-    if written != wanted:
-        changed = sorted(k for k in wanted if written.get(k) != wanted[k])
+    changed = sorted(k for k in wanted if written.get(k) != wanted[k])  # the record's other keys are outcomes
+    if changed:
         return f"it was written with other settings ({', '.join(changed)} differ from this version's)"
     return None

@@ -199,15 +199,15 @@ def misread_frames(path: Path, ids: Sequence[tuple[int, int]], fps: int) -> list
     return bad
 
 
-def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: str, spec: "SampleSpec") -> None:
+def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: str, spec: "SampleSpec") -> bool:
     """Encode the frames carrying `ids`, then decode them back: every frame must show its own ids. A file that
-    does not is encoded again with careful settings; one that still does not is an error."""
+    does not is encoded again with careful settings (returns True then); one that still does not is an error."""
     for careful in (False, True):
         encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
                      careful=careful, crf=spec.crf)
         bad = misread_frames(path, ids, spec.fps)
         if not bad:
-            return
+            return careful
     raise RuntimeError(f"{path}: {len(bad)} of {len(ids)} frames ({codec}, {spec.height}x{spec.width}) do not show "
                        f"their painted ids even with careful encoder settings (first: frame {bad[0]}, ids "
                        f"{ids[bad[0]]}); use another size or codec")
@@ -260,25 +260,31 @@ def encode_workers(spec: "SampleSpec", files: int, workers: int | None = None) -
 _Job = tuple[Path, list[tuple[int, int]], int, str]  # a video file: path, painted ids, camera index, codec
 
 
-def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int, done: Callable[[], None]) -> None:
-    """`_encode_checked` for each job, in `workers` processes (1: in this one)."""
+def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int, done: Callable[[], None]) -> list[Path]:
+    """`_encode_checked` for each job, in `workers` processes (1: in this one); returns the files that needed
+    careful settings."""
+    careful: list[Path] = []
     if workers <= 1:
         for path, ids, camera, codec in jobs:
-            _encode_checked(path, ids, camera, codec, spec)
+            if _encode_checked(path, ids, camera, codec, spec):
+                careful.append(path)
             done()
-        return
+        return careful
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     # spawn: the caller may hold threads (a loader, pytest's), which a forked child would inherit half-copied
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
     try:
-        futures = [pool.submit(_encode_checked, path, ids, camera, codec, spec) for path, ids, camera, codec in jobs]
+        futures = {pool.submit(_encode_checked, path, ids, camera, codec, spec): path
+                   for path, ids, camera, codec in jobs}
         for future in as_completed(futures):
-            future.result()
+            if future.result():
+                careful.append(futures[future])
             done()
     finally:
         pool.shutdown(cancel_futures=True)
+    return careful
 
 
 def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bool = False,
@@ -367,7 +373,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         if progress:
             progress(done, total_files)
 
-    _encode_files(jobs, spec, processes, encoded)
+    careful = _encode_files(jobs, spec, processes, encoded)
 
     # ---- meta ----------------------------------------------------------------------------------------
     half = max(1, spec.episodes // 2)
@@ -407,7 +413,8 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
         "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
         "features": features,
-        SAMPLE_KEY: spec.record(),
+        # the settings, and the files whose ids needed careful encoder settings (larger, slower to decode)
+        SAMPLE_KEY: spec.record() | {"careful_files": sorted(str(p.relative_to(out)) for p in careful)},
     }
     (out / "meta" / "info.json").write_text(json.dumps(info, indent=2))
 
