@@ -338,7 +338,8 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
             f"the dataset ran out after 10 epochs ({got['batches']} batches in the window): the window is "
             f"{got['seconds']:.2f} s, shorter than --duration-s {cfg.duration_s:g}; a larger dataset or a shorter "
             "--duration-s measures over the window asked for")
-    careful = (meta.info.get(SAMPLE_KEY) or {}).get("careful_files") or []
+    sample = meta.info.get(SAMPLE_KEY)  # the sample writer's settings (content, crf); None for other datasets
+    careful = (sample or {}).get("careful_files") or []
     if careful:
         result["notes"].append(
             f"{len(careful)} video file(s) of this sample were encoded with careful settings (a lower crf: larger, "
@@ -355,7 +356,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
                   image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
-                  sample=meta.info.get(SAMPLE_KEY))  # the sample writer's settings (content, crf); None elsewhere
+                  sample=sample)
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,

@@ -104,12 +104,12 @@ class SampleSpec:
 
     def frames(self, ids: Sequence[tuple[int, int]], camera: int) -> Iterator[np.ndarray]:
         """The RGB frames of camera `camera` (its position in `cameras`) carrying `ids` (episode, frame), in order."""
+        if self.content == "pattern":
+            yield from (paint.render(self.height, self.width, e, f, camera) for e, f in ids)
+            return
         scene = None
         for e, f in ids:
-            if self.content == "pattern":
-                yield paint.render(self.height, self.width, e, f, camera)
-                continue
-            if scene is None or scene.episode != e:
+            if scene is None or scene.episode != e:  # ids run episode by episode: one scene each
                 scene = Scene(self.height, self.width, e, camera, self.seed)
             yield scene.frame(f)
 
