@@ -139,8 +139,9 @@ def test_the_writer_checks_what_it_encoded(tmp_path):
     ids = [(3, f) for f in range(12)]
     path = tmp_path / "v.mp4"
     encode_video(path, (paint.render(64, 96, e, f) for e, f in ids), "av1", 30, 4, 64, 96)
-    assert misread_frames(path, ids, 30) == []
-    assert misread_frames(path, ids[:6] + [(3, 99)] + ids[7:], 30) == [6]
+    assert misread_frames(path, ids) == []
+    assert misread_frames(path, ids[:6] + [(3, 99)] + ids[7:]) == [6]
+    assert misread_frames(path, ids + [(3, 99)]) == [len(ids)]  # a frame the file lacks
 
 
 def _files(root):

@@ -6,10 +6,13 @@ through PyAV (one Python call per packet) for segments cut from an index and for
 per 480p H.264 segment 9.9 ms with the demuxer and PyAV -> 2.1 ms, per clip 1.5 -> 0.08 ms
 (`benchmarks/segment_cut.py`).
 
-Timestamps keep their spacing and order, shifted so the first sample's dts is 0; no edit list is written,
-so every sample is presented (the source's priming edit, if any, lies before the segment's first keyframe).
-Decoders see the same frames in the same presentation order as in the source: tests compare the decoded
-frames' painted ids and every packet's bytes, flags and relative timing with the demuxing cut's.
+Timestamps keep their spacing and order, shifted so the first sample's dts is 0, and one edit (`elst`) starts
+the presentation at the earliest pts, so every sample is presented and the demuxer's timeline is the pts one.
+Without that edit FFmpeg's mov demuxer seeks on the dts timeline: with B-frames (dts one frame before pts) a
+seek to a keyframe's pts can land on the next keyframe, whose dts equals it. torchcodec seeks to a frame that
+way, so an episode's last frame (a keyframe at g=2) came back as the next episode's first (issue 27). Decoders
+see the same frames in the same presentation order as in the source: tests compare the decoded frames'
+painted ids, seeks to every frame, and every packet's bytes, flags and relative timing with the demuxing cut's.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ def write_mp4(stsd: bytes, timescale: int, sizes: np.ndarray, dts: np.ndarray, p
     comp = (pts - dts).astype(np.int64)
     span = int(dts[-1] - base + deltas[-1])
     movie = span * MOVIE_TIMESCALE // max(1, timescale)
+    start = int(np.min(pts)) - base  # media time presented first: the earliest pts, so no sample is edited out
     stbl = [stsd, _table(b"stts", _runs(deltas), ">u4")]
     if comp.any():
         stbl.append(_table(b"ctts", _runs(comp), ">i4" if (comp < 0).any() else ">u4",
@@ -78,11 +82,12 @@ def write_mp4(stsd: bytes, timescale: int, sizes: np.ndarray, dts: np.ndarray, p
         mdia = _box(b"mdia",
                     _full(b"mdhd", 0, 0, struct.pack(">IIIIHH", 0, 0, timescale, span, 0x55C4, 0)),
                     _full(b"hdlr", 0, 0, bytes(4), b"vide", bytes(12), b"VideoHandler\0"), minf)
+        edts = _box(b"edts", _full(b"elst", 0, 0, struct.pack(">IIiI", 1, movie, start, 0x10000)))
         tkhd = _full(b"tkhd", 0, 3, struct.pack(">IIIII", 0, 0, 1, 0, movie), bytes(8),
                      struct.pack(">hhhH", 0, 0, 0, 0), _MATRIX, struct.pack(">II", width << 16, height << 16))
         mvhd = _full(b"mvhd", 0, 0, struct.pack(">IIII", 0, 0, MOVIE_TIMESCALE, movie),
                      struct.pack(">IH", 0x10000, 0x100), bytes(10), _MATRIX, bytes(24), struct.pack(">I", 2))
-        return _box(b"moov", mvhd, _box(b"trak", tkhd, mdia))
+        return _box(b"moov", mvhd, _box(b"trak", tkhd, edts, mdia))
 
     head = len(ftyp) + len(moov(0)) + 8  # the moov's size does not depend on the offset's value
     return b"".join([ftyp, moov(head), struct.pack(">I4s", 8 + len(payload), b"mdat"), payload])

@@ -21,7 +21,7 @@ BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "d
                   "tolerance_s", "data_files_root", "revision")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
-    from .sample_defaults import CONTENTS
+    from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS
     from .sample_defaults import SAMPLE_DEFAULTS as from_spec
     p.add_argument("--episodes", type=int, default=from_spec["episodes"], help="number of episodes (default %(default)s)")
     p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
@@ -43,6 +43,12 @@ def _make_sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--crf", type=int, default=from_spec["crf"],
                    help="every camera's encoder at this crf (lerobot records at 30; default: per-codec settings that "
                         "keep the painted ids readable at small sizes)")
+    p.add_argument("--recorder", choices=RECORDERS, default=from_spec["recorder"],
+                   help="dali_stream: one continuous stream a file; lerobot: each episode encoded alone with lerobot "
+                        "0.6.1's PyAV options (use --gop 2 --crf 30 for its defaults) and appended as its recorder "
+                        "does (default %(default)s)")
+    p.add_argument("--pix-fmt", choices=PIX_FMTS, default=from_spec["pix_fmt"],
+                   help="pixel format of H.264/VP9 cameras (AV1 and HEVC stay yuv420p, as lerobot keeps them)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--workers", type=int, default=None,
                    help="processes encoding the video files (default: one per core for samples of 200M+ pixels "
@@ -55,7 +61,8 @@ def _spec(args: argparse.Namespace):
     return SampleSpec(episodes=args.episodes, min_length=args.min_length, max_length=args.max_length,
                       cameras=parse_cameras(args.cameras), height=args.height, width=args.width, fps=args.fps,
                       gop=args.gop, episodes_per_file=args.episodes_per_file, chunks_size=args.chunks_size,
-                      tasks=args.tasks, seed=args.seed, content=args.content, crf=args.crf)
+                      tasks=args.tasks, seed=args.seed, content=args.content, crf=args.crf,
+                      recorder=args.recorder, pix_fmt=args.pix_fmt)
 
 
 def _write_with_progress(out: Path, spec, overwrite: bool, console, workers: int | None = None) -> Path:

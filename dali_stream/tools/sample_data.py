@@ -10,6 +10,10 @@ B-frames, and every camera rolls over to a new file at a different episode, so e
 `from_timestamp` per episode. Frame (episode, frame_index) is painted into every image (see `paint`), and
 every file is decoded back after writing: each frame must show its own ids (else it is encoded again with
 careful settings, and failing that the writer raises), so tests can trust them.
+
+`recorder="lerobot"` writes the video files as lerobot's own recorder does instead (`lerobot_recorder`): each
+episode encoded alone with lerobot's PyAV options, appended to its file through FFmpeg's concat demuxer, and
+`from_timestamp`/`to_timestamp` taken from the files' durations.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from . import paint
-from .sample_defaults import CONTENTS, SAMPLE_DEFAULTS
+from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS, SAMPLE_DEFAULTS
 from .scene import Scene
 
 CODECS = ("h264", "hevc", "av1", "vp9")
@@ -78,6 +82,8 @@ class SampleSpec:
     seed: int = SAMPLE_DEFAULTS["seed"]
     content: str = SAMPLE_DEFAULTS["content"]  # "pattern" or "scene" (`sample_defaults.CONTENTS`)
     crf: int | None = SAMPLE_DEFAULTS["crf"]  # every camera's encoder at this crf (lerobot: 30); None: `_ENCODERS`
+    recorder: str = SAMPLE_DEFAULTS["recorder"]  # "dali_stream" (one stream a file) or "lerobot" (`lerobot_recorder`)
+    pix_fmt: str = SAMPLE_DEFAULTS["pix_fmt"]  # "yuv420p" or "yuv444p" (AV1/HEVC stay 4:2:0, as lerobot keeps them)
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -92,6 +98,10 @@ class SampleSpec:
             raise ValueError("at least one camera is needed")
         if self.content not in CONTENTS:
             raise ValueError(f"content must be one of {CONTENTS}. Found: {self.content!r}")
+        if self.recorder not in RECORDERS:
+            raise ValueError(f"recorder must be one of {RECORDERS}. Found: {self.recorder!r}")
+        if self.pix_fmt not in PIX_FMTS:
+            raise ValueError(f"pix_fmt must be one of {PIX_FMTS}. Found: {self.pix_fmt!r}")
         if self.crf is not None and not 0 <= self.crf <= 51:
             raise ValueError(f"crf must be in [0, 51] (every encoder here accepts that range). Found: {self.crf}")
         paint.check_size(self.height, self.width)
@@ -112,6 +122,10 @@ class SampleSpec:
             if scene is None or scene.episode != e:  # ids run episode by episode: one scene each
                 scene = Scene(self.height, self.width, e, camera, self.seed)
             yield scene.frame(f)
+
+    def pix_fmt_of(self, codec: str) -> str:
+        """The pixel format a camera of `codec` is written in: lerobot falls back to yuv420p for AV1 and HEVC."""
+        return "yuv420p" if codec in ("av1", "hevc") else self.pix_fmt
 
     def lengths(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed)
@@ -161,7 +175,7 @@ _CAREFUL = {"h264": {"preset": "medium", "crf": "12"}, "hevc": {"preset": "mediu
 
 
 def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int, gop: int, height: int, width: int,
-                 careful: bool = False, crf: int | None = None) -> None:
+                 careful: bool = False, crf: int | None = None, pix_fmt: str = "yuv420p") -> None:
     """Encode RGB frames into one MP4 stream, frame k at pts k/fps; `crf` replaces the codec's own (`_ENCODERS`),
     `careful` replaces both with `_CAREFUL`'s."""
     import av
@@ -172,7 +186,7 @@ def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int,
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w", format="mp4") as container:
         stream = container.add_stream(encoder, rate=fps, options=options)
-        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        stream.width, stream.height, stream.pix_fmt = width, height, pix_fmt
         stream.time_base = Fraction(1, fps)
         stream.codec_context.gop_size = gop
         for k, rgb in enumerate(frames):
@@ -182,32 +196,49 @@ def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int,
         container.mux(stream.encode())
 
 
-def misread_frames(path: Path, ids: Sequence[tuple[int, int]], fps: int) -> list[int]:
-    """Frames of `path` (decoded with PyAV) whose painted ids are not `ids[k]` for frame k at pts k/fps."""
+def misread_frames(path: Path, ids: Sequence[tuple[int, int]]) -> list[int]:
+    """Frames of `path` (decoded with PyAV, in presentation order) whose painted ids are not `ids[k]` for the
+    k-th frame shown; frames missing from the file (or extra ones) count as misread."""
     import av
 
     bad = []
+    k = -1
     with av.open(str(path)) as container:
-        for frame in container.decode(video=0):
-            k = round(frame.time * fps)
+        for k, frame in enumerate(container.decode(video=0)):
             try:
-                ok = paint.read_ids(frame.to_ndarray(format="rgb24")) == ids[k]
+                ok = k < len(ids) and paint.read_ids(frame.to_ndarray(format="rgb24")) == ids[k]
             except paint.UnreadableIds:
                 ok = False
             if not ok:
                 bad.append(k)
-    return bad
+    return bad + list(range(k + 1, len(ids)))
 
 
-def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: str, spec: "SampleSpec") -> bool:
+Span = tuple[float, float]  # an episode's (from_timestamp, to_timestamp) in its video file
+
+
+def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: str,
+                    spec: "SampleSpec") -> tuple[bool, list[Span]]:
     """Encode the frames carrying `ids`, then decode them back: every frame must show its own ids. A file that
-    does not is encoded again with careful settings (returns True then); one that still does not is an error."""
+    does not is encoded again with careful settings (then True); one that still does not is an error. Returns
+    that and each episode's span in the file, in the order of `ids`."""
+    from . import lerobot_recorder
+
+    episodes = list(dict.fromkeys(e for e, _ in ids))
     for careful in (False, True):
-        encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
-                     careful=careful, crf=spec.crf)
-        bad = misread_frames(path, ids, spec.fps)
+        if spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
+            crf = 12 if careful else (lerobot_recorder.LEROBOT_CRF if spec.crf is None else spec.crf)
+            spans = lerobot_recorder.write_file(
+                path, [spec.frames([i for i in ids if i[0] == e], camera) for e in episodes], codec, spec.fps,
+                spec.gop, crf, spec.pix_fmt_of(codec), spec.height, spec.width)
+        else:
+            encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
+                         careful=careful, crf=spec.crf, pix_fmt=spec.pix_fmt_of(codec))
+            ends = np.cumsum([sum(1 for i in ids if i[0] == e) for e in episodes]) / spec.fps
+            spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
+        bad = misread_frames(path, ids)
         if not bad:
-            return careful
+            return careful, spans
     raise RuntimeError(f"{path}: {len(bad)} of {len(ids)} frames ({codec}, {spec.height}x{spec.width}) do not show "
                        f"their painted ids even with careful encoder settings (first: frame {bad[0]}, ids "
                        f"{ids[bad[0]]}); use another size or codec")
@@ -260,16 +291,19 @@ def encode_workers(spec: "SampleSpec", files: int, workers: int | None = None) -
 _Job = tuple[Path, list[tuple[int, int]], int, str]  # a video file: path, painted ids, camera index, codec
 
 
-def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int, done: Callable[[], None]) -> list[Path]:
+def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int,
+                  done: Callable[[], None]) -> tuple[list[Path], dict[Path, list[Span]]]:
     """`_encode_checked` for each job, in `workers` processes (1: in this one); returns the files that needed
-    careful settings."""
+    careful settings and each file's episode spans."""
     careful: list[Path] = []
+    spans: dict[Path, list[Span]] = {}
     if workers <= 1:
         for path, ids, camera, codec in jobs:
-            if _encode_checked(path, ids, camera, codec, spec):
+            was_careful, spans[path] = _encode_checked(path, ids, camera, codec, spec)
+            if was_careful:
                 careful.append(path)
             done()
-        return careful
+        return careful, spans
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -279,12 +313,13 @@ def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int, done: Call
         futures = {pool.submit(_encode_checked, path, ids, camera, codec, spec): path
                    for path, ids, camera, codec in jobs}
         for future in as_completed(futures):
-            if future.result():
+            was_careful, spans[futures[future]] = future.result()
+            if was_careful:
                 careful.append(futures[future])
             done()
     finally:
         pool.shutdown(cancel_futures=True)
-    return careful
+    return careful, spans
 
 
 def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bool = False,
@@ -352,6 +387,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
 
     # ---- videos --------------------------------------------------------------------------------------
     jobs: list[_Job] = []
+    groups_of: dict[Path, tuple[str, list[int]]] = {}  # file -> (camera key, its episodes)
     for c, cam in enumerate(spec.cameras):
         p = f"videos/{cam.key}/"
         for col in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
@@ -360,12 +396,9 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
             chunk, file = _chunk_file(n, spec.chunks_size)
             path = out / "videos" / cam.key / f"chunk-{chunk:03d}" / f"file-{file:03d}.mp4"
             jobs.append((path, [(e, f) for e in group for f in range(int(lengths[e]))], c, cam.codec))
-            offset = 0
+            groups_of[path] = (p, group)
             for e in group:
                 ep_cols[p + "chunk_index"][e], ep_cols[p + "file_index"][e] = chunk, file
-                ep_cols[p + "from_timestamp"][e] = offset / spec.fps
-                offset += int(lengths[e])
-                ep_cols[p + "to_timestamp"][e] = offset / spec.fps
 
     def encoded() -> None:
         nonlocal done
@@ -373,7 +406,10 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         if progress:
             progress(done, total_files)
 
-    careful = _encode_files(jobs, spec, processes, encoded)
+    careful, spans = _encode_files(jobs, spec, processes, encoded)
+    for path, (p, group) in groups_of.items():
+        for e, (start, end) in zip(group, spans[path]):
+            ep_cols[p + "from_timestamp"][e], ep_cols[p + "to_timestamp"][e] = start, end
 
     # ---- meta ----------------------------------------------------------------------------------------
     half = max(1, spec.episodes // 2)
@@ -399,7 +435,7 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         features[cam.key] = {
             "dtype": "video", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"],
             "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": cam.codec,
-                     "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
+                     "video.pix_fmt": spec.pix_fmt_of(cam.codec), "video.is_depth_map": False, "video.fps": spec.fps,
                      "video.channels": 3, "has_audio": False},
         }
     for key, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),

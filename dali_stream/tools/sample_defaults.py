@@ -18,8 +18,15 @@ SAMPLE_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "content": "pattern",
     "crf": None,
+    "recorder": "dali_stream",
+    "pix_fmt": "yuv420p",
 }
 # What the frames show: "pattern", `paint.render`'s smooth moving pattern (fast to write, ids readable at every
 # size the tests use); "scene", `scene.Scene`'s camera-like room, which compresses and decodes like real robot
 # footage (the benchmark samples).
 CONTENTS = ("pattern", "scene")
+# How the video files are written: "dali_stream", one continuously encoded stream per file (episodes start
+# anywhere in a GOP); "lerobot", as lerobot 0.6.1's recorder writes them (`lerobot_recorder`: an encode per
+# episode with lerobot's PyAV options, appended through FFmpeg's concat demuxer).
+RECORDERS = ("dali_stream", "lerobot")
+PIX_FMTS = ("yuv420p", "yuv444p")

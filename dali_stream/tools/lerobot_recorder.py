@@ -1,0 +1,96 @@
+"""Video files written the way lerobot 0.6.1's recorder writes them: the sample writer's `recorder="lerobot"`.
+
+lerobot encodes each episode alone through PyAV (`add_stream(vcodec, fps, options={"g": g, "crf": crf})`,
+the encoder's own defaults otherwise: libx264 and libx265 with B-frames, SVT-AV1), then appends it to the
+camera's current file by remuxing the file and the episode through FFmpeg's concat demuxer
+(`concatenate_video_files`). An episode's `from_timestamp` is the file's duration before the append and its
+`to_timestamp` that plus the episode file's duration. So every episode starts on a keyframe, a B-frame stream's
+next episode starts one or two frames of dts before this one's end, and HEVC's durations are not whole frames:
+the layouts that broke the loader at episode ends (issue 27), which one continuously encoded file never shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+# lerobot's `vcodec` names (PyAV picks the default encoder of each: libx264, libx265); VP9 is not one of lerobot's
+# codecs, so its camera gets libvpx-vp9 with the same two options.
+VCODECS = {"h264": "h264", "hevc": "hevc", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
+LEROBOT_GOP = 2
+LEROBOT_CRF = 30
+
+
+def encode_episode(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int, gop: int, crf: int,
+                   pix_fmt: str, height: int, width: int) -> None:
+    """One episode's RGB frames as lerobot's `encode_video_frames` writes them."""
+    import av
+
+    os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
+    options = {"g": str(gop), "crf": str(crf)}
+    if codec == "hevc":
+        options["x265-params"] = "log-level=error"  # quiet only: lerobot's encoder settings are unchanged
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(VCODECS[codec], fps, options=options)
+        stream.pix_fmt, stream.width, stream.height = pix_fmt, width, height
+        for rgb in frames:
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+        out.mux(stream.encode())
+
+
+def duration_s(path: Path) -> float:
+    """A video file's duration as lerobot's `get_video_duration_in_s` reads it: the stream's, else the file's."""
+    import av
+
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.duration is not None:
+            return float(stream.duration * stream.time_base)
+        return float(container.duration / av.time_base)
+
+
+def append_episode(file: Path, episode: Path) -> None:
+    """`file` followed by `episode`, remuxed through FFmpeg's concat demuxer as lerobot appends an episode."""
+    import av
+
+    with tempfile.TemporaryDirectory(dir=file.parent) as tmp:
+        listing = Path(tmp) / "list.ffconcat"
+        listing.write_text("ffconcat version 1.0\n" + "".join(f"file '{p.resolve()}'\n" for p in (file, episode)))
+        joined = Path(tmp) / "joined.mp4"
+        with av.open(str(listing), "r", format="concat", options={"safe": "0"}) as src, \
+                av.open(str(joined), "w", options={"movflags": "faststart"}) as dst:
+            video = src.streams.video[0]
+            out = dst.add_stream_from_template(template=video, opaque=True)
+            out.time_base = video.time_base
+            for packet in src.demux(video):
+                if packet.dts is None:
+                    continue
+                packet.stream = out
+                dst.mux(packet)
+        shutil.move(str(joined), str(file))
+
+
+def write_file(path: Path, episodes: list[Iterable[np.ndarray]], codec: str, fps: int, gop: int, crf: int,
+               pix_fmt: str, height: int, width: int) -> list[tuple[float, float]]:
+    """Record `episodes` (each an iterable of RGB frames) into one packed file at `path`, as lerobot does; returns
+    each episode's (from_timestamp, to_timestamp)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spans = []
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        for n, frames in enumerate(episodes):
+            episode = Path(tmp) / f"episode-{n}.mp4"
+            encode_episode(episode, frames, codec, fps, gop, crf, pix_fmt, height, width)
+            length = duration_s(episode)
+            if n == 0:
+                shutil.move(str(episode), str(path))
+                start = 0.0
+            else:
+                start = duration_s(path)
+                append_episode(path, episode)
+            spans.append((start, start + length))
+    return spans
