@@ -54,6 +54,8 @@ class LoaderConfig:
         None, "feature key -> offsets in seconds; those keys get a time axis and `<key>_is_pad`", factory=dict)
     tolerance_s: float = _s(1e-4, "largest allowed gap between a queried timestamp and the frame returned "
                                   "(lerobot's seeds use 1e-3)")
+    check_frames: bool = _s(True, "check every torchcodec-decoded frame's presentation time against the planned "
+                                  "frame's and raise WrongFrameError on a mismatch (one comparison a frame)")
     drop_last: bool = _s(True, "drop the last partial batch of each epoch")
     # which samples
     episode_pool_size: int = _s(16, "whole episodes each rank keeps open and samples across")
@@ -143,7 +145,7 @@ class LoaderConfig:
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)
-        for name in ("drop_last", "shuffle"):
+        for name in ("drop_last", "shuffle", "check_frames"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"`{name}` must be True or False. Found: {getattr(self, name)!r}")
         if not (isinstance(self.tolerance_s, (int, float)) and not isinstance(self.tolerance_s, bool)

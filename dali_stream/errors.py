@@ -36,6 +36,10 @@ class DecodeError(DaliStreamError, RuntimeError):
     """A decoder could not turn an episode's segment into frames."""
 
 
+class WrongFrameError(DecodeError):
+    """A decoder returned another frame than the one planned (its presentation time says so): never silent."""
+
+
 class FrameTimestampError(DaliStreamError, ValueError):
     """A queried timestamp has no frame within `tolerance_s`."""
 

@@ -229,7 +229,7 @@ class StreamLoader:
         if max_decoders is None:  # what the builders touch per batch: every distinct segment, every thread
             cpu_cameras = sum(1 for r in self.routes.values() if r == "torchcodec")
             max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size, cfg.episode_pool_size)
-        self.decoders = DecoderCache(max_decoders)
+        self.decoders = DecoderCache(max_decoders, cfg.check_frames)
         self.store = EpisodeStore(meta, tables, cfg.tolerance_s, list(self.routes), cfg.cache_bytes, self.decoders,
                                   fetch_workers)
         log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "

@@ -1,4 +1,8 @@
-"""The CPU decoder: torchcodec on the builders' threads, with idle decoders kept for reuse (bounded)."""
+"""The CPU decoder: torchcodec on the builders' threads, with idle decoders kept for reuse (bounded).
+
+Every decoded frame's presentation time is checked against the planned frame's (`check_frame_times`): a
+frame from another place in the stream raises `WrongFrameError` instead of reaching training. The cost is one
+comparison a frame (torchcodec returns the times with the frames)."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, WrongFrameError
 from ..fetch.segments import Segment, decode_error
 
 
@@ -28,13 +32,16 @@ class DecoderCache:
     most `capacity` idle ones plus one per thread decoding. `capacity=None`: unbounded (the benchmark's warm
     decode limit)."""
 
-    def __init__(self, capacity: int | None) -> None:
+    def __init__(self, capacity: int | None, check_frames: bool = True) -> None:
         if capacity is not None and (not isinstance(capacity, int) or capacity < 1):
             raise ConfigError(f"`max_decoders` must be a positive integer. Found: {capacity!r}")
         self.capacity = capacity
+        self.check_frames = check_frames  # compare each frame's time with the planned one (`check_frame_times`)
         self._lock = threading.Lock()
         self._idle: OrderedDict[int, tuple[Segment, object]] = OrderedDict()  # id(decoder) -> (segment, decoder)
-        self._of: dict[int, list[int]] = {}  # id(segment) -> ids of its idle decoders
+        # Segment.uid -> ids of its idle decoders. Not id(segment): a segment given back after its episode was
+        # released and evicted could leave its id to a new segment of another stream.
+        self._of: dict[int, list[int]] = {}
         self.busy = 0  # decoders in use right now
         self.opened = 0  # decoders opened so far
         self.closed = 0  # idle decoders closed to stay within capacity
@@ -48,7 +55,7 @@ class DecoderCache:
         """An idle decoder of `seg`, or None (the caller opens one); either way the caller now holds one."""
         with self._lock:
             self.busy += 1
-            ids = self._of.get(id(seg))
+            ids = self._of.get(seg.uid)
             if ids:
                 return self._idle.pop(ids.pop())[1]
             self.opened += 1
@@ -72,22 +79,22 @@ class DecoderCache:
     def _keep(self, seg: Segment, decoder) -> None:
         """(lock held) `decoder` joins the idle ones; the least recently used beyond capacity are closed."""
         self._idle[id(decoder)] = (seg, decoder)
-        self._of.setdefault(id(seg), []).append(id(decoder))
+        self._of.setdefault(seg.uid, []).append(id(decoder))
         while self.capacity is not None and len(self._idle) > self.capacity:
             key, (old, _) = self._idle.popitem(last=False)
             self._forget(old, key)
             self.closed += 1
 
     def _forget(self, seg: Segment, key: int) -> None:
-        ids = self._of[id(seg)]
+        ids = self._of[seg.uid]
         ids.remove(key)
         if not ids:
-            del self._of[id(seg)]
+            del self._of[seg.uid]
 
     def release(self, seg: Segment) -> None:
         """Close the idle decoders of `seg` (it left the pool: FFmpeg contexts are not counted in cache_bytes)."""
         with self._lock:
-            for key in self._of.pop(id(seg), []):
+            for key in self._of.pop(seg.uid, []):
                 self._idle.pop(key, None)
 
     def clear(self) -> None:
@@ -98,7 +105,7 @@ class DecoderCache:
 
     def idle_of(self, seg: Segment) -> int:
         with self._lock:
-            return len(self._of.get(id(seg), []))
+            return len(self._of.get(seg.uid, []))
 
 
 def torchcodec_frames(seg: Segment, indices: np.ndarray, cache: DecoderCache | None = None) -> np.ndarray:
@@ -108,11 +115,14 @@ def torchcodec_frames(seg: Segment, indices: np.ndarray, cache: DecoderCache | N
 
 
 def torchcodec_tensor(seg: Segment, indices: np.ndarray, cache: DecoderCache | None = None):
-    """`torchcodec_frames` as the torch tensor torchcodec returns (N, H, W, 3) uint8."""
+    """`torchcodec_frames` as the torch tensor torchcodec returns (N, H, W, 3) uint8, each frame's time checked
+    (`check_frame_times`) unless `cache` says not to."""
     decoder = cache.take(seg) if cache is not None else None
     try:
         if decoder is None:
             decoder = open_decoder(seg.data)
+        if seg.origin_s is None:
+            seg.origin_s = float(decoder.metadata.begin_stream_seconds_from_content)
         batch = decoder.get_frames_at(indices=[int(i) for i in indices])
     except Exception as exc:
         if cache is not None:
@@ -120,7 +130,31 @@ def torchcodec_tensor(seg: Segment, indices: np.ndarray, cache: DecoderCache | N
         raise decode_error(seg, "torchcodec", exc) from exc
     if cache is not None:
         cache.give(seg, decoder)
+    if cache is None or cache.check_frames:
+        check_frame_times(seg, indices, batch.pts_seconds.numpy(), "torchcodec")
     return batch.data
+
+
+def check_frame_times(seg: Segment, indices: np.ndarray, got_s: np.ndarray, route: str) -> None:
+    """Raise WrongFrameError unless frame k of `indices` was shown at the segment's planned time `pts_s[k]`.
+
+    `got_s` are the decoder's presentation times; a decoder counts time from the segment's first frame at
+    `seg.origin_s` (a cut from the index starts at 0, a demuxing cut keeps the file's times). A time more than
+    half a frame gap from the planned one is another frame."""
+    indices = np.asarray(indices, dtype=np.int64)
+    want = seg.pts_s[indices] - seg.pts_s[0]
+    got = np.asarray(got_s, dtype=np.float64) - (seg.origin_s or 0.0)
+    off = np.abs(got - want) > seg.half_gap_s
+    if off.any():
+        k = int(np.flatnonzero(off)[0])
+        raise WrongFrameError(
+            f"{route} returned the frame shown at {got[k]:.6f}s into the segment of episode {seg.episode}, camera "
+            f"{seg.camera!r} ({seg.codec}, cut from {seg.source}) for frame {int(indices[k])}, planned at "
+            f"{want[k]:.6f}s (file time {seg.pts_s[indices[k]]:.6f}s); {int(off.sum())} of {len(indices)} frames "
+            "of that call were off. The decoder handed back another frame than the one asked for: a bug in "
+            "dali_stream or the decoder, not in your data. Please report it with the output of `dali-stream "
+            "verify DATASET --decode`; check_frames=False turns this check off (the wrong frames then reach "
+            "training silently)")
 
 
 def warm_decoders(seg: Segment, count: int, cache: DecoderCache) -> None:

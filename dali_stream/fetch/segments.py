@@ -16,6 +16,7 @@ two give the same packets (bytes, pts, dts, duration, keyframes); the indexed cu
 from __future__ import annotations
 
 import io
+import itertools
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from ..errors import DecodeError, FrameTimestampError, VideoFileError
 from .mp4write import write_mp4
 
 FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
+_serials = itertools.count()  # Segment.uid: never reused in a process (an id() is, once its object is freed)
 
 
 @dataclass
@@ -41,11 +43,20 @@ class Segment:
     camera: str
     codec: str
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    uid: int = field(default_factory=lambda: next(_serials), repr=False)  # what caches key a segment by
     _packets: PacketIndex | None = field(default=None, repr=False)  # made on first use
+    origin_s: float | None = field(default=None, repr=False)  # a decoder's time of frame 0 (`decode.cpu`)
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
+
+    @property
+    def half_gap_s(self) -> float:
+        """Half the shortest time between two of the segment's frames: a decoded frame whose time is farther than
+        this from a planned frame's is another frame."""
+        gaps = np.diff(self.pts_s)
+        return float(gaps.min()) / 2 if len(gaps) else float("inf")
 
     def packets(self) -> PacketIndex:
         """The segment's packets in decode order (`PacketIndex`): DALI routes cut per-sample clips by it."""

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 from ..errors import RemoteError, VideoFileError
 from .segments import Segment, cut_segment
-from .tables import TableReader
+from .tables import FRAME_TIME_S, TableReader
 
 
 @dataclass
@@ -220,7 +220,7 @@ class EpisodeStore:
             indexed = self.indexes.get(path)
             seg = cut_segment(self.ranges if indexed is not None else meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
                               camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
-                              last_frame_s=start + float(rows["timestamp"][-1]), indexed=indexed)
+                              last_frame_s=start + float(rows[FRAME_TIME_S][-1]), indexed=indexed)
         except (RemoteError, VideoFileError) as exc:
             if f"(episode {episode}," in str(exc):
                 raise

@@ -5,7 +5,9 @@ make every episode read decode the whole group: such a group is decoded once and
 `SHARED_GROUPS`), with one warning per file naming the fix.
 
 Columns come back as numpy arrays with lerobot's torch dtypes: floating point as float32, integers as
-int64, booleans as bool; fixed-size list columns as (rows, dim) arrays.
+int64, booleans as bool; fixed-size list columns as (rows, dim) arrays. Beside them, `FRAME_TIME_S` holds the
+frames' times in float64 (`exact_times`): the times every camera lookup uses. lerobot stores `timestamp` as
+float32, whose rounding passes tolerance_s=1e-4 from 2,048 s into an episode (an hour at 30 fps: 6,208 frames).
 
 Why not `fsspec.parquet.open_parquet_file`: opened per episode it re-reads the footer every time (20 episodes
 over HTTP: 40 requests and 20x the bytes of this reader's footer-once, range-per-row-group reads;
@@ -26,6 +28,19 @@ from ..source.storage import parquet_errors, parquet_file
 from .once import OncePerKey
 
 SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
+FRAME_TIME_S = "timestamp@float64"  # rows key of the frames' float64 times (not a feature: never in a batch)
+
+
+def exact_times(stored: np.ndarray, fps: float) -> np.ndarray:
+    """The frames' times in float64 from the `timestamp` column as stored (float32 in lerobot's datasets).
+
+    A stored value that is exactly the rounding, in its own precision, of a whole frame's time k/fps stands for
+    k/fps: that is what the recorder wrote (lerobot's `frame_index / fps`), and k/fps is taken exactly. Any other
+    value (a clock's jitter) is kept as stored."""
+    stored = np.asarray(stored)
+    t = stored.astype(np.float64)
+    grid = np.round(t * fps) / fps
+    return np.where(grid.astype(stored.dtype) == stored, grid, t)
 
 
 def _to_numpy(col) -> np.ndarray:
@@ -156,4 +171,8 @@ class TableReader:
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
                 f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
             )
-        return {k: _to_numpy(table.column(k)) for k in self.keys}
+        rows = {k: _to_numpy(table.column(k)) for k in self.keys}
+        if "timestamp" in self.keys:
+            stored = table.column("timestamp").combine_chunks().to_numpy(zero_copy_only=False)
+            rows[FRAME_TIME_S] = exact_times(stored, meta.fps)
+        return rows

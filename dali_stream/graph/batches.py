@@ -21,6 +21,7 @@ from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
 from ..decode.errors import classify, explain_device
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
+from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 from .clips import dali_input
 from .buffers import BufferPool
@@ -151,7 +152,7 @@ class BatchBuilder:
         for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
             pos = int(pos)
             sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
-            query = float(cam.from_timestamp[pos]) + r["timestamp"][sel].astype(np.float64)
+            query = float(cam.from_timestamp[pos]) + r[FRAME_TIME_S][sel]
             seg = self.store.segment(pos, key)
             segs.append(seg)
             idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(plan.frames[j])}"))
@@ -214,7 +215,7 @@ def decode_segments(segs, idx, cache):
     decoded and the frames, (len(wanted), H, W, 3) uint8 torch tensor."""
     by_seg: dict[int, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
-        by_seg.setdefault(id(seg), (seg, []))[1].append(j)
+        by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
     for seg, members in by_seg.values():
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
         yield members, wanted, torchcodec_tensor(seg, wanted, cache)
