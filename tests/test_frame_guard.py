@@ -180,3 +180,26 @@ def test_a_35_minute_episode_reads_its_frames_past_2048_s(tmp_path):
         frames = [(int(b["frame_index"][i]), read_ids(b["observation.images.front"][i].numpy()))
                   for b in loader for i in range(len(b["task"]))]
     assert len(frames) == 400 and all(ids == (0, f) for f, ids in frames)
+
+
+def test_verify_decode_reads_episodes_as_the_loader_does(lerobot_h264, monkeypatch):
+    """`dali-stream verify --decode` runs the loader's cut and the same frame check: clean on a right cut; on the
+    cut without an edit list (whose files PyAV decodes cleanly) it names the file, episode and WrongFrameError."""
+    import json
+
+    import dali_stream.fetch.store as store
+    from dali_stream.tools.verify import verify
+
+    from .console import dali_stream
+
+    proc = dali_stream("verify", lerobot_h264, "--decode", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["damaged"] == []
+    cut = store.cut_segment
+    monkeypatch.setattr(store, "cut_segment", lambda *a, **k: _without_edit_list(cut(*a, **k)))
+    report = verify(str(lerobot_h264), decode=True)
+    assert report["exit_code"] == 1
+    problems = [p for f in report["damaged"] for p in f["problems"]]
+    assert problems and all(p.startswith("loader: WrongFrameError: torchcodec returned") for p in problems)
+    assert {f["file"] for f in report["damaged"]} <= {f"videos/observation.images.{c}/chunk-000/file-{n:03d}.mp4"
+                                                      for c in ("front", "wrist") for n in range(2)}

@@ -249,12 +249,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
         def progress(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
-                label = "hashing files" if stage == "hash" else "decoding files"
+                label = {"hash": "hashing files", "decode": "decoding files"}.get(stage, "reading episodes")
                 tasks[stage] = bar.add_task(label, total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
         report = verify(args.dataset, against=args.against, revision=args.revision, decode=args.decode,
-                        progress=progress)
+                        progress=progress, tolerance_s=args.tolerance_s)
     if args.json:
         print(json.dumps(report, indent=2))
         return report["exit_code"]
@@ -386,7 +386,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--against", help="reference: hf://datasets/<org>/<name> (published hashes) or a mirror folder")
     p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... DATASET")
     p.add_argument("--decode", action="store_true", help="also decode every video frame and read every parquet "
-                                                         "file (painted ids checked on sample data)")
+                                                         "file (painted ids checked on sample data), then read every "
+                                                         "episode as the loader does, each frame's time checked")
+    p.add_argument("--tolerance-s", type=float, default=1e-4,
+                   help="the loader's tolerance_s for the episodes read as it reads them (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(func=cmd_verify)
 

@@ -10,7 +10,11 @@ needs a reference, which this tool compares every file against:
 - `--against DIR` (any path or fsspec URL): a mirror whose files are hashed too.
 `--decode` decodes every frame of every video file (PyAV, FFmpeg's error detection on: H.264/HEVC report
 many damaged slices) and reads every parquet file whole; on the project's sample data it also checks every
-frame's painted ids, which catches what codecs without checksums (VP9, AV1) conceal.
+frame's painted ids, which catches what codecs without checksums (VP9, AV1) conceal. It then reads every
+episode of every camera the way the loader does (`episode_problems`): the loader's segment cut, torchcodec, and
+the frame-time check on every frame (`decode.cpu.check_frame_times`), the whole episode in one call and its
+first and last frames alone (each a seek in a fresh decoder, where a cut's end went wrong before), so a frame
+the loader would get wrong is reported with its episode.
 
 The report lists each damaged file with why (missing, size, hash, decode) and the episodes it holds.
 """
@@ -156,6 +160,56 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
     return "; ".join(parts) or None
 
 
+def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], None] | None = None
+                     ) -> dict[str, list[str]]:
+    """Relative file -> what goes wrong reading its episodes as the loader does (see the module doc)."""
+    import numpy as np
+
+    from ..decode.cpu import DecoderCache, torchcodec_frames
+    from ..errors import DaliStreamError
+    from ..fetch.store import EpisodeStore
+    from ..fetch.tables import FRAME_TIME_S, TableReader
+    from .paint import UnreadableIds, read_ids
+
+    painted = meta.info.get("robot_type") == "dali_stream_sample"
+    store = EpisodeStore(meta, TableReader(meta, meta.table_keys), tolerance_s, list(meta.video_keys), 1 << 28,
+                         DecoderCache(1), fetch_workers=0)
+    found: dict[str, list[str]] = {}
+    try:
+        for pos in range(meta.num_episodes):
+            episode = meta.episode_index(pos)
+            for key in meta.video_keys:
+                rel = posixpath.relpath(meta.video_file(pos, key), meta.data_root)
+                try:
+                    rows = store.rows(pos)
+                    seg = store.segment(pos, key)
+                    query = float(meta.cameras[key].from_timestamp[pos]) + rows[FRAME_TIME_S]
+                    idx = seg.frame_indices(query, tolerance_s, "every frame")
+                    frames = torchcodec_frames(seg, idx)
+                    for part in (idx[:1], idx[-1:]):
+                        torchcodec_frames(seg, part)
+                    if painted:
+                        misread = []
+                        for f, image in enumerate(frames):
+                            try:
+                                ok = read_ids(image) == (episode, f)
+                            except UnreadableIds:
+                                ok = False
+                            if not ok:
+                                misread.append(f)
+                        if misread:
+                            raise DaliStreamError(f"{len(misread)} of {len(frames)} frames of episode {episode}, "
+                                                  f"camera {key!r} show other painted ids (first: frame "
+                                                  f"{misread[0]})")
+                except DaliStreamError as exc:
+                    found.setdefault(rel, []).append(f"loader: {type(exc).__name__}: {exc}")
+            if progress:
+                progress(pos + 1, meta.num_episodes)
+    finally:
+        store.close()
+    return found
+
+
 def _painted_ids(meta, path: str) -> dict[int, tuple[int, int]] | None:
     """Frame tick (round(t * fps)) -> (episode, frame) for a sample-data file; None for other datasets."""
     if meta.info.get("robot_type") != "dali_stream_sample":
@@ -180,10 +234,12 @@ def _ids_ok(frame, expect: dict, fps: float) -> bool:
 
 
 def verify(source: str, against: str | None = None, revision: str | None = None, decode: bool = False,
-           storage_options: dict | None = None, progress: Callable[[str, int, int], None] | None = None) -> dict:
+           storage_options: dict | None = None, progress: Callable[[str, int, int], None] | None = None,
+           tolerance_s: float = 1e-4) -> dict:
     """Compare every file of `source` with the reference (and decode it with `decode`); see the module doc.
 
-    `progress(stage, done, total)` is called as files are hashed (bytes) and decoded (files)."""
+    `progress(stage, done, total)` is called as files are hashed (bytes), decoded (files) and read as the loader
+    reads them (episodes, stage "episodes"); `tolerance_s` as the loader's."""
     from ..meta import DatasetMeta
     from ..source.storage import open_fs
 
@@ -242,6 +298,10 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
                 damaged.setdefault(rel, []).append(f"decode: {why}")
             if progress:
                 progress("decode", n + 1, len(todo))
+        if meta is not None:
+            for rel, problems in episode_problems(
+                    meta, tolerance_s, lambda done, total: progress and progress("episodes", done, total)).items():
+                damaged.setdefault(rel, []).extend(problems)
     files: list[dict[str, Any]] = [{"file": rel, "problems": problems, "episodes": holders.get(rel, [])}
              for rel, problems in sorted(damaged.items())]
     episodes = sorted({e for f in files for e in f["episodes"]})
