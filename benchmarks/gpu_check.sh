@@ -3,7 +3,8 @@
 #   1. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
 #   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file;
 #   3. a short benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
-#   4. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), every clip's ids
+#   4. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), the wrong-frame
+#      checks on this node's CPU routes (tests/test_boundaries.py, tests/test_frame_guard.py), every clip's ids
 #      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
 #      (gpu_two_loaders.py --both), one joined stream per batch against per-sample clips on NVDEC
 #      (joined_clips.py): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md.
@@ -59,6 +60,10 @@ echo "== diagnostics -> $out (exit status unaffected)"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the scripts import dali_stream from this tree
 "$PY" -m pytest -q -p no:cacheprovider tests/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
 tail -n1 "$out/torchcodec-reuse.log"
+# issue 27 on this node's torchcodec/FFmpeg (CPU routes): the boundary matrix, the frame-time check, decoder reuse
+# under churn with two loaders in one process
+"$PY" -m pytest -q -p no:cacheprovider tests/test_boundaries.py tests/test_frame_guard.py >"$out/wrong-frames.log" 2>&1
+tail -n1 "$out/wrong-frames.log"
 "$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
 "$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"
 "$PY" benchmarks/gpu_two_loaders.py --both >"$out/two-loaders.txt" 2>&1; tail -n3 "$out/two-loaders.txt"

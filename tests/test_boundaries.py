@@ -25,10 +25,12 @@ MATRIX = {
 }
 
 
-def boundary_dataset(root, recorder: str, gop: int, fps: int, pix_fmt: str, cameras: dict[str, str]):
+def boundary_dataset(root, recorder: str, gop: int, fps: int, pix_fmt: str, cameras: dict[str, str],
+                     height: int = 96, width: int = 128):
     from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=5, min_length=17, max_length=45, gop=gop, fps=fps, episodes_per_file=3,
+                      height=height, width=width,
                       cameras=parse_cameras(",".join(f"{k}:{v}" for k, v in cameras.items())), seed=3,
                       recorder=recorder, pix_fmt=pix_fmt, crf=30 if recorder == "lerobot" else None)
     return write_sample(root, spec)

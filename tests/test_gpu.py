@@ -189,3 +189,26 @@ def test_second_gpu_holds_images_and_tables(gpu_dataset):
     batch = next(iter(loader))
     assert {str(v.device) for v in batch.values() if isinstance(v, torch.Tensor)} == {"cuda:1"}
     _check_ids(batch, loader, [FRONT, SIDE, TOP, WRIST])
+
+
+@pytest.fixture(scope="module", params=["lerobot-g2", "lerobot-g30", "continuous-g2", "continuous-g30"])
+def nvdec_boundary_dataset(request, tmp_path_factory):
+    """test_boundaries' matrix at 192x160 (every codec above NVDEC's minimum)."""
+    from .test_boundaries import MATRIX, boundary_dataset
+
+    recorder, gop, fps, pix_fmt, cameras = MATRIX[request.param]
+    root = boundary_dataset(tmp_path_factory.mktemp("gpu-bounds") / request.param, recorder, gop, fps, pix_fmt,
+                            cameras, height=160, width=192)
+    return root, fps, cameras
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
+def test_nvdec_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, windowed):
+    """The boundary matrix (first and last frame of every episode, windows past both ends) through NVDEC: H.264
+    with B-frames, HEVC open (lerobot) and closed GOP, VP9 on the GPU; AV1 on torchcodec beside them."""
+    from .test_boundaries import check_every_frame
+
+    root, fps, cameras = nvdec_boundary_dataset
+    with StreamLoader(str(root), batch_size=2, decode="auto", device="cuda") as loader:
+        assert {k.rsplit(".", 1)[1] for k in _nvdec_cameras(loader)} == {"front", "side", "top"}, loader.routes
+    check_every_frame(root, fps, cameras, decode="auto", windowed=windowed, device="cuda")
