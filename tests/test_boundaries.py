@@ -78,26 +78,32 @@ def test_every_frame_at_every_episode_boundary(matrix_dataset, decode, windowed)
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed)
 
 
-def test_lerobot_recorded_files_pack_episodes_as_lerobot_does(matrix_dataset):
-    """What makes these files the hard case: every episode starts on a keyframe at the file time the episodes
-    table says, and (B-frames) the next episode's first packet is decoded before this one's last frame is shown."""
+def test_the_files_have_the_layout_each_recorder_promises(matrix_dataset):
+    """What makes each kind the hard case. lerobot's: every episode starts on a keyframe at the file time the
+    episodes table says, and (B-frames) the next episode's first packet is decoded before this one's last frame
+    is shown. The continuous writer's: some episodes start between keyframes (the cut starts before them)."""
     import av
     import pyarrow.parquet as pq
 
     root, fps, cameras = matrix_dataset
-    if "lerobot" not in str(root):
-        pytest.skip("continuous files: episodes start mid-GOP by design")
     episodes = [e for path in sorted((root / "meta/episodes").glob("*/*.parquet")) for e in pq.read_table(path).to_pylist()]
     key = "observation.images.front"  # H.264 with B-frames
-    files = sorted((root / "videos" / key).glob("*/*.mp4"))
-    with av.open(str(files[0])) as container:
-        stream = container.streams.video[0]
-        packets = [(float(p.pts * stream.time_base), float(p.dts * stream.time_base), p.is_keyframe)
-                   for p in container.demux(stream) if p.size]
-    keys = {round(pts * fps) for pts, _, key_ in packets if key_}
-    in_file = [e for e in episodes if e[f"videos/{key}/file_index"] == 0 and e[f"videos/{key}/chunk_index"] == 0]
-    assert len(in_file) > 1
-    for e in in_file:
-        assert round(e[f"videos/{key}/from_timestamp"] * fps) in keys
-    joins = [e[f"videos/{key}/from_timestamp"] for e in in_file[1:]]
-    assert any(dts < start - 1e-6 <= pts for start in joins for pts, dts, _ in packets if abs(pts - start) < 1e-6)
+    starts, keys_at, joins_early = [], [], []
+    for path in sorted((root / "videos" / key).glob("*/*.mp4")):
+        chunk, file = int(path.parent.name.split("-")[1]), int(path.stem.split("-")[1])
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            packets = [(float(p.pts * stream.time_base), float(p.dts * stream.time_base), p.is_keyframe)
+                       for p in container.demux(stream) if p.size]
+        keys = {round(pts * fps) for pts, _, key_ in packets if key_}
+        in_file = [e[f"videos/{key}/from_timestamp"] for e in episodes
+                   if (e[f"videos/{key}/chunk_index"], e[f"videos/{key}/file_index"]) == (chunk, file)]
+        starts += in_file
+        keys_at += [round(start * fps) in keys for start in in_file]
+        joins_early += [any(dts < start - 1e-6 and abs(pts - start) < 1e-6 for pts, dts, _ in packets)
+                        for start in in_file[1:]]
+    assert len(starts) == len(episodes)
+    if "lerobot" in root.name:
+        assert all(keys_at) and any(joins_early)
+    else:
+        assert not all(keys_at)
