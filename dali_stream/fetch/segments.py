@@ -15,6 +15,7 @@ two give the same packets (bytes, pts, dts, duration, keyframes); the indexed cu
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import struct
@@ -51,10 +52,10 @@ class Segment:
     def nbytes(self) -> int:
         return len(self.data)
 
-    @property
+    @functools.cached_property
     def half_gap_s(self) -> float:
         """Half the shortest time between two of the segment's frames: a decoded frame whose time is farther than
-        this from a planned frame's is another frame."""
+        this from a planned frame's is another frame (computed once: it is read on every torchcodec call)."""
         gaps = np.diff(self.pts_s)
         return float(gaps.min()) / 2 if len(gaps) else float("inf")
 

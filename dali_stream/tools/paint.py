@@ -70,6 +70,14 @@ def paint_ids(img: np.ndarray, episode: int, frame: int) -> np.ndarray:
     return img
 
 
+def shows(image, ids) -> bool:
+    """Whether the image's painted ids are `ids` (False too when they cannot be read with certainty)."""
+    try:
+        return read_ids(image) == ids
+    except UnreadableIds:
+        return False
+
+
 def read_ids(image) -> tuple[int, int]:
     """(episode, frame) painted in an image: HWC or CHW, uint8 or float in [0, 1], numpy or torch."""
     arr = image.detach().cpu().numpy() if hasattr(image, "detach") else np.asarray(image)

@@ -18,6 +18,7 @@ episode encoded alone with lerobot's PyAV options, appended to its file through 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -205,11 +206,7 @@ def misread_frames(path: Path, ids: Sequence[tuple[int, int]]) -> list[int]:
     k = -1
     with av.open(str(path)) as container:
         for k, frame in enumerate(container.decode(video=0)):
-            try:
-                ok = k < len(ids) and paint.read_ids(frame.to_ndarray(format="rgb24")) == ids[k]
-            except paint.UnreadableIds:
-                ok = False
-            if not ok:
+            if not (k < len(ids) and paint.shows(frame.to_ndarray(format="rgb24"), ids[k])):
                 bad.append(k)
     return bad + list(range(k + 1, len(ids)))
 
@@ -224,17 +221,17 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
     that and each episode's span in the file, in the order of `ids`."""
     from . import lerobot_recorder
 
-    episodes = list(dict.fromkeys(e for e, _ in ids))
+    episodes = [list(run) for _, run in itertools.groupby(ids, key=lambda i: i[0])]  # ids run episode by episode
     for careful in (False, True):
         if spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
             crf = 12 if careful else (lerobot_recorder.LEROBOT_CRF if spec.crf is None else spec.crf)
             spans = lerobot_recorder.write_file(
-                path, [spec.frames([i for i in ids if i[0] == e], camera) for e in episodes], codec, spec.fps,
+                path, [spec.frames(run, camera) for run in episodes], codec, spec.fps,
                 spec.gop, crf, spec.pix_fmt_of(codec), spec.height, spec.width)
         else:
             encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
                          careful=careful, crf=spec.crf, pix_fmt=spec.pix_fmt_of(codec))
-            ends = np.cumsum([sum(1 for i in ids if i[0] == e) for e in episodes]) / spec.fps
+            ends = np.cumsum([len(run) for run in episodes]) / spec.fps
             spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
         bad = misread_frames(path, ids)
         if not bad:

@@ -169,7 +169,7 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     from ..errors import DaliStreamError
     from ..fetch.store import EpisodeStore
     from ..fetch.tables import FRAME_TIME_S, TableReader
-    from .paint import UnreadableIds, read_ids
+    from .paint import shows
 
     painted = meta.info.get("robot_type") == "dali_stream_sample"
     store = EpisodeStore(meta, TableReader(meta, meta.table_keys), tolerance_s, list(meta.video_keys), 1 << 28,
@@ -189,14 +189,7 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                     for part in (idx[:1], idx[-1:]):
                         torchcodec_frames(seg, part)
                     if painted:
-                        misread = []
-                        for f, image in enumerate(frames):
-                            try:
-                                ok = read_ids(image) == (episode, f)
-                            except UnreadableIds:
-                                ok = False
-                            if not ok:
-                                misread.append(f)
+                        misread = [f for f, image in enumerate(frames) if not shows(image, (episode, f))]
                         if misread:
                             raise DaliStreamError(f"{len(misread)} of {len(frames)} frames of episode {episode}, "
                                                   f"camera {key!r} show other painted ids (first: frame "
@@ -225,12 +218,9 @@ def _painted_ids(meta, path: str) -> dict[int, tuple[int, int]] | None:
 
 
 def _ids_ok(frame, expect: dict, fps: float) -> bool:
-    from .paint import UnreadableIds, read_ids
+    from .paint import shows
 
-    try:
-        return read_ids(frame.to_ndarray(format="rgb24")) == expect.get(round(frame.time * fps))
-    except UnreadableIds:
-        return False
+    return shows(frame.to_ndarray(format="rgb24"), expect.get(round(frame.time * fps)))
 
 
 def verify(source: str, against: str | None = None, revision: str | None = None, decode: bool = False,
