@@ -35,6 +35,7 @@ def test_settings_are_normalised_when_made():
     ({"batch_size": 0}, r"`batch_size` must be a positive integer. Found: 0"),
     ({"num_workers": 1.5}, r"`num_workers` must be an integer >= 0. Found: 1.5"),
     ({"shuffle": "no"}, r"`shuffle` must be True or False"),
+    ({"check_frames": 0}, r"`check_frames` must be True or False. Found: 0"),
     ({"decode": "nvdec"}, r"decode='nvdec' is not one of \('auto', 'gpu', 'cpu'\)"),
     ({"image_dtype": "float16"}, r"`image_dtype` must be 'float32' or 'uint8'"),
     ({"tolerance_s": float("nan")}, r"`tolerance_s` must be a number >= 0"),

@@ -132,6 +132,14 @@ def test_resolution_too_small_for_ids():
         SampleSpec(height=12, width=64)
 
 
+@pytest.mark.parametrize("kwargs,match", [({"recorder": "ffmpeg"}, r"recorder must be one of \('dali_stream', "
+                                                                   r"'lerobot'\). Found: 'ffmpeg'"),
+                                          ({"pix_fmt": "nv12"}, r"pix_fmt must be one of .*Found: 'nv12'")])
+def test_bad_recorder_or_pixel_format_is_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SampleSpec(**kwargs)
+
+
 def test_the_writer_checks_what_it_encoded(tmp_path):
     """`misread_frames`, the writer's own check after each file, sees frames that show other ids."""
     from dali_stream.tools.sample_data import encode_video, misread_frames
