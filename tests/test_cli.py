@@ -42,31 +42,6 @@ def test_make_sample_refuses_to_overwrite(written):
     assert proc.returncode == 2 and "--overwrite" in proc.stderr
 
 
-def test_make_sample_records_as_lerobot_with_a_pixel_format(tmp_path):
-    """`--recorder lerobot --pix-fmt yuv444p`: every episode starts on a keyframe at its from_timestamp, H.264 is
-    4:4:4 and HEVC stays 4:2:0 (as lerobot keeps it), in the files and in info.json; `verify --decode
-    --tolerance-s` reads every episode as the loader does and finds nothing."""
-    import av
-    import pyarrow.parquet as pq
-
-    out = tmp_path / "lr"
-    _cli("make-sample", out, "--recorder", "lerobot", "--pix-fmt", "yuv444p", "--gop", 2, "--crf", 30, "--episodes",
-         3, "--min-length", 9, "--max-length", 13, "--cameras", "front:h264,side:hevc", "--episodes-per-file", 3)
-    info = json.loads((out / "meta/info.json").read_text())
-    episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
-    for name, pix_fmt in (("front", "yuv444p"), ("side", "yuv420p")):
-        key = f"observation.images.{name}"
-        assert info["features"][key]["info"]["video.pix_fmt"] == pix_fmt
-        with av.open(str(out / "videos" / key / "chunk-000/file-000.mp4")) as container:
-            stream = container.streams.video[0]
-            assert stream.codec_context.pix_fmt == pix_fmt
-            keys = [float(p.pts * stream.time_base) for p in container.demux(stream) if p.size and p.is_keyframe]
-        assert all(any(abs(k - e[f"videos/{key}/from_timestamp"]) < 1e-3 for k in keys) for e in episodes)
-    assert info["dali_stream_sample"]["recorder"] == "lerobot"
-    report = json.loads(_cli("verify", out, "--decode", "--tolerance-s", "1e-3", "--json").stdout)
-    assert report["damaged"] == [] and report["exit_code"] == 0
-
-
 def test_bad_camera_spec_is_a_clear_error(tmp_path):
     proc = _cli("make-sample", tmp_path / "x", "--cameras", "front:mpeg2", check=False)
     assert proc.returncode == 2 and "'mpeg2' is not one of" in proc.stderr

@@ -204,3 +204,37 @@ def test_zero_workers_is_refused_before_anything_is_touched(tmp_path):
     with pytest.raises(ValueError, match=r"workers .* must be at least 1\. Found: 0"):
         write_sample(keep, SampleSpec(episodes=2), overwrite=True, workers=0)
     assert (keep / "file").read_text() == "mine"
+
+
+def _run(*args):
+    from .console import dali_stream
+
+    proc = dali_stream(*args)
+    assert proc.returncode == 0, f"dali-stream {args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_make_sample_records_as_lerobot_with_a_pixel_format(tmp_path):
+    """`dali-stream make-sample --recorder lerobot --pix-fmt yuv444p` in a real process: every episode starts on a
+    keyframe at its from_timestamp, H.264 is 4:4:4 and HEVC stays 4:2:0 (as lerobot keeps it), in the files and in
+    info.json; `verify --decode --tolerance-s` reads every episode as the loader does and finds nothing. Not in the
+    floors' smoke set: the floor PyAV (14.2) cannot remux as lerobot does, and make-sample says so."""
+    import av
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "lr"
+    _run("make-sample", out, "--recorder", "lerobot", "--pix-fmt", "yuv444p", "--gop", 2, "--crf", 30, "--episodes",
+         3, "--min-length", 9, "--max-length", 13, "--cameras", "front:h264,side:hevc", "--episodes-per-file", 3)
+    info = json.loads((out / "meta/info.json").read_text())
+    episodes = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    for name, pix_fmt in (("front", "yuv444p"), ("side", "yuv420p")):
+        key = f"observation.images.{name}"
+        assert info["features"][key]["info"]["video.pix_fmt"] == pix_fmt
+        with av.open(str(out / "videos" / key / "chunk-000/file-000.mp4")) as container:
+            stream = container.streams.video[0]
+            assert stream.codec_context.pix_fmt == pix_fmt
+            keys = [float(p.pts * stream.time_base) for p in container.demux(stream) if p.size and p.is_keyframe]
+        assert all(any(abs(k - e[f"videos/{key}/from_timestamp"]) < 1e-3 for k in keys) for e in episodes)
+    assert info["dali_stream_sample"]["recorder"] == "lerobot"
+    report = json.loads(_run("verify", out, "--decode", "--tolerance-s", "1e-3", "--json").stdout)
+    assert report["damaged"] == [] and report["exit_code"] == 0

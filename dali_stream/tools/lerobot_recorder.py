@@ -19,6 +19,8 @@ from typing import Iterable
 
 import numpy as np
 
+from ..errors import InstallError
+
 # lerobot's `vcodec` names (PyAV picks the default encoder of each: libx264, libx265); VP9 is not one of lerobot's
 # codecs, so its camera gets libvpx-vp9 with the same two options.
 VCODECS = {"h264": "h264", "hevc": "hevc", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
@@ -66,7 +68,13 @@ def append_episode(file: Path, episode: Path) -> None:
                 av.open(str(joined), "w", options={"movflags": "faststart"}) as dst:
             video = src.streams.video[0]
             out = dst.add_stream_from_template(template=video, opaque=True)
-            out.time_base = video.time_base
+            try:
+                out.time_base = video.time_base
+            except RuntimeError as exc:  # PyAV 14 sets it on the copy's decoder context and refuses
+                raise InstallError(
+                    f"recorder='lerobot' remuxes as lerobot does, which needs a newer PyAV than {av.__version__} "
+                    f"(it cannot set the time base of a copied stream: {exc}; tested with PyAV 18.1): "
+                    "pip install -U av, or write the sample with recorder='dali_stream'") from None
             for packet in src.demux(video):
                 if packet.dts is None:
                     continue
