@@ -63,8 +63,12 @@ def write_mp4(stsd: bytes, timescale: int, sizes: np.ndarray, dts: np.ndarray, p
     deltas[deltas < 0] = 0
     comp = (pts - dts).astype(np.int64)
     span = int(dts[-1] - base + deltas[-1])
-    movie = span * MOVIE_TIMESCALE // max(1, timescale)
     start = int(np.min(pts)) - base  # media time presented first: the earliest pts, so no sample is edited out
+    # the edit lasts until the last sample presented ends (rounded up): a span measured on the dts timeline ends
+    # early where samples' composition offsets differ (joined clips from other streams: graph.joined), and the
+    # demuxer discards what an edit leaves out
+    shown = int(np.max(pts + durations)) - int(np.min(pts))
+    movie = -(-max(span, shown) * MOVIE_TIMESCALE // max(1, timescale))
     stbl = [stsd, _table(b"stts", _runs(deltas), ">u4")]
     if comp.any():
         stbl.append(_table(b"ctts", _runs(comp), ">i4" if (comp < 0).any() else ">u4",
