@@ -24,41 +24,56 @@ import numpy as np
 from ..fetch.segments import PacketIndex
 
 
-def clip_span(index: PacketIndex, first_pts: int, last_pts: int) -> tuple[int, int]:
-    """Packets [start, stop) (decode order) that decode every frame shown from `first_pts` to `last_pts`."""
+def clip_packets(index: PacketIndex, first_pts: int, last_pts: int) -> np.ndarray:
+    """Packets (indices, decode order) that decode every frame shown from `first_pts` to `last_pts`: the last
+    keyframe at or before `first_pts`, through the last packet shown at or before `last_pts`, without the
+    keyframe's leading pictures (packets after it shown before it: open-GOP B-frames, HEVC RASL/RADL). A decoder
+    starting at the keyframe drops RASL pictures, which would shift every later index; trailing pictures never
+    reference leading ones, and no frame asked is one."""
     keys = np.flatnonzero(index.key & (index.pts <= first_pts))
     start = int(keys[-1]) if len(keys) else 0
     needed = np.flatnonzero(index.pts[start:] <= last_pts)
     stop = start + int(needed[-1]) + 1 if len(needed) else start + 1
-    return start, stop
+    part = np.arange(start, stop)
+    return part[index.pts[part] >= index.pts[start]]
 
 
-def cut_clip(data: bytes, index: PacketIndex, start: int, stop: int) -> bytes:
-    """Packets [start, stop) of the segment in `data` as a standalone MP4 (no re-encoding): written by
-    `mp4write` from the segment's own sample table, or remuxed by PyAV when that table was not readable."""
-    part = slice(start, stop)
+def cut_clip(data: bytes, index: PacketIndex, packets: np.ndarray, first: bytes | None = None) -> bytes:
+    """`packets` of the segment in `data` as a standalone MP4 (no re-encoding): written by `mp4write` from the
+    segment's own sample table, or remuxed by PyAV when that table was not readable. `first`: other bytes for
+    the first packet (a spliced keyframe, `fetch.nal`)."""
+    payload = clip_bytes(data, index, packets, first)
     if index.stsd is not None and index.time_base.numerator == 1:
         from ..fetch.mp4write import write_mp4
-        from ..fetch.segments import samples_bytes
 
-        return write_mp4(index.stsd, index.time_base.denominator, index.size[part], index.dts[part],
-                         index.pts[part], index.duration[part], index.key[part],
-                         samples_bytes(data, 0, index.pos[part], index.size[part]))
+        return write_mp4(index.stsd, index.time_base.denominator, index.size[packets] if first is None else
+                         np.concatenate([[len(first)], index.size[packets[1:]]]), index.dts[packets],
+                         index.pts[packets], index.duration[packets], index.key[packets], payload)
     import av
 
     from ..fetch.segments import mux
 
     with av.open(io.BytesIO(data)) as template:
         stream = template.streams.video[0]
-        packets = []
-        for i in range(start, stop):
-            pos, size = int(index.pos[i]), int(index.size[i])
-            pkt = av.Packet(data[pos:pos + size])
+        out, at = [], 0
+        for i in packets.tolist():
+            size = int(index.size[i]) if first is None or at else len(first)
+            pkt = av.Packet(payload[at:at + size])
+            at += size
             pkt.pts, pkt.dts, pkt.duration = int(index.pts[i]), int(index.dts[i]), int(index.duration[i])
             pkt.time_base = index.time_base
             pkt.is_keyframe = bool(index.key[i])
-            packets.append(pkt)
-        return mux(stream, packets)
+            out.append(pkt)
+        return mux(stream, out)
+
+
+def clip_bytes(data: bytes, index: PacketIndex, packets: np.ndarray, first: bytes | None = None) -> bytes:
+    """The bytes of `packets` back to back, the first one replaced by `first` when given."""
+    from ..fetch.segments import samples_bytes
+
+    if first is None:
+        return samples_bytes(data, 0, index.pos[packets], index.size[packets])
+    return first + samples_bytes(data, 0, index.pos[packets[1:]], index.size[packets[1:]])
 
 
 @dataclass(frozen=True)
@@ -75,20 +90,25 @@ class DaliInput:
         return int(self.frames.max()) + 1
 
 
-def dali_input(seg, indices: np.ndarray) -> DaliInput:
-    """The clip of `seg` (a `segments.Segment`) for frames `indices` (segment-relative, sorted-pts order)."""
-    wanted, order = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
+def packets_of(seg) -> PacketIndex:
+    """`seg.packets()`, or a DecodeError naming the episode and camera when the segment's bytes do not demux."""
     try:
-        index = seg.packets()
+        return seg.packets()
     except Exception as exc:  # the segment's own bytes do not demux: its packets are damaged
         from ..fetch.segments import decode_error
 
         raise decode_error(seg, "the clip cutter (DALI routes)", exc) from exc
+
+
+def dali_input(seg, indices: np.ndarray) -> DaliInput:
+    """The clip of `seg` (a `segments.Segment`) for frames `indices` (segment-relative, sorted-pts order)."""
+    wanted, order = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
+    index = packets_of(seg)
     shown = np.sort(index.pts)  # the segment's frames in presentation order, as ticks
-    start, stop = clip_span(index, int(shown[wanted[0]]), int(shown[wanted[-1]]))
-    if start == 0 and stop == len(index.pts):
+    packets = clip_packets(index, int(shown[wanted[0]]), int(shown[wanted[-1]]))
+    if len(packets) == len(index.pts):
         data, frames = seg.data, wanted
     else:
-        data = cut_clip(seg.data, index, start, stop)
-        frames = np.searchsorted(np.sort(index.pts[start:stop]), shown[wanted])
+        data = cut_clip(seg.data, index, packets)
+        frames = np.searchsorted(np.sort(index.pts[packets]), shown[wanted])
     return DaliInput(np.frombuffer(data, dtype=np.uint8), frames.astype(np.int32), order.astype(np.int32))
