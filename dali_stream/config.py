@@ -72,6 +72,10 @@ class LoaderConfig:
     # decode and images
     decode: Union[Decode, Mapping[str, Decode]] = _s(
         "auto", "auto | gpu | cpu, or camera key -> one of those (see dali_stream.decode.routes)")
+    join_streams: Optional[int] = _s(
+        None, "DALI-decoded cameras: a batch's clips of a camera are joined into at most this many streams, one "
+              "decoder session each (DALI 2.4 opens a decoder per stream: ~8 ms on NVDEC); default the GPU's NVDEC "
+              "engines (nvdec) or the DALI threads (dali-cpu); 0: one clip per sample (graph/joined.py)")
     device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "
                                      "when DALI and torch both see a GPU, else cpu)")
     image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8")
@@ -141,7 +145,7 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 1)
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
             _integer(name, getattr(self, name), 0)
-        for name, low in (("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1), ("max_episodes", 1),
+        for name, low in (("join_streams", 0), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1), ("max_episodes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)

@@ -43,7 +43,7 @@ def matrix_dataset(request, tmp_path_factory):
     return root, fps, cameras
 
 
-def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device="cpu") -> dict[str, int]:
+def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device="cpu", **settings) -> dict[str, int]:
     """Stream one epoch (every frame once) and compare each image's painted ids with the frame it stands for;
     windows of [-2, -1, 0, 1, 2] frames reach past both ends of every episode (clamped). Returns the frames
     checked per camera."""
@@ -51,7 +51,8 @@ def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device
     keys = [f"observation.images.{c}" for c in cameras]
     deltas = {k: [s / fps for s in steps] for k in keys} if windowed else {}
     with StreamLoader(str(root), batch_size=6, delta_timestamps=deltas, episode_pool_size=3, seed=0,
-                      decode=decode, device=device, num_workers=2, drop_last=False, image_dtype="uint8") as loader:
+                      decode=decode, device=device, num_workers=2, drop_last=False, image_dtype="uint8",
+                      **settings) as loader:
         lengths = {int(e): int(n) for e, n in zip(loader.meta.episodes["episode_index"], loader.meta.lengths)}
         checked = dict.fromkeys(keys, 0)
         wrong = []

@@ -34,8 +34,8 @@ def test_classify_dali_messages(kind):
     assert failure.kind == kind and MESSAGES[kind][:30] in failure.line
 
 
-def _prepared(dataset, routes_override=None):
-    loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0)
+def _prepared(dataset, routes_override=None, **settings):
+    loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0, **settings)
     builder = loader.builder
     if routes_override:
         builder.routes.update(routes_override)
@@ -43,8 +43,8 @@ def _prepared(dataset, routes_override=None):
 
 
 def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(small_dataset):
-    """pad_mode="none": an index past the segment is an error, never a black frame."""
-    loader, builder, prepared = _prepared(small_dataset)
+    """pad_mode="none": an index past the segment is an error, never a black frame (one clip per sample)."""
+    loader, builder, prepared = _prepared(small_dataset, join_streams=0)
     assert loader.routes[TOP] == "dali-cpu"
     slot = [o.name for o in builder.outputs].index(f"{TOP}@frames")
     seg = loader.store.segment(int(prepared.plan.episodes[1]), TOP)
@@ -60,6 +60,27 @@ def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(sm
     assert isinstance(err, DecodeError)
     assert f"frame {bad} was asked for" in str(err) and f"episode {seg.episode}, camera '{TOP}'" in str(err)
     assert "frames in the clip of" in str(err) and "re-download the file" in str(err)
+
+
+def test_out_of_range_index_in_a_joined_stream_names_its_episodes(small_dataset):
+    """The same on a joined stream (graph/joined.py): the error names every episode the stream joins, and since
+    each of their segments decodes apart, says joining is what failed and how to turn it off."""
+    loader, builder, prepared = _prepared(small_dataset, join_streams=1)
+    names = [o.name for o in builder.outputs]
+    lead = next(j for j, x in enumerate(prepared.arrays[names.index(f"{TOP}@lead")]) if bool(x))
+    frames = prepared.arrays[names.index(f"{TOP}@frames")]
+    bad = int(frames[lead].max()) + 50
+    frames[lead] = np.append(frames[lead], bad).astype(np.int32)
+    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, dict.fromkeys(loader.routes, True),
+                             lambda info: prepared.arrays, 3, 1, None, loader.image_ops)
+    pipe.build()
+    with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
+        pipe.run()
+    err = builder.explain_dali_failure([prepared], raised.value)
+    episodes = sorted({int(loader.meta.episode_index(int(p))) for p in prepared.plan.episodes})
+    assert isinstance(err, DecodeError)
+    assert f"joining the clips of episodes {episodes}, camera '{TOP}'" in str(err), err
+    assert f"frame {bad} was asked for" in str(err) and "join_streams=0" in str(err)
 
 
 def test_nvdec_refusal_names_the_camera_whose_stream_is_too_small(small_dataset):

@@ -202,13 +202,29 @@ def nvdec_boundary_dataset(request, tmp_path_factory):
     return root, fps, cameras
 
 
+@pytest.mark.parametrize("join_streams", [None, 1, 0], ids=["joined-engines", "joined-1", "per-sample"])
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-def test_nvdec_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, windowed):
+def test_nvdec_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, windowed, join_streams):
     """The boundary matrix (first and last frame of every episode, windows past both ends) through NVDEC: H.264
-    with B-frames, HEVC open (lerobot) and closed GOP, VP9 on the GPU; AV1 on torchcodec beside them."""
+    with B-frames, HEVC open (lerobot) and closed GOP, VP9 on the GPU; AV1 on torchcodec beside them. A batch's
+    clips joined into as many streams as NVDEC engines, into one, and one clip per sample (graph/joined.py)."""
     from .test_boundaries import check_every_frame
 
     root, fps, cameras = nvdec_boundary_dataset
     with StreamLoader(str(root), batch_size=2, decode="auto", device="cuda") as loader:
         assert {k.rsplit(".", 1)[1] for k in _nvdec_cameras(loader)} == {"front", "side", "top"}, loader.routes
-    check_every_frame(root, fps, cameras, decode="auto", windowed=windowed, device="cuda")
+    check_every_frame(root, fps, cameras, decode="auto", windowed=windowed, device="cuda", join_streams=join_streams)
+
+
+def test_nvdec_threads_are_not_pinned_to_cores(gpu_dataset):
+    """`affine=False` (issue 25): DALI's decoder threads may run on every core this process may use, not only on
+    the cores near GPU 0 (where it pins them by default, whichever GPU a rank's CUDA_VISIBLE_DEVICES names)."""
+    import os
+
+    allowed = os.sched_getaffinity(0)
+    with StreamLoader(str(gpu_dataset), batch_size=4, decode="auto", device="cuda") as loader:
+        assert _nvdec_cameras(loader)
+        next(iter(loader))
+        pinned = {tid: os.sched_getaffinity(tid) for tid in map(int, os.listdir("/proc/self/task"))}
+    narrowed = {tid: sorted(cpus) for tid, cpus in pinned.items() if cpus != allowed}
+    assert not narrowed, f"threads pinned to fewer cores than the process's {sorted(allowed)}: {narrowed}"

@@ -24,11 +24,13 @@ from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 from .clips import dali_input
+from .joined import join_inputs
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
+JOINED_PARTS = ("lead", "encoded", "frames", "source", "order")  # a joined camera's outputs (`graph.joined`)
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
 
@@ -37,7 +39,7 @@ class Output:
     """One external-source output: what it carries and for which key."""
 
     name: str  # unique output name inside the graph
-    kind: str  # "encoded" | "frames" | "order" | "pixels" | "rand" | "table"
+    kind: str  # "encoded" | "frames" | "order" | "lead" | "source" | "pixels" | "rand" | "table"
     key: str  # feature key (or "<key>_is_pad") it belongs to
     dtype: np.dtype
     ndim: int
@@ -55,8 +57,10 @@ class BatchBuilder:
     def __init__(self, meta, store, decoders: DecoderCache, routes: Mapping[str, str],
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
-                 augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0) -> None:
-        """`augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
+                 augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
+                 join_streams: Mapping[str, int] | None = None) -> None:
+        """`join_streams`: DALI-routed camera -> at most this many joined streams per batch (`graph.joined`); 0
+        or absent: one clip per sample (`graph.clips`). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
         (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
         `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
         out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over."""
@@ -68,6 +72,7 @@ class BatchBuilder:
         self.delta = dict(delta_indices)
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
+        self.join_streams = {k: n for k, n in (join_streams or {}).items() if n > 0 and self.routes[k] in DALI_ROUTES}
         if image_ops is not None and augment_seed is not None:
             raise ValueError("host frames skip the graph, where augmentation runs")  # uses_host_frames rules it out
         self.host_keys = [k for k, r in self.routes.items() if r == "torchcodec"] if image_ops is not None else []
@@ -79,7 +84,13 @@ class BatchBuilder:
         for key, route in self.routes.items():
             if key in self.host_keys:
                 continue
-            if route in DALI_ROUTES:
+            if key in self.join_streams:
+                outputs.append(Output(f"{key}@lead", "lead", key, np.dtype(np.bool_), 0))
+                outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
+                outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
+                outputs.append(Output(f"{key}@source", "source", key, np.dtype(np.int32), 0))
+                outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
+            elif route in DALI_ROUTES:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
                 outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
@@ -98,6 +109,7 @@ class BatchBuilder:
         self.decoded_frames = 0
         self.dali_frames_fed = 0  # frames DALI's decoder works through (clip frames up to the last asked)
         self.dali_samples = 0
+        self.dali_streams = 0  # decoder sessions DALI opens: one per stream (joined) or per sample
         self._count_lock = threading.Lock()
 
     @property
@@ -120,7 +132,15 @@ class BatchBuilder:
         host: dict[str, np.ndarray] = {}
         for key, route in self.routes.items():
             segs, idx = self.locate(plan, rows, key)
-            if route in DALI_ROUTES:
+            if key in self.join_streams:
+                joined = join_inputs(segs, idx, self.join_streams[key])
+                for part in JOINED_PARTS:
+                    values[f"{key}@{part}"] = getattr(joined, part)
+                with self._count_lock:
+                    self.dali_frames_fed += joined.frames_fed
+                    self.dali_samples += len(segs)
+                    self.dali_streams += joined.streams
+            elif route in DALI_ROUTES:
                 inputs = [dali_input(seg, i) for seg, i in zip(segs, idx)]
                 values[f"{key}@encoded"] = [d.data for d in inputs]
                 values[f"{key}@frames"] = [d.frames for d in inputs]
@@ -128,6 +148,7 @@ class BatchBuilder:
                 with self._count_lock:
                     self.dali_frames_fed += sum(d.frames_fed for d in inputs)
                     self.dali_samples += len(inputs)
+                    self.dali_streams += len(inputs)
             else:
                 t0 = time.perf_counter()
                 if key in self.host_keys:
@@ -199,6 +220,8 @@ class BatchBuilder:
                 frames = prepared.arrays[self._slot[f"{key}@frames"]]
                 for j, idx in enumerate(frames):
                     if failure.frame is not None and failure.frame in np.asarray(idx).tolist():
+                        if key in self.join_streams:
+                            return self._joined_out_of_bounds(prepared, key, j, failure)
                         seg = self.store.segment(int(prepared.plan.episodes[j]), key)
                         return DecodeError(
                             f"DALI's video decoder found {failure.frames} frames in the clip of episode "
@@ -206,6 +229,24 @@ class BatchBuilder:
                             "asked for: the file's index lists more frames than the stream decodes. The file is "
                             f"damaged: {FIX_FILE}; or decode the camera with torchcodec: decode={{{key!r}: 'cpu'}}")
         return None
+
+    def _joined_out_of_bounds(self, prepared: Prepared, key: str, lead: int, failure) -> DecodeError:
+        """A joined stream (`graph.joined`) decoded shorter than its clips' sample tables say: name its episodes,
+        and whether the clips decode apart (then joining them is what failed)."""
+        sources = prepared.arrays[self._slot[f"{key}@source"]]
+        segs = [self.store.segment(int(prepared.plan.episodes[j]), key) for j, s in enumerate(sources)
+                if int(s) == lead]
+        episodes = sorted({seg.episode for seg in segs})
+        what = (f"DALI's video decoder found {failure.frames} frames in a stream joining the clips of episodes "
+                f"{episodes}, camera {key!r}, where frame {failure.frame} was asked for")
+        for seg in {seg.uid: seg for seg in segs}.values():
+            try:
+                torchcodec_frames(seg, np.arange(len(seg.pts_s)))
+            except DecodeError as exc:
+                return DecodeError(f"{what}; the CPU check finds a damaged segment: {exc}")
+        return DecodeError(f"{what}, although every one of those segments decodes apart: joining these clips is what "
+                           "failed. Decode one clip per sample with join_streams=0, and report it with "
+                           "`dali-stream diagnose DATASET --decode-test --json`")
 
 
 def decode_segments(segs, idx, cache):

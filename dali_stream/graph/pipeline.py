@@ -1,8 +1,9 @@
 """The DALI pipeline: one external source feeding decoders, layout and dtype ops, ending in named outputs.
 
-Per camera: DALI-routed cameras decode a per-sample clip with `fn.decoders.video` (device "mixed" for NVDEC,
-"cpu" for DALI's CPU decoder) at its distinct frame indices, expanded to the sample's steps by
-`fn.sequence_rearrange`; torchcodec-routed cameras arrive as decoded
+Per camera: DALI-routed cameras decode with `fn.decoders.video` (device "mixed" for NVDEC, "cpu" for DALI's CPU
+decoder) either a per-sample clip at its distinct frame indices, expanded to the sample's steps by
+`fn.sequence_rearrange`, or a batch's clips joined into a few streams decoded on their lead slots only and
+handed to each sample (`joined_decode`, `graph.joined`); torchcodec-routed cameras arrive as decoded
 frames (unless they skip the graph as host frames, `graph.host`: `routes` then leaves them out). Both then
 get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or mean/std-normalised) on the
 device they are on, and become (T, C, H, W), or (C, H, W) for a single frame as lerobot squeezes it ((T, H, W,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from .batches import Output
+from .batches import DALI_ROUTES, JOINED_PARTS, Output
 from .imageops import ImageOps
 
 _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": "FLOAT", "float64": "FLOAT64",
@@ -24,10 +25,32 @@ def video_decoder(encoded, frames, route: str):
     """DALI's video decoder for `route` ("nvdec" or "dali-cpu") at per-sample frame indices.
 
     `pad_mode="none"`: an index past the stream's frames is an error (DALI's default "constant" returns a
-    black frame silently); `decode.errors.explain` names the camera and episode."""
+    black frame silently); `decode.errors.explain` names the camera and episode. `affine=False` on NVDEC: DALI
+    would pin the decoder's threads to the CPU cores near the GPU of the same index among all GPUs, so with
+    CUDA_VISIBLE_DEVICES narrowed to one GPU per rank every rank's threads would share GPU 0's socket."""
     from nvidia.dali import fn
 
-    return fn.decoders.video(encoded, frames=frames, device="mixed" if route == "nvdec" else "cpu", pad_mode="none")
+    if route == "nvdec":
+        return fn.decoders.video(encoded, frames=frames, device="mixed", pad_mode="none", affine=False)
+    return fn.decoders.video(encoded, frames=frames, device="cpu", pad_mode="none")
+
+
+def joined_decode(lead, encoded, frames, source, order, route: str):
+    """A camera's joined streams (`graph.joined`): decoded on the lead slots only (one decoder session per
+    stream), then every slot takes its stream's frames (`fn.permute_batch`) and picks its own steps.
+
+    Off the leads the merged batch needs a tensor of the decoder's type, rank and layout: the slot's 3-byte
+    placeholder viewed as one FHWC pixel, never decoded and never handed on (every slot's `source` is a lead)."""
+    from nvidia.dali import fn
+
+    if lead:
+        video = video_decoder(encoded, frames, route)
+    else:
+        video = fn.reshape(encoded, shape=[1, 1, 1, 3], layout="FHWC")
+        if route == "nvdec":
+            video = video.gpu()
+    video = fn.permute_batch(video, indices=source)
+    return fn.sequence_rearrange(video, new_order=order)
 
 
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
@@ -39,21 +62,18 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
     the graph (image ops then run on the GPU, and the iterator hands over GPU tensors). `augment(video, key,
     rand)` (see `StreamLoader`) runs on each camera's decoded frames before resize/crop/normalise."""
-    from nvidia.dali import fn, types
-    from nvidia.dali.pipeline import Pipeline
+    from nvidia.dali import fn, pipeline_def, types
 
-    # The dynamic executor hands outputs to torch without a copy (the static one copied 118 MB of float32 per
-    # 480p batch on the consumer's thread: 3.6x its CPU time, half the throughput on 2 cores). Its host memory
-    # stays bounded through DALI_MALLOC_POOL_THRESHOLD, which dali_stream sets on import (see __init__).
-    pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-                    prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True)
     names: list[str] = []
     if image_ops.mean is not None and image_ops.std is not None:  # DALI normalises in pixel units: (x - 255 mean) / (255 std)
         mean, std = [m * 255.0 for m in image_ops.mean], [s * 255.0 for s in image_ops.std]
     else:
         mean, std = [0.0], [255.0 if image_ops.dtype == "float32" else 1.0]
     out_type = types.FLOAT if image_ops.dtype == "float32" else types.UINT8
-    with pipe:
+    joined = {key for key, route in routes.items() if route in DALI_ROUTES and any(
+        o.name == f"{key}@lead" for o in outputs)}
+
+    def graph():
         fed = fn.external_source(
             source=source, num_outputs=len(outputs), batch=True, batch_info=True,
             dtype=[getattr(types, _DALI_TYPES[o.dtype.name]) for o in outputs], ndim=[o.ndim for o in outputs],
@@ -65,6 +85,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
         for key, route in routes.items():
             if route == "torchcodec":
                 video = by_name[f"{key}@pixels"]
+            elif key in joined:
+                video = joined_decode(*(by_name[f"{key}@{part}"] for part in JOINED_PARTS), route)
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
@@ -85,7 +107,16 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
             if o.kind == "table":
                 results.append(by_name[o.name].gpu() if on_gpu else by_name[o.name])
                 names.append(o.key)
-        pipe.set_outputs(*results)
+        return tuple(results)
+
+    # The dynamic executor hands outputs to torch without a copy (the static one copied 118 MB of float32 per
+    # 480p batch on the consumer's thread: 3.6x its CPU time, half the throughput on 2 cores). Its host memory
+    # stays bounded through DALI_MALLOC_POOL_THRESHOLD, which dali_stream sets on import (see __init__).
+    # Conditionals (joined streams: the decoder runs on the lead slots only) need DALI's autograph, which
+    # converts `joined_decode`'s `if`; without joined cameras the graph is built as written.
+    pipe = pipeline_def(graph, batch_size=batch_size, num_threads=num_threads, device_id=device_id,
+                        prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True,
+                        enable_conditionals=bool(joined))()
     return pipe, names
 
 
