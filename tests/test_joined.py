@@ -135,3 +135,44 @@ def test_loader_batches_are_the_same_joined_or_per_sample(tmp_path_factory, join
 def test_join_streams_is_validated():
     with pytest.raises(ConfigError, match="join_streams"):
         StreamLoader("unused", join_streams=-1)
+
+
+def _open_gop_h264(frames: int = 40) -> bytes:
+    """H.264 as x264 writes it with open-gop=1: keyframes after the first are I pictures without IDR."""
+    import io
+
+    import av
+
+    from dali_stream.tools.paint import render
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=30, options={
+            "bf": "3", "g": "8", "crf": "18", "x264-params": "open-gop=1:keyint=8:min-keyint=8:scenecut=0"})
+        stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+        for f in range(frames):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(render(96, 128, 0, f), format="rgb24")):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def test_clips_from_keyframes_without_idr_get_streams_of_their_own():
+    """An H.264 I picture without IDR does not reset the decoder (FFmpeg withholds the frames after it in a short
+    clip; its picture order counts would continue the previous clip's): clips start at the last IDR instead, so
+    they all join here, and every frame is the planned one."""
+    from dali_stream.fetch import nal
+    from dali_stream.fetch.segments import Segment, packet_index
+
+    data = _open_gop_h264()
+    index = packet_index(data)
+    keys = np.flatnonzero(index.key)
+    starts = [nal.starts_stream(index.stsd, data[int(index.pos[k]):int(index.pos[k] + index.size[k])]) for k in keys]
+    assert starts[0] and not any(starts[1:]), starts
+    seg = Segment(data, np.sort(index.pts) * float(index.time_base), "open-gop.mp4", 0, "cam", "h264")
+    picks = [np.array([f]) for f in (1, 3, 9, 17, 30, 2, 12)]
+    joined = join_inputs([seg] * len(picks), picks, 1)
+    assert joined.streams == 1
+    assert all(seg.resets()[:1]) and not seg.resets()[keys[1:]].any()
+    assert frames_by_slot(joined, torchcodec_decode) == [[(0, int(p[0]))] for p in picks]

@@ -46,6 +46,7 @@ class Segment:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     uid: int = field(default_factory=lambda: next(_serials), repr=False)  # what caches key a segment by
     _packets: PacketIndex | None = field(default=None, repr=False)  # made on first use
+    _resets: np.ndarray | None = field(default=None, repr=False)  # made on first use
     origin_s: float | None = field(default=None, repr=False)  # a decoder's time of frame 0 (`decode.cpu`)
 
     @property
@@ -65,6 +66,25 @@ class Segment:
             if self._packets is None:
                 self._packets = packet_index(self.data)
             return self._packets
+
+    def resets(self) -> np.ndarray:
+        """(N,) bool per packet (decode order): a keyframe that resets the decoder (`fetch.nal.starts_stream`: not an
+        H.264 I picture without IDR), where a DALI clip may start; computed once."""
+        index = self.packets()
+        with self.lock:
+            if self._resets is None:
+                found = index.key.copy()
+                if index.stsd is not None:
+                    from . import nal
+
+                    for k in np.flatnonzero(found):
+                        sample = self.data[int(index.pos[k]):int(index.pos[k] + index.size[k])]
+                        try:
+                            found[k] = nal.starts_stream(index.stsd, sample)
+                        except (ValueError, IndexError):  # a configuration nal does not read: trust the flag
+                            pass
+                self._resets = found
+            return self._resets
 
     def frame_indices(self, query_s: np.ndarray, tolerance_s: float, what: str) -> np.ndarray:
         """Index of the frame whose pts is nearest each query time; error if one is farther than tolerance."""

@@ -24,13 +24,15 @@ import numpy as np
 from ..fetch.segments import PacketIndex
 
 
-def clip_packets(index: PacketIndex, first_pts: int, last_pts: int) -> np.ndarray:
+def clip_packets(index: PacketIndex, first_pts: int, last_pts: int, starts: np.ndarray | None = None) -> np.ndarray:
     """Packets (indices, decode order) that decode every frame shown from `first_pts` to `last_pts`: the last
-    keyframe at or before `first_pts`, through the last packet shown at or before `last_pts`, without the
-    keyframe's leading pictures (packets after it shown before it: open-GOP B-frames, HEVC RASL/RADL). A decoder
-    starting at the keyframe drops RASL pictures, which would shift every later index; trailing pictures never
-    reference leading ones, and no frame asked is one."""
-    keys = np.flatnonzero(index.key & (index.pts <= first_pts))
+    keyframe at or before `first_pts` that resets the decoder (`starts`, default every keyframe: see
+    `Segment.resets`; else the segment's first packet), through the last packet shown at or before `last_pts`,
+    without the keyframe's leading pictures (packets after it shown before it: open-GOP B-frames, HEVC
+    RASL/RADL). A decoder starting at the keyframe drops RASL pictures, which would shift every later index;
+    trailing pictures never reference leading ones, and no frame asked is one. An H.264 I picture without IDR
+    does not reset the decoder: FFmpeg then withholds the frames after it in a short clip."""
+    keys = np.flatnonzero((index.key if starts is None else starts) & (index.pts <= first_pts))
     start = int(keys[-1]) if len(keys) else 0
     needed = np.flatnonzero(index.pts[start:] <= last_pts)
     stop = start + int(needed[-1]) + 1 if len(needed) else start + 1
@@ -105,7 +107,7 @@ def dali_input(seg, indices: np.ndarray) -> DaliInput:
     wanted, order = np.unique(np.asarray(indices, dtype=np.int64), return_inverse=True)
     index = packets_of(seg)
     shown = np.sort(index.pts)  # the segment's frames in presentation order, as ticks
-    packets = clip_packets(index, int(shown[wanted[0]]), int(shown[wanted[-1]]))
+    packets = clip_packets(index, int(shown[wanted[0]]), int(shown[wanted[-1]]), seg.resets())
     if len(packets) == len(index.pts):
         data, frames = seg.data, wanted
     else:

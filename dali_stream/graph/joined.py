@@ -16,9 +16,9 @@ conditional runs the decoder on those slots only), `encoded`/`frames` the stream
 
 Clips join only when their codec configurations match (`codec_config`: codec, size, the decoder configuration
 and colour boxes, timescale). A group whose clips differ (files of one camera encoded apart) gets a
-stream per configuration; a clip without a readable sample table (`clips.cut_clip` remuxes it with PyAV), or
-whose keyframe does not reset the decoder (an H.264 I picture without IDR: `fetch.nal.starts_stream`), stays
-a stream of its own. A group of one sample is that sample's clip, as on the per-sample route.
+stream per configuration. Clips start at keyframes that reset the decoder (`Segment.resets`: not an H.264 I
+picture without IDR); one that can only start at its segment's first packet, which does not reset it, or one
+without a readable sample table (`clips.cut_clip` remuxes it with PyAV), stays a stream of its own. A group of one sample is that sample's clip, as on the per-sample route.
 """
 
 from __future__ import annotations
@@ -99,23 +99,16 @@ def join_inputs(segs: list, indices: list[np.ndarray], streams: int) -> JoinedIn
             index = packets_of(segs[j])
             wanted, order = np.unique(np.asarray(indices[j], dtype=np.int64), return_inverse=True)
             shown = np.sort(index.pts)
-            packets = clip_packets(index, int(shown[wanted[0]]), int(shown[wanted[-1]]))
+            resets = segs[j].resets()
+            packets = clip_packets(index, int(shown[wanted[0]]), int(shown[wanted[-1]]), resets)
             config = codec_config(index)
-            if config is None or not _resets(segs[j], index, int(packets[0])):
+            if config is None or not resets[packets[0]]:  # a segment starting on an I picture without IDR
                 config = ("alone", j)
             by_config.setdefault(config, []).append(_Wanted(j, segs[j], index, packets, indices[j], shown[wanted],
                                                                order))
         for members in by_config.values():
             _stream(out, members)
     return out
-
-
-def _resets(seg, index: PacketIndex, first: int) -> bool:
-    """Whether packet `first` of the segment (a keyframe) resets the decoder (`fetch.nal.starts_stream`)."""
-    try:
-        return nal.starts_stream(index.stsd, seg.data[int(index.pos[first]):int(index.pos[first] + index.size[first])])
-    except (ValueError, IndexError):  # a decoder configuration this reader does not know: keep the clip apart
-        return False
 
 
 def _stream(out: JoinedInputs, members: list[_Wanted]) -> None:
