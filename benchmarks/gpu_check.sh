@@ -2,7 +2,11 @@
 # `make gpu-check`: on a machine with an NVIDIA GPU, the GPU route's first-contact check in one command.
 #   1. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
 #   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file;
-#   3. a short benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
+#   3. issue 25's numbers on a 640x480 two-camera H.264 GOP 2 sample (single mode, one process): the GPU route
+#      with joined streams (bench --decode gpu: its NVDEC limit from whole files, NVDEC utilisation, torchcodec on
+#      CUDA and PyNvVideoCodec on the same plans, the CPU route on every core, a bfloat16 matmul load beside it),
+#      then join_streams 0 (per sample) and 1, and the sarm and camera-window modes; a short benchmark on a 640x480
+#      sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
 #   4. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), the wrong-frame
 #      checks on this node's CPU routes (tests/test_boundaries.py, tests/test_frame_guard.py), every clip's ids
 #      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
@@ -43,6 +47,20 @@ if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; th
     tests=3
 fi
 
+echo "== issue 25: NVDEC pays? -> $out/nvdec-pays"
+h264=.demo/gpu-check-640x480-h264x2
+if [ ! -f "$h264/meta/info.json" ]; then
+    "$PY" -m dali_stream make-sample "$h264" --overwrite --episodes 12 --min-length 150 --max-length 300 \
+        --height 480 --width 640 --cameras front:h264,side:h264 --gop 2 --episodes-per-file 6 --content scene --crf 30
+fi
+pays="$PY -m dali_stream bench $h264 --decode gpu --batch-size 64 --duration-s 10 --out-dir $out/nvdec-pays"
+$pays --mode single --cpu-all-cores --gpu-load --baseline-workers 0,2 2>&1 | tee "$out/nvdec-pays.log"
+bench=${PIPESTATUS[0]}
+for extra in "--join-streams 0" "--join-streams 1" "--mode sarm" "--mode camera-window"; do
+    $pays $extra --no-baseline --no-peers 2>&1 | tee -a "$out/nvdec-pays.log"
+    bench=$(( bench || PIPESTATUS[0] ))
+done
+
 echo "== bench -> $out"
 sample=.demo/gpu-check-640x480-scene  # camera-like frames at lerobot's crf, as the bench samples
 if [ ! -f "$sample/meta/info.json" ]; then
@@ -52,7 +70,7 @@ if [ ! -f "$sample/meta/info.json" ]; then
 fi
 "$PY" -m dali_stream bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
     --out-dir "$out" 2>&1 | tee "$out/bench-gpu.log"
-bench=${PIPESTATUS[0]}
+bench=$(( bench || PIPESTATUS[0] ))
 "$PY" -m dali_stream bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
     --out-dir "$out" 2>&1 | tee "$out/bench-cpu.log"
 bench=$(( bench || PIPESTATUS[0] ))
@@ -67,7 +85,8 @@ tail -n1 "$out/wrong-frames.log"
 "$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
 "$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"
 "$PY" benchmarks/gpu_two_loaders.py --both >"$out/two-loaders.txt" 2>&1; tail -n3 "$out/two-loaders.txt"
-"$PY" benchmarks/joined_clips.py "$sample" >"$out/joined-clips.txt" 2>&1; tail -n3 "$out/joined-clips.txt"
+"$PY" benchmarks/joined_clips.py "$h264" --batch-size 64 --streams 0,1,2,7 >"$out/joined-clips.txt" 2>&1
+tail -n4 "$out/joined-clips.txt"
 echo "gpu-check: tests exit $tests, bench exit $bench; results in $out"
 [ "$tests" -ne 0 ] && exit "$tests"
 exit "$bench"

@@ -27,6 +27,7 @@ from .decode.cpu import DecoderCache
 from .decode.device import resolve_device, torch_current_device
 from .decode.errors import classify
 from .decode.routes import Node, choose_routes, formats_of, warn_once
+from .decode.speed import gpu_slower, unmeasured
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
 from .fetch.store import EpisodeStore, in_background
@@ -195,7 +196,7 @@ class StreamLoader:
             self.node = Node.probe(placement.dali_device)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
-        choices = choose_routes(formats_of(meta), cfg.decode, self.node)
+        choices = choose_routes(formats_of(meta), cfg.decode, self.node, self._measured_speed())
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
         for key, choice in choices.items():
@@ -280,6 +281,18 @@ class StreamLoader:
                 "; use fewer ranks or a dataset with more, shorter episodes", stacklevel=2)
 
     # ---- set-up helpers --------------------------------------------------------------------------------
+    def _measured_speed(self):
+        """For `decode="auto"`: per camera, whether a measurement says torchcodec beats NVDEC for its samples
+        (`decode.speed`: one clip per sample or joined streams, frames per sample)."""
+        from nvidia.dali import __version__ as dali_version
+
+        joined = self.config.join_streams != 0
+
+        def measured(key: str) -> tuple[str | None, str]:
+            frames = len(self.plan_config.delta_indices.get(key, (0,)))
+            return gpu_slower(dali_version, joined, frames), unmeasured(joined)
+        return measured
+
     def _table_dtypes(self, tables: TableReader) -> dict[str, tuple[np.dtype, int]]:
         first = int(np.flatnonzero(self.plan_lengths > 0)[0])
         rows = tables.episode(first)

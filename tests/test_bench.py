@@ -69,6 +69,46 @@ def test_ratios_come_from_the_same_run(tiny_run):
     assert result["baseline_ratio"] == pytest.approx(result["samples_per_s"] / best)
 
 
+def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
+    """Issue 25's measurements on a CPU node: the VP9 camera's DALI CPU decoder on whole files (its stream limit,
+    independent of the loader) against the frames the loader's decoder works through per sample; the NVDEC
+    limit, NVDEC utilisation and the GPU peers say they do not apply here, and why."""
+    result, _, _ = tiny_run
+    top = "observation.images.top"
+    decoder = result["dali_decoder"][top]
+    assert decoder["join_streams"] == 2 and 0 < decoder["streams"] < decoder["samples"]  # 2 worker threads
+    assert decoder["frames_fed"] >= decoder["samples"] * 8  # camera-window: 8 frames asked per sample, at least
+    limit = result["stream_limits"]["dali-cpu"]
+    assert limit["cameras"] == [top] and 1 <= limit["files"] <= 4 and limit["frames"] > 0
+    assert limit["frames_per_sample"] == pytest.approx(decoder["frames_fed"] / decoder["samples"])
+    assert limit["samples_per_s"] == pytest.approx(limit["frames_per_s"] / limit["frames_per_sample"])
+    assert result["nvdec_limit"] is None and result["nvdec_limit_ratio"] is None
+    assert result["nvdec_utilisation"] is None and result["gpu_load"] is None
+    for peer in ("torchcodec_cuda", "pynvvideocodec"):
+        assert result["peers"][peer] == {"available": False, "why": "batches land on cpu: the GPU peers run beside a "
+                                                                    "loader on CUDA"}
+
+
+def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path):
+    proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1,
+                  "--no-baseline", "--no-limit", "--cpu-all-cores", "--join-streams", "1", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("bench-*.json")
+    result = json.loads(path.read_text())
+    cpu = result["cpu_all_cores"]
+    assert cpu["num_workers"] == len(__import__("os").sched_getaffinity(0)) and cpu["samples_per_s"] > 0
+    assert set(cpu["routes"].values()) == {"torchcodec"}
+    assert result["gpu_over_cpu_all_cores"] == pytest.approx(result["samples_per_s"] / cpu["samples_per_s"])
+    assert result["config"]["join_streams"] == 1 and result["dali_decoder"]["observation.images.top"]["join_streams"] == 1
+
+
+def test_gpu_load_on_a_cpu_node_says_what_it_needs(small_dataset, tmp_path):
+    proc = _bench(small_dataset, "--batch-size", 4, "--num-batches", 2, "--no-baseline", "--no-limit", "--gpu-load",
+                  "--out-dir", tmp_path)
+    assert proc.returncode == 2 and "--gpu-load runs a matmul loop on the loader's CUDA device" in proc.stderr
+    assert "batches land on 'cpu'" in proc.stderr
+
+
 def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
     result, out, proc = tiny_run
     with (out / "bench.csv").open() as fh:

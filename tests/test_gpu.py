@@ -213,7 +213,10 @@ def test_nvdec_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, win
     root, fps, cameras = nvdec_boundary_dataset
     with StreamLoader(str(root), batch_size=2, decode="auto", device="cuda") as loader:
         assert {k.rsplit(".", 1)[1] for k in _nvdec_cameras(loader)} == {"front", "side", "top"}, loader.routes
-    check_every_frame(root, fps, cameras, decode="auto", windowed=windowed, device="cuda", join_streams=join_streams)
+    # NVDEC demanded where the table takes the codec: `auto` would route one-frame samples on per-sample clips to
+    # torchcodec (decode/speed.py)
+    decode = {f"observation.images.{c}": "gpu" if c in ("front", "side", "top") else "auto" for c in cameras}
+    check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, device="cuda", join_streams=join_streams)
 
 
 def test_nvdec_threads_are_not_pinned_to_cores(gpu_dataset):
@@ -228,3 +231,17 @@ def test_nvdec_threads_are_not_pinned_to_cores(gpu_dataset):
         pinned = {tid: os.sched_getaffinity(tid) for tid in map(int, os.listdir("/proc/self/task"))}
     narrowed = {tid: sorted(cpus) for tid, cpus in pinned.items() if cpus != allowed}
     assert not narrowed, f"threads pinned to fewer cores than the process's {sorted(allowed)}: {narrowed}"
+
+
+def test_auto_takes_torchcodec_where_nvdec_was_measured_slower(gpu_dataset):
+    """decode/speed.py: one frame per camera on per-sample clips (DALI 2.4) was measured slower on NVDEC than on
+    torchcodec, so `auto` routes those cameras to torchcodec and says why; windows, joined streams and
+    decode='gpu' keep NVDEC."""
+    with StreamLoader(str(gpu_dataset), batch_size=2, decode="auto", device="cuda", join_streams=0,
+                      delta_timestamps={FRONT: DELTAS[FRONT]}) as loader:
+        assert loader.routes[SIDE] == "torchcodec" and "torchcodec is faster" in loader.route_reasons[SIDE]
+        assert loader.routes[FRONT] == "nvdec" and "not measured" in loader.route_reasons[FRONT]
+    with StreamLoader(str(gpu_dataset), batch_size=2, decode="auto", device="cuda") as loader:
+        assert loader.routes[SIDE] == "nvdec" and "joined streams" in loader.route_reasons[SIDE]
+    with StreamLoader(str(gpu_dataset), batch_size=2, decode={SIDE: "gpu"}, device="cuda", join_streams=0) as loader:
+        assert loader.routes[SIDE] == "nvdec"

@@ -210,3 +210,30 @@ def test_bench_gpu_means_nvdec_where_this_gpu_decodes():
     assert loader_decode("gpu", CAMERAS, H100) == {"front": "gpu", "side": "gpu", "wrist": "auto", "top": "gpu"}
     assert loader_decode("gpu", CAMERAS, L4) == dict.fromkeys(CAMERAS, "gpu")
     assert loader_decode("cpu", CAMERAS, H100) == "cpu"
+
+
+def test_auto_leaves_nvdec_where_it_was_measured_slower():
+    """decode/speed.py: DALI 2.4's per-sample NVDEC was measured slower than torchcodec for one frame per camera;
+    `auto` then takes torchcodec for such cameras and cites the measurement; joined streams, windows, another DALI
+    and decode='gpu' keep NVDEC (unmeasured shapes say so)."""
+    from dali_stream.decode.speed import gpu_slower, unmeasured
+
+    assert gpu_slower("2.4.0", False, 1) is not None and "61.9" in gpu_slower("2.4.0", False, 1)
+    assert gpu_slower("2.4.0", True, 1) is None and gpu_slower("2.4.0", False, 8) is None
+    assert gpu_slower("2.5.1", False, 1) is None
+
+    def measured(joined, frames):
+        return lambda key: (gpu_slower("2.4.0", joined, frames[key]), unmeasured(joined))
+
+    frames = {"front": 1, "side": 3, "wrist": 1, "top": 1}
+    per_sample = choose_routes(CAMERAS, "auto", H100, measured(False, frames))
+    assert {k: c.route for k, c in per_sample.items()} == {
+        "front": "torchcodec", "side": "nvdec", "wrist": "torchcodec", "top": "torchcodec"}
+    assert "torchcodec is faster for these samples" in per_sample["front"].reason
+    assert "61.9 samples/s on NVDEC" in per_sample["front"].reason and "decode='gpu'" in per_sample["front"].reason
+    assert "one clip per sample is not measured" in per_sample["side"].reason
+    joined = choose_routes(CAMERAS, "auto", H100, measured(True, frames))
+    assert joined["front"].route == "nvdec" and "joined streams (graph/joined.py) is not measured" in joined["front"].reason
+    insisted = choose_routes(CAMERAS, {"front": "gpu"}, H100, measured(False, frames))
+    assert insisted["front"].route == "nvdec" and insisted["top"].route == "torchcodec"
+    assert choose_routes(CAMERAS, "auto", CPU, measured(False, frames))["top"].route == "dali-cpu"

@@ -7,8 +7,8 @@ Routes:
 - ``torchcodec``: torchcodec on CPU threads; frames enter the DALI graph through its external source.
 
 ``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
-(codec, size and pixel format against ``gpus``' table), else DALI's CPU decoder for VP8/VP9, else
-torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses torchcodec for every codec.
+(codec, size and pixel format against ``gpus``' table) unless a measurement says torchcodec is faster for the
+camera's samples (``speed``), else DALI's CPU decoder for VP8/VP9, else torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses torchcodec for every codec.
 A dict maps camera keys to one of those words.
 
 The node (`Node`) is built from probe results (`NodeFacts`) by pure rules, so routing on an H100, a MIG
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..errors import ConfigError, DeviceError
 from .gpus import GpuCaps, lookup
@@ -226,8 +226,11 @@ def formats_of(meta) -> dict[str, StreamFormat]:
 
 
 def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str],
-                  node: Node) -> dict[str, RouteChoice]:
-    """Camera key -> route and reason, from each camera's stream format, the user's `decode` and the node."""
+                  node: Node, measured: Callable[[str], tuple[str | None, str]] | None = None) -> dict[str, RouteChoice]:
+    """Camera key -> route and reason, from each camera's stream format, the user's `decode` and the node.
+
+    `measured(key)` -> (why the CPU route is faster for the camera's samples, or None; a note otherwise), from
+    `decode.speed`: an `auto` camera NVDEC would take goes to torchcodec where a measurement says so."""
     if isinstance(decode, str):
         choice = {key: decode for key in formats}
     else:
@@ -245,9 +248,13 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
             out[key] = RouteChoice("torchcodec", "decode='cpu': torchcodec for every camera")
             continue
         refused = node.nvdec_refuses(fmt)
-        if refused is None:
+        slower, note = measured(key) if measured is not None and want == "auto" else (None, "")
+        if refused is None and slower is not None:
+            out[key] = RouteChoice("torchcodec", f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
+                                                 f"these samples: {slower}; decode='gpu' insists on NVDEC")
+        elif refused is None:
             out[key] = RouteChoice("nvdec", f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
-                                            f"{fmt.describe()}")
+                                            f"{fmt.describe()}{f' ({note})' if note else ''}")
         elif want == "auto":
             out[key] = _fallback(fmt, refused)
         elif node.gpus == 0:

@@ -107,10 +107,32 @@ class BatchBuilder:
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
-        self.dali_frames_fed = 0  # frames DALI's decoder works through (clip frames up to the last asked)
-        self.dali_samples = 0
-        self.dali_streams = 0  # decoder sessions DALI opens: one per stream (joined) or per sample
+        # per DALI-routed camera: [samples, streams (decoder sessions: one per joined stream or per sample),
+        # frames DALI's decoder works through (clip frames up to the last asked)]
+        self.dali_counts = {k: [0, 0, 0] for k, r in self.routes.items() if r in DALI_ROUTES}
         self._count_lock = threading.Lock()
+
+    def _count(self, key: str, samples: int, streams: int, frames_fed: int) -> None:
+        with self._count_lock:
+            counts = self.dali_counts.setdefault(key, [0, 0, 0])
+            counts[0] += samples
+            counts[1] += streams
+            counts[2] += frames_fed
+
+    @property
+    def dali_samples(self) -> int:
+        """Sample-cameras DALI's decoder served (summed over DALI-routed cameras)."""
+        return sum(c[0] for c in self.dali_counts.values())
+
+    @property
+    def dali_streams(self) -> int:
+        """Decoder sessions DALI opened: one per joined stream, or per sample (summed over cameras)."""
+        return sum(c[1] for c in self.dali_counts.values())
+
+    @property
+    def dali_frames_fed(self) -> int:
+        """Frames DALI's decoder worked through (summed over cameras)."""
+        return sum(c[2] for c in self.dali_counts.values())
 
     @property
     def graph_routes(self) -> dict[str, str]:
@@ -136,19 +158,13 @@ class BatchBuilder:
                 joined = join_inputs(segs, idx, self.join_streams[key])
                 for part in JOINED_PARTS:
                     values[f"{key}@{part}"] = getattr(joined, part)
-                with self._count_lock:
-                    self.dali_frames_fed += joined.frames_fed
-                    self.dali_samples += len(segs)
-                    self.dali_streams += joined.streams
+                self._count(key, len(segs), joined.streams, joined.frames_fed)
             elif route in DALI_ROUTES:
                 inputs = [dali_input(seg, i) for seg, i in zip(segs, idx)]
                 values[f"{key}@encoded"] = [d.data for d in inputs]
                 values[f"{key}@frames"] = [d.frames for d in inputs]
                 values[f"{key}@order"] = [d.order for d in inputs]
-                with self._count_lock:
-                    self.dali_frames_fed += sum(d.frames_fed for d in inputs)
-                    self.dali_samples += len(inputs)
-                    self.dali_streams += len(inputs)
+                self._count(key, len(inputs), len(inputs), sum(d.frames_fed for d in inputs))
             else:
                 t0 = time.perf_counter()
                 if key in self.host_keys:

@@ -16,6 +16,7 @@ One run = one (dataset, mode, decode, batch size, workers, pool) configuration:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -39,7 +40,10 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
                "peak_rss_gb", "shuffle_randomness_frac", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
-               "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio")
+               "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio",
+               "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
+               "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores")
+GPU_LOAD_ALONE_S = 3.0  # the GPU load's rate alone is measured this long before the loader starts
 
 
 @dataclass
@@ -56,6 +60,9 @@ class BenchConfig:
     baseline_workers: tuple[int, ...] = (0, 1, 2)
     limit: bool = True
     num_batches: int | None = None  # close the window after this many batches instead of `duration_s`
+    peers: bool = True  # torchcodec on CUDA and PyNvVideoCodec on the NVDEC cameras' frames (GPU nodes)
+    gpu_load: bool = False  # a model-sized matmul loop on the loader's GPU beside it (`bench_gpu.GpuLoad`)
+    cpu_all_cores: bool = False  # the CPU route (torchcodec) again with a worker per core, same window length
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -317,15 +324,30 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     cameras = list(meta.video_keys)
     deltas = mode_deltas(cfg.mode, cameras, meta.features)
     decode = loader_decode(cfg.loader.decode, formats_of(meta), Node.probe())
+    from .bench_gpu import GpuLoad, NvdecUtilisation
+
     with RssSampler() as rss:
         t0 = time.perf_counter()
         loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
         setup_s = time.perf_counter() - t0
+        load = GpuLoad(loader.device) if cfg.gpu_load else None
+        gpu_load = None
+        if load is not None:
+            if progress:
+                progress("gpu load alone")
+            gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S)}
         if progress:
             progress("loader")
-        got = stream(loader, cfg, cameras)
+        nvdec = "nvdec" in loader.routes.values()
+        with NvdecUtilisation(loader.dali_device if nvdec else None) as utilisation, \
+                (load if load is not None else contextlib.nullcontext()):
+            got = stream(loader, cfg, cameras)
+        if load is not None and gpu_load is not None:
+            gpu_load.update(beside_loader_tflops=load.tflops, ratio=load.tflops / gpu_load["alone_tflops"]
+                            if gpu_load["alone_tflops"] else None)
     result: dict[str, Any] = {"config": cfg.record(),
-                              "setup_s": setup_s, "notes": []}
+                              "setup_s": setup_s, "notes": [], "gpu_load": gpu_load,
+                              "nvdec_utilisation": utilisation.result() if nvdec else None}
     if got["samples"] == 0:
         result.update(samples_per_s=0.0, error=(
             f"the loader delivered {got['batches']} batches in up to 10 epochs, none inside the measured window "
@@ -389,6 +411,33 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         result["limit_ratio_with_layout"] = got["frames_per_s_node"] / layout if layout else None
     else:
         result["limit_ratio"] = result["limit_ratio_with_layout"] = None
+    result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
+                                  "join_streams": loader.join_streams.get(k)}
+                              for k, c in builder.dali_counts.items()}
+    result["stream_limits"] = result["nvdec_limit"] = result["nvdec_limit_ratio"] = None
+    if cfg.limit and builder.dali_counts:
+        if progress:
+            progress("stream limit")
+        from .bench_gpu import stream_limits
+
+        result["stream_limits"] = limits = stream_limits(loader, got["window"])
+        nvdec_limit = limits.get("nvdec", {}).get("samples_per_s")
+        result["nvdec_limit"] = nvdec_limit
+        result["nvdec_limit_ratio"] = got["samples_per_s"] / nvdec_limit if nvdec_limit else None
+    result["peers"] = None
+    if cfg.peers:
+        if progress:
+            progress("peers")
+        from .bench_gpu import peers
+
+        result["peers"] = peers(loader, got["window"])
+    result["cpu_all_cores"] = result["gpu_over_cpu_all_cores"] = None
+    if cfg.cpu_all_cores:
+        if progress:
+            progress("cpu route, every core")
+        result["cpu_all_cores"] = cpu = cpu_route_all_cores(cfg, deltas, cameras)
+        result["gpu_over_cpu_all_cores"] = (got["samples_per_s"] / cpu["samples_per_s"]
+                                            if cpu.get("samples_per_s") else None)
     if cfg.baseline:
         if progress:
             progress("baseline")
@@ -402,6 +451,21 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         result["baseline_ratio"] = None
     result["wallclock_s"] = time.perf_counter() - t_run
     return result
+
+
+def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[str, Any]:
+    """The same configuration on the CPU route (torchcodec, every camera) with a worker thread per core, streamed
+    for the same window: what the node's CPUs deliver without NVDEC."""
+    import dataclasses
+
+    from ..loader import StreamLoader
+
+    cores = len(os.sched_getaffinity(0))
+    settings = dataclasses.replace(cfg.loader, decode="cpu", num_workers=cores, join_streams=None)
+    with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
+        got = stream(loader, cfg, cameras)
+        out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}
+    return out | {k: got.get(k) for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s")}
 
 
 def _device(loader) -> str:

@@ -42,19 +42,20 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
         c = r["config"]
         if r.get("skipped") or r.get("error"):
             out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
-                        "-", "-", "-", "-", "-", "-", "-", str(r.get("skipped") or r.get("error"))])
+                        *["-"] * (len(HEADER) - 5), str(r.get("skipped") or r.get("error"))])
             continue
         best_base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
         out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
-                    _fmt(r["p95_batch_latency_ms"]), _fmt(r.get("limit_ratio"), 2),
+                    _fmt(r["p95_batch_latency_ms"]), _fmt(r.get("limit_ratio"), 2), _fmt(r.get("nvdec_limit_ratio"), 2),
+                    _fmt(r.get("gpu_over_cpu_all_cores"), 2),
                     f"{_fmt(r.get('baseline_ratio'), 2)} (vs {_fmt(best_base)})", _fmt(r["peak_rss_gb"], 2),
                     str(r.get("device", ""))])
     return out
 
 
 HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first batch s", "p95 ms", "loader/limit",
-          "loader/baseline (baseline samples/s)", "peak RSS GB", "device / note"]
+          "loader/NVDEC limit", "loader/CPU all cores", "loader/baseline (baseline samples/s)", "peak RSS GB", "device / note"]
 
 
 def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench", console=None) -> None:

@@ -18,7 +18,7 @@ from .flags import add_loader_flags, loader_settings
 # The loader settings each command takes as flags (type, default and help from LoaderConfig).
 DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "tolerance_s")
 BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "memory_format",
-                  "tolerance_s", "data_files_root", "revision")
+                  "tolerance_s", "data_files_root", "revision", "join_streams")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS
@@ -290,7 +290,8 @@ def _bench_configs(args: argparse.Namespace):
     settings = loader_settings(args, BENCH_SETTINGS)
     return [BenchConfig(dataset=args.dataset, mode=m, loader=LoaderConfig(**(settings | {"decode": d})),
                         duration_s=args.duration_s, warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
-                        baseline_workers=workers, limit=not args.no_limit, num_batches=args.num_batches)
+                        baseline_workers=workers, limit=not args.no_limit, num_batches=args.num_batches,
+                        peers=not args.no_peers, gpu_load=args.gpu_load, cpu_all_cores=args.cpu_all_cores)
             for d, m in grid]
 
 
@@ -425,6 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-baseline", action="store_true", help="skip the DataLoader baseline")
     p.add_argument("--no-limit", action="store_true", help="skip the raw decode limit")
     p.add_argument("--baseline-workers", default="0,1,2", help="DataLoader worker counts to try (best is used)")
+    p.add_argument("--no-peers", action="store_true", help="skip torchcodec on CUDA and PyNvVideoCodec on the NVDEC "
+                   "cameras' frames (GPU nodes; reported as not available elsewhere)")
+    p.add_argument("--gpu-load", action="store_true", help="run bfloat16 8192x8192 matmuls on the loader's GPU beside "
+                   "it (own CUDA stream) and report their rate alone and beside the loader")
+    p.add_argument("--cpu-all-cores", action="store_true", help="also stream the CPU route (torchcodec) with a worker "
+                   "per core for the same window: gpu_over_cpu_all_cores")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("bench-summarize", help="merge bench result files into one table and a PNG chart")
