@@ -1,15 +1,15 @@
-"""DALI's video decoder on one camera's batches: one clip per sample against the batch's clips joined into a few
-streams (`graph.joined`, the loader's `join_streams`), each checked by painted ids, timed per batch.
+"""DALI's video decoder on one camera's batches: one clip per sample against the batch in groups, each group's
+clips joined into one stream (`graph.joined`, the loader's `join_streams`), checked by painted ids, timed per batch.
 
     python3 benchmarks/joined_clips.py DATASET [--batches 8] [--batch-size 32] [--streams 0,1,2,7]   (GPU: NVDEC)
     DEV=cpu KEY=observation.images.top python3 benchmarks/joined_clips.py DATASET   (VP9 on DALI's CPU decoder)
     KEY=... python3 benchmarks/joined_clips.py DATASET --check-torchcodec          (any codec, frames only)
 
 DALI 2.4's `fn.decoders.video` creates a decoder for every sample (~8 ms on an H100, not spread by threads:
-results/NVIDIA-H100-80GB-HBM3/). `--streams 0` feeds per-sample clips as `join_streams=0` does; N > 0 joins a
-batch's clips into at most N streams (`join_inputs`) and decodes them with the graph's own `joined_decode`
-(decoder on the lead slots, `permute_batch`, `sequence_rearrange`). Prints milliseconds per batch for each,
-the streams opened per batch and the frames with other ids than planned (must be 0).
+results/NVIDIA-H100-80GB-HBM3/). `--streams 0` feeds per-sample clips as `join_streams=0` does; N > 0 decodes
+the batch as at most N groups (`group_sizes`), one joined stream each, laid out member by member by
+`sequence_rearrange` as the loader's graph does. Prints milliseconds per batch for each, the streams per batch
+and the frames with other ids than planned (must be 0).
 """
 
 import argparse
@@ -17,15 +17,16 @@ import os
 import time
 
 import numpy as np
-from nvidia.dali import fn, pipeline_def, types
+from nvidia.dali import fn, types
+from nvidia.dali.pipeline import Pipeline
 
 from dali_stream import StreamLoader
-from dali_stream.graph.joined import JoinedInputs, join_inputs
-from dali_stream.graph.pipeline import joined_decode
+from dali_stream.graph.clips import dali_input
+from dali_stream.graph.joined import group_sizes, join_group
+from dali_stream.graph.pipeline import video_decoder
 from dali_stream.tools.paint import read_ids
 
 DEV = os.environ.get("DEV", "mixed")
-PARTS = ("lead", "encoded", "frames", "source", "order")
 
 
 def planned(loader, key: str, batches: int):
@@ -40,21 +41,26 @@ def planned(loader, key: str, batches: int):
     return out
 
 
-def per_sample(segs, idx) -> JoinedInputs:
-    """The per-sample route's inputs in the joined layout: every sample its own lead (`join_inputs` with one
-    group per sample cuts exactly the per-sample clips)."""
-    return join_inputs(segs, idx, len(segs))
+def streams_of(segs, idx, streams: int):
+    """The batch's DALI inputs: a clip per sample (`streams` 0), or one joined stream per group."""
+    if streams == 0:
+        return [dali_input(s, i) for s, i in zip(segs, idx)]
+    n = group_sizes(len(segs), streams)
+    joined = [join_group(segs[g:g + n], idx[g:g + n]) for g in range(0, len(segs), n)]
+    if any(j is None for j in joined):
+        raise SystemExit("some group's clips cannot share a stream (other codec configurations): the loader would "
+                         "decode this batch one clip per sample")
+    return joined
 
 
 def pipeline(batch_size: int, threads: int, feed):
-    @pipeline_def(batch_size=batch_size, num_threads=threads, device_id=None if DEV == "cpu" else 0,
-                  prefetch_queue_depth=1, exec_dynamic=True, enable_conditionals=True)
-    def graph():
-        parts = fn.external_source(source=feed, num_outputs=5, batch=True, ndim=[0, 1, 1, 0, 1],
-                                   dtype=[types.BOOL, types.UINT8, types.INT32, types.INT32, types.INT32])
-        return joined_decode(*parts, "nvdec" if DEV != "cpu" else "dali-cpu")
-
-    pipe = graph()
+    pipe = Pipeline(batch_size=batch_size, num_threads=threads, device_id=None if DEV == "cpu" else 0,
+                    prefetch_queue_depth=1, exec_dynamic=True)
+    with pipe:
+        enc, frames, order = fn.external_source(source=feed, num_outputs=3, batch=True,
+                                                dtype=[types.UINT8, types.INT32, types.INT32])
+        video = video_decoder(enc, frames, "nvdec" if DEV != "cpu" else "dali-cpu")
+        pipe.set_outputs(fn.sequence_rearrange(video, new_order=order))
     pipe.build()
     return pipe
 
@@ -74,27 +80,26 @@ def main():
     batches = planned(loader, key, min(args.batches + 2, len(loader)))  # two warm-up batches
     codec = loader.meta.cameras[key].codec
     for streams in (int(s) for s in args.streams.split(",")):
-        inputs = [per_sample(s, i) if streams == 0 else join_inputs(s, i, streams) for s, i, _ in batches]
-        opened = sum(j.streams for j in inputs) / len(inputs)
+        inputs = [streams_of(s, i, streams) for s, i, _ in batches]
+        opened = sum(map(len, inputs)) / len(inputs)
         if args.check_torchcodec:  # the streams through FFmpeg, for any codec, on any machine
             from dali_stream.decode.cpu import open_decoder
 
             wrong = 0
-            for j, (_, _, want) in zip(inputs, batches):
-                decoded = {s: open_decoder(j.encoded[s].tobytes()).get_frames_at(indices=j.frames[s].tolist())
-                           .data.numpy() for s in range(len(j.lead)) if bool(j.lead[s])}
-                got = [read_ids(decoded[int(src)][o][0]) for src, o in zip(j.source, j.order)]
-                wrong += sum(g != w for g, w in zip(got, want))
+            for groups, (_, _, want) in zip(inputs, batches):
+                images = np.concatenate([open_decoder(d.data.tobytes()).get_frames_at(indices=d.frames.tolist())
+                                         .data.numpy()[d.order] for d in groups])
+                wrong += sum(read_ids(img) != w for img, w in zip(images, want))
             print(f"{key} ({codec}) streams={streams} ({opened:.1f} per batch) through torchcodec: {wrong} of "
                   f"{sum(len(w) for *_, w in batches)} frames with other ids", flush=True)
             continue
         feed_iter = iter(inputs)
 
         def feed():
-            j = next(feed_iter)
-            return [getattr(j, p) for p in PARTS]
+            groups = next(feed_iter)
+            return [d.data for d in groups], [d.frames for d in groups], [d.order for d in groups]
 
-        pipe = pipeline(args.batch_size, args.threads, feed)
+        pipe = pipeline(max(map(len, inputs)), args.threads, feed)
         wrong, times = 0, []
         for n, (_, _, want) in enumerate(batches):
             t0 = time.perf_counter()
@@ -102,7 +107,8 @@ def main():
             out = out.as_cpu() if DEV != "cpu" else out
             if n >= 2:
                 times.append(time.perf_counter() - t0)
-            wrong += sum(read_ids(np.asarray(out.at(s))[0]) != w for s, w in enumerate(want))
+            images = np.concatenate([np.asarray(out.at(g)) for g in range(len(out))])
+            wrong += sum(read_ids(img) != w for img, w in zip(images, want))
         del pipe
         ms = np.mean(times) * 1e3
         print(f"{key} ({codec}) streams={streams}: {ms:7.1f} ms per batch of {args.batch_size} ({ms / args.batch_size:.2f} "

@@ -73,9 +73,10 @@ class LoaderConfig:
     decode: Union[Decode, Mapping[str, Decode]] = _s(
         "auto", "auto | gpu | cpu, or camera key -> one of those (see dali_stream.decode.routes)")
     join_streams: Optional[int] = _s(
-        None, "DALI-decoded cameras: a batch's clips of a camera are joined into at most this many streams, one "
-              "decoder session each (DALI 2.4 opens a decoder per stream: ~8 ms on NVDEC); default the GPU's NVDEC "
-              "engines (nvdec) or the DALI threads (dali-cpu); 0: one clip per sample (graph/joined.py)")
+        None, "DALI-decoded cameras: a batch is decoded in at most this many groups, each group's clips of a "
+              "camera joined into one stream, one decoder session each (DALI 2.4 opens a decoder per stream: ~8 ms "
+              "on NVDEC); default the GPU's NVDEC engines where a camera decodes on NVDEC, else the DALI threads; 0: "
+              "one clip per sample, as with augment= (graph/joined.py)")
     device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "
                                      "when DALI and torch both see a GPU, else cpu)")
     image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8")

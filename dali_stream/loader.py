@@ -214,13 +214,19 @@ class StreamLoader:
         # that decodes samples in parallel.
         engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
         self.dali_threads = max(1, cfg.num_workers, engines if "nvdec" in self.routes.values() else 0)
-        # DALI-routed cameras: a batch's clips joined into a few streams (graph.joined), one decoder each
-        self.join_streams = {k: (cfg.join_streams if cfg.join_streams is not None
-                                 else engines if r == "nvdec" else self.dali_threads)
-                             for k, r in self.routes.items() if r in DALI_ROUTES}
-        for key, streams in self.join_streams.items():
-            log.info("camera %s: %s", key, f"a batch's clips joined into at most {streams} streams (join_streams)"
-                     if streams else "one clip per sample (join_streams=0)")
+        # DALI-routed cameras: a batch decoded as at most this many groups, each group's clips joined into one
+        # stream, one decoder session each (graph.joined); 0: a clip per sample. Default: the NVDEC engines where
+        # a camera decodes on NVDEC, else the DALI threads.
+        dali_cameras = [k for k, r in self.routes.items() if r in DALI_ROUTES]
+        self.join_streams = (0 if not dali_cameras or cfg.augment is not None else cfg.join_streams
+                             if cfg.join_streams is not None else engines if "nvdec" in self.routes.values()
+                             else self.dali_threads)
+        if dali_cameras:
+            log.info("cameras %s: %s", dali_cameras,
+                     f"a batch in at most {self.join_streams} groups, each group's clips joined into one stream "
+                     "(join_streams)" if self.join_streams else
+                     "one clip per sample (augment= draws per sample)" if cfg.augment is not None else
+                     "one clip per sample (join_streams=0)")
         for key, cam in meta.cameras.items():
             self.image_ops.check_camera(key, cam.height, cam.width)
         # Host frames (graph.host): CPU-decoded cameras skip the graph, laid out by the workers in the caller's
@@ -455,12 +461,16 @@ class StreamLoader:
 
     def _batch(self, got: Mapping[str, Any], prepared: Prepared, squeeze: Mapping[str, bool]) -> dict[str, Any]:
         """The caller's batch: cameras in route order (host frames as tensors on their buffers, `graph.host`),
-        then the tables, then `task`; every tensor on `self.device`. With `channels_last` the graph's cameras
-        come HWC and are handed over as (..., 3, H, W) views, as host frames are."""
-        tensors = dict(got)
-        if self.image_ops.channels_last:
-            for k in self.builder.graph_routes:
-                tensors[k] = tensors[k].movedim(-1, -3)
+        then the tables, then `task`; every tensor on `self.device`. The graph's outputs come per group of
+        samples (`graph.batches`): (groups, members x steps, ...) cameras and (groups, members, ...) tables,
+        viewed here as (samples, steps, ...), or (samples, ...) for a one-step camera. With `channels_last` the
+        graph's cameras come HWC and are handed over as (..., 3, H, W) views, as host frames are."""
+        size = prepared.plan.size
+        tensors = {k: v.flatten(0, 1) for k, v in got.items() if k not in self.routes}
+        for k in self.builder.graph_routes:
+            frames = got[k].reshape(size, -1, *got[k].shape[2:])
+            frames = frames[:, 0] if squeeze[k] else frames
+            tensors[k] = frames.movedim(-1, -3) if self.image_ops.channels_last else frames
         for k, v in prepared.host.items():
             tensors[k] = to_output(v, squeeze[k], self.image_ops.channels_last)
         order = [*self.routes, *(k for k in got if k not in self.routes)]
@@ -508,7 +518,7 @@ class StreamLoader:
         keys = [o.key for o in self.builder.outputs]  # only tables: no camera goes through a graph here
         for index in range(start, plan.num_batches):
             prepared = producer.prepared(index)
-            tables = {k: torch.from_numpy(np.stack(values)) for k, values in zip(keys, prepared.arrays)}
+            tables = {k: torch.from_numpy(np.stack(values)) for k, values in zip(keys, prepared.arrays)}  # (B, 1, ...)
             yield self._batch(tables, prepared, squeeze)
 
     def _graph_batches(self, producer: _Producer, squeeze: Mapping[str, bool]):
@@ -521,7 +531,7 @@ class StreamLoader:
         # DALI asks its source for prefetch_queue_depth + 1 batches before it returns the first. A graph with no
         # camera (a camera-less dataset on a GPU) only moves tables: one batch of queue is enough there.
         queue_depth = 2 if self.builder.graph_routes else 1
-        pipe, names = build_pipeline(self.builder.outputs, self.builder.graph_routes, squeeze, producer,
+        pipe, names = build_pipeline(self.builder.outputs, self.builder.graph_routes, producer,
                                      self.config.batch_size, self.dali_threads, self.dali_device, self.image_ops,
                                      on_gpu=self.device.startswith("cuda"), augment=self.config.augment,
                                      prefetch_queue_depth=queue_depth)

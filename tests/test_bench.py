@@ -76,7 +76,7 @@ def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
     result, _, _ = tiny_run
     top = "observation.images.top"
     decoder = result["dali_decoder"][top]
-    assert decoder["join_streams"] == 2 and 0 < decoder["streams"] < decoder["samples"]  # 2 worker threads
+    assert decoder["join_streams"] == 2 and 0 < decoder["streams"] < decoder["samples"]  # 2 worker threads: 2 groups
     assert decoder["frames_fed"] >= decoder["samples"] * 8  # camera-window: 8 frames asked per sample, at least
     limit = result["stream_limits"]["dali-cpu"]
     assert limit["cameras"] == [top] and 1 <= limit["files"] <= 4 and limit["frames"] > 0

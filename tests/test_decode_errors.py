@@ -50,8 +50,7 @@ def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(sm
     seg = loader.store.segment(int(prepared.plan.episodes[1]), TOP)
     bad = len(seg.pts_s) + 3
     prepared.arrays[slot][1] = np.array([bad], dtype=np.int32)
-    squeeze = dict.fromkeys(loader.routes, True)
-    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, squeeze, lambda info: prepared.arrays, 3, 1, None,
+    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
                              loader.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
@@ -66,13 +65,12 @@ def test_out_of_range_index_in_a_joined_stream_names_its_episodes(small_dataset)
     """The same on a joined stream (graph/joined.py): the error names every episode the stream joins, and since
     each of their segments decodes apart, says joining is what failed and how to turn it off."""
     loader, builder, prepared = _prepared(small_dataset, join_streams=1)
-    names = [o.name for o in builder.outputs]
-    lead = next(j for j, x in enumerate(prepared.arrays[names.index(f"{TOP}@lead")]) if bool(x))
-    frames = prepared.arrays[names.index(f"{TOP}@frames")]
-    bad = int(frames[lead].max()) + 50
-    frames[lead] = np.append(frames[lead], bad).astype(np.int32)
-    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, dict.fromkeys(loader.routes, True),
-                             lambda info: prepared.arrays, 3, 1, None, loader.image_ops)
+    assert prepared.members == 3  # one group: the batch's 3 clips in one stream
+    frames = prepared.arrays[[o.name for o in builder.outputs].index(f"{TOP}@frames")]
+    bad = int(frames[0].max()) + 50
+    frames[0] = np.append(frames[0], bad).astype(np.int32)
+    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
+                             loader.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
         pipe.run()

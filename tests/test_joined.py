@@ -1,7 +1,8 @@
-"""Joined streams (graph/joined.py, issue 25): a batch's clips of one camera as a few streams, one decoder session
-each. Every frame checked by its painted ids: the streams through torchcodec for every codec as lerobot's recorder
-and a continuous encode write them (H.264 with B-frames, HEVC open and closed GOP, AV1, VP9), through DALI's CPU
-decoder for VP9, and the loader's batches with and without joining. NVDEC runs the same in tests/test_gpu.py."""
+"""Joined streams (graph/joined.py, issue 25): a batch's samples in groups, each group's clips of one camera as one
+stream, one decoder session per group. Every frame checked by its painted ids: the streams through torchcodec for
+every codec as lerobot's recorder and a continuous encode write them (H.264 with B-frames, HEVC open and closed
+GOP, AV1, VP9), through DALI's CPU decoder for VP9, and the loader's batches with and without joining. NVDEC runs
+the same in tests/test_gpu.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from dali_stream import StreamLoader
 from dali_stream.decode.cpu import open_decoder
 from dali_stream.errors import ConfigError
-from dali_stream.graph.joined import codec_config, join_inputs
+from dali_stream.graph.joined import codec_config, group_sizes, join_group
 from dali_stream.tools.paint import read_ids
 from tests.test_boundaries import CAMERAS, boundary_dataset
 
@@ -45,12 +46,19 @@ def planned_batches(root, key: str, windowed: bool, batches: int = 6, batch_size
     return out
 
 
-def frames_by_slot(joined, decode) -> list[list[tuple[int, int]]]:
-    """Each sample's painted ids: its lead's stream decoded by `decode(data, frames)` -> (N, H, W, 3), permuted to
-    the sample (`source`) and rearranged (`order`), as graph.pipeline does."""
-    decoded = {j: decode(joined.encoded[j].tobytes(), joined.frames[j].tolist())
-               for j in range(len(joined.lead)) if bool(joined.lead[j])}
-    return [[read_ids(img) for img in decoded[int(src)][order]] for src, order in zip(joined.source, joined.order)]
+def joined_ids(segs, idx, members: int, decode) -> list[list[tuple[int, int]]] | None:
+    """Each sample's painted ids through groups of `members` (`join_group`): each group's stream decoded by
+    `decode(data, frames)` -> (N, H, W, 3) and laid out by its `order`, member by member, as the graph does.
+    None when some group cannot be one stream."""
+    out = []
+    for g in range(0, len(segs), members):
+        stream = join_group(segs[g:g + members], idx[g:g + members])
+        if stream is None:
+            return None
+        images = decode(stream.data.tobytes(), stream.frames.tolist())[stream.order]
+        steps = len(images) // len(segs[g:g + members])
+        out += [[read_ids(img) for img in images[m * steps:(m + 1) * steps]] for m in range(len(segs[g:g + members]))]
+    return out
 
 
 def torchcodec_decode(data: bytes, frames: list[int]) -> np.ndarray:
@@ -58,53 +66,48 @@ def torchcodec_decode(data: bytes, frames: list[int]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-@pytest.mark.parametrize("streams", [1, 4, 9], ids=["1", "4", "per-sample"])  # 9: a batch's clips each alone
+@pytest.mark.parametrize("members", [9, 3, 1], ids=["one-group", "3-groups", "per-sample"])
 @pytest.mark.parametrize("camera", sorted(CAMERAS))
-def test_joined_streams_show_the_planned_frames_through_torchcodec(dataset, camera, streams, windowed):
+def test_joined_streams_show_the_planned_frames_through_torchcodec(dataset, camera, members, windowed):
     """Streams of clips starting at any keyframe (HEVC CRA pictures with leading pictures, spliced to BLA) and
-    windows crossing episode ends; with 9 streams every sample's clip is its own stream, as NVDEC's per-sample
-    route gets it."""
+    windows crossing episode ends; groups of one are the per-sample clips NVDEC's per-sample route gets."""
     key = f"observation.images.{camera}"
     for segs, idx, want in planned_batches(dataset, key, windowed):
-        joined = join_inputs(segs, idx, streams)
-        assert frames_by_slot(joined, torchcodec_decode) == want
-        assert 1 <= joined.streams <= streams
-        assert sorted(j for slots in joined.members.values() for j in slots) == list(range(len(segs)))
-        assert all(int(joined.source[j]) == lead for lead, slots in joined.members.items() for j in slots)
+        assert joined_ids(segs, idx, members, torchcodec_decode) == want
 
 
-@pytest.mark.parametrize("streams", [1, 3])
-def test_joined_vp9_streams_show_the_planned_frames_through_dalis_cpu_decoder(dataset, streams):
+@pytest.mark.parametrize("members", [9, 3])
+def test_joined_vp9_streams_show_the_planned_frames_through_dalis_cpu_decoder(dataset, members):
     from dali_stream.graph.pipeline import decode_once
 
     for segs, idx, want in planned_batches(dataset, "observation.images.top", True):
-        joined = join_inputs(segs, idx, streams)
-        assert frames_by_slot(joined, lambda data, frames: decode_once(data, frames, "dali-cpu")) == want
+        got = joined_ids(segs, idx, members, lambda data, frames: decode_once(data, frames, "dali-cpu"))
+        assert got == want
+
+
+def test_group_sizes_are_equal_and_at_most_the_streams_asked():
+    assert [group_sizes(16, g) for g in (1, 2, 7, 16, 40)] == [16, 8, 4, 1, 1]
+    assert [group_sizes(64, 7), group_sizes(13, 7), group_sizes(13, 13), group_sizes(12, 5)] == [16, 13, 1, 3]
 
 
 def test_samples_on_the_same_clip_share_it(dataset):
-    """Nine samples of one frame: one clip in the stream, one frame decoded, handed to all nine."""
+    """Nine samples of one frame: one clip in the stream, one frame decoded, laid out for all nine."""
     segs, idx, _ = planned_batches(dataset, "observation.images.front", False, batches=1)[0]
-    joined = join_inputs([segs[0]] * 9, [idx[0]] * 9, 1)
-    assert joined.streams == 1 and len(joined.frames[0]) == 1
-    assert [int(s) for s in joined.source] == [0] * 9
-    single = join_inputs([segs[0]], [idx[0]], 1)  # one sample: its own clip, as the per-sample route cuts it
-    assert joined.frames_fed == single.frames_fed
+    stream = join_group([segs[0]] * 9, [idx[0]] * 9)
+    assert len(stream.frames) == 1 and stream.order.tolist() == [0] * 9
+    assert stream.frames_fed == join_group([segs[0]], [idx[0]]).frames_fed
 
 
-def test_clips_of_other_codec_configurations_get_streams_of_their_own(dataset, tmp_path):
-    """Files of one camera encoded apart (here another size) cannot share a stream: one per configuration, each
-    right."""
+def test_clips_of_other_codec_configurations_do_not_share_a_stream(dataset, tmp_path):
+    """Files of one camera encoded apart (here another size) cannot share a stream: such a group is refused (the
+    builder then decodes the batch one clip per sample), groups of one configuration each are right."""
     other = boundary_dataset(tmp_path / "other", "dali_stream", 30, 30, "yuv420p", {"top": "vp9"}, height=64, width=80)
     key = "observation.images.top"
     a_segs, a_idx, a_want = planned_batches(dataset, key, False, batches=1)[0]
     b_segs, b_idx, b_want = planned_batches(other, key, False, batches=1)[0]
     assert codec_config(a_segs[0].packets()) != codec_config(b_segs[0].packets())
-    segs, idx = a_segs[:4] + b_segs[:4] + a_segs[4:6], a_idx[:4] + b_idx[:4] + a_idx[4:6]
-    joined = join_inputs(segs, idx, 1)
-    assert joined.streams == 2
-    assert sorted(map(sorted, joined.members.values())) == [[0, 1, 2, 3, 8, 9], [4, 5, 6, 7]]
-    assert frames_by_slot(joined, torchcodec_decode) == a_want[:4] + b_want[:4] + a_want[4:6]
+    assert join_group(a_segs[:2] + b_segs[:2], a_idx[:2] + b_idx[:2]) is None
+    assert joined_ids(a_segs[:3] + b_segs[:3], a_idx[:3] + b_idx[:3], 3, torchcodec_decode) == a_want[:3] + b_want[:3]
 
 
 @pytest.mark.parametrize("join_streams", [None, 1, 0])
@@ -115,21 +118,30 @@ def test_loader_batches_are_the_same_joined_or_per_sample(tmp_path_factory, join
     if not (root / "meta" / "info.json").exists():
         boundary_dataset(root, "dali_stream", 2, 30, "yuv420p", {"top": "vp9", "front": "h264"})
     key = "observation.images.top"
-    settings = dict(batch_size=7, delta_timestamps={key: [s / 30 for s in WINDOW]}, episode_pool_size=3, seed=1,
+    settings = dict(batch_size=8, delta_timestamps={key: [s / 30 for s in WINDOW]}, episode_pool_size=3, seed=1,
                     decode="auto", device="cpu", num_workers=2, drop_last=False, image_dtype="uint8")
+    def batches(loader):
+        return [{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()} for b in loader]
+
     with StreamLoader(str(root), **settings, join_streams=0) as loader:
-        assert loader.routes[key] == "dali-cpu" and loader.join_streams == {key: 0}
-        per_sample = [(b["index"].tolist(), b[key].numpy()) for b in loader]
-        assert loader.builder.dali_streams == loader.builder.dali_samples == sum(len(i) for i, _ in per_sample)
+        assert loader.routes[key] == "dali-cpu" and loader.join_streams == 0
+        per_sample = batches(loader)
+        counts = loader.builder.dali_counts[key]
+        assert counts[0] == counts[1] == sum(len(b["index"]) for b in per_sample), counts
     with StreamLoader(str(root), **settings, join_streams=join_streams) as loader:
-        streams = loader.join_streams[key]
+        streams = loader.join_streams
         assert streams == (loader.dali_threads if join_streams is None else join_streams)
-        joined = [(b["index"].tolist(), b[key].numpy()) for b in loader]
+        joined = batches(loader)
         if streams:
             assert loader.builder.dali_streams <= streams * len(joined) < loader.builder.dali_samples
-    assert [i for i, _ in joined] == [i for i, _ in per_sample]
-    for (_, a), (_, b) in zip(joined, per_sample):
-        np.testing.assert_array_equal(a, b)
+    assert len(joined) == len(per_sample) and len(per_sample[-1]["index"]) == 6  # a short last batch too
+    for a, b in zip(joined, per_sample):
+        assert a.keys() == b.keys()
+        for k in a:
+            if k == "task":
+                assert a[k] == b[k]
+            else:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
 def test_join_streams_is_validated():
@@ -172,7 +184,4 @@ def test_clips_from_keyframes_without_idr_get_streams_of_their_own():
     assert starts[0] and not any(starts[1:]), starts
     seg = Segment(data, np.sort(index.pts) * float(index.time_base), "open-gop.mp4", 0, "cam", "h264")
     picks = [np.array([f]) for f in (1, 3, 9, 17, 30, 2, 12)]
-    joined = join_inputs([seg] * len(picks), picks, 1)
-    assert joined.streams == 1
-    assert all(seg.resets()[:1]) and not seg.resets()[keys[1:]].any()
-    assert frames_by_slot(joined, torchcodec_decode) == [[(0, int(p[0]))] for p in picks]
+    assert joined_ids([seg] * len(picks), picks, len(picks), torchcodec_decode) == [[(0, int(p[0]))] for p in picks]

@@ -2,10 +2,14 @@
 
 Per sample: the episode's rows give the tabular values (windowed keys gather their clamped rows) and the
 timestamps each camera must show; a camera's timestamps become frame indices in its episode segment by
-nearest pts. DALI-decoded cameras ship a per-sample clip of the segment, the distinct frames in it and the
-order that expands them to the sample's steps (`clips`); torchcodec cameras ship decoded frames (HWC, per
-sample), or with host frames (`graph.host`: batches on the CPU, no DALI image ops) skip the graph as one CHW
-tensor per camera in `Prepared.host`. Everything else in the batch (`task` strings) rides alongside.
+nearest pts. The graph's batch is the batch's samples in groups of `Prepared.members` (contiguous, equal
+size; `graph.joined`): every output carries a group's members together, tables stacked (members, ...) and
+cameras as (members x steps) frames, so the loader reshapes the graph's outputs into per-sample views. DALI-
+decoded cameras ship per group one stream, its distinct frames and the order that lays them out member by
+member, step by step: the members' clips joined (`joined`), or with groups of one a per-sample clip
+(`clips`); torchcodec cameras ship decoded frames (HWC), or with host frames (`graph.host`: batches on the
+CPU, no DALI image ops) skip the graph as one CHW tensor per camera in `Prepared.host`. Everything else in
+the batch (`task` strings) rides alongside.
 """
 
 from __future__ import annotations
@@ -23,14 +27,13 @@ from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
-from .clips import dali_input
-from .joined import join_inputs
+from .clips import DaliInput, dali_input
+from .joined import group_sizes, join_group
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
 
 DALI_ROUTES = ("nvdec", "dali-cpu")
-JOINED_PARTS = ("lead", "encoded", "frames", "source", "order")  # a joined camera's outputs (`graph.joined`)
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
 
@@ -39,7 +42,7 @@ class Output:
     """One external-source output: what it carries and for which key."""
 
     name: str  # unique output name inside the graph
-    kind: str  # "encoded" | "frames" | "order" | "lead" | "source" | "pixels" | "rand" | "table"
+    kind: str  # "encoded" | "frames" | "order" | "pixels" | "rand" | "table"
     key: str  # feature key (or "<key>_is_pad") it belongs to
     dtype: np.dtype
     ndim: int
@@ -48,9 +51,10 @@ class Output:
 @dataclass
 class Prepared:
     plan: BatchPlan
-    arrays: list[list[np.ndarray]]  # per output, per sample
+    arrays: list[list[np.ndarray]]  # per output, per group of `members` samples
     tasks: list[str]
     host: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> (B, T, 3, H, W) frames (graph.host)
+    members: int = 1  # samples per group (the graph's batch is the groups: `graph.joined`)
 
 
 class BatchBuilder:
@@ -58,9 +62,10 @@ class BatchBuilder:
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
-                 join_streams: Mapping[str, int] | None = None) -> None:
-        """`join_streams`: DALI-routed camera -> at most this many joined streams per batch (`graph.joined`); 0
-        or absent: one clip per sample (`graph.clips`). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
+                 join_streams: int = 0) -> None:
+        """`join_streams`: DALI-routed cameras decode a batch as at most this many groups, each group's clips
+        joined into one stream (`graph.joined`); 0: one clip per sample (`graph.clips`), as always with an
+        augmentation hook (it draws per sample). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
         (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
         `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
         out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over."""
@@ -72,7 +77,8 @@ class BatchBuilder:
         self.delta = dict(delta_indices)
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
-        self.join_streams = {k: n for k, n in (join_streams or {}).items() if n > 0 and self.routes[k] in DALI_ROUTES}
+        dali_cameras = any(r in DALI_ROUTES for r in self.routes.values())
+        self.join_streams = join_streams if dali_cameras and augment_seed is None else 0
         if image_ops is not None and augment_seed is not None:
             raise ValueError("host frames skip the graph, where augmentation runs")  # uses_host_frames rules it out
         self.host_keys = [k for k, r in self.routes.items() if r == "torchcodec"] if image_ops is not None else []
@@ -84,13 +90,7 @@ class BatchBuilder:
         for key, route in self.routes.items():
             if key in self.host_keys:
                 continue
-            if key in self.join_streams:
-                outputs.append(Output(f"{key}@lead", "lead", key, np.dtype(np.bool_), 0))
-                outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
-                outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
-                outputs.append(Output(f"{key}@source", "source", key, np.dtype(np.int32), 0))
-                outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
-            elif route in DALI_ROUTES:
+            if route in DALI_ROUTES:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
                 outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
@@ -98,11 +98,11 @@ class BatchBuilder:
                 outputs.append(Output(f"{key}@pixels", "pixels", key, np.dtype(np.uint8), 4))
         if augment_seed is not None:
             outputs += [Output(f"{key}@rand", "rand", key, np.dtype(np.float32), 1) for key in self.routes]
-        for key in table_keys:
+        for key in table_keys:  # a group's members stacked: one more axis than a sample's value
             dtype, ndim = table_dtypes[key]
-            outputs.append(Output(key, "table", key, dtype, ndim + (1 if key in self.delta else 0)))
+            outputs.append(Output(key, "table", key, dtype, ndim + 1 + (1 if key in self.delta else 0)))
         for key in self.delta:
-            outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 1))
+            outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 2))
         self.outputs = outputs
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
@@ -152,35 +152,55 @@ class BatchBuilder:
         for key, win in plan.windows.items():
             values[f"{key}_is_pad"] = list(win.is_pad)
         host: dict[str, np.ndarray] = {}
+        located = {key: self.locate(plan, rows, key) for key in self.routes}
+        members, streams = self.group_streams(located, plan.size)
+        for key, inputs in streams.items():
+            values[f"{key}@encoded"] = [d.data for d in inputs]
+            values[f"{key}@frames"] = [d.frames for d in inputs]
+            values[f"{key}@order"] = [d.order for d in inputs]
+            self._count(key, plan.size, len(inputs), sum(d.frames_fed for d in inputs))
         for key, route in self.routes.items():
-            segs, idx = self.locate(plan, rows, key)
-            if key in self.join_streams:
-                joined = join_inputs(segs, idx, self.join_streams[key])
-                for part in JOINED_PARTS:
-                    values[f"{key}@{part}"] = getattr(joined, part)
-                self._count(key, len(segs), joined.streams, joined.frames_fed)
-            elif route in DALI_ROUTES:
-                inputs = [dali_input(seg, i) for seg, i in zip(segs, idx)]
-                values[f"{key}@encoded"] = [d.data for d in inputs]
-                values[f"{key}@frames"] = [d.frames for d in inputs]
-                values[f"{key}@order"] = [d.order for d in inputs]
-                self._count(key, len(inputs), len(inputs), sum(d.frames_fed for d in inputs))
+            if route in DALI_ROUTES:
+                continue
+            segs, idx = located[key]
+            t0 = time.perf_counter()
+            if key in self.host_keys:
+                host[key], frames_decoded = decode_host(segs, idx, self.decoders, self.buffers,
+                                                       cast(ImageOps, self.image_ops))
             else:
-                t0 = time.perf_counter()
-                if key in self.host_keys:
-                    host[key], frames_decoded = decode_host(segs, idx, self.decoders, self.buffers,
-                                                           cast(ImageOps, self.image_ops))
-                else:
-                    values[f"{key}@pixels"], frames_decoded = decode_grouped(segs, idx, self.decoders)
-                with self._count_lock:
-                    self.decode_s += time.perf_counter() - t0
-                    self.decoded_frames += frames_decoded
-        if self.augment_seed is not None:
+                pixels, frames_decoded = decode_grouped(segs, idx, self.decoders)
+                values[f"{key}@pixels"] = pixels if members == 1 else [
+                    np.concatenate(pixels[g:g + members]) for g in range(0, plan.size, members)]
+            with self._count_lock:
+                self.decode_s += time.perf_counter() - t0
+                self.decoded_frames += frames_decoded
+        for key in [*self.table_keys, *(f"{k}_is_pad" for k in plan.windows)]:
+            values[key] = [np.stack(values[key][g:g + members]) for g in range(0, plan.size, members)]
+        if self.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.routes):
                 rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, 0xA6])
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
-        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host)
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members)
+
+    def group_streams(self, located: Mapping[str, tuple[list, list[np.ndarray]]],
+                     size: int) -> tuple[int, dict[str, list[DaliInput]]]:
+        """Samples per group and, per DALI-routed camera, one stream per group (`graph.joined`): groups of
+        `group_sizes(size, join_streams)`, or of one sample (a clip each) when joining is off or some group of
+        some camera cannot be one stream."""
+        keys = [k for k in located if self.routes[k] in DALI_ROUTES]
+        if self.join_streams and keys:
+            members = group_sizes(size, self.join_streams)
+            streams: dict[str, list[DaliInput]] = {}
+            for key in keys:
+                segs, idx = located[key]
+                joined = [join_group(segs[g:g + members], idx[g:g + members]) for g in range(0, size, members)]
+                if any(j is None for j in joined):
+                    break
+                streams[key] = cast("list[DaliInput]", joined)
+            else:
+                return members, streams
+        return 1, {key: [dali_input(seg, i) for seg, i in zip(*located[key])] for key in keys}
 
     def locate(self, plan: BatchPlan, rows: list[dict], key: str) -> tuple[list, list[np.ndarray]]:
         """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show."""
@@ -236,7 +256,7 @@ class BatchBuilder:
                 frames = prepared.arrays[self._slot[f"{key}@frames"]]
                 for j, idx in enumerate(frames):
                     if failure.frame is not None and failure.frame in np.asarray(idx).tolist():
-                        if key in self.join_streams:
+                        if prepared.members > 1:
                             return self._joined_out_of_bounds(prepared, key, j, failure)
                         seg = self.store.segment(int(prepared.plan.episodes[j]), key)
                         return DecodeError(
@@ -246,12 +266,11 @@ class BatchBuilder:
                             f"damaged: {FIX_FILE}; or decode the camera with torchcodec: decode={{{key!r}: 'cpu'}}")
         return None
 
-    def _joined_out_of_bounds(self, prepared: Prepared, key: str, lead: int, failure) -> DecodeError:
+    def _joined_out_of_bounds(self, prepared: Prepared, key: str, group: int, failure) -> DecodeError:
         """A joined stream (`graph.joined`) decoded shorter than its clips' sample tables say: name its episodes,
         and whether the clips decode apart (then joining them is what failed)."""
-        sources = prepared.arrays[self._slot[f"{key}@source"]]
-        segs = [self.store.segment(int(prepared.plan.episodes[j]), key) for j, s in enumerate(sources)
-                if int(s) == lead]
+        n = prepared.members
+        segs = [self.store.segment(int(p), key) for p in prepared.plan.episodes[group * n:(group + 1) * n]]
         episodes = sorted({seg.episode for seg in segs})
         what = (f"DALI's video decoder found {failure.frames} frames in a stream joining the clips of episodes "
                 f"{episodes}, camera {key!r}, where frame {failure.frame} was asked for")

@@ -1,20 +1,21 @@
 """The DALI pipeline: one external source feeding decoders, layout and dtype ops, ending in named outputs.
 
-Per camera: DALI-routed cameras decode with `fn.decoders.video` (device "mixed" for NVDEC, "cpu" for DALI's CPU
-decoder) either a per-sample clip at its distinct frame indices, expanded to the sample's steps by
-`fn.sequence_rearrange`, or a batch's clips joined into a few streams decoded on their lead slots only and
-handed to each sample (`joined_decode`, `graph.joined`); torchcodec-routed cameras arrive as decoded
-frames (unless they skip the graph as host frames, `graph.host`: `routes` then leaves them out). Both then
-get the `ImageOps` (resize, centre crop, CHW layout, uint8 or float32 in [0, 1] or mean/std-normalised) on the
-device they are on, and become (T, C, H, W), or (C, H, W) for a single frame as lerobot squeezes it ((T, H, W,
-C) and (H, W, C) with `channels_last`: the loader permutes a view). Tabular outputs pass straight through.
+The graph's batch is the batch's samples in groups (`graph.batches`, `graph.joined`). Per camera: DALI-routed
+cameras decode one stream per group with `fn.decoders.video` (device "mixed" for NVDEC, "cpu" for DALI's CPU
+decoder) at its distinct frame indices, laid out member by member, step by step by `fn.sequence_rearrange`;
+torchcodec-routed cameras arrive as decoded frames in that layout (unless they skip the graph as host frames,
+`graph.host`: `routes` then leaves them out). Both then get the `ImageOps` (resize, centre crop, CHW layout,
+uint8 or float32 in [0, 1] or mean/std-normalised) on the device they are on: (members x steps, C, H, W) per
+group ((.., H, W, C) with `channels_last`), which the loader views as (samples, steps, C, H, W), or (samples,
+C, H, W) for a single frame as lerobot squeezes it. Tabular outputs, (members, ...) per group, pass straight
+through.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
-from .batches import DALI_ROUTES, JOINED_PARTS, Output
+from .batches import Output
 from .imageops import ImageOps
 
 _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": "FLOAT", "float64": "FLOAT64",
@@ -35,25 +36,7 @@ def video_decoder(encoded, frames, route: str):
     return fn.decoders.video(encoded, frames=frames, device="cpu", pad_mode="none")
 
 
-def joined_decode(lead, encoded, frames, source, order, route: str):
-    """A camera's joined streams (`graph.joined`): decoded on the lead slots only (one decoder session per
-    stream), then every slot takes its stream's frames (`fn.permute_batch`) and picks its own steps.
-
-    Off the leads the merged batch needs a tensor of the decoder's type, rank and layout: the slot's 3-byte
-    placeholder viewed as one FHWC pixel, never decoded and never handed on (every slot's `source` is a lead)."""
-    from nvidia.dali import fn
-
-    if lead:
-        video = video_decoder(encoded, frames, route)
-    else:
-        video = fn.reshape(encoded, shape=[1, 1, 1, 3], layout="FHWC")
-        if route == "nvdec":
-            video = video.gpu()
-    video = fn.permute_batch(video, indices=source)
-    return fn.sequence_rearrange(video, new_order=order)
-
-
-def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze: Mapping[str, bool],
+def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
                    image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False,
                    augment: Callable | None = None):
@@ -62,7 +45,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
     the graph (image ops then run on the GPU, and the iterator hands over GPU tensors). `augment(video, key,
     rand)` (see `StreamLoader`) runs on each camera's decoded frames before resize/crop/normalise."""
-    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali import fn, types
+    from nvidia.dali.pipeline import Pipeline
 
     names: list[str] = []
     if image_ops.mean is not None and image_ops.std is not None:  # DALI normalises in pixel units: (x - 255 mean) / (255 std)
@@ -70,8 +54,6 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
     else:
         mean, std = [0.0], [255.0 if image_ops.dtype == "float32" else 1.0]
     out_type = types.FLOAT if image_ops.dtype == "float32" else types.UINT8
-    joined = {key for key, route in routes.items() if route in DALI_ROUTES and any(
-        o.name == f"{key}@lead" for o in outputs)}
 
     def graph():
         fed = fn.external_source(
@@ -85,8 +67,6 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
         for key, route in routes.items():
             if route == "torchcodec":
                 video = by_name[f"{key}@pixels"]
-            elif key in joined:
-                video = joined_decode(*(by_name[f"{key}@{part}"] for part in JOINED_PARTS), route)
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
@@ -99,8 +79,6 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
             crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}
             layout = "FHWC" if image_ops.channels_last else "FCHW"  # channels_last: the loader permutes a view
             video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout=layout, dtype=out_type, **crop)
-            if squeeze[key]:
-                video = fn.squeeze(video, axes=[0])
             results.append(video)
             names.append(key)
         for o in outputs:
@@ -112,11 +90,10 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str], squeeze
     # The dynamic executor hands outputs to torch without a copy (the static one copied 118 MB of float32 per
     # 480p batch on the consumer's thread: 3.6x its CPU time, half the throughput on 2 cores). Its host memory
     # stays bounded through DALI_MALLOC_POOL_THRESHOLD, which dali_stream sets on import (see __init__).
-    # Conditionals (joined streams: the decoder runs on the lead slots only) need DALI's autograph, which
-    # converts `joined_decode`'s `if`; without joined cameras the graph is built as written.
-    pipe = pipeline_def(graph, batch_size=batch_size, num_threads=num_threads, device_id=device_id,
-                        prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True,
-                        enable_conditionals=bool(joined))()
+    pipe = Pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id,
+                    prefetch_queue_depth=prefetch_queue_depth, exec_dynamic=True)
+    with pipe:
+        pipe.set_outputs(*graph())
     return pipe, names
 
 

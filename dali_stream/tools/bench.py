@@ -274,13 +274,12 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
-    from ..graph.clips import dali_input
     from ..graph.pipeline import video_decoder
 
     total = 0.0
     for route in sorted({loader.routes[key] for key, _, _ in work}):
-        # The same per-sample clips the loader feeds DALI, cut before timing (as segments are).
-        items = [[dali_input(seg, i) for seg, i in zip(segs, idx)]
+        # The same streams the loader feeds DALI (joined per group, or a clip per sample), cut before timing.
+        items = [loader.builder.group_streams({key: (segs, idx)}, len(segs))[1][key]
                  for key, segs, idx in work if loader.routes[key] == route]
         batch_size = max(len(inputs) for inputs in items)
         feed = iter(items)
@@ -331,7 +330,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
         setup_s = time.perf_counter() - t0
         load = GpuLoad(loader.device) if cfg.gpu_load else None
-        gpu_load = None
+        gpu_load: dict[str, Any] | None = None
         if load is not None:
             if progress:
                 progress("gpu load alone")
@@ -412,7 +411,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     else:
         result["limit_ratio"] = result["limit_ratio_with_layout"] = None
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
-                                  "join_streams": loader.join_streams.get(k)}
+                                  "join_streams": loader.join_streams}
                               for k, c in builder.dali_counts.items()}
     result["stream_limits"] = result["nvdec_limit"] = result["nvdec_limit_ratio"] = None
     if cfg.limit and builder.dali_counts:

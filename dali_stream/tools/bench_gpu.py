@@ -193,7 +193,7 @@ def _torchcodec_cuda(work, loader):
 
 
 def _pynvvideocodec(work, loader):
-    import PyNvVideoCodec as nvc
+    import PyNvVideoCodec as nvc  # type: ignore[import-not-found]
     import torch
 
     gpu = int(loader.device.split(":")[1]) if ":" in loader.device else torch.cuda.current_device()
@@ -221,7 +221,7 @@ def _pynvvideocodec(work, loader):
             torch.cuda.synchronize(gpu)
             if check:
                 check(zip(_wanted(loader, segs, idx), images))
-    run.cleanup = lambda: shutil.rmtree(folder, ignore_errors=True)  # type: ignore[attr-defined]
+    run.cleanup = lambda: shutil.rmtree(folder, ignore_errors=True)
     return run
 
 
@@ -229,7 +229,9 @@ class NvdecUtilisation:
     """`nvidia-smi dmon -s u` on one GPU while the `with` block runs: NVDEC utilisation (%) once a second."""
 
     def __init__(self, gpu_index: int | None) -> None:
-        self.gpu_index, self.values, self.why = gpu_index, [], None
+        self.gpu_index = gpu_index
+        self.values: list[int] = []
+        self.why: str | None = None
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> "NvdecUtilisation":
