@@ -119,7 +119,11 @@ def check_dali() -> None:
     import importlib.util
 
     flavours = installed_dali()
-    if len(flavours) == 1 or (not flavours and importlib.util.find_spec("nvidia.dali") is not None):
+    try:
+        elsewhere = importlib.util.find_spec("nvidia.dali") is not None
+    except ModuleNotFoundError:  # no `nvidia` package at all: find_spec raises for the parent
+        elsewhere = False
+    if len(flavours) == 1 or (not flavours and elsewhere):
         return
     from .errors import InstallError
 

@@ -125,3 +125,18 @@ def test_two_dali_flavours_stop_the_loader_with_the_fix(small_dataset, tmp_path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path / "site")})
     assert "nvidia-dali-cuda120 and nvidia-dali-cuda130 are installed together" in out.stdout, out.stderr
+
+
+def test_no_dali_at_all_is_an_install_error_naming_the_fix():
+    """No `nvidia` package on the path (a fresh environment without DALI): InstallError with the pip command,
+    not find_spec's raw ModuleNotFoundError for the parent package."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    code = ("import sys\nsys.path = [p for p in sys.path if 'site-packages' not in p and 'dist-packages' not in p]\n"
+            f"sys.path.insert(0, {str(repo)!r})\n"
+            "from dali_stream.errors import InstallError\nfrom dali_stream.pairing import check_dali\n"
+            "try:\n    check_dali()\nexcept InstallError as exc:\n    print('InstallError:', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "InstallError: no NVIDIA DALI is installed: pip install 'dali-stream[cu12]'" in out.stdout
