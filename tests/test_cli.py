@@ -103,3 +103,19 @@ def test_make_sample_refuses_zero_workers(tmp_path):
     proc = _cli("make-sample", tmp_path / "s", "--workers", 0, check=False)
     assert proc.returncode != 0 and "must be at least 1. Found: 0" in proc.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_demo_over_a_folder_that_is_not_a_dataset(tmp_path):
+    """An interrupted older demo (or any folder without meta/info.json): refused with the way out, and --overwrite
+    replaces it with the sample (issue 29)."""
+    out = tmp_path / "half"
+    (out / "videos").mkdir(parents=True)
+    args = ("demo", out, "--batches", 2, "--batch-size", 2, "--episodes", 3, "--min-length", 5, "--max-length", 6,
+            "--cameras", "top:vp9", "--height", 64, "--width", 64)
+    refused = _cli(*args, check=False)
+    assert refused.returncode == 2 and "is not a dataset" in refused.stdout and "--overwrite" in refused.stdout
+    proc = _cli(*args, "--overwrite")
+    assert (out / "meta/info.json").exists() and "2 x 2 on cpu" in proc.stdout
+    again = _cli(*args[:-6], "--cameras", "top:vp9,front:h264", "--height", 64, "--width", 64)
+    assert "using the sample dataset already at" in again.stdout
+    assert "other sample settings (cameras)" in again.stdout and "--overwrite" in again.stdout

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dali_stream.tools import paint
-from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row
+from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row, write_sample
 
 
 def test_paint_round_trip_all_layouts():
@@ -238,3 +238,39 @@ def test_make_sample_records_as_lerobot_with_a_pixel_format(tmp_path):
     assert info["dali_stream_sample"]["recorder"] == "lerobot"
     report = json.loads(_run("verify", out, "--decode", "--tolerance-s", "1e-3", "--json").stdout)
     assert report["damaged"] == [] and report["exit_code"] == 0
+
+
+def test_the_writer_leaves_the_callers_scheduling_alone(tmp_path):
+    """libsvtav1 run as root switches its calling thread to SCHED_FIFO 99 and leaves it there, and threads created
+    afterwards inherit it: the writer encodes in child processes, so the caller and its later threads keep their
+    policy (issue 29)."""
+    import os
+    import threading
+
+    before = os.sched_getscheduler(0)
+    spec = SampleSpec(episodes=2, min_length=6, max_length=8, cameras=parse_cameras("wrist:av1"), seed=1)
+    write_sample(tmp_path / "av1", spec, workers=1)
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(policy=os.sched_getscheduler(threading.get_native_id())))
+    thread.start()
+    thread.join()
+    assert os.sched_getscheduler(0) == before and seen["policy"] == before
+
+
+def test_a_hung_encode_is_killed_retried_and_reported_and_nothing_half_written_remains(tmp_path, monkeypatch):
+    """The budget per video file (here 1 ms, which no encode meets) stands in for SVT-AV1's hang: the child is
+    killed, the file retried once, then a clear error; `out` never appears and the partial folder is removed."""
+    from dali_stream.tools.sample_data import ENV_ENCODE_TIMEOUT_S, partial_path
+
+    monkeypatch.setenv(ENV_ENCODE_TIMEOUT_S, "0.001")
+    # large enough that no child process imports, encodes and checks it between two polls of the parent
+    spec = SampleSpec(episodes=3, min_length=60, max_length=60, height=192, width=256, cameras=parse_cameras("wrist:av1"),
+                      seed=1)
+    out = tmp_path / "hung"
+    with pytest.raises(RuntimeError, match=r"did not finish within 0 s, twice .* DALI_STREAM_ENCODE_TIMEOUT_S"):
+        write_sample(out, spec, workers=1)
+    assert not out.exists() and not partial_path(out).exists()
+    monkeypatch.delenv(ENV_ENCODE_TIMEOUT_S)
+    partial_path(out).mkdir()  # as a killed write leaves it
+    write_sample(out, SampleSpec(episodes=2, min_length=6, max_length=8, cameras=parse_cameras("wrist:av1")), workers=1)
+    assert (out / "meta" / "info.json").exists() and not partial_path(out).exists()

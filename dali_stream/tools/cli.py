@@ -146,16 +146,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from ..loader import StreamLoader
     from ..meta import INFO_PATH
+    from .sample_data import SAMPLE_KEY
 
     console = Console()
     root = Path(args.dataset)
-    if not (root / INFO_PATH).exists():
-        if root.exists() and any(root.iterdir()):
-            console.print(f"[red]{root} exists but has no {INFO_PATH}; remove it or pass another folder[/]")
+    spec = _spec(args)
+    if args.overwrite or not (root / INFO_PATH).exists():
+        if root.exists() and not args.overwrite and (root.is_file() or any(root.iterdir())):
+            console.print(f"[red]{root} exists but is not a dataset (no {INFO_PATH}): pass --overwrite to replace it "
+                          "with the sample, or another folder[/]")
             return 2
-        _write_with_progress(root, _spec(args), True, console, args.workers)
+        _write_with_progress(root, spec, True, console, args.workers)
     else:
         console.print(f"using the sample dataset already at {root}")
+        written = json.loads((root / INFO_PATH).read_text()).get(SAMPLE_KEY)
+        if written is not None:
+            differ = sorted(k for k, v in json.loads(json.dumps(spec.record())).items() if written.get(k, v) != v)
+            if differ:
+                console.print(f"[yellow]it was written with other sample settings ({', '.join(differ)}) than these "
+                              "flags ask for; pass --overwrite to write it again with them[/]")
     fps = json.loads((root / INFO_PATH).read_text())["fps"]
     t0 = time.perf_counter()
     loader = StreamLoader(str(root), **loader_settings(args, DEMO_SETTINGS), seed=args.seed, device="cpu",

@@ -23,6 +23,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -288,52 +289,175 @@ def encode_workers(spec: "SampleSpec", files: int, workers: int | None = None) -
 _Job = tuple[Path, list[tuple[int, int]], int, str]  # a video file: path, painted ids, camera index, codec
 
 
+ENV_ENCODE_TIMEOUT_S = "DALI_STREAM_ENCODE_TIMEOUT_S"  # a video file's encode budget (default: `encode_budget_s`)
+
+
+def encode_budget_s(spec: "SampleSpec", frames: int) -> float:
+    """Seconds one video file of `frames` frames may take to encode and check before it counts as hung: two
+    minutes plus a second per 640x480 frame (~20x what SVT-AV1 needs on one busy core)."""
+    override = os.environ.get(ENV_ENCODE_TIMEOUT_S)
+    if override:
+        return float(override)
+    return 120.0 + frames * spec.height * spec.width / (640 * 480)
+
+
 def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int,
                   done: Callable[[], None]) -> tuple[list[Path], dict[Path, list[Span]]]:
-    """`_encode_checked` for each job, in `workers` processes (1: in this one); returns the files that needed
-    careful settings and each file's episode spans."""
+    """`_encode_checked` for each job in `workers` child processes (`encode_child`), never in this one: libsvtav1
+    run as root switches its caller's thread to SCHED_FIFO priority 99 and leaves it there, and every thread
+    created afterwards inherits it (a loader's among them). A file that takes longer than `encode_budget_s`
+    (SVT-AV1 has hung inside svt_av1_enc_send_picture at 0 % CPU) has its process killed and is encoded again
+    once; Ctrl-C kills them too. Returns the files that needed careful settings and each file's episode spans."""
     careful: list[Path] = []
     spans: dict[Path, list[Span]] = {}
-    if workers <= 1:
-        for path, ids, camera, codec in jobs:
-            was_careful, spans[path] = _encode_checked(path, ids, camera, codec, spec)
-            if was_careful:
-                careful.append(path)
-            done()
-        return careful, spans
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    # spawn: the caller may hold threads (a loader, pytest's), which a forked child would inherit half-copied
-    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        futures = {pool.submit(_encode_checked, path, ids, camera, codec, spec): path
-                   for path, ids, camera, codec in jobs}
-        for future in as_completed(futures):
-            was_careful, spans[futures[future]] = future.result()
-            if was_careful:
-                careful.append(futures[future])
-            done()
-    finally:
-        pool.shutdown(cancel_futures=True)
+    pending = list(jobs)
+    for attempt in (1, 2):
+        stalled = _run_encodes(pending, spec, workers, careful, spans, done)
+        if stalled is None:
+            return careful, spans
+        pending = [job for job in pending if job[0] not in spans]
+        if attempt == 2:
+            raise RuntimeError(
+                f"encoding {stalled} did not finish within {encode_budget_s(spec, _frames_of(stalled, jobs)):.0f} s, "
+                f"twice (the encoder's process was killed each time); {len(pending)} video file(s) are not "
+                f"written. SVT-AV1 (libsvtav1) has been seen to hang this way on a busy machine: run again, with "
+                f"fewer --workers or another --cameras codec, or raise the budget with {ENV_ENCODE_TIMEOUT_S}=SECONDS")
     return careful, spans
+
+
+def _frames_of(path: Path, jobs: list[_Job]) -> int:
+    return next(len(ids) for p, ids, _, _ in jobs if p == path)
+
+
+def encode_child(work: str, results: str) -> None:
+    """A child process's loop (`_run_encodes`): the pickled (jobs, spec) in file `work`, each job's pickled
+    ("ok", result) or ("error", exception) written to `results`/<n>.pkl as it finishes."""
+    import pickle
+
+    jobs, spec = pickle.loads(Path(work).read_bytes())
+    for n, job in enumerate(jobs):
+        try:
+            path, ids, camera, codec = job
+            outcome: tuple = ("ok", _encode_checked(path, ids, camera, codec, spec))
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+            outcome = ("error", exc)
+        tmp = Path(results) / f"{n}.tmp"
+        tmp.write_bytes(pickle.dumps(outcome))
+        tmp.rename(Path(results) / f"{n}.pkl")  # whole or absent: the parent polls for it
+        if outcome[0] == "error":
+            return
+
+
+def _run_encodes(jobs: list[_Job], spec: "SampleSpec", workers: int, careful: list[Path],
+                 spans: dict[Path, list[Span]], done: Callable[[], None]) -> Path | None:
+    """Encode `jobs` in up to `workers` child Python processes (plain subprocesses: nothing of the caller's
+    `__main__` is imported again, unlike multiprocessing's spawn), a share of the jobs each. Returns None when
+    all finished, else the first file past its budget; every child is killed on leaving, whatever happened."""
+    import pickle
+    import sys
+    import tempfile
+    import time
+
+    folder = Path(tempfile.mkdtemp(prefix="dali-stream-encode-"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    count = max(1, min(workers, len(jobs)))
+    children: list[_Child] = []
+    try:
+        for w in range(count):
+            child = _Child(jobs[w::count], folder / str(w), folder / f"{w}.log")
+            child.results.mkdir()
+            work = folder / f"{w}.work"
+            work.write_bytes(pickle.dumps((child.jobs, spec)))
+            code = ("from dali_stream.tools.sample_data import encode_child; "
+                    f"encode_child({str(work)!r}, {str(child.results)!r})")
+            with child.log.open("wb") as log:
+                child.proc = subprocess.Popen([sys.executable, "-c", code], stdout=log, stderr=log,
+                                              stdin=subprocess.DEVNULL, env=env)
+            child.started = time.monotonic()
+            children.append(child)
+        while any(c.finished < len(c.jobs) for c in children):
+            for child in children:
+                if child.finished == len(child.jobs):
+                    continue
+                path = child.jobs[child.finished][0]
+                got = child.results / f"{child.finished}.pkl"
+                if got.exists():
+                    kind, value = pickle.loads(got.read_bytes())
+                    if kind == "error":
+                        raise value
+                    was_careful, spans[path] = value
+                    if was_careful:
+                        careful.append(path)
+                    done()
+                    child.started, child.finished = time.monotonic(), child.finished + 1
+                elif child.proc is not None and child.proc.poll() is not None:
+                    tail = child.log.read_text(errors="replace").strip()[-2000:]
+                    raise RuntimeError(f"the process encoding {path} ended with exit status {child.proc.returncode} "
+                                       f"before finishing it; its output:\n{tail}")
+                elif time.monotonic() - child.started > encode_budget_s(spec, len(child.jobs[child.finished][1])):
+                    return path
+            time.sleep(0.05)
+        return None
+    finally:
+        for child in children:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.kill()
+            if child.proc is not None:
+                child.proc.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@dataclass
+class _Child:
+    """One encoding child process of `_run_encodes`: its share of the jobs and how far it got."""
+
+    jobs: list[_Job]
+    results: Path
+    log: Path
+    proc: "subprocess.Popen | None" = None
+    started: float = 0.0  # when its current job started (its previous one finished)
+    finished: int = 0
+
+
+def partial_path(out: str | Path) -> Path:
+    """Where `write_sample` writes `out` until it is complete (then renamed into place)."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.partial")
 
 
 def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bool = False,
                  progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Path:
     """Write the dataset under `out` and return its path. `progress(done, total)` counts written files;
-    `workers`: processes encoding video files (default: see `encode_workers`)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    `workers`: processes encoding video files (default: see `encode_workers`).
 
+    The dataset is written into `partial_path(out)` and renamed to `out` once complete, so an interrupted write
+    (Ctrl-C, a killed job) never leaves a half dataset under `out`; the next write removes the partial folder."""
     if workers is not None and workers < 1:
         raise ValueError(f"workers (processes encoding the video files) must be at least 1. Found: {workers}; "
                          "leave it out for one per core on large samples")
     out = Path(out)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"{out} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
+    partial = partial_path(out)
+    if partial.exists():  # left by an interrupted write
+        shutil.rmtree(partial)
+    try:
+        _write_into(partial, spec, progress, workers)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     if out.exists():
-        if not overwrite:
-            raise FileExistsError(f"{out} already exists; pass overwrite=True (CLI: --overwrite) to replace it")
-        shutil.rmtree(out)
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+    partial.rename(out)
+    return out
+
+
+def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None] | None,
+                workers: int | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out.mkdir(parents=True)
     lengths = spec.lengths()
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     task_of = [e % spec.tasks for e in range(spec.episodes)]
@@ -464,4 +588,3 @@ def write_sample(out: str | Path, spec: SampleSpec = SampleSpec(), overwrite: bo
         stats[cam.key] = {k: [[[x]] for x in v] for k, v in _stats(px).items() if k != "count"}
         stats[cam.key]["count"] = [int(len(imgs))]
     (out / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
-    return out
