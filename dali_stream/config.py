@@ -56,7 +56,8 @@ class LoaderConfig:
                                   "(lerobot's seeds use 1e-3)")
     check_frames: bool = _s(True, "check every torchcodec-decoded frame's presentation time against the planned "
                                   "frame's and raise WrongFrameError on a mismatch (one comparison a frame)")
-    drop_last: bool = _s(True, "drop the last partial batch of each epoch")
+    drop_last: Optional[bool] = _s(None, "drop the last partial batch of each epoch (default: True when shuffling, "
+                                         "False for an evaluation pass, shuffle=False, so it yields every frame)")
     # which samples
     episode_pool_size: int = _s(16, "whole episodes each rank keeps open and samples across")
     seed: int = _s(0, "shuffling seed; plans depend only on (seed, epoch, rank, position)")
@@ -79,7 +80,8 @@ class LoaderConfig:
               "one clip per sample, as with augment= (graph/joined.py)")
     device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "
                                      "when DALI and torch both see a GPU, else cpu)")
-    image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8")
+    image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8 (or torch.float32 / "
+                                            "torch.uint8)")
     memory_format: MemoryFormat = _s(
         "contiguous", "how camera tensors (..., 3, H, W) are stored: contiguous (CHW, as lerobot's) or "
                       "channels_last (HWC storage, torch.channels_last for 4-D batches; same shape and values): the "
@@ -134,8 +136,11 @@ class LoaderConfig:
         elif self.decode not in DECODE_CHOICES:
             raise ConfigError(f"decode={self.decode!r} is not one of {DECODE_CHOICES} (or a dict camera key -> one "
                               "of those)")
+        if not isinstance(self.image_dtype, str):  # torch.uint8 / torch.float32, by name
+            fix(self, "image_dtype", str(self.image_dtype).removeprefix("torch."))
         if self.image_dtype not in IMAGE_DTYPES:
-            raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8'. Found: {self.image_dtype!r}")
+            raise ConfigError(f"`image_dtype` must be 'float32' or 'uint8' (or torch.float32 / torch.uint8). Found: "
+                              f"{self.image_dtype!r}")
         if not isinstance(self.memory_format, str):  # torch.channels_last / torch.contiguous_format, by name
             named = {"torch.channels_last": "channels_last", "torch.contiguous_format": "contiguous"}
             fix(self, "memory_format", named.get(str(self.memory_format), self.memory_format))
@@ -151,7 +156,7 @@ class LoaderConfig:
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)
         for name in ("drop_last", "shuffle", "check_frames"):
-            if not isinstance(getattr(self, name), bool):
+            if not isinstance(getattr(self, name), bool) and not (name == "drop_last" and self.drop_last is None):
                 raise ConfigError(f"`{name}` must be True or False. Found: {getattr(self, name)!r}")
         if not (isinstance(self.tolerance_s, (int, float)) and not isinstance(self.tolerance_s, bool)
                 and math.isfinite(self.tolerance_s) and self.tolerance_s >= 0):
@@ -199,6 +204,18 @@ class LoaderConfig:
 
     def help(self, name: str) -> str:
         return next(f.metadata["help"] for f in dataclasses.fields(self) if f.name == name)
+
+
+def _settings_doc() -> str:
+    """Every setting with its default and help, for `help(LoaderConfig)` (the help lives in field metadata)."""
+    lines = ["", "Settings (default: help):"]
+    for f in dataclasses.fields(LoaderConfig):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        lines.append(f"    {f.name} = {default!r}: {f.metadata['help']}")
+    return "\n".join(lines)
+
+
+LoaderConfig.__doc__ = (LoaderConfig.__doc__ or "") + "\n" + _settings_doc()
 
 
 def _integer(name: str, value: Any, low: int) -> None:

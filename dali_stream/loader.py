@@ -173,13 +173,19 @@ class StreamLoader:
                                             storage_options=dict(cfg.storage_options), revision=cfg.revision)
         unknown = sorted(set(cfg.delta_timestamps) - set(meta.features))
         if unknown:
+            import difflib
+
+            close = {k: difflib.get_close_matches(k, list(meta.features), n=1) for k in unknown}
+            hint = "; ".join(f"did you mean {c[0]!r} for {k!r}?" for k, c in close.items() if c)
             raise ConfigError(
-                f"delta_timestamps has keys {unknown} that are not features of {source!r}; "
-                f"features: {sorted(meta.features)}"
+                f"delta_timestamps has keys {unknown} that are not features of {source!r}"
+                f"{'; ' + hint if hint else ''}; features: {sorted(meta.features)}"
             )
+        # lerobot's evaluation loaders keep every sample: an unshuffled pass drops no tail unless asked to
+        self.drop_last = cfg.drop_last if cfg.drop_last is not None else cfg.shuffle
         self.world = resolve_world(rank=cfg.rank, world_size=cfg.world_size, env=os.environ)
         self.plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=cfg.episode_pool_size, seed=cfg.seed,
-                                      drop_last=cfg.drop_last,
+                                      drop_last=self.drop_last,
                                       delta_indices=delta_indices(cfg.delta_timestamps, meta.fps, cfg.tolerance_s),
                                       shuffle=cfg.shuffle, drop_n_first_frames=cfg.drop_n_first_frames,
                                       drop_n_last_frames=cfg.drop_n_last_frames)
@@ -283,7 +289,7 @@ class StreamLoader:
             warnings.warn(
                 f"ranks get uneven shares of epoch 0: {min(sizes)} to {max(sizes)} frames over {len(sizes)} ranks "
                 f"(episodes are whole per rank); every rank yields {self._plan(0).num_batches} batches, so "
-                f"{'frames of the larger shares are dropped' if cfg.drop_last else 'the smaller shares are padded with repeats'}"
+                f"{'frames of the larger shares are dropped' if self.drop_last else 'the smaller shares are padded with repeats'}"
                 "; use fewer ranks or a dataset with more, shorter episodes", stacklevel=2)
 
     # ---- set-up helpers --------------------------------------------------------------------------------
@@ -374,7 +380,7 @@ class StreamLoader:
             epoch, consumed, chain = epoch + 1, 0, []
         return {"version": STATE_VERSION, "seed": self.config.seed, "epoch": epoch, "batches_consumed": consumed,
                 "batch_size": self.config.batch_size, "episode_pool_size": self.config.episode_pool_size,
-                "drop_last": self.config.drop_last, "world_size": self.world.world_size,
+                "drop_last": self.drop_last, "world_size": self.world.world_size,
                 "elastic": [list(seg) for seg in chain],
                 "delta_indices": {k: list(v) for k, v in self.plan_config.delta_indices.items()},
                 "dataset": self.meta.fingerprint(),

@@ -6,6 +6,7 @@ file and the fix. Sources are local paths or fsspec URLs; only metadata is read 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import posixpath
@@ -19,6 +20,7 @@ from .source.storage import open_fs, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
+STATS_PATH = "meta/stats.json"
 EPISODES_GLOB = "meta/episodes/*/*.parquet"
 # Columns every frame row carries in v3 (lerobot's DEFAULT_FEATURES).
 INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -238,6 +240,22 @@ class DatasetMeta:
     @property
     def total_frames(self) -> int:
         return int(self.lengths.sum())
+
+    @functools.cached_property
+    def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """meta/stats.json as lerobot's `dataset.meta.stats`: feature -> statistic (mean, std, min, max, count,
+        quantiles such as q01/q99 where the writer computed them) -> numpy array, e.g. for a policy's
+        normalisation; {} for a dataset without the file. Read on first use."""
+        path = posixpath.join(self.root, STATS_PATH)
+        if not self.fs.exists(path):
+            return {}
+        try:
+            raw = json.loads(self.fs.cat_file(path))
+            return {str(feature): {str(name): np.asarray(value) for name, value in values.items()}
+                    for feature, values in raw.items()}
+        except (ValueError, AttributeError) as exc:
+            raise DatasetError(f"{path} of {self.source!r} is not lerobot's stats.json (feature -> statistic -> "
+                               f"values): {exc}; re-download the dataset's meta folder") from exc
 
     def episode_index(self, pos: int) -> int:
         return int(self.episodes["episode_index"][pos])

@@ -119,3 +119,11 @@ def test_demo_over_a_folder_that_is_not_a_dataset(tmp_path):
     again = _cli(*args[:-6], "--cameras", "top:vp9,front:h264", "--height", 64, "--width", 64)
     assert "using the sample dataset already at" in again.stdout
     assert "other sample settings (cameras)" in again.stdout and "--overwrite" in again.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 130])
+def test_inspect_and_diagnose_print_camera_keys_whole(written, columns):
+    """Camera keys are never cut to `observation.ima…` (issue 29): the other columns fold instead."""
+    for command in ("inspect", "diagnose"):
+        out = dali_stream(command, written, env={"COLUMNS": str(columns)}).stdout
+        assert "observation.images.side" in out and "observation.images.cam" in out and "…" not in out, (command, out)

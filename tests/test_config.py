@@ -79,3 +79,20 @@ def test_flags_come_from_the_config():
     assert LoaderConfig().help("episode_pool_size") in " ".join(text.split())
     with pytest.raises(SystemExit):
         parser.parse_args(["--decode", "nvdec"])
+
+
+def test_help_lists_every_setting_with_its_help():
+    import pydoc
+
+    text = pydoc.render_doc(LoaderConfig, renderer=pydoc.plaintext)
+    for f in dataclasses.fields(LoaderConfig):
+        assert f"{f.name} = " in text and f.metadata["help"][:40] in text, f.name
+
+
+def test_torch_dtypes_name_the_image_dtype():
+    import torch
+
+    assert LoaderConfig(image_dtype=torch.uint8).image_dtype == "uint8"
+    assert LoaderConfig(image_dtype=torch.float32).image_dtype == "float32"
+    with pytest.raises(ConfigError, match=r"'float32' or 'uint8' \(or torch.float32 / torch.uint8\). Found: 'float16'"):
+        LoaderConfig(image_dtype=torch.float16)

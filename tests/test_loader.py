@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from dali_stream import StreamLoader
+from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 
 from .reference import Reference
@@ -295,8 +295,12 @@ def test_episode_subset_trimming_and_exact_resume(small_dataset):
 
 
 def test_unshuffled_evaluation_pass_in_order(small_dataset):
-    loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", shuffle=False, drop_last=False,
-                          max_episodes=5, image_dtype="uint8")
+    """shuffle=False is an evaluation pass: every frame once, in order, the tail kept without asking (drop_last
+    defaults to False there, as lerobot's evaluation loaders keep every sample; True when shuffling)."""
+    loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", shuffle=False, max_episodes=5,
+                          image_dtype="uint8")
+    assert loader.drop_last is False and loader.state_dict()["drop_last"] is False
+    assert StreamLoader(str(small_dataset), batch_size=4, device="cpu").drop_last is True
     pairs = []
     for batch in loader:
         for i, (e, f) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):
@@ -447,7 +451,7 @@ closed = []
 def report():
     print("store closed:", closed, flush=True)
 
-from dali_stream import StreamLoader
+from dali_stream import ConfigError, StreamLoader
 from dali_stream.fetch.store import EpisodeStore
 
 original = EpisodeStore.close
@@ -481,3 +485,20 @@ def test_a_loader_at_exit_is_closed_before_the_interpreter_tears_down(small_data
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"store closed: [{closed_on!r}]" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_mistyped_window_key_gets_a_did_you_mean(small_dataset):
+    with pytest.raises(ConfigError, match=r"did you mean 'observation.images.front' for 'observation.image.front'"):
+        StreamLoader(str(small_dataset), delta_timestamps={"observation.image.front": [0.0]}, device="cpu")
+
+
+def test_dataset_statistics_as_lerobot_reads_them(small_dataset):
+    """`loader.meta.stats`: meta/stats.json as lerobot's `dataset.meta.stats` (feature -> statistic -> array)."""
+    import json
+
+    loader = StreamLoader(str(small_dataset), device="cpu")
+    raw = json.loads((small_dataset / "meta" / "stats.json").read_text())
+    stats = loader.meta.stats
+    assert set(stats) == set(raw) and {"mean", "std", "min", "max"} <= set(stats["observation.state"])
+    np.testing.assert_allclose(stats["observation.state"]["mean"], raw["observation.state"]["mean"])
+    assert stats["observation.images.front"]["mean"].shape == (3, 1, 1)  # per channel, broadcastable over CHW

@@ -120,13 +120,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     from rich.console import Console
-    from rich.table import Table
+
+    from .diagnose_report import keyed_table
 
     console = Console()
     at = f" @ {args.revision}" if args.revision else ""
     console.print(f"[bold]{meta.source}{at}[/] LeRobot {report['codebase_version']}: {meta.num_episodes} episodes, "
                   f"{meta.total_frames} frames at {meta.fps:g} fps, {len(meta.tasks)} tasks")
-    table = Table("camera", "codec", "size", "decode route (auto, this node)", "why")
+    table = keyed_table(("camera", "codec", "size", "decode route (auto, this node)", "why"), list(report["cameras"]))
     for k, c in report["cameras"].items():
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)

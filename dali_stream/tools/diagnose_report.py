@@ -33,6 +33,15 @@ def _camera_rows(cameras: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def keyed_table(headers, keys, title: str | None = None):
+    """A rich Table whose first column holds `keys` (camera keys such as observation.images.front) whole at any
+    terminal width, never cut to an ellipsis; the other columns fold their text onto more lines instead."""
+    from rich.table import Column, Table
+
+    first = Column(headers[0], no_wrap=True, min_width=max([len(headers[0]), *map(len, keys)]))
+    return Table(first, *(Column(h, overflow="fold") for h in headers[1:]), title=title)
+
+
 CAMERA_HEADER = ("camera", "codec", "profile", "pix_fmt", "size", "fps", "gop", "B-frames", "route (auto)",
                  "decodable", "decode test")
 
@@ -64,8 +73,9 @@ def render(report: dict[str, Any]) -> None:
     dataset = report.get("dataset")
     if dataset is not None:
         if dataset.get("ok"):
-            table = Table(*CAMERA_HEADER, title=f"{dataset['source']} ({dataset['codebase_version']}, "
-                                                f"{dataset['episodes']} episodes)")
+            table = keyed_table(CAMERA_HEADER, list(dataset["cameras"]),
+                                title=f"{dataset['source']} ({dataset['codebase_version']}, {dataset['episodes']} "
+                                      "episodes)")
             for cam_row, cam in zip(_camera_rows(dataset["cameras"]), dataset["cameras"].values()):
                 table.add_row(*cam_row, style=None if cam["decodable"] else "red")
             console.print(table)
