@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # type checkers and editors see the class; at run time it loads on first use (__getattr__)
+    from .loader import StreamLoader
 
 # DALI keeps freed host buffers in its own pool, which by default does not give them back: with outputs
 # handed to torch without a copy (the dynamic executor), resident memory grew by ~9 MB per 480p batch, to

@@ -22,6 +22,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypedDict,
     Union,
     get_args,
 )
@@ -97,6 +98,11 @@ class LoaderConfig:
               "frames (on the GPU where the camera is); draw every random parameter from `rand` (16 uniform "
               "numbers per sample, a pure function of seed, epoch, batch, sample, camera) so a resumed run "
               "augments as an uninterrupted one (pipelines/augment.py)")
+    image_transforms: Optional[Callable[[Any], Any]] = _s(
+        None, "lerobot's image_transforms: a callable (e.g. torchvision.transforms.v2.Compose) applied to each "
+              "sample's camera tensor ((3, H, W), or (T, 3, H, W) with a window) on the batch's device, after "
+              "resize/crop/normalise, in the consumer's thread; torch's RNG is seeded per (seed, epoch, batch, "
+              "sample, camera) around each call, so a resumed run transforms as an uninterrupted one")
     # threads and memory
     num_workers: int = _s(2, "threads that fetch and CPU-decode batches ahead (0: in the calling thread)")
     prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default 2 x num_workers; num_workers "
@@ -177,6 +183,9 @@ class LoaderConfig:
             value = getattr(self, name)
             if isinstance(value, list):
                 fix(self, name, tuple(value))
+        if self.image_transforms is not None and not callable(self.image_transforms):
+            raise ConfigError(f"`image_transforms` must be a callable taking and returning an image tensor (e.g. "
+                              f"torchvision.transforms.v2.Compose([...])). Found: {self.image_transforms!r}")
         if self.augment is not None and not callable(self.augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {self.augment!r}")
         if self.device is not None:  # a torch.device reads as "cpu", "cpu:0", "cuda:1" (checked by decode.device)
@@ -204,6 +213,49 @@ class LoaderConfig:
 
     def help(self, name: str) -> str:
         return next(f.metadata["help"] for f in dataclasses.fields(self) if f.name == name)
+
+
+class LoaderSettings(TypedDict, total=False):
+    """`StreamLoader(source, **settings)`'s keywords as a type checker and an editor see them (the values each
+    setting accepts; `LoaderConfig` holds them normalised, and documents them: `help(LoaderConfig)`).
+    tests/test_config.py keeps the two in step."""
+
+    batch_size: int
+    delta_timestamps: Mapping[str, Sequence[float]]
+    tolerance_s: float
+    check_frames: bool
+    drop_last: Optional[bool]
+    episode_pool_size: int
+    seed: int
+    shuffle: bool
+    episodes: Optional[Sequence[int]]
+    max_episodes: Optional[int]
+    drop_n_first_frames: int
+    drop_n_last_frames: int
+    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu", or camera key -> one of those
+    join_streams: Optional[int]
+    device: Any  # "cpu", "cuda", "cuda:N" or a torch.device
+    image_dtype: Any  # "float32" | "uint8", or torch.float32 / torch.uint8
+    memory_format: Any  # "contiguous" | "channels_last", or torch.contiguous_format / torch.channels_last
+    resize: Optional[Sequence[int]]
+    crop: Optional[Sequence[int]]
+    mean: Union[float, Sequence[float], None]
+    std: Union[float, Sequence[float], None]
+    augment: Optional[Callable[[Any, str, Any], Any]]
+    image_transforms: Optional[Callable[[Any], Any]]
+    num_workers: int
+    prefetch_batches: Optional[int]
+    fetch_workers: Optional[int]
+    cache_bytes: int
+    max_decoders: Optional[int]
+    rank: Optional[int]
+    world_size: Optional[int]
+    revision: Optional[str]
+    data_files_root: Optional[str]
+    storage_options: Optional[Mapping[str, Any]]
+    remote_max_retries: Optional[int]
+    remote_timeout_s: Optional[float]
+    remote_deadline_s: Optional[float]
 
 
 def _settings_doc() -> str:

@@ -18,7 +18,7 @@ import warnings
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 
@@ -43,6 +43,11 @@ from .plan.selection import select
 from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .plan.world import World, resolve_world
 from .source.storage import is_local
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .config import LoaderSettings
 
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
@@ -158,7 +163,7 @@ class StreamLoader:
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
     """
 
-    def __init__(self, source: str, *, config: LoaderConfig | None = None, **settings: Any) -> None:
+    def __init__(self, source: str, *, config: LoaderConfig | None = None, **settings: Unpack[LoaderSettings]) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
         check_dali()
         if "nvidia.dali.plugin.pytorch" in _IMPORT_ERRORS:
@@ -482,8 +487,28 @@ class StreamLoader:
         order = [*self.routes, *(k for k in got if k not in self.routes)]
         batch: dict[str, Any] = {k: tensors[k] if str(tensors[k].device) == self.device else tensors[k].to(self.device)
                                  for k in order}
+        if self.config.image_transforms is not None:
+            self._transform(batch, prepared)
         batch["task"] = prepared.tasks
         return batch
+
+    def _transform(self, batch: dict[str, Any], prepared: Prepared) -> None:
+        """`image_transforms` on each sample's camera tensor, as lerobot applies them, with torch's RNG seeded per
+        (seed, epoch, batch, sample, camera) around each call and restored afterwards."""
+        import torch
+
+        plan, transform = prepared.plan, self.config.image_transforms
+        assert transform is not None
+        devices = [torch.device(self.device).index or 0] if self.device.startswith("cuda") else []
+        for k, key in enumerate(self.routes):
+            seeds = np.random.SeedSequence([self.config.seed, plan.epoch, plan.index, k, 0x7F]).generate_state(
+                len(batch[key]), dtype=np.uint64)
+            out = []
+            for j, frames in enumerate(batch[key]):
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(int(seeds[j]))
+                    out.append(transform(frames))
+            batch[key] = torch.stack(out)
 
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         plan = self._plan(epoch)

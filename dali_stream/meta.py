@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import posixpath
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from .errors import DatasetError, DatasetNotFoundError, UnsupportedVersionError
-from .source.storage import open_fs, read_parquet, resolve_source
+from .source.storage import lerobot_home, open_fs, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -81,12 +82,14 @@ class DatasetMeta:
         try:
             info = cls._read_info(source, fs, root)
         except DatasetNotFoundError:
-            if resolve_source(source) != str(source):
+            resolved = resolve_source(source, revision)
+            if resolved.startswith("hf://") and not str(source).startswith("hf://"):
                 raise DatasetNotFoundError(
-                    f"{source!r} is not a local folder, so it was read as the Hub dataset "
-                    f"{resolve_source(source)}{f' at revision {revision!r}' if revision else ''}, which does not "
-                    "exist or the token cannot see (HF_TOKEN / `hf auth login`); pass a local dataset root, or "
-                    "check the repo id") from None
+                    f"{source!r} is not a local folder (working directory {os.getcwd()}) nor downloaded by lerobot "
+                    f"({lerobot_home() / str(source)}), so it was read as the Hub dataset {resolved}"
+                    f"{f' at revision {revision!r}' if revision else ''}, which does not exist or the token cannot "
+                    "see (HF_TOKEN / `hf auth login`); pass a local dataset root (a typo in the path?), or check the "
+                    "repo id") from None
             if revision is None:
                 raise
             raise DatasetNotFoundError(
@@ -95,7 +98,7 @@ class DatasetMeta:
             ) from None
         episodes = cls._read_episodes(source, fs, root, info)
         tasks = cls._read_tasks(source, fs, root)
-        meta = cls(resolve_source(source), fs, root, info, episodes, tasks)
+        meta = cls(resolve_source(source, revision), fs, root, info, episodes, tasks)
         if data_files_root is not None:
             meta.data_fs, meta.data_root = open_fs(data_files_root, remote_max_retries, remote_timeout_s,
                                                    storage_options, deadline_s=remote_deadline_s)

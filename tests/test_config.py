@@ -96,3 +96,27 @@ def test_torch_dtypes_name_the_image_dtype():
     assert LoaderConfig(image_dtype=torch.float32).image_dtype == "float32"
     with pytest.raises(ConfigError, match=r"'float32' or 'uint8' \(or torch.float32 / torch.uint8\). Found: 'float16'"):
         LoaderConfig(image_dtype=torch.float16)
+
+
+def test_typed_keywords_match_the_config_and_a_type_checker_sees_them(tmp_path):
+    """`StreamLoader(source, **settings: Unpack[LoaderSettings])`: every LoaderConfig field and nothing else, so an
+    editor completes them and mypy refuses a misspelt setting or a value of the wrong type."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dali_stream.config import LoaderSettings
+
+    assert list(LoaderSettings.__annotations__) == list(LoaderConfig.names())
+    code = tmp_path / "use.py"
+    code.write_text("from dali_stream import StreamLoader\n"
+                    "StreamLoader('x', batch_size=8, decode={'cam': 'cpu'}, delta_timestamps={'action': [0.0, 0.1]})\n"
+                    "StreamLoader('x', batch_sise=8)\n"
+                    "StreamLoader('x', batch_size='8')\n")
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent", str(code)],
+                         capture_output=True, text=True, cwd=repo, timeout=300)
+    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, out.stdout
+    assert 'Unexpected keyword argument "batch_sise"' in errors[0] and "use.py:3" in errors[0]
+    assert 'Argument "batch_size"' in errors[1] and '"str"' in errors[1] and "use.py:4" in errors[1]

@@ -103,6 +103,7 @@ def test_a_repo_id_as_lerobot_writes_it(hub, small_dataset, monkeypatch, tmp_pat
 
     local = str(small_dataset)
     monkeypatch.chdir(tmp_path)  # no folder lab/arm here
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot-home"))  # nor a copy lerobot downloaded
     loader = StreamLoader("lab/arm", storage_options=_options(hub), **ARGS)
     assert loader.meta.source == "hf://datasets/lab/arm"
     _same_epoch(loader, StreamLoader(local, **ARGS))
@@ -111,3 +112,36 @@ def test_a_repo_id_as_lerobot_writes_it(hub, small_dataset, monkeypatch, tmp_pat
     # huggingface_hub reads HF_ENDPOINT when imported: the CLI in its own process takes it from the environment
     proc = dali_stream("inspect", "lab/arm", "--json", env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN})
     assert proc.returncode == 0 and json.loads(proc.stdout)["source"] == "hf://datasets/lab/arm", proc.stderr
+
+
+def test_a_repo_id_lerobot_downloaded_is_read_from_disk_offline_too(small_dataset, monkeypatch, tmp_path):
+    """A Hub id with a copy in lerobot's home (HF_LEROBOT_HOME/<id>, where lerobot downloads it) is read from
+    there, no network; offline (HF_HUB_OFFLINE=1) the Hub cache's snapshot serves too; offline with neither, the
+    error says where it looked."""
+    import shutil
+
+    from dali_stream import DatasetNotFoundError
+
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "lerobot-home"
+    shutil.copytree(small_dataset, home / "lab" / "arm")
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(home))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: any Hub request would fail
+    loader = StreamLoader("lab/arm", **ARGS)
+    assert loader.meta.source == str(home / "lab" / "arm")
+    _same_epoch(loader, StreamLoader(str(small_dataset), **ARGS))
+
+    # the Hub cache's layout as huggingface_hub writes it (refs/main -> snapshots/<commit>/...)
+    cache = tmp_path / "hub-cache"
+    repo = cache / "datasets--lab--cell"
+    shutil.copytree(small_dataset, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    cached = StreamLoader("lab/cell", **ARGS)
+    assert cached.meta.source == str(repo / "snapshots" / "0123abcd")
+    with pytest.raises(DatasetNotFoundError, match=r"'lab/gone' is not a local folder .* no downloaded copy in "
+                                                   r".*lerobot-home/lab/gone nor in the Hub cache .*HF_HUB_OFFLINE"):
+        StreamLoader("lab/gone", **ARGS)

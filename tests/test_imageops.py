@@ -54,7 +54,7 @@ def test_mean_std_normalisation(small_dataset):
     (dict(mean=0.5, std=(0.2, 0.0, 0.1)), r"`std` must be > 0"),
     (dict(mean=(0.1, 0.2), std=0.3), r"one per RGB channel \(3\)"),
     (dict(mean=0.5, std=0.2, image_dtype="uint8"), r"use image_dtype='float32'"),
-    (dict(image_dtype="float16"), r"`image_dtype` must be 'float32' or 'uint8'. Found: 'float16'"),
+    (dict(image_dtype="float16"), r"`image_dtype` must be 'float32' or 'uint8' \(or torch.float32 / torch.uint8\). Found: 'float16'"),
 ])
 def test_bad_image_options(small_dataset, kwargs, message):
     with pytest.raises(ConfigError, match=message):

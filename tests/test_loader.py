@@ -12,6 +12,7 @@ from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 
 from .reference import Reference
+from .take import take
 
 FPS = 30
 CAMERAS = ["observation.images.front", "observation.images.side", "observation.images.wrist",
@@ -502,3 +503,34 @@ def test_dataset_statistics_as_lerobot_reads_them(small_dataset):
     assert set(stats) == set(raw) and {"mean", "std", "min", "max"} <= set(stats["observation.state"])
     np.testing.assert_allclose(stats["observation.state"]["mean"], raw["observation.state"]["mean"])
     assert stats["observation.images.front"]["mean"].shape == (3, 1, 1)  # per channel, broadcastable over CHW
+
+
+def _jitter(frames):
+    """A transform drawing from torch's global RNG, as torchvision's v2 transforms do."""
+    return (frames + torch.rand(frames.shape[:-2]).unsqueeze(-1).unsqueeze(-1)).clamp(0, 1)
+
+
+def test_image_transforms_per_sample_seeded_from_the_plan_so_resume_matches(small_dataset):
+    """lerobot's image_transforms: applied to each sample's camera tensor on the batch's device, torch's RNG seeded
+    per (seed, epoch, batch, sample, camera): the same batches twice, a resumed run equal to an uninterrupted one,
+    samples of a batch transformed apart, and the caller's own RNG stream untouched."""
+    args = dict(batch_size=4, episode_pool_size=3, seed=3, device="cpu", num_workers=1, image_transforms=_jitter,
+                delta_timestamps={"observation.images.top": [-1 / 30, 0.0]})
+    first = take(StreamLoader(str(small_dataset), **args), 4)
+    torch.manual_seed(0)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(0)
+    again = take(StreamLoader(str(small_dataset), **args), 4)
+    assert torch.equal(torch.rand(3), expected_draw), "the transforms' seeding leaked into the caller's RNG"
+    for a, b in zip(first, again):
+        assert torch.equal(a["observation.images.front"], b["observation.images.front"])
+        assert torch.equal(a["observation.images.top"], b["observation.images.top"])
+    plain = take(StreamLoader(str(small_dataset), **{**args, "image_transforms": None}), 1)[0]
+    shift = first[0]["observation.images.front"] - plain["observation.images.front"]
+    assert shift.shape == (4, 3, 96, 128) and len({round(float(s), 4) for s in shift[:, :, 0, 0].flatten()}) > 4
+    resumed = StreamLoader(str(small_dataset), **args)
+    head = StreamLoader(str(small_dataset), **args)
+    take(head, 2)
+    resumed.load_state_dict(head.state_dict())
+    for a, b in zip(take(resumed, 2), first[2:]):
+        assert torch.equal(a["observation.images.top"], b["observation.images.top"])

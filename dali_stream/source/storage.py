@@ -14,13 +14,61 @@ import re
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def resolve_source(source: str) -> str:
-    """A Hub repo id as lerobot writes it ("lerobot/pusht") is `hf://datasets/<id>` unless a local folder of
-    that name exists; anything else (paths, URLs) is returned as given."""
+def resolve_source(source: str, revision: str | None = None) -> str:
+    """A Hub repo id as lerobot writes it ("lerobot/pusht") is a local folder of that name if one exists, else
+    the copy lerobot downloaded (`local_copy`, unless a `revision` is pinned), else `hf://datasets/<id>`;
+    anything else (paths, URLs) is returned as given. With HF_HUB_OFFLINE set, a repo id with no local copy is
+    a DatasetNotFoundError saying where it was looked for."""
     text = str(source)
     if "://" in text or not _REPO_ID.fullmatch(text) or os.path.exists(text):
         return text
+    local = local_copy(text) if revision is None else None
+    if local is not None:
+        return local
+    if hub_offline():
+        from ..errors import DatasetNotFoundError
+
+        raise DatasetNotFoundError(
+            f"{text!r} is not a local folder (working directory {os.getcwd()}), and as a Hub dataset id it has no "
+            f"downloaded copy in {lerobot_home() / text} nor in the Hub cache ({_hub_cache()}), while offline mode is "
+            "on (HF_HUB_OFFLINE); pass the dataset's local root, or unset HF_HUB_OFFLINE to read it from the Hub")
     return f"hf://datasets/{text}"
+
+
+def hub_offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def lerobot_home():
+    """Where lerobot keeps downloaded datasets: HF_LEROBOT_HOME, else $HF_HOME/lerobot (~/.cache/huggingface)."""
+    from pathlib import Path
+
+    if os.environ.get("HF_LEROBOT_HOME"):
+        return Path(os.environ["HF_LEROBOT_HOME"]).expanduser()
+    return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "lerobot"
+
+
+def _hub_cache() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def local_copy(repo_id: str) -> str | None:
+    """A downloaded copy of Hub dataset `repo_id` with its meta/info.json: lerobot's own folder
+    (`lerobot_home()/<repo_id>`, which lerobot reads first too), or, offline, the Hub cache's snapshot of it."""
+    candidate = lerobot_home() / repo_id
+    if (candidate / "meta" / "info.json").is_file():
+        return str(candidate)
+    if not hub_offline():
+        return None  # online, the Hub is the truth: a cached snapshot may be partial or stale
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(repo_id, repo_type="dataset", local_files_only=True)
+    except Exception:  # noqa: BLE001 - not in the cache (LocalEntryNotFoundError and friends)
+        return None
+    return path if os.path.isfile(os.path.join(path, "meta", "info.json")) else None
 
 
 def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None = None,
@@ -32,7 +80,7 @@ def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None
     from the URL into logs or errors. `revision` pins an hf:// repository to a branch, tag or commit."""
     import fsspec
 
-    source = resolve_source(source)
+    source = resolve_source(source, revision)
     if revision is not None:
         source = with_revision(str(source), revision)
     try:
