@@ -339,7 +339,10 @@ class StreamLoader:
     def memory_budget(self) -> dict[str, Any]:
         """Where this loader's host memory goes, in bytes, and the knob that bounds each part (README, Memory).
 
-        `cache_peak` is measured; the others are upper estimates from the configuration: prepared batches
+        `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
+        their serialized size) and `mp4_indexes_peak` (remote video files' sample indexes) are measured, against
+        their fixed bounds (`fetch.tables.FOOTER_BYTES`, `fetch.mp4index.INDEX_BYTES`: least recently used files
+        are dropped and read again when needed); the others are upper estimates from the configuration: prepared batches
         hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
         + 1` batches; host frames (`graph.host`: CPU-decoded cameras of batches on the CPU) are output-sized
         buffers for `prefetch_batches + 2` batches (the ones building, the caller's), one more where a DALI graph
@@ -359,7 +362,10 @@ class StreamLoader:
                       for k, r in self.routes.items() if r == "torchcodec" and k not in host)
         host_batches_alive = self.prefetch_batches + (2 if self.host_batches else 3)
         prepared = (self.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
+        footers, indexes = self.store.tables.files, self.store.indexes.files
         return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
+                "table_footers_peak": footers.peak_bytes, "table_footers_bound": footers.capacity_bytes,
+                "mp4_indexes_peak": indexes.peak_bytes, "mp4_indexes_bound": indexes.capacity_bytes,
                 "prepared_batches": prepared,
                 "dali_outputs": 2 * sum(out_bytes(k) for k in self.routes if k not in host),
                 "host_frames": list(host), "host_buffers_peak": self.builder.buffers.nbytes,

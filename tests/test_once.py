@@ -39,3 +39,18 @@ def test_least_recently_used_values_beyond_capacity_are_evicted():
     assert evicted == ["bb"]
     assert once.get("a", lambda: "remade") == "aa"
     assert once.get("b", lambda: "remade") == "remade" and evicted == ["bb", "cc"]
+
+
+def test_values_beyond_a_byte_bound_are_evicted_least_recently_used_first():
+    from dali_stream.fetch.once import OncePerKey
+
+    dropped = []
+    once = OncePerKey(on_evict=dropped.append, capacity_bytes=10, weigh=len)
+    once.get("a", lambda: "aaaa")
+    once.get("b", lambda: "bbbb")
+    once.get("a", lambda: "never made again")  # a is now the most recently used
+    once.get("c", lambda: "cccc")  # 12 bytes > 10: b goes
+    assert dropped == ["bbbb"] and once.nbytes == 8 and once.peak_bytes == 12 and once.evictions == 1
+    once.get("big", lambda: "x" * 50)  # alone over the bound: kept, everything older goes
+    assert dropped == ["bbbb", "aaaa", "cccc"] and once.nbytes == 50
+    assert once.clear() == ["x" * 50] and once.nbytes == 0

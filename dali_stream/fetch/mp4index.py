@@ -224,25 +224,37 @@ def _close_index(old: Any) -> None:
         old.container.close()
 
 
+INDEX_BYTES = 256 << 20  # MP4 indexes kept per store: ~41 bytes a sample (a 1,000-episode file of 300 frames: 12 MB)
+
+
+def _index_bytes(value: Any) -> int:
+    if value is None:
+        return 0
+    index = value.index
+    arrays = (index.offsets, index.sizes, index.dts, index.pts, index.durations, index.sync)
+    return sum(a.nbytes for a in arrays) + sum(len(b) for _, b in index.pieces) + len(index.stsd)
+
+
 class IndexCache:
-    """The last `capacity` video files of a RemoteFS, each indexed and opened once even when threads race.
+    """Video files of a RemoteFS, each indexed and opened once even when threads race; the least recently used
+    are dropped beyond `capacity_bytes` of index arrays (`INDEX_BYTES`).
 
     A file whose layout `read_index` does not handle maps to None (why: `unsupported`): its episodes are
     cut through the demuxer and plain range requests."""
 
-    def __init__(self, rfs, capacity: int = 64) -> None:
+    def __init__(self, rfs, capacity_bytes: int = INDEX_BYTES) -> None:
         from .once import OncePerKey
 
         self.rfs = rfs
-        self._files = OncePerKey(capacity, on_evict=_close_index)
+        self.files = OncePerKey(on_evict=_close_index, capacity_bytes=capacity_bytes, weigh=_index_bytes)
         self.unsupported: dict[str, str] = {}  # path -> why it is read without an index
 
     def get(self, path: str) -> IndexedFile | None:
-        return self._files.get(path, lambda: self._open(path))
+        return self.files.get(path, lambda: self._open(path))
 
     def close(self) -> None:
         """Close every template container opened for the indexed files."""
-        for value in self._files.clear():
+        for value in self.files.clear():
             if value is not None:
                 value.container.close()
 

@@ -9,14 +9,26 @@ from typing import Callable, Hashable
 
 class OncePerKey:
     """`get(key, make)` returns the value kept for `key`, or calls `make()` once while other threads asking
-    for the same key wait (other keys are not blocked). With `capacity`, the least recently used values
-    beyond it are dropped, each handed to `on_evict`."""
+    for the same key wait (other keys are not blocked). With `capacity` (values) or `capacity_bytes` (the sum
+    of `weigh(value)`), the least recently used values beyond it are dropped, each handed to `on_evict`; the
+    value just made is always kept. `nbytes` and `peak_bytes` follow the weights kept."""
 
-    def __init__(self, capacity: int | None = None, on_evict: Callable[[object], None] | None = None) -> None:
+    def __init__(self, capacity: int | None = None, on_evict: Callable[[object], None] | None = None, *,
+                 capacity_bytes: int | None = None, weigh: Callable[[object], int] | None = None) -> None:
         self.capacity, self.on_evict = capacity, on_evict
+        self.capacity_bytes, self.weigh = capacity_bytes, weigh
         self._lock = threading.Lock()
         self._key_locks: dict[Hashable, threading.Lock] = {}
         self._values: OrderedDict[Hashable, object] = OrderedDict()
+        self._weights: dict[Hashable, int] = {}
+        self.nbytes = 0
+        self.peak_bytes = 0
+        self.evictions = 0
+
+    def _over(self) -> bool:
+        if self.capacity is not None and len(self._values) > self.capacity:
+            return True
+        return self.capacity_bytes is not None and self.nbytes > self.capacity_bytes and len(self._values) > 1
 
     def _kept(self, key: Hashable) -> tuple[bool, object]:
         with self._lock:
@@ -30,6 +42,8 @@ class OncePerKey:
         with self._lock:
             values = list(self._values.values())
             self._values.clear()
+            self._weights.clear()
+            self.nbytes = 0
         return values
 
     def get(self, key: Hashable, make: Callable[[], object]):
@@ -43,11 +57,18 @@ class OncePerKey:
             if found:
                 return value
             value = make()
+            weight = int(self.weigh(value)) if self.weigh is not None else 0
             with self._lock:
                 self._values[key] = value
+                self._weights[key] = weight
+                self.nbytes += weight
+                self.peak_bytes = max(self.peak_bytes, self.nbytes)
                 dropped = []
-                while self.capacity is not None and len(self._values) > self.capacity:
-                    dropped.append(self._values.popitem(last=False)[1])
+                while self._over():
+                    old_key, old_value = self._values.popitem(last=False)
+                    self.nbytes -= self._weights.pop(old_key)
+                    self.evictions += 1
+                    dropped.append(old_value)
             for old in dropped:
                 if self.on_evict is not None:
                     self.on_evict(old)
