@@ -313,3 +313,30 @@ def test_an_episode_subset_is_planned_by_zero_lengths():
 def test_bad_trimming_and_shuffle_values(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         PlanConfig(batch_size=2, pool_size=2, **kwargs)
+
+
+@pytest.mark.parametrize("drop_last", [True, False])
+def test_a_plan_keeps_only_recent_batches_and_draws_earlier_ones_again(monkeypatch, drop_last):
+    """Issue 28: an epoch plan no longer keeps every drawn batch (183 MB by batch 250,000): the last KEPT_BATCHES
+    only. A batch before them, and the pool before any batch, come out as an uninterrupted plan gives them,
+    padding passes included (three uneven ranks without drop_last)."""
+    from dali_stream.plan import epoch as epoch_module
+
+    lengths = np.concatenate([np.tile(LENGTHS, 6), [7]])  # shares that cannot be equal
+    cfg = PlanConfig(batch_size=3, pool_size=4, seed=9, drop_last=drop_last)
+    sizes = EpochPlan(lengths, cfg, World(rank=0, world_size=3), 2).share_sizes
+    world = World(rank=int(np.argmin(sizes)), world_size=3)  # the smallest share: padded without drop_last
+    full = EpochPlan(lengths, cfg, world, 2)
+    want = [full.batch(i) for i in range(len(full))]
+    pools = [full.pool_before(i) for i in range(len(full))]
+    monkeypatch.setattr(epoch_module, "KEPT_BATCHES", 8)
+    plan = EpochPlan(lengths, cfg, world, 2)
+    order = [*range(len(plan)), 3, 0, len(plan) - 1, 17, 5]
+    for i in order:
+        b = plan.batch(i)
+        assert len(plan._episodes) <= 8
+        assert (b.episodes.tolist(), b.frames.tolist(), b.admitted, b.retired) == (
+            want[i].episodes.tolist(), want[i].frames.tolist(), want[i].admitted, want[i].retired), i
+    for i in [40, 2, len(plan) - 1, 9, 0]:
+        assert sorted(plan.pool_before(i)) == sorted(pools[i]), i
+    assert len(plan) > 30 and (drop_last or full.num_padding > 0)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -37,6 +38,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .world import World
+
+KEPT_BATCHES = 512  # drawn batches an EpochPlan keeps (the loader reads a few dozen behind its position)
 
 
 @dataclass(frozen=True)
@@ -267,7 +270,8 @@ class _InOrder:
 
 
 class EpochPlan:
-    """All batches of one epoch on one rank, generated lazily and kept, so `batch(i)` is cheap after the first call.
+    """All batches of one epoch on one rank, drawn lazily; the last KEPT_BATCHES are kept, so `batch(i)` is cheap
+    for the batches around the loader's position (an earlier one is drawn again from the epoch's start).
 
     `batch(i)` for a large i draws (never decodes) the batches before it: that is how a resumed job
     reaches its position.
@@ -317,12 +321,21 @@ class EpochPlan:
             self.num_samples = max(sizes)
             self.num_batches = math.ceil(self.num_samples / b)
         self.num_padding = max(0, self.num_samples - self.num_frames)
-        self._pass = 0
         self._log: list[tuple[bool, int]] = []  # pool entries/exits of the sampler, taken per batch
+        self._restart()
+
+    def _restart(self) -> None:
+        """Back to the epoch's first batch: a fresh sampler, nothing drawn, nothing kept."""
+        self._pass = 0
+        self._log.clear()
         self._sampler = self._new_sampler()
-        self._episodes: list[np.ndarray] = []
-        self._frames: list[np.ndarray] = []
-        self._moves: list[tuple[tuple[int, ...], tuple[int, ...]]] = []  # per batch: (admitted, retired)
+        # The last KEPT_BATCHES drawn batches (from batch `_base` on), not the whole epoch: 0.73 KB a batch
+        # of 16 would be 183 MB by batch 250,000 (issue 28). An earlier batch is drawn again from the start.
+        self._base = 0
+        self._episodes: deque[np.ndarray] = deque()
+        self._frames: deque[np.ndarray] = deque()
+        self._events: deque[tuple[tuple[bool, int], ...]] = deque()  # per batch: pool (entered?, position) in order
+        self._live: dict[int, None] = {}  # positions open in the pool after the last batch drawn
 
     def _frames_of(self, pos: int):
         """The frames episode `pos` hands out this segment, ascending (a range when none were consumed)."""
@@ -356,36 +369,60 @@ class EpochPlan:
     def __len__(self) -> int:
         return self.num_batches
 
+    @property
+    def _drawn(self) -> int:
+        """Batches drawn so far (the kept ones end there)."""
+        return self._base + len(self._episodes)
+
     def _materialise(self, index: int) -> None:
-        while len(self._episodes) <= index:
-            done = len(self._episodes) * self.config.batch_size
+        if index < self._base:
+            self._restart()
+        while self._drawn <= index:
+            done = self._drawn * self.config.batch_size
             local, frames = self._draw(min(self.config.batch_size, self.num_samples - done))
             self._episodes.append(self.admission_order[np.asarray(local, dtype=np.int64)])
             self._frames.append(np.asarray(frames, dtype=np.int64))
-            order = self.admission_order
-            self._moves.append((tuple(int(order[i]) for entered, i in self._log if entered),
-                                tuple(int(order[i]) for entered, i in self._log if not entered)))
+            events = tuple((entered, int(self.admission_order[i])) for entered, i in self._log)
+            self._events.append(events)
             self._log.clear()
+            for entered, pos in events:
+                if entered:
+                    self._live[pos] = None
+                else:
+                    self._live.pop(pos, None)
+            if len(self._episodes) > KEPT_BATCHES:
+                self._episodes.popleft()
+                self._frames.popleft()
+                self._events.popleft()
+                self._base += 1
 
     def batch(self, index: int) -> BatchPlan:
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside epoch {self.epoch}, which has {self.num_batches} batches")
         self._materialise(index)
-        episodes, frames = self._episodes[index], self._frames[index]
+        k = index - self._base
+        episodes, frames, events = self._episodes[k], self._frames[k], self._events[k]
         lengths = self.lengths[episodes]
         windows = {key: window(frames, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
-        return BatchPlan(self.epoch, index, episodes, frames, windows, *self._moves[index])
+        return BatchPlan(self.epoch, index, episodes, frames, windows,
+                         tuple(p for entered, p in events if entered), tuple(p for entered, p in events if not entered))
 
     def pool_before(self, index: int) -> list[int]:
-        """Positions open in the pool when batch `index` starts drawing (admitted earlier, not yet retired)."""
+        """Positions open in the pool when batch `index` starts drawing (admitted earlier, not yet retired):
+        the pool after the last batch drawn, with the later batches' entries and exits undone."""
         if index <= 0:
             return []
         self._materialise(index - 1)
-        live: dict[int, None] = {}
-        for admitted, retired in self._moves[:index]:
-            live.update(dict.fromkeys(admitted))
-            for pos in retired:
-                live.pop(pos, None)
+        if index < self._base:  # drawn beyond the kept batches: draw again up to it
+            self._restart()
+            self._materialise(index - 1)
+        live = dict(self._live)
+        for k in range(self._drawn - 1, index - 1, -1):
+            for entered, pos in reversed(self._events[k - self._base]):
+                if entered:
+                    live.pop(pos, None)
+                else:
+                    live[pos] = None
         return list(live)
 
 
