@@ -23,7 +23,9 @@ BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "d
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS
     from .sample_defaults import SAMPLE_DEFAULTS as from_spec
-    p.add_argument("--episodes", type=int, default=from_spec["episodes"], help="number of episodes (default %(default)s)")
+    p.add_argument("--episodes", type=int, default=from_spec["episodes"],
+                   help="how many episodes the sample holds, a count (StreamLoader's `episodes=` is a list of "
+                        "episode indices to use) (default %(default)s)")
     p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
     p.add_argument("--max-length", type=int, default=from_spec["max_length"], help="longest episode, frames")
     p.add_argument("--cameras", default=from_spec["cameras"],
