@@ -49,7 +49,7 @@ CAMERA_HEADER = ("camera", "codec", "profile", "pix_fmt", "size", "fps", "gop", 
 def render(report: dict[str, Any]) -> None:
     try:
         from rich.console import Console
-        from rich.table import Table
+        from rich.table import Table  # noqa: F401 - a broken rich must fail here, before the report starts
     except Exception:  # a broken rich must not hide the report
         print(render_plain(report))
         return
@@ -66,7 +66,8 @@ def render(report: dict[str, Any]) -> None:
     gpu = report.get("gpu") or {}
     if gpu.get("layer"):
         console.print(f"[yellow]GPU not used for decode ({gpu['layer']}): {gpu['problem']}\n  fix: {gpu['fix']}[/]")
-    table = Table("package", "version", "details", title="software")
+    table = keyed_table(("package", "version", "details"), [row[0] for row in _software_rows(report["software"])],
+                        title="software")
     for row in _software_rows(report["software"]):
         table.add_row(*row, style="red" if row[1] == "FAILED" else None)
     console.print(table)
