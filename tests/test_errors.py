@@ -162,7 +162,7 @@ def test_state_from_another_configuration(small_dataset):
     other = StreamLoader(str(small_dataset), batch_size=3, seed=1)
     with pytest.raises(StateError, match=r"batch_size=2 but this loader has batch_size=3"):
         other.load_state_dict(state)
-    with pytest.raises(StateError, match=r"state version 99 is not 2"):
+    with pytest.raises(StateError, match=r"state version 99 is not 3"):
         other.load_state_dict({**state, "version": 99})
     bad = StreamLoader(str(small_dataset), batch_size=2, seed=1)
     with pytest.raises(StateError, match=r"batches_consumed=10000 is outside"):
@@ -278,7 +278,8 @@ def test_delta_timestamps_that_are_not_finite_numbers(small_dataset, value):
     ({"epoch": True}, r"state\['epoch'\] must be an integer"),
     ({"drop_last": "yes"}, r"state\['drop_last'\] must be true or false"),
     ({"elastic": [[2]]}, r"state\['elastic'\] must be a list of \[world_size, batches\] pairs"),
-    ({"version": 1}, r"state version 1 is not 2 \(saved by dali_stream 0.1"),
+    ({"version": 1}, r"state version 1 is not 3 \(saved by dali_stream 0.1"),
+    ({"version": 2}, r"state version 2 is not 3 \(saved before plans were drawn by lanes"),
 ])
 def test_state_values_of_the_wrong_type_or_range(small_dataset, edit, pattern):
     state = StreamLoader(str(small_dataset), batch_size=2).state_dict()

@@ -316,12 +316,10 @@ def test_bad_trimming_and_shuffle_values(kwargs, match):
 
 
 @pytest.mark.parametrize("drop_last", [True, False])
-def test_a_plan_keeps_only_recent_batches_and_draws_earlier_ones_again(monkeypatch, drop_last):
-    """Issue 28: an epoch plan no longer keeps every drawn batch (183 MB by batch 250,000): the last KEPT_BATCHES
-    only. A batch before them, and the pool before any batch, come out as an uninterrupted plan gives them,
-    padding passes included (three uneven ranks without drop_last)."""
-    from dali_stream.plan import epoch as epoch_module
-
+def test_any_batch_is_computed_on_its_own_as_the_sequential_plan_gives_it(drop_last):
+    """Issue 28: resume in constant time. A batch (and the pool before it) comes out of a fresh plan, asked in any
+    order, as a plan read from the start gives it, padding passes included (the smallest of three uneven shares
+    without drop_last); a plan keeps no per-batch state, whatever it was asked."""
     lengths = np.concatenate([np.tile(LENGTHS, 6), [7]])  # shares that cannot be equal
     cfg = PlanConfig(batch_size=3, pool_size=4, seed=9, drop_last=drop_last)
     sizes = EpochPlan(lengths, cfg, World(rank=0, world_size=3), 2).share_sizes
@@ -329,14 +327,11 @@ def test_a_plan_keeps_only_recent_batches_and_draws_earlier_ones_again(monkeypat
     full = EpochPlan(lengths, cfg, world, 2)
     want = [full.batch(i) for i in range(len(full))]
     pools = [full.pool_before(i) for i in range(len(full))]
-    monkeypatch.setattr(epoch_module, "KEPT_BATCHES", 8)
-    plan = EpochPlan(lengths, cfg, world, 2)
-    order = [*range(len(plan)), 3, 0, len(plan) - 1, 17, 5]
-    for i in order:
-        b = plan.batch(i)
-        assert len(plan._episodes) <= 8
+    assert len(full) > 30 and (drop_last or full.num_padding > 0)
+    for i in [len(full) - 1, 3, 0, 17, len(full) // 2, 5]:
+        fresh = EpochPlan(lengths, cfg, world, 2)
+        b = fresh.batch(i)
         assert (b.episodes.tolist(), b.frames.tolist(), b.admitted, b.retired) == (
             want[i].episodes.tolist(), want[i].frames.tolist(), want[i].admitted, want[i].retired), i
-    for i in [40, 2, len(plan) - 1, 9, 0]:
-        assert sorted(plan.pool_before(i)) == sorted(pools[i]), i
-    assert len(plan) > 30 and (drop_last or full.num_padding > 0)
+        assert sorted(EpochPlan(lengths, cfg, world, 2).pool_before(i)) == sorted(pools[i]), i
+        assert len(fresh._passes) <= 2  # the pass's lanes (and pass 0's): nothing per batch

@@ -10,11 +10,14 @@ batch sequence does not depend on `num_workers`):
 1. Episodes are partitioned over ranks: a seeded shuffle, then longest-first onto the least-loaded rank,
    so ranks get near-equal frame counts. The partition changes every epoch.
 2. The rank's episodes get a seeded admission order. A pool of `pool_size` whole episodes is open at a
-   time; each open episode hands out its frames in a seeded random order.
-3. Each batch draws `batch_size` frames. A draw picks a pool episode with probability proportional to its
-   remaining frames among episodes not yet drawn in this batch (so a batch holds min(batch, pool) distinct
-   episodes whenever the pool has them), then takes that episode's next frame. An exhausted episode
-   leaves the pool and the next episode in admission order enters at once.
+   time, one per lane: in admission order each episode goes to the lane with the fewest frames so far (the
+   one that frees first), and each episode hands out its frames in a seeded random order (`_Lanes`).
+3. The rank's stream visits the lanes in turn, one frame each (a lane that has handed out all its frames is
+   skipped), and batch i is samples [i * batch_size, (i + 1) * batch_size) of it, their order then drawn
+   (seeded by the batch). So a batch holds min(batch, pool) distinct episodes whenever the pool has them, an
+   exhausted episode leaves the pool and the lane's next one enters, and where every lane stands after n
+   samples is a closed form: batch i is computed on its own, in time independent of i (resume), and the plan
+   keeps nothing per batch (a 200k-episode epoch has 750k batches).
 
 4. All ranks yield the same number of batches of the same sizes (a DDP step waits for every rank). With
    `drop_last`, the smallest share sets the count: the rank's stream stops at `num_batches * batch_size`
@@ -29,8 +32,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import random
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
@@ -38,8 +39,6 @@ import numpy as np
 
 from ..errors import ConfigError
 from .world import World
-
-KEPT_BATCHES = 512  # drawn batches an EpochPlan keeps (the loader reads a few dozen behind its position)
 
 
 @dataclass(frozen=True)
@@ -101,10 +100,6 @@ class BatchPlan:
         return int(self.episodes.shape[0])
 
 
-def _seed_int(*words: int) -> int:
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(2, dtype=np.uint64)[0])
-
-
 def _candidates(lengths: np.ndarray, world_size: int) -> np.ndarray:
     """Positions of the episodes with frames to hand out; every rank needs at least one."""
     candidates = np.flatnonzero(lengths > 0)
@@ -146,136 +141,104 @@ def partition_in_order(lengths: np.ndarray, world_size: int) -> list[np.ndarray]
     return [candidates[starts[r]:starts[r + 1]] for r in range(world_size)]
 
 
-class _Fenwick:
-    """Prefix sums over pool slots, for drawing a slot with probability proportional to its weight."""
+class _Lanes:
+    """One pass over a rank's episodes as `lanes` interleaved lanes (see the module docstring): a pure function
+    from a position in the pass to (episode, frame), so any batch of the epoch is computed without drawing the
+    ones before it.
 
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.tree = [0] * (n + 1)
-        self.weight = [0] * n
-        self.total = 0
-        self._top = 1 << (n.bit_length() - 1) if n else 0
+    Episodes go, in admission order, to the lane that has the fewest frames so far (the one that frees first:
+    every lane hands out one frame per turn), each lane handing out its episodes one after another. The pass's
+    stream visits lanes in turn: stream index n is lane n % lanes at lane offset n // lanes, skipped once that lane
+    has handed out all its frames. Each episode hands out its frames in a seeded random order (`shuffle`), or in
+    order."""
 
-    def add(self, i: int, delta: int) -> None:
-        self.weight[i] += delta
-        self.total += delta
-        i += 1
-        while i <= self.n:
-            self.tree[i] += delta
-            i += i & -i
+    lanes: int
+    members: list[np.ndarray]  # per lane: its episodes (local indices), in the order it hands them out
+    starts: list[np.ndarray]  # per lane: the lane offset at which each of them begins
+    totals: np.ndarray  # per lane: frames it hands out
+    frames: int  # frames of the pass
 
-    def find(self, r: int) -> int:
-        """The slot holding cumulative weight position r (0 <= r < total)."""
-        pos, step = 0, self._top
-        while step:
-            nxt = pos + step
-            if nxt <= self.n and self.tree[nxt] <= r:
-                pos = nxt
-                r -= self.tree[nxt]
-            step >>= 1
-        return pos
-
-
-class _PoolSampler:
-    """Draws (episode, frame) pairs from a pool of open episodes; see the module docstring."""
-
-    def __init__(self, lengths: list[int], pool_size: int, rnd: random.Random,
-                 available: list[np.ndarray | None] | None = None, log: list | None = None) -> None:
-        # available[i]: the frames episode i still has to hand out (None: all); lengths count those frames.
-        # log: receives (True, i) when episode i enters the pool and (False, i) when it leaves.
-        self._log = log if log is not None else []
-        self._available = available
-        self._lengths = lengths
-        self._rnd = rnd
-        self._next = 0
-        slots = max(1, min(pool_size, len(lengths)))
-        self._fen = _Fenwick(slots)
-        self._ep = [-1] * slots
-        self._perm: list[list[int]] = [[] for _ in range(slots)]
-        self._pos = [0] * slots
-        self.remaining = sum(lengths)
-        for s in range(slots):
-            self._admit(s)
-
-    def _admit(self, slot: int) -> None:
-        while self._next < len(self._lengths) and self._lengths[self._next] == 0:
-            self._next += 1
-        if self._next >= len(self._lengths):
-            self._ep[slot] = -1
+    def __init__(self, counts: list[int], frames_of, lanes: int, shuffle: bool, seed_words: tuple[int, ...],
+                 like: "_Lanes | None" = None) -> None:
+        """`like`: a pass over the same episodes whose lane assignment this one reuses (only the seeds differ)."""
+        self.counts, self.frames_of, self.shuffle, self.seed_words = counts, frames_of, shuffle, seed_words
+        self._perms: dict[int, np.ndarray] = {}
+        if like is not None:
+            self.lanes, self.members, self.starts = like.lanes, like.members, like.starts
+            self.totals, self.frames = like.totals, like.frames
             return
-        ep = self._next
-        self._next += 1
-        avail = self._available[ep] if self._available is not None else None
-        perm = list(range(self._lengths[ep])) if avail is None else [int(f) for f in avail]
-        self._rnd.shuffle(perm)
-        self._ep[slot], self._perm[slot], self._pos[slot] = ep, perm, 0
-        self._fen.add(slot, len(perm))
-        self._log.append((True, ep))
+        busy = [i for i, c in enumerate(counts) if c > 0]
+        self.lanes = max(1, min(lanes, len(busy)))
+        heap = [(0, lane) for lane in range(self.lanes)]
+        members: list[list[int]] = [[] for _ in range(self.lanes)]
+        starts: list[list[int]] = [[] for _ in range(self.lanes)]
+        for i in busy:
+            total, lane = heapq.heappop(heap)
+            members[lane].append(i)
+            starts[lane].append(total)
+            heapq.heappush(heap, (total + counts[i], lane))
+        self.members = [np.asarray(m, dtype=np.int64) for m in members]
+        self.starts = [np.asarray(st, dtype=np.int64) for st in starts]
+        self.totals = np.zeros(self.lanes, dtype=np.int64)
+        for total, lane in heap:
+            self.totals[lane] = total
+        self.frames = int(self.totals.sum())
 
-    def draw(self, n: int) -> tuple[list[int], list[int]]:
-        fen, rnd = self._fen, self._rnd
-        eps: list[int] = []
-        frames: list[int] = []
-        hidden: list[tuple[int, int]] = []
-        for _ in range(min(n, self.remaining)):
-            if fen.total == 0:  # every open episode already drew in this batch: allow repeats
-                for slot, weight in hidden:
-                    fen.add(slot, weight)
-                hidden.clear()
-            slot = fen.find(int(rnd.random() * fen.total))
-            pos = self._pos[slot]
-            eps.append(self._ep[slot])
-            frames.append(self._perm[slot][pos])
-            self._pos[slot] = pos + 1
-            left = len(self._perm[slot]) - pos - 1
-            fen.add(slot, -fen.weight[slot])
-            if left == 0:
-                self._log.append((False, self._ep[slot]))
-                self._admit(slot)
+    def _before(self, n: int) -> int:
+        """Stream positions < n that are samples (not skipped)."""
+        lanes = np.arange(self.lanes)
+        visits = np.maximum(0, (n - lanes + self.lanes - 1) // self.lanes)
+        return int(np.minimum(visits, self.totals).sum())
+
+    def stream_index(self, v: int) -> int:
+        """The stream position of the pass's `v`-th sample (0 <= v < frames)."""
+        lo, hi = v, self.lanes * int(self.totals.max())  # _before(lo) <= v < _before(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._before(mid) <= v:
+                lo = mid
             else:
-                hidden.append((slot, left))
-        for slot, weight in hidden:
-            fen.add(slot, weight)
-        self.remaining -= len(eps)
-        return eps, frames
+                hi = mid
+        return lo
 
+    def at(self, n: int) -> tuple[int, int, int] | None:
+        """(episode, place in its frame order, frame) at stream position n; None where the lane is done."""
+        lane, offset = n % self.lanes, n // self.lanes
+        if offset >= self.totals[lane]:
+            return None
+        k = int(np.searchsorted(self.starts[lane], offset, side="right")) - 1
+        episode = int(self.members[lane][k])
+        place = offset - int(self.starts[lane][k])
+        return episode, place, int(self._order(episode)[place])
 
-class _InOrder:
-    """`shuffle=False`: every frame of each episode in order, episodes in order (the sampler interface)."""
+    def _order(self, episode: int) -> np.ndarray:
+        """The frames episode `episode` hands out this pass, in their (seeded) order; a few kept."""
+        found = self._perms.get(episode)
+        if found is None:
+            found = np.asarray(self.frames_of(episode), dtype=np.int64)
+            if self.shuffle:
+                found = np.random.default_rng([*self.seed_words, episode]).permutation(found)
+            if len(self._perms) >= 64:
+                self._perms.pop(next(iter(self._perms)))
+            self._perms[episode] = found
+        return found
 
-    def __init__(self, counts: list[int], available: list, log: list) -> None:
-        self._frames, self._log = available, log
-        self._episode, self._pos = 0, 0
-        self.remaining = sum(counts)
-
-    def draw(self, n: int) -> tuple[list[int], list[int]]:
-        eps: list[int] = []
-        frames: list[int] = []
-        while len(eps) < n and self.remaining:
-            frames_here = self._frames[self._episode]
-            if self._pos == 0:
-                if len(frames_here) == 0:
-                    self._episode += 1
-                    continue
-                self._log.append((True, self._episode))
-            take = min(n - len(eps), len(frames_here) - self._pos)
-            eps.extend([self._episode] * take)
-            frames.extend(int(f) for f in frames_here[self._pos:self._pos + take])
-            self._pos += take
-            self.remaining -= take
-            if self._pos == len(frames_here):
-                self._log.append((False, self._episode))
-                self._episode, self._pos = self._episode + 1, 0
-        return eps, frames
+    def open_at(self, n: int) -> list[int]:
+        """Episodes handing out frames at stream position n: begun before it, not finished."""
+        out = []
+        for lane in range(self.lanes):
+            offset = max(0, (n - lane + self.lanes - 1) // self.lanes)
+            if offset < self.totals[lane]:
+                k = int(np.searchsorted(self.starts[lane], offset, side="right")) - 1
+                if offset > self.starts[lane][k]:
+                    out.append(int(self.members[lane][k]))
+        return out
 
 
 class EpochPlan:
-    """All batches of one epoch on one rank, drawn lazily; the last KEPT_BATCHES are kept, so `batch(i)` is cheap
-    for the batches around the loader's position (an earlier one is drawn again from the epoch's start).
-
-    `batch(i)` for a large i draws (never decodes) the batches before it: that is how a resumed job
-    reaches its position.
-    """
+    """All batches of one epoch on one rank, each computed on its own by `batch(i)` in time independent of i
+    (`_Lanes`): a resumed job reaches its position without drawing the batches before it, and nothing grows
+    along the epoch."""
 
     def __init__(self, lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
                  consumed: Mapping[int, np.ndarray] | None = None, segment: int = 0) -> None:
@@ -321,21 +284,7 @@ class EpochPlan:
             self.num_samples = max(sizes)
             self.num_batches = math.ceil(self.num_samples / b)
         self.num_padding = max(0, self.num_samples - self.num_frames)
-        self._log: list[tuple[bool, int]] = []  # pool entries/exits of the sampler, taken per batch
-        self._restart()
-
-    def _restart(self) -> None:
-        """Back to the epoch's first batch: a fresh sampler, nothing drawn, nothing kept."""
-        self._pass = 0
-        self._log.clear()
-        self._sampler = self._new_sampler()
-        # The last KEPT_BATCHES drawn batches (from batch `_base` on), not the whole epoch: 0.73 KB a batch
-        # of 16 would be 183 MB by batch 250,000 (issue 28). An earlier batch is drawn again from the start.
-        self._base = 0
-        self._episodes: deque[np.ndarray] = deque()
-        self._frames: deque[np.ndarray] = deque()
-        self._events: deque[tuple[tuple[bool, int], ...]] = deque()  # per batch: pool (entered?, position) in order
-        self._live: dict[int, None] = {}  # positions open in the pool after the last batch drawn
+        self._passes: dict[int, _Lanes] = {}
 
     def _frames_of(self, pos: int):
         """The frames episode `pos` hands out this segment, ascending (a range when none were consumed)."""
@@ -344,86 +293,88 @@ class EpochPlan:
         first = int(self._first[pos])
         return range(first, first + int(self._remaining[pos]))
 
-    def _new_sampler(self):
-        counts = self._remaining[self.admission_order].tolist()
-        available = [self._frames_of(int(p)) for p in self.admission_order]
-        if not self.config.shuffle:
-            return _InOrder(counts, available, self._log)
-        words = (self.config.seed, self.epoch, self.world.rank, 0x5A) + ((self._pass,) if self._pass else ())
-        words += (1000 + self.segment,) if self.segment else ()
-        return _PoolSampler(counts, self.config.pool_size, random.Random(_seed_int(*words)), available, self._log)
-
-    def _draw(self, n: int) -> tuple[list[int], list[int]]:
-        """n samples of this rank's stream; after its own frames come padding passes over them again."""
-        eps: list[int] = []
-        frames: list[int] = []
-        while len(eps) < n:
-            if self._sampler.remaining == 0:
-                self._pass += 1
-                self._sampler = self._new_sampler()
-            e, f = self._sampler.draw(n - len(eps))
-            eps.extend(e)
-            frames.extend(f)
-        return eps, frames
+    def _lanes(self, number: int) -> _Lanes:
+        """Pass `number` of this rank's stream (0: its own frames; then padding passes over them again)."""
+        lanes = self._passes.get(number)
+        if lanes is None:
+            words = (self.config.seed, self.epoch, self.world.rank, 0x5A, number) + (
+                (1000 + self.segment,) if self.segment else ())
+            order = self.admission_order
+            lanes = _Lanes(self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i])),
+                           self.config.pool_size if self.config.shuffle else 1, self.config.shuffle, words,
+                           like=self._passes.get(0))
+            if lanes.frames == 0 and self.num_samples > 0:
+                raise ConfigError(
+                    f"rank {self.world.rank} of {self.world.world_size} has no frames to draw in epoch {self.epoch} "
+                    "(its episodes are shorter than drop_n_first_frames + drop_n_last_frames) while other ranks "
+                    "have some: lower those, use fewer ranks, or drop_last=True")
+            self._passes = {number: lanes, **{k: v for k, v in self._passes.items() if k == 0}}
+        return lanes
 
     def __len__(self) -> int:
         return self.num_batches
 
-    @property
-    def _drawn(self) -> int:
-        """Batches drawn so far (the kept ones end there)."""
-        return self._base + len(self._episodes)
-
-    def _materialise(self, index: int) -> None:
-        if index < self._base:
-            self._restart()
-        while self._drawn <= index:
-            done = self._drawn * self.config.batch_size
-            local, frames = self._draw(min(self.config.batch_size, self.num_samples - done))
-            self._episodes.append(self.admission_order[np.asarray(local, dtype=np.int64)])
-            self._frames.append(np.asarray(frames, dtype=np.int64))
-            events = tuple((entered, int(self.admission_order[i])) for entered, i in self._log)
-            self._events.append(events)
-            self._log.clear()
-            for entered, pos in events:
-                if entered:
-                    self._live[pos] = None
-                else:
-                    self._live.pop(pos, None)
-            if len(self._episodes) > KEPT_BATCHES:
-                self._episodes.popleft()
-                self._frames.popleft()
-                self._events.popleft()
-                self._base += 1
+    def _samples(self, start: int, stop: int) -> tuple[list[int], list[int], list[int], list[int]]:
+        """Samples [start, stop) of this rank's stream: (local episode, frame, place in the episode's order,
+        the episode's frame count) each."""
+        eps: list[int] = []
+        frames: list[int] = []
+        places: list[int] = []
+        counts: list[int] = []
+        per_pass = self._lanes(0).frames
+        g = start
+        while g < stop:
+            lanes = self._lanes(g // per_pass)
+            v = g % per_pass
+            n = lanes.stream_index(v)
+            end = min(stop, g - v + per_pass)
+            while g < end:
+                found = lanes.at(n)
+                n += 1
+                if found is None:
+                    continue
+                episode, place, frame = found
+                eps.append(episode)
+                frames.append(frame)
+                places.append(place)
+                counts.append(lanes.counts[episode])
+                g += 1
+        return eps, frames, places, counts
 
     def batch(self, index: int) -> BatchPlan:
+        """Batch `index`, computed on its own (no earlier batch is drawn): constant time at any position."""
         if not 0 <= index < self.num_batches:
             raise IndexError(f"batch {index} is outside epoch {self.epoch}, which has {self.num_batches} batches")
-        self._materialise(index)
-        k = index - self._base
-        episodes, frames, events = self._episodes[k], self._frames[k], self._events[k]
+        b = self.config.batch_size
+        start, stop = index * b, min((index + 1) * b, self.num_samples)
+        local, frames, places, counts = self._samples(start, stop)
+        if self.config.shuffle:  # lanes come in turn: the batch's own order is drawn, within each pass
+            words = [self.config.seed, self.epoch, self.world.rank, index, 0xB7] + ([self.segment] if self.segment else [])
+            rng = np.random.default_rng(words)
+            per_pass = self._lanes(0).frames
+            passes = (np.arange(start, stop) // per_pass).tolist()
+            order = [i for p in dict.fromkeys(passes)
+                     for i in (np.flatnonzero(np.asarray(passes) == p)[rng.permutation(passes.count(p))]).tolist()]
+            local, frames, places, counts = ([x[i] for i in order] for x in (local, frames, places, counts))
+        positions = self.admission_order
+        episodes = positions[np.asarray(local, dtype=np.int64)]
+        frames_arr = np.asarray(frames, dtype=np.int64)
+        admitted = tuple(dict.fromkeys(int(positions[e]) for e, p in zip(local, places) if p == 0))
+        retired = tuple(dict.fromkeys(int(positions[e]) for e, p, c in zip(local, places, counts) if p == c - 1))
         lengths = self.lengths[episodes]
-        windows = {key: window(frames, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
-        return BatchPlan(self.epoch, index, episodes, frames, windows,
-                         tuple(p for entered, p in events if entered), tuple(p for entered, p in events if not entered))
+        windows = {key: window(frames_arr, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
+        return BatchPlan(self.epoch, index, episodes, frames_arr, windows, admitted, retired)
 
     def pool_before(self, index: int) -> list[int]:
-        """Positions open in the pool when batch `index` starts drawing (admitted earlier, not yet retired):
-        the pool after the last batch drawn, with the later batches' entries and exits undone."""
+        """Positions open in the pool when batch `index` starts drawing: each lane's current episode (handing out
+        frames, or next in its lane)."""
         if index <= 0:
             return []
-        self._materialise(index - 1)
-        if index < self._base:  # drawn beyond the kept batches: draw again up to it
-            self._restart()
-            self._materialise(index - 1)
-        live = dict(self._live)
-        for k in range(self._drawn - 1, index - 1, -1):
-            for entered, pos in reversed(self._events[k - self._base]):
-                if entered:
-                    live.pop(pos, None)
-                else:
-                    live[pos] = None
-        return list(live)
+        g = min(index * self.config.batch_size, self.num_samples - 1)
+        per_pass = self._lanes(0).frames
+        lanes = self._lanes(g // per_pass)
+        n = lanes.stream_index(g % per_pass)
+        return [int(self.admission_order[e]) for e in lanes.open_at(n)]
 
 
 def window(frames: np.ndarray, lengths: np.ndarray, deltas: tuple[int, ...]) -> Window:

@@ -16,7 +16,9 @@ from typing import Any, Mapping
 
 from ..errors import StateError
 
-STATE_VERSION = 2  # 2: the dataset fingerprint holds a digest of the episodes' indices and lengths
+# 2: the dataset fingerprint holds a digest of the episodes' indices and lengths; 3: plans drawn by lanes
+# (plan.epoch._Lanes, computed per batch), so a position of an earlier version's plans names other batches
+STATE_VERSION = 3
 FIX = "pass the dict StreamLoader.state_dict() returned, unchanged (json.load of the saved file gives it back)"
 CONFIG_KEYS = ("seed", "batch_size", "episode_pool_size", "drop_last", "delta_indices", "dataset", "selection")
 
@@ -49,7 +51,8 @@ def parse_state(state: Any) -> SavedState:
     version = state.get("version")
     if version != STATE_VERSION:
         why = (" (saved by dali_stream 0.1, whose dataset fingerprint cannot tell datasets with equal totals apart)"
-               if version == 1 else "")
+               if version == 1 else " (saved before plans were drawn by lanes: its position would name other "
+               "batches)" if version == 2 else "")
         raise StateError(f"state version {version!r} is not {STATE_VERSION}{why}; pass a dict saved by "
                          "StreamLoader.state_dict() of this dali_stream version, or start the run afresh")
     missing = [k for k in ("seed", "epoch", "batches_consumed", "batch_size", "episode_pool_size", "drop_last",
