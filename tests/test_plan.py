@@ -335,3 +335,21 @@ def test_any_batch_is_computed_on_its_own_as_the_sequential_plan_gives_it(drop_l
             want[i].episodes.tolist(), want[i].frames.tolist(), want[i].admitted, want[i].retired), i
         assert sorted(EpochPlan(lengths, cfg, world, 2).pool_before(i)) == sorted(pools[i]), i
         assert len(fresh._passes) <= 2  # the pass's lanes (and pass 0's): nothing per batch
+
+
+@pytest.mark.parametrize("world_size, drop_last", [(1, True), (3, False), (2, True)])
+def test_frames_drawn_in_closed_form_are_the_batches_frames(world_size, drop_last):
+    """Elastic resume's replay (`consumed_by`) reads what each rank drew from the plans' closed form: the same
+    frames as its batches hold, at every cut (padding passes counted once)."""
+    lengths = np.concatenate([LENGTHS, [7, 3]])
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=5, drop_last=drop_last)
+    for rank in range(world_size):
+        plan = EpochPlan(lengths, cfg, World(rank=rank, world_size=world_size), 1)
+        seen: dict[int, set] = {}
+        for cut in range(len(plan) + 1):
+            got = {p: sorted(set(f.tolist())) for p, f in plan.frames_drawn(cut).items()}
+            assert got == {p: sorted(f) for p, f in seen.items()}, (rank, cut)
+            if cut < len(plan):
+                b = plan.batch(cut)
+                for p, f in zip(b.episodes.tolist(), b.frames.tolist()):
+                    seen.setdefault(p, set()).add(f)

@@ -223,6 +223,17 @@ class _Lanes:
             self._perms[episode] = found
         return found
 
+    def drawn_before(self, n: int) -> dict[int, np.ndarray]:
+        """Frames handed out at stream positions < n, per episode (local index): whole episodes and each lane's
+        current one's first frames in its order."""
+        out: dict[int, np.ndarray] = {}
+        for lane in range(self.lanes):
+            visits = min(int(self.totals[lane]), max(0, (n - lane + self.lanes - 1) // self.lanes))
+            for k in range(int(np.searchsorted(self.starts[lane], visits, side="left"))):
+                episode, begun = int(self.members[lane][k]), int(self.starts[lane][k])
+                out[episode] = self._order(episode)[:visits - begun]
+        return out
+
     def open_at(self, n: int) -> list[int]:
         """Episodes handing out frames at stream position n: begun before it, not finished."""
         out = []
@@ -365,6 +376,21 @@ class EpochPlan:
         windows = {key: window(frames_arr, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
         return BatchPlan(self.epoch, index, episodes, frames_arr, windows, admitted, retired)
 
+    def frames_drawn(self, batches: int) -> dict[int, np.ndarray]:
+        """Episode position -> the frames this rank drew in its first `batches` batches (padding repeats
+        included once): a closed form, as `batch` is, for elastic resume's replay (`consumed_by`)."""
+        end = min(batches * self.config.batch_size, self.num_samples)
+        per_pass = self._lanes(0).frames
+        if end <= 0 or per_pass == 0:
+            return {}
+        if end >= per_pass:  # a whole pass: every frame of the rank's share
+            drawn = {i: np.asarray(self._frames_of(int(self.admission_order[i])), dtype=np.int64)
+                     for i in range(len(self.admission_order))}
+        else:
+            lanes = self._lanes(0)
+            drawn = lanes.drawn_before(lanes.stream_index(end - 1) + 1)
+        return {int(self.admission_order[i]): f for i, f in drawn.items() if len(f)}
+
     def pool_before(self, index: int) -> list[int]:
         """Positions open in the pool when batch `index` starts drawing: each lane's current episode (handing out
         frames, or next in its lane)."""
@@ -409,18 +435,16 @@ def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
 def consumed_by(lengths: np.ndarray, config: PlanConfig, world_size: int, epoch: int, batches: int,
                 consumed: dict[int, np.ndarray] | None = None, segment: int = 0) -> dict[int, np.ndarray]:
     """Frames every rank of `world_size` drew in the first `batches` batches of a plan segment, added to
-    `consumed` (episode position -> bool mask). Pure replay: plans are drawn, nothing is decoded."""
+    `consumed` (episode position -> bool mask). Pure: computed from the plans' closed form, nothing decoded."""
     lengths = np.asarray(lengths, dtype=np.int64)
     out = {p: m.copy() for p, m in (consumed or {}).items()}
     for rank in range(world_size):
         plan = EpochPlan(lengths, config, World(rank=rank, world_size=world_size), epoch, consumed, segment)
-        for i in range(min(batches, plan.num_batches)):
-            b = plan.batch(i)
-            for p, f in zip(b.episodes.tolist(), b.frames.tolist()):
-                mask = out.get(p)
-                if mask is None:
-                    mask = out[p] = np.zeros(int(lengths[p]), dtype=bool)
-                mask[f] = True
+        for p, frames in plan.frames_drawn(min(batches, plan.num_batches)).items():
+            mask = out.get(p)
+            if mask is None:
+                mask = out[p] = np.zeros(int(lengths[p]), dtype=bool)
+            mask[frames] = True
     return out
 
 
