@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DatasetError, DatasetNotFoundError, UnsupportedVersionError
+from .errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
 from .source.storage import lerobot_home, open_fs, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
@@ -81,6 +81,15 @@ class DatasetMeta:
                            remote_deadline_s)
         try:
             info = cls._read_info(source, fs, root)
+        except RemoteError as exc:
+            resolved = resolve_source(source, revision)
+            if not (resolved.startswith("hf://") and not str(source).startswith("hf://")):
+                raise
+            raise RemoteError(
+                f"{source!r} is not a local folder (working directory {os.getcwd()}) nor downloaded by lerobot "
+                f"({lerobot_home() / str(source)}), so it was read as the Hub dataset {resolved}, and the Hub could "
+                f"not be reached: {exc}. If you meant a local dataset, check the path (a typo?); offline, set "
+                "HF_HUB_OFFLINE=1 to read only local copies") from None
         except DatasetNotFoundError:
             resolved = resolve_source(source, revision)
             if resolved.startswith("hf://") and not str(source).startswith("hf://"):

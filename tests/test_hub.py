@@ -145,3 +145,19 @@ def test_a_repo_id_lerobot_downloaded_is_read_from_disk_offline_too(small_datase
     with pytest.raises(DatasetNotFoundError, match=r"'lab/gone' is not a local folder .* no downloaded copy in "
                                                    r".*lerobot-home/lab/gone nor in the Hub cache .*HF_HUB_OFFLINE"):
         StreamLoader("lab/gone", **ARGS)
+
+
+def test_a_mistyped_local_path_without_a_network_says_what_was_tried(monkeypatch, tmp_path):
+    """"demo/sample" meant for ".demo/sample": no such folder, no lerobot copy, the Hub unreachable. The error
+    says all three, and the fixes (issue 29), instead of only advice about the network."""
+    from dali_stream import RemoteError
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_LEROBOT_HOME", str(tmp_path / "lerobot-home"))
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", "http://127.0.0.1:9")
+    with pytest.raises(RemoteError, match=r"'demo/sample' is not a local folder \(working directory .*\) nor "
+                                          r"downloaded by lerobot .* read as the Hub dataset hf://datasets/demo/sample, "
+                                          r"and the Hub could not be reached: .*check the path \(a typo\?\).*"
+                                          r"HF_HUB_OFFLINE=1"):
+        StreamLoader("demo/sample", remote_max_retries=0, **ARGS)
