@@ -227,17 +227,9 @@ class StreamLoader:
         self.dali_threads = max(1, cfg.num_workers, engines if "nvdec" in self.routes.values() else 0)
         # DALI-routed cameras: a batch decoded as at most this many groups, each group's clips joined into one
         # stream, one decoder session each (graph.joined); 0: a clip per sample. Default: the NVDEC engines where
-        # a camera decodes on NVDEC, else the DALI threads.
-        dali_cameras = [k for k, r in self.routes.items() if r in DALI_ROUTES]
-        self.join_streams = (0 if not dali_cameras or cfg.augment is not None else cfg.join_streams
-                             if cfg.join_streams is not None else engines if "nvdec" in self.routes.values()
-                             else self.dali_threads)
-        if dali_cameras:
-            log.info("cameras %s: %s", dali_cameras,
-                     f"a batch in at most {self.join_streams} groups, each group's clips joined into one stream "
-                     "(join_streams)" if self.join_streams else
-                     "one clip per sample (augment= draws per sample)" if cfg.augment is not None else
-                     "one clip per sample (join_streams=0)")
+        # a camera decodes on NVDEC, else the DALI threads. The builder keeps 0 where it must (`join_streams`).
+        join_streams = (cfg.join_streams if cfg.join_streams is not None
+                        else engines if "nvdec" in self.routes.values() else self.dali_threads)
         for key, cam in meta.cameras.items():
             self.image_ops.check_camera(key, cam.height, cam.width)
         # Host frames (graph.host): CPU-decoded cameras skip the graph, laid out by the workers in the caller's
@@ -276,7 +268,15 @@ class StreamLoader:
                                     cfg.tolerance_s, meta.table_keys, self._table_dtypes(tables),
                                     augment_seed=cfg.seed if cfg.augment is not None else None,
                                     image_ops=self.image_ops if host_frames else None,
-                                    lookahead=self.prefetch_batches, join_streams=self.join_streams)
+                                    lookahead=self.prefetch_batches, join_streams=join_streams)
+        self.join_streams = self.builder.join_streams
+        dali_cameras = [k for k, r in self.routes.items() if r in DALI_ROUTES]
+        if dali_cameras:
+            log.info("cameras %s: %s", dali_cameras,
+                     f"a batch in at most {self.join_streams} groups, each group's clips joined into one stream "
+                     "(join_streams)" if self.join_streams else
+                     "one clip per sample (augment= draws per sample)" if cfg.augment is not None else
+                     "one clip per sample (join_streams=0)")
         # Every camera on host frames (or none at all) and batches on the CPU: a DALI graph would only pass the
         # tables through, so there is none; the tables are stacked as the batch is handed over. Measured (AV1
         # 480p, 2 cores, uint8 channels_last, alternated twice): 875-885 against 812-815 samples/s with the graph.

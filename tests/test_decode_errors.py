@@ -42,6 +42,17 @@ def _prepared(dataset, routes_override=None, **settings):
     return loader, builder, builder.build(loader.batch_plan(0, 0))
 
 
+def _dali_failure(loader, builder, prepared):
+    """Run `prepared` through the loader's graph; DALI must refuse an out-of-bounds index: the loader's reading
+    of that failure."""
+    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
+                             loader.image_ops)
+    pipe.build()
+    with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
+        pipe.run()
+    return builder.explain_dali_failure([prepared], raised.value)
+
+
 def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(small_dataset):
     """pad_mode="none": an index past the segment is an error, never a black frame (one clip per sample)."""
     loader, builder, prepared = _prepared(small_dataset, join_streams=0)
@@ -50,12 +61,7 @@ def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(sm
     seg = loader.store.segment(int(prepared.plan.episodes[1]), TOP)
     bad = len(seg.pts_s) + 3
     prepared.arrays[slot][1] = np.array([bad], dtype=np.int32)
-    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
-                             loader.image_ops)
-    pipe.build()
-    with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
-        pipe.run()
-    err = builder.explain_dali_failure([prepared], raised.value)
+    err = _dali_failure(loader, builder, prepared)
     assert isinstance(err, DecodeError)
     assert f"frame {bad} was asked for" in str(err) and f"episode {seg.episode}, camera '{TOP}'" in str(err)
     assert "frames in the clip of" in str(err) and "re-download the file" in str(err)
@@ -69,12 +75,7 @@ def test_out_of_range_index_in_a_joined_stream_names_its_episodes(small_dataset)
     frames = prepared.arrays[[o.name for o in builder.outputs].index(f"{TOP}@frames")]
     bad = int(frames[0].max()) + 50
     frames[0] = np.append(frames[0], bad).astype(np.int32)
-    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
-                             loader.image_ops)
-    pipe.build()
-    with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
-        pipe.run()
-    err = builder.explain_dali_failure([prepared], raised.value)
+    err = _dali_failure(loader, builder, prepared)
     episodes = sorted({int(loader.meta.episode_index(int(p))) for p in prepared.plan.episodes})
     assert isinstance(err, DecodeError)
     assert f"joining the clips of episodes {episodes}, camera '{TOP}'" in str(err), err

@@ -40,28 +40,25 @@ def clip_packets(index: PacketIndex, first_pts: int, last_pts: int, starts: np.n
     return part[index.pts[part] >= index.pts[start]]
 
 
-def cut_clip(data: bytes, index: PacketIndex, packets: np.ndarray, first: bytes | None = None) -> bytes:
+def cut_clip(data: bytes, index: PacketIndex, packets: np.ndarray) -> bytes:
     """`packets` of the segment in `data` as a standalone MP4 (no re-encoding): written by `mp4write` from the
-    segment's own sample table, or remuxed by PyAV when that table was not readable. `first`: other bytes for
-    the first packet (a spliced keyframe, `fetch.nal`)."""
-    payload = clip_bytes(data, index, packets, first)
+    segment's own sample table, or remuxed by PyAV when that table was not readable."""
     if index.stsd is not None and index.time_base.numerator == 1:
         from ..fetch.mp4write import write_mp4
 
-        return write_mp4(index.stsd, index.time_base.denominator, index.size[packets] if first is None else
-                         np.concatenate([[len(first)], index.size[packets[1:]]]), index.dts[packets],
-                         index.pts[packets], index.duration[packets], index.key[packets], payload)
+        return write_mp4(index.stsd, index.time_base.denominator, index.size[packets], index.dts[packets],
+                         index.pts[packets], index.duration[packets], index.key[packets],
+                         clip_bytes(data, index, packets))
     import av
 
     from ..fetch.segments import mux
 
     with av.open(io.BytesIO(data)) as template:
         stream = template.streams.video[0]
-        out, at = [], 0
+        out = []
         for i in packets.tolist():
-            size = int(index.size[i]) if first is None or at else len(first)
-            pkt = av.Packet(payload[at:at + size])
-            at += size
+            pos, size = int(index.pos[i]), int(index.size[i])
+            pkt = av.Packet(data[pos:pos + size])
             pkt.pts, pkt.dts, pkt.duration = int(index.pts[i]), int(index.dts[i]), int(index.duration[i])
             pkt.time_base = index.time_base
             pkt.is_keyframe = bool(index.key[i])

@@ -184,11 +184,13 @@ class _Lanes:
             self.totals[lane] = total
         self.frames = int(self.totals.sum())
 
+    def _visits(self, n, lane):
+        """Turns lane(s) `lane` had at stream positions < n (whether or not they still had frames)."""
+        return np.maximum(0, (n - lane + self.lanes - 1) // self.lanes)
+
     def _before(self, n: int) -> int:
         """Stream positions < n that are samples (not skipped)."""
-        lanes = np.arange(self.lanes)
-        visits = np.maximum(0, (n - lanes + self.lanes - 1) // self.lanes)
-        return int(np.minimum(visits, self.totals).sum())
+        return int(np.minimum(self._visits(n, np.arange(self.lanes)), self.totals).sum())
 
     def stream_index(self, v: int) -> int:
         """The stream position of the pass's `v`-th sample (0 <= v < frames)."""
@@ -228,7 +230,7 @@ class _Lanes:
         current one's first frames in its order."""
         out: dict[int, np.ndarray] = {}
         for lane in range(self.lanes):
-            visits = min(int(self.totals[lane]), max(0, (n - lane + self.lanes - 1) // self.lanes))
+            visits = min(int(self.totals[lane]), int(self._visits(n, lane)))
             for k in range(int(np.searchsorted(self.starts[lane], visits, side="left"))):
                 episode, begun = int(self.members[lane][k]), int(self.starts[lane][k])
                 out[episode] = self._order(episode)[:visits - begun]
@@ -238,7 +240,7 @@ class _Lanes:
         """Episodes handing out frames at stream position n: begun before it, not finished."""
         out = []
         for lane in range(self.lanes):
-            offset = max(0, (n - lane + self.lanes - 1) // self.lanes)
+            offset = int(self._visits(n, lane))
             if offset < self.totals[lane]:
                 k = int(np.searchsorted(self.starts[lane], offset, side="right")) - 1
                 if offset > self.starts[lane][k]:

@@ -211,14 +211,10 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
     from ..graph.batches import DALI_ROUTES, decode_segments
 
-    builder, store = loader.builder, loader.store
-    work = []  # (route, key, segs, idx)
-    for epoch, index in window:
-        plan = loader.batch_plan(epoch, index)
-        rows = [store.rows(int(p)) for p in plan.episodes]
-        for key, route in loader.routes.items():
-            segs, idx = builder.locate(plan, rows, key)
-            work.append((route, key, segs, idx))
+    from .bench_gpu import window_work
+
+    work = [(loader.routes[key], key, segs, idx)  # (route, key, segs, idx)
+            for key, segs, idx in window_work(loader, window, list(loader.routes))[0]]
     frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
     # Warm: one open torchcodec decoder per segment per thread before timing (unbounded: the ideal).
     from ..decode.cpu import DecoderCache, warm_decoders

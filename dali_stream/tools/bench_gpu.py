@@ -35,7 +35,7 @@ LIMIT_FILES = 4  # files per route (the window's first distinct ones)
 LOAD_SIZE = 8192  # the GPU load's square matrices (bfloat16): ~1.1 TFLOP per product
 
 
-def _window_work(loader, window, keys):
+def window_work(loader, window, keys):
     """(key, segments, frame indices) per camera in `keys` and batch of the window, and the window's samples."""
     store, builder = loader.store, loader.builder
     work, samples = [], 0
@@ -64,7 +64,7 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for route in sorted({r for r in loader.routes.values() if r in DALI_ROUTES}):
         keys = [k for k, r in loader.routes.items() if r == route]
-        work, _ = _window_work(loader, window[:8], keys)
+        work, _ = window_work(loader, window[:8], keys)
         files = list(dict.fromkeys(seg.source for _, segs, _ in work for seg in segs))[:LIMIT_FILES]
         streams = []
         for path in files:
@@ -128,7 +128,7 @@ def peers(loader, window) -> dict[str, dict[str, Any]]:
            None if keys else "no camera decodes on NVDEC here: nothing for a GPU peer to compare")
     if why is not None:
         return {name: {"available": False, "why": why} for name in ("torchcodec_cuda", "pynvvideocodec")}
-    work, samples = _window_work(loader, window, keys)
+    work, samples = window_work(loader, window, keys)
     return {"torchcodec_cuda": _peer(_torchcodec_cuda, work, samples, loader),
             "pynvvideocodec": _peer(_pynvvideocodec, work, samples, loader)}
 
