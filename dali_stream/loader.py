@@ -35,6 +35,7 @@ from .fetch.tables import TableReader
 from .graph.batches import DALI_ROUTES, BatchBuilder, Prepared
 from .graph.host import to_output, uses_host_frames
 from .graph.imageops import ImageOps
+from .graph.joined import joins
 from .meta import DatasetMeta
 from .pairing import check_dali
 from .plan.epoch import EpochPlan, PlanConfig, delta_indices, resume_plan
@@ -303,7 +304,9 @@ class StreamLoader:
         (`decode.speed`: one clip per sample or joined streams, frames per sample)."""
         from nvidia.dali import __version__ as dali_version
 
-        joined = self.config.join_streams != 0
+        # with an augment hook a batch is decoded one clip per sample whatever join_streams says (graph.joined.joins)
+        joined = joins(1 if self.config.join_streams is None else self.config.join_streams, True,
+                       self.config.augment is not None) != 0
 
         def measured(key: str) -> tuple[str | None, str]:
             frames = len(self.plan_config.delta_indices.get(key, (0,)))

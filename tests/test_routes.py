@@ -237,3 +237,21 @@ def test_auto_leaves_nvdec_where_it_was_measured_slower():
     insisted = choose_routes(CAMERAS, {"front": "gpu"}, H100, measured(False, frames))
     assert insisted["front"].route == "nvdec" and insisted["top"].route == "torchcodec"
     assert choose_routes(CAMERAS, "auto", CPU, measured(False, frames))["top"].route == "dali-cpu"
+
+
+def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
+    """With an augment= hook the graph decodes one clip per sample whatever join_streams says (graph.joined.joins),
+    so `auto` must weigh NVDEC by the per-sample measurement (torchcodec faster for one frame), not the joined one."""
+    from dali_stream import StreamLoader
+    from pipelines import augment
+
+    plain = StreamLoader(str(small_dataset), batch_size=2, device="cpu")
+    hooked = augment.make_loader(str(small_dataset), batch_size=2, device="cpu")
+    assert hooked.join_streams == 0 and plain.join_streams > 0
+    front = "observation.images.front"
+    if not plain._measured_speed()(front)[1].startswith("NVDEC with"):
+        pytest.fail("the measured rule's note changed: update this test")
+    assert "joined streams" in plain._measured_speed()(front)[1] and plain._measured_speed()(front)[0] is None
+    source, note = hooked._measured_speed()(front)
+    assert "one clip per sample" in note
+    assert source is not None and "61.9" in source  # DALI 2.4 in CI: the per-sample measurement applies

@@ -28,7 +28,7 @@ from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 from .clips import DaliInput, dali_input
-from .joined import group_sizes, join_group
+from .joined import group_sizes, join_group, joins
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
@@ -78,7 +78,7 @@ class BatchBuilder:
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
         dali_cameras = any(r in DALI_ROUTES for r in self.routes.values())
-        self.join_streams = join_streams if dali_cameras and augment_seed is None else 0
+        self.join_streams = joins(join_streams, dali_cameras, augment_seed is not None)
         if image_ops is not None and augment_seed is not None:
             raise ValueError("host frames skip the graph, where augmentation runs")  # uses_host_frames rules it out
         self.host_keys = [k for k, r in self.routes.items() if r == "torchcodec"] if image_ops is not None else []
