@@ -24,9 +24,9 @@ import numpy as np
 
 from .config import LoaderConfig
 from .decode.cpu import DecoderCache
-from .decode.device import resolve_device, torch_current_device
+from .decode.device import place
 from .decode.errors import classify
-from .decode.routes import Node, choose_routes, formats_of, warn_once
+from .decode.routes import choose_routes, formats_of
 from .decode.speed import gpu_slower, unmeasured
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
@@ -199,13 +199,7 @@ class StreamLoader:
         self.plan_lengths, self.episodes = select(meta.episodes["episode_index"], meta.lengths,
                                                   None if cfg.episodes is None else list(cfg.episodes),
                                                   cfg.max_episodes)
-        self.node = Node.probe()
-        if self.node.gpu_problem and not (self.node.facts and self.node.facts.cpu_only):
-            warn_once(self.node.gpu_problem)
-        placement = resolve_device(cfg.device, self.node.gpus, self.world.local_rank, torch_current_device(),
-                                   self.node.gpu_problem)
-        if placement.dali_device:  # another GPU than device 0: identify that one
-            self.node = Node.probe(placement.dali_device)
+        self.node, placement = place(cfg.device, self.world.local_rank)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
         choices = choose_routes(formats_of(meta), cfg.decode, self.node, self._measured_speed())

@@ -191,6 +191,24 @@ def test_second_gpu_holds_images_and_tables(gpu_dataset):
     _check_ids(batch, loader, [FRONT, SIDE, TOP, WRIST])
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_each_torchrun_rank_decodes_on_its_local_gpu(gpu_dataset):
+    """Issue 26: a rank that did not call set_device decodes on LOCAL_RANK's GPU (naming the GPU initialised CUDA
+    before the current device was read, so every rank took GPU 0). A real process per rank, as torchrun starts."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import torch; from dali_stream import StreamLoader; "
+              f"l = StreamLoader({str(gpu_dataset)!r}, batch_size=2, image_dtype='uint8'); b = next(iter(l)); "
+              "print(l.device, l.dali_device, sorted({str(v.device) for v in b.values() if hasattr(v, 'device')}))")
+    for rank in (0, 1):
+        env = {**os.environ, "LOCAL_RANK": str(rank), "RANK": str(rank), "WORLD_SIZE": "2"}
+        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.split("\n")[-2] == f"cuda:{rank} {rank} ['cuda:{rank}']", out.stdout
+
+
 @pytest.fixture(scope="module", params=["lerobot-g2", "lerobot-g30", "continuous-g2", "continuous-g30"])
 def nvdec_boundary_dataset(request, tmp_path_factory):
     """test_boundaries' matrix at 192x160 (every codec above NVDEC's minimum)."""

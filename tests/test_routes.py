@@ -255,3 +255,40 @@ def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
     source, note = hooked._measured_speed()(front)
     assert "one clip per sample" in note
     assert source is not None and "61.9" in source  # DALI 2.4 in CI: the per-sample measurement applies
+
+
+def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
+    """Issue 26: naming the GPU (`Node.probe`, torch.cuda.get_device_name) initialises CUDA, after which torch says
+    device 0 is current; `place` must read the current device first. A 2-GPU node is simulated at torch's and
+    DALI's probe functions (this machine has no GPU); the order of our calls is what is under test."""
+    import torch
+    from nvidia.dali import backend
+
+    from dali_stream.decode import routes
+    from dali_stream.decode.device import place
+
+    cuda = {"initialised": False, "current": 0}
+
+    def initialising(answer):
+        def call(*args):
+            cuda["initialised"] = True
+            return answer() if callable(answer) else answer
+        return call
+
+    monkeypatch.delenv("DALI_STREAM_CPU_ONLY", raising=False)
+    monkeypatch.setattr(backend, "GetCUDADeviceCount", lambda: 2)
+    monkeypatch.setattr(routes, "nvcuvid_error", lambda: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML: initialises nothing
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda["initialised"])
+    monkeypatch.setattr(torch.cuda, "current_device", initialising(lambda: cuda["current"]))
+    monkeypatch.setattr(torch.cuda, "get_device_name", initialising("NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", initialising((9, 0)))
+
+    node, placement = place(None, local_rank=1)  # torchrun's rank 1, no set_device: LOCAL_RANK % GPUs
+    assert placement == Placement(1, "cuda:1"), placement
+    assert node.gpus == 2 and node.gpu is not None and node.gpu.nvdec_engines == 7
+    cuda.update(initialised=True, current=1)  # accelerate: set_device(1) before the loader, LOCAL_RANK unset
+    assert place(None, local_rank=0)[1] == Placement(1, "cuda:1")
+    cuda.update(initialised=False, current=0)
+    assert place("cuda", local_rank=3)[1] == Placement(1, "cuda:1")

@@ -10,8 +10,12 @@ the local rank. The DALI pipeline is built on that index and batches land on `cu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import DeviceError
+
+if TYPE_CHECKING:
+    from .routes import Node
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,23 @@ def resolve_device(device: str | None, gpus: int, local_rank: int, current: int 
     else:
         index = local_rank % gpus
     return Placement(index, "cpu" if text == "cpu" else f"cuda:{index}")
+
+
+def place(device: str | None, local_rank: int) -> tuple["Node", Placement]:
+    """This node's decode capabilities (`routes.Node`, identifying the GPU the loader decodes on) and the loader's
+    placement. torch's current device is read FIRST: naming a GPU (`Node.probe`, through
+    `torch.cuda.get_device_name`) initialises CUDA in this process, after which torch reports device 0 as current
+    and every rank of a torchrun job that had not called `set_device` would land on GPU 0."""
+    from .routes import Node, warn_once
+
+    current = torch_current_device()
+    node = Node.probe()
+    if node.gpu_problem and not (node.facts and node.facts.cpu_only):
+        warn_once(node.gpu_problem)
+    placement = resolve_device(device, node.gpus, local_rank, current, node.gpu_problem)
+    if placement.dali_device:  # another GPU than device 0: identify that one
+        node = Node.probe(placement.dali_device)
+    return node, placement
 
 
 def torch_current_device() -> int | None:
