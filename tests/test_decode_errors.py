@@ -14,24 +14,43 @@ from dali_stream.graph.pipeline import build_pipeline
 TOP, FRONT = "observation.images.top", "observation.images.front"
 H100 = Node.from_facts(NodeFacts(8, 8, "2.13.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0)))
 
-# Messages as DALI 2.4.0's libdali_operators.so holds them (see `strings`), inside its usual wrapper.
+# Messages as DALI 2.4.0 raises them (strings of its libdali_operators.so; decode/errors.py names each one's
+# source file), inside its usual wrapper.
 WRAP = ("Critical error in pipeline:\nError in MIXED operator `nvidia.dali.fn.decoders.video`,\nwhich was used in "
         "the pipeline definition with the following traceback:\n\n  File \"x.py\", line 1\n\nencountered:\n\n{}\n"
         "C++ context: [/opt/dali/dali/operators/video/frames_decoder_gpu.cc:300]")
 MESSAGES = {
-    "too-small": "Video is too small in at least one dimension. Provided size is 128x96",
-    "too-large": "Video is too large in at least one dimension. Provided size is 9000x5000",
-    "unsupported": "Codec av1 is not supported by NVDEC on this platform.",
-    "nvcuvid": "Failed to load libnvcuvid.so, needed by the VideoReader operator. If you are running in a Docker "
-               "container, please refer to https://github.com/NVIDIA/nvidia-docker/wiki/Usage",
-    "out-of-memory": "CUDA allocation failed: out of memory",
+    "too-small": "Video is too small in at least one dimension. Provided: 128x96 vs supported:144x144",
+    "too-large": "Video is too large in at least one dimension. Provided: 9000x5000 vs supported:8192x8192",
+    "unsupported": "Codec configuration not supported on this GPU. Codec: H.264, chroma format: YUV 4:4:4, bit depth: 8",
+    "unopened": 'Failed to create video decoder for "memory file"',
+    "nvcuvid": "dlopen libnvcuvid.so failed!. Please install NVIDIA GPU driver",
+    "out-of-memory": 'CUDA driver API error "CUDA_ERROR_OUT_OF_MEMORY" (2):\nout of memory',
+    "out-of-bounds": "Start frame 0 is out of bounds for sample #2, expected range [0, 0)",
 }
+
+
+def test_every_message_the_tests_use_is_in_this_dali():
+    """The texts above are DALI's own: each pattern's words are in the installed libdali_operators.so (DALI 2.4.0
+    in CI), so a DALI that rewords a message fails here instead of silently falling to 'unknown'."""
+    import os
+
+    import nvidia.dali
+
+    lib = os.path.join(os.path.dirname(nvidia.dali.__file__), "libdali_operators.so")
+    data = open(lib, "rb").read()
+    for kind, text in MESSAGES.items():
+        words = {"out-of-memory": "CUDA driver API error ", "out-of-bounds": "is out of bounds for sample #"}.get(
+            kind, text.split(" Provided")[0].split(" Codec:")[0].split('"memory')[0])
+        assert words.encode() in data, (kind, words)
 
 
 @pytest.mark.parametrize("kind", sorted(MESSAGES))
 def test_classify_dali_messages(kind):
     failure = classify(WRAP.format(MESSAGES[kind]))
     assert failure.kind == kind and MESSAGES[kind][:30] in failure.line
+    if kind == "out-of-bounds":
+        assert (failure.frame, failure.frames) == (0, 0)
 
 
 def _prepared(dataset, routes_override=None, **settings):
@@ -110,5 +129,67 @@ def test_unknown_failures_do_not_blame_the_profile(small_dataset):
     loader, builder, prepared = _prepared(small_dataset)
     err = builder.explain_dali_failure([prepared], RuntimeError(WRAP.format("something new went wrong")))
     assert isinstance(err, DecodeError) and "profile" not in str(err)
-    assert "torchcodec decodes every one of those segments" in str(err) and "--decode-test" in str(err)
+    assert "torchcodec decodes every frame those batches asked for" in str(err) and "--decode-test" in str(err)
     assert explain_device(classify("something new"), {}, H100) is None
+
+
+def test_an_unknown_failure_checks_only_the_frames_the_batch_asked_for(small_dataset, monkeypatch):
+    """Issue 26: the CPU check behind an unexplained DALI failure decodes the frames the failed batch asked of
+    each DALI-routed camera, not every frame of every segment (minutes on hour-long episodes). The real
+    torchcodec decode runs; the test records what it was asked."""
+    from dali_stream.graph import batches
+
+    loader, builder, prepared = _prepared(small_dataset, join_streams=1)
+    asked: list[tuple[int, list[int]]] = []
+    real = batches.torchcodec_frames
+
+    def recording(seg, indices, cache=None):
+        asked.append((seg.uid, [int(i) for i in indices]))
+        return real(seg, indices, cache)
+
+    monkeypatch.setattr(batches, "torchcodec_frames", recording)
+    builder.explain_dali_failure([prepared], RuntimeError(WRAP.format("something new went wrong")))
+    want: dict[int, set[int]] = {}
+    for pos, idx in zip(prepared.plan.episodes, builder.locate(prepared.plan, [loader.store.rows(int(p)) for p in
+                                                                               prepared.plan.episodes], TOP)[1]):
+        want.setdefault(loader.store.segment(int(pos), TOP).uid, set()).update(int(i) for i in idx)
+    assert {uid: set(i) for uid, i in asked} == want
+    assert sum(len(i) for _, i in asked) < sum(len(loader.store.segment(int(p), TOP).pts_s)
+                                                for p in set(prepared.plan.episodes.tolist()))
+
+
+def _run_graph(loader, builder, prepared):
+    pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
+                             loader.image_ops)
+    pipe.build()
+    with pytest.raises(RuntimeError) as raised:
+        pipe.run()
+    return raised.value
+
+
+def test_a_stream_dali_cannot_open_is_named_from_dalis_real_failure(small_dataset):
+    """DALI 2.4's CPU decoder handed an H.264 clip (a camera whose info.json says vp9): DALI raises only 'Failed to
+    create video decoder' (why is a warning); the loader names the camera, the real codec and the fix."""
+    from dali_stream.graph.clips import dali_input
+
+    loader, builder, prepared = _prepared(small_dataset, join_streams=0)
+    slot = [o.name for o in builder.outputs].index(f"{TOP}@encoded")
+    front = loader.store.segment(int(prepared.plan.episodes[1]), FRONT)
+    prepared.arrays[slot][1] = dali_input(front, np.array([0])).data
+    exc = _run_graph(loader, builder, prepared)
+    assert classify(str(exc)).kind == "unopened", str(exc)
+    err = builder.explain_dali_failure([prepared], exc)
+    episode = int(loader.meta.episode_index(int(prepared.plan.episodes[1])))
+    assert isinstance(err, DecodeError)
+    assert f"camera '{TOP}', episodes [{episode}]" in str(err) and "the stream is h264" in str(err), err
+    assert "meta/info.json says 'vp9'" in str(err) and f"decode={{'{TOP}': 'cpu'}}" in str(err)
+
+
+def test_bytes_nothing_can_open_are_named_as_a_wrong_cut(small_dataset):
+    loader, builder, prepared = _prepared(small_dataset, join_streams=0)
+    slot = [o.name for o in builder.outputs].index(f"{TOP}@encoded")
+    prepared.arrays[slot][0] = np.frombuffer(b"\0\0\0\x20ftypisom" + bytes(range(256)) * 8, dtype=np.uint8)
+    exc = _run_graph(loader, builder, prepared)
+    assert classify(str(exc)).kind == "unopened", str(exc)
+    err = builder.explain_dali_failure([prepared], exc)
+    assert isinstance(err, DecodeError) and "FFmpeg cannot open it either: the cut is wrong" in str(err), err

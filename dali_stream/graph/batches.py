@@ -22,7 +22,8 @@ from typing import Any, Mapping, cast
 import numpy as np
 
 from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
-from ..decode.errors import classify, explain_device
+from ..decode.errors import classify, explain_device, stream_format
+from ..decode.routes import DALI_CPU_CODECS
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
@@ -55,6 +56,9 @@ class Prepared:
     tasks: list[str]
     host: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> (B, T, 3, H, W) frames (graph.host)
     members: int = 1  # samples per group (the graph's batch is the groups: `graph.joined`)
+    # DALI-routed camera -> per sample, the frame indices of its episode's segment the sample asked for: what a
+    # failed decode is checked against on the CPU (`BatchBuilder.explain_dali_failure`)
+    asked: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
 
 class BatchBuilder:
@@ -181,7 +185,8 @@ class BatchBuilder:
                 rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, 0xA6])
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
-        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members)
+        asked = {key: located[key][1] for key in streams}
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members, asked)
 
     def group_streams(self, located: Mapping[str, tuple[list, list[np.ndarray]]],
                      size: int) -> tuple[int, dict[str, list[DaliInput]]]:
@@ -229,23 +234,64 @@ class BatchBuilder:
             found = self._out_of_bounds(pending, failure)
             if found is not None:
                 return found
-        for prepared in pending:
-            for key in dali_keys:
-                for pos in dict.fromkeys(int(p) for p in prepared.plan.episodes):
-                    seg = self.store.segment(pos, key)
-                    try:
-                        torchcodec_frames(seg, np.arange(len(seg.pts_s)))
-                    except DecodeError as cpu_exc:
-                        return DecodeError(f"DALI's video decoder failed ({failure.line}) on episode {seg.episode}, "
-                                           f"camera {key!r}; the CPU check agrees: {cpu_exc}")
+        found = self._unopened(pending, failure) if failure.kind == "unopened" else None
+        found = found or self._check_asked_frames(pending, failure)
+        if found is not None:
+            return found
         episodes = sorted({int(self.meta.episode_index(int(p))) for b in pending for p in b.plan.episodes})
         if not dali_keys:
             return DecodeError(f"DALI pipeline failed: {failure.line}")
         return DecodeError(
             f"DALI's video decoder failed ({failure.line}) on a batch with episodes {episodes} of cameras "
-            f"{dali_keys}, although torchcodec decodes every one of those segments: the failure is DALI's, not "
-            f"the data's. Route the cameras through torchcodec with decode={dict.fromkeys(dali_keys, 'cpu')!r}, "
-            "and report it with the output of `dali-stream diagnose DATASET --decode-test --json`")
+            f"{dali_keys}, although torchcodec decodes every frame those batches asked for: the failure is "
+            f"DALI's, not the data's. Route the cameras through torchcodec with "
+            f"decode={dict.fromkeys(dali_keys, 'cpu')!r}, and report it with the output of "
+            "`dali-stream diagnose DATASET --decode-test --json`")
+
+    def _unopened(self, pending: list[Prepared], failure) -> DecodeError | None:
+        """DALI could not open a stream (`decode.errors`, kind "unopened"): the first clip or joined stream handed
+        to it that FFmpeg cannot open either, or whose codec DALI's CPU decoder lacks (the bytes DALI got, not the
+        segment they were cut from). NVDEC's refusals were asked before (`explain_device`)."""
+        for prepared in pending:
+            for key in prepared.asked:
+                for g, data in enumerate(prepared.arrays[self._slot[f"{key}@encoded"]]):
+                    fmt = stream_format(np.asarray(data).tobytes())
+                    n = prepared.members
+                    eps = sorted({int(self.meta.episode_index(int(p)))
+                                  for p in prepared.plan.episodes[g * n:(g + 1) * n]})
+                    where = f"camera {key!r}, episodes {eps}"
+                    if fmt is None:
+                        return DecodeError(
+                            f"DALI's video decoder could not open the stream cut for {where} ({failure.line}), and "
+                            f"FFmpeg cannot open it either: the cut is wrong, not the file. Decode the camera with "
+                            f"torchcodec, decode={{{key!r}: 'cpu'}}, and report it with "
+                            "`dali-stream diagnose DATASET --decode-test --json`")
+                    if self.routes[key] == "dali-cpu" and fmt.codec not in DALI_CPU_CODECS:
+                        claimed = self.meta.cameras[key].codec
+                        return DecodeError(
+                            f"DALI's CPU decoder could not open {where}: the stream is {fmt.describe()}, and it "
+                            f"decodes only {', '.join(sorted(DALI_CPU_CODECS))} ({failure.line}); meta/info.json "
+                            f"says {claimed!r}. Fix info.json's video.codec for the camera, or decode it with "
+                            f"torchcodec: decode={{{key!r}: 'cpu'}}")
+        return None
+
+    def _check_asked_frames(self, pending: list[Prepared], failure) -> DecodeError | None:
+        """The frames the failed batches asked of their DALI-routed cameras, decoded by torchcodec from their
+        segments, each frame's time checked: the first that fails names its episode and camera. Only those
+        frames: a whole segment of an hour-long episode would take minutes."""
+        for prepared in pending:
+            for key, asked in prepared.asked.items():
+                by_pos: dict[int, list[np.ndarray]] = {}
+                for pos, idx in zip(prepared.plan.episodes, asked):
+                    by_pos.setdefault(int(pos), []).append(np.asarray(idx))
+                for pos, parts in by_pos.items():
+                    seg = self.store.segment(pos, key)
+                    try:
+                        torchcodec_frames(seg, np.unique(np.concatenate(parts)))
+                    except DecodeError as cpu_exc:
+                        return DecodeError(f"DALI's video decoder failed ({failure.line}) on episode {seg.episode}, "
+                                           f"camera {key!r}; the CPU check agrees: {cpu_exc}")
+        return None
 
     def _out_of_bounds(self, pending: list[Prepared], failure) -> DecodeError | None:
         """The sample that asked DALI for frame `failure.frame` of a stream DALI found shorter."""
