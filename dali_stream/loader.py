@@ -27,6 +27,7 @@ from .decode.cpu import DecoderCache
 from .decode.device import place
 from .decode.errors import classify
 from .decode.routes import choose_routes, formats_of
+from .decode import proven
 from .decode.speed import gpu_slower, unmeasured
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
@@ -202,7 +203,8 @@ class StreamLoader:
         self.node, placement = place(cfg.device, self.world.local_rank)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
-        choices = choose_routes(formats_of(meta), cfg.decode, self.node, self._measured_speed())
+        choices = choose_routes(formats_of(meta), cfg.decode, self.node, self._measured_speed(),
+                                proven.rule(proven.installed_dali(), formats_of(meta), self._joined()))
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
         for key, choice in choices.items():
@@ -293,14 +295,18 @@ class StreamLoader:
                 "; use fewer ranks or a dataset with more, shorter episodes", stacklevel=2)
 
     # ---- set-up helpers --------------------------------------------------------------------------------
+    def _joined(self) -> bool:
+        """Whether NVDEC cameras would decode joined streams (`graph.joined`): with an augment hook a batch is
+        decoded one clip per sample whatever join_streams says (`joins`)."""
+        return joins(1 if self.config.join_streams is None else self.config.join_streams, True,
+                     self.config.augment is not None) != 0
+
     def _measured_speed(self):
         """For `decode="auto"`: per camera, whether a measurement says torchcodec beats NVDEC for its samples
         (`decode.speed`: one clip per sample or joined streams, frames per sample)."""
         from nvidia.dali import __version__ as dali_version
 
-        # with an augment hook a batch is decoded one clip per sample whatever join_streams says (graph.joined.joins)
-        joined = joins(1 if self.config.join_streams is None else self.config.join_streams, True,
-                       self.config.augment is not None) != 0
+        joined = self._joined()
 
         def measured(key: str) -> tuple[str | None, str]:
             frames = len(self.plan_config.delta_indices.get(key, (0,)))

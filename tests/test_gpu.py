@@ -59,14 +59,23 @@ def _check_ids(batch, loader, keys, steps=STEPS):
             assert got == want, (key, loader.routes[key], ep, fr)
 
 
-def test_auto_routes_follow_the_table_on_this_gpu(gpu_dataset):
+def test_routes_follow_the_table_and_auto_the_proofs_on_this_gpu(gpu_dataset):
+    """decode='gpu' takes NVDEC wherever the capability table does; `auto` only for kinds of stream proven on
+    NVDEC (decode/proven.py), the others on a CPU route with the reason."""
+    from dali_stream.decode.proven import installed_dali, unproven
+
     loader = StreamLoader(str(gpu_dataset), batch_size=4)
     node = loader.node
     assert loader.device.startswith("cuda:") and loader.dali_device == int(loader.device.split(":")[1])
     for key, fmt in formats_of(loader.meta).items():
         refused = node.nvdec_refuses(fmt)
-        assert (loader.routes[key] == "nvdec") == (refused is None), (key, loader.route_reasons[key])
-    assert [loader.routes[k] for k in (FRONT, SIDE, TOP)] == ["nvdec"] * 3, loader.route_reasons
+        doubt = unproven(installed_dali(), fmt.codec, loader._joined())
+        if refused is not None or doubt is not None:
+            assert loader.routes[key] != "nvdec", (key, loader.route_reasons[key])
+        if refused is None and doubt is not None:
+            assert doubt in loader.route_reasons[key], (key, loader.route_reasons[key])
+    insisted = StreamLoader(str(gpu_dataset), batch_size=4, decode=dict.fromkeys((FRONT, SIDE, TOP), "gpu"))
+    assert [insisted.routes[k] for k in (FRONT, SIDE, TOP)] == ["nvdec"] * 3, insisted.route_reasons
 
 
 def test_av1_refused_only_where_the_table_says(gpu_dataset):
@@ -161,7 +170,8 @@ def test_long_episodes_deep_frames(long_dataset):
 
 
 def test_resume_on_gpu(gpu_dataset):
-    args = dict(batch_size=3, episode_pool_size=2, seed=9, delta_timestamps=DELTAS)
+    args = dict(batch_size=3, episode_pool_size=2, seed=9, delta_timestamps=DELTAS,
+                decode=dict.fromkeys((FRONT, SIDE, TOP), "gpu"))
     full = [b["index"].tolist() for b in StreamLoader(str(gpu_dataset), **args)]
     first = StreamLoader(str(gpu_dataset), **args)
     for i, _ in enumerate(first):
@@ -184,7 +194,7 @@ def test_the_make_demo_sample_decodes_on_this_gpu(small_dataset):
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_second_gpu_holds_images_and_tables(gpu_dataset):
     loader = StreamLoader(str(gpu_dataset), batch_size=4, device="cuda:1", delta_timestamps=DELTAS,
-                          image_dtype="uint8")
+                          image_dtype="uint8", decode=dict.fromkeys((FRONT, SIDE, TOP), "gpu"))
     assert loader.dali_device == 1
     batch = next(iter(loader))
     assert {str(v.device) for v in batch.values() if isinstance(v, torch.Tensor)} == {"cuda:1"}
@@ -229,11 +239,11 @@ def test_nvdec_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, win
     from .test_boundaries import check_every_frame
 
     root, fps, cameras = nvdec_boundary_dataset
-    with StreamLoader(str(root), batch_size=2, decode="auto", device="cuda") as loader:
-        assert {k.rsplit(".", 1)[1] for k in _nvdec_cameras(loader)} == {"front", "side", "top"}, loader.routes
-    # NVDEC demanded where the table takes the codec: `auto` would route one-frame samples on per-sample clips to
-    # torchcodec (decode/speed.py)
+    # NVDEC demanded where the table takes the codec: `auto` keeps kinds not proven yet (decode/proven.py: this is
+    # the proof) and one-frame samples on per-sample clips (decode/speed.py) on the CPU
     decode = {f"observation.images.{c}": "gpu" if c in ("front", "side", "top") else "auto" for c in cameras}
+    with StreamLoader(str(root), batch_size=2, decode=decode, device="cuda") as loader:
+        assert {k.rsplit(".", 1)[1] for k in _nvdec_cameras(loader)} == {"front", "side", "top"}, loader.routes
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, device="cuda", join_streams=join_streams)
 
 
@@ -243,7 +253,7 @@ def test_nvdec_threads_are_not_pinned_to_cores(gpu_dataset):
     import os
 
     allowed = os.sched_getaffinity(0)
-    with StreamLoader(str(gpu_dataset), batch_size=4, decode="auto", device="cuda") as loader:
+    with StreamLoader(str(gpu_dataset), batch_size=4, decode={FRONT: "gpu"}, device="cuda") as loader:
         assert _nvdec_cameras(loader)
         next(iter(loader))
         pinned = {tid: os.sched_getaffinity(tid) for tid in map(int, os.listdir("/proc/self/task"))}
@@ -253,13 +263,16 @@ def test_nvdec_threads_are_not_pinned_to_cores(gpu_dataset):
 
 def test_auto_takes_torchcodec_where_nvdec_was_measured_slower(gpu_dataset):
     """decode/speed.py: one frame per camera on per-sample clips (DALI 2.4) was measured slower on NVDEC than on
-    torchcodec, so `auto` routes those cameras to torchcodec and says why; windows, joined streams and
-    decode='gpu' keep NVDEC."""
+    torchcodec, so `auto` routes those cameras to torchcodec and says why, where the kind is proven at all
+    (decode/proven.py; unproven kinds go to the CPU first, and say that); decode='gpu' keeps NVDEC."""
+    from dali_stream.decode.proven import installed_dali, unproven
+
     with StreamLoader(str(gpu_dataset), batch_size=2, decode="auto", device="cuda", join_streams=0,
                       delta_timestamps={FRONT: DELTAS[FRONT]}) as loader:
-        assert loader.routes[SIDE] == "torchcodec" and "torchcodec is faster" in loader.route_reasons[SIDE]
-        assert loader.routes[FRONT] == "nvdec" and "not measured" in loader.route_reasons[FRONT]
-    with StreamLoader(str(gpu_dataset), batch_size=2, decode="auto", device="cuda") as loader:
-        assert loader.routes[SIDE] == "nvdec" and "joined streams" in loader.route_reasons[SIDE]
+        doubt = unproven(installed_dali(), "hevc", False)
+        if doubt is None:
+            assert loader.routes[SIDE] == "torchcodec" and "torchcodec is faster" in loader.route_reasons[SIDE]
+        else:
+            assert loader.routes[SIDE] == "torchcodec" and doubt in loader.route_reasons[SIDE]
     with StreamLoader(str(gpu_dataset), batch_size=2, decode={SIDE: "gpu"}, device="cuda", join_streams=0) as loader:
         assert loader.routes[SIDE] == "nvdec"

@@ -292,3 +292,27 @@ def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
     assert place(None, local_rank=0)[1] == Placement(1, "cuda:1")
     cuda.update(initialised=False, current=0)
     assert place("cuda", local_rank=3)[1] == Placement(1, "cuda:1")
+
+
+def test_auto_keeps_streams_nvdec_is_not_proven_on_off_the_gpu():
+    """Issue 26 / decode/proven.py: until `make gpu-check` proves NVDEC on a kind of stream (codec, DALI minor,
+    joined or per-sample clips), `auto` decodes it on a CPU route and says why; an entry lets NVDEC take it;
+    decode='gpu' uses NVDEC anyway."""
+    from dali_stream.decode.proven import PROVEN, Proven, rule
+
+    fmts = dict(CAMERAS)
+    none = choose_routes(fmts, "auto", H100, unproven=rule("2.4.0", fmts, True, ()))
+    assert {k: c.route for k, c in none.items()} == {
+        "front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}
+    assert "not yet proven to return the planned frames for h264 as joined streams on DALI 2.4" in none["front"].reason
+    assert "make gpu-check" in none["front"].reason and "decode='gpu'" in none["front"].reason
+    assert "no NVDEC support for av1" in none["wrist"].reason  # refused first: the proof is not the question
+    table = (Proven("2.4", "h264", True, "results/X (2026-12-01)"),)
+    some = choose_routes(fmts, "auto", H100, unproven=rule("2.4.1", fmts, True, table))
+    assert some["front"].route == "nvdec" and some["side"].route == "torchcodec"
+    per_sample = choose_routes(fmts, "auto", H100, unproven=rule("2.4.1", fmts, False, table))
+    assert per_sample["front"].route == "torchcodec" and "one clip per sample" in per_sample["front"].reason
+    assert choose_routes(fmts, "auto", H100, unproven=rule("2.5.0", fmts, True, table))["front"].route == "torchcodec"
+    insisted = choose_routes(fmts, {"front": "gpu"}, H100, unproven=rule("2.4.0", fmts, True, ()))
+    assert insisted["front"].route == "nvdec"
+    assert all(p.source for p in PROVEN)  # every entry says where it was proven

@@ -226,11 +226,14 @@ def formats_of(meta) -> dict[str, StreamFormat]:
 
 
 def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str],
-                  node: Node, measured: Callable[[str], tuple[str | None, str]] | None = None) -> dict[str, RouteChoice]:
+                  node: Node, measured: Callable[[str], tuple[str | None, str]] | None = None,
+                  unproven: Callable[[str], str | None] | None = None) -> dict[str, RouteChoice]:
     """Camera key -> route and reason, from each camera's stream format, the user's `decode` and the node.
 
-    `measured(key)` -> (why the CPU route is faster for the camera's samples, or None; a note otherwise), from
-    `decode.speed`: an `auto` camera NVDEC would take goes to torchcodec where a measurement says so."""
+    `unproven(key)` -> why NVDEC is not proven to give the planned frames for the camera's kind of stream, or
+    None (`decode.proven`): an `auto` camera NVDEC could take goes to a CPU route then. `measured(key)` -> (why
+    the CPU route is faster for the camera's samples, or None; a note otherwise), from `decode.speed`: an `auto`
+    camera NVDEC would take goes to torchcodec where a measurement says so."""
     if isinstance(decode, str):
         choice = {key: decode for key in formats}
     else:
@@ -248,8 +251,11 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
             out[key] = RouteChoice("torchcodec", "decode='cpu': torchcodec for every camera")
             continue
         refused = node.nvdec_refuses(fmt)
+        doubt = unproven(key) if unproven is not None and want == "auto" and refused is None else None
         slower, note = measured(key) if measured is not None and want == "auto" else (None, "")
-        if refused is None and slower is not None:
+        if doubt is not None:
+            out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}")
+        elif refused is None and slower is not None:
             out[key] = RouteChoice("torchcodec", f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
                                                  f"these samples: {slower}; decode='gpu' insists on NVDEC")
         elif refused is None:

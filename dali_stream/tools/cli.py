@@ -100,11 +100,13 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from ..decode import proven
     from ..decode.routes import Node, choose_routes, formats_of
     from ..meta import DatasetMeta
 
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
-    routes = choose_routes(formats_of(meta), "auto", Node.probe())
+    formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
+    routes = choose_routes(formats, "auto", Node.probe(), unproven=proven.rule(proven.installed_dali(), formats, True))
     report = {
         "source": meta.source,
         "revision": args.revision,

@@ -143,6 +143,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
     """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request)."""
     import numpy as np
 
+    from ..decode import proven
     from ..decode.routes import StreamFormat, choose_routes, formats_of
     from ..meta import DatasetMeta
 
@@ -167,7 +168,8 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
         # Route on what the file holds (size, pixel format) where it could be read, else on info.json.
         fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"]) if "width" in entry \
             else declared[key]
-        choice = choose_routes({key: fmt}, "auto", node)[key]
+        choice = choose_routes({key: fmt}, "auto", node,  # as the loader's defaults take it: joined streams
+                               unproven=proven.rule(proven.installed_dali(), {key: fmt}, True))[key]
         entry.update(route=choice.route, reason=choice.reason)
         if "layer" not in entry:
             if choice.route == "torchcodec" and not software["torchcodec"]["ok"]:

@@ -1,0 +1,62 @@
+"""Which kinds of stream NVDEC, through DALI's mixed decoder and the clips this version cuts, has been shown to
+return the planned frames for: `decode="auto"` sends any other kind to a CPU route and says why (issue 26).
+`decode="gpu"` still uses NVDEC where the capability table (`gpus`) says it can.
+
+A kind is a codec on a DALI minor version, as one clip per sample or as joined streams (`graph.joined`): the two
+paths hand NVDEC different streams. An entry is earned by `make gpu-check` on a GPU node: the boundary matrix of
+`tests/test_gpu.py` (every frame of every episode, first and last, windows past both ends, on files written as
+lerobot's recorder writes them and as one continuous encode: H.264 with B-frames, HEVC with libx265's open GOPs,
+VP9 with alt-ref frames, at GOP 2 and 30) and the fixtures encoded as they are in the wild
+(`tests/test_wild_encodings.py`), all checked by painted ids. Enter what passed with its results folder and
+date. Whatever changes how clips or joined streams are cut (`graph.clips`, `graph.joined`, `fetch.mp4write`,
+`fetch.nal`) voids the entries of the path it changes: remove them in the same commit.
+
+The table is empty: the first GPU run (H100, 2026-11-23, benchmarks/results/NVIDIA-H100-80GB-HBM3/) proved
+H.264, HEVC and VP9 on the clips of that day (closed GOPs, no alt-ref frames), and clips have been cut
+differently since (an edit list, leading pictures left out, decoder-resetting keyframes only, joined streams).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+
+@dataclass(frozen=True)
+class Proven:
+    """On DALI `dali` (major.minor), `codec` streams cut as joined streams (`joined`) or one clip per sample
+    decoded to the planned frames in every check of `source` (a results folder and date)."""
+
+    dali: str
+    codec: str
+    joined: bool
+    source: str
+
+
+PROVEN: tuple[Proven, ...] = ()
+
+
+def unproven(dali_version: str, codec: str, joined: bool, table: tuple[Proven, ...] = PROVEN) -> str | None:
+    """Why `auto` keeps this kind of stream off NVDEC (None: an entry covers it)."""
+    minor = ".".join(dali_version.split(".")[:2])
+    if any(p.dali == minor and p.codec == codec and p.joined == joined for p in table):
+        return None
+    how = "joined streams" if joined else "one clip per sample"
+    return (f"NVDEC is not yet proven to return the planned frames for {codec} as {how} on DALI {minor} "
+            "(dali_stream/decode/proven.py; `make gpu-check` on a GPU node proves it); decode='gpu' uses NVDEC "
+            "anyway")
+
+
+def rule(dali_version: str, formats: Mapping, joined: bool,
+         table: tuple[Proven, ...] = PROVEN) -> Callable[[str], str | None]:
+    """`choose_routes`' `unproven` argument: camera key -> why its stream kind is unproven on NVDEC, or None."""
+    return lambda key: unproven(dali_version, formats[key].codec, joined, table)
+
+
+def installed_dali() -> str:
+    """The installed DALI's version ("0" when it does not import: nothing is proven for it)."""
+    try:
+        from nvidia.dali import __version__
+    except Exception:
+        return "0"
+    return str(__version__)
