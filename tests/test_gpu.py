@@ -276,3 +276,28 @@ def test_auto_takes_torchcodec_where_nvdec_was_measured_slower(gpu_dataset):
             assert loader.routes[SIDE] == "torchcodec" and doubt in loader.route_reasons[SIDE]
     with StreamLoader(str(gpu_dataset), batch_size=2, decode={SIDE: "gpu"}, device="cuda", join_streams=0) as loader:
         assert loader.routes[SIDE] == "nvdec"
+
+
+@pytest.fixture(scope="module", params=["wild", "hd"])
+def nvdec_wild_dataset(request, tmp_path_factory):
+    """tests/test_wild_encodings.py's files (each encoder's defaults: x264 B-frames, x265 open GOP, two-pass VP9
+    alt-ref frames, SVT-AV1/libaom hidden frames; H.264 1080p coded as 1088 rows) at NVDEC sizes. Without the
+    ffmpeg command (the lent H100 had none), the cameras it encodes (VP9, libaom) are left out."""
+    from .test_wild_encodings import HD, WILD, have_libaom, wild_dataset
+
+    if request.param == "hd":
+        return wild_dataset(tmp_path_factory.mktemp("gpu-wild") / "hd", HD, 1080, 1920, episodes=3, min_length=6,
+                            max_length=11)
+    cameras = WILD if have_libaom() else {k: v for k, v in WILD.items() if k not in ("top", "aux")}
+    return wild_dataset(tmp_path_factory.mktemp("gpu-wild") / "wild", cameras, 160, 192)
+
+
+@pytest.mark.parametrize("join_streams", [None, 0], ids=["joined-engines", "per-sample"])
+@pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
+def test_nvdec_every_frame_of_streams_encoded_in_the_wild(nvdec_wild_dataset, windowed, join_streams):
+    from .test_boundaries import check_every_frame
+
+    root, cameras = nvdec_wild_dataset
+    decode = {f"observation.images.{c}": "gpu" if codec in ("h264", "hevc", "vp9") else "auto"
+              for c, codec in cameras.items()}
+    check_every_frame(root, FPS, cameras, decode=decode, windowed=windowed, device="cuda", join_streams=join_streams)

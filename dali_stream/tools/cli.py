@@ -48,7 +48,9 @@ def _make_sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recorder", choices=RECORDERS, default=from_spec["recorder"],
                    help="dali_stream: one continuous stream a file; lerobot: each episode encoded alone with lerobot "
                         "0.6.1's PyAV options (use --gop 2 --crf 30 for its defaults) and appended as its recorder "
-                        "does (default %(default)s)")
+                        "does; encoder-defaults: one continuous stream a file with each encoder's own defaults (x265 "
+                        "open GOPs, VP9 alt-ref and AV1 hidden frames; a camera may name another encoder: "
+                        "aux:av1/libaom-av1) (default %(default)s)")
     p.add_argument("--pix-fmt", choices=PIX_FMTS, default=from_spec["pix_fmt"],
                    help="pixel format of H.264/VP9 cameras (AV1 and HEVC stay yuv420p, as lerobot keeps them)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
@@ -95,7 +97,7 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
     spec = _spec(args)
     path = _write_with_progress(Path(args.out), spec, args.overwrite, console, args.workers)
     console.print(f"wrote LeRobot v3.0 dataset: {path} ({spec.episodes} episodes, "
-                  f"{int(spec.lengths().sum())} frames, cameras {', '.join(c.name + ':' + c.codec for c in spec.cameras)})")
+                  f"{int(spec.lengths().sum())} frames, cameras {', '.join(c.text() for c in spec.cameras)})")
     return 0
 
 
@@ -324,7 +326,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if why is not None:
             console.print(f"writing the benchmark sample ({args.sample}) to {args.dataset}, {why}: {spec.episodes} "
                           f"episodes of {spec.min_length}-{spec.max_length} frames, cameras "
-                          f"{', '.join(c.name + ':' + c.codec for c in spec.cameras)} at {spec.width}x{spec.height}, "
+                          f"{', '.join(c.text() for c in spec.cameras)} at {spec.width}x{spec.height}, "
                           f"GOP {spec.gop}, {spec.content} frames (minutes, once)")
             _write_with_progress(Path(args.dataset), spec, True, console)
     configs = _bench_configs(args)

@@ -13,7 +13,9 @@ careful settings, and failing that the writer raises), so tests can trust them.
 
 `recorder="lerobot"` writes the video files as lerobot's own recorder does instead (`lerobot_recorder`): each
 episode encoded alone with lerobot's PyAV options, appended to its file through FFmpeg's concat demuxer, and
-`from_timestamp`/`to_timestamp` taken from the files' durations.
+`from_timestamp`/`to_timestamp` taken from the files' durations. `recorder="encoder-defaults"` encodes each file
+continuously with the encoders' own defaults (`default_recorder`: x265 open GOPs, VP9 alt-ref frames, AV1 hidden
+frames; a camera may name another encoder, `aux:av1/libaom-av1`).
 """
 
 from __future__ import annotations
@@ -45,14 +47,23 @@ STATE_DIM = 6
 class CameraSpec:
     name: str
     codec: str
+    encoder: str | None = None  # recorder "encoder-defaults" only: another encoder of the codec (libaom-av1)
 
     @property
     def key(self) -> str:
         return f"observation.images.{self.name}"
 
     def __post_init__(self) -> None:
+        from .default_recorder import encoders_of
+
         if self.codec not in CODECS:
             raise ValueError(f"camera {self.name!r}: codec {self.codec!r} is not one of {CODECS}")
+        if self.encoder is not None and self.encoder not in encoders_of(self.codec):
+            raise ValueError(f"camera {self.name!r}: encoder {self.encoder!r} does not write {self.codec} here; "
+                             f"choose one of {encoders_of(self.codec)}")
+
+    def text(self) -> str:
+        return f"{self.name}:{self.codec}{'/' + self.encoder if self.encoder else ''}"
 
 
 def parse_cameras(text: str) -> tuple[CameraSpec, ...]:
@@ -61,8 +72,10 @@ def parse_cameras(text: str) -> tuple[CameraSpec, ...]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, codec = part.partition(":")
         if not sep or not name:
-            raise ValueError(f"camera {part!r} must look like NAME:CODEC, e.g. front:h264 (codecs: {', '.join(CODECS)})")
-        specs.append(CameraSpec(name, codec))
+            raise ValueError(f"camera {part!r} must look like NAME:CODEC, e.g. front:h264 (codecs: {', '.join(CODECS)}), "
+                             "or NAME:CODEC/ENCODER with recorder 'encoder-defaults', e.g. aux:av1/libaom-av1")
+        codec, _, encoder = codec.partition("/")
+        specs.append(CameraSpec(name, codec, encoder or None))
     if len({s.name for s in specs}) != len(specs):
         raise ValueError(f"camera names must be unique: {text!r}")
     return tuple(specs)
@@ -106,13 +119,17 @@ class SampleSpec:
             raise ValueError(f"pix_fmt must be one of {PIX_FMTS}. Found: {self.pix_fmt!r}")
         if self.crf is not None and not 0 <= self.crf <= 51:
             raise ValueError(f"crf must be in [0, 51] (every encoder here accepts that range). Found: {self.crf}")
+        named = [c.text() for c in self.cameras if c.encoder]
+        if named and self.recorder != "encoder-defaults":
+            raise ValueError(f"cameras {named} name an encoder, which only recorder 'encoder-defaults' takes "
+                             f"(recorder: {self.recorder!r})")
         paint.check_size(self.height, self.width)
 
     def record(self) -> dict:
         """The spec as JSON values: written into the sample's info.json (`SAMPLE_KEY`), so a reader can tell which
         settings wrote a sample (bench rewrites a default sample whose record differs from today's spec)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "cameras"}
-        return out | {"cameras": ",".join(f"{c.name}:{c.codec}" for c in self.cameras)}
+        return out | {"cameras": ",".join(c.text() for c in self.cameras)}
 
     def frames(self, ids: Sequence[tuple[int, int]], camera: int) -> Iterator[np.ndarray]:
         """The RGB frames of camera `camera` (its position in `cameras`) carrying `ids` (episode, frame), in order."""
@@ -220,11 +237,18 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
     """Encode the frames carrying `ids`, then decode them back: every frame must show its own ids. A file that
     does not is encoded again with careful settings (then True); one that still does not is an error. Returns
     that and each episode's span in the file, in the order of `ids`."""
-    from . import lerobot_recorder
+    from . import default_recorder, lerobot_recorder
 
     episodes = [list(run) for _, run in itertools.groupby(ids, key=lambda i: i[0])]  # ids run episode by episode
     for careful in (False, True):
-        if spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
+        if spec.recorder == "encoder-defaults":  # careful: a lower crf (and SVT-AV1's preset 6), structure unchanged
+            cam = spec.cameras[camera]
+            default_recorder.encode(path, spec.frames(ids, camera), cam.encoder or default_recorder.ENCODERS[codec],
+                                    spec.fps, spec.gop, spec.crf, spec.pix_fmt_of(codec), spec.height, spec.width,
+                                    careful=careful)
+            ends = np.cumsum([len(run) for run in episodes]) / spec.fps
+            spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
+        elif spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
             crf = 12 if careful else (lerobot_recorder.LEROBOT_CRF if spec.crf is None else spec.crf)
             spans = lerobot_recorder.write_file(
                 path, [spec.frames(run, camera) for run in episodes], codec, spec.fps,

@@ -27,6 +27,8 @@ SAMPLE_DEFAULTS: dict[str, Any] = {
 CONTENTS = ("pattern", "scene")
 # How the video files are written: "dali_stream", one continuously encoded stream per file (episodes start
 # anywhere in a GOP); "lerobot", as lerobot 0.6.1's recorder writes them (`lerobot_recorder`: an encode per
-# episode with lerobot's PyAV options, appended through FFmpeg's concat demuxer).
-RECORDERS = ("dali_stream", "lerobot")
+# episode with lerobot's PyAV options, appended through FFmpeg's concat demuxer); "encoder-defaults", one
+# continuous encode per file with each encoder's own defaults (`default_recorder`: open GOPs, alt-ref and hidden
+# frames, as recordings made outside lerobot come).
+RECORDERS = ("dali_stream", "lerobot", "encoder-defaults")
 PIX_FMTS = ("yuv420p", "yuv444p")
