@@ -40,11 +40,12 @@ install: $(STAMP)
 gpu-check:
 	bash benchmarks/gpu_check.sh
 
-# System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and, when running
+# System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and its command (the
+# sample writer's encoder-defaults recorder runs libaom and two-pass VP9 through it) and, when running
 # as root (CI), Debian's slurm-wlm for the real-SLURM test (tests/test_slurm.py skips without it).
 sysdeps:
 	@need=""; \
-	{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libavcodec\.so' || need="ffmpeg"; \
+	{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libavcodec\.so' && command -v ffmpeg >/dev/null || need="ffmpeg"; \
 	if [ "$$(id -u)" = 0 ] && ! command -v slurmctld >/dev/null; then need="$$need slurm-wlm"; fi; \
 	if [ -n "$$need" ]; then \
 		echo "installing system packages:$$need"; \
