@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# `make gpu-check`: on a machine with an NVIDIA GPU, the GPU route's first-contact check in one command.
+# `make gpu-check`: on a machine with an NVIDIA GPU, every GPU-route number and check in one command.
+#   0. preflight (benchmarks/gpu_preflight.py): every import, torch's CUDA build against the driver, the node probe,
+#      a tiny NVDEC batch on a CUDA device. A failure stops here with its reason (exit 4): nothing later could work.
 #   1. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
-#   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file;
+#   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file: the boundary matrix and the
+#      wild encodings through NVDEC (what decode/proven.py's entries are earned by), and the rest. Known failures
+#      are xfail with their reason, so a failing test is a new one;
 #   3. issue 25's numbers on a 640x480 two-camera H.264 GOP 2 sample (single mode, one process): the GPU route
 #      with joined streams (bench --decode gpu: its NVDEC limit from whole files, NVDEC utilisation, torchcodec on
 #      CUDA and PyNvVideoCodec on the same plans, the CPU route on every core, a bfloat16 matmul load beside it),
@@ -11,13 +15,18 @@
 #      checks on this node's CPU routes (tests/test_boundaries.py, tests/test_frame_guard.py), every clip's ids
 #      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
 #      (gpu_two_loaders.py --both), one joined stream per batch against per-sample clips on NVDEC
-#      (joined_clips.py): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md.
-# Results go to benchmarks/results/<gpu-name>/ (override with GPU_OUT). Exit status: the tests' (non-zero when
-# a GPU test failed, none ran, or no GPU was found), or the benchmark's when the tests passed.
+#      (joined_clips.py): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md;
+#   5. a summary table (benchmarks/gpu_summary.py -> summary.md): tests by outcome, every NVDEC frame check, and
+#      per NVDEC-pays run samples/s against the CPU route on every core, the NVDEC limit ratio and utilisation.
+# Every step runs under `timeout` (a stuck C++ call cannot hang the check); pytest's own per-test limit uses its
+# thread method, which also stops a test stuck in C++. Results go to benchmarks/results/<gpu-name>/ (override with
+# GPU_OUT). Exit status: 4 when the preflight failed, else the tests' (non-zero when a GPU test failed, none ran,
+# or no GPU was found), else the benchmarks'.
 #
 #   PY=python3 GPU_OUT=/tmp/out bash benchmarks/gpu_check.sh
 # PY: the interpreter holding dali_stream's dependencies (default .venv/bin/python, else python3).
-# GPU_TEST_TIMEOUT: seconds one GPU test may run before pytest-timeout stops it (default 900).
+# GPU_TEST_TIMEOUT: seconds one GPU test may run (default 900); GPU_STEP_TIMEOUT: seconds one benchmark or
+# diagnostic script may run (default 1800).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -29,18 +38,30 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1 | tr ' ' '-' 
 out=${GPU_OUT:-benchmarks/results/$gpu}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 SVT_LOG=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the scripts import dali_stream from this tree
 unset DALI_STREAM_CPU_ONLY
+step=${GPU_STEP_TIMEOUT:-1800}
+run() { timeout -k 30 "$step" "$@"; }  # every step: killed after $step s (exit 124), never a hang
 
-echo "== diagnose ($gpu) -> $out/diagnose.json"
-"$PY" -m dali_stream diagnose --json >"$out/diagnose.json"
+echo "== preflight ($gpu)"
+timeout -k 30 600 "$PY" benchmarks/gpu_preflight.py .demo 2>&1 | tee "$out/preflight.log"
+pre=${PIPESTATUS[0]}
+if [ "$pre" -ne 0 ]; then
+    echo "gpu-check: stopped at the preflight (exit $pre): see $out/preflight.log" >&2
+    exit 4
+fi
+
+echo "== diagnose -> $out/diagnose.json"
+run "$PY" -m dali_stream diagnose --json >"$out/diagnose.json"
 "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['verdict']); print('gpu:', r['gpu'])" \
     "$out/diagnose.json"
 
 echo "== gpu tests -> $out/gpu-tests.log"
 timeout_flag=()
-"$PY" -c "import pytest_timeout" 2>/dev/null && timeout_flag=(--timeout="${GPU_TEST_TIMEOUT:-900}")
-"$PY" -m pytest -m gpu -v -rs "${timeout_flag[@]}" -p no:cacheprovider tests/test_gpu.py \
-    --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
+"$PY" -c "import pytest_timeout" 2>/dev/null && \
+    timeout_flag=(--timeout="${GPU_TEST_TIMEOUT:-900}" --timeout-method=thread)
+timeout -k 60 "${GPU_TESTS_TIMEOUT:-5400}" "$PY" -m pytest -m gpu -v -rsx "${timeout_flag[@]}" -p no:cacheprovider \
+    tests/test_gpu.py --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
 tests=${PIPESTATUS[0]}
 if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; then
     echo "gpu-check: no GPU test ran (all skipped: see the reason above; diagnose.json names the layer)" >&2
@@ -50,43 +71,47 @@ fi
 echo "== issue 25: NVDEC pays? -> $out/nvdec-pays"
 h264=.demo/gpu-check-640x480-h264x2
 if [ ! -f "$h264/meta/info.json" ]; then
-    "$PY" -m dali_stream make-sample "$h264" --overwrite --episodes 12 --min-length 150 --max-length 300 \
+    run "$PY" -m dali_stream make-sample "$h264" --overwrite --episodes 12 --min-length 150 --max-length 300 \
         --height 480 --width 640 --cameras front:h264,side:h264 --gop 2 --episodes-per-file 6 --content scene --crf 30
 fi
-pays="$PY -m dali_stream bench $h264 --decode gpu --batch-size 64 --duration-s 10 --out-dir $out/nvdec-pays"
-$pays --mode single --cpu-all-cores --gpu-load --baseline-workers 0,2 2>&1 | tee "$out/nvdec-pays.log"
+pays=(run "$PY" -m dali_stream bench "$h264" --decode gpu --batch-size 64 --duration-s 10 --out-dir "$out/nvdec-pays")
+"${pays[@]}" --mode single --cpu-all-cores --gpu-load --baseline-workers 0,2 2>&1 | tee "$out/nvdec-pays.log"
 bench=${PIPESTATUS[0]}
 for extra in "--join-streams 0" "--join-streams 1" "--mode sarm" "--mode camera-window"; do
-    $pays $extra --no-baseline --no-peers 2>&1 | tee -a "$out/nvdec-pays.log"
+    # shellcheck disable=SC2086
+    "${pays[@]}" $extra --no-baseline --no-peers 2>&1 | tee -a "$out/nvdec-pays.log"
     bench=$(( bench || PIPESTATUS[0] ))
 done
 
 echo "== bench -> $out"
 sample=.demo/gpu-check-640x480-scene  # camera-like frames at lerobot's crf, as the bench samples
 if [ ! -f "$sample/meta/info.json" ]; then
-    "$PY" -m dali_stream make-sample "$sample" --overwrite --episodes 24 --min-length 60 --max-length 120 \
+    run "$PY" -m dali_stream make-sample "$sample" --overwrite --episodes 24 --min-length 60 --max-length 120 \
         --height 480 --width 640 --cameras front:h264,side:hevc,wrist:av1 --gop 2 --episodes-per-file 8 \
         --content scene --crf 30
 fi
-"$PY" -m dali_stream bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
+run "$PY" -m dali_stream bench "$sample" --decode gpu --mode single --duration-s 10 --baseline-workers 0,2 \
     --out-dir "$out" 2>&1 | tee "$out/bench-gpu.log"
 bench=$(( bench || PIPESTATUS[0] ))
-"$PY" -m dali_stream bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
+run "$PY" -m dali_stream bench "$sample" --decode cpu --mode single --duration-s 10 --no-baseline \
     --out-dir "$out" 2>&1 | tee "$out/bench-cpu.log"
 bench=$(( bench || PIPESTATUS[0] ))
+
 echo "== diagnostics -> $out (exit status unaffected)"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the scripts import dali_stream from this tree
-"$PY" -m pytest -q -p no:cacheprovider tests/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
+run "$PY" -m pytest -q -p no:cacheprovider tests/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
 tail -n1 "$out/torchcodec-reuse.log"
 # issue 27 on this node's torchcodec/FFmpeg (CPU routes): the boundary matrix, the frame-time check, decoder reuse
 # under churn with two loaders in one process
-"$PY" -m pytest -q -p no:cacheprovider tests/test_boundaries.py tests/test_frame_guard.py >"$out/wrong-frames.log" 2>&1
+run "$PY" -m pytest -q -p no:cacheprovider tests/test_boundaries.py tests/test_frame_guard.py >"$out/wrong-frames.log" 2>&1
 tail -n1 "$out/wrong-frames.log"
-"$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
-"$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"
-"$PY" benchmarks/gpu_two_loaders.py --both >"$out/two-loaders.txt" 2>&1; tail -n3 "$out/two-loaders.txt"
-"$PY" benchmarks/joined_clips.py "$h264" --batch-size 64 --streams 0,1,2,7 >"$out/joined-clips.txt" 2>&1
+run "$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
+run "$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"
+run "$PY" benchmarks/gpu_two_loaders.py --both >"$out/two-loaders.txt" 2>&1; tail -n3 "$out/two-loaders.txt"
+run "$PY" benchmarks/joined_clips.py "$h264" --batch-size 64 --streams 0,1,2,7 >"$out/joined-clips.txt" 2>&1
 tail -n4 "$out/joined-clips.txt"
+
+echo "== summary -> $out/summary.md"
+"$PY" benchmarks/gpu_summary.py "$out"
 echo "gpu-check: tests exit $tests, bench exit $bench; results in $out"
 [ "$tests" -ne 0 ] && exit "$tests"
 exit "$bench"
