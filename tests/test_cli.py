@@ -52,8 +52,26 @@ def test_demo_streams_and_summarises(written):
     out = proc.stdout
     assert "using the sample dataset already at" in out
     for words in ("samples/s", "first-batch latency", "observation.images.cam", "vp9 -> dali-cpu",
-                  "hevc -> torchcodec", "6 x 2 on cpu"):
+                  "hevc -> torchcodec", "6 x 2 on cpu", "none usable here"):
         assert words in out, (words, out)
+
+
+def test_the_demo_on_a_gpu_node_says_why_its_cameras_run_on_the_cpu_and_how_to_see_nvdec(written):
+    """Issue 26: on an H100 (simulated node, real routing rules) the demo's 128x96 sample never reaches NVDEC; the
+    demo must say so, per camera, and give the command that shows NVDEC."""
+    from dali_stream.decode.proven import rule
+    from dali_stream.decode.routes import Node, NodeFacts, choose_routes, formats_of
+    from dali_stream.meta import DatasetMeta
+    from dali_stream.tools.cli import demo_gpu_note
+
+    h100 = Node.from_facts(NodeFacts(1, 1, "2.13.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0)))
+    formats = formats_of(DatasetMeta.open(str(written)))
+    choices = choose_routes(formats, "auto", h100, unproven=rule("2.4.0", formats, True, ()))
+    note = demo_gpu_note(h100, {k: c.route for k, c in choices.items()}, {k: c.reason for k, c in choices.items()})
+    assert "NVIDIA H100 80GB HBM3 is usable, but every camera of this sample decodes on the CPU" in note
+    assert "below NVDEC's minimum" in note and "--decode gpu" in note and "--height 480 --width 640" in note
+    nvdec = demo_gpu_note(h100, {"observation.images.front": "nvdec"}, {})
+    assert nvdec == "NVIDIA H100 80GB HBM3: NVDEC decodes observation.images.front"
 
 
 def test_demo_writes_the_sample_when_absent(tmp_path):
