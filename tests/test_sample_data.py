@@ -133,7 +133,7 @@ def test_resolution_too_small_for_ids():
 
 
 @pytest.mark.parametrize("kwargs,match", [({"recorder": "ffmpeg"}, r"recorder must be one of \('dali_stream', "
-                                                                   r"'lerobot'\). Found: 'ffmpeg'"),
+                                                                   r"'lerobot', 'encoder-defaults'\). Found: 'ffmpeg'"),
                                           ({"pix_fmt": "nv12"}, r"pix_fmt must be one of .*Found: 'nv12'")])
 def test_bad_recorder_or_pixel_format_is_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

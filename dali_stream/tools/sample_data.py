@@ -358,13 +358,22 @@ def encode_child(work: str, results: str) -> None:
     ("ok", result) or ("error", exception) written to `results`/<n>.pkl as it finishes."""
     import pickle
 
+    import sys
+    import traceback
+
     jobs, spec = pickle.loads(Path(work).read_bytes())
     for n, job in enumerate(jobs):
-        try:
-            path, ids, camera, codec = job
-            outcome: tuple = ("ok", _encode_checked(path, ids, camera, codec, spec))
-        except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
-            outcome = ("error", exc)
+        path, ids, camera, codec = job
+        for attempt in (1, 2):  # an encoder error is tried once more (seen once from SVT-AV1 under load: EINVAL)
+            try:
+                outcome: tuple = ("ok", _encode_checked(path, ids, camera, codec, spec))
+                break
+            except BaseException as exc:  # noqa: BLE001 - handed to the parent, which raises it
+                print(f"encoding {path} (attempt {attempt}) failed:\n{traceback.format_exc()}", file=sys.stderr,
+                      flush=True)  # the child's log, which the parent's error carries
+                outcome = ("error", exc)
+                if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit: no second try
+                    break
         tmp = Path(results) / f"{n}.tmp"
         tmp.write_bytes(pickle.dumps(outcome))
         tmp.rename(Path(results) / f"{n}.pkl")  # whole or absent: the parent polls for it
@@ -408,6 +417,8 @@ def _run_encodes(jobs: list[_Job], spec: "SampleSpec", workers: int, careful: li
                 if got.exists():
                     kind, value = pickle.loads(got.read_bytes())
                     if kind == "error":
+                        if child.log.exists() and hasattr(value, "add_note"):
+                            value.add_note(f"encoder log of {path}:\n{child.log.read_text(errors='replace')[-3000:]}")
                         raise value
                     was_careful, spans[path] = value
                     if was_careful:
