@@ -111,6 +111,10 @@ class LoaderConfig:
                                             "batch needs it; default one per CPU core up to 4 locally, 4 remote)")
     cache_bytes: int = _s(DEFAULT_CACHE_BYTES, "bound of the fetched episodes kept in memory (compressed segments "
                                                "and rows); episodes open in the pool are never evicted")
+    segment_bytes: Optional[int] = _s(None, "an episode's camera whose compressed bytes exceed this (an hour-long "
+                                            "recording) is not fetched whole: each sample reads a piece, its frames' "
+                                            "GOPs (default: half of cache_bytes over the pool's episodes and cameras, "
+                                            "at least 16 MiB)")
     max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
                                            "closed first (default num_workers x CPU cameras x min(batch, pool))")
     # the job
@@ -157,7 +161,8 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 1)
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
             _integer(name, getattr(self, name), 0)
-        for name, low in (("join_streams", 0), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1), ("max_episodes", 1),
+        for name, low in (("join_streams", 0), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1),
+                          ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)
@@ -247,6 +252,7 @@ class LoaderSettings(TypedDict, total=False):
     prefetch_batches: Optional[int]
     fetch_workers: Optional[int]
     cache_bytes: int
+    segment_bytes: Optional[int]
     max_decoders: Optional[int]
     rank: Optional[int]
     world_size: Optional[int]
@@ -273,7 +279,7 @@ LoaderConfig.__doc__ = (LoaderConfig.__doc__ or "") + "\n" + _settings_doc()
 def _integer(name: str, value: Any, low: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         what = "a positive integer" if low == 1 else f"an integer >= {low}"
-        unit = " (bytes)" if name == "cache_bytes" else ""
+        unit = " (bytes)" if name in ("cache_bytes", "segment_bytes") else ""
         raise ConfigError(f"`{name}` must be {what}{unit}. Found: {value!r}")
 
 

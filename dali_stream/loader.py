@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from .config import LoaderSettings
 
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
+LONG_SEGMENT_FLOOR = 16 << 20  # bytes: a segment below this is never cut in pieces (see EpisodeStore)
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
 log = logging.getLogger("dali_stream")
 
@@ -244,8 +245,13 @@ class StreamLoader:
             cpu_cameras = sum(1 for r in self.routes.values() if r == "torchcodec")
             max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size, cfg.episode_pool_size)
         self.decoders = DecoderCache(max_decoders, cfg.check_frames)
+        # An episode's camera whose segment would take more than its share of the cache (by default half of
+        # cache_bytes over the pool's episodes and cameras, at least LONG_SEGMENT_FLOOR) is read in pieces, one per
+        # sample (hour-long recordings): the cache bound then holds for any episode length.
+        self.segment_bytes_limit = cfg.segment_bytes if cfg.segment_bytes is not None else max(
+            LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * cfg.episode_pool_size * max(1, len(self.routes))))
         self.store = EpisodeStore(meta, tables, cfg.tolerance_s, list(self.routes), cfg.cache_bytes, self.decoders,
-                                  fetch_workers)
+                                  fetch_workers, self.segment_bytes_limit)
         log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
                  "rank %d of %d", self.device, cfg.num_workers, fetch_workers, max_decoders, cfg.cache_bytes >> 20,
                  self.world.rank, self.world.world_size)
@@ -342,6 +348,9 @@ class StreamLoader:
     def memory_budget(self) -> dict[str, Any]:
         """Where this loader's host memory goes, in bytes, and the knob that bounds each part (README, Memory).
 
+        An episode's camera above `segment_bytes_limit` is read in pieces, one per sample, held only while its
+        batch is built (`pieces_cut`, `piece_bytes`: how many and their bytes so far), never in the cache.
+
         `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
         their serialized size) and `mp4_indexes_peak` (remote video files' sample indexes) are measured, against
         their fixed bounds (`fetch.tables.FOOTER_BYTES`, `fetch.mp4index.INDEX_BYTES`: least recently used files
@@ -367,13 +376,16 @@ class StreamLoader:
         prepared = (self.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
         footers, indexes = self.store.tables.files, self.store.indexes.files
         return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
+                "segment_bytes_limit": self.segment_bytes_limit, "pieces_cut": self.store.stats.pieces_cut,
+                "piece_bytes": self.store.stats.piece_bytes,
                 "table_footers_peak": footers.peak_bytes, "table_footers_bound": footers.capacity_bytes,
                 "mp4_indexes_peak": indexes.peak_bytes, "mp4_indexes_bound": indexes.capacity_bytes,
                 "prepared_batches": prepared,
                 "dali_outputs": 2 * sum(out_bytes(k) for k in self.routes if k not in host),
                 "host_frames": list(host), "host_buffers_peak": self.builder.buffers.nbytes,
                 "decoders_alive_peak": self.decoders.peak, "decoders_bound": self.decoders.capacity,
-                "knobs": {"cache_bound": "cache_bytes", "prepared_batches": "prefetch_batches, num_workers",
+                "knobs": {"cache_bound": "cache_bytes", "segment_bytes_limit": "segment_bytes",
+                          "prepared_batches": "prefetch_batches, num_workers",
                           "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders"}}
 
     def batch_plan(self, epoch: int, index: int):

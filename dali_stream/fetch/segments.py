@@ -48,6 +48,8 @@ class Segment:
     _packets: PacketIndex | None = field(default=None, repr=False)  # made on first use
     _resets: np.ndarray | None = field(default=None, repr=False)  # made on first use
     origin_s: float | None = field(default=None, repr=False)  # a decoder's time of frame 0 (`decode.cpu`)
+    # a piece of a long episode, cut for one sample's frames (`fetch.store`): used once, its decoders not kept
+    piece: bool = field(default=False, repr=False)
 
     @property
     def nbytes(self) -> int:
@@ -156,7 +158,7 @@ def _head(fs, path: str, n: int = 48) -> bytes:
 
 
 def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, camera: str, codec: str,
-                tolerance_s: float, last_frame_s: float, indexed=None) -> Segment:
+                tolerance_s: float, last_frame_s: float, indexed=None, piece: bool = False) -> Segment:
     """Remux the packets of [from_s, to_s) (file time) into a standalone MP4; see the module docstring.
 
     `last_frame_s` is the file time of the episode's last frame: a file that ends before it is truncated.
@@ -165,8 +167,10 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
     through `fs.open`.
     """
     if indexed is not None:
-        return _cut_indexed(fs, path, from_s, to_s, indexed, episode=episode, camera=camera, codec=codec,
-                            tolerance_s=tolerance_s, last_frame_s=last_frame_s)
+        seg = _cut_indexed(fs, path, from_s, to_s, indexed, episode=episode, camera=camera, codec=codec,
+                           tolerance_s=tolerance_s, last_frame_s=last_frame_s)
+        seg.piece = piece
+        return seg
     import av
 
     raw, src = _open(fs, path, episode, camera)

@@ -21,6 +21,8 @@ from typing import Callable, Protocol
 
 from ..errors import RemoteError, VideoFileError
 from .segments import Segment, cut_segment
+
+FIX_INDEX = "the file changed while the loader ran, or reads of it fail: check the file and its storage"
 from .tables import FRAME_TIME_S, TableReader
 
 
@@ -34,6 +36,8 @@ class StoreStats:
     prefetches: int = 0  # episodes fetched by the background threads
     wait_s: float = 0.0  # time batch builders waited for fetches in flight or fetched themselves
     evictions: int = 0
+    pieces_cut: int = 0  # pieces of long episodes cut for samples (`segment_for`)
+    piece_bytes: int = 0  # their bytes
     fetch_s: float = 0.0
     peak_bytes: int = 0
     episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
@@ -47,6 +51,7 @@ class _Episode:
     pending: int = 0  # parts (rows, one per camera) not fetched yet
     rows: dict = field(default_factory=dict)  # filled by the fetch, before rows_ready is set
     segments: dict = field(default_factory=dict)
+    long: set = field(default_factory=set)  # cameras whose episode is read in pieces (`segment_for`), not whole
     error: BaseException | None = None
     nbytes: int = 0
     refs: int = 0
@@ -76,8 +81,13 @@ class SegmentDecoders(Protocol):
 
 class EpisodeStore:
     def __init__(self, meta, tables: TableReader, tolerance_s: float, cameras: list[str],
-                 capacity_bytes: int, decoders: SegmentDecoders, fetch_workers: int = 4) -> None:
+                 capacity_bytes: int, decoders: SegmentDecoders, fetch_workers: int = 4,
+                 segment_bytes_limit: int | None = None) -> None:
+        """`segment_bytes_limit`: an episode's camera whose segment would be larger (an hour-long recording) is
+        not fetched whole: each sample gets a piece cut for its frames (`segment_for`), from the keyframe before
+        them through the last packet they need, read from the file's index; None: always whole."""
         self.meta = meta
+        self.segment_bytes_limit = segment_bytes_limit
         self.tables = tables
         self.tolerance_s = tolerance_s
         self.cameras = list(cameras)
@@ -137,7 +147,48 @@ class EpisodeStore:
         return self._ready(pos).rows
 
     def segment(self, pos: int, camera: str) -> Segment:
-        return self._ready(pos).segments[camera]
+        """The episode's whole segment of `camera` (an error for a long episode's camera: `segment_for`)."""
+        entry = self._ready(pos)
+        if camera in entry.long:
+            raise LookupError(f"episode at position {pos}, camera {camera!r} is read in pieces: use segment_for")
+        return entry.segments[camera]
+
+    def segment_for(self, pos: int, camera: str, query_s) -> Segment:
+        """A segment holding the frames shown at file times `query_s` (one sample's): the episode's whole segment,
+        or for a long episode's camera a piece cut for them alone (decoded once; its bytes are not cached)."""
+        entry = self._ready(pos)
+        seg = entry.segments.get(camera)
+        if seg is not None:
+            return seg
+        meta, cam = self.meta, self.meta.cameras[camera]
+        path = meta.video_file(pos, camera)
+        indexed = self.indexes.get(path)
+        if indexed is None:  # the index was readable when the episode was fetched; a later read failed
+            raise VideoFileError(f"video file {path} lost its index ({self.indexes.unsupported.get(path)}) "
+                                 f"(episode {meta.episode_index(pos)}, camera {camera!r}); {FIX_INDEX}")
+        first, last = float(min(query_s)), float(max(query_s))
+        piece = cut_segment(self.ranges, path, first, last + 0.5 / meta.fps, episode=meta.episode_index(pos),
+                            camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s, last_frame_s=last,
+                            indexed=indexed, piece=True)
+        with self._lock:
+            self.stats.pieces_cut += 1
+            self.stats.piece_bytes += piece.nbytes
+        return piece
+
+    def _is_long(self, pos: int, camera: str) -> bool:
+        """Whether the episode's segment of `camera` would exceed `segment_bytes_limit` (from the file's index;
+        a file without one is cut whole)."""
+        if self.segment_bytes_limit is None:
+            return False
+        cam = self.meta.cameras[camera]
+        indexed = self.indexes.get(self.meta.video_file(pos, camera))
+        if indexed is None:
+            return False
+        span = indexed.index.cut(float(cam.from_timestamp[pos]), float(cam.to_timestamp[pos]))
+        if span is None:
+            return False  # the whole cut names the problem
+        start, end = indexed.index.byte_range(*span)
+        return end - start > self.segment_bytes_limit
 
     def _entry(self, pos: int) -> _Episode:
         entry = self._entries.get(pos)
@@ -185,7 +236,9 @@ class EpisodeStore:
                 entry.rows = self.tables.episode(pos)
             else:
                 entry.rows_ready.wait()
-                if entry.error is None:
+                if entry.error is None and self._is_long(pos, camera):
+                    entry.long.add(camera)
+                elif entry.error is None:
                     entry.segments[camera] = self._cut(pos, camera, entry.rows)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
             entry.error = entry.error or exc

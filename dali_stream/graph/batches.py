@@ -56,9 +56,9 @@ class Prepared:
     tasks: list[str]
     host: dict[str, np.ndarray] = field(default_factory=dict)  # camera -> (B, T, 3, H, W) frames (graph.host)
     members: int = 1  # samples per group (the graph's batch is the groups: `graph.joined`)
-    # DALI-routed camera -> per sample, the frame indices of its episode's segment the sample asked for: what a
-    # failed decode is checked against on the CPU (`BatchBuilder.explain_dali_failure`)
-    asked: dict[str, list[np.ndarray]] = field(default_factory=dict)
+    # DALI-routed camera -> per sample, its segment (the episode's, or a long episode's piece) and the frame
+    # indices in it the sample asked for: what a failed decode is checked against (`explain_dali_failure`)
+    asked: dict[str, tuple[list, list[np.ndarray]]] = field(default_factory=dict)
 
 
 class BatchBuilder:
@@ -185,7 +185,7 @@ class BatchBuilder:
                 rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, 0xA6])
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
-        asked = {key: located[key][1] for key in streams}
+        asked = {key: located[key] for key in streams}
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members, asked)
 
     def group_streams(self, located: Mapping[str, tuple[list, list[np.ndarray]]],
@@ -215,7 +215,7 @@ class BatchBuilder:
             pos = int(pos)
             sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
             query = float(cam.from_timestamp[pos]) + r[FRAME_TIME_S][sel]
-            seg = self.store.segment(pos, key)
+            seg = self.store.segment_for(pos, key, query)
             segs.append(seg)
             idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(plan.frames[j])}"))
         return segs, idx
@@ -225,7 +225,7 @@ class BatchBuilder:
         failed (this GPU, or one stream), which camera and which episode, and the fix."""
         failure = classify(str(exc))
         dali_keys = [k for k, r in self.routes.items() if r in DALI_ROUTES]
-        nvdec = {k: [self.store.segment(int(p), k) for b in pending for p in b.plan.episodes]
+        nvdec = {k: [seg for b in pending for seg in b.asked.get(k, ([], []))[0]]
                  for k, r in self.routes.items() if r == "nvdec"}
         found = explain_device(failure, nvdec, node)
         if found is not None:
@@ -280,12 +280,11 @@ class BatchBuilder:
         segments, each frame's time checked: the first that fails names its episode and camera. Only those
         frames: a whole segment of an hour-long episode would take minutes."""
         for prepared in pending:
-            for key, asked in prepared.asked.items():
-                by_pos: dict[int, list[np.ndarray]] = {}
-                for pos, idx in zip(prepared.plan.episodes, asked):
-                    by_pos.setdefault(int(pos), []).append(np.asarray(idx))
-                for pos, parts in by_pos.items():
-                    seg = self.store.segment(pos, key)
+            for key, (segs, asked) in prepared.asked.items():
+                by_seg: dict[int, tuple[Any, list[np.ndarray]]] = {}
+                for seg, idx in zip(segs, asked):
+                    by_seg.setdefault(seg.uid, (seg, []))[1].append(np.asarray(idx))
+                for seg, parts in by_seg.values():
                     try:
                         torchcodec_frames(seg, np.unique(np.concatenate(parts)))
                     except DecodeError as cpu_exc:
@@ -304,7 +303,7 @@ class BatchBuilder:
                     if failure.frame is not None and failure.frame in np.asarray(idx).tolist():
                         if prepared.members > 1:
                             return self._joined_out_of_bounds(prepared, key, j, failure)
-                        seg = self.store.segment(int(prepared.plan.episodes[j]), key)
+                        seg = prepared.asked[key][0][j]
                         return DecodeError(
                             f"DALI's video decoder found {failure.frames} frames in the clip of episode "
                             f"{seg.episode}, camera {key!r} (cut from {seg.source}) but frame {failure.frame} was "
@@ -316,7 +315,7 @@ class BatchBuilder:
         """A joined stream (`graph.joined`) decoded shorter than its clips' sample tables say: name its episodes,
         and whether the clips decode apart (then joining them is what failed)."""
         n = prepared.members
-        segs = [self.store.segment(int(p), key) for p in prepared.plan.episodes[group * n:(group + 1) * n]]
+        segs = prepared.asked[key][0][group * n:(group + 1) * n]
         episodes = sorted({seg.episode for seg in segs})
         what = (f"DALI's video decoder found {failure.frames} frames in a stream joining the clips of episodes "
                 f"{episodes}, camera {key!r}, where frame {failure.frame} was asked for")
