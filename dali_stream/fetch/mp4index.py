@@ -63,6 +63,18 @@ class Mp4Index:
         later = np.flatnonzero(self.dts[first + 1:] >= (to_s - eps) * ts)
         return first, first + 1 + int(later[0]) if len(later) else len(self.dts)
 
+    def gop_bytes(self, t_s: float, eps: float = 1e-6) -> int:
+        """Bytes of the GOP holding the frame shown at file time `t_s`: its keyframe (the last at or before the
+        frame in decode order) through the sample before the next keyframe (what a reader of that one frame
+        cannot do with less of; issue 28 bounds the bytes read by these)."""
+        shown = np.flatnonzero(np.abs(self.pts - t_s * self.timescale) <= eps * self.timescale + 0.5)
+        if len(shown) == 0:
+            raise ValueError(f"no frame at {t_s:.6f}s")
+        keys = np.flatnonzero(self.sync)
+        first = int(keys[keys <= shown[0]][-1])
+        later = keys[keys > first]
+        return int(self.sizes[first:int(later[0]) if len(later) else len(self.sync)].sum())
+
     def byte_range(self, first: int, stop: int) -> tuple[int, int]:
         """[start, end) bytes holding samples first..stop-1 (one range: a track's samples are in file order)."""
         return int(self.offsets[first:stop].min()), int((self.offsets[first:stop] + self.sizes[first:stop]).max())

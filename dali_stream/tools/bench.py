@@ -469,6 +469,19 @@ def _device(loader) -> str:
     return f"CPU only: {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores"
 
 
+def gop_bytes_needed(loader, plans) -> int:
+    """Bytes of the GOPs the samples of `plans` need, per camera (each sample's frame's whole GOP, from its file's
+    MP4 index): what issue 28 bounds the bytes read of long episodes by."""
+    total = 0
+    for plan in plans:
+        for key in loader.routes:
+            cam = loader.meta.cameras[key]
+            for pos, frame in zip(plan.episodes, plan.frames):
+                indexed = loader.store.indexes.get(loader.meta.video_file(int(pos), key))
+                total += indexed.index.gop_bytes(float(cam.from_timestamp[int(pos)]) + int(frame) / loader.meta.fps)
+    return total
+
+
 def write(result: dict[str, Any], out_dir: str | Path) -> Path:
     """result -> out_dir/bench-<time>-<mode>-<decode>.json, plus one row appended to out_dir/bench.csv."""
     out = Path(out_dir)
