@@ -175,15 +175,12 @@ class EpisodeStore:
             self.stats.piece_bytes += piece.nbytes
         return piece
 
-    def _is_long(self, pos: int, camera: str) -> bool:
+    def _is_long(self, pos: int, camera: str, indexed) -> bool:
         """Whether the episode's segment of `camera` would exceed `segment_bytes_limit` (from the file's index;
         a file without one is cut whole)."""
-        if self.segment_bytes_limit is None:
+        if self.segment_bytes_limit is None or indexed is None:
             return False
         cam = self.meta.cameras[camera]
-        indexed = self.indexes.get(self.meta.video_file(pos, camera))
-        if indexed is None:
-            return False
         span = indexed.index.cut(float(cam.from_timestamp[pos]), float(cam.to_timestamp[pos]))
         if span is None:
             return False  # the whole cut names the problem
@@ -236,10 +233,12 @@ class EpisodeStore:
                 entry.rows = self.tables.episode(pos)
             else:
                 entry.rows_ready.wait()
-                if entry.error is None and self._is_long(pos, camera):
-                    entry.long.add(camera)
-                elif entry.error is None:
-                    entry.segments[camera] = self._cut(pos, camera, entry.rows)
+                if entry.error is None:
+                    seg = self._cut(pos, camera, entry.rows)
+                    if seg is None:
+                        entry.long.add(camera)
+                    else:
+                        entry.segments[camera] = seg
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
             entry.error = entry.error or exc
         finally:
@@ -264,13 +263,16 @@ class EpisodeStore:
             entry.done.set()
             self._evict()
 
-    def _cut(self, pos: int, camera: str, rows: dict) -> Segment:
+    def _cut(self, pos: int, camera: str, rows: dict) -> Segment | None:
+        """The episode's segment of `camera`, or None when it is read in pieces (`segment_bytes_limit`)."""
         meta, cam = self.meta, self.meta.cameras[camera]
         start = float(cam.from_timestamp[pos])
         path = meta.video_file(pos, camera)
         episode = meta.episode_index(pos)
         try:
             indexed = self.indexes.get(path)
+            if self._is_long(pos, camera, indexed):
+                return None
             seg = cut_segment(self.ranges if indexed is not None else meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
                               camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
                               last_frame_s=start + float(rows[FRAME_TIME_S][-1]), indexed=indexed)
