@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -255,6 +256,50 @@ def test_the_writer_leaves_the_callers_scheduling_alone(tmp_path):
     thread.start()
     thread.join()
     assert os.sched_getscheduler(0) == before and seen["policy"] == before
+
+
+def test_an_encode_that_uses_no_cpu_is_found_hung_within_the_stall_limit(tmp_path, monkeypatch):
+    """SVT-AV1's hang is a deadlock: every thread waits on a futex at 0 % CPU (seen again 2026-11-24: a 640x480
+    lerobot-recorder sample sat 25 minutes, its whole-file budget being an hour). Each encoding child is stopped
+    (SIGSTOP: a real process using no CPU) as it starts; with a 2 s stall limit the writer kills it, retries
+    once, then names the file and both limits, long before the whole-file budget."""
+    import signal
+    import threading
+    import time
+
+    from dali_stream.tools.sample_data import ENV_ENCODE_STALL_S, partial_path
+
+    monkeypatch.setenv(ENV_ENCODE_STALL_S, "2")
+    stopped: set[int] = set()
+    done = threading.Event()
+
+    def stop_children() -> None:
+        while not done.is_set():
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                    cmd = (stat.parent / "cmdline").read_bytes()
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == os.getpid() and b"encode_child" in cmd and pid not in stopped:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.add(pid)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=stop_children)
+    thread.start()
+    spec = SampleSpec(episodes=2, min_length=30, max_length=30, height=192, width=256, cameras=parse_cameras("wrist:av1"),
+                      seed=1)
+    out = tmp_path / "stalled"
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeError, match=r"used no CPU for 2 s \(hung\), twice .*DALI_STREAM_ENCODE_STALL_S"):
+            write_sample(out, spec, workers=1)
+    finally:
+        done.set()
+        thread.join()
+    assert len(stopped) == 2 and time.monotonic() - t0 < 60  # the whole-file budget would be minutes
+    assert not out.exists() and not partial_path(out).exists()
 
 
 def test_a_hung_encode_is_killed_retried_and_reported_and_nothing_half_written_remains(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ import math
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -314,6 +315,23 @@ _Job = tuple[Path, list[tuple[int, int]], int, str]  # a video file: path, paint
 
 
 ENV_ENCODE_TIMEOUT_S = "DALI_STREAM_ENCODE_TIMEOUT_S"  # a video file's encode budget (default: `encode_budget_s`)
+ENV_ENCODE_STALL_S = "DALI_STREAM_ENCODE_STALL_S"  # seconds an encoding process may use no CPU (default 60)
+
+
+def encode_stall_s() -> float:
+    """Seconds an encoding child may go without using any CPU before it counts as hung: SVT-AV1's hang is a
+    deadlock (every thread waiting on a futex, 0 % CPU), which this catches in a minute, where the whole-file
+    budget allows an hour for an hour of video."""
+    return float(os.environ.get(ENV_ENCODE_STALL_S) or 60.0)
+
+
+def _cpu_ticks(pid: int) -> int | None:
+    """CPU time a process (all its threads) has used, in clock ticks; None where /proc cannot say."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def encode_budget_s(spec: "SampleSpec", frames: int) -> float:
@@ -329,9 +347,9 @@ def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int,
                   done: Callable[[], None]) -> tuple[list[Path], dict[Path, list[Span]]]:
     """`_encode_checked` for each job in `workers` child processes (`encode_child`), never in this one: libsvtav1
     run as root switches its caller's thread to SCHED_FIFO priority 99 and leaves it there, and every thread
-    created afterwards inherits it (a loader's among them). A file that takes longer than `encode_budget_s`
-    (SVT-AV1 has hung inside svt_av1_enc_send_picture at 0 % CPU) has its process killed and is encoded again
-    once; Ctrl-C kills them too. Returns the files that needed careful settings and each file's episode spans."""
+    created afterwards inherits it (a loader's among them). A file that takes longer than `encode_budget_s`, or
+    whose process uses no CPU for `encode_stall_s` (SVT-AV1 has hung inside svt_av1_enc_send_picture at 0 % CPU,
+    every thread waiting on a futex), has its process killed and is encoded again once; Ctrl-C kills them too. Returns the files that needed careful settings and each file's episode spans."""
     careful: list[Path] = []
     spans: dict[Path, list[Span]] = {}
     pending = list(jobs)
@@ -341,11 +359,12 @@ def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int,
             return careful, spans
         pending = [job for job in pending if job[0] not in spans]
         if attempt == 2:
+            path, why = stalled
             raise RuntimeError(
-                f"encoding {stalled} did not finish within {encode_budget_s(spec, _frames_of(stalled, jobs)):.0f} s, "
-                f"twice (the encoder's process was killed each time); {len(pending)} video file(s) are not "
-                f"written. SVT-AV1 (libsvtav1) has been seen to hang this way on a busy machine: run again, with "
-                f"fewer --workers or another --cameras codec, or raise the budget with {ENV_ENCODE_TIMEOUT_S}=SECONDS")
+                f"encoding {path} {why}, twice (the encoder's process was killed each time); {len(pending)} video "
+                f"file(s) are not written. SVT-AV1 (libsvtav1) has been seen to hang this way (a deadlock at 0 % "
+                f"CPU): run again, with fewer --workers or another --cameras codec; the limits are "
+                f"{ENV_ENCODE_TIMEOUT_S}=SECONDS (a whole file) and {ENV_ENCODE_STALL_S}=SECONDS (no CPU used)")
     return careful, spans
 
 
@@ -382,14 +401,16 @@ def encode_child(work: str, results: str) -> None:
 
 
 def _run_encodes(jobs: list[_Job], spec: "SampleSpec", workers: int, careful: list[Path],
-                 spans: dict[Path, list[Span]], done: Callable[[], None]) -> Path | None:
+                 spans: dict[Path, list[Span]], done: Callable[[], None]) -> tuple[Path, str] | None:
     """Encode `jobs` in up to `workers` child Python processes (plain subprocesses: nothing of the caller's
     `__main__` is imported again, unlike multiprocessing's spawn), a share of the jobs each. Returns None when
-    all finished, else the first file past its budget; every child is killed on leaving, whatever happened."""
+    all finished, else the first file past its budget or whose process used no CPU for `encode_stall_s`, and
+    why; every child is killed on leaving, whatever happened."""
     import pickle
     import sys
     import tempfile
-    import time
+
+    stall_s = encode_stall_s()
 
     folder = Path(tempfile.mkdtemp(prefix="dali-stream-encode-"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -430,7 +451,10 @@ def _run_encodes(jobs: list[_Job], spec: "SampleSpec", workers: int, careful: li
                     raise RuntimeError(f"the process encoding {path} ended with exit status {child.proc.returncode} "
                                        f"before finishing it; its output:\n{tail}")
                 elif time.monotonic() - child.started > encode_budget_s(spec, len(child.jobs[child.finished][1])):
-                    return path
+                    budget = encode_budget_s(spec, len(child.jobs[child.finished][1]))
+                    return path, f"did not finish within {budget:.0f} s"
+                elif child.proc is not None and child.stalled(stall_s):
+                    return path, f"used no CPU for {stall_s:.0f} s (hung)"
             time.sleep(0.05)
         return None
     finally:
@@ -452,6 +476,18 @@ class _Child:
     proc: "subprocess.Popen | None" = None
     started: float = 0.0  # when its current job started (its previous one finished)
     finished: int = 0
+    cpu: int | None = None  # CPU ticks it had used when last seen to change
+    cpu_at: float = 0.0  # when that was
+
+    def stalled(self, stall_s: float) -> bool:
+        """No CPU used for `stall_s` seconds (False where /proc cannot say)."""
+        assert self.proc is not None
+        ticks, now = _cpu_ticks(self.proc.pid), time.monotonic()
+        if ticks is None:
+            return False
+        if ticks != self.cpu:
+            self.cpu, self.cpu_at = ticks, now
+        return now - self.cpu_at > stall_s
 
 
 def partial_path(out: str | Path) -> Path:
