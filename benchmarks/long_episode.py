@@ -9,7 +9,7 @@ The loader runs in a fresh process (its peak RSS is the loader's alone, imports 
 process before the loader). The dataset is written on first use (long: three AV1 encodes of an hour each).
 
     python benchmarks/long_episode.py .demo/long-episode [--minutes 60] [--batches 50] \
-        [--out benchmarks/results/cpu-2core-long-episode]
+        [--out benchmarks/results/cpu-2core-long-episode] [--segment-bytes N]
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from dali_stream import StreamLoader
 from dali_stream.tools.bench import gop_bytes_needed
 rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 root, batches = sys.argv[1], int(sys.argv[2])
+extra = {"segment_bytes": int(sys.argv[3])} if len(sys.argv) > 3 else {}
 t0 = time.perf_counter()
-loader = StreamLoader(root, batch_size=16, num_workers=2, device="cpu")
+loader = StreamLoader(root, batch_size=16, num_workers=2, device="cpu", **extra)
 setup = time.perf_counter() - t0
 t1 = time.perf_counter()
 it = iter(loader)
@@ -51,7 +52,8 @@ print(json.dumps({
     "imports_rss_gb": rss_imports, "start_rss_gb": rss0,
     "segments_cut": stats.segments_cut, "pieces_cut": stats.pieces_cut, "piece_bytes": stats.piece_bytes,
     "gop_bytes_needed": gops, "bytes_read_over_gops": stats.piece_bytes / gops if gops else None,
-    "cache_peak": stats.peak_bytes, "routes": loader.routes, "memory_budget": budget,
+    "cache_peak": stats.peak_bytes, "segment_bytes_limit": loader.segment_bytes_limit, "routes": loader.routes,
+    "memory_budget": budget,
 }, default=str))
 """
 
@@ -74,13 +76,17 @@ def main() -> None:
     p.add_argument("--minutes", type=float, default=60.0)
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--out", default="benchmarks/results/cpu-2core-long-episode")
+    p.add_argument("--segment-bytes", type=int, default=None,
+                   help="the loader's segment_bytes (default: its own; a large value reads the episode whole)")
     args = p.parse_args()
     root = Path(args.dataset)
     if not (root / "meta/info.json").exists():
         print(f"writing a {args.minutes:g}-minute 640x480 AV1 episode of 3 cameras to {root} (once)", flush=True)
         write(root, args.minutes)
-    out = subprocess.run([sys.executable, "-c", MEASURE, str(root), str(args.batches)], capture_output=True,
-                         text=True, check=True)
+    command = [sys.executable, "-c", MEASURE, str(root), str(args.batches)]
+    if args.segment_bytes is not None:
+        command.append(str(args.segment_bytes))
+    out = subprocess.run(command, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["dataset"] = str(root)
     result["video_bytes"] = sum(f.stat().st_size for f in (root / "videos").rglob("*.mp4"))
@@ -89,7 +95,7 @@ def main() -> None:
     path = folder / f"long-episode-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))
     keys = ("constructor_s", "first_batch_s", "samples_per_s_after_first", "peak_rss_gb", "imports_rss_gb",
-            "pieces_cut", "piece_bytes", "gop_bytes_needed", "bytes_read_over_gops", "video_bytes")
+            "segment_bytes_limit", "segments_cut", "cache_peak", "pieces_cut", "piece_bytes", "gop_bytes_needed", "bytes_read_over_gops", "video_bytes")
     print(json.dumps({k: result[k] for k in keys}, indent=2))
     print(f"-> {path}")
 
