@@ -1,5 +1,8 @@
 """The fetched working set: each open episode's table rows and per-camera segments, fetched once.
 
+A camera whose episode would take more than `segment_bytes_limit` (an hour-long recording) is not fetched: each
+sample asks `segment_for` and gets a piece cut from the file's index for its frames alone, used once.
+
 An episode is fetched whole (its rows, and a segment per camera, in parallel) by the first of: the
 background fetch threads after `pin` (the loader pins an episode when the plan admits it to the pool, so
 it arrives before its first batch), or a batch builder that needs it and finds it missing (counted in
@@ -21,9 +24,9 @@ from typing import Callable, Protocol
 
 from ..errors import RemoteError, VideoFileError
 from .segments import Segment, cut_segment
+from .tables import FRAME_TIME_S, TableReader
 
 FIX_INDEX = "the file changed while the loader ran, or reads of it fail: check the file and its storage"
-from .tables import FRAME_TIME_S, TableReader
 
 
 @dataclass
@@ -55,6 +58,13 @@ class _Episode:
     error: BaseException | None = None
     nbytes: int = 0
     refs: int = 0
+
+
+def _named(exc: BaseException, episode: int, camera: str) -> BaseException:
+    """`exc`, naming the episode and camera it happened on unless it does already."""
+    if f"(episode {episode}," in str(exc):
+        return exc
+    return type(exc)(f"{exc} (episode {episode}, camera {camera!r})")
 
 
 def in_background(fn: Callable[..., object], *args: object) -> None:
@@ -167,9 +177,13 @@ class EpisodeStore:
             raise VideoFileError(f"video file {path} lost its index ({self.indexes.unsupported.get(path)}) "
                                  f"(episode {meta.episode_index(pos)}, camera {camera!r}); {FIX_INDEX}")
         first, last = float(min(query_s)), float(max(query_s))
-        piece = cut_segment(self.ranges, path, first, last + 0.5 / meta.fps, episode=meta.episode_index(pos),
-                            camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s, last_frame_s=last,
-                            indexed=indexed, piece=True)
+        episode = meta.episode_index(pos)
+        try:  # through the last packet decoded before the last frame is shown (its dts is at most its pts)
+            piece = cut_segment(self.ranges, path, first, last + 0.5 / meta.fps, episode=episode, camera=camera,
+                                codec=cam.codec, tolerance_s=self.tolerance_s, last_frame_s=last, indexed=indexed,
+                                piece=True)
+        except (RemoteError, VideoFileError) as exc:
+            raise _named(exc, episode, camera) from None
         with self._lock:
             self.stats.pieces_cut += 1
             self.stats.piece_bytes += piece.nbytes
@@ -277,9 +291,7 @@ class EpisodeStore:
                               camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
                               last_frame_s=start + float(rows[FRAME_TIME_S][-1]), indexed=indexed)
         except (RemoteError, VideoFileError) as exc:
-            if f"(episode {episode}," in str(exc):
-                raise
-            raise type(exc)(f"{exc} (episode {episode}, camera {camera!r})") from None
+            raise _named(exc, episode, camera) from None
         with self._lock:
             self.stats.segments_cut += 1
             self.stats.segment_bytes += seg.nbytes
