@@ -258,6 +258,56 @@ def test_the_writer_leaves_the_callers_scheduling_alone(tmp_path):
     assert os.sched_getscheduler(0) == before and seen["policy"] == before
 
 
+def test_encoding_children_do_not_keep_real_time_threads(tmp_path):
+    """The child's SVT-AV1 threads are put back to SCHED_OTHER within half a second (as root SVT makes them
+    SCHED_FIFO 99, and three encodes then starved a pip install on 2 cores): no thread of an encoding child is
+    seen in SCHED_FIFO for more than 1.5 s. Real encodes; the parent watches the children's threads."""
+    import threading
+    import time
+
+    from dali_stream.tools.sample_data import DEMOTER_NAME
+
+    if os.geteuid() != 0:
+        pytest.skip("SVT-AV1 raises its threads to real-time priority only when run as root")
+    fifo_since: dict[int, float] = {}
+    longest = [0.0]
+    threads: set[int] = set()  # the encoding child's threads seen (SVT-AV1 starts dozens)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            now = time.monotonic()
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
+                        continue
+                    if b"encode_child" not in (stat.parent / "cmdline").read_bytes():
+                        continue
+                    for task in (stat.parent / "task").iterdir():
+                        tid = int(task.name)
+                        threads.add(tid)
+                        if (task / "comm").read_bytes().strip() == DEMOTER_NAME:
+                            continue  # the demoting thread itself runs real-time, asleep but for its rounds
+                        if os.sched_getscheduler(tid) == os.SCHED_FIFO:
+                            longest[0] = max(longest[0], now - fifo_since.setdefault(tid, now))
+                        else:
+                            fifo_since.pop(tid, None)
+                except (OSError, ValueError, IndexError):
+                    continue
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        write_sample(tmp_path / "av1", SampleSpec(episodes=3, min_length=200, max_length=200, height=240, width=320,
+                                                  cameras=parse_cameras("wrist:av1"), seed=1), workers=1)
+    finally:
+        done.set()
+        thread.join()
+    assert len(threads) >= 8, f"the watch saw {len(threads)} threads of the encoding child: not its encode"
+    assert longest[0] < 1.5, f"a thread stayed SCHED_FIFO for {longest[0]:.1f} s"
+
+
 def test_an_encode_that_uses_no_cpu_is_found_hung_within_the_stall_limit(tmp_path, monkeypatch):
     """SVT-AV1's hang is a deadlock: every thread waits on a futex at 0 % CPU (seen again 2026-11-24: a 640x480
     lerobot-recorder sample sat 25 minutes, its whole-file budget being an hour). Each encoding child is stopped

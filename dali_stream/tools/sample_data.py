@@ -26,6 +26,7 @@ import math
 import os
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -372,10 +373,42 @@ def _frames_of(path: Path, jobs: list[_Job]) -> int:
     return next(len(ids) for p, ids, _, _ in jobs if p == path)
 
 
+DEMOTER_NAME = b"dali-demote"  # the demoting thread's name (/proc/<pid>/task/<tid>/comm)
+
+
+def _demote_realtime_threads(stop: "threading.Event") -> None:
+    """libsvtav1 run as root puts its threads in real-time SCHED_FIFO (priority 99): on a machine of few cores
+    they then starve every other process (measured: a pip install beside three encodes got 8 % of a core). Put
+    every thread of this process back to SCHED_OTHER, twice a second, until `stop` is set. This thread itself runs
+    at real-time priority where it may (as root), or the threads it demotes would starve it too."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(15, DEMOTER_NAME, 0, 0, 0)  # PR_SET_NAME: how `top` and tests tell it apart
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(os.sched_get_priority_max(os.SCHED_FIFO)))
+    except OSError:  # not root: SVT-AV1 cannot raise its threads either
+        pass
+    while not stop.wait(0.5):
+        me = threading.get_native_id()
+        for task in os.listdir("/proc/self/task"):
+            try:
+                if int(task) != me and os.sched_getscheduler(int(task)) != os.SCHED_OTHER:
+                    os.sched_setscheduler(int(task), os.SCHED_OTHER, os.sched_param(0))
+            except OSError:  # the thread ended meanwhile
+                pass
+
+
 def encode_child(work: str, results: str) -> None:
     """A child process's loop (`_run_encodes`): the pickled (jobs, spec) in file `work`, each job's pickled
     ("ok", result) or ("error", exception) written to `results`/<n>.pkl as it finishes."""
     import pickle
+    import threading
+
+    threading.Thread(target=_demote_realtime_threads, args=(threading.Event(),), daemon=True,
+                     name="demote-realtime").start()
 
     import sys
     import traceback
