@@ -88,3 +88,17 @@ def test_decoding_every_frame_finds_what_codecs_conceal(damaged, small_dataset):
 def test_nothing_to_compare_with(small_dataset):
     proc = dali_stream("verify", small_dataset)
     assert proc.returncode == 2 and "--against" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_decoding_every_frame_goes_in_chunks_and_still_finds_a_misread(damaged, small_dataset, monkeypatch):
+    """`verify --decode` decodes an episode a chunk at a time (an hour-long 480p episode whole would need ~100 GB):
+    with chunks of 3 frames, the clean sample stays clean and the damaged one is still found."""
+    from dali_stream.meta import DatasetMeta
+    from dali_stream.tools import verify
+
+    monkeypatch.setattr(verify, "VERIFY_CHUNK", 3)
+    assert verify.episode_problems(DatasetMeta.open(str(small_dataset)), 1e-4) == {}
+    root, rel, _ = damaged
+    found = verify.episode_problems(DatasetMeta.open(str(root)), 1e-4)
+    assert set(found) == set(rel.values()), found  # both scribbled files, whichever way their damage shows
+    assert all(problem.startswith("loader: ") for problems in found.values() for problem in problems)

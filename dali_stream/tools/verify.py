@@ -160,6 +160,9 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
     return "; ".join(parts) or None
 
 
+VERIFY_CHUNK = 256  # frames `episode_problems` decodes at once (~240 MB of 480p RGB)
+
+
 def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], None] | None = None
                      ) -> dict[str, list[str]]:
     """Relative file -> what goes wrong reading its episodes as the loader does (see the module doc)."""
@@ -185,15 +188,20 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                     seg = store.segment(pos, key)
                     query = float(meta.cameras[key].from_timestamp[pos]) + rows[FRAME_TIME_S]
                     idx = seg.frame_indices(query, tolerance_s, "every frame")
-                    frames = torchcodec_frames(seg, idx)
+                    misread: list[int] = []
+                    reader = DecoderCache(1)  # one decoder, forward through the episode
+                    for start in range(0, len(idx), VERIFY_CHUNK):  # an hour at 480p whole would be ~100 GB
+                        frames = torchcodec_frames(seg, idx[start:start + VERIFY_CHUNK], reader)
+                        if painted:
+                            misread += [start + f for f, image in enumerate(frames)
+                                        if not shows(image, (episode, start + f))]
+                    reader.clear()
                     for part in (idx[:1], idx[-1:]):
                         torchcodec_frames(seg, part)
-                    if painted:
-                        misread = [f for f, image in enumerate(frames) if not shows(image, (episode, f))]
-                        if misread:
-                            raise DaliStreamError(f"{len(misread)} of {len(frames)} frames of episode {episode}, "
-                                                  f"camera {key!r} show other painted ids (first: frame "
-                                                  f"{misread[0]})")
+                    if misread:
+                        raise DaliStreamError(f"{len(misread)} of {len(idx)} frames of episode {episode}, "
+                                              f"camera {key!r} show other painted ids (first: frame "
+                                              f"{misread[0]})")
                 except DaliStreamError as exc:
                     found.setdefault(rel, []).append(f"loader: {type(exc).__name__}: {exc}")
             if progress:
