@@ -258,6 +258,19 @@ def test_the_writer_leaves_the_callers_scheduling_alone(tmp_path):
     assert os.sched_getscheduler(0) == before and seen["policy"] == before
 
 
+def _encoding_children() -> list[Path]:
+    """/proc/<pid> of this process's encoding children (`sample_data.encode_child`) alive now."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if (int(stat.read_text().rsplit(")", 1)[1].split()[1]) == os.getpid()
+                    and b"encode_child" in (stat.parent / "cmdline").read_bytes()):
+                found.append(stat.parent)
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 def test_encoding_children_do_not_keep_real_time_threads(tmp_path):
     """The child's SVT-AV1 threads are put back to SCHED_OTHER within half a second (as root SVT makes them
     SCHED_FIFO 99, and three encodes then starved a pip install on 2 cores): no thread of an encoding child is
@@ -277,13 +290,9 @@ def test_encoding_children_do_not_keep_real_time_threads(tmp_path):
     def watch() -> None:
         while not done.is_set():
             now = time.monotonic()
-            for stat in Path("/proc").glob("[0-9]*/stat"):
+            for child in _encoding_children():
                 try:
-                    if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != os.getpid():
-                        continue
-                    if b"encode_child" not in (stat.parent / "cmdline").read_bytes():
-                        continue
-                    for task in (stat.parent / "task").iterdir():
+                    for task in (child / "task").iterdir():
                         tid = int(task.name)
                         threads.add(tid)
                         if (task / "comm").read_bytes().strip() == DEMOTER_NAME:
@@ -325,13 +334,9 @@ def test_an_encode_that_uses_no_cpu_is_found_hung_within_the_stall_limit(tmp_pat
 
     def stop_children() -> None:
         while not done.is_set():
-            for stat in Path("/proc").glob("[0-9]*/stat"):
-                try:
-                    pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
-                    cmd = (stat.parent / "cmdline").read_bytes()
-                except (OSError, ValueError, IndexError):
-                    continue
-                if ppid == os.getpid() and b"encode_child" in cmd and pid not in stopped:
+            for child in _encoding_children():
+                pid = int(child.name)
+                if pid not in stopped:
                     os.kill(pid, signal.SIGSTOP)
                     stopped.add(pid)
             time.sleep(0.02)

@@ -243,21 +243,19 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
 
     episodes = [list(run) for _, run in itertools.groupby(ids, key=lambda i: i[0])]  # ids run episode by episode
     for careful in (False, True):
-        if spec.recorder == "encoder-defaults":  # careful: a lower crf (and SVT-AV1's preset 6), structure unchanged
-            cam = spec.cameras[camera]
-            default_recorder.encode(path, spec.frames(ids, camera), cam.encoder or default_recorder.ENCODERS[codec],
-                                    spec.fps, spec.gop, spec.crf, spec.pix_fmt_of(codec), spec.height, spec.width,
-                                    careful=careful)
-            ends = np.cumsum([len(run) for run in episodes]) / spec.fps
-            spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
-        elif spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
+        if spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
             crf = 12 if careful else (lerobot_recorder.LEROBOT_CRF if spec.crf is None else spec.crf)
             spans = lerobot_recorder.write_file(
                 path, [spec.frames(run, camera) for run in episodes], codec, spec.fps,
                 spec.gop, crf, spec.pix_fmt_of(codec), spec.height, spec.width)
-        else:
-            encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
-                         careful=careful, crf=spec.crf, pix_fmt=spec.pix_fmt_of(codec))
+        else:  # one continuous stream: episode k spans its frames' times
+            if spec.recorder == "encoder-defaults":  # careful: a lower crf (and SVT-AV1's preset 6)
+                encoder = spec.cameras[camera].encoder or default_recorder.ENCODERS[codec]
+                default_recorder.encode(path, spec.frames(ids, camera), encoder, spec.fps, spec.gop, spec.crf,
+                                        spec.pix_fmt_of(codec), spec.height, spec.width, careful=careful)
+            else:
+                encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
+                             careful=careful, crf=spec.crf, pix_fmt=spec.pix_fmt_of(codec))
             ends = np.cumsum([len(run) for run in episodes]) / spec.fps
             spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
         bad = misread_frames(path, ids)
@@ -350,7 +348,8 @@ def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int,
     run as root switches its caller's thread to SCHED_FIFO priority 99 and leaves it there, and every thread
     created afterwards inherits it (a loader's among them). A file that takes longer than `encode_budget_s`, or
     whose process uses no CPU for `encode_stall_s` (SVT-AV1 has hung inside svt_av1_enc_send_picture at 0 % CPU,
-    every thread waiting on a futex), has its process killed and is encoded again once; Ctrl-C kills them too. Returns the files that needed careful settings and each file's episode spans."""
+    every thread waiting on a futex), has its process killed and is encoded again once; Ctrl-C kills them too.
+    Returns the files that needed careful settings and each file's episode spans."""
     careful: list[Path] = []
     spans: dict[Path, list[Span]] = {}
     pending = list(jobs)
@@ -369,18 +368,14 @@ def _encode_files(jobs: list[_Job], spec: "SampleSpec", workers: int,
     return careful, spans
 
 
-def _frames_of(path: Path, jobs: list[_Job]) -> int:
-    return next(len(ids) for p, ids, _, _ in jobs if p == path)
-
-
 DEMOTER_NAME = b"dali-demote"  # the demoting thread's name (/proc/<pid>/task/<tid>/comm)
 
 
-def _demote_realtime_threads(stop: "threading.Event") -> None:
+def _demote_realtime_threads() -> None:
     """libsvtav1 run as root puts its threads in real-time SCHED_FIFO (priority 99): on a machine of few cores
     they then starve every other process (measured: a pip install beside three encodes got 8 % of a core). Put
-    every thread of this process back to SCHED_OTHER, twice a second, until `stop` is set. This thread itself runs
-    at real-time priority where it may (as root), or the threads it demotes would starve it too."""
+    every thread of this process back to SCHED_OTHER, twice a second, for the process's life. This thread itself
+    runs at real-time priority where it may (as root), or the threads it demotes would starve it too."""
     import ctypes
 
     try:
@@ -391,8 +386,9 @@ def _demote_realtime_threads(stop: "threading.Event") -> None:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(os.sched_get_priority_max(os.SCHED_FIFO)))
     except OSError:  # not root: SVT-AV1 cannot raise its threads either
         pass
-    while not stop.wait(0.5):
-        me = threading.get_native_id()
+    me = threading.get_native_id()
+    while True:
+        time.sleep(0.5)
         for task in os.listdir("/proc/self/task"):
             try:
                 if int(task) != me and os.sched_getscheduler(int(task)) != os.SCHED_OTHER:
@@ -405,10 +401,8 @@ def encode_child(work: str, results: str) -> None:
     """A child process's loop (`_run_encodes`): the pickled (jobs, spec) in file `work`, each job's pickled
     ("ok", result) or ("error", exception) written to `results`/<n>.pkl as it finishes."""
     import pickle
-    import threading
 
-    threading.Thread(target=_demote_realtime_threads, args=(threading.Event(),), daemon=True,
-                     name="demote-realtime").start()
+    threading.Thread(target=_demote_realtime_threads, daemon=True, name="demote-realtime").start()
 
     import sys
     import traceback
@@ -483,8 +477,8 @@ def _run_encodes(jobs: list[_Job], spec: "SampleSpec", workers: int, careful: li
                     tail = child.log.read_text(errors="replace").strip()[-2000:]
                     raise RuntimeError(f"the process encoding {path} ended with exit status {child.proc.returncode} "
                                        f"before finishing it; its output:\n{tail}")
-                elif time.monotonic() - child.started > encode_budget_s(spec, len(child.jobs[child.finished][1])):
-                    budget = encode_budget_s(spec, len(child.jobs[child.finished][1]))
+                elif (time.monotonic() - child.started
+                      > (budget := encode_budget_s(spec, len(child.jobs[child.finished][1])))):
                     return path, f"did not finish within {budget:.0f} s"
                 elif child.proc is not None and child.stalled(stall_s):
                     return path, f"used no CPU for {stall_s:.0f} s (hung)"
