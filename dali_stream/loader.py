@@ -204,8 +204,9 @@ class StreamLoader:
         self.node, placement = place(cfg.device, self.world.local_rank)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
-        choices = choose_routes(formats_of(meta), cfg.decode, self.node, self._measured_speed(),
-                                proven.rule(proven.installed_dali(), formats_of(meta), self._joined()))
+        formats = formats_of(meta)
+        choices = choose_routes(formats, cfg.decode, self.node, self._measured_speed(),
+                                proven.rule(formats, self._joined()))
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
         for key, choice in choices.items():

@@ -66,7 +66,7 @@ def test_the_demo_on_a_gpu_node_says_why_its_cameras_run_on_the_cpu_and_how_to_s
 
     h100 = Node.from_facts(NodeFacts(1, 1, "2.13.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0)))
     formats = formats_of(DatasetMeta.open(str(written)))
-    choices = choose_routes(formats, "auto", h100, unproven=rule("2.4.0", formats, True, ()))
+    choices = choose_routes(formats, "auto", h100, unproven=rule(formats, True, "2.4.0", ()))
     note = demo_gpu_note(h100, {k: c.route for k, c in choices.items()}, {k: c.reason for k, c in choices.items()})
     assert "NVIDIA H100 80GB HBM3 is usable, but every camera of this sample decodes on the CPU" in note
     assert "below NVDEC's minimum" in note and "--decode gpu" in note and "--height 480 --width 640" in note

@@ -307,18 +307,18 @@ def test_auto_keeps_streams_nvdec_is_not_proven_on_off_the_gpu():
     from dali_stream.decode.proven import PROVEN, Proven, rule
 
     fmts = dict(CAMERAS)
-    none = choose_routes(fmts, "auto", H100, unproven=rule("2.4.0", fmts, True, ()))
+    none = choose_routes(fmts, "auto", H100, unproven=rule(fmts, True, "2.4.0", ()))
     assert {k: c.route for k, c in none.items()} == {
         "front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}
     assert "not yet proven to return the planned frames for h264 as joined streams on DALI 2.4" in none["front"].reason
     assert "make gpu-check" in none["front"].reason and "decode='gpu'" in none["front"].reason
     assert "no NVDEC support for av1" in none["wrist"].reason  # refused first: the proof is not the question
     table = (Proven("2.4", "h264", True, "results/X (2026-12-01)"),)
-    some = choose_routes(fmts, "auto", H100, unproven=rule("2.4.1", fmts, True, table))
+    some = choose_routes(fmts, "auto", H100, unproven=rule(fmts, True, "2.4.1", table))
     assert some["front"].route == "nvdec" and some["side"].route == "torchcodec"
-    per_sample = choose_routes(fmts, "auto", H100, unproven=rule("2.4.1", fmts, False, table))
+    per_sample = choose_routes(fmts, "auto", H100, unproven=rule(fmts, False, "2.4.1", table))
     assert per_sample["front"].route == "torchcodec" and "one clip per sample" in per_sample["front"].reason
-    assert choose_routes(fmts, "auto", H100, unproven=rule("2.5.0", fmts, True, table))["front"].route == "torchcodec"
-    insisted = choose_routes(fmts, {"front": "gpu"}, H100, unproven=rule("2.4.0", fmts, True, ()))
+    assert choose_routes(fmts, "auto", H100, unproven=rule(fmts, True, "2.5.0", table))["front"].route == "torchcodec"
+    insisted = choose_routes(fmts, {"front": "gpu"}, H100, unproven=rule(fmts, True, "2.4.0", ()))
     assert insisted["front"].route == "nvdec"
     assert all(p.source for p in PROVEN)  # every entry says where it was proven

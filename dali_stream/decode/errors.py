@@ -122,9 +122,8 @@ def explain_device(failure: DaliFailure, cameras: dict[str, list], node) -> Dali
             if why:
                 culprits.append((key, seg, fmt, why))
                 break
-    what = {"too-small": "is smaller than NVDEC's minimum", "too-large": "is larger than NVDEC's maximum",
-            "unsupported": "has a codec, profile or pixel format NVDEC does not decode",
-            "unopened": "has a codec, profile or pixel format NVDEC does not decode"}[failure.kind]
+    what = {"too-small": "is smaller than NVDEC's minimum", "too-large": "is larger than NVDEC's maximum"}.get(
+        failure.kind, "has a codec, profile or pixel format NVDEC does not decode")  # unsupported, unopened
     if culprits:
         key, seg, fmt, why = culprits[0]
         return DeviceError(

@@ -47,10 +47,12 @@ def unproven(dali_version: str, codec: str, joined: bool, table: tuple[Proven, .
             "anyway")
 
 
-def rule(dali_version: str, formats: Mapping, joined: bool,
+def rule(formats: Mapping, joined: bool = True, dali_version: str | None = None,
          table: tuple[Proven, ...] = PROVEN) -> Callable[[str], str | None]:
-    """`choose_routes`' `unproven` argument: camera key -> why its stream kind is unproven on NVDEC, or None."""
-    return lambda key: unproven(dali_version, formats[key].codec, joined, table)
+    """`choose_routes`' `unproven` argument: camera key -> why its stream kind is unproven on NVDEC, or None.
+    `joined`: NVDEC cameras decode joined streams (the loader's default); `dali_version`: the installed DALI's."""
+    version = installed_dali() if dali_version is None else dali_version
+    return lambda key: unproven(version, formats[key].codec, joined, table)
 
 
 def installed_dali() -> str:

@@ -166,27 +166,13 @@ class EpisodeStore:
     def segment_for(self, pos: int, camera: str, query_s) -> Segment:
         """A segment holding the frames shown at file times `query_s` (one sample's): the episode's whole segment,
         or for a long episode's camera a piece cut for them alone (decoded once; its bytes are not cached)."""
-        entry = self._ready(pos)
-        seg = entry.segments.get(camera)
+        seg = self._ready(pos).segments.get(camera)
         if seg is not None:
             return seg
-        meta, cam = self.meta, self.meta.cameras[camera]
-        path = meta.video_file(pos, camera)
-        indexed = self.indexes.get(path)
-        if indexed is None:  # the index was readable when the episode was fetched; a later read failed
-            raise VideoFileError(f"video file {path} lost its index ({self.indexes.unsupported.get(path)}) "
-                                 f"(episode {meta.episode_index(pos)}, camera {camera!r}); {FIX_INDEX}")
         first, last = float(min(query_s)), float(max(query_s))
-        episode = meta.episode_index(pos)
-        try:  # through the last packet decoded before the last frame is shown (its dts is at most its pts)
-            piece = cut_segment(self.ranges, path, first, last + 0.5 / meta.fps, episode=episode, camera=camera,
-                                codec=cam.codec, tolerance_s=self.tolerance_s, last_frame_s=last, indexed=indexed,
-                                piece=True)
-        except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, episode, camera) from None
-        with self._lock:
-            self.stats.pieces_cut += 1
-            self.stats.piece_bytes += piece.nbytes
+        # through the last packet decoded before the last frame is shown (its dts is at most its pts)
+        piece = self._cut_range(pos, camera, first, last + 0.5 / self.meta.fps, last, piece=True)
+        assert piece is not None
         return piece
 
     def _is_long(self, pos: int, camera: str, indexed) -> bool:
@@ -279,22 +265,36 @@ class EpisodeStore:
 
     def _cut(self, pos: int, camera: str, rows: dict) -> Segment | None:
         """The episode's segment of `camera`, or None when it is read in pieces (`segment_bytes_limit`)."""
-        meta, cam = self.meta, self.meta.cameras[camera]
+        cam = self.meta.cameras[camera]
         start = float(cam.from_timestamp[pos])
+        return self._cut_range(pos, camera, start, float(cam.to_timestamp[pos]), start + float(rows[FRAME_TIME_S][-1]))
+
+    def _cut_range(self, pos: int, camera: str, from_s: float, to_s: float, last_frame_s: float,
+                   piece: bool = False) -> Segment | None:
+        """The episode's packets of [from_s, to_s) (file time) for `camera` as a segment: the whole episode (None
+        when it is too long and read in pieces), or a `piece` for one sample; errors name the episode and camera."""
+        meta = self.meta
         path = meta.video_file(pos, camera)
         episode = meta.episode_index(pos)
         try:
             indexed = self.indexes.get(path)
-            if self._is_long(pos, camera, indexed):
+            if piece and indexed is None:  # readable when the episode was fetched; a later read failed
+                raise VideoFileError(f"video file {path} lost its index ({self.indexes.unsupported.get(path)}); "
+                                     f"{FIX_INDEX}")
+            if not piece and self._is_long(pos, camera, indexed):
                 return None
-            seg = cut_segment(self.ranges if indexed is not None else meta.data_fs, path, start, float(cam.to_timestamp[pos]), episode=episode,
-                              camera=camera, codec=cam.codec, tolerance_s=self.tolerance_s,
-                              last_frame_s=start + float(rows[FRAME_TIME_S][-1]), indexed=indexed)
+            seg = cut_segment(self.ranges if indexed is not None else meta.data_fs, path, from_s, to_s,
+                              episode=episode, camera=camera, codec=meta.cameras[camera].codec,
+                              tolerance_s=self.tolerance_s, last_frame_s=last_frame_s, indexed=indexed, piece=piece)
         except (RemoteError, VideoFileError) as exc:
             raise _named(exc, episode, camera) from None
         with self._lock:
-            self.stats.segments_cut += 1
-            self.stats.segment_bytes += seg.nbytes
+            if piece:
+                self.stats.pieces_cut += 1
+                self.stats.piece_bytes += seg.nbytes
+            else:
+                self.stats.segments_cut += 1
+                self.stats.segment_bytes += seg.nbytes
         return seg
 
     def _evict(self) -> None:

@@ -108,7 +108,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
     formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
-    routes = choose_routes(formats, "auto", Node.probe(), unproven=proven.rule(proven.installed_dali(), formats, True))
+    routes = choose_routes(formats, "auto", Node.probe(), unproven=proven.rule(formats))
     report = {
         "source": meta.source,
         "revision": args.revision,

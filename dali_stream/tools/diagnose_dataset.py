@@ -169,7 +169,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
         fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"]) if "width" in entry \
             else declared[key]
         choice = choose_routes({key: fmt}, "auto", node,  # as the loader's defaults take it: joined streams
-                               unproven=proven.rule(proven.installed_dali(), {key: fmt}, True))[key]
+                               unproven=proven.rule({key: fmt}))[key]
         entry.update(route=choice.route, reason=choice.reason)
         if "layer" not in entry:
             if choice.route == "torchcodec" and not software["torchcodec"]["ok"]:
