@@ -9,12 +9,14 @@ The loader runs in a fresh process (its peak RSS is the loader's alone, imports 
 process before the loader). The dataset is written on first use (long: three AV1 encodes of an hour each).
 
     python benchmarks/long_episode.py .demo/long-episode [--minutes 60] [--batches 50] \
-        [--out benchmarks/results/cpu-2core-long-episode] [--segment-bytes N]
+        [--out benchmarks/results/cpu-2core-long-episode] [--segment-bytes N] [--fetch-workers N] \
+        [--http-delay-ms MS]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -28,11 +30,11 @@ import torch, nvidia.dali  # noqa: F401 - the imports' share of the peak
 from dali_stream import StreamLoader
 from dali_stream.tools.bench import gop_bytes_needed
 rss_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-root, batches = sys.argv[1], int(sys.argv[2])
-extra = {"segment_bytes": int(sys.argv[3])} if len(sys.argv) > 3 else {}
+root, batches, extra = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 t0 = time.perf_counter()
 loader = StreamLoader(root, batch_size=16, num_workers=2, device="cpu", **extra)
 setup = time.perf_counter() - t0
+loader.store.piece_log = []  # each piece's sample: the GOPs they need, exactly (`bench.gop_bytes_needed`)
 t1 = time.perf_counter()
 it = iter(loader)
 next(it)
@@ -43,14 +45,15 @@ for _ in range(batches - 1):
 steady = time.perf_counter() - t2
 loader.close()
 stats = loader.store.stats
-begun = -(-stats.pieces_cut // (16 * len(loader.routes))) if stats.pieces_cut else batches
-gops = gop_bytes_needed(loader, [loader.batch_plan(0, b) for b in range(begun)])
+gops = gop_bytes_needed(loader, loader.store.piece_log)
 budget = loader.memory_budget()
 print(json.dumps({
     "constructor_s": setup, "first_batch_s": first, "samples_per_s_after_first": 16 * (batches - 1) / steady,
-    "batches": batches, "batches_begun": begun, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    "batches": batches, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     "imports_rss_gb": rss_imports, "start_rss_gb": rss0,
     "segments_cut": stats.segments_cut, "pieces_cut": stats.pieces_cut, "piece_bytes": stats.piece_bytes,
+    "pieces_cut_ahead": stats.pieces_ahead, "pieces_dropped": stats.pieces_dropped,
+    "pieces_ahead_peak": stats.pieces_ahead_peak, "remote": loader.remote_stats, "settings": extra,
     "gop_bytes_needed": gops, "bytes_read_over_gops": stats.piece_bytes / gops if gops else None,
     "cache_peak": stats.peak_bytes, "segment_bytes_limit": loader.segment_bytes_limit, "routes": loader.routes,
     "memory_budget": budget,
@@ -78,16 +81,31 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/cpu-2core-long-episode")
     p.add_argument("--segment-bytes", type=int, default=None,
                    help="the loader's segment_bytes (default: its own; a large value reads the episode whole)")
+    p.add_argument("--fetch-workers", type=int, default=None,
+                   help="the loader's fetch_workers (default: its own; 0: no fetch or piece threads, builders cut)")
+    p.add_argument("--http-delay-ms", type=float, default=None,
+                   help="read the dataset over HTTP on loopback, every request answered this much later (the test "
+                        "suite's server and latency proxy): a far-away store")
     args = p.parse_args()
     root = Path(args.dataset)
     if not (root / "meta/info.json").exists():
         print(f"writing a {args.minutes:g}-minute 640x480 AV1 episode of 3 cameras to {root} (once)", flush=True)
         write(root, args.minutes)
-    command = [sys.executable, "-c", MEASURE, str(root), str(args.batches)]
-    if args.segment_bytes is not None:
-        command.append(str(args.segment_bytes))
-    out = subprocess.run(command, capture_output=True, text=True, check=True)
+    settings = {k: v for k, v in (("segment_bytes", args.segment_bytes), ("fetch_workers", args.fetch_workers))
+                if v is not None}
+    with contextlib.ExitStack() as stack:
+        source = str(root)
+        if args.http_delay_ms is not None:
+            sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: server and proxy
+            from tests.faultproxy import FaultProxy
+            from tests.httpserver import Server
+
+            upstream = stack.enter_context(Server(root))
+            source = stack.enter_context(FaultProxy(upstream, delay_s=args.http_delay_ms / 1000))
+        command = [sys.executable, "-c", MEASURE, source, str(args.batches), json.dumps(settings)]
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["http_delay_ms"] = args.http_delay_ms
     result["dataset"] = str(root)
     result["video_bytes"] = sum(f.stat().st_size for f in (root / "videos").rglob("*.mp4"))
     folder = Path(args.out)
@@ -95,7 +113,8 @@ def main() -> None:
     path = folder / f"long-episode-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2))
     keys = ("constructor_s", "first_batch_s", "samples_per_s_after_first", "peak_rss_gb", "imports_rss_gb",
-            "segment_bytes_limit", "segments_cut", "cache_peak", "pieces_cut", "piece_bytes", "gop_bytes_needed", "bytes_read_over_gops", "video_bytes")
+            "segment_bytes_limit", "segments_cut", "cache_peak", "pieces_cut", "pieces_cut_ahead", "pieces_ahead_peak",
+            "piece_bytes", "gop_bytes_needed", "bytes_read_over_gops", "video_bytes")
     print(json.dumps({k: result[k] for k in keys}, indent=2))
     print(f"-> {path}")
 

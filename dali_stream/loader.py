@@ -96,6 +96,7 @@ class _Producer:
         self.handed: deque[Prepared] = deque()
         self.lock = threading.Lock()
         self.prefetcher = Prefetcher(builder.store, plan, start, lookahead + fetch_ahead, self.lock)
+        self._cut_next = start  # the next batch whose long episodes' pieces are to be cut ahead
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
         self.owner = threading.current_thread()  # the iterating thread
@@ -125,6 +126,12 @@ class _Producer:
         """Batch `index`, built by the workers, which this call keeps `lookahead` batches ahead."""
         t0 = time.perf_counter()
         self.prefetcher.advance(index)
+        # the pieces of long episodes for the batches about to be built (`EpisodeStore.cut_ahead`)
+        for ahead in range(max(self._cut_next, index), min(index + self.lookahead + 1, self.plan.num_batches)):
+            with self.lock:
+                plan = self.plan.batch(ahead)
+            self.builder.cut_ahead(plan)
+            self._cut_next = ahead + 1
         if self.pool is None:
             prepared = self._timed_build(index)
         else:
@@ -149,6 +156,7 @@ class _Producer:
                 fut.cancel()
             self.pool.shutdown(wait=wait, cancel_futures=True)
         self.prefetcher.close()
+        self.builder.store.drop_ahead()  # pieces of batches nobody will build (their builders, if any, cut their own)
 
 
 class StreamLoader:
@@ -349,8 +357,10 @@ class StreamLoader:
     def memory_budget(self) -> dict[str, Any]:
         """Where this loader's host memory goes, in bytes, and the knob that bounds each part (README, Memory).
 
-        An episode's camera above `segment_bytes_limit` is read in pieces, one per sample, held only while its
-        batch is built (`pieces_cut`, `piece_bytes`: how many and their bytes so far), never in the cache.
+        An episode's camera above `segment_bytes_limit` is read in pieces, one per sample, held only until its
+        batch is built (`pieces_cut`, `piece_bytes`: how many and their bytes so far; `pieces_ahead_peak`: most
+        bytes of pieces cut ahead of the builders at once, at most `prefetch_batches` + 1 batches'), never in the
+        cache.
 
         `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
         their serialized size) and `mp4_indexes_peak` (remote video files' sample indexes) are measured, against
@@ -378,7 +388,7 @@ class StreamLoader:
         footers, indexes = self.store.tables.files, self.store.indexes.files
         return {"cache_peak": self.store.stats.peak_bytes, "cache_bound": self.store.capacity_bytes,
                 "segment_bytes_limit": self.segment_bytes_limit, "pieces_cut": self.store.stats.pieces_cut,
-                "piece_bytes": self.store.stats.piece_bytes,
+                "piece_bytes": self.store.stats.piece_bytes, "pieces_ahead_peak": self.store.stats.pieces_ahead_peak,
                 "table_footers_peak": footers.peak_bytes, "table_footers_bound": footers.capacity_bytes,
                 "mp4_indexes_peak": indexes.peak_bytes, "mp4_indexes_bound": indexes.capacity_bytes,
                 "prepared_batches": prepared,

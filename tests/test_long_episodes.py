@@ -35,6 +35,7 @@ def test_every_frame_read_in_pieces(long_dataset, windowed, join_streams):
 def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
     with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
                       image_dtype="uint8") as loader:
+        loader.store.piece_log = []
         it = iter(loader)
         for _ in range(3):
             next(it)
@@ -42,10 +43,10 @@ def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
         held = loader.store.bytes  # rows only: the three episodes' rows were fetched before the first batch
         rows = sum(sum(v.nbytes for v in e.rows.values()) for e in loader.store._entries.values() if e.done.is_set())
         assert held == rows and not loader.decoders._idle  # no segment cached, no piece's decoder kept
-        loader.close()  # the workers build ahead: stop them, the last batch may be half built
-        built = -(-stats.pieces_cut // (4 * len(CAMERAS)))  # batches begun
+        loader.close()  # the workers and piece threads work ahead: stop them, some batches are half cut
         assert stats.segments_cut == 0 and stats.pieces_cut >= 3 * 4 * len(CAMERAS), vars(stats)
-        gops = gop_bytes_needed(loader, [loader.batch_plan(0, b) for b in range(built)])
+        assert len(loader.store.piece_log) == stats.pieces_cut
+        gops = gop_bytes_needed(loader, loader.store.piece_log)
         assert stats.piece_bytes <= 2 * gops, (stats.piece_bytes, gops)  # issue 28's bound: 2x the GOPs needed
     whole = StreamLoader(str(long_dataset), batch_size=4, device="cpu", num_workers=1, image_dtype="uint8")
     assert whole.segment_bytes_limit >= 16 << 20  # the default: these episodes are fetched whole
@@ -59,3 +60,43 @@ def test_segment_bytes_is_checked():
 
     with pytest.raises(ConfigError, match=r"`segment_bytes` must be a positive integer \(bytes\). Found: 0"):
         LoaderConfig(segment_bytes=0)
+
+
+def test_pieces_are_cut_ahead_and_none_outlive_the_epoch(long_dataset):
+    """The piece threads cut the batches' pieces before the builders ask (`EpisodeStore.cut_ahead`); the
+    builders take them; an epoch stopped early drops those nobody will take, and its loader holds none after."""
+    with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
+                      fetch_workers=2, image_dtype="uint8") as loader:
+        store = loader.store
+        it = iter(loader)
+        for _ in range(6):
+            next(it)
+        assert store.stats.pieces_ahead > 0 and store.stats.pieces_ahead_peak > 0, vars(store.stats)
+        it.close()  # the epoch stops with batches built and cut ahead
+        stats = store.stats
+        assert not store._ahead and store._ahead_bytes == 0
+        taken = 6 * 4 * len(CAMERAS)  # the pieces of the batches handed over, at least
+        assert stats.pieces_cut >= taken and stats.pieces_cut - stats.pieces_dropped >= taken, vars(stats)
+    with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
+                      fetch_workers=0, image_dtype="uint8") as alone:
+        next(iter(alone))
+        assert alone.store.stats.pieces_cut > 0 and alone.store.stats.pieces_ahead == 0  # no threads: builders cut
+
+
+def test_pieces_over_http_are_cut_in_parallel(long_dataset):
+    """Over a far-away store (loopback server behind 50 ms of latency a request) the piece threads read the
+    pieces of the batches ahead while earlier ones build: the same samples as read from disk, and the builders
+    take their pieces rather than cutting them one request at a time."""
+    from .faultproxy import FaultProxy
+    from .httpserver import Server
+
+    settings = dict(batch_size=4, segment_bytes=1, device="cpu", num_workers=1, fetch_workers=4,
+                    image_dtype="uint8", seed=3)
+    with StreamLoader(str(long_dataset), **settings) as local:
+        want = [b["observation.images.front"].numpy() for _, b in zip(range(4), local)]
+    with Server(long_dataset) as upstream, FaultProxy(upstream, delay_s=0.05) as url:
+        with StreamLoader(url, **settings) as remote:
+            got = [b["observation.images.front"].numpy() for _, b in zip(range(4), remote)]
+            stats = remote.store.stats
+            assert stats.pieces_ahead >= stats.pieces_cut // 2, vars(stats)
+    assert all((a == b).all() for a, b in zip(want, got))

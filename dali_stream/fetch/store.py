@@ -1,7 +1,10 @@
 """The fetched working set: each open episode's table rows and per-camera segments, fetched once.
 
 A camera whose episode would take more than `segment_bytes_limit` (an hour-long recording) is not fetched: each
-sample asks `segment_for` and gets a piece cut from the file's index for its frames alone, used once.
+sample asks `segment_for` and gets a piece cut from the file's index for its frames alone, used once. The loader
+asks for the pieces of the batches its builders are about to build (`cut_ahead`), so the piece threads read them
+while earlier batches decode (on a remote source: requests in parallel, not one per sample in the builder); a
+builder that finds its piece not yet begun cuts it itself.
 
 An episode is fetched whole (its rows, and a segment per camera, in parallel) by the first of: the
 background fetch threads after `pin` (the loader pins an episode when the plan admits it to the pool, so
@@ -20,9 +23,10 @@ import warnings
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from concurrent.futures import Future
+from typing import Any, Callable, Hashable, Protocol
 
-from ..errors import RemoteError, VideoFileError
+from ..errors import DaliStreamError, RemoteError, VideoFileError
 from .segments import Segment, cut_segment
 from .tables import FRAME_TIME_S, TableReader
 
@@ -41,6 +45,9 @@ class StoreStats:
     evictions: int = 0
     pieces_cut: int = 0  # pieces of long episodes cut for samples (`segment_for`)
     piece_bytes: int = 0  # their bytes
+    pieces_ahead: int = 0  # of them, cut by the piece threads before a builder asked (`cut_ahead`)
+    pieces_dropped: int = 0  # cut ahead, never asked for (the epoch stopped first)
+    pieces_ahead_peak: int = 0  # most bytes of pieces cut ahead held at once, waiting for their builders
     fetch_s: float = 0.0
     peak_bytes: int = 0
     episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
@@ -110,6 +117,13 @@ class EpisodeStore:
         self._warned = False
         self._pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-fetch") \
             if fetch_workers > 0 else None
+        # Pieces of long episodes cut ahead (`cut_ahead`), on threads of their own: a piece waits for its episode's
+        # rows, which the fetch threads bring, so sharing those threads could leave every one of them waiting.
+        self._piece_pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-piece") \
+            if fetch_workers > 0 and segment_bytes_limit is not None else None
+        self._ahead: dict[Hashable, Future[Segment | None]] = {}  # caller's key -> the piece being cut (None: not a long camera)
+        self._ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
+        self.piece_log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
         from ..source.storage import LocalRanges, is_local
         from .mp4index import IndexCache
 
@@ -121,9 +135,21 @@ class EpisodeStore:
     def close(self, wait: bool = True) -> None:
         """End the fetch threads (pending fetches are cancelled; `wait`: and wait for the running ones), close
         decoders and index containers, and drop the fetched episodes. Safe to call more than once."""
+        # the piece threads first: a running one waits for its episode's fetch, which must not be cancelled under it
+        pieces, self._piece_pool = self._piece_pool, None
+        if pieces is not None:
+            pieces.shutdown(wait=wait, cancel_futures=True)
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=wait, cancel_futures=True)
+        with self._lock:  # fetches cancelled above never finish: nobody may wait for them
+            for entry in self._entries.values():
+                if not entry.done.is_set():
+                    entry.error = entry.error or DaliStreamError("the loader was closed while this episode was fetched")
+                    entry.rows_ready.set()
+                    entry.done.set()
+        if wait:
+            self.drop_ahead()
         self.decoders.clear()
         self.indexes.close()
         with self._lock:
@@ -163,17 +189,81 @@ class EpisodeStore:
             raise LookupError(f"episode at position {pos}, camera {camera!r} is read in pieces: use segment_for")
         return entry.segments[camera]
 
-    def segment_for(self, pos: int, camera: str, query_s) -> Segment:
+    def segment_for(self, pos: int, camera: str, query_s, key: Hashable = None) -> Segment:
         """A segment holding the frames shown at file times `query_s` (one sample's): the episode's whole segment,
-        or for a long episode's camera a piece cut for them alone (decoded once; its bytes are not cached)."""
-        seg = self._ready(pos).segments.get(camera)
+        or for a long episode's camera a piece cut for them alone (decoded once; its bytes are not cached): the
+        one `cut_ahead` began under `key` (waited for), or, not begun yet, cut here."""
+        entry = self._ready(pos)
+        with self._lock:
+            ahead = self._ahead.pop(key, None) if key is not None else None
+        if ahead is not None and not ahead.cancel():
+            piece = ahead.result()  # the cut's error, if it failed, as a cut here would raise it
+            if piece is not None:
+                with self._lock:
+                    self._ahead_bytes -= piece.nbytes
+                    self.stats.pieces_ahead += 1
+                return piece
+        seg = entry.segments.get(camera)
         if seg is not None:
             return seg
+        return self._cut_piece(pos, camera, query_s, key)
+
+    def _cut_piece(self, pos: int, camera: str, query_s, key: Hashable) -> Segment:
         first, last = float(min(query_s)), float(max(query_s))
         # through the last packet decoded before the last frame is shown (its dts is at most its pts)
-        piece = self._cut_range(pos, camera, first, last + 0.5 / self.meta.fps, last, piece=True)
+        piece = self._cut_range(pos, camera, first, last + 0.5 / self.meta.fps, last, piece=True, key=key)
         assert piece is not None
         return piece
+
+    def cut_ahead(self, key: Hashable, pos: int, camera: str, query_of: Callable[[dict], Any]) -> None:
+        """Begin cutting, on the piece threads, the piece of episode `pos`'s `camera` for the file times
+        `query_of(rows)` (rows: the episode's table rows), for `segment_for(..., key=key)` to take. Nothing to do
+        when the camera is fetched whole, known once the episode is fetched (without fetch threads: never)."""
+        if self._piece_pool is None:
+            return
+        with self._lock:
+            entry = self._entries.get(pos)
+            if entry is None or not entry.started or \
+                    (entry.done.is_set() and (entry.error is not None or camera not in entry.long)):
+                return
+            try:
+                self._ahead[key] = self._piece_pool.submit(self._piece, key, pos, camera, query_of)
+            except RuntimeError:  # closing: the builder cuts its own
+                pass
+
+    def _piece(self, key: Hashable, pos: int, camera: str, query_of: Callable[[dict], Any]) -> Segment | None:
+        """The piece, once the episode's fetch (begun when it was pinned) is done; None (the builder cuts its
+        own, or finds the failure) when the camera is fetched whole or the episode's fetch failed or never
+        began: a piece thread never fetches an episode itself."""
+        with self._lock:
+            entry = self._entries.get(pos)
+        if entry is None or not entry.started:
+            return None
+        entry.done.wait()
+        if entry.error is not None or camera not in entry.long:
+            return None
+        piece = self._cut_piece(pos, camera, query_of(entry.rows), key)
+        with self._lock:
+            self._ahead_bytes += piece.nbytes
+            self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self._ahead_bytes)
+        return piece
+
+    def drop_ahead(self) -> None:
+        """Forget the pieces cut ahead that nobody took (the epoch stopped, or the loader closes)."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, {}
+        for fut in ahead.values():
+            if fut.cancel():
+                continue
+            try:
+                piece = fut.result()
+            except BaseException:  # noqa: BLE001 - nobody asked for it: its error is nobody's
+                continue
+            if piece is None:
+                continue
+            with self._lock:
+                self._ahead_bytes -= piece.nbytes
+                self.stats.pieces_dropped += 1
 
     def _is_long(self, pos: int, camera: str, indexed) -> bool:
         """Whether the episode's segment of `camera` would exceed `segment_bytes_limit` (from the file's index;
@@ -270,9 +360,10 @@ class EpisodeStore:
         return self._cut_range(pos, camera, start, float(cam.to_timestamp[pos]), start + float(rows[FRAME_TIME_S][-1]))
 
     def _cut_range(self, pos: int, camera: str, from_s: float, to_s: float, last_frame_s: float,
-                   piece: bool = False) -> Segment | None:
+                   piece: bool = False, key: Hashable = None) -> Segment | None:
         """The episode's packets of [from_s, to_s) (file time) for `camera` as a segment: the whole episode (None
-        when it is too long and read in pieces), or a `piece` for one sample; errors name the episode and camera."""
+        when it is too long and read in pieces), or a `piece` for one sample (`key`: the caller's name for it, kept
+        in `piece_log`); errors name the episode and camera."""
         meta = self.meta
         path = meta.video_file(pos, camera)
         episode = meta.episode_index(pos)
@@ -292,6 +383,8 @@ class EpisodeStore:
             if piece:
                 self.stats.pieces_cut += 1
                 self.stats.piece_bytes += seg.nbytes
+                if self.piece_log is not None:
+                    self.piece_log.append(key)
             else:
                 self.stats.segments_cut += 1
                 self.stats.segment_bytes += seg.nbytes

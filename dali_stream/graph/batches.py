@@ -14,6 +14,7 @@ the batch (`task` strings) rides alongside.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -209,16 +210,26 @@ class BatchBuilder:
 
     def locate(self, plan: BatchPlan, rows: list[dict], key: str) -> tuple[list, list[np.ndarray]]:
         """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show."""
-        cam = self.meta.cameras[key]
         segs, idx = [], []
         for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
-            pos = int(pos)
-            sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
-            query = float(cam.from_timestamp[pos]) + r[FRAME_TIME_S][sel]
-            seg = self.store.segment_for(pos, key, query)
+            query = self.query_s(plan, j, key, r)
+            seg = self.store.segment_for(int(pos), key, query, key=piece_key(plan, j, key))
             segs.append(seg)
             idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(plan.frames[j])}"))
         return segs, idx
+
+    def query_s(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray:
+        """The file times sample `j` of `plan` shows of camera `key` (`rows`: its episode's table rows)."""
+        sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
+        return float(self.meta.cameras[key].from_timestamp[int(plan.episodes[j])]) + rows[FRAME_TIME_S][sel]
+
+    def cut_ahead(self, plan: BatchPlan) -> None:
+        """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),
+        before a builder takes the batch up."""
+        for key in self.routes:
+            for j, pos in enumerate(plan.episodes):
+                self.store.cut_ahead(piece_key(plan, j, key), int(pos), key,
+                                     functools.partial(self.query_s, plan, j, key))
 
     def explain_dali_failure(self, pending: list[Prepared], exc: BaseException, node=None) -> DaliStreamError:
         """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what
@@ -327,6 +338,11 @@ class BatchBuilder:
         return DecodeError(f"{what}, although every one of those segments decodes apart: joining these clips is what "
                            "failed. Decode one clip per sample with join_streams=0, and report it with "
                            "`dali-stream diagnose DATASET --decode-test --json`")
+
+
+def piece_key(plan: BatchPlan, j: int, camera: str) -> tuple[int, int, int, str]:
+    """What names the piece of a long episode sample `j` of `plan` reads of `camera` (`EpisodeStore.cut_ahead`)."""
+    return plan.epoch, plan.index, j, camera
 
 
 def decode_segments(segs, idx, cache):

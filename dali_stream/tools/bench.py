@@ -469,16 +469,17 @@ def _device(loader) -> str:
     return f"CPU only: {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores"
 
 
-def gop_bytes_needed(loader, plans) -> int:
-    """Bytes of the GOPs the samples of `plans` need, per camera (each sample's frame's whole GOP, from its file's
-    MP4 index): what issue 28 bounds the bytes read of long episodes by."""
+def gop_bytes_needed(loader, pieces) -> int:
+    """Bytes of the GOPs the pieces of long episodes in `pieces` need (keys as `EpisodeStore.piece_log` records
+    them: epoch, batch, sample, camera): each sample's frame's whole GOP in that camera, from its file's MP4 index.
+    What issue 28 bounds the bytes read of long episodes by."""
     total = 0
-    for plan in plans:
-        for key in loader.routes:
-            cam = loader.meta.cameras[key]
-            for pos, frame in zip(plan.episodes, plan.frames):
-                indexed = loader.store.indexes.get(loader.meta.video_file(int(pos), key))
-                total += indexed.index.gop_bytes(float(cam.from_timestamp[int(pos)]) + int(frame) / loader.meta.fps)
+    plans: dict[tuple[int, int], Any] = {}
+    for epoch, index, j, key in pieces:
+        plan = plans.get((epoch, index)) or plans.setdefault((epoch, index), loader.batch_plan(epoch, index))
+        pos, frame = int(plan.episodes[j]), int(plan.frames[j])
+        indexed = loader.store.indexes.get(loader.meta.video_file(pos, key))
+        total += indexed.index.gop_bytes(float(loader.meta.cameras[key].from_timestamp[pos]) + frame / loader.meta.fps)
     return total
 
 
