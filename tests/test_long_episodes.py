@@ -100,3 +100,26 @@ def test_pieces_over_http_are_cut_in_parallel(long_dataset):
             stats = remote.store.stats
             assert stats.pieces_ahead >= stats.pieces_cut // 2, vars(stats)
     assert all((a == b).all() for a, b in zip(want, got))
+
+
+def test_resume_mid_epoch_reads_the_same_pieces(long_dataset):
+    """A loader resumed mid-epoch (`load_state_dict`) cuts the pieces of the batches from there on, ahead of its
+    builders as from the start: the same batches, pixel for pixel, as the uninterrupted epoch."""
+    settings = dict(batch_size=4, segment_bytes=1, device="cpu", num_workers=2, image_dtype="uint8", seed=5,
+                    delta_timestamps={"observation.images.front": [-0.1, 0.0]})
+
+    def batches(loader, n):
+        return [{k: b[k].numpy() for k in ("index", "observation.images.front", "observation.images.top")}
+                for _, b in zip(range(n), loader)]
+
+    with StreamLoader(str(long_dataset), **settings) as whole_run:
+        want = batches(whole_run, 7)
+    with StreamLoader(str(long_dataset), **settings) as first:
+        batches(first, 4)
+        state = first.state_dict()
+    with StreamLoader(str(long_dataset), **settings) as resumed:
+        resumed.load_state_dict(state)
+        got = batches(resumed, 3)
+        assert resumed.store.stats.pieces_cut > 0
+    for a, b in zip(want[4:], got):
+        assert all((a[k] == b[k]).all() for k in a)
