@@ -123,3 +123,48 @@ def test_resume_mid_epoch_reads_the_same_pieces(long_dataset):
         assert resumed.store.stats.pieces_cut > 0
     for a, b in zip(want[4:], got):
         assert all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_batchs_pieces_share_one_decoder_per_camera(long_dataset):
+    """torchcodec decodes a batch's pieces of a camera as one joined stream (`graph.joined.join_pieces`): one
+    decoder opened per batch and camera, not one per sample (every frame right: the tests above)."""
+    with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", decode="cpu", num_workers=1,
+                      image_dtype="uint8") as loader:
+        for _, _batch in zip(range(5), loader):
+            pass
+        assert loader.store.stats.pieces_cut >= 5 * 4 * len(CAMERAS)
+        assert loader.decoders.opened <= (5 + loader.prefetch_batches) * len(CAMERAS), loader.decoders.opened
+
+
+def test_a_damaged_piece_is_named_after_its_joined_stream_fails(long_dataset, tmp_path):
+    """A file whose keyframes are garbage: the joined stream holding its piece fails, the pieces are decoded one
+    by one (said once), and the damaged one's error names its episode and camera."""
+    import re
+    import shutil
+    import warnings
+    from pathlib import Path
+
+    from dali_stream import DecodeError
+    from dali_stream.meta import DatasetMeta
+
+    from .damage import scramble_keyframes
+
+    copy = tmp_path / "copy"
+    shutil.copytree(long_dataset, copy)
+    meta = DatasetMeta.open(str(copy))
+    top = "observation.images.top"
+    files: dict[str, list[int]] = {}
+    for pos in range(len(meta.lengths)):
+        files.setdefault(meta.video_file(pos, top), []).append(meta.episode_index(pos))
+    damaged, (alone,) = next((f, eps) for f, eps in files.items() if len(eps) == 1)  # a file of one episode
+    scramble_keyframes(Path(damaged))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        with pytest.raises(DecodeError, match=rf"torchcodec could not decode episode {alone}, camera '{top}' "
+                                              rf"\(vp9, \d+ bytes cut from {re.escape(damaged)}\).*re-download the file"):
+            with StreamLoader(str(copy), batch_size=4, segment_bytes=1, device="cpu", decode="cpu",
+                              num_workers=0, image_dtype="uint8") as loader:
+                for _ in loader:
+                    pass
+    joined = [w for w in said if "joined into one stream did not decode" in str(w.message)]
+    assert len(joined) == 1 and "camera 'observation.images.top'" in str(joined[0].message)

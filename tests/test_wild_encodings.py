@@ -58,6 +58,15 @@ def test_every_frame_of_streams_encoded_with_library_defaults(wild, decode, wind
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
+@pytest.mark.parametrize("decode", ["cpu", "auto"])
+def test_every_frame_of_wild_streams_read_in_pieces(wild, decode, windowed):
+    """The same, every episode read as a long one (`segment_bytes`): one piece per sample, a batch's pieces of a
+    camera joined into one stream (torchcodec: `graph.joined.join_pieces`; DALI: `join_group`)."""
+    root, cameras = wild
+    check_every_frame(root, 30, cameras, decode=decode, windowed=windowed, segment_bytes=1)
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
 def test_every_frame_of_1080p_h264(hd, windowed):
     root, cameras = hd
     check_every_frame(root, 30, cameras, decode="cpu", windowed=windowed)

@@ -48,7 +48,8 @@ class Segment:
     _packets: PacketIndex | None = field(default=None, repr=False)  # made on first use
     _resets: np.ndarray | None = field(default=None, repr=False)  # made on first use
     origin_s: float | None = field(default=None, repr=False)  # a decoder's time of frame 0 (`decode.cpu`)
-    # a piece of a long episode, cut for one sample's frames (`fetch.store`): used once, its decoders not kept
+    # a piece of a long episode, cut for one sample's frames (`fetch.store`), or a batch's pieces joined
+    # (`graph.joined.join_pieces`): used for one batch, its decoders not kept
     piece: bool = field(default=False, repr=False)
 
     @property

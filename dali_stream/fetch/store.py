@@ -1,7 +1,8 @@
 """The fetched working set: each open episode's table rows and per-camera segments, fetched once.
 
 A camera whose episode would take more than `segment_bytes_limit` (an hour-long recording) is not fetched: each
-sample asks `segment_for` and gets a piece cut from the file's index for its frames alone, used once. The loader
+sample asks `segment_for` and gets a piece cut from the file's index for its frames alone, used for its batch
+(`graph.joined.join_pieces` joins a batch's pieces of a camera into one stream for torchcodec). The loader
 asks for the pieces of the batches its builders are about to build (`cut_ahead`), so the piece threads read them
 while earlier batches decode (on a remote source: requests in parallel, not one per sample in the builder); a
 builder that finds its piece not yet begun cuts it itself.
@@ -191,7 +192,7 @@ class EpisodeStore:
 
     def segment_for(self, pos: int, camera: str, query_s, key: Hashable = None) -> Segment:
         """A segment holding the frames shown at file times `query_s` (one sample's): the episode's whole segment,
-        or for a long episode's camera a piece cut for them alone (decoded once; its bytes are not cached): the
+        or for a long episode's camera a piece cut for them alone (used for its batch; its bytes are not cached): the
         one `cut_ahead` began under `key` (waited for), or, not begun yet, cut here."""
         entry = self._ready(pos)
         with self._lock:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping, cast
+from typing import Any, Callable, Mapping, cast
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 from .clips import DaliInput, dali_input
-from .joined import group_sizes, join_group, joins
+from .joined import group_sizes, join_group, join_pieces, joins
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
@@ -115,6 +116,7 @@ class BatchBuilder:
         # per DALI-routed camera: [samples, streams (decoder sessions: one per joined stream or per sample),
         # frames DALI's decoder works through (clip frames up to the last asked)]
         self.dali_counts = {k: [0, 0, 0] for k, r in self.routes.items() if r in DALI_ROUTES}
+        self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode (`_decode_cpu`)
         self._count_lock = threading.Lock()
 
     def _count(self, key: str, samples: int, streams: int, frames_fed: int) -> None:
@@ -170,10 +172,12 @@ class BatchBuilder:
             segs, idx = located[key]
             t0 = time.perf_counter()
             if key in self.host_keys:
-                host[key], frames_decoded = decode_host(segs, idx, self.decoders, self.buffers,
-                                                       cast(ImageOps, self.image_ops))
+                image_ops = cast(ImageOps, self.image_ops)
+                host[key], frames_decoded = self._decode_cpu(
+                    key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops))
             else:
-                pixels, frames_decoded = decode_grouped(segs, idx, self.decoders)
+                pixels, frames_decoded = self._decode_cpu(
+                    key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders))
                 values[f"{key}@pixels"] = pixels if members == 1 else [
                     np.concatenate(pixels[g:g + members]) for g in range(0, plan.size, members)]
             with self._count_lock:
@@ -188,6 +192,27 @@ class BatchBuilder:
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
         asked = {key: located[key] for key in streams}
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members, asked)
+
+    def _decode_cpu(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any]) -> Any:
+        """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one
+        stream first (`join_pieces`): one decoder opened for them instead of one per piece. Should a joined stream
+        fail (its frames are checked like any), the camera's pieces are decoded one by one from then on, said once."""
+        pieces = [j for j, seg in enumerate(segs) if seg.piece] if key not in self._join_failed else []
+        joined = join_pieces([segs[j] for j in pieces], [idx[j] for j in pieces]) if len(pieces) > 1 else None
+        if joined is not None:
+            one, steps = joined
+            segs_j, idx_j = list(segs), list(idx)
+            for j, part in zip(pieces, steps):
+                segs_j[j], idx_j[j] = one, part
+            try:
+                return decode(segs_j, idx_j)
+            except DecodeError as exc:
+                self._join_failed.add(key)
+                warnings.warn(f"camera {key!r}: the pieces of long episodes joined into one stream did not decode "
+                              f"({exc}); its pieces are decoded one by one from now on (one decoder opened per "
+                              "piece: slower). Please report it with the output of `dali-stream verify DATASET "
+                              "--decode`", stacklevel=2)
+        return decode(segs, idx)
 
     def group_streams(self, located: Mapping[str, tuple[list, list[np.ndarray]]],
                      size: int) -> tuple[int, dict[str, list[DaliInput]]]:

@@ -17,6 +17,9 @@ Clips join only when their codec configurations match (`codec_config`: codec, si
 and colour boxes, timescale), their segment has a sample table, and their first packet resets the decoder: a
 batch where some group cannot be one stream (files of a camera encoded apart, a segment starting on an H.264 I
 picture without IDR) is decoded one clip per sample (`join_group` returns None, the builder falls back).
+
+torchcodec cameras join the same way a batch's pieces of long episodes (`join_pieces`: one piece per sample, cut
+from the file's index by `fetch.store`), so one decoder serves the batch instead of one opened per piece.
 """
 
 from __future__ import annotations
@@ -85,6 +88,36 @@ def join_group(segs: list, indices: list[np.ndarray]) -> DaliInput | None:
     member's own clip (`clips.dali_input`). None when the clips cannot share a stream (module doc)."""
     if len(segs) == 1:
         return dali_input(segs[0], indices[0])
+    clips = _clips(segs, indices)
+    if clips is None:
+        return None
+    data, steps, _ = _joined(clips)
+    frames, order = np.unique(steps, return_inverse=True)
+    return DaliInput(np.frombuffer(data, np.uint8), frames.astype(np.int32), order.astype(np.int32))
+
+
+def join_pieces(segs: list, indices: list[np.ndarray]) -> tuple[Segment, list[np.ndarray]] | None:
+    """The pieces of long episodes a batch's samples read of one torchcodec camera (`fetch.store`: one per sample)
+    as ONE segment, so one decoder serves them all instead of one opened per piece: the joined stream, its frames'
+    times (stream time), and per sample the indices of its steps' frames in it. None for fewer than two pieces
+    or pieces that cannot share a stream (module doc)."""
+    if len(segs) < 2:
+        return None
+    clips = _clips(segs, indices)
+    if clips is None:
+        return None
+    data, steps, shown = _joined(clips)
+    ends = np.cumsum([len(c.order) for c in clips])[:-1]
+    head = segs[0]
+    episodes = sorted({seg.episode for seg in segs})
+    joined = Segment(data, shown / clips[0].index.time_base.denominator,
+                     f"{head.source} (the pieces of episodes {episodes} joined)", head.episode, head.camera,
+                     head.codec, piece=True)
+    return joined, [part.astype(np.int32) for part in np.split(steps, ends)]
+
+
+def _clips(segs: list, indices: list[np.ndarray]) -> list[_Clip] | None:
+    """Each member's clip, or None when they cannot share a stream (module doc)."""
     clips, config = [], None
     for seg, idx in zip(segs, indices):
         index = packets_of(seg)
@@ -97,10 +130,12 @@ def join_group(segs: list, indices: list[np.ndarray]) -> DaliInput | None:
             return None
         config = mine
         clips.append(_Clip(seg, index, bytes(index.stsd or b""), packets, shown[wanted], order))
-    return _joined(clips)
+    return clips
 
 
-def _joined(members: list[_Clip]) -> DaliInput:
+def _joined(members: list[_Clip]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    """The members' clips as one MP4, each member's steps as frames of it (member after member), and its frames'
+    presentation times (ticks, ascending)."""
     placed: dict[tuple[int, int, int], tuple[int, np.ndarray]] = {}  # clip -> (its first frame, its sorted pts)
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("size", "dts", "pts", "duration", "key")}
     payload: list[bytes] = []
@@ -132,6 +167,4 @@ def _joined(members: list[_Clip]) -> DaliInput:
     c = {k: np.concatenate(v) for k, v in cols.items()}
     data = write_mp4(head.stsd, head.index.time_base.denominator, c["size"], c["dts"], c["pts"], c["duration"], c["key"],
                      b"".join(payload))
-    steps = np.concatenate(asked)
-    frames, order = np.unique(steps, return_inverse=True)
-    return DaliInput(np.frombuffer(data, np.uint8), frames.astype(np.int32), order.astype(np.int32))
+    return data, np.concatenate(asked), np.sort(c["pts"])
