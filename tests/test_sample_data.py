@@ -36,6 +36,37 @@ def test_read_ids_refuses_rather_than_guesses():
         paint.read_ids(np.full((96, 128, 3), 16, np.uint8))  # an unpainted (black) frame
 
 
+def test_ids_past_16_bits_take_a_fourth_row_and_survive_encoding():
+    """An hour at 30 fps is 108,000 frames: ids of 2^16 and more are painted with a fourth row of high bits,
+    checked by the CRC of the whole ids, and read back through a real AV1 and H.264 encode (lerobot's settings)."""
+    import av
+
+    ids = [(0, 65535), (0, 65536), (3, 107999), (70000, 12), (2**24 - 1, 2**24 - 1)]
+    for e, f in ids:
+        assert paint.read_ids(paint.render(96, 128, e, f)) == (e, f)
+    with pytest.raises(ValueError, match=r"ids must fit in 24 bits: episode=0, frame=16777216"):
+        paint.render(96, 128, 0, 2**24)
+    with pytest.raises(ValueError, match=r"need a fourth row of 4-pixel blocks: the image is 12 pixels high"):
+        paint.paint_ids(np.zeros((12, 64, 3), np.uint8), 0, 65536)
+    damaged = paint.render(96, 128, 3, 107999)
+    b = paint.block_size(128)
+    damaged[3 * b:4 * b, 9 * b:10 * b] = paint.LIGHT  # the frame's bit 17 (dark: 107999 < 2^17) set
+    with pytest.raises(paint.UnreadableIds, match=r"check value"):  # a high bit from another frame: refused
+        paint.read_ids(damaged)
+    for codec, options in (("libsvtav1", {"g": "2", "crf": "30"}), ("libx264", {"g": "2", "crf": "30"})):
+        buf = __import__("io").BytesIO()
+        with av.open(buf, "w", format="mp4") as out:
+            stream = out.add_stream(codec, rate=30, options=options)
+            stream.width, stream.height, stream.pix_fmt = 128, 96, "yuv420p"
+            for e, f in ids:
+                out.mux(stream.encode(av.VideoFrame.from_ndarray(paint.render(96, 128, e, f), format="rgb24")))
+            out.mux(stream.encode())
+        buf.seek(0)
+        with av.open(buf) as back:
+            got = [paint.read_ids(frame.to_ndarray(format="rgb24")) for frame in back.decode(video=0)]
+        assert got == ids, codec
+
+
 def _misread_frames(root) -> dict[str, int]:
     """Decode every frame of every camera file with PyAV; count frames whose ids are not the expected ones."""
     import av

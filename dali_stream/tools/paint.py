@@ -3,6 +3,9 @@
 The top three rows of blocks carry 16 bits each: row 0 the episode index, row 1 the frame index inside the
 episode, row 2 a check value of both (CRC-32 of the pair, low 16 bits); least significant bit leftmost. A
 block is `block_size(width)` pixels square, light for 1 and dark for 0, aligned to the 4:2:0 chroma grid.
+Ids of 2^16 and more (the frames of an episode past 36 minutes at 30 fps) add a fourth row, the high bits (the
+episode's bits 16-23 in its first 8 blocks, the frame's in the last 8), and their check value is the CRC-32 of
+the whole ids (`check_value`): a reader takes the four rows only when that check holds, else the three.
 The rest of the image is a smooth pattern that moves from frame to frame (`render`), which gives the encoder
 real work, or any image of the caller's (`paint_ids`; the benchmark samples paint `scene`'s camera-like frames).
 
@@ -20,6 +23,7 @@ import numpy as np
 
 BITS = 16
 ROWS = 3  # episode, frame, check
+HIGH_BITS = 8  # the episode's and the frame's bits above BITS, in a fourth row when needed
 LIGHT, DARK = 235, 16
 MARGIN = 50  # a block's mean luma must be within this of LIGHT or DARK to count as a bit
 MIN_HEIGHT = 16  # the smallest frame height every encoder of the sample writer accepts (x265 refuses 12)
@@ -30,7 +34,9 @@ class UnreadableIds(ValueError):
 
 
 def check_value(episode: int, frame: int) -> int:
-    return zlib.crc32(struct.pack("<HH", episode, frame)) & 0xFFFF
+    if episode < 2**BITS and frame < 2**BITS:
+        return zlib.crc32(struct.pack("<HH", episode, frame)) & 0xFFFF
+    return zlib.crc32(struct.pack("<II", episode, frame)) & 0xFFFF
 
 
 def block_size(width: int) -> int:
@@ -61,10 +67,17 @@ def render(height: int, width: int, episode: int, frame: int, camera: int = 0) -
 
 def paint_ids(img: np.ndarray, episode: int, frame: int) -> np.ndarray:
     """Paint (episode, frame) into the top rows of blocks of an (H, W, 3) uint8 image, in place; returns it."""
-    if not (0 <= episode < 2**BITS and 0 <= frame < 2**BITS):
-        raise ValueError(f"ids must fit in {BITS} bits: episode={episode}, frame={frame}")
+    top = BITS + HIGH_BITS
+    if not (0 <= episode < 2**top and 0 <= frame < 2**top):
+        raise ValueError(f"ids must fit in {top} bits: episode={episode}, frame={frame}")
     b = block_size(img.shape[1])
-    for row, value in enumerate((episode, frame, check_value(episode, frame))):
+    rows = [episode % 2**BITS, frame % 2**BITS, check_value(episode, frame)]
+    if episode >= 2**BITS or frame >= 2**BITS:
+        if img.shape[0] < (ROWS + 1) * b:
+            raise ValueError(f"ids of {BITS} bits and more (episode={episode}, frame={frame}) need a fourth row of "
+                             f"{b}-pixel blocks: the image is {img.shape[0]} pixels high; use a taller resolution")
+        rows.append((episode >> BITS) | (frame >> BITS) << HIGH_BITS)
+    for row, value in enumerate(rows):
         for bit in range(BITS):
             img[row * b:(row + 1) * b, bit * b:(bit + 1) * b] = LIGHT if (value >> bit) & 1 else DARK
     return img
@@ -91,8 +104,8 @@ def read_ids(image) -> tuple[int, int]:
     luma = arr.mean(axis=-1)
     b = block_size(luma.shape[1])
     inset = max(1, b // 4)
-    values = []
-    for row in range(ROWS):
+
+    def row_value(row: int) -> int:
         v = 0
         for bit in range(BITS):
             cell = float(luma[row * b + inset:(row + 1) * b - inset, bit * b + inset:(bit + 1) * b - inset].mean())
@@ -102,8 +115,18 @@ def read_ids(image) -> tuple[int, int]:
                                     "decoding damaged it")
             if cell > (LIGHT + DARK) / 2:
                 v |= 1 << bit
-        values.append(v)
-    episode, frame, check = values
+        return v
+
+    episode, frame, check = (row_value(row) for row in range(ROWS))
+    if luma.shape[0] >= (ROWS + 1) * b:  # a fourth row of high bits, taken only when the check value says so
+        try:
+            high = row_value(ROWS)
+        except UnreadableIds:  # three rows: the picture goes on below them
+            high = 0
+        low_mask = 2**HIGH_BITS - 1
+        wide = (episode | (high & low_mask) << BITS, frame | (high >> HIGH_BITS) << BITS)
+        if high and check == check_value(*wide):
+            return wide
     if check != check_value(episode, frame):
         raise UnreadableIds(f"painted ids read as (episode {episode}, frame {frame}) but their check value is "
                             f"{check}, not {check_value(episode, frame)}: a block came from another frame or the "
