@@ -66,7 +66,7 @@ class DecoderCache:
         """Give back a decoder taken for `seg` (None: it failed and is dropped)."""
         with self._lock:
             self.busy -= 1
-            if decoder is not None and not seg.piece:  # a piece (or pieces joined) serves one batch: nothing would reuse it
+            if decoder is not None and not seg.piece:  # a piece serves one batch: nothing reuses it
                 self._keep(seg, decoder)
 
     def add(self, seg: Segment, decoder) -> None:

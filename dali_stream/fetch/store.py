@@ -22,9 +22,8 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from concurrent.futures import Future
 from typing import Any, Callable, Hashable, Protocol
 
 from ..errors import DaliStreamError, RemoteError, VideoFileError
@@ -122,7 +121,8 @@ class EpisodeStore:
         # rows, which the fetch threads bring, so sharing those threads could leave every one of them waiting.
         self._piece_pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-piece") \
             if fetch_workers > 0 and segment_bytes_limit is not None else None
-        self._ahead: dict[Hashable, Future[Segment | None]] = {}  # caller's key -> the piece being cut (None: not a long camera)
+        # caller's key -> the piece being cut (its result None: the camera is fetched whole after all)
+        self._ahead: dict[Hashable, Future[Segment | None]] = {}
         self._ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
         self.piece_log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
         from ..source.storage import LocalRanges, is_local
