@@ -82,6 +82,34 @@ def test_index_matches_the_demuxer(four_codec_dataset):
         assert got == want, path
 
 
+def test_cut_searches_find_what_a_scan_finds(four_codec_dataset):
+    """`Mp4Index.cut` binary-searches (a piece of an hour-long file costs what one of a minute does): for every
+    codec's files and times all along them, at and between frames, the samples a scan by its definition finds
+    (the last keyframe shown at or before the start, through the sample before the first dts at the end); and a
+    file whose keyframes' times go back (no real encoder's) is scanned."""
+    import dataclasses
+
+    rng = np.random.default_rng(0)
+    for path in sorted(four_codec_dataset.glob("videos/*/*/*.mp4")):
+        index = read_index(_local_rfs(), str(path))
+        assert index._search[1] is not None and index._search[2], path  # real files take the searches
+        ts = index.timescale
+        shown = np.sort(index.pts) / ts
+        starts = np.concatenate([shown, shown + 0.4 / 30, rng.uniform(-0.1, shown[-1] + 0.1, 50)])
+        for from_s in starts:
+            to_s = from_s + rng.uniform(0, 2)
+            keys = np.flatnonzero(index.sync & (index.pts <= (from_s + 1e-6) * ts))
+            want = None
+            if len(keys):
+                later = np.flatnonzero(index.dts[keys[-1] + 1:] >= (to_s - 1e-6) * ts)
+                want = (int(keys[-1]), int(keys[-1]) + 1 + int(later[0]) if len(later) else len(index.dts))
+            assert index.cut(from_s, to_s) == want, (path, from_s, to_s)
+        shuffled = dataclasses.replace(index, pts=index.pts[::-1].copy())
+        assert shuffled._search[1] is None
+        keys = np.flatnonzero(shuffled.sync & (shuffled.pts <= shown[len(shown) // 2] * ts + 1))
+        assert shuffled.cut(shown[len(shown) // 2], shown[-1] + 1)[0] == keys[-1]
+
+
 def test_index_matches_pyav_index_entries(four_codec_dataset):
     """The library alternative (README, "Our code or a library's"): PyAV's index entries hold the same offsets,
     sizes, dts and keyframe flags for every sample of every codec's files; they have no pts."""

@@ -21,6 +21,7 @@ parsed here (`benchmarks/library_choices.py`).
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from fractions import Fraction
@@ -56,12 +57,30 @@ class Mp4Index:
         pts is at or before from_s to before the first later sample whose dts reaches to_s (or the file's
         end). None when no keyframe is at or before from_s."""
         ts = self.timescale
-        keys = np.flatnonzero(self.sync & (self.pts <= (from_s + eps) * ts))
-        if len(keys) == 0:
-            return None
-        first = int(keys[-1])
+        keys, key_pts, dts_rise = self._search
+        if key_pts is not None:  # binary searches: a piece of an hour-long file costs what one of a minute does
+            at = int(np.searchsorted(key_pts, (from_s + eps) * ts, side="right"))
+            if at == 0:
+                return None
+            first = int(keys[at - 1])
+        else:
+            before = np.flatnonzero(self.sync & (self.pts <= (from_s + eps) * ts))
+            if len(before) == 0:
+                return None
+            first = int(before[-1])
+        if dts_rise:
+            return first, max(first + 1, int(np.searchsorted(self.dts, (to_s - eps) * ts, side="left")))
         later = np.flatnonzero(self.dts[first + 1:] >= (to_s - eps) * ts)
         return first, first + 1 + int(later[0]) if len(later) else len(self.dts)
+
+    @functools.cached_property
+    def _search(self) -> tuple[np.ndarray, np.ndarray | None, bool]:
+        """What `cut` searches: the keyframes (decode order), their pts when those never decrease (None: `cut`
+        scans), and whether dts never decrease (MP4 requires it; else `cut` scans)."""
+        keys = np.flatnonzero(self.sync)
+        key_pts = self.pts[keys]
+        ordered = bool(np.all(np.diff(key_pts) >= 0))
+        return keys, key_pts if ordered else None, bool(np.all(np.diff(self.dts) >= 0))
 
     def gop_bytes(self, t_s: float, eps: float = 1e-6) -> int:
         """Bytes of the GOP holding the frame shown at file time `t_s`: its keyframe (the last at or before the
