@@ -39,7 +39,7 @@ from .graph.imageops import ImageOps
 from .graph.joined import joins
 from .meta import DatasetMeta
 from .pairing import check_dali
-from .plan.epoch import EpochPlan, PlanConfig, delta_indices, resume_plan
+from .plan.epoch import BatchPlan, EpochPlan, PlanConfig, delta_indices, resume_plan
 from .plan.selection import digest as selection_digest
 from .plan.selection import select
 from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
@@ -96,23 +96,18 @@ class _Producer:
         self.handed: deque[Prepared] = deque()
         self.lock = threading.Lock()
         self.prefetcher = Prefetcher(builder.store, plan, start, lookahead + fetch_ahead, self.lock)
-        self._cut_next = start  # the next batch whose long episodes' pieces are to be cut ahead
+        self._next = start  # the next batch to come into view: drawn once, its pieces cut ahead, its build begun
+        self._drawn: dict[int, BatchPlan] = {}  # without workers: plans drawn, not built yet
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
         self.owner = threading.current_thread()  # the iterating thread
 
-    def _timed_build(self, index: int) -> Prepared:
+    def _timed_build(self, plan: BatchPlan) -> Prepared:
         t0 = time.perf_counter()
-        with self.lock:
-            plan = self.plan.batch(index)
         out = self.builder.build(plan)
-        self.prefetcher.built(index)
+        self.prefetcher.built(plan.index)
         self.build_s += time.perf_counter() - t0
         return out
-
-    def _submit(self, index: int) -> None:
-        if self.pool is not None and index < self.plan.num_batches and index not in self.futures:
-            self.futures[index] = self.pool.submit(self._timed_build, index)
 
     def __call__(self, info) -> list[list[np.ndarray]]:
         index = self.start + info.iteration
@@ -126,17 +121,20 @@ class _Producer:
         """Batch `index`, built by the workers, which this call keeps `lookahead` batches ahead."""
         t0 = time.perf_counter()
         self.prefetcher.advance(index)
-        # the pieces of long episodes for the batches about to be built (`EpisodeStore.cut_ahead`)
-        for ahead in range(max(self._cut_next, index), min(index + self.lookahead + 1, self.plan.num_batches)):
+        # batches coming into view: each drawn once, the pieces of its long episodes cut ahead
+        # (`EpisodeStore.cut_ahead`), then built by the workers
+        for ahead in range(max(self._next, index), min(index + self.lookahead + 1, self.plan.num_batches)):
             with self.lock:
                 plan = self.plan.batch(ahead)
             self.builder.cut_ahead(plan)
-            self._cut_next = ahead + 1
+            if self.pool is None:
+                self._drawn[ahead] = plan
+            else:
+                self.futures[ahead] = self.pool.submit(self._timed_build, plan)
+            self._next = ahead + 1
         if self.pool is None:
-            prepared = self._timed_build(index)
+            prepared = self._timed_build(self._drawn.pop(index))
         else:
-            for ahead in range(index, index + self.lookahead + 1):
-                self._submit(ahead)
             prepared = self.futures.pop(index).result()
         self.wait_s += time.perf_counter() - t0
         return prepared
