@@ -29,10 +29,12 @@ from typing import (
 
 from .errors import ConfigError
 
-Decode = Literal["auto", "gpu", "cpu"]
+Decode = Literal["auto", "gpu", "cpu", "cpu-open"]
+NvdecEngine = Literal["auto", "dali", "open"]
 ImageDtype = Literal["float32", "uint8"]
 MemoryFormat = Literal["contiguous", "channels_last"]
 DECODE_CHOICES: tuple[str, ...] = get_args(Decode)
+NVDEC_ENGINES: tuple[str, ...] = get_args(NvdecEngine)
 IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
 MEMORY_FORMATS: tuple[str, ...] = get_args(MemoryFormat)
 DEFAULT_CACHE_BYTES = 4 << 30
@@ -73,7 +75,16 @@ class LoaderConfig:
     drop_n_last_frames: int = _s(0, "never draw an episode's last n frames as samples")
     # decode and images
     decode: Union[Decode, Mapping[str, Decode]] = _s(
-        "auto", "auto | gpu | cpu, or camera key -> one of those (see dali_stream.decode.routes)")
+        "auto", "auto | gpu | cpu | cpu-open, or camera key -> one of those (see dali_stream.decode.routes; "
+                "cpu-open: FFmpeg's decoders kept open and fed packets, the open-decoder engine on the CPU)")
+    nvdec_engine: NvdecEngine = _s(
+        "auto", "which engine decodes NVDEC cameras: dali (DALI's fn.decoders.video, a decoder session per stream), "
+                "open (PyNvVideoCodec's decoders kept open for the loader's life and fed packets: "
+                "dali_stream/decode/engine.py; pip install 'dali-stream[nvdec]'), or auto (dali until the open "
+                "engine is proven on this node: decode/proven.py)")
+    decode_threads: Optional[int] = _s(
+        None, "threads of the open-decoder engine, each with its own decoders (default: the GPU's NVDEC engines "
+              "for nvdec_engine='open', num_workers (at least 1) for decode='cpu-open')")
     join_streams: Optional[int] = _s(
         None, "DALI-decoded cameras: a batch is decoded in at most this many groups, each group's clips of a "
               "camera joined into one stream, one decoder session each (DALI 2.4 opens a decoder per stream: ~8 ms "
@@ -147,6 +158,8 @@ class LoaderConfig:
         elif self.decode not in DECODE_CHOICES:
             raise ConfigError(f"decode={self.decode!r} is not one of {DECODE_CHOICES} (or a dict camera key -> one "
                               "of those)")
+        if self.nvdec_engine not in NVDEC_ENGINES:
+            raise ConfigError(f"`nvdec_engine` must be one of {NVDEC_ENGINES}. Found: {self.nvdec_engine!r}")
         if not isinstance(self.image_dtype, str):  # torch.uint8 / torch.float32, by name
             fix(self, "image_dtype", str(self.image_dtype).removeprefix("torch."))
         if self.image_dtype not in IMAGE_DTYPES:
@@ -162,7 +175,7 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 1)
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
             _integer(name, getattr(self, name), 0)
-        for name, low in (("join_streams", 0), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1),
+        for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1),
                           ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
             if getattr(self, name) is not None:
@@ -238,7 +251,9 @@ class LoaderSettings(TypedDict, total=False):
     max_episodes: Optional[int]
     drop_n_first_frames: int
     drop_n_last_frames: int
-    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu", or camera key -> one of those
+    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu" | "cpu-open", or camera key -> one of those
+    nvdec_engine: str  # "auto" | "dali" | "open"
+    decode_threads: Optional[int]
     join_streams: Optional[int]
     device: Any  # "cpu", "cuda", "cuda:N" or a torch.device
     image_dtype: Any  # "float32" | "uint8", or torch.float32 / torch.uint8

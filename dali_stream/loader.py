@@ -26,7 +26,8 @@ from .config import LoaderConfig
 from .decode.cpu import DecoderCache
 from .decode.device import place
 from .decode.errors import classify
-from .decode.routes import choose_routes, formats_of
+from .decode.engine import ENGINE_ROUTES, OpenDecoders, make_engine
+from .decode.routes import choose_routes, formats_of, nvdec_engine, open_routes
 from .decode import proven
 from .decode.speed import gpu_slower, unmeasured
 from .errors import ConfigError, InstallError, StateError
@@ -83,9 +84,19 @@ def _close_open_loaders() -> None:
         loader.close()
 
 
+def _shut(store: EpisodeStore, engines: list[OpenDecoders]) -> None:
+    """A collected loader's close (on a thread of its own): the store's threads and the engines' threads end,
+    without waiting for them."""
+    store.close(False)
+    for engine in engines:
+        engine.close(False)
+
+
 class _Producer:
     """Batches of an epoch prepared ahead by threads: the graph's external source (it hands DALI batch
-    `start + k` for its k-th call), or, without a graph, `prepared(index)`."""
+    `start + k` for its k-th call), or, without a graph, `prepared(index)`. A graph with open-decoder engine
+    cameras has a source per engine route too (`engine_source`): every source of an iteration hands out parts of
+    the same prepared batch, whichever DALI calls first."""
 
     def __init__(self, builder: BatchBuilder, plan: EpochPlan, start: int, workers: int, lookahead: int,
                  fetch_ahead: int) -> None:
@@ -101,6 +112,9 @@ class _Producer:
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
         self.owner = threading.current_thread()  # the iterating thread
+        self.sources = 1 + len(builder.engine_outputs)  # external sources per iteration
+        self._taking: dict[int, tuple[Prepared, set[str]]] = {}  # iteration -> batch, sources that took their part
+        self._take_lock = threading.Lock()
 
     def _timed_build(self, plan: BatchPlan) -> Prepared:
         t0 = time.perf_counter()
@@ -110,12 +124,27 @@ class _Producer:
         return out
 
     def __call__(self, info) -> list[list[np.ndarray]]:
-        index = self.start + info.iteration
-        if index >= self.plan.num_batches:
-            raise StopIteration
-        prepared = self.prepared(index)
-        self.handed.append(prepared)
-        return prepared.arrays
+        return self._take(info.iteration, "")
+
+    def engine_source(self, route: str):
+        """The external source of an open-decoder engine route's frames (`graph.pipeline`)."""
+        return lambda info: self._take(info.iteration, route)
+
+    def _take(self, iteration: int, part: str) -> list[list[Any]]:
+        """Source `part`'s outputs ("" the main source's, else an engine route's) of batch `start + iteration`."""
+        with self._take_lock:
+            entry = self._taking.get(iteration)
+            if entry is None:
+                index = self.start + iteration
+                if index >= self.plan.num_batches:
+                    raise StopIteration
+                entry = self._taking[iteration] = (self.prepared(index), set())
+                self.handed.append(entry[0])
+            prepared, taken = entry
+            taken.add(part)
+            if len(taken) == self.sources:
+                del self._taking[iteration]
+        return prepared.engine_arrays[part] if part else prepared.arrays
 
     def prepared(self, index: int) -> Prepared:
         """Batch `index`, built by the workers, which this call keeps `lookahead` batches ahead."""
@@ -213,6 +242,10 @@ class StreamLoader:
         formats = formats_of(meta)
         choices = choose_routes(formats, cfg.decode, self.node, self._measured_speed(),
                                 proven.rule(formats, self._joined()))
+        # NVDEC cameras: DALI's fn.decoders.video, or the open-decoder engine (decode.engine)
+        engine, engine_why = nvdec_engine(cfg.nvdec_engine,
+                                          proven.open_unproven(self.node.gpu.name if self.node.gpu else None))
+        choices = open_routes(choices, engine, engine_why)
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
         for key, choice in choices.items():
@@ -228,13 +261,13 @@ class StreamLoader:
         # on an H100 with DALI 2.4, the decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16
         # threads cost the same (benchmarks/results/NVIDIA-H100-80GB-HBM3/): the threads wait for a DALI
         # that decodes samples in parallel.
-        engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
-        self.dali_threads = max(1, cfg.num_workers, engines if "nvdec" in self.routes.values() else 0)
+        nvdec_engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
+        self.dali_threads = max(1, cfg.num_workers, nvdec_engines if "nvdec" in self.routes.values() else 0)
         # DALI-routed cameras: a batch decoded as at most this many groups, each group's clips joined into one
         # stream, one decoder session each (graph.joined); 0: a clip per sample. Default: the NVDEC engines where
         # a camera decodes on NVDEC, else the DALI threads. The builder keeps 0 where it must (`join_streams`).
         join_streams = (cfg.join_streams if cfg.join_streams is not None
-                        else engines if "nvdec" in self.routes.values() else self.dali_threads)
+                        else nvdec_engines if "nvdec" in self.routes.values() else self.dali_threads)
         for key, cam in meta.cameras.items():
             self.image_ops.check_camera(key, cam.height, cam.width)
         # Host frames (graph.host): CPU-decoded cameras skip the graph, laid out by the workers in the caller's
@@ -259,6 +292,16 @@ class StreamLoader:
             LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * cfg.episode_pool_size * max(1, len(self.routes))))
         self.store = EpisodeStore(meta, tables, cfg.tolerance_s, list(self.routes), cfg.cache_bytes, self.decoders,
                                   fetch_workers, self.segment_bytes_limit)
+        # The open-decoder engine (decode.engine), one per engine route: its decode threads keep their decoders open
+        # for the loader's life; one thread per NVDEC engine (one session cannot use more than one engine).
+        self.engines: dict[str, OpenDecoders] = {}
+        for route in sorted({r for r in self.routes.values() if r in ENGINE_ROUTES}):
+            threads = cfg.decode_threads or (max(1, nvdec_engines) if route == "nvdec-open"
+                                             else max(1, cfg.num_workers))
+            self.engines[route] = make_engine(route, threads, self.dali_device,
+                                              {k: (c.height, c.width) if c.height and c.width else None
+                                               for k, c in meta.cameras.items()})
+            log.info("%s: %d decode threads, their decoders kept open", route, threads)
         log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
                  "rank %d of %d", self.device, cfg.num_workers, fetch_workers, max_decoders, cfg.cache_bytes >> 20,
                  self.world.rank, self.world.world_size)
@@ -271,14 +314,14 @@ class StreamLoader:
         # races the interpreter's teardown (it was killed inside pyarrow's ParquetReader dealloc: "terminate
         # called without an active exception", 1 exit in 5 of benchmarks/epoch_profile.py), so loaders still
         # open at exit are closed on the main thread by `_close_open_loaders`.
-        self._finalizer = weakref.finalize(self, in_background, self.store.close, False)
+        self._finalizer = weakref.finalize(self, in_background, _shut, self.store, list(self.engines.values()))
         self._finalizer.atexit = False
         _OPEN_LOADERS.add(self)
         self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
                                     cfg.tolerance_s, meta.table_keys, self._table_dtypes(tables),
                                     augment_seed=cfg.seed if cfg.augment is not None else None,
                                     image_ops=self.image_ops if host_frames else None,
-                                    lookahead=self.prefetch_batches, join_streams=join_streams)
+                                    lookahead=self.prefetch_batches, join_streams=join_streams, engines=self.engines)
         self.join_streams = self.builder.join_streams
         dali_cameras = [k for k, r in self.routes.items() if r in DALI_ROUTES]
         if dali_cameras:
@@ -470,6 +513,8 @@ class StreamLoader:
         self.builder.buffers.clear()
         if self._finalizer.detach() is not None:
             self.store.close()
+            for engine in self.engines.values():
+                engine.close()
 
     def __enter__(self) -> "StreamLoader":
         return self
@@ -595,7 +640,8 @@ class StreamLoader:
         pipe, names = build_pipeline(self.builder.outputs, self.builder.graph_routes, producer,
                                      self.config.batch_size, self.dali_threads, self.dali_device, self.image_ops,
                                      on_gpu=self.device.startswith("cuda"), augment=self.config.augment,
-                                     prefetch_queue_depth=queue_depth)
+                                     prefetch_queue_depth=queue_depth, engine_outputs=self.builder.engine_outputs,
+                                     engine_sources={r: producer.engine_source(r) for r in self.builder.engine_outputs})
         with self._dali_errors(producer):  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:

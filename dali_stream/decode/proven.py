@@ -62,3 +62,17 @@ def installed_dali() -> str:
     except Exception:
         return "0"
     return str(__version__)
+
+
+# The open-decoder engine (`decode.engine`, nvdec_engine="open"): the GPUs it has passed the same checks and paid on
+# (`make gpu-check`: the boundary matrix and the wild encodings through nvdec-open, and its samples/s against DALI's
+# engine and the CPU route), each with its results folder and date. Empty: no GPU has run it yet.
+OPEN_PROVEN: tuple[tuple[str, str], ...] = ()  # (GPU name as torch reports it, source)
+
+
+def open_unproven(gpu_name: str | None, table: tuple[tuple[str, str], ...] = OPEN_PROVEN) -> str | None:
+    """Why `nvdec_engine="auto"` keeps DALI's engine on this GPU (None: the open engine is proven here)."""
+    if any(name == gpu_name for name, _ in table):
+        return None
+    return (f"the open-decoder engine is not yet proven on {gpu_name or 'this GPU'} (decode/proven.py; "
+            "`make gpu-check` measures and checks it)")

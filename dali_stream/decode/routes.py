@@ -5,6 +5,10 @@ Routes:
 - ``dali-cpu``: DALI ``fn.decoders.video(device="cpu")``, inside the DALI graph. DALI's CPU decoder
   handles only VP8/VP9/MJPEG (its FFmpeg has no H.264/HEVC/AV1 decoder).
 - ``torchcodec``: torchcodec on CPU threads; frames enter the DALI graph through its external source.
+- ``nvdec-open``: NVDEC through PyNvVideoCodec's decoders kept open and fed packets (`decode.engine`), chosen for
+  NVDEC cameras by ``nvdec_engine`` (`nvdec_engine`); frames enter the graph through an external source on the GPU.
+- ``cpu-open``: the same engine on FFmpeg's CPU decoders (PyAV), ``decode="cpu-open"``: the reference the NVDEC
+  engine is checked against, on any node.
 
 ``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
 (codec, size and pixel format against ``gpus``' table) unless a measurement says torchcodec is faster for the
@@ -26,8 +30,8 @@ from typing import Callable, Mapping
 from ..errors import ConfigError, DeviceError
 from .gpus import GpuCaps, lookup
 
-ROUTES = ("nvdec", "dali-cpu", "torchcodec")
-CHOICES = ("auto", "gpu", "cpu")
+ROUTES = ("nvdec", "nvdec-open", "dali-cpu", "torchcodec", "cpu-open")
+CHOICES = ("auto", "gpu", "cpu", "cpu-open")
 DALI_CPU_CODECS = frozenset({"vp8", "vp9", "mjpeg"})
 ENV_CPU_ONLY = "DALI_STREAM_CPU_ONLY"  # "1": behave as on a node without GPU (CPU routes, batches on CPU)
 NVDEC_CAPABILITY_FIX = ("in a container, expose the driver's video capability: NVIDIA_DRIVER_CAPABILITIES="
@@ -250,6 +254,10 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         if want == "cpu":
             out[key] = RouteChoice("torchcodec", "decode='cpu': torchcodec for every camera")
             continue
+        if want == "cpu-open":
+            out[key] = RouteChoice("cpu-open", "decode='cpu-open': FFmpeg's decoders kept open and fed packets (the "
+                                               "open-decoder engine on the CPU)")
+            continue
         refused = node.nvdec_refuses(fmt)
         doubt = unproven(key) if unproven is not None and want == "auto" and refused is None else None
         slower, note = measured(key) if measured is not None and want == "auto" else (None, "")
@@ -272,6 +280,32 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
                 f"decode='gpu' for camera {key!r}, but its stream ({fmt.describe()}) is not decodable by NVDEC "
                 f"here: {refused}; use decode='auto' (CPU for this camera, the rest on the GPU), or re-encode "
                 "the camera as 8-bit 4:2:0 h264/hevc within NVDEC's sizes")
+    return out
+
+
+def nvdec_engine(choice: str, proven_open: str | None) -> tuple[str, str]:
+    """("open" or "dali", why) for the NVDEC cameras: `choice` is the `nvdec_engine` setting; `proven_open` says
+    why the open engine is not proven on this node yet (None: proven). `auto` keeps DALI's engine until then."""
+    if choice == "open":
+        return "open", "nvdec_engine='open': PyNvVideoCodec's decoders kept open, fed packets"
+    if choice == "dali":
+        return "dali", "nvdec_engine='dali': DALI's fn.decoders.video"
+    if proven_open is None:
+        return "open", "the open-decoder engine is proven on this node (decode/proven.py)"
+    return "dali", f"DALI's fn.decoders.video: {proven_open}; nvdec_engine='open' uses the open engine"
+
+
+def open_routes(choices: Mapping[str, RouteChoice], engine: str, why: str) -> dict[str, RouteChoice]:
+    """`choices` with NVDEC cameras on the open-decoder engine when `engine` is "open" (route ``nvdec-open``), their
+    reasons naming the engine either way."""
+    out = {}
+    for key, c in choices.items():
+        if c.route != "nvdec":
+            out[key] = c
+        elif engine == "open":
+            out[key] = RouteChoice("nvdec-open", f"{c.reason}; engine: {why}")
+        else:
+            out[key] = RouteChoice("nvdec", f"{c.reason}; engine: {why}")
     return out
 
 

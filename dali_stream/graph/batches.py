@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, cast
 import numpy as np
 
 from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
+from ..decode.engine import ENGINE_ROUTES
 from ..decode.errors import classify, explain_device, stream_format
 from ..decode.routes import DALI_CPU_CODECS
 from ..errors import DaliStreamError, DecodeError
@@ -45,7 +46,7 @@ class Output:
     """One external-source output: what it carries and for which key."""
 
     name: str  # unique output name inside the graph
-    kind: str  # "encoded" | "frames" | "order" | "pixels" | "rand" | "table"
+    kind: str  # "encoded" | "frames" | "order" | "pixels" | "decoded" | "rand" | "table"
     key: str  # feature key (or "<key>_is_pad") it belongs to
     dtype: np.dtype
     ndim: int
@@ -61,6 +62,9 @@ class Prepared:
     # DALI-routed camera -> per sample, its segment (the episode's, or a long episode's piece) and the frame
     # indices in it the sample asked for: what a failed decode is checked against (`explain_dali_failure`)
     asked: dict[str, tuple[list, list[np.ndarray]]] = field(default_factory=dict)
+    # open-decoder engine route -> per output of `BatchBuilder.engine_outputs[route]`, per group: its camera's frames
+    # as the engine decoded them (CUDA tensors for nvdec-open), for the graph's external source of that route
+    engine_arrays: dict[str, list[list[Any]]] = field(default_factory=dict)
 
 
 class BatchBuilder:
@@ -68,18 +72,24 @@ class BatchBuilder:
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
-                 join_streams: int = 0) -> None:
+                 join_streams: int = 0, engines: Mapping[str, Any] | None = None) -> None:
         """`join_streams`: DALI-routed cameras decode a batch as at most this many groups, each group's clips
         joined into one stream (`graph.joined`); 0: one clip per sample (`graph.clips`), as always with an
         augmentation hook (it draws per sample). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
         (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
         `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
-        out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over."""
+        out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over. `engines`: route ->
+        the open-decoder engine (`decode.engine`) that decodes that route's cameras; their frames go to the graph
+        through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`)."""
         self.meta = meta
         self.augment_seed = augment_seed
         self.store = store
         self.decoders = decoders
         self.routes = dict(routes)
+        self.engines = dict(engines or {})
+        lacking = sorted({r for r in self.routes.values() if r in ENGINE_ROUTES} - set(self.engines))
+        if lacking:
+            raise ValueError(f"routes {lacking} need their open-decoder engine")  # the loader makes them
         self.delta = dict(delta_indices)
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
@@ -93,10 +103,14 @@ class BatchBuilder:
         # one the caller holds, per host camera (cameras of one shape share them).
         self.buffers = BufferPool((lookahead + 3) * max(1, len(self.host_keys)))
         outputs: list[Output] = []
+        self.engine_outputs: dict[str, list[Output]] = {}
         for key, route in self.routes.items():
             if key in self.host_keys:
                 continue
-            if route in DALI_ROUTES:
+            if route in ENGINE_ROUTES:
+                self.engine_outputs.setdefault(route, []).append(
+                    Output(f"{key}@decoded", "decoded", key, np.dtype(np.uint8), 4))
+            elif route in DALI_ROUTES:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
                 outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
@@ -166,12 +180,17 @@ class BatchBuilder:
             values[f"{key}@frames"] = [d.frames for d in inputs]
             values[f"{key}@order"] = [d.order for d in inputs]
             self._count(key, plan.size, len(inputs), sum(d.frames_fed for d in inputs))
+        engine_values: dict[str, list] = {}
         for key, route in self.routes.items():
             if route in DALI_ROUTES:
                 continue
             segs, idx = located[key]
             t0 = time.perf_counter()
-            if key in self.host_keys:
+            if route in ENGINE_ROUTES:
+                pictures, frames_decoded = self.engines[route].decode(key, segs, idx)
+                span = members * len(idx[0])  # every sample of a camera has the same steps
+                engine_values[f"{key}@decoded"] = [pictures[g:g + span] for g in range(0, len(pictures), span)]
+            elif key in self.host_keys:
                 image_ops = cast(ImageOps, self.image_ops)
                 host[key], frames_decoded = self._decode_cpu(
                     key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops))
@@ -191,7 +210,8 @@ class BatchBuilder:
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
         asked = {key: located[key] for key in streams}
-        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members, asked)
+        engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members, asked, engine_arrays)
 
     def _decode_cpu(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any]) -> Any:
         """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one

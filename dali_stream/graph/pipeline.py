@@ -4,7 +4,9 @@ The graph's batch is the batch's samples in groups (`graph.batches`, `graph.join
 cameras decode one stream per group with `fn.decoders.video` (device "mixed" for NVDEC, "cpu" for DALI's CPU
 decoder) at its distinct frame indices, laid out member by member, step by step by `fn.sequence_rearrange`;
 torchcodec-routed cameras arrive as decoded frames in that layout (unless they skip the graph as host frames,
-`graph.host`: `routes` then leaves them out). Both then get the `ImageOps` (resize, centre crop, CHW layout,
+`graph.host`: `routes` then leaves them out), and cameras of the open-decoder engine (`decode.engine`) through an
+external source of their own per engine route, on the device the engine decoded them on (the GPU for nvdec-open:
+no host copy). Both then get the `ImageOps` (resize, centre crop, CHW layout,
 uint8 or float32 in [0, 1] or mean/std-normalised) on the device they are on: (members x steps, C, H, W) per
 group ((.., H, W, C) with `channels_last`), which the loader views as (samples, steps, C, H, W), or (samples,
 C, H, W) for a single frame as lerobot squeezes it. Tabular outputs, (members, ...) per group, pass straight
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Mapping, Sequence
 
+from ..decode.engine import ENGINE_ROUTES
 from .batches import Output
 from .imageops import ImageOps
 
@@ -39,12 +42,16 @@ def video_decoder(encoded, frames, route: str):
 def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
                    image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False,
-                   augment: Callable | None = None):
+                   augment: Callable | None = None, engine_outputs: Mapping[str, Sequence[Output]] | None = None,
+                   engine_sources: Mapping[str, Callable] | None = None):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order).
 
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
     the graph (image ops then run on the GPU, and the iterator hands over GPU tensors). `augment(video, key,
-    rand)` (see `StreamLoader`) runs on each camera's decoded frames before resize/crop/normalise."""
+    rand)` (see `StreamLoader`) runs on each camera's decoded frames before resize/crop/normalise.
+    `engine_outputs[route]`, fed by `engine_sources[route]` (called with the same batch info as `source`): the
+    frames of an open-decoder engine route (`decode.engine`), on the GPU for nvdec-open. DALI copies GPU frames on
+    its internal stream and waits for the copy (`cuda_stream=1`), so the engine may release them at once."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
@@ -67,14 +74,24 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
         )
         fed = fed if isinstance(fed, (list, tuple)) else [fed]
         by_name = dict(zip((o.name for o in outputs), fed))
+        for route, outs in (engine_outputs or {}).items():
+            gpu = route == "nvdec-open"
+            frames = fn.external_source(
+                source=(engine_sources or {})[route], num_outputs=len(outs), batch=True, batch_info=True,
+                device="gpu" if gpu else "cpu", dtype=[types.UINT8] * len(outs), ndim=[4] * len(outs),
+                layout=["FHWC"] * len(outs), **({"cuda_stream": 1} if gpu else {}))
+            frames = frames if isinstance(frames, (list, tuple)) else [frames]
+            by_name.update(zip((o.name for o in outs), frames))
         results = []
         for key, route in routes.items():
             if route == "torchcodec":
                 video = by_name[f"{key}@pixels"]
+            elif route in ENGINE_ROUTES:
+                video = by_name[f"{key}@decoded"]
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
-            if on_gpu and route != "nvdec":
+            if on_gpu and route not in ("nvdec", "nvdec-open"):
                 video = video.gpu()
             if augment is not None:
                 video = augment(video, key, by_name[f"{key}@rand"])

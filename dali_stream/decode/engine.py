@@ -1,0 +1,173 @@
+"""The open-decoder engine: decoders that stay open for the loader's life, fed packets, several at once.
+
+Routes ``nvdec-open`` (NVDEC through PyNvVideoCodec) and ``cpu-open`` (FFmpeg's decoders through PyAV, the same
+engine on any node: the reference the NVDEC one is checked against) decode here instead of inside the DALI graph
+(`decode.packet_decoders`). The engine owns `threads` decode threads (default: the GPU's NVDEC engines, 7 on an
+H100: one decode session cannot use more than one engine); each thread keeps one decoder per (camera, codec),
+opened on first use and reused by every later batch. A batch's samples of a camera are split into contiguous
+chunks, one per thread; a chunk's segments are fed to its thread's decoder as one packet feed (`decode.feed`), and
+the asked pictures come back by their feed time. The frames then enter the DALI graph through an external
+source on the device they were decoded on (`graph.pipeline`), so resize, crop, normalise, `augment=` and the
+DALI PyTorch iterator are the same as for every other route.
+
+Never silently wrong: a picture asked for that the decoder did not hand back raises `DecodeError` naming the
+episode, camera, frames and file (a decoder that drops a picture cannot shift the others: pictures are known by
+their times, not by their order). A decoder that fails is closed and replaced, and the failing segment is named.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import DaliStreamError, DecodeError
+from ..fetch.segments import decode_error
+from .feed import Feed, build_feed
+
+ENGINE_ROUTES = ("nvdec-open", "cpu-open")
+
+
+class OpenDecoders:
+    """`threads` decode threads, each with its decoders kept open (module doc). `make(codec, camera)` opens one."""
+
+    def __init__(self, make: Callable[[str, str], Any], threads: int, route: str) -> None:
+        if threads < 1:
+            raise ValueError(f"the open-decoder engine needs at least one thread. Found: {threads}")
+        self.make, self.threads, self.route = make, threads, route
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="dali-stream-decode")
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[Any] = []  # every decoder opened, for close()
+        self.opened = 0  # decoders opened over the engine's life (threads x cameras when they stay open)
+        self.feeds = 0  # packet feeds decoded
+        self.clips = 0  # clips fed (a decoder restart at a keyframe each)
+        self.packets = 0  # packets fed
+        self.decoded = 0  # pictures handed back that were asked for
+
+    def decode(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
+        """The batch's frames of `camera`: (sum of steps, H, W, 3) uint8, sample after sample, step after step
+        (`segs[j]`, `idx[j]`: sample j's segment and its steps' frame indices in it), and pictures decoded."""
+        n = len(segs)
+        chunks = [c for c in np.array_split(np.arange(n), min(self.threads, n)) if len(c)]
+        futures = [self.pool.submit(self._decode_chunk, camera, [segs[j] for j in c], [idx[j] for j in c])
+                   for c in chunks]
+        parts = [f.result() for f in futures]
+        decoded = sum(p[1] for p in parts)
+        frames = [p[0] for p in parts]
+        if len(frames) == 1:
+            return frames[0], decoded
+        if isinstance(frames[0], np.ndarray):
+            return np.concatenate(frames), decoded
+        import torch
+
+        return torch.cat(frames), decoded
+
+    def _decoder(self, camera: str, codec: str):
+        mine = getattr(self._local, "decoders", None)
+        if mine is None:
+            mine = self._local.decoders = {}
+        dec = mine.get((camera, codec))
+        if dec is None:
+            dec = mine[(camera, codec)] = self.make(codec, camera)
+            with self._lock:
+                self._all.append(dec)
+                self.opened += 1
+        return dec
+
+    def _drop(self, camera: str, codec: str) -> None:
+        dec = self._local.decoders.pop((camera, codec), None)
+        if dec is not None:
+            dec.close()
+
+    def _decode_chunk(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
+        codec = segs[0].codec
+        feed = build_feed(list(zip(segs, idx)))
+        dec = self._decoder(camera, codec)
+        try:
+            got = dec.decode(feed)
+        except DaliStreamError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the decoder's own error: name the segment that causes it
+            self._drop(camera, codec)
+            raise self._culprit(camera, segs, idx, exc) from exc
+        missing = feed.missing(got)
+        if len(missing):
+            self._drop(camera, codec)
+            raise self._missing(camera, segs, idx, feed, missing)
+        try:
+            frames = dec.stack([got[int(t)] for steps in feed.asked for t in steps])
+        except (RuntimeError, ValueError) as exc:  # frames of different sizes in one camera
+            sizes = sorted({tuple(f.shape) for f in got.values()})
+            raise DecodeError(f"camera {camera!r}: the episodes {sorted({s.episode for s in segs})} decode to frames "
+                              f"of different sizes {sizes}; every file of a camera must have one size") from exc
+        dec.finish()
+        with self._lock:
+            self.feeds += 1
+            self.clips += feed.clips
+            self.packets += len(feed.units)
+            self.decoded += len(got)
+        return frames, len(got)
+
+    def _culprit(self, camera: str, segs: list, idx: list[np.ndarray], exc: BaseException) -> DecodeError:
+        """The segment whose packets the decoder fails on, each decoded alone on a fresh decoder."""
+        for seg in {s.uid: s for s in segs}.values():
+            parts = [(s, i) for s, i in zip(segs, idx) if s.uid == seg.uid]
+            fresh = self.make(seg.codec, camera)
+            try:
+                fresh.decode(build_feed(parts))
+            except Exception as alone:  # noqa: BLE001 - this segment is the one
+                return decode_error(seg, f"the open-decoder engine ({self.route})", alone)
+            finally:
+                fresh.close()
+        episodes = sorted({s.episode for s in segs})
+        return DecodeError(
+            f"the open-decoder engine ({self.route}) failed on camera {camera!r}, episodes {episodes} fed together "
+            f"({type(exc).__name__}: {exc}), although each decodes alone: feeding them back to back is what failed. "
+            f"Decode the camera with torchcodec, decode={{{camera!r}: 'cpu'}}, and report it with the output of "
+            "`dali-stream verify DATASET --decode`")
+
+    def _missing(self, camera: str, segs: list, idx: list[np.ndarray], feed: Feed, missing: np.ndarray) -> DecodeError:
+        """An asked picture the decoder never handed back: name the sample's episode, frames and file."""
+        lost = set(missing.tolist())
+        for seg, steps, asked in zip(segs, idx, feed.asked):
+            gone = [int(f) for f, t in zip(np.asarray(steps).tolist(), asked.tolist()) if t in lost]
+            if gone:
+                return DecodeError(
+                    f"the open-decoder engine ({self.route}) got no picture for frames {sorted(set(gone))} of "
+                    f"episode {seg.episode}, camera {camera!r} (cut from {seg.source}): the decoder dropped them, so "
+                    f"they never reach training. Decode the camera with torchcodec, decode={{{camera!r}: 'cpu'}}, "
+                    "and report it with the output of `dali-stream verify DATASET --decode`")
+        raise AssertionError("missing pictures belong to no sample")  # Feed.missing only lists asked times
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"threads": self.threads, "decoders_opened": self.opened, "feeds": self.feeds, "clips": self.clips,
+                    "packets": self.packets, "pictures": self.decoded}
+
+    def close(self, wait: bool = True) -> None:
+        """End the decode threads, then close every decoder (each was used by its own thread only). `wait=False`
+        (a finalizer's close) does not wait for a running chunk, and leaves its decoders to garbage collection."""
+        self.pool.shutdown(wait=wait, cancel_futures=True)
+        if not wait:
+            return
+        with self._lock:
+            decoders, self._all = self._all, []
+        for dec in decoders:
+            dec.close()
+
+
+def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None]
+                ) -> OpenDecoders:
+    """The engine of `route` ("nvdec-open" on CUDA device `device_index`, or "cpu-open"); `sizes`: camera ->
+    (height, width) from meta/info.json, the NVDEC surfaces' size (None: the stream's own)."""
+    from .packet_decoders import AvPacketDecoder, NvdecPacketDecoder
+
+    if route == "nvdec-open":
+        if device_index is None:
+            raise DecodeError("the nvdec-open route needs a CUDA device; decode='cpu' decodes on the CPU")
+        return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, device_index, sizes.get(camera)),
+                            threads, route)
+    return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route)

@@ -1,0 +1,172 @@
+"""Decoders that stay open and are fed packets (`decode.feed`): NVDEC through PyNvVideoCodec, and FFmpeg's CPU
+decoders through PyAV as the reference the same engine runs on any node (`decode.engine`).
+
+Each decoder serves one (decode thread, camera, codec) for the loader's life: `decode(feed)` sends every packet
+with its feed time, then flushes (end of stream) so the last pictures come out, and resets for the next feed
+without being recreated. It returns the asked pictures by the time the decoder handed back with each, (H, W, 3)
+uint8: numpy arrays on the CPU, torch tensors on the GPU.
+
+Why PyNvVideoCodec (README, "Our code or a library's"): NVIDIA's own Python binding of the Video Codec SDK's
+decoder, a 27 MB wheel with no dependencies, that takes a packet from a Python buffer (`PacketData`), keeps its
+NVDEC session across streams (the parser follows a new sequence header; `setReconfigParams` changes the surface
+size), converts NV12 to interleaved RGB on the GPU and hands frames over by DLPack. Writing our own binding of
+`nvcuvid` would repeat all of that.
+
+CUDA context and stream (NVDEC): the decoder runs in the device's primary context, the one torch and DALI use
+(retained through the driver API, never created), so no context is pushed or switched between libraries. Each
+decoder gets a CUDA stream of its own, made by torch; its colour conversion and our copy of each asked picture
+run on that stream, in order, so a surface is copied before the decoder's next picture may overwrite it. Before
+the frames leave the decode thread the stream is synchronised (`finish`); DALI's external source then copies them
+on its internal stream and blocks until the copy is done (`cuda_stream=1`), so the frames can be released right
+after. No lock is held while a stream synchronises, and no stream waits on another's work: nothing can deadlock,
+and no kernel reads a buffer another stream is still writing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import DecodeError
+from .feed import Feed
+
+AV_DECODERS = {"h264": ("h264",), "hevc": ("hevc",), "av1": ("libdav1d", "libaom-av1", "av1"), "vp9": ("vp9",),
+               "vp8": ("vp8",)}
+NVDEC_CODECS = {"h264": "H264", "hevc": "HEVC", "av1": "AV1", "vp9": "VP9", "vp8": "VP8"}
+
+
+class AvPacketDecoder:
+    """FFmpeg's decoder for `codec`, fed packet by packet through PyAV's `CodecContext` (CPU)."""
+
+    device = "cpu"
+
+    def __init__(self, codec: str) -> None:
+        import av
+
+        self.codec = codec
+        names = AV_DECODERS.get(codec, (codec,))
+        for name in names:
+            try:
+                self.ctx = av.CodecContext.create(name, "r")
+                break
+            except Exception:  # noqa: BLE001 - this FFmpeg build lacks the decoder: try the next one
+                continue
+        else:
+            raise DecodeError(f"FFmpeg (PyAV {av.__version__}) has no decoder for {codec} (tried {list(names)}); "
+                              "decode the camera with torchcodec: decode='cpu'")
+
+    def decode(self, feed: Feed) -> dict[int, Any]:
+        import av
+
+        wanted = set(feed.wanted.tolist())
+        out: dict[int, Any] = {}
+        for unit, pts in zip(feed.units, feed.pts.tolist()):
+            packet = av.Packet(unit)
+            packet.pts = pts
+            self._keep(self.ctx.decode(packet), wanted, out)
+        self._keep(self.ctx.decode(None), wanted, out)  # end of stream: the pictures still held come out
+        self.ctx.flush_buffers()  # ready for the next feed, same decoder
+        return out
+
+    @staticmethod
+    def _keep(frames, wanted: set, out: dict) -> None:
+        for frame in frames:
+            if frame.pts in wanted:
+                out[frame.pts] = frame.to_ndarray(format="rgb24")
+
+    def stack(self, frames: list) -> np.ndarray:
+        return np.stack(frames)
+
+    def finish(self) -> None:
+        """Nothing is asynchronous on the CPU."""
+
+    def close(self) -> None:
+        self.ctx = None
+
+
+def primary_context(device_index: int) -> int:
+    """The device's primary CUDA context (the one torch and DALI run in), retained through the driver API."""
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    device, ctx = ctypes.c_int(), ctypes.c_void_p()
+    for call, args in (("cuInit", (0,)), ("cuDeviceGet", (ctypes.byref(device), device_index)),
+                       ("cuDevicePrimaryCtxRetain", (ctypes.byref(ctx), device))):
+        status = getattr(cuda, call)(*args)
+        if status != 0:
+            raise DecodeError(f"{call} failed with CUDA driver error {status} for device {device_index}; "
+                              "`dali-stream diagnose` checks the driver")
+    return int(ctx.value or 0)
+
+
+class NvdecPacketDecoder:
+    """An NVDEC session through PyNvVideoCodec, fed packets, frames out as RGB (H, W, 3) uint8 CUDA tensors."""
+
+    device = "gpu"
+
+    def __init__(self, codec: str, device_index: int, max_size: tuple[int, int] | None = None) -> None:
+        import torch
+
+        try:
+            import PyNvVideoCodec as nvc  # type: ignore[import-not-found]
+        except Exception as exc:  # noqa: BLE001 - not installed, or no NVENC/NVDEC driver library
+            raise DecodeError(
+                f"the open-decoder NVDEC engine needs PyNvVideoCodec, which does not import here "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); install it with "
+                "`pip install 'dali-stream[nvdec]'`, or use DALI's NVDEC engine: nvdec_engine='dali'") from None
+        if codec not in NVDEC_CODECS:
+            raise DecodeError(f"NVDEC has no {codec} decoder; decode the camera with torchcodec: decode='cpu'")
+        self.nvc, self.torch, self.codec = nvc, torch, codec
+        self.device_index = device_index
+        self.stream = torch.cuda.Stream(device=device_index)
+        height, width = max_size or (0, 0)
+        self.size = max_size
+        self.dec = nvc.CreateDecoder(gpuid=device_index, codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
+                                     cudacontext=primary_context(device_index), cudastream=self.stream.cuda_stream,
+                                     usedevicememory=True, maxwidth=width, maxheight=height,
+                                     outputColorType=nvc.OutputColorType.RGB)
+
+    def reconfigure(self, size: tuple[int, int]) -> None:
+        """A stream of another size follows: resize the session's surfaces instead of opening a new session."""
+        if size != self.size:
+            self.dec.setReconfigParams(size[1], size[0])
+            self.size = size
+
+    def decode(self, feed: Feed) -> dict[int, Any]:
+        nvc = self.nvc
+        wanted = set(feed.wanted.tolist())
+        out: dict[int, Any] = {}
+        with self.torch.cuda.stream(self.stream):
+            for unit, pts in zip(feed.units, feed.pts.tolist()):
+                buf = np.frombuffer(unit, np.uint8)  # alive until Decode returns: the parser copies it
+                packet = nvc.PacketData()
+                packet.bsl_data, packet.bsl, packet.pts = int(buf.ctypes.data), int(buf.size), int(pts)
+                self._keep(self.dec.Decode(packet), wanted, out)
+            end = nvc.PacketData()
+            end.bsl_data, end.bsl = 0, 0  # end of stream: the pictures still held come out
+            self._keep(self.dec.Decode(end), wanted, out)
+        return out
+
+    def _keep(self, frames, wanted: set, out: dict) -> None:
+        for frame in frames:
+            pts = int(frame.getPTS())
+            if pts not in wanted:
+                continue
+            image = self.torch.from_dlpack(frame)
+            if image.ndim != 3 or image.shape[-1] != 3:
+                raise DecodeError(f"PyNvVideoCodec handed an RGB frame of shape {tuple(image.shape)}, not (H, W, 3): "
+                                  "this PyNvVideoCodec is not the one the engine was written for (2.2); use "
+                                  "nvdec_engine='dali'")
+            out[pts] = image.clone()  # on this decoder's stream: the decoder reuses its surface on the next call
+
+    def stack(self, frames: list):
+        with self.torch.cuda.stream(self.stream):
+            return self.torch.stack(frames)
+
+    def finish(self) -> None:
+        """Wait for this decoder's stream: its frames are complete when they leave the decode thread."""
+        self.stream.synchronize()
+
+    def close(self) -> None:
+        self.dec = None
