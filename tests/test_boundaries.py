@@ -73,7 +73,8 @@ def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-@pytest.mark.parametrize("decode", ["cpu", "auto"])  # cpu: torchcodec, no DALI graph; auto: the graph, VP9 on DALI
+# cpu: torchcodec, no DALI graph; auto: the graph, VP9 on DALI; cpu-open: the open-decoder engine fed packets
+@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
 def test_every_frame_at_every_episode_boundary(matrix_dataset, decode, windowed):
     root, fps, cameras = matrix_dataset
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed)

@@ -51,14 +51,15 @@ def hd(tmp_path_factory):
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-@pytest.mark.parametrize("decode", ["cpu", "auto"])  # cpu: torchcodec, no DALI graph; auto: VP9 on DALI's CPU decoder
+# cpu: torchcodec, no DALI graph; auto: VP9 on DALI's CPU decoder; cpu-open: the open-decoder engine fed packets
+@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
 def test_every_frame_of_streams_encoded_with_library_defaults(wild, decode, windowed):
     root, cameras = wild
     check_every_frame(root, 30, cameras, decode=decode, windowed=windowed)
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-@pytest.mark.parametrize("decode", ["cpu", "auto"])
+@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
 def test_every_frame_of_wild_streams_read_in_pieces(wild, decode, windowed):
     """The same, every episode read as a long one (`segment_bytes`): one piece per sample, a batch's pieces of a
     camera joined into one stream (torchcodec: `graph.joined.join_pieces`; DALI: `join_group`)."""

@@ -11,9 +11,14 @@ from a packet stream:
 - H.264/HEVC: length-prefixed NAL units become Annex-B (start codes), and every keyframe is preceded by the
   parameter sets of the track's decoder configuration (`avcC`/`hvcC`), so a decoder needs no extradata and may
   start at any clip. A clip's first HEVC CRA picture is turned into a BLA_W_LP picture (`fetch.nal`): a new
-  coded video sequence, so the previous clip's pictures are all output first and picture order counts restart.
+  coded video sequence, whose leading pictures are not expected.
 - AV1: a keyframe temporal unit without a sequence header OBU gets the `av1C` configuration OBUs before it.
 - VP8/VP9: as stored (superframes included: decoders split them).
+
+A decoder ends each clip as a stream (`clip_ranges`: end of stream, then reset; the decoder stays open): fed back
+to back, FFmpeg's HEVC decoder dropped a clip's IDR or BLA picture as a "duplicate POC in a sequence" of the
+previous clip's picture with the same order count (lerobot's g=2 files, where every IRAP picture has POC 0), even
+after an end-of-sequence NAL unit, and the pictures referring to it came out grey.
 
 Every packet carries a presentation time of the feed's own, its clip's pts shifted so that clips follow one
 another without overlap: a decoded picture is known by the time the decoder hands back with it, never by how
@@ -48,7 +53,16 @@ class Feed:
     units: list[bytes]
     pts: np.ndarray  # (N,) int64
     asked: list[np.ndarray]  # per part: (T,) int64 feed times
-    clips: int  # clips fed (decoder restarts at a keyframe)
+    starts: np.ndarray  # (C,) index in `units` of each clip's first packet (a keyframe that resets the decoder)
+
+    @property
+    def clips(self) -> int:
+        return len(self.starts)
+
+    def clip_ranges(self) -> list[tuple[int, int]]:
+        """(first, end) unit index of each clip: a decoder ends the stream after each (module doc)."""
+        ends = np.append(self.starts[1:], len(self.units))
+        return list(zip(self.starts.tolist(), ends.tolist()))
 
     @property
     def wanted(self) -> np.ndarray:
@@ -72,7 +86,8 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
     units: list[bytes] = []
     pts_parts: list[np.ndarray] = []
     asked: list[np.ndarray | None] = [None] * len(parts)
-    running, clips = 0, 0
+    running = 0
+    starts: list[int] = []
     for seg, members in by_seg.values():
         index = packets_of(seg)
         shown = np.sort(index.pts)
@@ -80,6 +95,7 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
         config = decoder_config(seg, index)
         feed_time = np.full(len(shown), -1, np.int64)  # segment frame -> feed time (wanted ones only)
         for packets in segment_clips(index, shown[wanted], seg.resets()):
+            starts.append(len(units))
             shift = running - int(index.pts[packets].min())
             clip_pts = index.pts[packets] + shift
             for n, p in enumerate(packets.tolist()):
@@ -89,14 +105,14 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
             inside = np.isin(shown[wanted], index.pts[packets])  # clips of a segment share no packet
             feed_time[wanted[inside]] = shown[wanted[inside]] + shift
             running = int(clip_pts.max()) + 1
-            clips += 1
         if (feed_time[wanted] < 0).any():
             raise DecodeError(f"frames {wanted[feed_time[wanted] < 0].tolist()} of episode {seg.episode}, camera "
                               f"{seg.camera!r} fell in no clip of the packet feed: a dali_stream bug; decode the "
                               f"camera with torchcodec, decode={{{seg.camera!r}: 'cpu'}}, and report it")
         for j in members:
             asked[j] = feed_time[np.asarray(parts[j][1], np.int64)]
-    return Feed(codec, units, np.concatenate(pts_parts), [a for a in asked if a is not None], clips)
+    return Feed(codec, units, np.concatenate(pts_parts), [a for a in asked if a is not None],
+                np.asarray(starts, np.int64))
 
 
 def segment_clips(index: PacketIndex, ticks: np.ndarray, resets: np.ndarray) -> list[np.ndarray]:

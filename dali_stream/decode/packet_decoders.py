@@ -1,9 +1,9 @@
 """Decoders that stay open and are fed packets (`decode.feed`): NVDEC through PyNvVideoCodec, and FFmpeg's CPU
 decoders through PyAV as the reference the same engine runs on any node (`decode.engine`).
 
-Each decoder serves one (decode thread, camera, codec) for the loader's life: `decode(feed)` sends every packet
-with its feed time, then flushes (end of stream) so the last pictures come out, and resets for the next feed
-without being recreated. It returns the asked pictures by the time the decoder handed back with each, (H, W, 3)
+Each decoder serves one (decode thread, camera, codec) for the loader's life: `decode(feed)` sends each clip's
+packets with their feed times, then ends the stream so the clip's last pictures come out, and resets for the next
+clip without being recreated (`decode.feed`: why every clip ends as a stream). It returns the asked pictures by the time the decoder handed back with each, (H, W, 3)
 uint8: numpy arrays on the CPU, torch tensors on the GPU.
 
 Why PyNvVideoCodec (README, "Our code or a library's"): NVIDIA's own Python binding of the Video Codec SDK's
@@ -61,12 +61,14 @@ class AvPacketDecoder:
 
         wanted = set(feed.wanted.tolist())
         out: dict[int, Any] = {}
-        for unit, pts in zip(feed.units, feed.pts.tolist()):
-            packet = av.Packet(unit)
-            packet.pts = pts
-            self._keep(self.ctx.decode(packet), wanted, out)
-        self._keep(self.ctx.decode(None), wanted, out)  # end of stream: the pictures still held come out
-        self.ctx.flush_buffers()  # ready for the next feed, same decoder
+        pts_all = feed.pts.tolist()
+        for first, end in feed.clip_ranges():
+            for unit, pts in zip(feed.units[first:end], pts_all[first:end]):
+                packet = av.Packet(unit)
+                packet.pts = pts
+                self._keep(self.ctx.decode(packet), wanted, out)
+            self._keep(self.ctx.decode(None), wanted, out)  # end of stream: the pictures still held come out
+            self.ctx.flush_buffers()  # ready for the next clip, same decoder
         return out
 
     @staticmethod
@@ -137,15 +139,17 @@ class NvdecPacketDecoder:
         nvc = self.nvc
         wanted = set(feed.wanted.tolist())
         out: dict[int, Any] = {}
+        pts_all = feed.pts.tolist()
         with self.torch.cuda.stream(self.stream):
-            for unit, pts in zip(feed.units, feed.pts.tolist()):
-                buf = np.frombuffer(unit, np.uint8)  # alive until Decode returns: the parser copies it
-                packet = nvc.PacketData()
-                packet.bsl_data, packet.bsl, packet.pts = int(buf.ctypes.data), int(buf.size), int(pts)
-                self._keep(self.dec.Decode(packet), wanted, out)
-            end = nvc.PacketData()
-            end.bsl_data, end.bsl = 0, 0  # end of stream: the pictures still held come out
-            self._keep(self.dec.Decode(end), wanted, out)
+            for first, end in feed.clip_ranges():
+                for unit, pts in zip(feed.units[first:end], pts_all[first:end]):
+                    buf = np.frombuffer(unit, np.uint8)  # alive until Decode returns: the parser copies it
+                    packet = nvc.PacketData()
+                    packet.bsl_data, packet.bsl, packet.pts = int(buf.ctypes.data), int(buf.size), int(pts)
+                    self._keep(self.dec.Decode(packet), wanted, out)
+                eos = nvc.PacketData()
+                eos.bsl_data, eos.bsl = 0, 0  # end of stream: the clip's pictures still held come out
+                self._keep(self.dec.Decode(eos), wanted, out)
         return out
 
     def _keep(self, frames, wanted: set, out: dict) -> None:
