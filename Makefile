@@ -20,7 +20,7 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_cli.py
 
-.PHONY: demo test typecheck test-floors install sysdeps clean gpu-check
+.PHONY: demo test typecheck test-floors install sysdeps clean gpu-check gpu-datasets
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
@@ -39,6 +39,11 @@ install: $(STAMP)
 # python3 (an offline GPU node with the dependencies staged on PYTHONPATH); installs nothing.
 gpu-check:
 	bash benchmarks/gpu_check.sh
+
+# The datasets gpu-check measures on (two 640x480 cameras, H.264 and AV1), written here on the CPU machine and
+# carried to the GPU node with the tree (.demo/gpu-check-640x480-*): the lease then starts measuring at once.
+gpu-datasets: $(STAMP)
+	PY=$(BIN)/python bash benchmarks/gpu_datasets.sh
 
 # System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and its command (the
 # sample writer's encoder-defaults recorder runs libaom and two-pass VP9 through it) and, when running

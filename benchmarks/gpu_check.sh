@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# `make gpu-check`: on a machine with an NVIDIA GPU, every GPU-route number and check in one command.
+# `make gpu-check`: on a machine with an NVIDIA GPU, every GPU-route number and check in one command, measurements
+# first (a lease is short: the first minutes answer "which engine pays here"), tests after.
 #   0. preflight (benchmarks/gpu_preflight.py): every import, torch's CUDA build against the driver, the node probe,
 #      a tiny NVDEC batch on a CUDA device. A failure stops here with its reason (exit 4): nothing later could work.
-#   1. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
-#   2. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file: the boundary matrix and the
-#      wild encodings through NVDEC (what decode/proven.py's entries are earned by), and the rest. Known failures
-#      are xfail with their reason, so a failing test is a new one;
-#   3. issue 25's numbers on a 640x480 two-camera H.264 GOP 2 sample (single mode, one process): the GPU route
-#      with joined streams (bench --decode gpu: its NVDEC limit from whole files, NVDEC utilisation, torchcodec on
-#      CUDA and PyNvVideoCodec on the same plans, the CPU route on every core, a bfloat16 matmul load beside it),
-#      then join_streams 0 (per sample) and 1, and the sarm and camera-window modes; a short benchmark on a 640x480
-#      sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
-#   4. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), the wrong-frame
+#   1. measure (-> $out/measure/, log measure.log; GPU_MEASURE_S-second windows, default 5): samples/s at batch 64,
+#      single mode, on two 640x480 H.264 GOP-2 cameras, per engine: DALI's fn.decoders.video one clip per sample
+#      and joined into 1, 2, 4 and 7 groups (the first run also: NVDEC limit, utilisation, torchcodec on CUDA and
+#      PyNvVideoCodec peers, a bfloat16 matmul load beside it); the open-decoder engine (nvdec_engine=open) at 1,
+#      2, 4 and 7 decode threads (its NVDEC limit on whole segments, utilisation); then the CPU route at 1, 2, 4, 8
+#      and 16 workers on the H.264 and on an AV1 twin (an H100 has no AV1 decoder: the CPU route is what lerobot's
+#      default AV1 gets there). The datasets come from `make gpu-datasets` on the CPU machine, carried with the
+#      tree (the GPU node has no ffmpeg command and two cores' worth of time is better spent measuring); absent,
+#      they are written here first;
+#   2. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
+#   3. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file: the boundary matrix and the
+#      wild encodings through NVDEC on both engines (what decode/proven.py's entries are earned by), and the rest.
+#      Known failures are xfail with their reason, so a failing test is a new one;
+#   4. issue 25's longer runs (sarm and camera-window modes, the CPU route on every core, the baseline) and a short
+#      benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
+#   5. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), the wrong-frame
 #      checks on this node's CPU routes (tests/test_boundaries.py, tests/test_frame_guard.py), every clip's ids
 #      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
 #      (gpu_two_loaders.py --both), one joined stream per batch against per-sample clips on NVDEC
 #      (joined_clips.py): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md;
-#   5. a summary table (benchmarks/gpu_summary.py -> summary.md): tests by outcome, every NVDEC frame check, and
-#      per NVDEC-pays run samples/s against the CPU route on every core, the NVDEC limit ratio and utilisation.
+#   6. a summary table (benchmarks/gpu_summary.py -> summary.md): tests by outcome, every NVDEC frame check, and
+#      per run samples/s against the CPU route on every core, the NVDEC limit ratio and utilisation.
 # Every step runs under `timeout` (a stuck C++ call cannot hang the check); pytest's own per-test limit uses its
 # thread method, which also stops a test stuck in C++. Results go to benchmarks/results/<gpu-name>/ (override with
 # GPU_OUT). Exit status: 4 when the preflight failed, else the tests' (non-zero when a GPU test failed, none ran,
@@ -26,7 +33,7 @@
 #   PY=python3 GPU_OUT=/tmp/out bash benchmarks/gpu_check.sh
 # PY: the interpreter holding dali_stream's dependencies (default .venv/bin/python, else python3).
 # GPU_TEST_TIMEOUT: seconds one GPU test may run (default 900); GPU_STEP_TIMEOUT: seconds one benchmark or
-# diagnostic script may run (default 1800).
+# diagnostic script may run (default 1800). GPU_MEASURE_ONLY=1 stops after step 1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -51,6 +58,32 @@ if [ "$pre" -ne 0 ]; then
     exit 4
 fi
 
+echo "== measure -> $out/measure (log measure.log)"
+h264=.demo/gpu-check-640x480-h264x2
+av1=.demo/gpu-check-640x480-av1x2
+[ -f "$h264/meta/info.json" ] && [ -f "$av1/meta/info.json" ] || run bash benchmarks/gpu_datasets.sh
+measure_s=${GPU_MEASURE_S:-5}
+m=(run "$PY" -m dali_stream bench --batch-size 64 --mode single --duration-s "$measure_s" --warmup-batches 3
+   --out-dir "$out/measure" --no-baseline)
+bench=0
+measure() { "${m[@]}" "$@" 2>&1 | tee -a "$out/measure.log"; bench=$(( bench || PIPESTATUS[0] )); }
+: >"$out/measure.log"
+measure "$h264" --decode gpu --nvdec-engine dali --join-streams 0 --gpu-load
+for groups in 1 2 4 7; do
+    measure "$h264" --decode gpu --nvdec-engine dali --join-streams "$groups" --no-peers --no-limit
+done
+for threads in 1 2 4 7; do
+    measure "$h264" --decode gpu --nvdec-engine open --decode-threads "$threads" --no-peers
+done
+for workers in 1 2 4 8 16; do
+    for data in "$h264" "$av1"; do measure "$data" --decode cpu --num-workers "$workers" --no-peers --no-limit; done
+done
+"$PY" benchmarks/gpu_summary.py "$out" --measure-only
+if [ "${GPU_MEASURE_ONLY:-0}" = 1 ]; then
+    echo "gpu-check: measurements only (GPU_MEASURE_ONLY=1), bench exit $bench; results in $out/measure"
+    exit "$bench"
+fi
+
 echo "== diagnose -> $out/diagnose.json"
 run "$PY" -m dali_stream diagnose --json >"$out/diagnose.json"
 "$PY" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['verdict']); print('gpu:', r['gpu'])" \
@@ -69,15 +102,10 @@ if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; th
 fi
 
 echo "== issue 25: NVDEC pays? -> $out/nvdec-pays"
-h264=.demo/gpu-check-640x480-h264x2
-if [ ! -f "$h264/meta/info.json" ]; then
-    run "$PY" -m dali_stream make-sample "$h264" --overwrite --episodes 12 --min-length 150 --max-length 300 \
-        --height 480 --width 640 --cameras front:h264,side:h264 --gop 2 --episodes-per-file 6 --content scene --crf 30
-fi
 pays=(run "$PY" -m dali_stream bench "$h264" --decode gpu --batch-size 64 --duration-s 10 --out-dir "$out/nvdec-pays")
 "${pays[@]}" --mode single --cpu-all-cores --gpu-load --baseline-workers 0,2 2>&1 | tee "$out/nvdec-pays.log"
-bench=${PIPESTATUS[0]}
-for extra in "--join-streams 0" "--join-streams 1" "--mode sarm" "--mode camera-window"; do
+bench=$(( bench || PIPESTATUS[0] ))
+for extra in "--mode sarm" "--mode camera-window"; do
     # shellcheck disable=SC2086
     "${pays[@]}" $extra --no-baseline --no-peers 2>&1 | tee -a "$out/nvdec-pays.log"
     bench=$(( bench || PIPESTATUS[0] ))

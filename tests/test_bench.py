@@ -208,3 +208,19 @@ def test_a_dataset_that_runs_out_before_the_window_closes_is_measured_with_a_not
     (note,) = result["notes"]
     assert "ran out after 10 epochs" in note and "shorter than --duration-s 3600" in note
     assert "ran out after 10 epochs" in proc.stderr.replace("\n", " ")
+
+
+def test_the_open_decoder_engine_is_benched_with_its_own_limit(small_dataset, tmp_path):
+    """`--decode cpu-open`: the engine's counters (decoders opened once per thread and camera) and its limit on
+    whole segments, on the same run; `--decode-threads` sets its threads."""
+    proc = _bench(small_dataset, "--decode", "cpu-open", "--decode-threads", 2, "--batch-size", 4, "--pool", 3,
+                  "--duration-s", 0.5, "--warmup-batches", 2, "--no-baseline", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("bench-*-r0of1.json")
+    result = json.loads(path.read_text())
+    assert set(result["routes"].values()) == {"cpu-open"}
+    engine = result["open_engine"]["cpu-open"]
+    assert engine["threads"] == 2 and 0 < engine["decoders_opened"] <= 2 * len(result["routes"])
+    limit = result["engine_limits"]["cpu-open"]
+    assert limit["threads"] == 2 and limit["frames"] > 0 and limit["samples_per_s"] > 0
+    assert result["limit_ratio"] > 0 and result["config"]["decode_threads"] == 2

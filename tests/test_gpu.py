@@ -305,3 +305,61 @@ def test_nvdec_every_frame_of_streams_encoded_in_the_wild(nvdec_wild_dataset, wi
     decode = {f"observation.images.{c}": "gpu" if codec in ("h264", "hevc", "vp9") else "auto"
               for c, codec in cameras.items()}
     check_every_frame(root, FPS, cameras, decode=decode, windowed=windowed, device="cuda", join_streams=join_streams)
+
+
+# ---- the open-decoder engine (decode/engine.py, nvdec_engine="open"): PyNvVideoCodec's decoders kept open ------------
+def _open_engine_or_skip():
+    try:
+        import PyNvVideoCodec  # type: ignore[import-not-found]  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"PyNvVideoCodec does not import here ({type(exc).__name__}: {exc}); "
+                    "pip install 'dali-stream[nvdec]' (or stage its wheel) to test the open-decoder engine")
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
+def test_open_engine_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, windowed):
+    """The boundary matrix through NVDEC on decoders that stay open (route nvdec-open), frames into the graph on the
+    GPU; AV1 beside them on torchcodec (no AV1 in an H100's NVDEC)."""
+    from .test_boundaries import check_every_frame
+
+    _open_engine_or_skip()
+    root, fps, cameras = nvdec_boundary_dataset
+    decode = {f"observation.images.{c}": "gpu" if c in ("front", "side", "top") else "auto" for c in cameras}
+    with StreamLoader(str(root), batch_size=2, decode=decode, device="cuda", nvdec_engine="open") as loader:
+        assert {k.rsplit(".", 1)[1] for k, r in loader.routes.items() if r == "nvdec-open"} == {"front", "side", "top"}
+    check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, device="cuda", nvdec_engine="open")
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
+def test_open_engine_every_frame_of_streams_encoded_in_the_wild(nvdec_wild_dataset, windowed):
+    from .test_boundaries import check_every_frame
+
+    _open_engine_or_skip()
+    root, cameras = nvdec_wild_dataset
+    decode = {f"observation.images.{c}": "gpu" if codec in ("h264", "hevc", "vp9") else "auto"
+              for c, codec in cameras.items()}
+    check_every_frame(root, FPS, cameras, decode=decode, windowed=windowed, device="cuda", nvdec_engine="open")
+
+
+def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_dataset):
+    """nvdec-open and cpu-open (the same packet feeds on FFmpeg's decoders) give the same frame ids; the NVDEC
+    decoders are opened once per (decode thread, camera), not per batch; batches are CUDA tensors."""
+    _open_engine_or_skip()
+    settings = dict(batch_size=8, delta_timestamps=DELTAS, seed=1, image_dtype="uint8")
+    keys = [FRONT, SIDE]
+    with StreamLoader(str(gpu_dataset), decode={FRONT: "gpu", SIDE: "gpu"}, device="cuda", nvdec_engine="open",
+                      decode_threads=2, **settings) as gpu:
+        assert [gpu.routes[k] for k in keys] == ["nvdec-open", "nvdec-open"]
+        batches = [b for _, b in zip(range(6), gpu)]
+        stats = gpu.engines["nvdec-open"].stats()
+    assert stats["decoders_opened"] <= 2 * len(keys) and stats["feeds"] >= 6
+    with StreamLoader(str(gpu_dataset), decode={FRONT: "cpu-open", SIDE: "cpu-open"}, device="cpu",
+                      **settings) as cpu:
+        reference = [b for _, b in zip(range(6), cpu)]
+    for got, want in zip(batches, reference):
+        assert got[FRONT].is_cuda and got["episode_index"].is_cuda
+        assert torch.equal(got["frame_index"].cpu(), want["frame_index"])
+        for k in keys:
+            flat_got = got[k].cpu().reshape(-1, *got[k].shape[-3:])
+            flat_want = want[k].reshape(-1, *want[k].shape[-3:])
+            assert [read_ids(f) for f in flat_got] == [read_ids(f) for f in flat_want], k

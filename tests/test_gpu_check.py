@@ -69,3 +69,27 @@ def test_summary_counts_outcomes_frame_checks_and_runs(tmp_path):
                 "| `test_nvdec_every_frame_a` | passed |", "| `test_nvdec_every_frame_b` | failed |",
                 "| single b16 join_streams=- | 60.18 |"):
         assert row in text, (row, text)
+
+
+def test_measure_table_names_each_engine(tmp_path):
+    """The first minutes' table (issue 35): the H100's real result under DALI's engine, and bench results of the
+    open-decoder engine and the CPU route written by a real bench run here (decode='cpu-open' stands for its rows)."""
+    out = tmp_path / "out"
+    (out / "measure").mkdir(parents=True)
+    for path in H100.glob("bench-*-single-gpu-*.json"):
+        shutil.copy(path, out / "measure" / path.name)
+    sample = tmp_path / "sample"
+    made = _run([sys.executable, "-m", "dali_stream", "make-sample", str(sample), "--episodes", "3", "--min-length",
+                 "20", "--max-length", "30", "--cameras", "front:h264"])
+    assert made.returncode == 0, made.stderr
+    for extra in (["--decode", "cpu", "--num-workers", "2"], ["--decode", "cpu-open", "--decode-threads", "3"]):
+        ran = _run([sys.executable, "-m", "dali_stream", "bench", str(sample), "--batch-size", "4", "--duration-s",
+                    "0.3", "--warmup-batches", "1", "--no-baseline", "--no-limit", "--out-dir", str(out / "measure"),
+                    *extra])
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    result = _run([sys.executable, "benchmarks/gpu_summary.py", str(out), "--measure-only"])
+    assert result.returncode == 0, result.stderr
+    text = (out / "measure-summary.md").read_text()
+    assert "| CPU route (torchcodec), 2 workers | sample |" in text, text
+    assert "| open decoders (cpu-open), 3 threads | sample |" in text, text
+    assert "| DALI (groups not recorded) |" in text, text

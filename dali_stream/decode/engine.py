@@ -46,11 +46,14 @@ class OpenDecoders:
         self.clips = 0  # clips fed (a decoder restart at a keyframe each)
         self.packets = 0  # packets fed
         self.decoded = 0  # pictures handed back that were asked for
+        self.samples = 0  # sample-cameras decoded
 
     def decode(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
         """The batch's frames of `camera`: (sum of steps, H, W, 3) uint8, sample after sample, step after step
         (`segs[j]`, `idx[j]`: sample j's segment and its steps' frame indices in it), and pictures decoded."""
         n = len(segs)
+        with self._lock:
+            self.samples += n
         chunks = [c for c in np.array_split(np.arange(n), min(self.threads, n)) if len(c)]
         futures = [self.pool.submit(self._decode_chunk, camera, [segs[j] for j in c], [idx[j] for j in c])
                    for c in chunks]
@@ -144,8 +147,8 @@ class OpenDecoders:
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            return {"threads": self.threads, "decoders_opened": self.opened, "feeds": self.feeds, "clips": self.clips,
-                    "packets": self.packets, "pictures": self.decoded}
+            return {"threads": self.threads, "decoders_opened": self.opened, "samples": self.samples,
+                    "feeds": self.feeds, "clips": self.clips, "packets": self.packets, "pictures": self.decoded}
 
     def close(self, wait: bool = True) -> None:
         """End the decode threads, then close every decoder (each was used by its own thread only). `wait=False`

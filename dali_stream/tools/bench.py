@@ -42,7 +42,7 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
                "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio",
                "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
-               "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores")
+               "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores", "open_engine", "engine_limits")
 GPU_LOAD_ALONE_S = 3.0  # the GPU load's rate alone is measured this long before the loader starts
 
 
@@ -234,6 +234,11 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
+    t0 = time.perf_counter()  # open-decoder engine routes: the loader's engine (its threads, its open decoders)
+    for route, key, segs, idx in work:
+        if route in loader.engines:
+            loader.engines[route].decode(key, segs, idx)
+    seconds += time.perf_counter() - t0
     out: dict[str, Any] = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
                            "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
     if loader.host_batches and cpu_work:
@@ -333,7 +338,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
             gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S)}
         if progress:
             progress("loader")
-        nvdec = "nvdec" in loader.routes.values()
+        nvdec = any(r in ("nvdec", "nvdec-open") for r in loader.routes.values())
         with NvdecUtilisation(loader.dali_device if nvdec else None) as utilisation, \
                 (load if load is not None else contextlib.nullcontext()):
             got = stream(loader, cfg, cameras)
@@ -409,6 +414,14 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
                                   "join_streams": loader.join_streams}
                               for k, c in builder.dali_counts.items()}
+    result["open_engine"] = {route: engine.stats() for route, engine in loader.engines.items()} or None
+    result["engine_limits"] = None
+    if cfg.limit and loader.engines:
+        if progress:
+            progress("engine limit")
+        from .bench_gpu import engine_limits
+
+        result["engine_limits"] = engine_limits(loader, got["window"])
     result["stream_limits"] = result["nvdec_limit"] = result["nvdec_limit_ratio"] = None
     if cfg.limit and builder.dali_counts:
         if progress:
@@ -419,6 +432,10 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         nvdec_limit = limits.get("nvdec", {}).get("samples_per_s")
         result["nvdec_limit"] = nvdec_limit
         result["nvdec_limit_ratio"] = got["samples_per_s"] / nvdec_limit if nvdec_limit else None
+    open_limit = (result["engine_limits"] or {}).get("nvdec-open", {}).get("samples_per_s")
+    if result["nvdec_limit"] is None and open_limit:  # NVDEC on open decoders: the engine's own whole-segment rate
+        result["nvdec_limit"] = open_limit
+        result["nvdec_limit_ratio"] = got["samples_per_s"] / open_limit
     result["peers"] = None
     if cfg.peers:
         if progress:

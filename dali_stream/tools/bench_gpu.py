@@ -6,6 +6,10 @@ the peers a user would pick instead of dali_stream, NVDEC utilisation, and a mod
   an hour-long file fits the GPU): frames/s with no per-sample decoder and no loader. Divided by the frames the
   loader's decoder works through per sample (clip frames up to the last asked, `BatchBuilder.dali_counts`) it is
   the samples/s that decoder could deliver: `nvdec_limit`, and `nvdec_limit_ratio` = loader / that.
+- **Open-engine limit** (`engine_limits`): per open-decoder engine route (nvdec-open, cpu-open), the first
+  `ENGINE_FRAMES` frames of the window's episode segments, whole, on the loader's own engine (its threads, its
+  decoders kept open): frames/s with no per-sample clip and no loader; divided by the packets the engine fed per
+  sample it is the samples/s it could deliver (for nvdec-open the independent NVDEC limit on open decoders).
 - **Peers** (`peers`): the same frames of the window's batches for the NVDEC cameras through torchcodec on CUDA
   (lerobot's `video_decode_device="cuda"`: a decoder per segment and batch, as lerobot opens one per sample) and
   through PyNvVideoCodec (`SimpleDecoder`, its decoder reused across segments by `reconfigure_decoder`), each
@@ -32,6 +36,7 @@ from .sample_data import SAMPLE_KEY
 
 FILE_FRAMES = 900  # frames decoded from the start of each file for the stream limit
 LIMIT_FILES = 4  # files per route (the window's first distinct ones)
+ENGINE_FRAMES = 60  # frames of each episode segment the open-engine limit decodes (held at once: bounded memory)
 LOAD_SIZE = 8192  # the GPU load's square matrices (bfloat16): ~1.1 TFLOP per product
 
 
@@ -84,6 +89,36 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
     return out
 
 
+def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
+    """Per open-decoder engine route of the loader: its engine on whole segments (see the module doc)."""
+    out: dict[str, dict[str, Any]] = {}
+    for route, engine in loader.engines.items():
+        keys = [k for k, r in loader.routes.items() if r == route]
+        used = engine.stats()
+        work, _ = window_work(loader, window[:8], keys)
+        by_key: dict[str, dict[int, Any]] = {}
+        for key, segs, _ in work:
+            for seg in segs:
+                by_key.setdefault(key, {})[seg.uid] = seg
+        frames, seconds = 0, 0.0
+        for key, segs in by_key.items():
+            chosen = list(segs.values())[:4 * engine.threads]
+            idx = [np.arange(min(len(seg.pts_s), ENGINE_FRAMES)) for seg in chosen]
+            engine.decode(key, chosen[:1], idx[:1])  # warm: libraries loaded, this camera's decoders open
+            t0 = time.perf_counter()
+            _, decoded = engine.decode(key, chosen, idx)
+            seconds += time.perf_counter() - t0
+            frames += decoded
+        per_sample = used["packets"] / used["samples"] * len(keys) if used["samples"] else 0.0
+        fps = frames / seconds if seconds else 0.0
+        out[route] = {"cameras": keys, "threads": engine.threads, "frames": frames, "seconds": seconds,
+                      "frames_per_s": fps, "frames_per_sample": per_sample,
+                      "samples_per_s": fps / per_sample if per_sample else None,
+                      "note": f"the first {ENGINE_FRAMES} frames of the window's episode segments, whole, on the "
+                              "loader's engine, divided by the packets it fed per sample (all cameras)"}
+    return out
+
+
 def _decode_files(streams, route: str, device_id) -> float:
     """Seconds DALI's decoder takes for `streams` (data, frames) one after another, the first one decoded once
     before timing (libraries loaded, decoder warm)."""
@@ -122,7 +157,7 @@ def _device_sync(device_id):
 
 def peers(loader, window) -> dict[str, dict[str, Any]]:
     """The NVDEC cameras' frames of the window through torchcodec on CUDA and PyNvVideoCodec (module doc)."""
-    keys = [k for k, r in loader.routes.items() if r == "nvdec"]
+    keys = [k for k, r in loader.routes.items() if r in ("nvdec", "nvdec-open")]
     why = (f"batches land on {loader.device}: the GPU peers run beside a loader on CUDA"
            if not loader.device.startswith("cuda") else
            None if keys else "no camera decodes on NVDEC here: nothing for a GPU peer to compare")

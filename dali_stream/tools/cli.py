@@ -18,7 +18,7 @@ from .flags import add_loader_flags, loader_settings
 # The loader settings each command takes as flags (type, default and help from LoaderConfig).
 DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "device", "tolerance_s")
 BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "memory_format",
-                  "tolerance_s", "data_files_root", "revision", "join_streams")
+                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", "decode_threads")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS
@@ -228,7 +228,7 @@ def demo_gpu_note(node, routes: dict[str, str], reasons: dict[str, str]) -> str:
     if node.gpus == 0:
         return f"none usable here ({node.gpu_problem or 'no CUDA GPU that DALI and torch both see'}): CPU routes"
     name = node.gpu.name if node.gpu is not None else "a CUDA GPU"
-    nvdec = sorted(k for k, r in routes.items() if r == "nvdec")
+    nvdec = sorted(k for k, r in routes.items() if r in ("nvdec", "nvdec-open"))
     if nvdec:
         return f"{name}: NVDEC decodes {', '.join(nvdec)}"
     why = "; ".join(f"{k.rsplit('.', 1)[-1]}: {reasons[k]}" for k in routes)
