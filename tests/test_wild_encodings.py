@@ -13,6 +13,8 @@ import shutil
 import numpy as np
 import pytest
 
+from dali_stream.fetch.pictures import av1_hidden_pictures, one_picture_per_packet, vp9_hidden_pictures
+
 from .test_boundaries import check_every_frame
 
 WILD = {"front": "h264", "side": "hevc", "wrist": "av1", "top": "vp9", "aux": "av1/libaom-av1"}
@@ -88,34 +90,6 @@ def _first_file(root, name):
     return sorted((root / "videos" / f"observation.images.{name}").glob("*/*.mp4"))[0]
 
 
-def _leb128(data: bytes, pos: int) -> tuple[int, int]:
-    value = 0
-    for i in range(8):
-        byte = data[pos + i]
-        value |= (byte & 0x7F) << (7 * i)
-        if not byte & 0x80:
-            return value, pos + i + 1
-    raise ValueError("leb128 too long")
-
-
-def av1_hidden_frames(sample: bytes) -> int:
-    """Frame headers in one AV1 temporal unit that are not shown now: show_frame = 0 (shown later) or
-    show_existing_frame = 1 (an earlier hidden frame shown)."""
-    hidden, pos = 0, 0
-    while pos < len(sample):
-        header = sample[pos]
-        obu_type, has_ext, has_size = (header >> 3) & 0xF, header >> 2 & 1, header >> 1 & 1
-        pos += 1 + has_ext
-        size, pos = _leb128(sample, pos) if has_size else (len(sample) - pos, pos)
-        if obu_type in (3, 6):  # OBU_FRAME_HEADER, OBU_FRAME: uncompressed_header (no reduced still picture)
-            bits = sample[pos]
-            show_existing = bits >> 7
-            show_frame = (bits >> 4) & 1  # after frame_type's 2 bits
-            hidden += bool(show_existing or not show_frame)
-        pos += size
-    return hidden
-
-
 def test_the_files_have_what_makes_them_hard(wild, hd):
     from dali_stream.fetch import nal
 
@@ -134,10 +108,13 @@ def test_the_files_have_what_makes_them_hard(wild, hd):
     packets, _, _ = _packets(_first_file(root, "top"))
     superframes = [s for s, *_ in packets if (s[-1] & 0xE0) == 0xC0]
     assert superframes, "no superframe (alt-ref + shown frame) in the VP9 file"
+    assert all(vp9_hidden_pictures(s) >= 1 for s in superframes)
+    assert not one_picture_per_packet("vp9", [s for s, *_ in packets])
     # SVT-AV1 and libaom: hidden frames
     for name in ("wrist", "aux"):
         packets, _, _ = _packets(_first_file(root, name))
-        assert sum(av1_hidden_frames(s) for s, *_ in packets) > 0, f"no hidden AV1 frame in {name}"
+        assert sum(av1_hidden_pictures(s) for s, *_ in packets) > 0, f"no hidden AV1 frame in {name}"
+        assert not one_picture_per_packet("av1", [s for s, *_ in packets])
     # H.264 1080p: coded in 16-row macroblocks, 1088 rows cropped to 1080
     hd_root, _ = hd
     import av
@@ -148,3 +125,28 @@ def test_the_files_have_what_makes_them_hard(wild, hd):
         assert (frame.height, frame.width) == (1080, 1920)
         assert stream.codec_context.coded_height == 1088, stream.codec_context.coded_height
     assert np.asarray(frame.to_ndarray(format="rgb24")).shape == (1080, 1920, 3)
+
+
+def test_joined_streams_are_refused_where_packets_hide_pictures(wild, tmp_path):
+    """DALI's decoder labels pictures by a queue of packet times (fetch/pictures.py): two-pass VP9's superframes
+    with hidden alt-ref frames are decoded one clip per sample (every frame right: the tests above), while the
+    sample writer's one-pass VP9 (no superframes) joins a batch's clips."""
+    from dali_stream import StreamLoader
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    top = "observation.images.top"
+    plain = write_sample(tmp_path / "plain", SampleSpec(episodes=4, min_length=20, max_length=30, gop=30,
+                                                        cameras=parse_cameras("top:vp9"), seed=1))
+    counts = {}
+    for name, root in (("wild", wild[0]), ("plain", plain)):
+        with StreamLoader(str(root), batch_size=6, decode={top: "auto"} if name == "plain" else
+                          {k: "cpu" if k != top else "auto" for k in (f"observation.images.{c}" for c in WILD)},
+                          device="cpu", join_streams=2, episode_pool_size=3) as loader:
+            assert loader.routes[top] == "dali-cpu"
+            for _ in loader:
+                pass
+            counts[name] = loader.builder.dali_counts[top]
+    samples, streams, _ = counts["wild"]
+    assert streams == samples, counts  # one clip per sample: never joined
+    samples, streams, _ = counts["plain"]
+    assert streams < samples, counts  # joined

@@ -13,7 +13,9 @@ start a new sequence (`fetch.nal`: HEVC CRA -> BLA), and written as ONE MP4 by `
 re-encoding); DALI decodes it at the group's distinct frames and `order` lays them out member after member,
 step after step. Members whose clips coincide (same segment, same packets) share one clip.
 
-Clips join only when their codec configurations match (`codec_config`: codec, size, the decoder configuration
+Clips join only when every packet decodes the one picture it shows (`fetch.pictures`: DALI's GPU decoder labels
+pictures by a queue of packet times, so a VP9 superframe with a hidden alt-ref frame or an AV1 hidden or
+show-existing frame would shift every later member of the group), their codec configurations match (`codec_config`: codec, size, the decoder configuration
 and colour boxes, timescale), their segment has a sample table, and their first packet resets the decoder: a
 batch where some group cannot be one stream (files of a camera encoded apart, a segment starting on an H.264 I
 picture without IDR) is decoded one clip per sample (`join_group` returns None, the builder falls back).
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..fetch import nal
+from ..fetch.pictures import one_picture_per_packet
 from ..fetch.segments import PacketIndex, Segment
 from .clips import DaliInput, clip_bytes, clip_packets, dali_input, packets_of
 
@@ -89,7 +92,7 @@ def join_group(segs: list, indices: list[np.ndarray]) -> DaliInput | None:
     if len(segs) == 1:
         return dali_input(segs[0], indices[0])
     clips = _clips(segs, indices)
-    if clips is None:
+    if clips is None or not all(one_picture_per_packet(c.seg.codec, _samples(c)) for c in clips):
         return None
     data, steps, _ = _joined(clips)
     frames, order = np.unique(steps, return_inverse=True)
@@ -114,6 +117,12 @@ def join_pieces(segs: list, indices: list[np.ndarray]) -> tuple[Segment, list[np
                      f"{head.source} (the pieces of episodes {episodes} joined)", head.episode, head.camera,
                      head.codec, piece=True)
     return joined, [part.astype(np.int32) for part in np.split(steps, ends)]
+
+
+def _samples(clip: _Clip):
+    """The bytes of each of the clip's packets."""
+    ix, data = clip.index, clip.seg.data
+    return (data[int(ix.pos[p]):int(ix.pos[p] + ix.size[p])] for p in clip.packets.tolist())
 
 
 def _clips(segs: list, indices: list[np.ndarray]) -> list[_Clip] | None:
