@@ -33,7 +33,8 @@
 #   PY=python3 GPU_OUT=/tmp/out bash benchmarks/gpu_check.sh
 # PY: the interpreter holding dali_stream's dependencies (default .venv/bin/python, else python3).
 # GPU_TEST_TIMEOUT: seconds one GPU test may run (default 900); GPU_STEP_TIMEOUT: seconds one benchmark or
-# diagnostic script may run (default 1800). GPU_MEASURE_ONLY=1 stops after step 1.
+# diagnostic script may run (default 1800). GPU_MEASURE_ONLY=1 stops after step 1; GPU_SKIP_MEASURE=1 skips it
+# (the second call of a lease that measured first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -58,14 +59,15 @@ if [ "$pre" -ne 0 ]; then
     exit 4
 fi
 
-echo "== measure -> $out/measure (log measure.log)"
 h264=.demo/gpu-check-640x480-h264x2
 av1=.demo/gpu-check-640x480-av1x2
+bench=0
+if [ "${GPU_SKIP_MEASURE:-0}" != 1 ]; then
+echo "== measure -> $out/measure (log measure.log)"
 [ -f "$h264/meta/info.json" ] && [ -f "$av1/meta/info.json" ] || run bash benchmarks/gpu_datasets.sh
 measure_s=${GPU_MEASURE_S:-5}
 m=(run "$PY" -m dali_stream bench --batch-size 64 --mode single --duration-s "$measure_s" --warmup-batches 3
    --out-dir "$out/measure" --no-baseline)
-bench=0
 measure() { "${m[@]}" "$@" 2>&1 | tee -a "$out/measure.log"; bench=$(( bench || PIPESTATUS[0] )); }
 : >"$out/measure.log"
 measure "$h264" --decode gpu --nvdec-engine dali --join-streams 0 --gpu-load
@@ -82,6 +84,7 @@ done
 if [ "${GPU_MEASURE_ONLY:-0}" = 1 ]; then
     echo "gpu-check: measurements only (GPU_MEASURE_ONLY=1), bench exit $bench; results in $out/measure"
     exit "$bench"
+fi
 fi
 
 echo "== diagnose -> $out/diagnose.json"
