@@ -105,18 +105,12 @@ def test_an_av1_keyframe_without_a_sequence_header_gets_the_av1c_one(wild):
 
 
 def strip_obus(sample: bytes, obu_type: int) -> bytes:
+    from dali_stream.fetch.pictures import leb128
+
     out, pos = bytearray(), 0
     while pos < len(sample):
         start, header = pos, sample[pos]
-        pos += 1 + ((header >> 2) & 1)
-        size = shift = 0
-        while True:
-            byte = sample[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        size, pos = leb128(sample, pos + 1 + ((header >> 2) & 1))
         pos += size
         if (header >> 3) & 0xF != obu_type:
             out += sample[start:pos]

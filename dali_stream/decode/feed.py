@@ -34,6 +34,7 @@ import numpy as np
 
 from ..fetch import nal
 from ..errors import DecodeError
+from ..fetch.pictures import leb128
 from ..fetch.segments import PacketIndex, Segment
 from ..graph.clips import clip_packets, packets_of
 
@@ -209,20 +210,12 @@ def av1_has_sequence_header(sample: bytes) -> bool:
     pos = 0
     while pos < len(sample):
         header = sample[pos]
-        obu_type, has_ext, has_size = (header >> 3) & 0xF, (header >> 2) & 1, (header >> 1) & 1
-        if obu_type == AV1_SEQUENCE_HEADER:
+        if (header >> 3) & 0xF == AV1_SEQUENCE_HEADER:
             return True
-        pos += 1 + has_ext
-        if not has_size:
+        pos += 1 + ((header >> 2) & 1)
+        if not (header >> 1) & 1:  # no size field: the OBU runs to the end
             return False
-        size = shift = 0
-        for _ in range(8):
-            byte = sample[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        size, pos = leb128(sample, pos)
         pos += size
     return False
 

@@ -28,7 +28,8 @@ def vp9_hidden_pictures(sample: bytes) -> int:
     return frames - 1
 
 
-def _leb128(data: bytes, pos: int) -> tuple[int, int]:
+def leb128(data: bytes, pos: int) -> tuple[int, int]:
+    """An AV1 leb128 number at `pos`: (its value, the position after it)."""
     value = 0
     for i in range(8):
         byte = data[pos + i]
@@ -46,7 +47,7 @@ def av1_hidden_pictures(sample: bytes) -> int:
         header = sample[pos]
         obu_type, has_ext, has_size = (header >> 3) & 0xF, (header >> 2) & 1, (header >> 1) & 1
         pos += 1 + has_ext
-        size, pos = _leb128(sample, pos) if has_size else (len(sample) - pos, pos)
+        size, pos = leb128(sample, pos) if has_size else (len(sample) - pos, pos)
         if obu_type in (OBU_FRAME_HEADER, OBU_FRAME) and pos < len(sample):
             bits = sample[pos]  # uncompressed_header: show_existing_frame, then frame_type (2 bits), show_frame
             hidden += bool(bits >> 7 or not (bits >> 4) & 1)
