@@ -79,7 +79,7 @@ def test_non_positive_sizes(small_dataset, field, value):
 
 
 def test_unknown_decode_choice(small_dataset):
-    with pytest.raises(ConfigError, match=r"decode='nvdec'.*\('auto', 'gpu', 'cpu'\)"):
+    with pytest.raises(ConfigError, match=r"decode='nvdec'.*\('auto', 'gpu', 'cpu', 'cpu-open'\)"):
         StreamLoader(str(small_dataset), decode="nvdec")
 
 

@@ -71,9 +71,23 @@ def torchcodec_decode(data: bytes, frames: list[int]) -> np.ndarray:
 def test_joined_streams_show_the_planned_frames_through_torchcodec(dataset, camera, members, windowed):
     """Streams of clips starting at any keyframe (HEVC CRA pictures with leading pictures, spliced to BLA) and
     windows crossing episode ends; groups of one are the per-sample clips NVDEC's per-sample route gets."""
+    from dali_stream.fetch.pictures import one_picture_per_packet
+
     key = f"observation.images.{camera}"
+    joined = 0
     for segs, idx, want in planned_batches(dataset, key, windowed):
-        assert joined_ids(segs, idx, members, torchcodec_decode) == want
+        got = joined_ids(segs, idx, members, torchcodec_decode)
+        if got is None:  # refused where packets hide pictures (SVT-AV1's hidden frames: fetch/pictures.py)
+            assert members > 1 and any(not one_picture_per_packet(seg.codec, _packet_bytes(seg)) for seg in segs)
+        else:
+            assert got == want
+            joined += 1
+    assert joined or camera == "wrist", "no batch of this camera was joined"
+
+
+def _packet_bytes(seg):
+    index = seg.packets()
+    return [seg.data[int(p):int(p + n)] for p, n in zip(index.pos, index.size)]
 
 
 @pytest.mark.parametrize("members", [9, 3])

@@ -2,7 +2,7 @@
 
 The open-decoder engine (`decode.engine`) keeps one decoder per (decode thread, camera) for the loader's life and
 feeds it the packets the segment's sample table already lists (`Segment.packets`): no MP4 is parsed or written
-per clip. For each segment a batch reads, its distinct frames become clips (`clips.clip_packets`: the keyframe
+per clip. For each segment a batch reads, its distinct frames become clips (`fetch.clipping.clip_packets`: the keyframe
 that resets the decoder at or before a frame, through the last packet the frame needs, without that keyframe's
 leading pictures); frames whose keyframe lies inside the previous clip's packets extend that clip instead of
 starting another. The clips of every segment are then fed back to back, in the bitstream form decoders take
@@ -36,7 +36,7 @@ from ..fetch import nal
 from ..errors import DecodeError
 from ..fetch.pictures import leb128
 from ..fetch.segments import PacketIndex, Segment
-from ..graph.clips import clip_packets, packets_of
+from ..fetch.clipping import clip_packets, packets_of
 
 START_CODE = b"\x00\x00\x00\x01"
 CONFIG_BOXES = {"h264": b"avcC", "hevc": b"hvcC", "av1": b"av1C"}

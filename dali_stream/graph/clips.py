@@ -21,23 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..fetch.clipping import clip_packets, packets_of
 from ..fetch.segments import PacketIndex
 
-
-def clip_packets(index: PacketIndex, first_pts: int, last_pts: int, starts: np.ndarray | None = None) -> np.ndarray:
-    """Packets (indices, decode order) that decode every frame shown from `first_pts` to `last_pts`: the last
-    keyframe at or before `first_pts` that resets the decoder (`starts`, default every keyframe: see
-    `Segment.resets`; else the segment's first packet), through the last packet shown at or before `last_pts`,
-    without the keyframe's leading pictures (packets after it shown before it: open-GOP B-frames, HEVC
-    RASL/RADL). A decoder starting at the keyframe drops RASL pictures, which would shift every later index;
-    trailing pictures never reference leading ones, and no frame asked is one. An H.264 I picture without IDR
-    does not reset the decoder: FFmpeg then withholds the frames after it in a short clip."""
-    keys = np.flatnonzero((index.key if starts is None else starts) & (index.pts <= first_pts))
-    start = int(keys[-1]) if len(keys) else 0
-    needed = np.flatnonzero(index.pts[start:] <= last_pts)
-    stop = start + int(needed[-1]) + 1 if len(needed) else start + 1
-    part = np.arange(start, stop)
-    return part[index.pts[part] >= index.pts[start]]
+__all__ = ["DaliInput", "clip_bytes", "clip_packets", "cut_clip", "dali_input", "packets_of"]
 
 
 def cut_clip(data: bytes, index: PacketIndex, packets: np.ndarray) -> bytes:
@@ -87,16 +74,6 @@ class DaliInput:
     def frames_fed(self) -> int:
         """Frames DALI decodes for this sample: its clip from the first frame to the last one asked for."""
         return int(self.frames.max()) + 1
-
-
-def packets_of(seg) -> PacketIndex:
-    """`seg.packets()`, or a DecodeError naming the episode and camera when the segment's bytes do not demux."""
-    try:
-        return seg.packets()
-    except Exception as exc:  # the segment's own bytes do not demux: its packets are damaged
-        from ..fetch.segments import decode_error
-
-        raise decode_error(seg, "the clip cutter (DALI routes)", exc) from exc
 
 
 def dali_input(seg, indices: np.ndarray) -> DaliInput:
