@@ -77,11 +77,29 @@ _IMPORT_ERRORS = _import_runtime()
 _OPEN_LOADERS: "weakref.WeakSet[StreamLoader]" = weakref.WeakSet()
 
 
-@atexit.register
 def _close_open_loaders() -> None:
-    """At interpreter exit, close every loader left open, on this (the main) thread, before teardown."""
+    """At interpreter exit, on the main thread: tell every loader left open to close, without waiting; the
+    interpreter then joins the threads (see below). Nothing here blocks, so a Ctrl-C during exit cannot stop it
+    halfway (an exception out of this hook would skip the joins, and threads still running at teardown abort the
+    process)."""
     for loader in list(_OPEN_LOADERS):
-        loader.close()
+        try:
+            loader.close(wait=False)
+        except BaseException:  # noqa: BLE001 - at exit: the next loader must still be told
+            pass
+
+
+# Interpreter exit joins every thread of every ThreadPoolExecutor after handing each executor's registered threads
+# an end-of-work sentinel (concurrent.futures' own hook). A KeyboardInterrupt that lands in `submit` between a new
+# worker's start and its registration leaves a thread nobody hands one: it waits for work forever, and the exit
+# that joins it never ends (issue 38: Ctrl-C before the first batch, about 1 run in 40 with pieces cut ahead).
+# Closing the loaders in threading's own exit hooks, which run before those joins and after concurrent.futures'
+# (registered first, run last), shuts every pool down: `shutdown` wakes registered and orphaned workers alike.
+_register_exit = getattr(threading, "_register_atexit", None)
+if _register_exit is not None:
+    _register_exit(_close_open_loaders)
+else:  # an interpreter without it: at least close them at exit
+    atexit.register(_close_open_loaders)
 
 
 def _shut(store: EpisodeStore, engines: list[OpenDecoders]) -> None:
@@ -503,18 +521,19 @@ class StreamLoader:
         self._plans = {(epoch, tuple(chain)): plan} if same_world else {}
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """End the fetch threads, close CPU decoders and index containers, drop fetched episodes and the host-frame
         buffers (batches the caller still holds stay valid). Also done when the loader is garbage collected, at
         interpreter exit, and by `with StreamLoader(...) as loader:`. Iterating a closed loader raises
-        ConfigError."""
+        ConfigError. `wait=False`: tell the threads to end without waiting for them (at interpreter exit, which
+        joins them itself)."""
         self._closed = True
         _OPEN_LOADERS.discard(self)
         self.builder.buffers.clear()
         if self._finalizer.detach() is not None:
-            self.store.close()
+            self.store.close(wait)
             for engine in self.engines.values():
-                engine.close()
+                engine.close(wait)
 
     def __enter__(self) -> "StreamLoader":
         return self

@@ -59,6 +59,7 @@ class _Episode:
     rows_ready: threading.Event = field(default_factory=threading.Event)
     started: bool = False
     pending: int = 0  # parts (rows, one per camera) not fetched yet
+    claimed: set = field(default_factory=set)  # parts begun (None: the rows), each ends exactly once (`_part`)
     rows: dict = field(default_factory=dict)  # filled by the fetch, before rows_ready is set
     segments: dict = field(default_factory=dict)
     long: set = field(default_factory=set)  # cameras whose episode is read in pieces (`segment_for`), not whole
@@ -136,19 +137,18 @@ class EpisodeStore:
     def close(self, wait: bool = True) -> None:
         """End the fetch threads (pending fetches are cancelled; `wait`: and wait for the running ones), close
         decoders and index containers, and drop the fetched episodes. Safe to call more than once."""
-        # the piece threads first: a running one waits for its episode's fetch, which must not be cancelled under it
+        # Every episode not fetched yet is failed first, waking whoever waits for it: a piece thread or a builder
+        # waiting for a fetch that was cancelled, or never submitted (an interrupt in `pin` between marking it begun
+        # and handing it to the pool), would otherwise hold up the shutdowns below forever. A fetch still running
+        # finishes on its own (its result is dropped: the entry has failed).
+        self._fail_pending()
         pieces, self._piece_pool = self._piece_pool, None
         if pieces is not None:
             pieces.shutdown(wait=wait, cancel_futures=True)
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=wait, cancel_futures=True)
-        with self._lock:  # fetches cancelled above never finish: nobody may wait for them
-            for entry in self._entries.values():
-                if not entry.done.is_set():
-                    entry.error = entry.error or DaliStreamError("the loader was closed while this episode was fetched")
-                    entry.rows_ready.set()
-                    entry.done.set()
+        self._fail_pending()  # fetches cancelled above never finish: nobody may wait for them
         if wait:
             self.drop_ahead()
         self.decoders.clear()
@@ -156,6 +156,15 @@ class EpisodeStore:
         with self._lock:
             self._entries.clear()
             self.bytes = 0
+
+    def _fail_pending(self) -> None:
+        """Mark every episode whose fetch has not finished as failed, and wake its waiters."""
+        with self._lock:
+            for entry in self._entries.values():
+                if not entry.done.is_set():
+                    entry.error = entry.error or DaliStreamError("the loader was closed while this episode was fetched")
+                    entry.rows_ready.set()
+                    entry.done.set()
 
     # ---- refcounts -------------------------------------------------------------------------------------
     def pin(self, pos: int) -> None:
@@ -310,16 +319,31 @@ class EpisodeStore:
         rows, which start first), or one after another in this thread."""
         parts = [None, *self.cameras]  # None: the table rows
         entry.pending = len(parts)
-        for camera in parts:
-            if background:
+        for n, camera in enumerate(parts):
+            if not background:
+                self._part(pos, entry, camera, False)
+                continue
+            try:
                 assert self._pool is not None  # background fetches need the pool
                 self._pool.submit(self._part, pos, entry, camera, True)
-            else:
-                self._part(pos, entry, camera, False)
+            except BaseException as exc:  # the pool closed, or an interrupt (Ctrl-C) landed here: the parts not
+                why = DaliStreamError(f"the fetch of this episode was stopped before it began ({type(exc).__name__})")
+                for rest in parts[n:]:    # handed over end failed, so nobody waits for this episode forever
+                    self._part(pos, entry, rest, True, failed=why)
+                raise
 
-    def _part(self, pos: int, entry: _Episode, camera: str | None, background: bool) -> None:
+    def _part(self, pos: int, entry: _Episode, camera: str | None, background: bool,
+              failed: BaseException | None = None) -> None:
+        """Fetch one part of the episode (`camera`'s segment, or None: its rows); `failed`: end it failed with that
+        error instead. Each part ends once: a part already begun (or ended failed) is not done again."""
+        with self._lock:
+            if camera in entry.claimed:
+                return
+            entry.claimed.add(camera)
         t0 = time.perf_counter()
         try:
+            if failed is not None:
+                raise failed
             if camera is None:
                 entry.rows = self.tables.episode(pos)
             else:

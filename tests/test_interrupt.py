@@ -1,0 +1,129 @@
+"""Ctrl-C before (and around) the first batch ends the process promptly (issue 38): real child processes, a real
+SIGINT to their process group.
+
+The race: a KeyboardInterrupt that lands in `ThreadPoolExecutor.submit` between a new worker thread's start and
+its registration leaves a thread that interpreter exit never hands its end-of-work sentinel, and then joins
+forever (it hung about 1 run in 40 with long episodes' pieces cut ahead). The first test puts the interrupt exactly
+there, in each of the loader's pools; the second sends SIGINT at random moments from construction to the third
+batch, with 0, 2 and 8 workers, episodes read whole and in pieces."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+EXIT_S = 5.0  # every try must end this long after its SIGINT
+
+CHILD = r'''
+import sys, threading
+root, workers, pieces, interrupt_at = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "pieces", sys.argv[4]
+if interrupt_at != "-":  # Ctrl-C landing right after a pool thread of that name starts, before it is registered
+    start, hit = threading.Thread.start, []
+    def started(self):
+        start(self)
+        if self.name.startswith(interrupt_at) and not hit and threading.current_thread() is threading.main_thread():
+            hit.append(self.name)
+            raise KeyboardInterrupt
+    threading.Thread.start = started
+print("start", flush=True)
+from dali_stream import StreamLoader
+loader = StreamLoader(root, batch_size=4, episode_pool_size=4, num_workers=workers, decode="cpu", device="cpu",
+                      **({"segment_bytes": 1} if pieces else {}))
+print("built", flush=True)
+while True:
+    for i, batch in enumerate(loader):
+        print(f"batch {i}", flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=12, min_length=20, max_length=40, height=96, width=128,
+                      cameras=parse_cameras("front:av1,wrist:av1"), seed=7)
+    return write_sample(tmp_path_factory.mktemp("interrupt") / "av1x2", spec)
+
+
+def _spawn(tmp: Path, root: Path, workers: int, pieces: bool, interrupt_at: str = "-") -> subprocess.Popen:
+    tmp.mkdir(parents=True)
+    script = tmp.parent / f"{tmp.name}.py"
+    script.write_text(CHILD)
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, str(script), str(root), str(workers), "pieces" if pieces else "whole",
+                             interrupt_at], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def _ended(proc: subprocess.Popen, tmp: Path, what: str, timeout: float) -> tuple[int, str]:
+    """Wait for the child; fail (killing it) if it is still alive after `timeout`, left processes in its group or
+    files in its TMPDIR. Returns its exit status and its output."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{what}: still running {timeout} s after Ctrl-C; output {out[-300:]!r}, stderr {err[-1500:]}")
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        pass
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"{what}: processes of its group outlived it")
+    # torch makes its compile cache there on import (torchinductor_<user>), kept by design, interrupted or not
+    left = [p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
+    assert not left, f"{what}: left temporary files {left}"
+    return proc.returncode, out + err
+
+
+@pytest.mark.parametrize("pool", ["dali-stream-piece", "dali-stream-fetch", "dali-stream_"],
+                         ids=["piece-threads", "fetch-threads", "builder-threads"])
+def test_ctrl_c_between_a_pool_threads_start_and_its_registration_ends_the_process(dataset, tmp_path, pool):
+    proc = _spawn(tmp_path / "t", dataset, 2, True, interrupt_at=pool)
+    _wait_for(proc, "built")  # the pools' first threads start once the loader iterates
+    rc, out = _ended(proc, tmp_path / "t", f"interrupt as {pool} starts", 2 * EXIT_S)  # the first batch's work too
+    assert rc != 0 and "KeyboardInterrupt" in out, out[-2000:]
+
+
+def _wait_for(proc: subprocess.Popen, line: str) -> None:
+    """Read the child's output until `line` (or its end), at most two minutes (a loaded machine's imports)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        got = proc.stdout.readline().strip()
+        if got == line or not got:
+            return
+
+
+def _one_try(dataset: Path, tmp: Path, rng: random.Random) -> str:
+    workers, pieces = rng.choice([0, 2, 8]), rng.random() < 0.5
+    phase = rng.choice(["start", "built", "batch 0", "batch 1"])  # inside imports and __init__, before iter(), ...
+    delay = rng.uniform(0, {"start": 1.0, "built": 0.3}.get(phase, 0.05))
+    what = f"workers={workers} {'pieces' if pieces else 'whole'}, SIGINT {delay:.2f} s after {phase!r}"
+    proc = _spawn(tmp, dataset, workers, pieces)
+    _wait_for(proc, phase)
+    time.sleep(delay)
+    os.killpg(proc.pid, signal.SIGINT)
+    rc, out = _ended(proc, tmp, what, EXIT_S)
+    assert rc != 0, f"{what}: exit status 0 after Ctrl-C"
+    assert rc != -signal.SIGABRT, f"{what}: aborted: {out[-1500:]}"
+    return what
+
+
+def test_ctrl_c_at_random_moments_of_the_start_ends_the_process_promptly(dataset, tmp_path):
+    seed = random.randrange(1 << 30)
+    print(f"seed {seed}: random.Random({seed}) replays these tries")
+    rng = random.Random(seed)
+    tries = [(tmp_path / f"t{n}", random.Random(rng.random())) for n in range(12)]
+    with ThreadPoolExecutor(2) as lanes:  # two children at a time
+        done = list(lanes.map(lambda t: _one_try(dataset, *t), tries))
+    assert len(done) == len(tries), f"seed {seed}"
