@@ -9,7 +9,8 @@
 #      PyNvVideoCodec peers, a bfloat16 matmul load beside it); the open-decoder engine (nvdec_engine=open) at 1,
 #      2, 4 and 7 decode threads (its NVDEC limit on whole segments, utilisation); then the CPU route at 1, 2, 4, 8
 #      and 16 workers on the H.264 and on an AV1 twin (an H100 has no AV1 decoder: the CPU route is what lerobot's
-#      default AV1 gets there). The datasets come from `make gpu-datasets` on the CPU machine, carried with the
+#      default AV1 gets there); and where DALI's per-sample milliseconds go (dali_sample_profile.py: graph, fixed
+#      per sample, per picture, bytes, threads, against the open engine's per-picture cost). The datasets come from `make gpu-datasets` on the CPU machine, carried with the
 #      tree (the GPU node has no ffmpeg command and two cores' worth of time is better spent measuring); absent,
 #      they are written here first;
 #   2. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
@@ -80,6 +81,8 @@ done
 for workers in 1 2 4 8 16; do
     for data in "$h264" "$av1"; do measure "$data" --decode cpu --num-workers "$workers" --no-peers --no-limit; done
 done
+run "$PY" benchmarks/dali_sample_profile.py "$h264" --json "$out/measure/dali-sample-profile.json" 2>&1 | \
+    tee -a "$out/measure.log"
 "$PY" benchmarks/gpu_summary.py "$out" --measure-only
 if [ "${GPU_MEASURE_ONLY:-0}" = 1 ]; then
     echo "gpu-check: measurements only (GPU_MEASURE_ONLY=1), bench exit $bench; results in $out/measure"

@@ -93,3 +93,23 @@ def test_measure_table_names_each_engine(tmp_path):
     assert "| CPU route (torchcodec), 2 workers | sample |" in text, text
     assert "| open decoders (cpu-open), 3 threads | sample |" in text, text
     assert "| DALI (groups not recorded) |" in text, text
+
+
+def test_dali_sample_profile_runs_on_the_cpu_decoder(tmp_path):
+    """gpu-check's profile of DALI's per-sample cost (benchmarks/dali_sample_profile.py), on DALI's CPU decoder and
+    the cpu-open engine (DEV=cpu): every part measured, the fit's per-picture cost positive."""
+    import json
+
+    sample = tmp_path / "vp9"
+    made = _run([sys.executable, "-m", "dali_stream", "make-sample", str(sample), "--episodes", "4", "--min-length",
+                 "30", "--max-length", "40", "--cameras", "top:vp9", "--gop", "30"])
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "profile.json"
+    ran = _run([sys.executable, "benchmarks/dali_sample_profile.py", str(sample), "--json", str(out)],
+               env={"DEV": "cpu", "PYTHONPATH": str(ROOT)})
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    result = json.loads(out.read_text())
+    assert result["camera"] == "observation.images.top" and result["device"] == "cpu"
+    assert result["ms_per_picture"] > 0 and result["graph_ms_per_batch"]["wall_ms"] > 0
+    assert set(result["threads"]) == {"1", "2", "4", "7"} and isinstance(result["open_engine_ms_per_picture"], float)
+    assert "fixed" in ran.stdout and "ms/picture" in ran.stdout
