@@ -46,6 +46,7 @@ from .plan.selection import select
 from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .plan.world import World, resolve_world
 from .source.storage import is_local
+from .wait import DataWait
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -359,6 +360,7 @@ class StreamLoader:
         self._plans: dict[tuple, EpochPlan] = {}
         self._live: weakref.ref | None = None  # the generator of the epoch being iterated
         self.last_epoch_stats: dict[str, Any] = {}
+        self._waits = DataWait()  # how long the loop waited for each batch (`data_wait`)
         sizes = self._plan(0).share_sizes  # validates the world against the dataset now, not at batch 0
         # about the whole job: said once, by rank 0
         if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes) and self.world.rank == 0:
@@ -457,6 +459,14 @@ class StreamLoader:
                 "knobs": {"cache_bound": "cache_bytes", "segment_bytes_limit": "segment_bytes",
                           "prepared_batches": "prefetch_batches, num_workers",
                           "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders"}}
+
+    def data_wait(self) -> dict[str, Any]:
+        """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:
+        `wait_fraction` of the wall time since the first batch was asked for, and `recent` (the last 100 batches:
+        `wait_fraction`, `p50_ms`, `p95_ms`, `max_ms`). Near 0: the loader keeps ahead of the loop; near 1: the
+        loop waits for data (`dali_stream/wait.py`). Readable at any step; a training loop logs the max over ranks
+        (pipelines/train.py)."""
+        return self._waits.stats()
 
     def batch_plan(self, epoch: int, index: int):
         """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""
@@ -605,6 +615,7 @@ class StreamLoader:
             batch[key] = torch.stack(out)
 
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
+        asked = time.perf_counter()  # the loop asked for the epoch's first batch (this generator's first `next`)
         plan = self._plan(epoch)
         if start >= plan.num_batches:  # e.g. fewer frames on this rank than one batch with drop_last
             self._start_epoch(epoch + 1)
@@ -622,11 +633,13 @@ class StreamLoader:
                    else self._graph_batches(producer, squeeze))
         try:
             for batch in batches:
+                self._waits.got(asked)
                 self._consumed += 1
                 delivered += 1
                 if first_s is None:
                     first_s = time.perf_counter() - t0
                 yield batch
+                asked = time.perf_counter()  # the loop asks for the next batch
             self._start_epoch(epoch + 1)
             self._continue = True
         finally:

@@ -5,7 +5,9 @@
     python pipelines/train.py DATASET --steps 200 --chunk 16                 # an action chunk of 16
 
 State and action sizes come from the dataset's meta/info.json; `--chunk N` predicts N future actions
-(`delta_timestamps` on `action`). The last line reports samples/s of all ranks together.
+(`delta_timestamps` on `action`). Every `--log-every` steps each rank prints its samples/s and how long it waited
+for data (`loader.data_wait()`: the share of the last 100 steps' wall time spent waiting, and the p95 wait), with
+the max over ranks; the last line reports samples/s of all ranks together.
 
 The loader is NOT passed to `accelerator.prepare` (that would shard it again and drop (W-1)/W of each
 rank's batches): StreamLoader already gives every rank its own share, with equal batch counts. Rank and
@@ -155,10 +157,15 @@ def main(argv=None) -> int:
             if log is not None:
                 log.write(json.dumps({"step": step, "indices": batch["index"].tolist()}) + "\n")
                 log.flush()
-            if step % args.log_every == 0:
+            if step % args.log_every == 0:  # every rank reaches it at the same step (equal batch counts)
                 rate = samples / (time.perf_counter() - t0)
+                recent = loader.data_wait()["recent"] or {}
+                mine = torch.tensor([[recent.get("wait_fraction") or 0.0, recent.get("p95_ms") or 0.0]],
+                                    device=accelerator.device)
+                worst = accelerator.gather(mine).max(dim=0).values.tolist()  # the rank that waits most
                 print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
-                      f"{rate:.1f} samples/s", flush=True)
+                      f"{rate:.1f} samples/s, data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} "
+                      f"ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
             if step % args.checkpoint_every == 0 and accelerator.is_main_process:
                 payload = {"step": step, "loader": loader.state_dict(),
                            "model": accelerator.unwrap_model(model).state_dict() if model is not None else None,

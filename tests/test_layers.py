@@ -30,7 +30,7 @@ def stage_of(module: str) -> str:
     if module in BASE or module == "dali_stream.__main__":
         return "tools" if module == "dali_stream.__main__" else "base"
     part = module.split(".")[1]
-    return {"meta": "meta", "loader": "loader"}.get(part, part)
+    return {"meta": "meta", "loader": "loader", "wait": "loader"}.get(part, part)
 
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:

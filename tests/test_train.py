@@ -70,6 +70,7 @@ def test_torchrun_two_ranks_train_disjoint_shares(small_dataset, tmp_path):
     own0, own1 = {i for b in r0 for i in b}, {i for b in r1 for i in b}
     assert own0.isdisjoint(own1), "each rank trains on its own share (drop_last: no padding)"
     assert "done:" in proc.stdout
+    assert "[rank 0/2]" in proc.stdout and "[rank 1/2]" in proc.stdout and "max over ranks" in proc.stdout
 
 
 def test_steps_action_chunk_and_the_total_throughput_line(small_dataset, tmp_path):
@@ -81,3 +82,4 @@ def test_steps_action_chunk_and_the_total_throughput_line(small_dataset, tmp_pat
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert len(_steps(tmp_path / "log")) == 5
     assert "done: 5 steps; all 1 ranks together" in proc.stdout and "samples/s" in proc.stdout
+    assert "data wait" in proc.stdout and "max over ranks" in proc.stdout, proc.stdout[-2000:]

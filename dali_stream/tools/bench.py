@@ -42,7 +42,7 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
                "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio",
                "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
-               "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores", "open_engine", "engine_limits")
+               "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores", "open_engine", "engine_limits", "data_wait")
 GPU_LOAD_ALONE_S = 3.0  # the GPU load's rate alone is measured this long before the loader starts
 
 
@@ -345,7 +345,7 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         if load is not None and gpu_load is not None:
             gpu_load.update(beside_loader_tflops=load.tflops, ratio=load.tflops / gpu_load["alone_tflops"]
                             if gpu_load["alone_tflops"] else None)
-    result: dict[str, Any] = {"config": cfg.record(),
+    result: dict[str, Any] = {"config": cfg.record(), "data_wait": loader.data_wait(),
                               "setup_s": setup_s, "notes": [], "gpu_load": gpu_load,
                               "nvdec_utilisation": utilisation.result() if nvdec else None}
     if got["samples"] == 0:
