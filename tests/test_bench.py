@@ -224,3 +224,14 @@ def test_the_open_decoder_engine_is_benched_with_its_own_limit(small_dataset, tm
     limit = result["engine_limits"]["cpu-open"]
     assert limit["threads"] == 2 and limit["frames"] > 0 and limit["samples_per_s"] > 0
     assert result["limit_ratio"] > 0 and result["config"]["decode_threads"] == 2
+
+
+def test_the_loaders_number_is_printed_before_the_limit_and_the_baseline(tiny_run):
+    """A first number as soon as the loader's window is measured (issue 37: bench answers in minutes), then the
+    rest; the same number the result file holds."""
+    result, _, proc = tiny_run
+    lines = proc.stderr.splitlines()
+    early = [i for i, line in enumerate(lines) if "loader" in line and "samples/s" in line and "now " in line]
+    assert early, proc.stderr[-2000:]
+    assert f"{result['samples_per_s']:.1f} samples/s" in lines[early[0]]
+    assert "the raw decode limit and the baseline" in lines[early[0]]

@@ -80,10 +80,12 @@ def test_the_writer_records_its_settings_and_bench_tells_a_stale_sample(tmp_path
 
 
 def test_the_benchmark_samples_are_scenes_at_lerobots_settings():
-    for variant, codec in (("av1", "av1"), ("h264", "h264")):
+    for variant, codec in (("av1", "av1"), ("h264", "h264"), ("av1-quick", "av1")):
         spec = bench_sample_spec(variant)
         assert (spec.content, spec.crf, spec.gop, spec.height, spec.width) == ("scene", 30, 2, 480, 640)
         assert {c.codec for c in spec.cameras} == {codec} and len(spec.cameras) == 2
+    quick = bench_sample_spec("av1-quick")  # the default: a first number within 2 minutes on 2 cores
+    assert quick.episodes * quick.max_length * len(quick.cameras) <= 2000
 
 
 def test_files_that_needed_careful_settings_are_recorded_and_bench_notes_them(tmp_path):

@@ -313,8 +313,10 @@ def loader_decode(decode: str | Mapping[str, str], formats: dict, node) -> str |
     return {key: "gpu" if node.nvdec_refuses(fmt) is None else "auto" for key, fmt in formats.items()}
 
 
-def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
-    """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`."""
+def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
+    """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
+    told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
+    the limits and the baseline."""
     from ..decode.routes import Node, formats_of
     from ..loader import StreamLoader
     from ..meta import DatasetMeta
@@ -345,6 +347,8 @@ def run(cfg: BenchConfig, progress=None) -> dict[str, Any]:
         if load is not None and gpu_load is not None:
             gpu_load.update(beside_loader_tflops=load.tflops, ratio=load.tflops / gpu_load["alone_tflops"]
                             if gpu_load["alone_tflops"] else None)
+    if measured is not None and got["samples"]:
+        measured(got)
     result: dict[str, Any] = {"config": cfg.record(), "data_wait": loader.data_wait(),
                               "setup_s": setup_s, "notes": [], "gpu_load": gpu_load,
                               "nvdec_utilisation": utilisation.result() if nvdec else None}
@@ -553,6 +557,9 @@ def append_csv(csv_path: Path, row: dict[str, Any]) -> None:
 # default codec, "h264" the other common choice (H.264 with B-frames). "toy" is the old small sample: 200
 # episodes of 20-40 frames, three cameras (h264, hevc, av1), GOP 30, the smooth test pattern.
 BENCH_SAMPLES = {
+    # the default: a first number within two minutes of a fresh 2-core machine (written in ~40 s there)
+    "av1-quick": dict(episodes=5, min_length=120, max_length=200, cameras="front:av1,wrist:av1", gop=2,
+                      episodes_per_file=5, content="scene", crf=30),
     "av1": dict(episodes=20, min_length=300, max_length=600, cameras="front:av1,wrist:av1", gop=2,
                 episodes_per_file=10, content="scene", crf=30),
     "h264": dict(episodes=20, min_length=300, max_length=600, cameras="front:h264,wrist:h264", gop=2,
@@ -560,7 +567,7 @@ BENCH_SAMPLES = {
     "toy": dict(episodes=200, min_length=20, max_length=40, cameras="front:h264,side:hevc,wrist:av1", gop=30,
                 episodes_per_file=50),
 }
-DEFAULT_SAMPLE = "av1"
+DEFAULT_SAMPLE = "av1-quick"
 
 
 def bench_sample_spec(variant: str):
