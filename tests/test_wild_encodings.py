@@ -70,9 +70,10 @@ def test_every_frame_of_wild_streams_read_in_pieces(wild, decode, windowed):
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-def test_every_frame_of_1080p_h264(hd, windowed):
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+def test_every_frame_of_1080p_h264(hd, decode, windowed):
     root, cameras = hd
-    check_every_frame(root, 30, cameras, decode="cpu", windowed=windowed)
+    check_every_frame(root, 30, cameras, decode=decode, windowed=windowed)
 
 
 # ---- what makes each file hard ---------------------------------------------------------------------------------

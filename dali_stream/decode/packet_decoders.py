@@ -8,8 +8,9 @@ uint8: numpy arrays on the CPU, torch tensors on the GPU.
 
 Why PyNvVideoCodec (README, "Our code or a library's"): NVIDIA's own Python binding of the Video Codec SDK's
 decoder, a 27 MB wheel with no dependencies, that takes a packet from a Python buffer (`PacketData`), keeps its
-NVDEC session across streams (the parser follows a new sequence header; `setReconfigParams` changes the surface
-size), converts NV12 to interleaved RGB on the GPU and hands frames over by DLPack. Writing our own binding of
+NVDEC session across streams (each clip's sequence header is parsed anew; a stream of another size within the
+session's maximum, set here from the camera's size, reconfigures the session, `cuvidReconfigureDecoder`, instead
+of creating one), converts NV12 to interleaved RGB on the GPU and hands frames over by DLPack. Writing our own binding of
 `nvcuvid` would repeat all of that.
 
 CUDA context and stream (NVDEC): the decoder runs in the device's primary context, the one torch and DALI use
@@ -122,18 +123,14 @@ class NvdecPacketDecoder:
         self.nvc, self.torch, self.codec = nvc, torch, codec
         self.device_index = device_index
         self.stream = torch.cuda.Stream(device=device_index)
-        height, width = max_size or (0, 0)
+        # the surfaces' largest size: the camera's, rounded up to whole 128-pixel blocks (the coded size of a
+        # 1080-row H.264 stream is 1088; an HEVC or AV1 one rounds to its coding blocks), 0: the stream's own
+        height, width = (-(-n // 128) * 128 for n in max_size) if max_size else (0, 0)
         self.size = max_size
         self.dec = nvc.CreateDecoder(gpuid=device_index, codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
                                      cudacontext=primary_context(device_index), cudastream=self.stream.cuda_stream,
                                      usedevicememory=True, maxwidth=width, maxheight=height,
                                      outputColorType=nvc.OutputColorType.RGB)
-
-    def reconfigure(self, size: tuple[int, int]) -> None:
-        """A stream of another size follows: resize the session's surfaces instead of opening a new session."""
-        if size != self.size:
-            self.dec.setReconfigParams(size[1], size[0])
-            self.size = size
 
     def decode(self, feed: Feed) -> dict[int, Any]:
         nvc = self.nvc
