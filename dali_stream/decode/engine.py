@@ -66,7 +66,9 @@ class OpenDecoders:
             return np.concatenate(frames), decoded
         import torch
 
-        return torch.cat(frames), decoded
+        joined = torch.cat(frames)  # on this thread's current stream: done before DALI's stream copies it
+        torch.cuda.current_stream(joined.device).synchronize()
+        return joined, decoded
 
     def _decoder(self, camera: str, codec: str):
         mine = getattr(self._local, "decoders", None)

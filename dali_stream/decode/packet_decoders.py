@@ -17,7 +17,8 @@ CUDA context and stream (NVDEC): the decoder runs in the device's primary contex
 (retained through the driver API, never created), so no context is pushed or switched between libraries. Each
 decoder gets a CUDA stream of its own, made by torch; its colour conversion and our copy of each asked picture
 run on that stream, in order, so a surface is copied before the decoder's next picture may overwrite it. Before
-the frames leave the decode thread the stream is synchronised (`finish`); DALI's external source then copies them
+the frames leave the decode thread the stream is synchronised (`finish`; the builder thread that joins the
+threads' chunks synchronises its own stream after the join, `engine.OpenDecoders.decode`); DALI's external source then copies them
 on its internal stream and blocks until the copy is done (`cuda_stream=1`), so the frames can be released right
 after. No lock is held while a stream synchronises, and no stream waits on another's work: nothing can deadlock,
 and no kernel reads a buffer another stream is still writing.
