@@ -206,3 +206,18 @@ def test_gpu_layer_from_simulated_probes(software, nvcuvid, name, layer, monkeyp
         assert verdict["usable"] == 8 and "fix" not in verdict
     else:
         assert verdict["problem"] and verdict["fix"]
+
+
+def test_diagnose_says_whether_the_open_decoder_engine_is_installed():
+    """PyNvVideoCodec (nvdec_engine='open') by its installed version, read without importing it (it imports only
+    where the NVIDIA driver is): None on CI, which never installs the [nvdec] extra."""
+    import importlib.metadata as md
+
+    from dali_stream.tools.diagnose import probe_software
+
+    found = probe_software()["distributions"]
+    try:
+        want = md.version("pynvvideocodec")
+    except md.PackageNotFoundError:
+        want = None
+    assert found["ok"] and found["pynvvideocodec"] == want and found["torchcodec"] == md.version("torchcodec")

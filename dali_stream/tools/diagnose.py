@@ -154,16 +154,19 @@ def probe_software() -> dict[str, Any]:
 
 
 def _distributions() -> dict[str, Any]:
-    """What pip installed, whether or not it imports: the DALI flavours and torchcodec's version."""
+    """What pip installed, whether or not it imports: the DALI flavours, torchcodec's version, and PyNvVideoCodec's
+    (the open-decoder NVDEC engine, nvdec_engine='open'; None: not installed, `pip install 'dali-stream[nvdec]'`)."""
     import importlib.metadata as md
 
     from ..pairing import installed_dali
 
-    try:
-        torchcodec = md.version("torchcodec")
-    except md.PackageNotFoundError:
-        torchcodec = None
-    return {"nvidia_dali": installed_dali(), "torchcodec": torchcodec}
+    found: dict[str, Any] = {"nvidia_dali": installed_dali()}
+    for name in ("torchcodec", "pynvvideocodec"):
+        try:
+            found[name] = md.version(name)
+        except md.PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def broken_packages(software: dict[str, Any]) -> list[str]:
