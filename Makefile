@@ -20,7 +20,7 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_cli.py
 
-.PHONY: demo test typecheck test-floors install sysdeps clean gpu-check gpu-datasets
+.PHONY: demo test typecheck test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
@@ -44,6 +44,17 @@ gpu-check:
 # carried to the GPU node with the tree (.demo/gpu-check-640x480-*): the lease then starts measuring at once.
 gpu-datasets: $(STAMP)
 	PY=$(BIN)/python bash benchmarks/gpu_datasets.sh
+
+# lerobot's ACT and Diffusion trained by pipelines/train.py on this machine's CPU, in a venv where lerobot 0.6.1
+# imports (built by LEROBOT_SETUP; lerobot needs Python >= 3.12, the script patches it for 3.11); results in
+# benchmarks/results/cpu-2core-lerobot-train/. For developers: lerobot is no dependency, CI does not run it.
+LEROBOT_VENV ?= .venv-lerobot
+LEROBOT_SETUP ?= ../shared/lerobot-py311/setup.sh
+test-lerobot: sysdeps
+	bash $(LEROBOT_SETUP) $(LEROBOT_VENV)
+	$(LEROBOT_VENV)/bin/pip install -q --no-deps -e .
+	$(LEROBOT_VENV)/bin/pip install -q nvidia-dali-cuda120==2.4.0 rich accelerate
+	$(LEROBOT_VENV)/bin/python benchmarks/lerobot_train.py --out benchmarks/results/cpu-2core-lerobot-train
 
 # System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and its command (the
 # sample writer's encoder-defaults recorder runs libaom and two-pass VP9 through it) and, when running
@@ -75,4 +86,4 @@ test-floors: sysdeps
 	$(FLOORS_VENV)/bin/python -m pytest -q --timeout=600 $(SMOKE)
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) .demo *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) $(LEROBOT_VENV) .demo *.egg-info

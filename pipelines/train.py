@@ -81,6 +81,34 @@ def save_checkpoint(directory: Path, step: int, payload: dict) -> Path:
     return path
 
 
+def save_lerobot_checkpoint(directory: Path, step: int, trainer, loader_state: dict, accelerator) -> Path:
+    """lerobot's checkpoint layout (pipelines/lerobot_policy.py) in `step-XXXXXXX/`, written beside and moved into
+    place, then the 'latest' pointer: a kill mid-write never leaves a half checkpoint behind."""
+    import shutil
+
+    path = directory / f"step-{step:07d}"
+    tmp = directory / f".step-{step:07d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save(tmp, step, loader_state, accelerator)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    latest = directory / "latest.tmp"
+    latest.write_text(path.name)
+    os.replace(latest, directory / "latest")
+    return path
+
+
+def _override(text: str) -> tuple[str, object]:
+    """--lerobot-arg NAME=JSON as (name, value); a value that is not JSON is taken as a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise SystemExit(f"--lerobot-arg {text!r}: expected NAME=VALUE, e.g. pretrained_backbone_weights=null")
+    try:
+        return name, json.loads(value)
+    except ValueError:
+        return name, value
+
+
 def resolve_checkpoint(path: str) -> Path:
     p = Path(path)
     if p.name == "latest" or p.is_dir():
@@ -105,6 +133,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sample-log", default=None, help="append each step's sample indices to <this>/rank<r>.jsonl")
     ap.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps in total")
     ap.add_argument("--chunk", type=int, default=1, help="actions predicted per sample (an action chunk, as ACT)")
+    ap.add_argument("--policy", default="builtin",
+                    help="builtin (the small policy here), or a lerobot policy type (act, diffusion, ...) built by "
+                         "lerobot's own factories when lerobot 0.5-0.6 is installed (pipelines/lerobot_policy.py)")
+    ap.add_argument("--mixed-precision", default="no", choices=("no", "fp16", "bf16"),
+                    help="Accelerate's mixed precision for the policy's forward and backward")
+    ap.add_argument("--lerobot-arg", action="append", default=[], metavar="NAME=JSON",
+                    help="a lerobot policy config field, e.g. pretrained_backbone_weights=null (repeatable)")
     args = ap.parse_args(argv)
 
     import torch
@@ -113,20 +148,42 @@ def main(argv=None) -> int:
     from dali_stream import StreamLoader
     from pipelines._common import video_keys
 
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    torch.manual_seed(args.seed)  # the same initial weights on every rank and run (resume compares equal)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=args.mixed_precision)
     rank, world = accelerator.process_index, accelerator.num_processes
     fps, cameras = video_keys(args.dataset)
-    state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
-    chunk = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
-    loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
-                          rank=rank, world_size=world, resize=(48, 64), drop_last=True, delta_timestamps=chunk)
+    trainer = None
+    if args.policy != "builtin":  # lerobot's policy: its delta indices, the dataset's own image sizes
+        from dali_stream.meta import DatasetMeta
+        from pipelines.lerobot_policy import LerobotTrainer
+
+        overrides = dict(_override(a) for a in args.lerobot_arg)
+        trainer = LerobotTrainer(args.policy, DatasetMeta.open(args.dataset), str(accelerator.device),
+                                 args.steps or 100_000, **overrides)
+        loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
+                              rank=rank, world_size=world, drop_last=True, delta_timestamps=trainer.delta_timestamps)
+        trainer.build(loader.meta)
+        prepared = accelerator.prepare(trainer.policy, trainer.optimizer,
+                                       *([trainer.scheduler] if trainer.scheduler is not None else []))
+        trainer.policy, trainer.optimizer = prepared[0], prepared[1]
+        accelerator.print(f"lerobot {args.policy}: {sum(p.numel() for p in trainer.policy.parameters())} parameters, "
+                          f"delta_timestamps: {({k: len(v) for k, v in trainer.delta_timestamps.items()})} steps")
+    else:
+        state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
+        chunk = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
+        loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
+                              rank=rank, world_size=world, resize=(48, 64), drop_last=True, delta_timestamps=chunk)
     model = optimizer = None
-    if not args.dummy:
+    if not args.dummy and trainer is None:
         model = Policy.build(len(cameras), state_dim, action_dim * args.chunk)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model, optimizer = accelerator.prepare(model, optimizer)
     step = 0
-    if args.resume_from:
+    if args.resume_from and trainer is not None:
+        step, state = trainer.load(resolve_checkpoint(args.resume_from), accelerator)
+        loader.load_state_dict(state)
+        accelerator.print(f"resumed from step {step}: epoch {state['epoch']}, batch {state['batches_consumed']}")
+    elif args.resume_from:
         ckpt = torch.load(resolve_checkpoint(args.resume_from), map_location="cpu", weights_only=False)
         loader.load_state_dict(ckpt["loader"])
         step = ckpt["step"]
@@ -145,10 +202,14 @@ def main(argv=None) -> int:
         if args.steps is not None and step >= args.steps:
             break
         for batch in loader:
-            if model is not None:
+            loss_value = None
+            if trainer is not None and not args.dummy:
+                loss_value = trainer.step(batch, accelerator)
+            elif model is not None:
                 images = [batch[k] for k in cameras]
                 pred = model(images, batch["observation.state"].flatten(1))
                 loss = torch.nn.functional.mse_loss(pred, batch["action"].flatten(1))
+                loss_value = float(loss.detach())
                 accelerator.backward(loss)
                 optimizer.step()
                 optimizer.zero_grad()
@@ -164,9 +225,11 @@ def main(argv=None) -> int:
                                     device=accelerator.device)
                 worst = accelerator.gather(mine).max(dim=0).values.tolist()  # the rank that waits most
                 print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
-                      f"{rate:.1f} samples/s, data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} "
+                      f"{'' if loss_value is None else f'loss {loss_value:.4f} '}{rate:.1f} samples/s, data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} "
                       f"ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
-            if step % args.checkpoint_every == 0 and accelerator.is_main_process:
+            if step % args.checkpoint_every == 0 and accelerator.is_main_process and trainer is not None:
+                save_lerobot_checkpoint(Path(args.checkpoint_dir), step, trainer, loader.state_dict(), accelerator)
+            elif step % args.checkpoint_every == 0 and accelerator.is_main_process:
                 payload = {"step": step, "loader": loader.state_dict(),
                            "model": accelerator.unwrap_model(model).state_dict() if model is not None else None,
                            "optimizer": optimizer.state_dict() if optimizer is not None else None}

@@ -83,3 +83,24 @@ def test_steps_action_chunk_and_the_total_throughput_line(small_dataset, tmp_pat
     assert len(_steps(tmp_path / "log")) == 5
     assert "done: 5 steps; all 1 ranks together" in proc.stdout and "samples/s" in proc.stdout
     assert "data wait" in proc.stdout and "max over ranks" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_one(small_dataset, tmp_path):
+    """8 steps at once, and 4 steps, a checkpoint, then a resume to 8: the same batches in the same order and the
+    optimizer's state restored, so the final weights are equal, tensor for tensor (CPU, one thread)."""
+    import torch
+
+    def run(ckpt, steps, *extra):
+        proc = subprocess.run(_args(small_dataset, tmp_path / f"log-{ckpt}-{steps}", tmp_path / ckpt, "--steps",
+                                    steps, *extra), capture_output=True, text=True, timeout=600, env=_env())
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+    run("straight", 8)
+    run("split", 4)
+    run("split", 8, "--resume-from", tmp_path / "split")
+    straight = torch.load(tmp_path / "straight" / "step-0000008.pt", weights_only=False)
+    resumed = torch.load(tmp_path / "split" / "step-0000008.pt", weights_only=False)
+    assert straight["loader"] == resumed["loader"]
+    assert straight["model"].keys() == resumed["model"].keys()
+    for name, tensor in straight["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name
