@@ -29,7 +29,6 @@ LOADER_STATE = "loader_state.json"
 
 def _lerobot():
     try:
-        import lerobot  # noqa: F401
         from lerobot.common.train_utils import load_training_state, save_training_state
         from lerobot.datasets.factory import resolve_delta_timestamps
         from lerobot.policies.factory import make_policy, make_policy_config, make_pre_post_processors
