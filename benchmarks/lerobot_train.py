@@ -24,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 LOSS = re.compile(r"step (\d+) epoch \d+ loss ([0-9.]+)")
+WAIT = re.compile(r"data wait (\d+)%")
 DATASETS = {
     "demo-sample": ["--episodes", "36"],
     "lerobot-recorder-av1": ["--recorder", "lerobot", "--cameras", "front:av1,wrist:av1", "--height", "128",
@@ -91,6 +92,7 @@ def main() -> int:
             last = sum(v for _, v in losses[-3:]) / 3
             resumed_ok = f"resumed from step {args.steps}: epoch 0, batch {args.steps}" in resumed
             run = {"dataset": name, "policy": policy, "steps": args.steps, "batch_size": 8, "losses": losses,
+                   "data_wait_pct": [int(w) for w in WAIT.findall(stdout)],
                    "first_3_mean": first, "last_3_mean": last, "falls": last < first, "seconds": seconds,
                    "resumed": resumed_ok, "resume_log": resumed.strip().splitlines()[-3:],
                    "lerobot": lerobot.__version__, "python": sys.version.split()[0]}
