@@ -105,16 +105,9 @@ def test_an_av1_keyframe_without_a_sequence_header_gets_the_av1c_one(wild):
 
 
 def strip_obus(sample: bytes, obu_type: int) -> bytes:
-    from dali_stream.fetch.pictures import leb128
+    from dali_stream.fetch.pictures import av1_obus
 
-    out, pos = bytearray(), 0
-    while pos < len(sample):
-        start, header = pos, sample[pos]
-        size, pos = leb128(sample, pos + 1 + ((header >> 2) & 1))
-        pos += size
-        if (header >> 3) & 0xF != obu_type:
-            out += sample[start:pos]
-    return bytes(out)
+    return b"".join(sample[start:end] for kind, start, _, end in av1_obus(sample) if kind != obu_type)
 
 
 def test_decoders_stay_open_for_the_loaders_life(wild):

@@ -28,13 +28,14 @@ the decoder does not produce is missing, not silently replaced (`missing`).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..fetch import nal
 from ..errors import DecodeError
-from ..fetch.pictures import leb128
+from ..fetch.pictures import av1_obus
 from ..fetch.segments import PacketIndex, Segment
 from ..fetch.clipping import clip_packets, packets_of
 
@@ -122,21 +123,15 @@ def segment_clips(index: PacketIndex, ticks: np.ndarray, resets: np.ndarray) -> 
     anyway); any other starts a new clip at that keyframe."""
     keys = np.flatnonzero(resets)
     out: list[np.ndarray] = []
-    first: int | None = None
-    last = stop = -1
+    first = -1
     for tick in ticks.tolist():
         at = keys[index.pts[keys] <= tick]
         key = int(at[-1]) if len(at) else 0
-        if first is not None and key <= stop:
-            last = tick
-            stop = int(clip_packets(index, first, last, resets)[-1])
-            continue
-        if first is not None:
-            out.append(clip_packets(index, first, last, resets))
-        first = last = tick
-        stop = int(clip_packets(index, first, last, resets)[-1])
-    if first is not None:
-        out.append(clip_packets(index, first, last, resets))
+        if out and key <= int(out[-1][-1]):  # its keyframe is fed already: the clip runs on to this frame
+            out[-1] = clip_packets(index, first, tick, resets)
+        else:
+            first = tick
+            out.append(clip_packets(index, first, tick, resets))
     return out
 
 
@@ -160,64 +155,51 @@ def decoder_config(seg, index: PacketIndex) -> bytes:
         return bytes(container.streams.video[0].codec_context.extradata or b"")
 
 
-def parameter_sets(codec: str, config: bytes) -> tuple[int, list[bytes]]:
-    """(NAL length size, parameter set NAL units) of an `avcC` or `hvcC` record."""
+@functools.lru_cache(maxsize=64)
+def parameter_sets(codec: str, config: bytes) -> tuple[int, bytes]:
+    """(NAL length size, the parameter set NAL units as Annex-B) of an `avcC` or `hvcC` record; parsed once per
+    record, not per packet."""
+    sets = []
     if codec == "h264":
-        out, at = [], 6
+        at = 6
         for _ in range(config[5] & 0x1F):  # sequence parameter sets
             n = int.from_bytes(config[at:at + 2], "big")
-            out.append(config[at + 2:at + 2 + n])
+            sets.append(config[at + 2:at + 2 + n])
             at += 2 + n
         count, at = config[at], at + 1
         for _ in range(count):  # picture parameter sets
             n = int.from_bytes(config[at:at + 2], "big")
-            out.append(config[at + 2:at + 2 + n])
+            sets.append(config[at + 2:at + 2 + n])
             at += 2 + n
-        return (config[4] & 3) + 1, out
-    size = (config[21] & 3) + 1
-    out, at = [], 23
-    for _ in range(config[22]):
-        count = int.from_bytes(config[at + 1:at + 3], "big")
-        at += 3
-        for _ in range(count):
-            n = int.from_bytes(config[at:at + 2], "big")
-            out.append(config[at + 2:at + 2 + n])
-            at += 2 + n
-    return size, out
+        size = (config[4] & 3) + 1
+    else:
+        size, at = (config[21] & 3) + 1, 23
+        for _ in range(config[22]):
+            count = int.from_bytes(config[at + 1:at + 3], "big")
+            at += 3
+            for _ in range(count):
+                n = int.from_bytes(config[at:at + 2], "big")
+                sets.append(config[at + 2:at + 2 + n])
+                at += 2 + n
+    return size, b"".join(START_CODE + unit for unit in sets)
 
 
 def annexb(codec: str, sample: bytes, config: bytes, key: bool, first: bool) -> bytes:
     """A length-prefixed H.264/HEVC sample as Annex-B: the configuration's parameter sets first on a keyframe, a
-    clip's first HEVC CRA slice turned into BLA_W_LP."""
+    clip's first HEVC CRA slice turned into BLA_W_LP (`fetch.nal.cra_to_bla`)."""
     size, sets = parameter_sets(codec, config)
-    out = bytearray()
-    if key:
-        for unit in sets:
-            out += START_CODE + unit
-    pos = 0
-    while pos + size <= len(sample):
-        length = int.from_bytes(sample[pos:pos + size], "big")
-        unit = sample[pos + size:pos + size + length]
-        if first and codec == "hevc" and unit and (unit[0] >> 1) & 0x3F == nal.HEVC_CRA:
-            unit = bytes([(unit[0] & 0x81) | (nal.HEVC_BLA_W_LP << 1)]) + unit[1:]
+    out = bytearray(sets if key else b"")
+    for at, header in nal.nal_units(sample, size):
+        unit = sample[at:at + int.from_bytes(sample[at - size:at], "big")]
+        if first and codec == "hevc":
+            unit = bytes([nal.cra_to_bla(header)]) + unit[1:]
         out += START_CODE + unit
-        pos += size + length
     return bytes(out)
 
 
 def av1_has_sequence_header(sample: bytes) -> bool:
-    """Whether a temporal unit (low-overhead OBUs, each with its size) holds a sequence header OBU."""
-    pos = 0
-    while pos < len(sample):
-        header = sample[pos]
-        if (header >> 3) & 0xF == AV1_SEQUENCE_HEADER:
-            return True
-        pos += 1 + ((header >> 2) & 1)
-        if not (header >> 1) & 1:  # no size field: the OBU runs to the end
-            return False
-        size, pos = leb128(sample, pos)
-        pos += size
-    return False
+    """Whether a temporal unit (low-overhead OBUs) holds a sequence header OBU."""
+    return any(obu_type == AV1_SEQUENCE_HEADER for obu_type, *_ in av1_obus(sample))
 
 
 def bitstream_unit(codec: str, sample: bytes, config: bytes, key: bool, first: bool) -> bytes:

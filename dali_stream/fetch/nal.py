@@ -73,7 +73,13 @@ def splice(stsd: bytes, sample: bytes) -> bytes:
         return sample
     out = bytearray(sample)
     for at, first in nal_units(sample, length_size(stsd)):
-        if (first >> 1) & 0x3F == HEVC_CRA:
-            out[at] = (first & 0x81) | (HEVC_BLA_W_LP << 1)
+        out[at] = cra_to_bla(first)
     return bytes(out)
+
+
+def cra_to_bla(header: int) -> int:
+    """An HEVC NAL unit header's first byte, a CRA slice's turned into a BLA_W_LP one's (others unchanged)."""
+    if (header >> 1) & 0x3F == HEVC_CRA:
+        return (header & 0x81) | (HEVC_BLA_W_LP << 1)
+    return header
 

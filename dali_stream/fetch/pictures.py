@@ -10,6 +10,8 @@ H.264/HEVC (one picture per access unit) and VP8 always map one to one.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 OBU_FRAME_HEADER, OBU_FRAME = 3, 6
 
 
@@ -39,19 +41,26 @@ def leb128(data: bytes, pos: int) -> tuple[int, int]:
     raise ValueError("an AV1 OBU size longer than 8 bytes")
 
 
+def av1_obus(sample: bytes) -> Iterator[tuple[int, int, int, int]]:
+    """(obu_type, where the OBU starts, where its payload starts, where it ends) of each OBU of one AV1 temporal
+    unit in the low-overhead format (an OBU without a size field runs to the end)."""
+    pos = 0
+    while pos < len(sample):
+        start, header = pos, sample[pos]
+        pos += 1 + ((header >> 2) & 1)
+        size, pos = leb128(sample, pos) if (header >> 1) & 1 else (len(sample) - pos, pos)
+        yield (header >> 3) & 0xF, start, pos, pos + size
+        pos += size
+
+
 def av1_hidden_pictures(sample: bytes) -> int:
     """Frame headers in one AV1 temporal unit (low-overhead OBUs) that do not show the picture they decode now:
     show_frame = 0 (shown later) or show_existing_frame = 1 (an earlier hidden picture shown)."""
-    hidden, pos = 0, 0
-    while pos < len(sample):
-        header = sample[pos]
-        obu_type, has_ext, has_size = (header >> 3) & 0xF, (header >> 2) & 1, (header >> 1) & 1
-        pos += 1 + has_ext
-        size, pos = leb128(sample, pos) if has_size else (len(sample) - pos, pos)
-        if obu_type in (OBU_FRAME_HEADER, OBU_FRAME) and pos < len(sample):
-            bits = sample[pos]  # uncompressed_header: show_existing_frame, then frame_type (2 bits), show_frame
+    hidden = 0
+    for obu_type, _, payload, _ in av1_obus(sample):
+        if obu_type in (OBU_FRAME_HEADER, OBU_FRAME) and payload < len(sample):
+            bits = sample[payload]  # uncompressed_header: show_existing_frame, then frame_type (2 bits), show_frame
             hidden += bool(bits >> 7 or not (bits >> 4) & 1)
-        pos += size
     return hidden
 
 
