@@ -31,6 +31,7 @@ from ..errors import ConfigError, DeviceError
 from .gpus import GpuCaps, lookup
 
 ROUTES = ("nvdec", "nvdec-open", "dali-cpu", "torchcodec", "cpu-open")
+NVDEC_ROUTES = ("nvdec", "nvdec-open")  # the routes that decode on NVDEC (DALI's engine, the open one)
 CHOICES = ("auto", "gpu", "cpu", "cpu-open")
 DALI_CPU_CODECS = frozenset({"vp8", "vp9", "mjpeg"})
 ENV_CPU_ONLY = "DALI_STREAM_CPU_ONLY"  # "1": behave as on a node without GPU (CPU routes, batches on CPU)
@@ -298,15 +299,9 @@ def nvdec_engine(choice: str, proven_open: str | None) -> tuple[str, str]:
 def open_routes(choices: Mapping[str, RouteChoice], engine: str, why: str) -> dict[str, RouteChoice]:
     """`choices` with NVDEC cameras on the open-decoder engine when `engine` is "open" (route ``nvdec-open``), their
     reasons naming the engine either way."""
-    out = {}
-    for key, c in choices.items():
-        if c.route != "nvdec":
-            out[key] = c
-        elif engine == "open":
-            out[key] = RouteChoice("nvdec-open", f"{c.reason}; engine: {why}")
-        else:
-            out[key] = RouteChoice("nvdec", f"{c.reason}; engine: {why}")
-    return out
+    route = "nvdec-open" if engine == "open" else "nvdec"
+    return {key: RouteChoice(route, f"{c.reason}; engine: {why}") if c.route == "nvdec" else c
+            for key, c in choices.items()}
 
 
 def resolve_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str], node: Node) -> dict[str, str]:

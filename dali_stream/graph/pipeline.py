@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from ..decode.engine import ENGINE_ROUTES
+from ..decode.routes import NVDEC_ROUTES
 from .batches import Output
 from .imageops import ImageOps
 
@@ -91,7 +92,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
-            if on_gpu and route not in ("nvdec", "nvdec-open"):
+            if on_gpu and route not in NVDEC_ROUTES:
                 video = video.gpu()
             if augment is not None:
                 video = augment(video, key, by_name[f"{key}@rand"])

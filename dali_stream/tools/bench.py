@@ -317,7 +317,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
     told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
     the limits and the baseline."""
-    from ..decode.routes import Node, formats_of
+    from ..decode.routes import NVDEC_ROUTES, Node, formats_of
     from ..loader import StreamLoader
     from ..meta import DatasetMeta
 
@@ -340,7 +340,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
             gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S)}
         if progress:
             progress("loader")
-        nvdec = any(r in ("nvdec", "nvdec-open") for r in loader.routes.values())
+        nvdec = any(r in NVDEC_ROUTES for r in loader.routes.values())
         with NvdecUtilisation(loader.dali_device if nvdec else None) as utilisation, \
                 (load if load is not None else contextlib.nullcontext()):
             got = stream(loader, cfg, cameras)

@@ -157,7 +157,9 @@ def _device_sync(device_id):
 
 def peers(loader, window) -> dict[str, dict[str, Any]]:
     """The NVDEC cameras' frames of the window through torchcodec on CUDA and PyNvVideoCodec (module doc)."""
-    keys = [k for k, r in loader.routes.items() if r in ("nvdec", "nvdec-open")]
+    from ..decode.routes import NVDEC_ROUTES
+
+    keys = [k for k, r in loader.routes.items() if r in NVDEC_ROUTES]
     why = (f"batches land on {loader.device}: the GPU peers run beside a loader on CUDA"
            if not loader.device.startswith("cuda") else
            None if keys else "no camera decodes on NVDEC here: nothing for a GPU peer to compare")

@@ -227,8 +227,10 @@ def demo_gpu_note(node, routes: dict[str, str], reasons: dict[str, str]) -> str:
     and `auto` keeps unproven kinds of stream on the CPU)."""
     if node.gpus == 0:
         return f"none usable here ({node.gpu_problem or 'no CUDA GPU that DALI and torch both see'}): CPU routes"
+    from ..decode.routes import NVDEC_ROUTES
+
     name = node.gpu.name if node.gpu is not None else "a CUDA GPU"
-    nvdec = sorted(k for k, r in routes.items() if r in ("nvdec", "nvdec-open"))
+    nvdec = sorted(k for k, r in routes.items() if r in NVDEC_ROUTES)
     if nvdec:
         return f"{name}: NVDEC decodes {', '.join(nvdec)}"
     why = "; ".join(f"{k.rsplit('.', 1)[-1]}: {reasons[k]}" for k in routes)
