@@ -75,6 +75,11 @@ def save_checkpoint(directory: Path, step: int, payload: dict) -> Path:
     tmp = path.with_suffix(".tmp")
     torch.save(payload, tmp)
     os.replace(tmp, path)  # a kill mid-write never leaves a half checkpoint behind
+    return _point_latest(directory, path)
+
+
+def _point_latest(directory: Path, path: Path) -> Path:
+    """Point `directory/latest` at checkpoint `path` (replaced atomically), and return `path`."""
     latest = directory / "latest.tmp"
     latest.write_text(path.name)
     os.replace(latest, directory / "latest")
@@ -92,10 +97,7 @@ def save_lerobot_checkpoint(directory: Path, step: int, trainer, loader_state: d
     trainer.save(tmp, step, loader_state, accelerator)
     shutil.rmtree(path, ignore_errors=True)
     os.replace(tmp, path)
-    latest = directory / "latest.tmp"
-    latest.write_text(path.name)
-    os.replace(latest, directory / "latest")
-    return path
+    return _point_latest(directory, path)
 
 
 def _override(text: str) -> tuple[str, object]:
@@ -160,19 +162,20 @@ def main(argv=None) -> int:
         overrides = dict(_override(a) for a in args.lerobot_arg)
         trainer = LerobotTrainer(args.policy, DatasetMeta.open(args.dataset), str(accelerator.device),
                                  args.steps or 100_000, **overrides)
-        loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
-                              rank=rank, world_size=world, drop_last=True, delta_timestamps=trainer.delta_timestamps)
+        deltas, resize = trainer.delta_timestamps, None
+    else:
+        state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
+        deltas = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
+        resize = (48, 64)
+    loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
+                          rank=rank, world_size=world, resize=resize, drop_last=True, delta_timestamps=deltas)
+    if trainer is not None:
         trainer.build(loader.meta)
         prepared = accelerator.prepare(trainer.policy, trainer.optimizer,
                                        *([trainer.scheduler] if trainer.scheduler is not None else []))
         trainer.policy, trainer.optimizer = prepared[0], prepared[1]
         accelerator.print(f"lerobot {args.policy}: {sum(p.numel() for p in trainer.policy.parameters())} parameters, "
                           f"delta_timestamps: {({k: len(v) for k, v in trainer.delta_timestamps.items()})} steps")
-    else:
-        state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
-        chunk = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
-        loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
-                              rank=rank, world_size=world, resize=(48, 64), drop_last=True, delta_timestamps=chunk)
     model = optimizer = None
     if not args.dummy and trainer is None:
         model = Policy.build(len(cameras), state_dim, action_dim * args.chunk)
@@ -225,8 +228,8 @@ def main(argv=None) -> int:
                                     device=accelerator.device)
                 worst = accelerator.gather(mine).max(dim=0).values.tolist()  # the rank that waits most
                 print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
-                      f"{'' if loss_value is None else f'loss {loss_value:.4f} '}{rate:.1f} samples/s, data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} "
-                      f"ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
+                      f"{'' if loss_value is None else f'loss {loss_value:.4f} '}{rate:.1f} samples/s, "
+                      f"data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
             if step % args.checkpoint_every == 0 and accelerator.is_main_process and trainer is not None:
                 save_lerobot_checkpoint(Path(args.checkpoint_dir), step, trainer, loader.state_dict(), accelerator)
             elif step % args.checkpoint_every == 0 and accelerator.is_main_process:
