@@ -38,6 +38,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from .mix import Mix, draws, quotas, windows_by_member
 from .world import World
 
 
@@ -254,23 +255,31 @@ class EpochPlan:
     along the epoch."""
 
     def __init__(self, lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
-                 consumed: Mapping[int, np.ndarray] | None = None, segment: int = 0) -> None:
-        """`consumed` (episode position -> bool mask of frames) and `segment` > 0 describe the rest of an
-        epoch resumed on another world size: only unconsumed frames are planned (see `resume_plan`)."""
+                 consumed: Mapping[int, np.ndarray] | None = None, segment: int = 0, mix: Mix | None = None) -> None:
+        """`consumed` (episode position -> how many times each frame was drawn, or a bool mask) and `segment` > 0
+        describe the rest of an epoch resumed on another world size: only the draws not made yet are planned (see
+        `resume_plan`). `mix`: the episodes are a mixture's (`plan.mix`): with weights, each episode draws its
+        quota of the epoch (repeats or a subset of its frames), and windows use each member's frame offsets."""
         if epoch < 0:
             raise ConfigError(f"`epoch` must be >= 0. Found: {epoch}")
         self.config = config
         self.world = world
         self.epoch = epoch
         self.segment = segment
+        self.mix = mix
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        # Frames an episode hands out: [first, first + count), without the dropped first/last frames.
+        if mix is not None and len(mix.member_of) != len(self.lengths):
+            raise ConfigError(f"the mixture names the member of {len(mix.member_of)} episodes, the plan has "
+                              f"{len(self.lengths)}")
+        # Frames an episode may hand out: [first, first + count), without the dropped first/last frames.
         self._first = np.minimum(config.drop_n_first_frames, self.lengths)
-        remaining = np.maximum(self.lengths - config.drop_n_first_frames - config.drop_n_last_frames, 0)
-        consumed = consumed or {}
-        self._available: dict[int, np.ndarray] = {
-            p: np.flatnonzero(~mask[self._first[p]:self._first[p] + remaining[p]]) + self._first[p]
-            for p, mask in consumed.items()}
+        self._count = np.maximum(self.lengths - config.drop_n_first_frames - config.drop_n_last_frames, 0)
+        # Draws of each episode this epoch: each of its frames once, or a weighted mixture's quota (`plan.mix`);
+        # an evaluation pass (shuffle=False) draws every frame once whatever the weights.
+        self._quota = quotas(self._count, mix, config.seed, epoch) \
+            if mix is not None and mix.reweights and config.shuffle else None
+        remaining = (self._count if self._quota is None else self._quota).copy()
+        self._available: dict[int, np.ndarray] = {p: self._left(p, drawn) for p, drawn in (consumed or {}).items()}
         for p, frames in self._available.items():
             remaining[p] = len(frames)
         salt = (segment,) if segment else ()
@@ -299,12 +308,26 @@ class EpochPlan:
         self.num_padding = max(0, self.num_samples - self.num_frames)
         self._passes: dict[int, _Lanes] = {}
 
+    def _draws(self, pos: int):
+        """The frames episode `pos` draws this epoch, ascending (before any were consumed): its frames once (a
+        range), or its weighted quota of them (`plan.mix.draws`: repeats, or a subset)."""
+        first, count = int(self._first[pos]), int(self._count[pos])
+        if self._quota is None:
+            return range(first, first + count)
+        return draws(np.arange(first, first + count), int(self._quota[pos]), self.config.seed, self.epoch, pos)
+
+    def _left(self, pos: int, drawn: np.ndarray) -> np.ndarray:
+        """The draws of episode `pos` not made yet, ascending, given how often each frame was drawn (`drawn`)."""
+        planned = np.bincount(np.asarray(self._draws(pos), dtype=np.int64), minlength=int(self.lengths[pos]))
+        left = np.maximum(planned - np.asarray(drawn, dtype=np.int64)[:len(planned)], 0)
+        return np.repeat(np.arange(len(planned), dtype=np.int64), left)
+
     def _frames_of(self, pos: int):
-        """The frames episode `pos` hands out this segment, ascending (a range when none were consumed)."""
+        """The frames episode `pos` hands out this segment, ascending (a range when it draws each frame once and
+        none were consumed)."""
         if pos in self._available:
             return self._available[pos]
-        first = int(self._first[pos])
-        return range(first, first + int(self._remaining[pos]))
+        return self._draws(pos)
 
     def _lanes(self, number: int) -> _Lanes:
         """Pass `number` of this rank's stream (0: its own frames; then padding passes over them again)."""
@@ -375,12 +398,19 @@ class EpochPlan:
         admitted = tuple(dict.fromkeys(int(positions[e]) for e, p in zip(local, places) if p == 0))
         retired = tuple(dict.fromkeys(int(positions[e]) for e, p, c in zip(local, places, counts) if p == c - 1))
         lengths = self.lengths[episodes]
-        windows = {key: window(frames_arr, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
+        if self.mix is not None and self.mix.delta_indices:  # each member's own frame offsets (its fps)
+            members = self.mix.member_of[episodes]
+            windows = {key: Window(*windows_by_member(frames_arr, lengths, members,
+                                                      [d.get(key) for d in self.mix.delta_indices], len(deltas)))
+                       for key, deltas in self.config.delta_indices.items()}
+        else:
+            windows = {key: window(frames_arr, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
         return BatchPlan(self.epoch, index, episodes, frames_arr, windows, admitted, retired)
 
     def frames_drawn(self, batches: int) -> dict[int, np.ndarray]:
-        """Episode position -> the frames this rank drew in its first `batches` batches (padding repeats
-        included once): a closed form, as `batch` is, for elastic resume's replay (`consumed_by`)."""
+        """Episode position -> the frames this rank drew in its first `batches` batches, a frame as often as it
+        was drawn (padding passes not counted: a whole pass at most): a closed form, as `batch` is, for elastic
+        resume's replay (`consumed_by`)."""
         end = min(batches * self.config.batch_size, self.num_samples)
         per_pass = self._lanes(0).frames
         if end <= 0 or per_pass == 0:
@@ -435,27 +465,29 @@ def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
 
 
 def consumed_by(lengths: np.ndarray, config: PlanConfig, world_size: int, epoch: int, batches: int,
-                consumed: dict[int, np.ndarray] | None = None, segment: int = 0) -> dict[int, np.ndarray]:
+                consumed: dict[int, np.ndarray] | None = None, segment: int = 0,
+                mix: Mix | None = None) -> dict[int, np.ndarray]:
     """Frames every rank of `world_size` drew in the first `batches` batches of a plan segment, added to
-    `consumed` (episode position -> bool mask). Pure: computed from the plans' closed form, nothing decoded."""
+    `consumed` (episode position -> how many times each frame was drawn). Pure: computed from the plans' closed
+    form, nothing decoded."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    out = {p: m.copy() for p, m in (consumed or {}).items()}
+    out = {p: np.asarray(m, dtype=np.int64).copy() for p, m in (consumed or {}).items()}
     for rank in range(world_size):
-        plan = EpochPlan(lengths, config, World(rank=rank, world_size=world_size), epoch, consumed, segment)
+        plan = EpochPlan(lengths, config, World(rank=rank, world_size=world_size), epoch, consumed, segment, mix)
         for p, frames in plan.frames_drawn(min(batches, plan.num_batches)).items():
-            mask = out.get(p)
-            if mask is None:
-                mask = out[p] = np.zeros(int(lengths[p]), dtype=bool)
-            mask[frames] = True
+            counts = out.get(p)
+            if counts is None:
+                counts = out[p] = np.zeros(int(lengths[p]), dtype=np.int64)
+            np.add.at(counts, np.asarray(frames, dtype=np.int64), 1)
     return out
 
 
 def resume_plan(lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
-                chain: list[tuple[int, int]]) -> EpochPlan:
+                chain: list[tuple[int, int]], mix: Mix | None = None) -> EpochPlan:
     """The plan of this rank for the rest of `epoch` after the job ran `chain` = [(world_size, batches), ...]
-    segments of it on other world sizes (elastic resume). Frames drawn in those segments are not drawn
-    again; everything else of the epoch is, exactly once (padding aside). Without a chain: the epoch plan."""
+    segments of it on other world sizes (elastic resume). Draws made in those segments are not made again;
+    every other draw of the epoch is, exactly once (padding aside). Without a chain: the epoch plan."""
     consumed: dict[int, np.ndarray] = {}
     for k, (world_size, batches) in enumerate(chain):
-        consumed = consumed_by(lengths, config, world_size, epoch, batches, consumed, k)
-    return EpochPlan(lengths, config, world, epoch, consumed if chain else None, len(chain))
+        consumed = consumed_by(lengths, config, world_size, epoch, batches, consumed, k, mix)
+    return EpochPlan(lengths, config, world, epoch, consumed if chain else None, len(chain), mix)
