@@ -1,7 +1,7 @@
 """dali_stream: a GPU-first loader for LeRobot v3 datasets, built on NVIDIA DALI.
 
-The public surface is what this module exports: `StreamLoader`, `LoaderConfig` (its settings), the error
-classes and `__version__`. The subpackages (`source`, `plan`, `fetch`, `decode`, `graph`, `tools`) and the
+The public surface is what this module exports: `StreamLoader`, `LoaderConfig` (its settings), `Mixture` and
+`Member` (several datasets as one source), the error classes and `__version__`. The subpackages (`source`, `plan`, `fetch`, `decode`, `graph`, `tools`) and the
 other modules are internal: their names may change between versions. Heavy modules (torch, DALI) load on
 first use of `StreamLoader`, so `dali-stream diagnose`-style tools import this package on a half-broken node.
 """
@@ -39,9 +39,10 @@ from .errors import (
     UnsupportedVersionError,
     VideoFileError,
 )
+from .mixture import Member, Mixture
 
 __version__ = "0.1.0"
-__all__ = ["StreamLoader", "LoaderConfig", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
+__all__ = ["StreamLoader", "LoaderConfig", "Mixture", "Member", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
            "DeviceError", "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError", "VideoFileError",
            "__version__"]
 

@@ -27,22 +27,20 @@ from .decode.cpu import DecoderCache
 from .decode.device import place
 from .decode.errors import classify
 from .decode.engine import ENGINE_ROUTES, OpenDecoders, make_engine
-from .decode.routes import choose_routes, formats_of, nvdec_engine, open_routes
+from .decode.routes import choose_routes, nvdec_engine
 from .decode import proven
 from .decode.speed import gpu_slower, unmeasured
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
 from .fetch.store import EpisodeStore, in_background
-from .fetch.tables import TableReader
-from .graph.batches import DALI_ROUTES, BatchBuilder, Prepared
+from .graph.batches import DALI_ROUTES, BatchBuilder, Prepared, engine_camera
 from .graph.host import to_output, uses_host_frames
 from .graph.imageops import ImageOps
 from .graph.joined import joins
-from .meta import DatasetMeta
+from .mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 from .pairing import check_dali
-from .plan.epoch import BatchPlan, EpochPlan, PlanConfig, delta_indices, resume_plan
+from .plan.epoch import BatchPlan, EpochPlan, PlanConfig, resume_plan
 from .plan.selection import digest as selection_digest
-from .plan.selection import select
 from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .plan.world import World, resolve_world
 from .source.storage import is_local
@@ -229,42 +227,32 @@ class StreamLoader:
                                "names the broken layer and the constraint set that fixes it")
         self.image_ops = ImageOps.make(cfg.image_dtype, resize=cfg.resize, crop=cfg.crop, mean=cfg.mean, std=cfg.std,
                                        channels_last=cfg.memory_format == "channels_last")
-        self.meta = meta = DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
-                                            remote_timeout_s=cfg.remote_timeout_s,
-                                            remote_deadline_s=cfg.remote_deadline_s,
-                                            storage_options=dict(cfg.storage_options), revision=cfg.revision)
-        unknown = sorted(set(cfg.delta_timestamps) - set(meta.features))
-        if unknown:
-            import difflib
-
-            close = {k: difflib.get_close_matches(k, list(meta.features), n=1) for k in unknown}
-            hint = "; ".join(f"did you mean {c[0]!r} for {k!r}?" for k, c in close.items() if c)
-            raise ConfigError(
-                f"delta_timestamps has keys {unknown} that are not features of {source!r}"
-                f"{'; ' + hint if hint else ''}; features: {sorted(meta.features)}"
-            )
+        # One dataset, or a mixture's members as one list of episode positions (`catalog`); `meta`: a DatasetMeta,
+        # or a mixture's MixtureMeta (its features and merged stats in the mixture's keys)
+        self.catalog, self.meta = catalog, meta = open_source(source, cfg)
         # lerobot's evaluation loaders keep every sample: an unshuffled pass drops no tail unless asked to
         self.drop_last = cfg.drop_last if cfg.drop_last is not None else cfg.shuffle
         self.world = resolve_world(rank=cfg.rank, world_size=cfg.world_size, env=os.environ)
+        plan_deltas, member_deltas = windows(catalog, cfg)  # each member at its own fps
         self.plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=cfg.episode_pool_size, seed=cfg.seed,
-                                      drop_last=self.drop_last,
-                                      delta_indices=delta_indices(cfg.delta_timestamps, meta.fps, cfg.tolerance_s),
+                                      drop_last=self.drop_last, delta_indices=plan_deltas,
                                       shuffle=cfg.shuffle, drop_n_first_frames=cfg.drop_n_first_frames,
                                       drop_n_last_frames=cfg.drop_n_last_frames)
+        self.mix = planner_mix(catalog, member_deltas)  # a mixture's weights and windows (plan.mix); None: one dataset
         # The planner sees the selected episodes' lengths (the others as 0: never drawn, never fetched).
-        self.plan_lengths, self.episodes = select(meta.episodes["episode_index"], meta.lengths,
-                                                  None if cfg.episodes is None else list(cfg.episodes),
-                                                  cfg.max_episodes)
+        self.plan_lengths = catalog.lengths
+        self.episodes = catalog.members[0].episodes  # one dataset's selection (a mixture's: per member, `catalog`)
         self.node, placement = place(cfg.device, self.world.local_rank)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
-        formats = formats_of(meta)
-        choices = choose_routes(formats, cfg.decode, self.node, self._measured_speed(),
-                                proven.rule(formats, self._joined()))
         # NVDEC cameras: DALI's fn.decoders.video, or the open-decoder engine (decode.engine)
         engine, engine_why = nvdec_engine(cfg.nvdec_engine,
                                           proven.open_unproven(self.node.gpu.name if self.node.gpu else None))
-        choices = open_routes(choices, engine, engine_why)
+        measured = self._measured_speed()
+        choices, self.member_routes = camera_routes(
+            catalog, cfg.decode, lambda formats, decode: choose_routes(formats, decode, self.node, measured,
+                                                                       proven.rule(formats, self._joined())),
+            engine, engine_why)
         self.routes = {k: c.route for k, c in choices.items()}
         self.route_reasons = {k: c.reason for k, c in choices.items()}
         for key, choice in choices.items():
@@ -287,18 +275,17 @@ class StreamLoader:
         # a camera decodes on NVDEC, else the DALI threads. The builder keeps 0 where it must (`join_streams`).
         join_streams = (cfg.join_streams if cfg.join_streams is not None
                         else nvdec_engines if "nvdec" in self.routes.values() else self.dali_threads)
-        for key, cam in meta.cameras.items():
-            self.image_ops.check_camera(key, cam.height, cam.width)
+        check_camera_sizes(catalog, self.image_ops)
         # Host frames (graph.host): CPU-decoded cameras skip the graph, laid out by the workers in the caller's
         # dtype, so prepared batches are output-sized; one batch ahead per worker plus one keeps the workers busy
         # (measured as fast as 2 per worker, 2-core VM) at less memory.
         host_frames = uses_host_frames(self.image_ops, self.device.startswith("cuda"), cfg.augment)
         self.prefetch_batches = (cfg.prefetch_batches if cfg.prefetch_batches is not None
                                  else cfg.num_workers + 1 if host_frames else 2 * cfg.num_workers)
-        tables = TableReader(meta, meta.table_keys)
         fetch_workers = cfg.fetch_workers
         if fetch_workers is None:  # local fetches are CPU work (remux): one thread per core; remote ones wait
-            fetch_workers = min(4, os.cpu_count() or 1) if is_local(meta.data_fs) else 4
+            local = all(is_local(m.meta.data_fs) for m in catalog.members)
+            fetch_workers = min(4, os.cpu_count() or 1) if local else 4
         max_decoders = cfg.max_decoders
         if max_decoders is None:  # what the builders touch per batch: every distinct segment, every thread
             cpu_cameras = sum(1 for r in self.routes.values() if r == "torchcodec")
@@ -309,8 +296,8 @@ class StreamLoader:
         # sample (hour-long recordings): the cache bound then holds for any episode length.
         self.segment_bytes_limit = cfg.segment_bytes if cfg.segment_bytes is not None else max(
             LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * cfg.episode_pool_size * max(1, len(self.routes))))
-        self.store = EpisodeStore(meta, tables, cfg.tolerance_s, list(self.routes), cfg.cache_bytes, self.decoders,
-                                  fetch_workers, self.segment_bytes_limit)
+        self.store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, self.decoders, fetch_workers,
+                                  self.segment_bytes_limit)
         # The open-decoder engine (decode.engine), one per engine route: its decode threads keep their decoders open
         # for the loader's life; one thread per NVDEC engine (one session cannot use more than one engine).
         self.engines: dict[str, OpenDecoders] = {}
@@ -318,8 +305,10 @@ class StreamLoader:
             threads = cfg.decode_threads or (max(1, nvdec_engines) if route == "nvdec-open"
                                              else max(1, cfg.num_workers))
             self.engines[route] = make_engine(route, threads, self.dali_device,
-                                              {k: (c.height, c.width) if c.height and c.width else None
-                                               for k, c in meta.cameras.items()})
+                                              {engine_camera(k, m.name, catalog.is_mixture):
+                                               (m.camera(k).height, m.camera(k).width)
+                                               if m.camera(k).height and m.camera(k).width else None
+                                               for m in catalog.members for k in catalog.video_keys if k in m.own})
             log.info("%s: %d decode threads, their decoders kept open", route, threads)
         log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
                  "rank %d of %d", self.device, cfg.num_workers, fetch_workers, max_decoders, cfg.cache_bytes >> 20,
@@ -336,8 +325,10 @@ class StreamLoader:
         self._finalizer = weakref.finalize(self, in_background, _shut, self.store, list(self.engines.values()))
         self._finalizer.atexit = False
         _OPEN_LOADERS.add(self)
-        self.builder = BatchBuilder(meta, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
-                                    cfg.tolerance_s, meta.table_keys, self._table_dtypes(tables),
+        table_dtypes = table_kinds(catalog, self.store,  # one dataset: its first selected episode's rows, as read
+                                   lambda: self.store.tables.episode(int(np.flatnonzero(self.plan_lengths > 0)[0])))
+        self.builder = BatchBuilder(catalog, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
+                                    cfg.tolerance_s, catalog.table_keys, table_dtypes,
                                     augment_seed=cfg.seed if cfg.augment is not None else None,
                                     image_ops=self.image_ops if host_frames else None,
                                     lookahead=self.prefetch_batches, join_streams=join_streams, engines=self.engines)
@@ -389,17 +380,12 @@ class StreamLoader:
             return gpu_slower(dali_version, joined, frames), unmeasured(joined)
         return measured
 
-    def _table_dtypes(self, tables: TableReader) -> dict[str, tuple[np.dtype, int]]:
-        first = int(np.flatnonzero(self.plan_lengths > 0)[0])
-        rows = tables.episode(first)
-        return {k: (v.dtype, v.ndim - 1) for k, v in rows.items()}
-
     def _plan(self, epoch: int) -> EpochPlan:
         """This rank's plan of `epoch`; for an epoch resumed on another world size, the rest of it."""
         chain = tuple(self._chain) if epoch == self._epoch else ()
         plan = self._plans.get((epoch, chain))
         if plan is None:
-            plan = resume_plan(self.plan_lengths, self.plan_config, self.world, epoch, list(chain))
+            plan = resume_plan(self.plan_lengths, self.plan_config, self.world, epoch, list(chain), self.mix)
             self._plans = {(epoch, chain): plan}
         return plan
 
@@ -409,7 +395,8 @@ class StreamLoader:
     @property
     def remote_stats(self) -> dict | None:
         """Requests, retries, bytes and seconds of remote reads (None for a local dataset)."""
-        found = [fs.stats.as_dict() for fs in {id(f): f for f in (self.meta.fs, self.meta.data_fs)}.values()
+        metas = [m.meta for m in self.catalog.members]
+        found = [fs.stats.as_dict() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
                  if getattr(fs, "stats", None) is not None]
         if not found:
             return None
@@ -435,14 +422,15 @@ class StreamLoader:
         buffers (~12 MB per AV1 decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
         b = self.config.batch_size
         steps = {k: len(self.plan_config.delta_indices.get(k, (0,))) for k in self.routes}
-        cams = self.meta.cameras
+        # each key's largest camera over the members
+        size = {k: max(self.catalog.fields[k].sizes.values(), key=lambda hw: hw[0] * hw[1]) for k in self.routes}
         host = self.builder.host_keys
         itemsize = 4 if self.image_ops.dtype == "float32" else 1
 
         def out_bytes(k: str) -> int:
-            return b * steps[k] * itemsize * int(np.prod(self.image_ops.out_shape(cams[k].height, cams[k].width)))
+            return b * steps[k] * itemsize * int(np.prod(self.image_ops.out_shape(*size[k])))
 
-        decoded = sum(b * steps[k] * cams[k].height * cams[k].width * 3
+        decoded = sum(b * steps[k] * size[k][0] * size[k][1] * 3
                       for k, r in self.routes.items() if r == "torchcodec" and k not in host)
         host_batches_alive = self.prefetch_batches + (2 if self.host_batches else 3)
         prepared = (self.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
@@ -488,12 +476,20 @@ class StreamLoader:
                 "batch_size": self.config.batch_size, "episode_pool_size": self.config.episode_pool_size,
                 "drop_last": self.drop_last, "world_size": self.world.world_size,
                 "elastic": [list(seg) for seg in chain],
-                "delta_indices": {k: list(v) for k, v in self.plan_config.delta_indices.items()},
-                "dataset": self.meta.fingerprint(),
-                "selection": {"episodes_sha256": selection_digest(self.episodes), "episodes": len(self.episodes),
+                "delta_indices": self._saved_deltas(),
+                "dataset": self.catalog.fingerprint(),
+                "selection": {**({"episodes_sha256": selection_digest(self.episodes), "episodes": len(self.episodes)}
+                                 if not self.catalog.is_mixture else {}),  # a mixture's: per member, in `dataset`
                               "shuffle": self.config.shuffle,
                               "drop_n_first_frames": self.config.drop_n_first_frames,
                               "drop_n_last_frames": self.config.drop_n_last_frames}}
+
+    def _saved_deltas(self) -> dict[str, list[int]]:
+        """The windows' frame offsets a state records: per key, or for a mixture per "member/key"."""
+        if self.mix is None:
+            return {k: list(v) for k, v in self.plan_config.delta_indices.items()}
+        return {f"{m.name}/{k}": list(v) for m, deltas in zip(self.catalog.members, self.mix.delta_indices)
+                for k, v in deltas.items() if v is not None}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at `state` (from `state_dict()`, possibly saved on another world size) on the next `for`.
@@ -520,7 +516,7 @@ class StreamLoader:
         # Every rank of a world has the same batch count, so this rank's plan validates a same-world state
         # and is kept for the iteration; an elastic state is checked against a rank of the saved world.
         world = self.world if same_world else World(rank=0, world_size=saved_world)
-        plan = resume_plan(self.plan_lengths, self.plan_config, world, epoch, chain)
+        plan = resume_plan(self.plan_lengths, self.plan_config, world, epoch, chain, self.mix)
         if consumed > plan.num_batches:
             raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
                              f"({plan.num_batches} batches on {saved_world} ranks): the state was edited or comes "
@@ -588,6 +584,11 @@ class StreamLoader:
             tensors[k] = frames.movedim(-1, -3) if self.image_ops.channels_last else frames
         for k, v in prepared.host.items():
             tensors[k] = to_output(v, squeeze[k], self.image_ops.channels_last)
+        for k in self.builder.masks:  # a mixture's member lacking a camera: zeros (after mean/std too)
+            if k in self.builder.graph_routes:
+                missing = tensors[f"{k}_is_missing"]
+                if bool(missing.any()):
+                    tensors[k][missing.to(tensors[k].device)] = 0
         order = [*self.routes, *(k for k in got if k not in self.routes)]
         batch: dict[str, Any] = {k: tensors[k] if str(tensors[k].device) == self.device else tensors[k].to(self.device)
                                  for k in order}

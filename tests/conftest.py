@@ -61,3 +61,22 @@ def small_dataset(tmp_path_factory):
     spec = SampleSpec(episodes=7, min_length=8, max_length=20, gop=8, episodes_per_file=3,
                       cameras=parse_cameras("front:h264,top:vp9"), seed=2)
     return write_sample(tmp_path_factory.mktemp("ds") / "small", spec)
+
+
+@pytest.fixture(scope="session")
+def embodiments(tmp_path_factory):
+    """Three datasets of different embodiments for mixtures, each painting its own episode ids (`id_offset`):
+    arm6 (front h264 + wrist av1, 96x128, 30 fps, 6-dof), arm7 (top av1, 96x128, 10 fps, 7-dof, ids from 100) and
+    big (front h264 at 120x160, 30 fps, 6-dof, ids from 200)."""
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    root = tmp_path_factory.mktemp("embodiments")
+    specs = {
+        "arm6": SampleSpec(episodes=6, min_length=10, max_length=24, gop=8, episodes_per_file=3,
+                           cameras=parse_cameras("front:h264,wrist:av1"), seed=21),
+        "arm7": SampleSpec(episodes=5, min_length=8, max_length=16, gop=4, episodes_per_file=2, fps=10,
+                           cameras=parse_cameras("top:av1"), state_dim=7, id_offset=100, seed=22),
+        "big": SampleSpec(episodes=4, min_length=8, max_length=14, gop=8, episodes_per_file=2, height=120,
+                          width=160, cameras=parse_cameras("front:h264"), id_offset=200, seed=23),
+    }
+    return {name: write_sample(root / name, spec) for name, spec in specs.items()}

@@ -4,7 +4,8 @@
     multirank_worker.py DATASET OUT STOP save STATE  # stop after STOP batches, rank 0 writes the state
     multirank_worker.py DATASET OUT 0 load STATE     # load STATE (any world size) and finish the epoch
 
-Each rank writes what it saw to OUT/rank<r>.json.
+Each rank writes what it saw to OUT/rank<r>.json: each sample's `index`, or for a mixture (DATASET a mixture
+file, `dali_stream.mixture.load_mixture`) dataset_index * 1_000_000 + index.
 """
 
 import json
@@ -13,6 +14,7 @@ import sys
 import torch.distributed as dist
 
 from dali_stream import StreamLoader
+from dali_stream.mixture import is_mixture_file, load_mixture
 
 ARGS = dict(batch_size=3, episode_pool_size=2, seed=5, device="cpu", num_workers=1, drop_last=False)
 
@@ -20,7 +22,7 @@ ARGS = dict(batch_size=3, episode_pool_size=2, seed=5, device="cpu", num_workers
 def _indices(loader, stop=None):
     out = []
     for b in loader:
-        out.append(b["index"].tolist())
+        out.append((b["index"] + 1_000_000 * b["dataset_index"] if "dataset_index" in b else b["index"]).tolist())
         if stop is not None and len(out) == stop:
             break
     return out
@@ -28,6 +30,7 @@ def _indices(loader, stop=None):
 
 def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = "") -> None:
     dist.init_process_group("gloo")
+    dataset = load_mixture(dataset) if is_mixture_file(dataset) else dataset
     rank, world = dist.get_rank(), dist.get_world_size()
     report = {"rank": rank, "world_size": world}
     if mode == "save":
@@ -41,6 +44,7 @@ def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = ""
         with open(state_path) as fh:
             loader.load_state_dict(json.load(fh))
         report["len"] = len(loader)
+        report["own"] = loader._plan(loader.state_dict()["epoch"]).num_frames  # its own draws; then padding
         report["tail"] = _indices(loader)
     else:
         full = StreamLoader(dataset, **ARGS)

@@ -27,11 +27,11 @@ def lerobot_h264(tmp_path_factory):
 
 
 def _loader_segment(root, pos: int, key: str) -> Segment:
+    from dali_stream.catalog import Catalog
     from dali_stream.fetch.store import EpisodeStore
-    from dali_stream.fetch.tables import TableReader
 
     meta = DatasetMeta.open(str(root))
-    store = EpisodeStore(meta, TableReader(meta, meta.table_keys), 1e-4, [key], 1 << 26, DecoderCache(1), 0)
+    store = EpisodeStore(Catalog.whole(meta), 1e-4, 1 << 26, DecoderCache(1), 0)
     try:
         return store.segment(pos, key)
     finally:

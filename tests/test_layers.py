@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dali_stream"
 
 # Stages, lowest first: a module may import its own stage and any stage before it.
 STAGES = ["base", "source", "meta", "plan", "fetch", "decode", "graph", "loader", "tools"]
-BASE = {"dali_stream", "dali_stream.errors", "dali_stream.config", "dali_stream.pairing"}
+BASE = {"dali_stream", "dali_stream.errors", "dali_stream.config", "dali_stream.pairing", "dali_stream.mixture"}
 # The planner's whole world: the standard library's pure parts and numpy.
 PLAN_MAY_IMPORT = {"__future__", "bisect", "dataclasses", "hashlib", "heapq", "itertools", "math", "random",
                    "typing", "collections", "functools", "numpy"}
@@ -30,7 +30,8 @@ def stage_of(module: str) -> str:
     if module in BASE or module == "dali_stream.__main__":
         return "tools" if module == "dali_stream.__main__" else "base"
     part = module.split(".")[1]
-    return {"meta": "meta", "loader": "loader", "wait": "loader"}.get(part, part)
+    return {"meta": "meta", "catalog": "meta", "schema": "meta", "loader": "loader", "wait": "loader",
+            "mixing": "loader"}.get(part, part)
 
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:
@@ -176,13 +177,13 @@ def test_the_cycle_check_catches_a_lazy_cycle(tmp_path):
 
 
 def test_the_public_surface_is_small_and_resolves():
-    """What users import: the loader, its config, the errors and the version (README, "Layout")."""
+    """What users import: the loader, its config, mixtures, the errors and the version (README, "Layout")."""
     import dali_stream
 
     errors = {"DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError", "DeviceError",
               "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError",
               "VideoFileError"}
-    assert set(dali_stream.__all__) == {"StreamLoader", "LoaderConfig", "__version__"} | errors
+    assert set(dali_stream.__all__) == {"StreamLoader", "LoaderConfig", "Mixture", "Member", "__version__"} | errors
     for name in dali_stream.__all__:
         assert getattr(dali_stream, name) is not None
     assert all(issubclass(getattr(dali_stream, e), dali_stream.DaliStreamError) for e in errors)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from ..errors import ConfigError, DeviceError
 from .gpus import GpuCaps, lookup
@@ -307,3 +307,37 @@ def open_routes(choices: Mapping[str, RouteChoice], engine: str, why: str) -> di
 def resolve_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str], node: Node) -> dict[str, str]:
     """Camera key -> route (see `choose_routes` for the reasons)."""
     return {key: c.route for key, c in choose_routes(formats, decode, node).items()}
+
+
+STREAM_ROUTES = ("nvdec", "dali-cpu")  # routes whose decoder (DALI's, in the graph) needs a stream for every sample
+
+
+def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: Sequence[str], keys: Sequence[str],
+                   decode: str | Mapping[str, str] = "auto") -> dict[str, RouteChoice]:
+    """One route per camera key of a mixture, from each member's own choice for its camera under that key (the
+    DALI graph decodes a key one way for every sample). Members that agree keep their route, unless it is one
+    of DALI's decoders (`STREAM_ROUTES`) and some member lacks the camera: DALI's decoder takes no empty sample.
+    Otherwise the key decodes on torchcodec, which takes every codec, and its reason names each member's route;
+    where `decode` insisted on the GPU for the key, that is a DeviceError instead."""
+    out = {}
+    for key in keys:
+        have = [(n, c[key]) for n, c in zip(names, member_choices) if key in c]
+        lacking = [n for n, c in zip(names, member_choices) if key not in c]
+        routes = sorted({c.route for _, c in have})
+        said = "; ".join(f"{n}: {c.route} ({c.reason})" for n, c in have)
+        if len(routes) == 1 and not (lacking and routes[0] in STREAM_ROUTES):
+            note = f"; members {lacking} lack it (zeros, with {key + '_is_missing'!r})" if lacking else ""
+            reason = have[0][1].reason if len(have) == 1 else f"every member: {have[0][1].reason}" \
+                if len({c.reason for _, c in have}) == 1 else said
+            out[key] = RouteChoice(routes[0], reason + note)
+            continue
+        why = (f"members {lacking} lack it, and DALI's decoder ({routes[0]}) needs a stream for every sample"
+               if len(routes) == 1 else f"its members decode it on different routes ({said}), and one key decodes "
+               "one way for every sample")
+        want = decode if isinstance(decode, str) else decode.get(key, "auto")
+        if want == "gpu":
+            raise DeviceError(f"decode='gpu' for camera {key!r}, but {why}; use nvdec_engine='open' (its decoders take "
+                              f"samples without a camera), decode={{{key!r}: 'auto'}}, or map the members' cameras to "
+                              "different keys with Member(keys={...})")
+        out[key] = RouteChoice("torchcodec", f"{why}: torchcodec decodes every member's stream; members: {said}")
+    return out

@@ -273,18 +273,21 @@ class IndexCache:
     A file whose layout `read_index` does not handle maps to None (why: `unsupported`): its episodes are
     cut through the demuxer and plain range requests."""
 
-    def __init__(self, rfs, capacity_bytes: int = INDEX_BYTES) -> None:
+    def __init__(self, rfs, capacity_bytes: int = INDEX_BYTES, *, shared: "IndexCache | None" = None) -> None:
+        """`shared`: another file system's cache whose bound this one shares (a mixture's members: one
+        `capacity_bytes` for all of them, each file kept under its own file system's name)."""
         from .once import OncePerKey
 
         self.rfs = rfs
-        self.files = OncePerKey(on_evict=_close_index, capacity_bytes=capacity_bytes, weigh=_index_bytes)
+        self.files: Any = shared.files if shared is not None else \
+            OncePerKey(on_evict=_close_index, capacity_bytes=capacity_bytes, weigh=_index_bytes)
         self.unsupported: dict[str, str] = {}  # path -> why it is read without an index
 
     def get(self, path: str) -> IndexedFile | None:
-        return self.files.get(path, lambda: self._open(path))
+        return self.files.get((id(self.rfs), path), lambda: self._open(path))
 
     def close(self) -> None:
-        """Close every template container opened for the indexed files."""
+        """Close every template container opened for the indexed files (of every cache sharing the bound)."""
         for value in self.files.clear():
             if value is not None:
                 value.container.close()

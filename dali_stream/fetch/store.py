@@ -68,11 +68,12 @@ class _Episode:
     refs: int = 0
 
 
-def _named(exc: BaseException, episode: int, camera: str) -> BaseException:
-    """`exc`, naming the episode and camera it happened on unless it does already."""
-    if f"(episode {episode}," in str(exc):
+def _named(exc: BaseException, where: str, camera: str) -> BaseException:
+    """`exc`, naming the episode (`where`: "episode 3", or for a mixture "member 'lab' episode 3") and camera it
+    happened on unless it does already."""
+    if f"({where}," in str(exc):
         return exc
-    return type(exc)(f"{exc} (episode {episode}, camera {camera!r})")
+    return type(exc)(f"{exc} ({where}, camera {camera!r})")
 
 
 def in_background(fn: Callable[..., object], *args: object) -> None:
@@ -97,18 +98,35 @@ class SegmentDecoders(Protocol):
     def clear(self) -> None: ...
 
 
+class _Files:
+    """One member's readers: its table rows, and range reads and MP4 indexes of its video files (bounds shared
+    with the other members', `TableReader(shared=)`, `IndexCache(shared=)`)."""
+
+    def __init__(self, member, first: "_Files | None") -> None:
+        from ..source.storage import LocalRanges, is_local
+        from .mp4index import IndexCache
+
+        meta = member.meta
+        self.tables: TableReader = TableReader(meta, member.table_keys,
+                                               shared=first.tables if first is not None else None)
+        # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
+        # behind the same interface (a file the index cannot handle is cut through the demuxer).
+        self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
+        self.indexes: IndexCache = IndexCache(self.ranges, shared=first.indexes if first is not None else None)
+
+
 class EpisodeStore:
-    def __init__(self, meta, tables: TableReader, tolerance_s: float, cameras: list[str],
-                 capacity_bytes: int, decoders: SegmentDecoders, fetch_workers: int = 4,
-                 segment_bytes_limit: int | None = None) -> None:
-        """`segment_bytes_limit`: an episode's camera whose segment would be larger (an hour-long recording) is
-        not fetched whole: each sample gets a piece cut for its frames (`segment_for`), from the keyframe before
-        them through the last packet they need, read from the file's index; None: always whole."""
-        self.meta = meta
+    def __init__(self, catalog, tolerance_s: float, capacity_bytes: int, decoders: SegmentDecoders,
+                 fetch_workers: int = 4, segment_bytes_limit: int | None = None) -> None:
+        """`catalog` (`dali_stream.catalog.Catalog`): the episode positions and, per member, its metadata and the
+        own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
+        store's bounds. `tolerance_s`: the loader's, unless a member sets its own. `segment_bytes_limit`: an
+        episode's camera whose segment would be larger (an hour-long recording) is not fetched whole: each sample
+        gets a piece cut for its frames (`segment_for`), from the keyframe before them through the last packet
+        they need, read from the file's index; None: always whole."""
+        self.catalog = catalog
         self.segment_bytes_limit = segment_bytes_limit
-        self.tables = tables
         self.tolerance_s = tolerance_s
-        self.cameras = list(cameras)
         self.capacity_bytes = int(capacity_bytes)
         self.stats = StoreStats()
         self.decoders = decoders  # the CPU decoders of fetched segments, bounded by their owner
@@ -126,13 +144,21 @@ class EpisodeStore:
         self._ahead: dict[Hashable, Future[Segment | None]] = {}
         self._ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
         self.piece_log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
-        from ..source.storage import LocalRanges, is_local
-        from .mp4index import IndexCache
+        self.files: list[_Files] = []
+        for member in catalog.members:
+            self.files.append(_Files(member, self.files[0] if self.files else None))
+        self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)
+        self.indexes = self.files[0].indexes
 
-        # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
-        # behind the same interface (a file the index cannot handle is cut through the demuxer).
-        self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
-        self.indexes = IndexCache(self.ranges)
+    @property
+    def table_bytes_read(self) -> int:
+        """Compressed bytes of table row groups read, over every member."""
+        return sum(f.tables.bytes_read for f in self.files)
+
+    @property
+    def unsupported(self) -> dict[str, str]:
+        """Video files read without an MP4 index, and why (`IndexCache.unsupported`), over every member."""
+        return {p: why for f in self.files for p, why in f.indexes.unsupported.items()}
 
     def close(self, wait: bool = True) -> None:
         """End the fetch threads (pending fetches are cancelled; `wait`: and wait for the running ones), close
@@ -152,7 +178,7 @@ class EpisodeStore:
         if wait:
             self.drop_ahead()
         self.decoders.clear()
-        self.indexes.close()
+        self.indexes.close()  # every member's: they share one cache
         with self._lock:
             self._entries.clear()
             self.bytes = 0
@@ -220,8 +246,9 @@ class EpisodeStore:
 
     def _cut_piece(self, pos: int, camera: str, query_s, key: Hashable) -> Segment:
         first, last = float(min(query_s)), float(max(query_s))
+        fps = self.catalog.locate(pos)[0].meta.fps
         # through the last packet decoded before the last frame is shown (its dts is at most its pts)
-        piece = self._cut_range(pos, camera, first, last + 0.5 / self.meta.fps, last, piece=True, key=key)
+        piece = self._cut_range(pos, camera, first, last + 0.5 / fps, last, piece=True, key=key)
         assert piece is not None
         return piece
 
@@ -280,8 +307,9 @@ class EpisodeStore:
         a file without one is cut whole)."""
         if self.segment_bytes_limit is None or indexed is None:
             return False
-        cam = self.meta.cameras[camera]
-        span = indexed.index.cut(float(cam.from_timestamp[pos]), float(cam.to_timestamp[pos]))
+        member, local = self.catalog.locate(pos)
+        cam = member.meta.cameras[camera]
+        span = indexed.index.cut(float(cam.from_timestamp[local]), float(cam.to_timestamp[local]))
         if span is None:
             return False  # the whole cut names the problem
         start, end = indexed.index.byte_range(*span)
@@ -317,7 +345,7 @@ class EpisodeStore:
     def _fill(self, pos: int, entry: _Episode, background: bool) -> None:
         """Fetch the rows and each camera's segment: as parallel background tasks (the cameras' wait for the
         rows, which start first), or one after another in this thread."""
-        parts = [None, *self.cameras]  # None: the table rows
+        parts = [None, *self.catalog.locate(pos)[0].cameras]  # None: the table rows; the member's cameras
         entry.pending = len(parts)
         for n, camera in enumerate(parts):
             if not background:
@@ -345,7 +373,8 @@ class EpisodeStore:
             if failed is not None:
                 raise failed
             if camera is None:
-                entry.rows = self.tables.episode(pos)
+                member, local = self.catalog.locate(pos)
+                entry.rows = self.files[member.index].tables.episode(local)
             else:
                 entry.rows_ready.wait()
                 if entry.error is None:
@@ -380,30 +409,34 @@ class EpisodeStore:
 
     def _cut(self, pos: int, camera: str, rows: dict) -> Segment | None:
         """The episode's segment of `camera`, or None when it is read in pieces (`segment_bytes_limit`)."""
-        cam = self.meta.cameras[camera]
-        start = float(cam.from_timestamp[pos])
-        return self._cut_range(pos, camera, start, float(cam.to_timestamp[pos]), start + float(rows[FRAME_TIME_S][-1]))
+        member, local = self.catalog.locate(pos)
+        cam = member.meta.cameras[camera]
+        start = float(cam.from_timestamp[local])
+        return self._cut_range(pos, camera, start, float(cam.to_timestamp[local]),
+                               start + float(rows[FRAME_TIME_S][-1]))
 
     def _cut_range(self, pos: int, camera: str, from_s: float, to_s: float, last_frame_s: float,
                    piece: bool = False, key: Hashable = None) -> Segment | None:
         """The episode's packets of [from_s, to_s) (file time) for `camera` as a segment: the whole episode (None
         when it is too long and read in pieces), or a `piece` for one sample (`key`: the caller's name for it, kept
-        in `piece_log`); errors name the episode and camera."""
-        meta = self.meta
-        path = meta.video_file(pos, camera)
-        episode = meta.episode_index(pos)
+        in `piece_log`); errors name the episode (and member) and camera."""
+        member, local = self.catalog.locate(pos)
+        meta, files = member.meta, self.files[member.index]
+        path = meta.video_file(local, camera)
+        episode = meta.episode_index(local)
+        tolerance_s = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
         try:
-            indexed = self.indexes.get(path)
+            indexed = files.indexes.get(path)
             if piece and indexed is None:  # readable when the episode was fetched; a later read failed
-                raise VideoFileError(f"video file {path} lost its index ({self.indexes.unsupported.get(path)}); "
+                raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
                                      f"{FIX_INDEX}")
             if not piece and self._is_long(pos, camera, indexed):
                 return None
-            seg = cut_segment(self.ranges if indexed is not None else meta.data_fs, path, from_s, to_s,
+            seg = cut_segment(files.ranges if indexed is not None else meta.data_fs, path, from_s, to_s,
                               episode=episode, camera=camera, codec=meta.cameras[camera].codec,
-                              tolerance_s=self.tolerance_s, last_frame_s=last_frame_s, indexed=indexed, piece=piece)
+                              tolerance_s=tolerance_s, last_frame_s=last_frame_s, indexed=indexed, piece=piece)
         except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, episode, camera) from None
+            raise _named(exc, self.catalog.describe(pos), camera) from None
         with self._lock:
             if piece:
                 self.stats.pieces_cut += 1

@@ -74,13 +74,18 @@ def _footer_bytes(value: Any) -> int:
 class TableReader:
     """Per-episode rows of the columns in `keys`; parquet footers are read once per file."""
 
-    def __init__(self, meta, keys: list[str]) -> None:
+    def __init__(self, meta, keys: list[str], *, shared: "TableReader | None" = None) -> None:
+        """`shared`: another reader whose open files and decoded shared row groups this one shares, within the
+        same bounds (a mixture's members: one `FOOTER_BYTES` for all of them)."""
         self.meta = meta
         self.keys = keys
         # path -> (ParquetFile, row group index ranges, its read lock); evicted handles close when unused
-        self.files = OncePerKey(capacity_bytes=FOOTER_BYTES, weigh=_footer_bytes)
-        self._shared = OncePerKey(SHARED_GROUPS)  # (path, group) -> decoded row group holding many episodes
+        self.files: OncePerKey = shared.files if shared is not None else \
+            OncePerKey(capacity_bytes=FOOTER_BYTES, weigh=_footer_bytes)
+        # (path, group, columns) -> decoded row group holding many episodes
+        self._shared: OncePerKey = shared._shared if shared is not None else OncePerKey(SHARED_GROUPS)
         self._warned: set[str] = set()
+        self._checked: set[str] = set()  # files whose columns were checked against `keys`
         self._lock = threading.Lock()
         self.bytes_read = 0  # compressed bytes of the row groups' columns read (parquet footers not counted)
         self.groups_read = 0  # row groups read (a shared one once while it stays kept)
@@ -94,12 +99,9 @@ class TableReader:
                 f"data file {path} is missing; the dataset is incomplete: re-download data/"
             ) from None
         names = pf.schema_arrow.names
-        missing = [k for k in self.keys if k not in names]
-        if missing:
-            raise DatasetError(
-                f"data file {path} has no columns {missing}, which meta/info.json declares as features; "
-                "the dataset's meta and data disagree: re-download it"
-            )
+        if "index" not in names:
+            raise DatasetError(f"data file {path} has no 'index' column, which every LeRobot v3 frame row carries; "
+                               "the dataset's meta and data disagree: re-download it")
         col = names.index("index")
         ranges = []
         for g in range(pf.metadata.num_row_groups):
@@ -154,6 +156,37 @@ class TableReader:
             "per episode to read only an episode's rows: pq.write_table(table, path, row_group_size=<rows of the "
             "longest episode>), or lerobot's writer", stacklevel=4)
 
+    def _file(self, path: str):
+        """The open data file (its footer read once, kept within the bound), its columns checked against `keys`."""
+        pf, ranges, read_lock = self.files.get((id(self.meta.data_fs), path), lambda: self._open(path))
+        if path not in self._checked:
+            missing = [k for k in self.keys if k not in pf.schema_arrow.names]
+            if missing:
+                raise DatasetError(
+                    f"data file {path} has no columns {missing}, which meta/info.json declares as features; "
+                    "the dataset's meta and data disagree: re-download it"
+                )
+            self._checked.add(path)
+        return pf, ranges, read_lock
+
+    def kinds(self, pos: int) -> dict[str, tuple[np.dtype, int]]:
+        """Each column of `keys` as `episode` returns it, from the data file's schema (its footer only): the numpy
+        dtype (float32, int64, bool, or object) and the dimensions per row (0 for a scalar, 1 for a list)."""
+        import pyarrow as pa
+
+        pf, _, _ = self._file(self.meta.data_file(pos))
+        out = {}
+        for key in self.keys:
+            kind = pf.schema_arrow.field(key).type
+            ndim = 0
+            while pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
+                kind, ndim = kind.value_type, 1  # nested lists come back flattened to (rows, n)
+            dtype = (np.dtype(np.bool_) if pa.types.is_boolean(kind) else np.dtype(np.float32)
+                     if pa.types.is_floating(kind) else np.dtype(np.int64) if pa.types.is_integer(kind)
+                     else np.dtype(object))
+            out[key] = (dtype, ndim)
+        return out
+
     def episode(self, pos: int) -> dict[str, np.ndarray]:
         """The episode's rows in frame order, one numpy array per column."""
         import pyarrow as pa
@@ -164,12 +197,13 @@ class TableReader:
         stop = int(meta.episodes["dataset_to_index"][pos])
         path = meta.data_file(pos)
         episode = meta.episode_index(pos)
-        pf, ranges, read_lock = self.files.get(path, lambda: self._open(path))  # footer read once per file
+        pf, ranges, read_lock = self._file(path)
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
         shared = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
             self._warn_shared(path, pf, shared[0])
-            parts = [self._shared.get((path, g), functools.partial(self._read, path, pf, [g], read_lock, episode))
+            parts = [self._shared.get((path, g, tuple(self.keys)),
+                                      functools.partial(self._read, path, pf, [g], read_lock, episode))
                      if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:

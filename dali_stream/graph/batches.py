@@ -68,12 +68,16 @@ class Prepared:
 
 
 class BatchBuilder:
-    def __init__(self, meta, store, decoders: DecoderCache, routes: Mapping[str, str],
+    def __init__(self, catalog, store, decoders: DecoderCache, routes: Mapping[str, str],
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
                  join_streams: int = 0, engines: Mapping[str, Any] | None = None) -> None:
-        """`join_streams`: DALI-routed cameras decode a batch as at most this many groups, each group's clips
+        """`catalog` (`dali_stream.catalog.Catalog`): the episode positions the plans name, and each key's feature
+        in each member (`routes`, `table_keys`, `table_dtypes` and `delta_indices` are in the catalog's keys: a
+        mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
+        (zeros in the batch) and `<key>_dim_is_pad` for vectors some member has shorter (zero-padded); its cameras
+        decode one clip per sample. `join_streams`: DALI-routed cameras decode a batch as at most this many groups, each group's clips
         joined into one stream (`graph.joined`); 0: one clip per sample (`graph.clips`), as always with an
         augmentation hook (it draws per sample). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
         (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
@@ -81,7 +85,9 @@ class BatchBuilder:
         out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over. `engines`: route ->
         the open-decoder engine (`decode.engine`) that decodes that route's cameras; their frames go to the graph
         through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`)."""
-        self.meta = meta
+        self.catalog = catalog
+        self.mixed = catalog.is_mixture
+        self.fields = catalog.fields
         self.augment_seed = augment_seed
         self.store = store
         self.decoders = decoders
@@ -91,10 +97,11 @@ class BatchBuilder:
         if lacking:
             raise ValueError(f"routes {lacking} need their open-decoder engine")  # the loader makes them
         self.delta = dict(delta_indices)
+        self.table_dtypes = dict(table_dtypes)
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
         dali_cameras = any(r in DALI_ROUTES for r in self.routes.values())
-        self.join_streams = joins(join_streams, dali_cameras, augment_seed is not None)
+        self.join_streams = 0 if self.mixed else joins(join_streams, dali_cameras, augment_seed is not None)
         if image_ops is not None and augment_seed is not None:
             raise ValueError("host frames skip the graph, where augmentation runs")  # uses_host_frames rules it out
         self.host_keys = [k for k, r in self.routes.items() if r == "torchcodec"] if image_ops is not None else []
@@ -123,6 +130,16 @@ class BatchBuilder:
             outputs.append(Output(key, "table", key, dtype, ndim + 1 + (1 if key in self.delta else 0)))
         for key in self.delta:
             outputs.append(Output(f"{key}_is_pad", "table", f"{key}_is_pad", np.dtype(np.bool_), 2))
+        # a mixture's: which member, which keys it lacks, which vector elements are padding
+        self.masks = [k for k in [*self.routes, *table_keys] if self.mixed and self.fields[k].missing]
+        self.dim_masks = [k for k in table_keys if self.mixed and self.fields[k].padded]
+        if self.mixed:
+            outputs.append(Output("dataset_index", "table", "dataset_index", np.dtype(np.int64), 1))
+            outputs += [Output(f"{k}_is_missing", "table", f"{k}_is_missing", np.dtype(np.bool_), 1)
+                        for k in self.masks]
+            outputs += [Output(f"{k}_dim_is_pad", "table", f"{k}_dim_is_pad", np.dtype(np.bool_), 2)
+                        for k in self.dim_masks]
+        self._table_shapes = {k: self._frame_shape(k, table_dtypes[k]) for k in table_keys}
         self.outputs = outputs
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
@@ -160,21 +177,62 @@ class BatchBuilder:
         """The cameras that go through the DALI graph (all but host frames), with their routes."""
         return {k: r for k, r in self.routes.items() if k not in self.host_keys}
 
+    def _frame_shape(self, key: str, dtype_ndim: tuple[np.dtype, int]) -> tuple[int, ...]:
+        """A table key's value per frame in the batch: () for a scalar column, else the field's shape."""
+        return () if dtype_ndim[1] == 0 else tuple(self.fields[key].shape) or (1,)
+
+    def _members(self, plan: BatchPlan) -> tuple[np.ndarray, list]:
+        """Per sample of `plan`: its member's index and the member (`catalog.Opened`)."""
+        index = self.catalog.member_index(plan.episodes)
+        return index, [self.catalog.members[m] for m in index.tolist()]
+
+    def _column(self, key: str, rows: list[dict], members: list, sel: list) -> list[np.ndarray]:
+        """Table key `key` of each sample: its rows `sel[j]` (a frame, or a window's rows) of its member's own
+        column; a mixture's member that lacks the key gives zeros, a shorter vector is zero-padded."""
+        f = self.fields[key]
+        if not self.mixed:
+            return [np.asarray(r[key][i]) for r, i in zip(rows, sel)]
+        dtype, _ = self.table_dtypes[key]
+        shape = self._table_shapes[key]
+        out = []
+        for r, m, i in zip(rows, members, sel):
+            own = f.own[m.index]
+            steps: tuple[int, ...] = () if np.ndim(i) == 0 else (len(i),)
+            if own is None:
+                out.append(np.zeros((*steps, *shape), dtype))
+                continue
+            value = np.asarray(r[own][i])
+            if value.shape[len(steps):] != shape:
+                have: np.ndarray = value.reshape((*steps, -1)).astype(dtype, copy=False)
+                value = np.zeros((*steps, *shape), dtype)
+                value.reshape((*steps, -1))[..., :have.shape[-1]] = have
+            out.append(np.asarray(value, dtype))
+        return out
+
     def build(self, plan: BatchPlan) -> Prepared:
-        store, meta = self.store, self.meta
+        store = self.store
         rows = [store.rows(int(p)) for p in plan.episodes]
         frames = plan.frames
+        member_index, members = self._members(plan)
         values: dict[str, list[np.ndarray]] = {}
         for key in self.table_keys:
             if key in plan.windows:
-                values[key] = [np.ascontiguousarray(r[key][w]) for r, w in zip(rows, plan.windows[key].rows)]
+                values[key] = [np.ascontiguousarray(v) for v in self._column(key, rows, members, list(plan.windows[key].rows))]
             else:
-                values[key] = [np.asarray(r[key][f]) for r, f in zip(rows, frames)]
+                values[key] = self._column(key, rows, members, frames.tolist())
         for key, win in plan.windows.items():
             values[f"{key}_is_pad"] = list(win.is_pad)
+        if self.mixed:
+            values["dataset_index"] = list(member_index.astype(np.int64))
+            for key in self.masks:
+                values[f"{key}_is_missing"] = [np.asarray(self.fields[key].own[m.index] is None) for m in members]
+            for key in self.dim_masks:
+                f = self.fields[key]
+                values[f"{key}_dim_is_pad"] = [np.arange(f.shape[0]) >= (f.own_shapes[m.index] or (0,))[0]
+                                               for m in members]
         host: dict[str, np.ndarray] = {}
         located = {key: self.locate(plan, rows, key) for key in self.routes}
-        members, streams = self.group_streams(located, plan.size)
+        groups, streams = self.group_streams(located, plan.size)
         for key, inputs in streams.items():
             values[f"{key}@encoded"] = [d.data for d in inputs]
             values[f"{key}@frames"] = [d.frames for d in inputs]
@@ -187,37 +245,70 @@ class BatchBuilder:
             segs, idx = located[key]
             t0 = time.perf_counter()
             if route in ENGINE_ROUTES:
-                pictures, frames_decoded = self.engines[route].decode(key, segs, idx)
-                span = members * len(idx[0])  # every sample of a camera has the same steps
+                pictures, frames_decoded = self._decode_engine(route, key, segs, idx, member_index)
+                span = groups * len(idx[0])  # every sample of a camera has the same steps
                 engine_values[f"{key}@decoded"] = [pictures[g:g + span] for g in range(0, len(pictures), span)]
             elif key in self.host_keys:
                 image_ops = cast(ImageOps, self.image_ops)
+                size = self.fields[key].shape[:2]
                 host[key], frames_decoded = self._decode_cpu(
-                    key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops))
+                    key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops, size))
             else:
                 pixels, frames_decoded = self._decode_cpu(
-                    key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders))
-                values[f"{key}@pixels"] = pixels if members == 1 else [
-                    np.concatenate(pixels[g:g + members]) for g in range(0, plan.size, members)]
+                    key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders, self._blank(key, len(i[0]))))
+                values[f"{key}@pixels"] = pixels if groups == 1 else [
+                    np.concatenate(pixels[g:g + groups]) for g in range(0, plan.size, groups)]
             with self._count_lock:
                 self.decode_s += time.perf_counter() - t0
                 self.decoded_frames += frames_decoded
-        for key in [*self.table_keys, *(f"{k}_is_pad" for k in plan.windows)]:
-            values[key] = [np.stack(values[key][g:g + members]) for g in range(0, plan.size, members)]
+        stacked = [*self.table_keys, *(f"{k}_is_pad" for k in plan.windows)]
+        if self.mixed:
+            stacked += ["dataset_index", *(f"{k}_is_missing" for k in self.masks),
+                        *(f"{k}_dim_is_pad" for k in self.dim_masks)]
+        for key in stacked:
+            values[key] = [np.stack(values[key][g:g + groups]) for g in range(0, plan.size, groups)]
         if self.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.routes):
                 rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, 0xA6])
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
-        tasks = [meta.tasks.get(int(r["task_index"][f]), "") for r, f in zip(rows, frames)]
+        tasks = [m.meta.tasks.get(int(r["task_index"][f]), "") for m, r, f in zip(members, rows, frames)]
         asked = {key: located[key] for key in streams}
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
-        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, members, asked, engine_arrays)
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays)
+
+    def _blank(self, key: str, steps: int) -> np.ndarray:
+        """A mixture's frames for a sample whose member lacks camera `key`: zeros (steps, H, W, 3); the loader
+        zeroes them again after the graph's image ops (mean/std would move them off 0)."""
+        h, w = self.fields[key].shape[:2]
+        return np.zeros((steps, h, w, 3), np.uint8)
+
+    def _decode_engine(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray):
+        """Camera `key`'s frames from the open-decoder engine of `route`, sample after sample: one call per member
+        (its stream kind and size are its own: the engine keeps decoders per member camera, `engine_camera`)."""
+        engine = self.engines[route]
+        if not self.mixed:
+            return engine.decode(key, segs, idx)
+        by_sample: list[Any] = [None] * len(segs)
+        decoded = 0
+        for m in np.unique(member_index).tolist():
+            sel = np.flatnonzero(member_index == m).tolist()
+            frames, n = engine.decode(engine_camera(key, self.catalog.members[m].name, True),
+                                      [segs[j] for j in sel], [idx[j] for j in sel])
+            steps = len(idx[sel[0]])
+            for k, j in enumerate(sel):
+                by_sample[j] = frames[k * steps:(k + 1) * steps]
+            decoded += n
+        if isinstance(by_sample[0], np.ndarray):
+            return np.concatenate(by_sample), decoded
+        import torch
+
+        return torch.cat(by_sample), decoded
 
     def _decode_cpu(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any]) -> Any:
         """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one
         stream first (`join_pieces`): one decoder opened for them instead of one per piece. Should a joined stream
         fail (its frames are checked like any), the camera's pieces are decoded one by one from then on, said once."""
-        pieces = [j for j, seg in enumerate(segs) if seg.piece] if key not in self._join_failed else []
+        pieces = [j for j, seg in enumerate(segs) if seg is not None and seg.piece] if key not in self._join_failed else []
         joined = join_pieces([segs[j] for j in pieces], [idx[j] for j in pieces]) if len(pieces) > 1 else None
         if joined is not None:
             one, steps = joined
@@ -254,27 +345,42 @@ class BatchBuilder:
         return 1, {key: [dali_input(seg, i) for seg, i in zip(*located[key])] for key in keys}
 
     def locate(self, plan: BatchPlan, rows: list[dict], key: str) -> tuple[list, list[np.ndarray]]:
-        """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show."""
-        segs, idx = [], []
+        """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show (for a
+        mixture's sample whose member lacks the camera: None and as many zeros as the key's steps)."""
+        segs: list[Any] = []
+        idx: list[np.ndarray] = []
+        f = self.fields[key]
+        steps = plan.windows[key].rows.shape[1] if key in plan.windows else 1
         for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
+            member, _ = self.catalog.locate(int(pos))
+            own = f.own[member.index]
+            if own is None:
+                segs.append(None)
+                idx.append(np.zeros(steps, dtype=np.int64))
+                continue
             query = self.query_s(plan, j, key, r)
-            seg = self.store.segment_for(int(pos), key, query, key=piece_key(plan, j, key))
+            seg = self.store.segment_for(int(pos), own, query, key=piece_key(plan, j, key))
             segs.append(seg)
-            idx.append(seg.frame_indices(query, self.tolerance_s, f"frame {int(plan.frames[j])}"))
+            tolerance = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
+            idx.append(seg.frame_indices(query, tolerance, f"frame {int(plan.frames[j])}"))
         return segs, idx
 
     def query_s(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray:
         """The file times sample `j` of `plan` shows of camera `key` (`rows`: its episode's table rows)."""
         sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
-        return float(self.meta.cameras[key].from_timestamp[int(plan.episodes[j])]) + rows[FRAME_TIME_S][sel]
+        member, local = self.catalog.locate(int(plan.episodes[j]))
+        return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][sel]
 
     def cut_ahead(self, plan: BatchPlan) -> None:
         """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),
         before a builder takes the batch up."""
         for key in self.routes:
+            f = self.fields[key]
             for j, pos in enumerate(plan.episodes):
-                self.store.cut_ahead(piece_key(plan, j, key), int(pos), key,
-                                     functools.partial(self.query_s, plan, j, key))
+                own = f.own[self.catalog.locate(int(pos))[0].index]
+                if own is not None:
+                    self.store.cut_ahead(piece_key(plan, j, key), int(pos), own,
+                                         functools.partial(self.query_s, plan, j, key))
 
     def explain_dali_failure(self, pending: list[Prepared], exc: BaseException, node=None) -> DaliStreamError:
         """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what
@@ -294,11 +400,11 @@ class BatchBuilder:
         found = found or self._check_asked_frames(pending, failure)
         if found is not None:
             return found
-        episodes = sorted({int(self.meta.episode_index(int(p))) for b in pending for p in b.plan.episodes})
+        episodes = self.catalog.episodes_text([p for b in pending for p in b.plan.episodes])
         if not dali_keys:
             return DecodeError(f"DALI pipeline failed: {failure.line}")
         return DecodeError(
-            f"DALI's video decoder failed ({failure.line}) on a batch with episodes {episodes} of cameras "
+            f"DALI's video decoder failed ({failure.line}) on a batch with {episodes} of cameras "
             f"{dali_keys}, although torchcodec decodes every frame those batches asked for: the failure is "
             f"DALI's, not the data's. Route the cameras through torchcodec with "
             f"decode={dict.fromkeys(dali_keys, 'cpu')!r}, and report it with the output of "
@@ -313,9 +419,8 @@ class BatchBuilder:
                 for g, data in enumerate(prepared.arrays[self._slot[f"{key}@encoded"]]):
                     fmt = stream_format(np.asarray(data).tobytes())
                     n = prepared.members
-                    eps = sorted({int(self.meta.episode_index(int(p)))
-                                  for p in prepared.plan.episodes[g * n:(g + 1) * n]})
-                    where = f"camera {key!r}, episodes {eps}"
+                    eps = self.catalog.episodes_text(prepared.plan.episodes[g * n:(g + 1) * n])
+                    where = f"camera {key!r}, {eps}"
                     if fmt is None:
                         return DecodeError(
                             f"DALI's video decoder could not open the stream cut for {where} ({failure.line}), and "
@@ -323,7 +428,8 @@ class BatchBuilder:
                             f"torchcodec, decode={{{key!r}: 'cpu'}}, and report it with "
                             "`dali-stream diagnose DATASET --decode-test --json`")
                     if self.routes[key] == "dali-cpu" and fmt.codec not in DALI_CPU_CODECS:
-                        claimed = self.meta.cameras[key].codec
+                        member = self.catalog.locate(int(prepared.plan.episodes[g * n]))[0]
+                        claimed = member.camera(key).codec
                         return DecodeError(
                             f"DALI's CPU decoder could not open {where}: the stream is {fmt.describe()}, and it "
                             f"decodes only {', '.join(sorted(DALI_CPU_CODECS))} ({failure.line}); meta/info.json "
@@ -390,22 +496,32 @@ def piece_key(plan: BatchPlan, j: int, camera: str) -> tuple[int, int, int, str]
     return plan.epoch, plan.index, j, camera
 
 
+def engine_camera(key: str, member: str, mixed: bool) -> str:
+    """The open-decoder engine's name for a camera (its decoders are kept per name): a mixture's member cameras
+    under one key may differ in codec and size, so each member's is its own."""
+    return f"{key}@{member}" if mixed else key
+
+
 def decode_segments(segs, idx, cache):
-    """Decode each distinct segment of a batch's camera once (its distinct frames in one call).
+    """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
+    segment (None: a mixture's member lacking the camera) are skipped.
 
     Yields (members, wanted, frames): the batch positions using the segment, the sorted distinct frame indices
     decoded and the frames, (len(wanted), H, W, 3) uint8 torch tensor."""
     by_seg: dict[int, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
+        if seg is None:
+            continue
         by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
     for seg, members in by_seg.values():
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
         yield members, wanted, torchcodec_tensor(seg, wanted, cache)
 
 
-def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
-    """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded."""
-    out: list[np.ndarray | None] = [None] * len(segs)
+def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None) -> tuple[list[np.ndarray], int]:
+    """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
+    for a sample without a segment."""
+    out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
     for members, wanted, frames in decode_segments(segs, idx, cache):
         pixels = frames.numpy()
@@ -415,10 +531,13 @@ def decode_grouped(segs, idx, cache) -> tuple[list[np.ndarray], int]:
     return cast("list[np.ndarray]", out), decoded  # every sample's slot was filled above
 
 
-def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps):
+def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
-    (host frames, `graph.host`), and how many frames were decoded."""
+    (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
+    none of whose samples has a segment (a mixture's members that lack it: zeros)."""
     out = None
+    if size is not None and all(seg is None for seg in segs):
+        out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
     decoded = 0
     for members, wanted, frames in decode_segments(segs, idx, cache):
         if out is None:
@@ -426,4 +545,8 @@ def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps):
             out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))
         scatter_frames(out, frames.numpy(), members, wanted, idx, image_ops)
         decoded += len(wanted)
+    if out is not None:
+        for j, seg in enumerate(segs):
+            if seg is None:  # a mixture's member without the camera: zeros (a reused buffer holds old frames)
+                out[j] = 0
     return out, decoded

@@ -53,6 +53,12 @@ def _make_sample_args(p: argparse.ArgumentParser) -> None:
                         "aux:av1/libaom-av1) (default %(default)s)")
     p.add_argument("--pix-fmt", choices=PIX_FMTS, default=from_spec["pix_fmt"],
                    help="pixel format of H.264/VP9 cameras (AV1 and HEVC stay yuv420p, as lerobot keeps them)")
+    p.add_argument("--state-dim", type=int, default=from_spec["state_dim"],
+                   help="length of observation.state and action: members of a mixture of different embodiments "
+                        "(6- and 7-dof) (default %(default)s)")
+    p.add_argument("--id-offset", type=int, default=from_spec["id_offset"],
+                   help="added to the painted episode id and to the state's episode entry, so the members of a mixture "
+                        "tell apart which dataset a frame came from (default %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--workers", type=int, default=None,
                    help="processes encoding the video files (default: one per core for samples of 200M+ pixels "
@@ -66,7 +72,8 @@ def _spec(args: argparse.Namespace):
                       cameras=parse_cameras(args.cameras), height=args.height, width=args.width, fps=args.fps,
                       gop=args.gop, episodes_per_file=args.episodes_per_file, chunks_size=args.chunks_size,
                       tasks=args.tasks, seed=args.seed, content=args.content, crf=args.crf,
-                      recorder=args.recorder, pix_fmt=args.pix_fmt)
+                      recorder=args.recorder, pix_fmt=args.pix_fmt, state_dim=args.state_dim,
+                      id_offset=args.id_offset)
 
 
 def _write_with_progress(out: Path, spec, overwrite: bool, console, workers: int | None = None) -> Path:

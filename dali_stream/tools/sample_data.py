@@ -101,6 +101,10 @@ class SampleSpec:
     crf: int | None = SAMPLE_DEFAULTS["crf"]  # every camera's encoder at this crf (lerobot: 30); None: `_ENCODERS`
     recorder: str = SAMPLE_DEFAULTS["recorder"]  # "dali_stream" (one stream a file) or "lerobot" (`lerobot_recorder`)
     pix_fmt: str = SAMPLE_DEFAULTS["pix_fmt"]  # "yuv420p" or "yuv444p" (AV1/HEVC stay 4:2:0, as lerobot keeps them)
+    state_dim: int = SAMPLE_DEFAULTS["state_dim"]  # length of observation.state and action (6-dof, 7-dof, ...)
+    # painted episode id and state/action's episode entry = episode_index + id_offset: members of a mixture written
+    # with different offsets tell apart which dataset a frame or a row came from
+    id_offset: int = SAMPLE_DEFAULTS["id_offset"]
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -119,6 +123,10 @@ class SampleSpec:
             raise ValueError(f"recorder must be one of {RECORDERS}. Found: {self.recorder!r}")
         if self.pix_fmt not in PIX_FMTS:
             raise ValueError(f"pix_fmt must be one of {PIX_FMTS}. Found: {self.pix_fmt!r}")
+        if self.state_dim < 1:
+            raise ValueError(f"state_dim must be >= 1. Found: {self.state_dim}")
+        if self.id_offset < 0:
+            raise ValueError(f"id_offset must be >= 0. Found: {self.id_offset}")
         if self.crf is not None and not 0 <= self.crf <= 51:
             raise ValueError(f"crf must be in [0, 51] (every encoder here accepts that range). Found: {self.crf}")
         named = [c.text() for c in self.cameras if c.encoder]
@@ -133,8 +141,14 @@ class SampleSpec:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "cameras"}
         return out | {"cameras": ",".join(c.text() for c in self.cameras)}
 
+    def painted(self, ids: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The ids painted for (episode, frame) `ids`: the episode shifted by `id_offset`."""
+        return [(e + self.id_offset, f) for e, f in ids]
+
     def frames(self, ids: Sequence[tuple[int, int]], camera: int) -> Iterator[np.ndarray]:
-        """The RGB frames of camera `camera` (its position in `cameras`) carrying `ids` (episode, frame), in order."""
+        """The RGB frames of camera `camera` (its position in `cameras`) of (episode, frame) `ids`, in order, each
+        carrying its `painted` ids."""
+        ids = self.painted(ids)
         if self.content == "pattern":
             yield from (paint.render(self.height, self.width, e, f, camera) for e, f in ids)
             return
@@ -153,15 +167,16 @@ class SampleSpec:
         return rng.integers(self.min_length, self.max_length + 1, size=self.episodes).astype(np.int64)
 
 
-def state_row(episode: int, frame: int, task: int) -> np.ndarray:
-    """The observation.state written for (episode, frame): recognisable values tests can recompute."""
+def state_row(episode: int, frame: int, task: int, dim: int = STATE_DIM) -> np.ndarray:
+    """The observation.state written for (episode, frame) (the episode shifted by the sample's `id_offset`):
+    recognisable values tests can recompute; `dim` entries (the first 6 as below, then (frame + k) / 4)."""
     t = frame / 10.0
-    return np.array([episode, frame, math.sin(t), math.cos(t), episode * 0.5 + frame * 0.01, task],
-                    dtype=np.float32)
+    base = [episode, frame, math.sin(t), math.cos(t), episode * 0.5 + frame * 0.01, task]
+    return np.array((base + [(frame + k) * 0.25 for k in range(dim - len(base))])[:dim], dtype=np.float32)
 
 
-def action_row(episode: int, frame: int, task: int) -> np.ndarray:
-    return state_row(episode, frame + 1, task) * np.float32(0.5)
+def action_row(episode: int, frame: int, task: int, dim: int = STATE_DIM) -> np.ndarray:
+    return state_row(episode, frame + 1, task, dim) * np.float32(0.5)
 
 
 def _chunk_file(n: int, chunks_size: int) -> tuple[int, int]:
@@ -258,7 +273,7 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
                              careful=careful, crf=spec.crf, pix_fmt=spec.pix_fmt_of(codec))
             ends = np.cumsum([len(run) for run in episodes]) / spec.fps
             spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
-        bad = misread_frames(path, ids)
+        bad = misread_frames(path, spec.painted(ids))
         if not bad:
             return careful, spans
     raise RuntimeError(f"{path}: {len(bad)} of {len(ids)} frames ({codec}, {spec.height}x{spec.width}) do not show "
@@ -581,13 +596,14 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
         writer = None
         for e in group:
             L = int(lengths[e])
-            state = np.stack([state_row(e, f, task_of[e]) for f in range(L)])
-            action = np.stack([action_row(e, f, task_of[e]) for f in range(L)])
+            e_id = e + spec.id_offset
+            state = np.stack([state_row(e_id, f, task_of[e], spec.state_dim) for f in range(L)])
+            action = np.stack([action_row(e_id, f, task_of[e], spec.state_dim) for f in range(L)])
             all_state.append(state)
             all_action.append(action)
             table = pa.table({
-                "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), STATE_DIM),
-                "action": pa.FixedSizeListArray.from_arrays(pa.array(action.ravel()), STATE_DIM),
+                "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(state.ravel()), spec.state_dim),
+                "action": pa.FixedSizeListArray.from_arrays(pa.array(action.ravel()), spec.state_dim),
                 "next.done": pa.array(np.arange(L) == L - 1),
                 "timestamp": pa.array((np.arange(L) / spec.fps).astype(np.float32)),
                 "frame_index": pa.array(np.arange(L, dtype=np.int64)),
@@ -644,10 +660,11 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
     pq.write_table(_tasks_table(TASKS[:spec.tasks]), out / "meta" / "tasks.parquet")
 
     total = int(lengths.sum())
-    names_state = ["episode", "frame", "sin", "cos", "mix", "task"]
+    names_state = (["episode", "frame", "sin", "cos", "mix", "task"] +
+                   [f"extra{k}" for k in range(spec.state_dim - STATE_DIM)])[:spec.state_dim]
     features = {
-        "observation.state": {"dtype": "float32", "shape": [STATE_DIM], "names": names_state},
-        "action": {"dtype": "float32", "shape": [STATE_DIM], "names": [f"a{i}" for i in range(STATE_DIM)]},
+        "observation.state": {"dtype": "float32", "shape": [spec.state_dim], "names": names_state},
+        "action": {"dtype": "float32", "shape": [spec.state_dim], "names": [f"a{i}" for i in range(spec.state_dim)]},
         "next.done": {"dtype": "bool", "shape": [1], "names": None},
     }
     for cam in spec.cameras:

@@ -20,6 +20,8 @@ SAMPLE_DEFAULTS: dict[str, Any] = {
     "crf": None,
     "recorder": "dali_stream",
     "pix_fmt": "yuv420p",
+    "state_dim": 6,
+    "id_offset": 0,
 }
 # What the frames show: "pattern", `paint.render`'s smooth moving pattern (fast to write, ids readable at every
 # size the tests use); "scene", `scene.Scene`'s camera-like room, which compresses and decodes like real robot

@@ -171,12 +171,12 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     from ..decode.cpu import DecoderCache, torchcodec_frames
     from ..errors import DaliStreamError
     from ..fetch.store import EpisodeStore
-    from ..fetch.tables import FRAME_TIME_S, TableReader
+    from ..catalog import Catalog
+    from ..fetch.tables import FRAME_TIME_S
     from .paint import shows
 
     painted = meta.info.get("robot_type") == "dali_stream_sample"
-    store = EpisodeStore(meta, TableReader(meta, meta.table_keys), tolerance_s, list(meta.video_keys), 1 << 28,
-                         DecoderCache(1), fetch_workers=0)
+    store = EpisodeStore(Catalog.whole(meta), tolerance_s, 1 << 28, DecoderCache(1), fetch_workers=0)
     found: dict[str, list[str]] = {}
     try:
         for pos in range(meta.num_episodes):

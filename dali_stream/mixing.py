@@ -1,0 +1,164 @@
+"""The loader's set-up that depends on what it reads: one dataset or a mixture (`catalog.Catalog`).
+
+`open_source` opens the source into a catalog and the `loader.meta` users see; `windows` turns
+`delta_timestamps` (seconds) into each member's frame offsets at its own fps; `planner_mix` the planner's view
+of a mixture (`plan.mix.Mix`); `camera_routes` one route per camera key from each member's own choice;
+`table_kinds` the batch's dtype and dimensions per table key; `check_camera_sizes` refuses cameras of
+different sizes under one key without `resize=`/`crop=`. For a single dataset each does what the loader did
+before mixtures existed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from .catalog import Catalog, MixtureMeta
+from .config import LoaderConfig
+from .decode.routes import RouteChoice, choose_routes, formats_of, mixture_routes, open_routes
+from .errors import ConfigError
+from .meta import DatasetMeta
+from .mixture import as_mixture
+from .plan.epoch import delta_indices
+from .plan.mix import Mix
+from .plan.selection import select
+
+PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
+
+
+def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
+    """(catalog, loader.meta): a DatasetMeta for one dataset, a MixtureMeta for a Mixture (or a list of
+    sources/members)."""
+    mixture = as_mixture(source)
+    if mixture is None:
+        meta = DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
+                                remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
+                                storage_options=dict(cfg.storage_options), revision=cfg.revision)
+        _known_keys(cfg.delta_timestamps, meta.features, f"features of {source!r}")
+        lengths, episodes = select(meta.episodes["episode_index"], meta.lengths,
+                                   None if cfg.episodes is None else list(cfg.episodes), cfg.max_episodes)
+        return Catalog.single(meta, lengths, episodes), meta
+    given = [name for name in PER_MEMBER if getattr(cfg, name) is not None]
+    if given:
+        raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
+                          f"Member(source, {given[0]}=...)")
+    catalog = Catalog.open(mixture, select, remote_max_retries=cfg.remote_max_retries,
+                           remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
+                           storage_options=cfg.storage_options)
+    _known_keys(cfg.delta_timestamps, catalog.fields, "keys of the mixture")
+    for member in catalog.members:
+        unknown = sorted(set(member.delta_timestamps) - set(cfg.delta_timestamps))
+        if unknown:
+            raise ConfigError(f"mixture member {member.name!r}: delta_timestamps gives offsets for {unknown}, which the "
+                              f"loader's delta_timestamps does not window ({sorted(cfg.delta_timestamps)}); a member "
+                              "only restates the loader's keys in its own seconds")
+    return catalog, MixtureMeta(catalog, cfg.crop or cfg.resize)
+
+
+def _known_keys(deltas: Mapping[str, Any], known: Mapping[str, Any], what: str) -> None:
+    unknown = sorted(set(deltas) - set(known))
+    if unknown:
+        close = {k: difflib.get_close_matches(k, list(known), n=1) for k in unknown}
+        hint = "; ".join(f"did you mean {c[0]!r} for {k!r}?" for k, c in close.items() if c)
+        raise ConfigError(f"delta_timestamps has keys {unknown} that are not {what}{'; ' + hint if hint else ''}; "
+                          f"they are: {sorted(known)}")
+
+
+def windows(catalog: Catalog, cfg: LoaderConfig) -> tuple[dict[str, tuple[int, ...]], tuple]:
+    """(the plan's delta indices, each member's): frame offsets per windowed key. A member resolves the seconds
+    (its own `delta_timestamps` where given) at its own fps and tolerance; a member lacking a key gets None."""
+    if not catalog.is_mixture:
+        meta = catalog.members[0].meta
+        return delta_indices(cfg.delta_timestamps, meta.fps, cfg.tolerance_s), ()
+    per_member = []
+    for member in catalog.members:
+        mine: dict[str, tuple[int, ...] | None] = {}
+        for key, seconds in cfg.delta_timestamps.items():
+            if catalog.fields[key].own[member.index] is None:
+                mine[key] = None
+                continue
+            own = member.delta_timestamps.get(key, seconds)
+            if len(own) != len(seconds):
+                raise ConfigError(f"mixture member {member.name!r}: delta_timestamps[{key!r}] has {len(own)} offsets, "
+                                  f"the loader's {len(seconds)}; every member's window of a key has the same steps")
+            tolerance = member.tolerance_s if member.tolerance_s is not None else cfg.tolerance_s
+            try:
+                mine[key] = delta_indices({key: own}, member.meta.fps, tolerance)[key]
+            except ConfigError as exc:
+                raise ConfigError(f"mixture member {member.name!r} ({member.meta.fps:g} fps): {exc}; or give the "
+                                  f"member its own offsets: Member(..., delta_timestamps={{{key!r}: [...]}})") from None
+        per_member.append(mine)
+    plan: dict[str, tuple[int, ...]] = {}
+    for key in cfg.delta_timestamps:
+        plan[key] = next(d for d in (m[key] for m in per_member) if d is not None)
+    return plan, tuple(per_member)
+
+
+def planner_mix(catalog: Catalog, member_deltas: tuple) -> Mix | None:
+    """The planner's view of a mixture (None for a single dataset)."""
+    if not catalog.is_mixture:
+        return None
+    assert catalog.mixture is not None
+    return Mix(catalog.member_of, tuple(m.weight for m in catalog.members), catalog.mixture.samples_per_epoch,
+               member_deltas)
+
+
+def camera_routes(catalog: Catalog, decode, choose: Callable[[dict, Any], dict[str, RouteChoice]], engine: str,
+                  engine_why: str) -> tuple[dict[str, RouteChoice], dict[str, dict[str, str]]]:
+    """(mixture key -> route and reason, member name -> {key: the route it would take alone}). `choose(formats,
+    decode)` is `decode.routes.choose_routes` bound to the node; a mixture's `decode` dict names mixture keys."""
+    if not catalog.is_mixture:
+        member = catalog.members[0]
+        choices = open_routes(choose(formats_of(member.meta), decode), engine, engine_why)
+        return choices, {member.name: {k: c.route for k, c in choices.items()}}
+    if not isinstance(decode, str):
+        unknown = sorted(set(decode) - set(catalog.video_keys))
+        if unknown:
+            raise ConfigError(f"decode= names cameras {unknown} that no member of the mixture has; cameras: "
+                              f"{catalog.video_keys}")
+    per_member = []
+    for member in catalog.members:
+        own = formats_of(member.meta)
+        formats = {key: own[member.own[key]] for key in catalog.video_keys if key in member.own}
+        mine = decode if isinstance(decode, str) else {k: v for k, v in decode.items() if k in formats}
+        per_member.append(open_routes(choose(formats, mine), engine, engine_why))
+    names = [m.name for m in catalog.members]
+    return (mixture_routes(per_member, names, catalog.video_keys, decode),
+            {n: {k: c.route for k, c in choices.items()} for n, choices in zip(names, per_member)})
+
+
+def check_camera_sizes(catalog: Catalog, image_ops) -> None:
+    """Every member's camera fits the image ops; a key whose members' cameras differ in size needs
+    `resize=` or `crop=` (batches are dense)."""
+    for key in catalog.video_keys:
+        f = catalog.fields[key]
+        for m, (h, w) in f.sizes.items():
+            image_ops.check_camera(key, h, w)
+        if len(set(f.sizes.values())) > 1 and image_ops.resize is None and image_ops.crop is None:
+            said = ", ".join(f"{catalog.members[m].name}: {h}x{w}" for m, (h, w) in f.sizes.items())
+            raise ConfigError(f"camera {key!r} has different sizes in the mixture's members ({said}); a batch holds "
+                              "one size per key: pass resize=(height, width) (or crop=) to bring them to one, or map "
+                              "them to different keys with Member(keys={...})")
+
+
+def table_kinds(catalog: Catalog, store, first_rows: Callable[[], dict[str, np.ndarray]]
+                ) -> dict[str, tuple[np.dtype, int]]:
+    """Table key -> (numpy dtype, dimensions per frame) of the batch. One dataset: from its first selected
+    episode's rows (`first_rows`, as before mixtures). A mixture: the field's dtype (float32, int64 or bool),
+    and the dimensions of the first member that has the key, read from its data file's schema."""
+    if not catalog.is_mixture:
+        rows = first_rows()
+        return {k: (v.dtype, v.ndim - 1) for k, v in rows.items() if k in catalog.table_keys}
+    kinds: dict[str, tuple[np.dtype, int]] = {}
+    for member in catalog.members:
+        missing = [k for k in catalog.table_keys if k not in kinds and k in member.own]
+        if not missing:
+            continue
+        first = int(np.flatnonzero(member.lengths > 0)[0]) if (member.lengths > 0).any() else 0
+        found = store.files[member.index].tables.kinds(first)
+        for key in missing:
+            _, ndim = found[member.own[key]]
+            kinds[key] = (np.dtype(catalog.fields[key].dtype), 1 if catalog.fields[key].padded else ndim)
+    return kinds
