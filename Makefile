@@ -20,10 +20,14 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_cli.py
 
-.PHONY: demo test typecheck test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
+.PHONY: demo demo-mixture test typecheck test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
+
+# Two sample datasets of different embodiments streamed as one mixture (README, "Mixtures").
+demo-mixture: $(STAMP)
+	$(BIN)/dali-stream demo .demo/mixture --mixture --batches 100
 
 test: $(STAMP) typecheck
 	$(BIN)/python -m pytest -q --timeout=600 $(PYTEST_ARGS)

@@ -331,13 +331,13 @@ def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: S
                 if len({c.reason for _, c in have}) == 1 else said
             out[key] = RouteChoice(routes[0], reason + note)
             continue
-        why = (f"members {lacking} lack it, and DALI's decoder ({routes[0]}) needs a stream for every sample"
-               if len(routes) == 1 else f"its members decode it on different routes ({said}), and one key decodes "
-               "one way for every sample")
+        why = (f"members {lacking} lack it, and DALI's decoder ({routes[0]}) needs a stream for every sample "
+               f"({said})" if len(routes) == 1 else f"its members decode it on different routes ({said}), and one key "
+               "decodes one way for every sample")
         want = decode if isinstance(decode, str) else decode.get(key, "auto")
         if want == "gpu":
             raise DeviceError(f"decode='gpu' for camera {key!r}, but {why}; use nvdec_engine='open' (its decoders take "
                               f"samples without a camera), decode={{{key!r}: 'auto'}}, or map the members' cameras to "
                               "different keys with Member(keys={...})")
-        out[key] = RouteChoice("torchcodec", f"{why}: torchcodec decodes every member's stream; members: {said}")
+        out[key] = RouteChoice("torchcodec", f"{why}: torchcodec, which decodes every member's stream")
     return out

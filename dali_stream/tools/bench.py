@@ -321,6 +321,12 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     from ..loader import StreamLoader
     from ..meta import DatasetMeta
 
+    from ..mixture import is_mixture_file
+
+    if is_mixture_file(cfg.dataset):  # a mixture: its rate against its members' (`bench_mixture`)
+        from .bench_mixture import run_mixture
+
+        return run_mixture(cfg, progress, measured)
     t_run = time.perf_counter()
     meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.loader.data_files_root, revision=cfg.loader.revision)
     cameras = list(meta.video_keys)
@@ -568,17 +574,42 @@ BENCH_SAMPLES = {
                 episodes_per_file=50),
 }
 DEFAULT_SAMPLE = "av1-quick"
+# Mixtures of samples of different embodiments, for `bench` on a mixture (`bench_mixture`): members written as
+# their own samples under one folder with a mixture file beside them. "mixture-quick": av1-quick's two-camera
+# AV1 arm at 30 fps, 6-dof, and a one-camera H.264 arm at 10 fps, 7-dof (its episodes painted from 100).
+BENCH_MIXTURES = {
+    "mixture-quick": {"arm-av1": BENCH_SAMPLES["av1-quick"],
+                      "arm-h264": dict(episodes=6, min_length=40, max_length=70, cameras="front:h264", gop=2,
+                                       episodes_per_file=6, content="scene", crf=30, fps=10, state_dim=7,
+                                       id_offset=100)},
+}
 
 
-def bench_sample_spec(variant: str):
+def bench_sample_spec(variant: str, settings: Mapping[str, Any] | None = None):
+    """The SampleSpec of benchmark sample `variant` (or of the given `settings`: a mixture's member)."""
     from .sample_data import SampleSpec, parse_cameras
 
-    if variant not in BENCH_SAMPLES:
+    if settings is None and variant not in BENCH_SAMPLES:
         from ..errors import ConfigError
 
-        raise ConfigError(f"--sample must be one of {sorted(BENCH_SAMPLES)}. Found: {variant!r}")
-    spec: dict[str, Any] = dict(BENCH_SAMPLES[variant])
+        raise ConfigError(f"--sample must be one of {sorted([*BENCH_SAMPLES, *BENCH_MIXTURES])}. Found: {variant!r}")
+    spec: dict[str, Any] = dict(settings if settings is not None else BENCH_SAMPLES[variant])
     return SampleSpec(height=480, width=640, seed=7, **{**spec, "cameras": parse_cameras(spec["cameras"])})
+
+
+def mixture_sample(variant: str, write) -> str:
+    """The mixture file of benchmark mixture `variant` (`BENCH_MIXTURES`), its members written first where missing or
+    stale (`write(path, spec, why)`); returns the file's path."""
+    root = Path(default_dataset(variant))
+    members = BENCH_MIXTURES[variant]
+    for name, settings in members.items():
+        spec = bench_sample_spec(variant, settings)
+        why = stale_sample(root / name, spec)
+        if why is not None:
+            write(root / name, spec, why)
+    path = root / "mixture.json"
+    path.write_text(json.dumps({"members": [{"source": name, "name": name} for name in members]}, indent=2))
+    return str(path)
 
 
 def default_dataset(variant: str) -> str:

@@ -25,6 +25,9 @@ def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
 def label(r: dict[str, Any]) -> str:
     c = r["config"]
     routes = "+".join(sorted(set(r.get("routes", {}).values()))) or c["decode"]
+    mixed = r.get("mixture")
+    if mixed:  # a mixture's run (`bench_mixture`): its rate against its members' own
+        return f"{c['mode']} / {c['decode']} ({routes}) mixture: {mixed['ratio_median']:.2f} of its members' rates"
     return f"{c['mode']} / {c['decode']} ({routes})"
 
 

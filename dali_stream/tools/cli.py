@@ -112,7 +112,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ..decode import proven
     from ..decode.routes import Node, choose_routes, formats_of
     from ..meta import DatasetMeta
+    from ..mixture import is_mixture_file
 
+    if is_mixture_file(args.dataset):
+        return _inspect_mixture(args)
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
     formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
     routes = choose_routes(formats, "auto", Node.probe(), unproven=proven.rule(formats))
@@ -147,6 +150,72 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect_mixture(args: argparse.Namespace) -> int:
+    """`inspect MIXTURE.json`: each member (episodes, frames, fps, weight, its cameras' routes alone), and the
+    mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
+    from ..catalog import Catalog
+    from ..decode import proven
+    from ..decode.routes import Node, choose_routes, formats_of, mixture_routes
+    from ..mixture import load_mixture
+    from ..plan.selection import select
+
+    if args.revision:
+        print("dali-stream inspect: error: --revision applies to one dataset; a mixture file gives each member its "
+              "own \"revision\"", file=sys.stderr)
+        return 2
+    catalog = Catalog.open(load_mixture(args.dataset), select)
+    node = Node.probe()
+    names = [m.name for m in catalog.members]
+    per_member, members = [], {}
+    for m in catalog.members:
+        formats = formats_of(m.meta)
+        alone = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
+        per_member.append({key: alone[m.own[key]] for key in catalog.video_keys if key in m.own})
+        members[m.name] = {"source": m.meta.source, "weight": m.weight, "episodes": len(m.episodes),
+                           "frames": m.frames, "fps": m.meta.fps,
+                           "cameras": {key: {"own_key": m.own[key], "codec": m.camera(key).codec,
+                                             "height": m.camera(key).height, "width": m.camera(key).width,
+                                             "route_auto": per_member[-1][key].route}
+                                       for key in catalog.video_keys if key in m.own}}
+    routes = mixture_routes(per_member, names, catalog.video_keys)
+    keys = {}
+    for key, f in catalog.fields.items():
+        keys[key] = {"camera": f.visual, "dtype": f.dtype, "shape": list(f.shape),
+                     "lacking": [names[i] for i, o in enumerate(f.own) if o is None],
+                     "renamed": {names[i]: o for i, o in enumerate(f.own) if o is not None and o != key},
+                     **({"sizes": {names[i]: list(hw) for i, hw in f.sizes.items()}} if f.visual else
+                        {"padded": f.padded, "lengths": {names[i]: list(s) for i, s in enumerate(f.own_shapes)
+                                                         if s is not None}}),
+                     **({"route_auto": routes[key].route, "reason": routes[key].reason} if f.visual else {})}
+    report = {"source": args.dataset, "members": members, "samples_per_epoch": catalog.mixture.samples_per_epoch
+              if catalog.mixture else None, "episodes": int(sum(len(m.episodes) for m in catalog.members)),
+              "frames": int(sum(m.frames for m in catalog.members)), "keys": keys}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from rich.console import Console
+
+    from .diagnose_report import keyed_table
+
+    console = Console()
+    console.print(f"[bold]{args.dataset}[/]: a mixture of {len(members)} datasets, {report['episodes']} episodes, "
+                  f"{report['frames']} frames")
+    table = keyed_table(("member", "source", "weight", "episodes", "frames", "fps", "cameras (route alone)"),
+                        list(members))
+    for name, m in members.items():
+        cams = ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['codec']} {c['width']}x{c['height']} -> {c['route_auto']}"
+                         for k, c in m["cameras"].items())
+        table.add_row(name, m["source"], f"{m['weight']:g}", str(m["episodes"]), str(m["frames"]), f"{m['fps']:g}",
+                      cams)
+    console.print(table)
+    table = keyed_table(("key", "dtype, shape", "members lacking it", "route (auto, this node)"), list(keys))
+    for key, k in keys.items():
+        shape = f"{k['dtype']} {k['shape']}" + (" (padded)" if k.get("padded") else "")
+        table.add_row(key, shape, ", ".join(k["lacking"]) or "-", k.get("route_auto", ""))
+    console.print(table)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import (
@@ -163,6 +232,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .sample_data import SAMPLE_KEY
 
     console = Console()
+    if args.mixture or args.dataset.endswith(".json"):  # a mixture of datasets (`demo_mixture`)
+        from . import demo_mixture
+
+        path = args.dataset if args.dataset.endswith(".json") else str(demo_mixture.write_demo_mixture(
+            Path(args.dataset), lambda out, spec: _write_with_progress(out, spec, True, console, args.workers)))
+        return demo_mixture.run(path, args.batches, loader_settings(args, DEMO_SETTINGS), args.seed,
+                                args.action_horizon, console)
     root = Path(args.dataset)
     spec = _spec(args)
     if args.overwrite or not (root / INFO_PATH).exists():
@@ -341,10 +417,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..decode.routes import Node
+    from ..mixture import is_mixture_file
     from . import bench, bench_report
 
     console = Console(stderr=True)
     own_dataset_hint = args.dataset is None
+    if args.dataset is None and args.sample in bench.BENCH_MIXTURES:
+        def write(path: Path, spec, why: str) -> None:
+            console.print(f"writing the benchmark mixture's member {path} ({args.sample}), {why}: {spec.episodes} "
+                          f"episodes of {spec.min_length}-{spec.max_length} frames at {spec.fps} fps, cameras "
+                          f"{', '.join(c.text() for c in spec.cameras)} at {spec.width}x{spec.height}")
+            _write_with_progress(path, spec, True, console)
+
+        args.dataset = bench.mixture_sample(args.sample, write)
     if args.dataset is None:
         args.dataset = bench.default_dataset(args.sample)
         spec = bench.bench_sample_spec(args.sample)
@@ -371,6 +456,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 failed.append(f"bench {cfg.mode}/gpu skipped: {result['skipped']}")
             else:
                 rest = [s for s, on in (("the raw decode limit", cfg.limit), ("the baseline", cfg.baseline)) if on]
+                if is_mixture_file(cfg.dataset):
+                    rest = ["the members alone"]
                 result = bench.run(cfg, progress=lambda stage: bar.update(
                     task, description=f"bench {cfg.mode}/{cfg.loader.decode}: {stage}"),
                     measured=lambda got: console.print(
@@ -423,8 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     _make_sample_args(p)
     p.set_defaults(func=cmd_make_sample)
 
-    p = sub.add_parser("inspect", help="summarise a dataset: episodes, cameras, codecs, decode routes")
-    p.add_argument("dataset", help="dataset root (path or fsspec URL)")
+    p = sub.add_parser("inspect", help="summarise a dataset or a mixture: episodes, cameras, codecs, decode routes")
+    p.add_argument("dataset", help="dataset root (path or fsspec URL), or a mixture file (.json: "
+                                   "dali_stream.mixture.load_mixture)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... repository")
     p.set_defaults(func=cmd_inspect)
@@ -448,7 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diagnose", help="what this node can decode, and how each camera of DATASET would be",
                        description="Exit status: 0 all cameras decodable here, 1 some camera cannot be decoded "
                                    "here (named), 2 the install is broken (named).")
-    p.add_argument("dataset", nargs="?", help="dataset root (path or fsspec URL); omit for the node only")
+    p.add_argument("dataset", nargs="?", help="dataset root (path or fsspec URL), or a mixture file (.json: each "
+                                              "member's cameras, and the route of each mixture key); omit for the "
+                                              "node only")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--decode-test", action="store_true",
                    help="decode one frame per camera through every route this node has")
@@ -459,12 +549,15 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Runs StreamLoader for a steady window, then the raw decode limit and a "
                                    "LeRobotDataset-style DataLoader baseline on the same samples. "
                                    "`dali-stream bench summarize RESULTS...` merges result files.")
-    p.add_argument("dataset", nargs="?", help="dataset root (default: the benchmark sample, written on first use)")
-    p.add_argument("--sample", default="av1-quick", choices=("av1-quick", "av1", "h264", "toy"),
+    p.add_argument("dataset", nargs="?", help="dataset root, or a mixture file (.json: the mixture's samples/s against "
+                                              "its members' own, tools/bench_mixture.py) (default: the benchmark "
+                                              "sample, written on first use)")
+    p.add_argument("--sample", default="av1-quick", choices=("av1-quick", "av1", "h264", "toy", "mixture-quick"),
                    help="which benchmark sample when DATASET is omitted (written on first use): two 640x480 "
                         "cameras, AV1 g=2 (lerobot's default): av1-quick, 5 episodes of 4-7 s (written in under a "
                         "minute on 2 cores); av1 or h264 (g=2), 20 episodes of 10-20 s (the results' sample, "
-                        "minutes to write); toy: the old 200 short episodes")
+                        "minutes to write); toy: the old 200 short episodes; mixture-quick: av1-quick and a "
+                        "one-camera H.264 arm at 10 fps, 7-dof, as a mixture")
     p.add_argument("--mode", default="single", choices=("single", "sarm", "camera-window"),
                    help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
                         "0..7 s (the seeds' definition); camera-window: 8 steps spaced 1 s on every camera")
@@ -492,7 +585,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench_summarize)
 
     p = sub.add_parser("demo", help="write the sample dataset (if absent) and stream batches from it")
-    p.add_argument("dataset", nargs="?", default=".demo/sample", help="folder of the sample dataset (default %(default)s)")
+    p.add_argument("dataset", nargs="?", default=".demo/sample",
+                   help="folder of the sample dataset (default %(default)s); with --mixture the folder of the demo "
+                        "mixture's members; or a mixture file (.json) to stream")
+    p.add_argument("--mixture", action="store_true",
+                   help="write two datasets of different embodiments into DATASET (30 fps two cameras 6-dof, 10 fps "
+                        "one camera 7-dof, weighted 2) and stream them as one mixture (tools/demo_mixture.py)")
     p.add_argument("--batches", type=int, default=300, help="batches to stream (default %(default)s)")
     add_loader_flags(p, DEMO_SETTINGS)
     p.add_argument("--action-horizon", type=int, default=8, help="action chunk length in frames")

@@ -267,9 +267,11 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
     report["gpu"] = gpu_verdict(node_report, node)
     report["install"] = install_verdict(node_report, report["software"])
     if source is not None:
-        from .diagnose_dataset import probe_dataset
+        from ..mixture import is_mixture_file
+        from .diagnose_dataset import probe_dataset, probe_mixture
 
-        report["dataset"] = _guard(probe_dataset, source, report["software"], node, decode_test)
+        probe = probe_mixture if is_mixture_file(source) else probe_dataset
+        report["dataset"] = _guard(probe, source, report["software"], node, decode_test)
     host = report["node"].get("hostname", "this node")
     bad_cameras: list[str] = []
     cams: dict[str, Any] = {}

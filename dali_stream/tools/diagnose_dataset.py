@@ -84,7 +84,9 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
         idx = seg.frame_indices(np.array([start + frame / meta.fps]), 1e-3, f"frame {frame}")
     except Exception as exc:
         return {"segment": {"ok": False, "layer": "container", "error": str(exc)[:600]}}
-    expect = [meta.episode_index(pos), frame]
+    from .sample_defaults import painted_offset
+
+    expect = [meta.episode_index(pos) + painted_offset(meta.info), frame]
     results: dict[str, Any] = {"segment": {"ok": True, "bytes": seg.nbytes, "episode": expect[0], "frame": frame}}
 
     def attempt(route: str, run) -> None:
@@ -139,8 +141,46 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
     return results
 
 
-def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[str, Any]:
-    """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request)."""
+def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[str, Any]:
+    """A mixture file (`dali_stream.mixture.load_mixture`): each member probed as a dataset (`probe_dataset`), its
+    cameras reported as "<member>/<camera key>", and the route each mixture key takes here (one per key, from the
+    members' own: `decode.routes.mixture_routes`)."""
+    from ..decode.routes import RouteChoice, mixture_routes
+    from ..meta import DatasetMeta
+    from ..mixture import load_mixture
+
+    try:
+        mixture = load_mixture(path)
+    except Exception as exc:
+        return {"ok": False, "layer": "metadata", "error": f"{type(exc).__name__}: {exc}", "fix": _FIXES["metadata"]}
+    members, cameras, choices = {}, {}, []
+    for member in mixture.members:
+        report = probe_dataset(member.source, software, node, decode_test, lambda m=member: DatasetMeta.open(
+            m.source, data_files_root=m.data_files_root, storage_options=dict(m.storage_options or {}),
+            revision=m.revision))
+        if not report["ok"]:
+            return {**report, "error": f"mixture member {member.name!r}: {report['error']}"}
+        members[str(member.name)] = {k: report[k] for k in ("source", "codebase_version", "episodes", "frames", "fps")}
+        members[str(member.name)]["weight"] = member.weight
+        mine = {}
+        for key, cam in report["cameras"].items():
+            to = member.mixture_key(key)
+            if to is None:
+                continue
+            cameras[f"{member.name}/{key}"] = {**cam, "mixture_key": to}
+            mine[to] = RouteChoice(cam["route"], cam["reason"])
+        choices.append(mine)
+    keys = list(dict.fromkeys(k for mine in choices for k in mine))
+    routes = {k: {"route": c.route, "reason": c.reason} for k, c in mixture_routes(choices, mixture.names, keys).items()}
+    return {"ok": True, "source": path, "codebase_version": "mixture", "members": members,
+            "episodes": sum(m["episodes"] for m in members.values()),
+            "frames": sum(m["frames"] for m in members.values()), "fps": next(iter(members.values()))["fps"],
+            "cameras": cameras, "mixture_routes": routes}
+
+
+def probe_dataset(source: str, software: dict, node, decode_test: bool, open_meta=None) -> dict[str, Any]:
+    """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request).
+    `open_meta()`: how to open the dataset's metadata (default `DatasetMeta.open(source)`)."""
     import numpy as np
 
     from ..decode import proven
@@ -148,7 +188,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool) -> dict[
     from ..meta import DatasetMeta
 
     try:
-        meta = DatasetMeta.open(source)
+        meta = open_meta() if open_meta is not None else DatasetMeta.open(source)
     except Exception as exc:
         return {"ok": False, "layer": "metadata", "error": f"{type(exc).__name__}: {exc}", "fix": _FIXES["metadata"]}
     pos = int(np.flatnonzero(meta.lengths > 0)[0])

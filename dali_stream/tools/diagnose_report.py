@@ -83,6 +83,8 @@ def render(report: dict[str, Any]) -> None:
             for key, cam in dataset["cameras"].items():
                 console.print(f"  {key}: {cam['reason']}" + ("" if cam["decodable"] else
                                                             f"\n    [red]{cam['error']}[/]\n    fix: {cam['fix']}"))
+            for key, route in dataset.get("mixture_routes", {}).items():  # a mixture: one route per key
+                console.print(f"  mixture key {key}: {route['route']} ({route['reason']})")
         else:
             console.print(f"[red]dataset: {dataset.get('layer', '')} {dataset.get('error')}[/]")
     colour = {0: "green", 1: "yellow", 2: "red"}[report["exit_code"]]

@@ -34,3 +34,10 @@ CONTENTS = ("pattern", "scene")
 # frames, as recordings made outside lerobot come).
 RECORDERS = ("dali_stream", "lerobot", "encoder-defaults")
 PIX_FMTS = ("yuv420p", "yuv444p")
+
+
+def painted_offset(info: dict) -> int:
+    """What a sample dataset adds to the episode ids it paints (`SampleSpec.id_offset`, recorded in its info.json
+    under "dali_stream_sample"): 0 for other datasets and older samples."""
+    record = info.get("dali_stream_sample") or {}
+    return int(record.get("id_offset", 0)) if isinstance(record, dict) else 0

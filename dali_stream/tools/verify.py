@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import ConfigError
+from .sample_defaults import painted_offset
 
 TOP_FOLDERS = ("meta", "data", "videos")
 _CHUNK = 1 << 20
@@ -176,6 +177,7 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     from .paint import shows
 
     painted = meta.info.get("robot_type") == "dali_stream_sample"
+    offset = painted_offset(meta.info)  # a mixture member's sample paints its episodes shifted
     store = EpisodeStore(Catalog.whole(meta), tolerance_s, 1 << 28, DecoderCache(1), fetch_workers=0)
     found: dict[str, list[str]] = {}
     try:
@@ -194,7 +196,7 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                         frames = torchcodec_frames(seg, idx[start:start + VERIFY_CHUNK], reader)
                         if painted:
                             misread += [start + f for f, image in enumerate(frames)
-                                        if not shows(image, (episode, start + f))]
+                                        if not shows(image, (episode + offset, start + f))]
                     reader.clear()
                     for part in (idx[:1], idx[-1:]):
                         torchcodec_frames(seg, part)
@@ -216,12 +218,14 @@ def _painted_ids(meta, path: str) -> dict[int, tuple[int, int]] | None:
     if meta.info.get("robot_type") != "dali_stream_sample":
         return None
     out = {}
+    offset = painted_offset(meta.info)
     for key, cam in meta.cameras.items():
         for pos in range(meta.num_episodes):
             if meta.video_file(pos, key) != path:
                 continue
             for f in range(int(meta.lengths[pos])):
-                out[round((float(cam.from_timestamp[pos]) + f / meta.fps) * meta.fps)] = (meta.episode_index(pos), f)
+                out[round((float(cam.from_timestamp[pos]) + f / meta.fps) * meta.fps)] = (meta.episode_index(pos) + offset,
+                                                                                         f)
     return out
 
 

@@ -1,0 +1,118 @@
+"""`dali-stream bench MIXTURE.json`: a mixture's samples/s against what its members give alone, in one run.
+
+Each round streams every member alone and then the mixture, through the same steady window (`bench.stream`),
+on the same loader settings, each member's cameras on the routes the mixture gives them (one route per key);
+odd rounds go in the reverse order, so drift of the machine (another process,
+thermal state) falls on both sides. A mixture's batch takes `share_m` of its samples from member m, so if
+mixing cost nothing it would deliver
+
+    expected = 1 / sum_m(share_m / rate_m)
+
+samples/s (the members' rates weighted by their shares: each sample costs what it costs in its own member).
+`ratio` = the mixture's rate / expected, per round and as the median; `share_m` is what the mixture's window
+drew (its `dataset_index`), beside the epoch's target (frames x weight, `plan.mix`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from .bench import BenchConfig, RssSampler, _device, _versions, mode_deltas, stream
+
+
+# a route the mixture took for a key -> the `decode` choice that gives a member alone the same route
+_CHOICE = {"torchcodec": "cpu", "cpu-open": "cpu-open", "nvdec": "gpu", "nvdec-open": "gpu", "dali-cpu": "auto"}
+
+
+def _member_deltas(member, deltas: dict[str, list[float]]) -> dict[str, list[float]]:
+    """The mixture's windows under a member's own keys (its own seconds where it gives them)."""
+    out = {}
+    for key, seconds in deltas.items():
+        own = member.own.get(key)
+        if own is not None:
+            out[own] = list(member.delta_timestamps.get(key, seconds))
+    return out
+
+
+def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2) -> dict[str, Any]:
+    """Bench the mixture file `cfg.dataset` against its members (module doc); the result dict has the usual
+    `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates."""
+    from ..loader import StreamLoader
+    from ..mixture import load_mixture
+
+    t_run = time.perf_counter()
+    mixture = load_mixture(cfg.dataset)
+    settings = dict(cfg.loader.__dict__)  # the loader's settings, for each member alone too
+    per_round: list[dict[str, Any]] = []
+    got: dict[str, Any] = {}
+    loader = None
+    with RssSampler() as rss:
+        probe = StreamLoader(mixture, config=cfg.loader, drop_last=True)
+        catalog = probe.catalog
+        deltas = mode_deltas(cfg.mode, catalog.video_keys, catalog.fields)
+        members = catalog.members
+        targets = np.array([m.frames * m.weight for m in members], dtype=np.float64)
+        # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`)
+        as_mixed = {m.name: {m.own[k]: _CHOICE[r] for k, r in probe.routes.items() if k in m.own} for m in members}
+        probe.close()
+        for r in range(rounds):
+            order: list[Any] = [*members, None]  # None: the mixture
+            if r % 2:
+                order.reverse()
+            rates: dict[str, float] = {}
+            for who in order:
+                name = "mixture" if who is None else who.name
+                if progress:
+                    progress(f"round {r + 1}/{rounds}: {name}")
+                if who is None:
+                    loader = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
+                    got = stream(loader, cfg, catalog.video_keys)
+                    window = got.get("window", [])
+                    drawn = np.concatenate([catalog.member_index(loader.batch_plan(e, i).episodes)
+                                            for e, i in window]) if window else np.zeros(0, np.int64)
+                    shares = np.bincount(drawn, minlength=len(members)) / max(1, len(drawn))
+                    rates["mixture"] = got.get("samples_per_s", 0.0)
+                    if measured is not None and got.get("samples"):
+                        measured(got)
+                else:
+                    spec = mixture.members[who.index]
+                    alone = StreamLoader(spec.source, **{
+                        **settings, "delta_timestamps": _member_deltas(who, deltas), "episodes": list(who.episodes),
+                        "drop_last": True, "data_files_root": spec.data_files_root, "revision": spec.revision,
+                        "decode": as_mixed[who.name],
+                        "storage_options": {**settings["storage_options"], **(spec.storage_options or {})},
+                        "tolerance_s": who.tolerance_s if who.tolerance_s is not None else cfg.loader.tolerance_s})
+                    rates[name] = stream(alone, cfg, [who.own[k] for k in catalog.video_keys if k in who.own]).get(
+                        "samples_per_s", 0.0)
+                    alone.close()
+            expected = 1.0 / sum(s / rates[m.name] for s, m in zip(shares, members) if s > 0 and rates[m.name])
+            per_round.append({"order": [("mixture" if w is None else w.name) for w in order], "samples_per_s": rates,
+                              "window_shares": dict(zip((m.name for m in members), shares.round(4).tolist())),
+                              "expected_samples_per_s": expected, "ratio": rates["mixture"] / expected})
+            if loader is not None and r < rounds - 1:
+                loader.close()
+    assert loader is not None
+    ratios = [p["ratio"] for p in per_round]
+    result: dict[str, Any] = {
+        "config": cfg.record() | {"mixture": mixture.describe()},
+        "samples_per_s": got.get("samples_per_s", 0.0), "frames_per_s_node": got.get("frames_per_s_node", 0.0),
+        "first_batch_latency_s": got.get("first_batch_latency_s"),
+        **{k: got.get(k) for k in ("p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms")},
+        "peak_rss_gb": rss.peak / 2**30, "routes": dict(loader.routes), "route_reasons": dict(loader.route_reasons),
+        "member_routes": loader.member_routes, "data_wait": loader.data_wait(), "device": _device(loader),
+        "versions": _versions(), "memory_budget": loader.memory_budget(), "notes": [],
+        "rank": loader.world.rank, "world_size": loader.world.world_size,
+        "mixture": {"rounds": per_round, "ratio_median": statistics.median(ratios),
+                    "epoch_shares": dict(zip((m.name for m in members), (targets / targets.sum()).round(4).tolist())),
+                    "note": "ratio = the mixture's samples/s / the members' own rates weighted by the shares the "
+                            "mixture's window drew (1 / sum(share / rate)); each round measures every member alone "
+                            "and the mixture, odd rounds in reverse order"},
+        "limit_ratio": None, "baseline_ratio": None, "nvdec_limit_ratio": None, "gpu_over_cpu_all_cores": None,
+    }
+    loader.close()
+    result["wallclock_s"] = time.perf_counter() - t_run
+    return result
