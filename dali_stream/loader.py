@@ -18,7 +18,7 @@ import warnings
 import weakref
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .graph.batches import DALI_ROUTES, BatchBuilder, Prepared, engine_camera
 from .graph.host import to_output, uses_host_frames
 from .graph.imageops import ImageOps
 from .graph.joined import joins
+from .mixture import Member, Mixture
 from .mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 from .pairing import check_dali
 from .plan.epoch import BatchPlan, EpochPlan, PlanConfig, resume_plan
@@ -218,7 +219,8 @@ class StreamLoader:
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
     """
 
-    def __init__(self, source: str, *, config: LoaderConfig | None = None, **settings: Unpack[LoaderSettings]) -> None:
+    def __init__(self, source: str | Mixture | Sequence[str | Member], *, config: LoaderConfig | None = None,
+                 **settings: Unpack[LoaderSettings]) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
         check_dali()
         if "nvidia.dali.plugin.pytorch" in _IMPORT_ERRORS:

@@ -321,12 +321,6 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     from ..loader import StreamLoader
     from ..meta import DatasetMeta
 
-    from ..mixture import is_mixture_file
-
-    if is_mixture_file(cfg.dataset):  # a mixture: its rate against its members' (`bench_mixture`)
-        from .bench_mixture import run_mixture
-
-        return run_mixture(cfg, progress, measured)
     t_run = time.perf_counter()
     meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.loader.data_files_root, revision=cfg.loader.revision)
     cameras = list(meta.video_keys)

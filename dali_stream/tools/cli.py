@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .flags import add_loader_flags, loader_settings
 
@@ -166,7 +167,8 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     catalog = Catalog.open(load_mixture(args.dataset), select)
     node = Node.probe()
     names = [m.name for m in catalog.members]
-    per_member, members = [], {}
+    per_member: list = []
+    members: dict[str, dict[str, Any]] = {}
     for m in catalog.members:
         formats = formats_of(m.meta)
         alone = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
@@ -178,7 +180,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
                                              "route_auto": per_member[-1][key].route}
                                        for key in catalog.video_keys if key in m.own}}
     routes = mixture_routes(per_member, names, catalog.video_keys)
-    keys = {}
+    keys: dict[str, dict[str, Any]] = {}
     for key, f in catalog.fields.items():
         keys[key] = {"camera": f.visual, "dtype": f.dtype, "shape": list(f.shape),
                      "lacking": [names[i] for i, o in enumerate(f.own) if o is None],
@@ -202,16 +204,16 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
                   f"{report['frames']} frames")
     table = keyed_table(("member", "source", "weight", "episodes", "frames", "fps", "cameras (route alone)"),
                         list(members))
-    for name, m in members.items():
+    for name, row in members.items():
         cams = ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['codec']} {c['width']}x{c['height']} -> {c['route_auto']}"
-                         for k, c in m["cameras"].items())
-        table.add_row(name, m["source"], f"{m['weight']:g}", str(m["episodes"]), str(m["frames"]), f"{m['fps']:g}",
-                      cams)
+                         for k, c in row["cameras"].items())
+        table.add_row(name, row["source"], f"{row['weight']:g}", str(row["episodes"]), str(row["frames"]),
+                      f"{row['fps']:g}", cams)
     console.print(table)
     table = keyed_table(("key", "dtype, shape", "members lacking it", "route (auto, this node)"), list(keys))
     for key, k in keys.items():
         shape = f"{k['dtype']} {k['shape']}" + (" (padded)" if k.get("padded") else "")
-        table.add_row(key, shape, ", ".join(k["lacking"]) or "-", k.get("route_auto", ""))
+        table.add_row(key, shape, ", ".join(map(str, k["lacking"])) or "-", str(k.get("route_auto", "")))
     console.print(table)
     return 0
 
@@ -235,8 +237,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.mixture or args.dataset.endswith(".json"):  # a mixture of datasets (`demo_mixture`)
         from . import demo_mixture
 
-        path = args.dataset if args.dataset.endswith(".json") else str(demo_mixture.write_demo_mixture(
-            Path(args.dataset), lambda out, spec: _write_with_progress(out, spec, True, console, args.workers)))
+        def write(out: Path, spec) -> None:
+            _write_with_progress(out, spec, True, console, args.workers)
+
+        path = args.dataset if args.dataset.endswith(".json") else \
+            str(demo_mixture.write_demo_mixture(Path(args.dataset), write))
         return demo_mixture.run(path, args.batches, loader_settings(args, DEMO_SETTINGS), args.seed,
                                 args.action_horizon, console)
     root = Path(args.dataset)
@@ -418,7 +423,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from ..decode.routes import Node
     from ..mixture import is_mixture_file
-    from . import bench, bench_report
+    from . import bench, bench_mixture, bench_report
 
     console = Console(stderr=True)
     own_dataset_hint = args.dataset is None
@@ -458,7 +463,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 rest = [s for s, on in (("the raw decode limit", cfg.limit), ("the baseline", cfg.baseline)) if on]
                 if is_mixture_file(cfg.dataset):
                     rest = ["the members alone"]
-                result = bench.run(cfg, progress=lambda stage: bar.update(
+                # a mixture file: the mixture's rate against its members' own (`bench_mixture`)
+                runner = bench_mixture.run_mixture if is_mixture_file(cfg.dataset) else bench.run
+                result = runner(cfg, progress=lambda stage: bar.update(
                     task, description=f"bench {cfg.mode}/{cfg.loader.decode}: {stage}"),
                     measured=lambda got: console.print(
                         f"bench {cfg.mode}/{cfg.loader.decode}: loader {got['samples_per_s']:.1f} samples/s "
