@@ -128,9 +128,12 @@ class Catalog:
                                            member.max_episodes)
             except ConfigError as exc:
                 raise ConfigError(f"mixture member {member.name!r}: {exc}") from None
-            own = {}
+            own: dict[str, str] = {}
             for k in (*meta.video_keys, *meta.table_keys):
                 to = member.mixture_key(k)
+                if to is not None and to in own:
+                    raise ConfigError(f"mixture member {member.name!r}: {own[to]!r} and {k!r} both come under the "
+                                      f"mixture key {to!r}; map one of them elsewhere (or to None) with keys=")
                 if to is not None:
                     own[to] = k
             for k in INDEX_KEYS:  # every frame row has them, under their own names
@@ -248,8 +251,9 @@ class MixtureMeta:
 
     @property
     def member_stats(self) -> dict[str, dict[str, dict[str, np.ndarray]]]:
-        """Each member's own `meta/stats.json`, by member name, in its own keys."""
-        return {name: meta.stats for name, meta in zip(self.names, self.members)}
+        """Each member's own `meta/stats.json`, by member name, under the mixture's keys (the features it has)."""
+        return {m.name: {key: m.meta.stats[own] for key, own in m.own.items() if own in m.meta.stats}
+                for m in self.catalog.members}
 
     def fingerprint(self) -> dict[str, Any]:
         return self.catalog.fingerprint()

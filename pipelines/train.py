@@ -55,16 +55,29 @@ class Policy:
 
 
 def feature_size(source: str, key: str) -> int:
-    """Elements of feature `key` per frame, from the dataset's meta/info.json (e.g. 6 for a 6-dof state)."""
-    from dali_stream.meta import DatasetMeta
+    """Elements of feature `key` per frame, from the dataset's meta/info.json (e.g. 6 for a 6-dof state; a
+    mixture's: the longest member's)."""
+    from pipelines._common import dataset_meta
 
-    features = DatasetMeta.open(source).features
+    features = dataset_meta(source).features
     if key not in features:
         raise SystemExit(f"train.py needs the dataset feature {key!r}; {source} has {sorted(features)}")
     size = 1
     for dim in features[key].get("shape") or [1]:
         size *= int(dim)
     return size
+
+
+def per_member_chunks(mixture, meta, chunk: int):
+    """`mixture` with each member's action window restated as `chunk` steps at its own fps (`Member(
+    delta_timestamps=...)`): the same number of future actions from a 30 fps and a 10 fps arm."""
+    import dataclasses
+
+    from dali_stream import Mixture
+
+    members = tuple(dataclasses.replace(m, delta_timestamps={"action": [i / own.fps for i in range(chunk)]})
+                    for m, own in zip(mixture.members, meta.members))
+    return Mixture(members, mixture.samples_per_epoch, mixture.vectors)
 
 
 def save_checkpoint(directory: Path, step: int, payload: dict) -> Path:
@@ -124,7 +137,7 @@ def resolve_checkpoint(path: str) -> Path:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dataset")
+    ap.add_argument("dataset", help="dataset root, Hub id or URL, or a mixture file (.json: dali_stream.mixture.load_mixture)")
     ap.add_argument("--epochs", type=int, default=1)
     add_loader_flags(ap, LOADER_SETTINGS, batch_size=8, episode_pool_size=8)
     ap.add_argument("--dummy", action="store_true", help="no model: measure and test pure data loading")
@@ -148,7 +161,7 @@ def main(argv=None) -> int:
     from accelerate import Accelerator
 
     from dali_stream import StreamLoader
-    from pipelines._common import video_keys
+    from pipelines._common import dataset_meta, loader_source, video_keys
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank and run (resume compares equal)
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=args.mixed_precision)
@@ -156,18 +169,21 @@ def main(argv=None) -> int:
     fps, cameras = video_keys(args.dataset)
     trainer = None
     if args.policy != "builtin":  # lerobot's policy: its delta indices, the dataset's own image sizes
-        from dali_stream.meta import DatasetMeta
         from pipelines.lerobot_policy import LerobotTrainer
 
         overrides = dict(_override(a) for a in args.lerobot_arg)
-        trainer = LerobotTrainer(args.policy, DatasetMeta.open(args.dataset), str(accelerator.device),
+        trainer = LerobotTrainer(args.policy, dataset_meta(args.dataset), str(accelerator.device),
                                  args.steps or 100_000, **overrides)
         deltas, resize = trainer.delta_timestamps, None
     else:
         state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
         deltas = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
         resize = (48, 64)
-    loader = StreamLoader(args.dataset, **loader_settings(args, LOADER_SETTINGS), device=str(accelerator.device),
+    source = loader_source(args.dataset)
+    if trainer is None and args.chunk > 1 and not isinstance(source, str):  # a mixture: each member's chunk is
+        source = per_member_chunks(source, dataset_meta(args.dataset), args.chunk)  # --chunk steps at its own fps
+    loader = StreamLoader(source, **loader_settings(args, LOADER_SETTINGS),
+                          device=str(accelerator.device),
                           rank=rank, world_size=world, resize=resize, drop_last=True, delta_timestamps=deltas)
     if trainer is not None:
         trainer.build(loader.meta)

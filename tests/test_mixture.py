@@ -365,3 +365,31 @@ def test_remote_members_read_as_local_ones(embodiments, tmp_path):
         server.stop()
     _same(got, want)
     assert {int(d) for b in got for d in b["dataset_index"]} == {0, 1, 2}
+
+
+def test_member_stats_come_under_the_mixtures_keys(embodiments):
+    loader = StreamLoader(_mix(embodiments, "arm6", "arm7"), decode="cpu", **ARGS)
+    own = json.loads((embodiments["arm7"] / "meta/stats.json").read_text())
+    mine = loader.meta.member_stats["arm7"]
+    assert FRONT in mine and TOP not in mine and WRIST not in mine
+    np.testing.assert_allclose(mine[FRONT]["mean"], own[TOP]["mean"])
+
+
+def test_the_open_decoder_engine_in_a_mixture(embodiments, refs):
+    """decode='cpu-open' (the open-decoder engine on FFmpeg's decoders): each member's camera on decoders of its
+    own, a member without the camera as zeros; every frame checked against its member."""
+    loader = StreamLoader(_mix(embodiments, "arm6", "arm7"), decode="cpu-open", **ARGS)
+    assert set(loader.routes.values()) == {"cpu-open"}
+    names, seen = loader.meta.names, Counter()
+    for batch in take(loader, 6):
+        for s in _samples(batch):
+            seen[_check_sample(s, names, refs, OWN)] += 1
+    assert set(seen) == {"arm6", "arm7"}
+    assert loader.engines["cpu-open"].stats()["decoders_opened"] >= 3  # front per member, and arm6's wrist
+
+
+def test_two_features_under_one_key_are_refused(embodiments):
+    both = Mixture((Member(str(embodiments["arm6"]), name="arm6", keys={WRIST: FRONT}),))
+    with pytest.raises(ConfigError, match=r"'observation.images.front' and 'observation.images.wrist' both come "
+                                          r"under the mixture key 'observation.images.front'"):
+        StreamLoader(both, **ARGS)

@@ -39,3 +39,14 @@ def test_the_readme_snippets_run_as_written(stand_in, n):
     exec(compile(code, f"README.md python block {n + 1}", "exec"), scope)
     for loader in (v for v in scope.values() if type(v).__name__ == "StreamLoader"):
         loader.close()
+
+
+def test_the_mixtures_snippet_runs_as_written(embodiments, capsys):
+    """README, Mixtures: the snippet over `make demo-mixture`'s members, stood in for by the test's embodiments
+    (the same cameras, fps and state sizes)."""
+    (code,) = [b for b in snippets() if "Mixture(" in b]
+    for name in ("arm6", "arm7"):
+        code = code.replace(f'".demo/mixture/{name}"', repr(str(embodiments[name])))
+    exec(compile(code, "README.md Mixtures block", "exec"), {})
+    printed = capsys.readouterr().out
+    assert "tensor(" in printed and printed.count("\n") >= 4

@@ -104,3 +104,31 @@ def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_one(small_data
     assert straight["model"].keys() == resumed["model"].keys()
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
+
+
+def test_a_mixture_file_trains_and_resumes(embodiments, tmp_path):
+    """The recipe on a mixture of two embodiments (6- and 7-dof, 30 and 10 fps, one camera missing in one member):
+    the state comes padded to 7, and a resumed run ends with the uninterrupted run's weights."""
+    import torch
+
+    mix = tmp_path / "mix.json"
+    mix.write_text(json.dumps({"members": [
+        {"source": str(embodiments["arm6"]), "name": "arm6"},
+        {"source": str(embodiments["arm7"]), "name": "arm7", "weight": 2,
+         "keys": {"observation.images.top": "observation.images.front"}}]}))
+
+    def run(ckpt, steps, *extra):
+        proc = subprocess.run(_args(mix, tmp_path / f"log-{ckpt}-{steps}", tmp_path / ckpt, "--steps", steps,
+                                    "--chunk", "2", "--tolerance-s", "1e-3", *extra),
+                              capture_output=True, text=True, timeout=600, env=_env())
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        return proc
+
+    assert "done: 6 steps" in run("straight", 6).stdout
+    run("split", 3)
+    run("split", 6, "--resume-from", tmp_path / "split")
+    straight = torch.load(tmp_path / "straight" / "step-0000006.pt", weights_only=False)
+    resumed = torch.load(tmp_path / "split" / "step-0000006.pt", weights_only=False)
+    assert straight["loader"] == resumed["loader"] and "mixture" in straight["loader"]["dataset"]
+    for name, tensor in straight["model"].items():
+        assert torch.equal(tensor, resumed["model"][name]), name

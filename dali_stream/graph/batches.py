@@ -290,18 +290,28 @@ class BatchBuilder:
             return engine.decode(key, segs, idx)
         by_sample: list[Any] = [None] * len(segs)
         decoded = 0
+        lacking = []  # samples of members without the camera: zeros, in the decoded frames' kind and device
         for m in np.unique(member_index).tolist():
             sel = np.flatnonzero(member_index == m).tolist()
+            if segs[sel[0]] is None:
+                lacking += sel
+                continue
             frames, n = engine.decode(engine_camera(key, self.catalog.members[m].name, True),
                                       [segs[j] for j in sel], [idx[j] for j in sel])
             steps = len(idx[sel[0]])
             for k, j in enumerate(sel):
                 by_sample[j] = frames[k * steps:(k + 1) * steps]
             decoded += n
-        if isinstance(by_sample[0], np.ndarray):
-            return np.concatenate(by_sample), decoded
-        import torch
+        on_host = all(f is None or isinstance(f, np.ndarray) for f in by_sample)
+        if not on_host:  # nvdec-open: CUDA tensors, the blanks on their device
+            import torch
 
+            device = next(f for f in by_sample if f is not None).device
+        for j in lacking:
+            blank = self._blank(key, len(idx[j]))
+            by_sample[j] = blank if on_host else torch.from_numpy(blank).to(device)
+        if on_host:
+            return np.concatenate(by_sample), decoded
         return torch.cat(by_sample), decoded
 
     def _decode_cpu(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any]) -> Any:

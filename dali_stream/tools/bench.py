@@ -571,11 +571,17 @@ DEFAULT_SAMPLE = "av1-quick"
 # Mixtures of samples of different embodiments, for `bench` on a mixture (`bench_mixture`): members written as
 # their own samples under one folder with a mixture file beside them. "mixture-quick": av1-quick's two-camera
 # AV1 arm at 30 fps, 6-dof, and a one-camera H.264 arm at 10 fps, 7-dof (its episodes painted from 100).
+# "mixture" (the results' mixture, benchmarks/mixture.py): the same embodiments with 20 episodes each, more than a
+# pool holds, so a batch draws each sample from another episode, alone as in the mixture.
 BENCH_MIXTURES = {
     "mixture-quick": {"arm-av1": BENCH_SAMPLES["av1-quick"],
                       "arm-h264": dict(episodes=6, min_length=40, max_length=70, cameras="front:h264", gop=2,
                                        episodes_per_file=6, content="scene", crf=30, fps=10, state_dim=7,
                                        id_offset=100)},
+    "mixture": {"arm-av1": dict(episodes=20, min_length=60, max_length=100, cameras="front:av1,wrist:av1", gop=2,
+                                episodes_per_file=10, content="scene", crf=30),
+                "arm-h264": dict(episodes=20, min_length=30, max_length=50, cameras="front:h264", gop=2,
+                                 episodes_per_file=10, content="scene", crf=30, fps=10, state_dim=7, id_offset=100)},
 }
 
 

@@ -559,12 +559,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset", nargs="?", help="dataset root, or a mixture file (.json: the mixture's samples/s against "
                                               "its members' own, tools/bench_mixture.py) (default: the benchmark "
                                               "sample, written on first use)")
-    p.add_argument("--sample", default="av1-quick", choices=("av1-quick", "av1", "h264", "toy", "mixture-quick"),
+    p.add_argument("--sample", default="av1-quick", choices=("av1-quick", "av1", "h264", "toy", "mixture-quick",
+                                                             "mixture"),
                    help="which benchmark sample when DATASET is omitted (written on first use): two 640x480 "
                         "cameras, AV1 g=2 (lerobot's default): av1-quick, 5 episodes of 4-7 s (written in under a "
                         "minute on 2 cores); av1 or h264 (g=2), 20 episodes of 10-20 s (the results' sample, "
                         "minutes to write); toy: the old 200 short episodes; mixture-quick: av1-quick and a "
-                        "one-camera H.264 arm at 10 fps, 7-dof, as a mixture")
+                        "one-camera H.264 arm at 10 fps, 7-dof, as a mixture; mixture: the same with 20 episodes "
+                        "each (the results' mixture)")
     p.add_argument("--mode", default="single", choices=("single", "sarm", "camera-window"),
                    help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
                         "0..7 s (the seeds' definition); camera-window: 8 steps spaced 1 s on every camera")
