@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # The floors: setup.cfg's lowest allowed versions (constraints/floors.txt) in their own venv, on a smoke subset.
 FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
-         tests/test_hub.py tests/test_cli.py
+         tests/test_hub.py tests/test_cli.py tests/test_mix_plan.py tests/test_mixture.py
 
 .PHONY: demo demo-mixture test typecheck test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
 

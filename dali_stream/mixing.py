@@ -17,7 +17,7 @@ import numpy as np
 
 from .catalog import Catalog, MixtureMeta
 from .config import LoaderConfig
-from .decode.routes import RouteChoice, choose_routes, formats_of, mixture_routes, open_routes
+from .decode.routes import RouteChoice, formats_of, mixture_routes, open_routes
 from .errors import ConfigError
 from .meta import DatasetMeta
 from .mixture import as_mixture

@@ -363,3 +363,41 @@ def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_datase
             flat_got = got[k].cpu().reshape(-1, *got[k].shape[-3:])
             flat_want = want[k].reshape(-1, *want[k].shape[-3:])
             assert [read_ids(f) for f in flat_got] == [read_ids(f) for f in flat_want], k
+
+
+@pytest.mark.parametrize("engine", ["dali", "open"])
+def test_a_mixture_on_nvdec(gpu_dataset, tmp_path_factory, engine):
+    """Two members at 192x160: the four-codec dataset and an H.264 one at 10 fps with a 7-dof state and no side
+    camera (its ids painted from 100). decode='gpu' keeps the cameras both members have on NVDEC where this GPU
+    decodes them; the side camera, which one member lacks, is on NVDEC only with the open engine (DALI's decoder
+    needs a stream for every sample). Every frame the planned one, the missing camera zeros."""
+    from dali_stream import Member, Mixture
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    other = write_sample(tmp_path_factory.mktemp("gpu") / "h264_10fps", SampleSpec(
+        episodes=4, min_length=12, max_length=24, height=160, width=192, gop=8, episodes_per_file=2, fps=10,
+        state_dim=7, id_offset=100, cameras=parse_cameras("front:h264"), seed=5))
+    mix = Mixture((Member(str(gpu_dataset), name="four"), Member(str(other), name="h264", weight=2.0)))
+    settings = dict(batch_size=8, episode_pool_size=4, seed=1, nvdec_engine=engine,
+                    delta_timestamps={"action": [0.0, 0.1]})
+    if engine == "open":
+        _open_engine_or_skip()
+        loader = StreamLoader(mix, decode={FRONT: "gpu", SIDE: "gpu"}, **settings)
+        assert loader.routes[FRONT] == loader.routes[SIDE] == "nvdec-open"
+    else:
+        with pytest.raises(DeviceError, match="needs a stream for every sample"):
+            StreamLoader(mix, decode={FRONT: "gpu", SIDE: "gpu"}, **settings)
+        loader = StreamLoader(mix, decode={FRONT: "gpu"}, **settings)
+        assert loader.routes[FRONT] == "nvdec" and loader.routes[SIDE] == "torchcodec"
+    seen = set()
+    for batch in [b for _, b in zip(range(6), loader)]:
+        for i in range(len(batch["task"])):
+            m = int(batch["dataset_index"][i])
+            seen.add(m)
+            want = (int(batch["episode_index"][i]) + (100 if m == 1 else 0), int(batch["frame_index"][i]))
+            assert read_ids(batch[FRONT][i]) == want, (loader.routes[FRONT], m)
+            if m == 1:
+                assert bool(batch[f"{SIDE}_is_missing"][i]) and not batch[SIDE][i].any()
+            else:
+                assert read_ids(batch[SIDE][i]) == want
+    assert seen == {0, 1}

@@ -124,11 +124,11 @@ def test_a_mixture_file_trains_and_resumes(embodiments, tmp_path):
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         return proc
 
-    assert "done: 6 steps" in run("straight", 6).stdout
-    run("split", 3)
-    run("split", 6, "--resume-from", tmp_path / "split")
-    straight = torch.load(tmp_path / "straight" / "step-0000006.pt", weights_only=False)
-    resumed = torch.load(tmp_path / "split" / "step-0000006.pt", weights_only=False)
+    assert "done: 8 steps" in run("straight", 8).stdout
+    run("split", 4)  # a checkpoint every 4 steps
+    run("split", 8, "--resume-from", tmp_path / "split")
+    straight = torch.load(tmp_path / "straight" / "step-0000008.pt", weights_only=False)
+    resumed = torch.load(tmp_path / "split" / "step-0000008.pt", weights_only=False)
     assert straight["loader"] == resumed["loader"] and "mixture" in straight["loader"]["dataset"]
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
