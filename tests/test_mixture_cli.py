@@ -79,3 +79,8 @@ def test_demo_streams_a_mixture_of_two_embodiments(tmp_path):
     info = json.loads((tmp_path / "mix/arm7/meta/info.json").read_text())
     assert info["fps"] == 10 and info["features"]["observation.state"]["shape"] == [7]
     assert info["dali_stream_sample"]["id_offset"] == 1000
+
+
+def test_verify_names_the_members_to_check_one_by_one(mixture_file, embodiments):
+    proc = dali_stream("verify", mixture_file)
+    assert proc.returncode == 2 and "run it per member" in proc.stderr and str(embodiments["arm7"]) in proc.stderr

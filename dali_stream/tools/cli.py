@@ -362,8 +362,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
         TimeElapsedColumn,
     )
 
+    from ..mixture import is_mixture_file
     from .verify import verify
 
+    if is_mixture_file(args.dataset):
+        from ..mixture import load_mixture
+
+        sources = " ".join(m.source for m in load_mixture(args.dataset).members)
+        print(f"dali-stream verify: error: {args.dataset} is a mixture; verify checks one dataset's files: run it per "
+              f"member (for m in {sources}; do dali-stream verify $m; done)", file=sys.stderr)
+        return 2
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
