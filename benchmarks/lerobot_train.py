@@ -5,7 +5,9 @@
 
 Two datasets, written here by the sample writer: the demo sample (`make demo`'s: H.264, AV1 and VP9 cameras at
 128x96) and one written as lerobot 0.6.1's recorder writes it (two AV1 cameras at 160x128, lerobot's encoder
-options). Per policy and dataset: `--steps` optimizer steps on the CPU, the loss logged every `--log-every` steps,
+options); and a mixture of two embodiments (`MIXTURES`: a 6-dof arm with front and wrist cameras, a 7-dof arm with
+one top camera mapped onto front, its frames weighted 2), the policy built from its `MixtureMeta` (merged stats,
+the state padded to 7, the wrist camera zeros in the 7-dof arm's samples). Per policy and dataset: `--steps` optimizer steps on the CPU, the loss logged every `--log-every` steps,
 then a resume from the last checkpoint for `--resume-steps` more. Checked: the loss falls (the mean of the last
 three logged losses below the mean of the first three) and the resumed run starts at the checkpoint's step and
 batch. Results: one JSON per run and a summary table (`summary.md`); exit 1 when a check fails. The policies'
@@ -30,6 +32,26 @@ DATASETS = {
     "lerobot-recorder-av1": ["--recorder", "lerobot", "--cameras", "front:av1,wrist:av1", "--height", "128",
                              "--width", "160", "--episodes", "12"],
 }
+# mixtures: name -> (member -> (make-sample arguments, its entry in the mixture file))
+MIXTURES = {
+    "mixture-6dof-7dof": {
+        "arm6": (["--episodes", "12", "--cameras", "front:h264,wrist:av1"], {"weight": 1.0}),
+        "arm7": (["--episodes", "8", "--cameras", "top:av1", "--state-dim", "7", "--id-offset", "100"],
+                 {"weight": 2.0, "keys": {"observation.images.top": "observation.images.front"}}),
+    },
+}
+
+
+def write_mixture(root: Path, members: dict) -> Path:
+    """The members of a `MIXTURES` entry under `root` (written once) and the mixture file beside them."""
+    for member, (spec, _) in members.items():
+        if not (root / member / "meta/info.json").exists():
+            subprocess.run([sys.executable, "-m", "dali_stream", "make-sample", str(root / member), "--overwrite",
+                            *spec], check=True, cwd=REPO)
+    path = root / "mixture.json"
+    path.write_text(json.dumps({"members": [{"source": member, "name": member, **entry}
+                                            for member, (_, entry) in members.items()]}, indent=2))
+    return path
 
 
 def train(dataset: Path, policy: str, steps: int, log_every: int, ckpt: Path, *extra: str) -> tuple[str, float]:
@@ -77,11 +99,16 @@ def main() -> int:
     import lerobot
 
     rows, failed = [], []
+    sources = {}
     for name, spec in DATASETS.items():
         root = work / name
         if not (root / "meta/info.json").exists():
             subprocess.run([sys.executable, "-m", "dali_stream", "make-sample", str(root), "--overwrite", *spec],
                            check=True, cwd=REPO)
+        sources[name] = root
+    for name, members in MIXTURES.items():
+        sources[name] = write_mixture(work / name, members)
+    for name, root in sources.items():
         for policy in args.policies.split(","):
             ckpt = work / "checkpoints" / f"{name}-{policy}"
             stdout, seconds = train(root, policy, args.steps, args.log_every, ckpt)
