@@ -14,7 +14,6 @@ features, merged stats and fps in the mixture's keys, as lerobot's policy factor
 from __future__ import annotations
 
 import functools
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -23,7 +22,7 @@ import numpy as np
 
 from .errors import ConfigError, DaliStreamError
 from .meta import Camera, DatasetMeta
-from .mixture import INDEX_KEYS, Member, Mixture
+from .mixture import Member, Mixture, default_name
 from .schema import APPROXIMATE_STATS, Field, merge_features, merge_stats
 
 OPEN_THREADS = 16  # members' metadata opened at once (remote members wait on the network)
@@ -88,7 +87,7 @@ class Catalog:
                 tuple(int(x) for x in (meta.features[k].get("shape") or ()))
             fields[k] = Field(k, cam is not None, "video" if cam is not None else str(meta.features[k].get("dtype")),
                               shape, (k,), (shape,), meta.features[k].get("names"))
-        member = Opened(0, _name(meta.source), meta, 0, np.asarray(lengths, dtype=np.int64),
+        member = Opened(0, default_name(meta.source), meta, 0, np.asarray(lengths, dtype=np.int64),
                         np.asarray(episodes, dtype=np.int64), {k: k for k in keys})
         return cls([member], fields, None)
 
@@ -134,11 +133,8 @@ class Catalog:
                 if to is not None and to in own:
                     raise ConfigError(f"mixture member {member.name!r}: {own[to]!r} and {k!r} both come under the "
                                       f"mixture key {to!r}; map one of them elsewhere (or to None) with keys=")
-                if to is not None:
+                if to is not None:  # the index columns keep their names: Member refuses to rename them
                     own[to] = k
-            for k in INDEX_KEYS:  # every frame row has them, under their own names
-                if k in meta.table_keys:
-                    own[k] = k
             opened.append(Opened(i, str(member.name), meta, offset, lengths, episodes, own, member.weight,
                                  member.tolerance_s, dict(member.delta_timestamps or {})))
             offset += meta.num_episodes
@@ -188,19 +184,14 @@ class Catalog:
 
     # ---- what a saved state must agree on -----------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
-        """A single dataset's fingerprint (`DatasetMeta.fingerprint`); a mixture's: each member's name,
-        weight, fingerprint and selection, the epoch's size and the key maps."""
+        """A single dataset's fingerprint (`DatasetMeta.fingerprint`); a mixture's: each member's name, weight,
+        fingerprint and key map, and the epoch's size (the members' selections: the state's `selection`)."""
         if not self.is_mixture:
             return self.members[0].meta.fingerprint()
         assert self.mixture is not None
         return {"mixture": [{"name": m.name, "weight": m.weight, "dataset": m.meta.fingerprint(),
-                             "episodes_sha256": hashlib.sha256(np.asarray(m.episodes, "<i8").tobytes()).hexdigest(),
                              "keys": {k: m.own[k] for k in sorted(m.own)}} for m in self.members],
                 "samples_per_epoch": self.mixture.samples_per_epoch, "vectors": self.mixture.vectors}
-
-
-def _name(source: str) -> str:
-    return source.rstrip("/").rsplit("/", 1)[-1] or source
 
 
 class MixtureMeta:

@@ -243,7 +243,6 @@ class StreamLoader:
         self.mix = planner_mix(catalog, member_deltas)  # a mixture's weights and windows (plan.mix); None: one dataset
         # The planner sees the selected episodes' lengths (the others as 0: never drawn, never fetched).
         self.plan_lengths = catalog.lengths
-        self.episodes = catalog.members[0].episodes  # one dataset's selection (a mixture's: per member, `catalog`)
         self.node, placement = place(cfg.device, self.world.local_rank)
         self.dali_device = placement.dali_device  # CUDA index the DALI graph runs on (None: CPU only)
         self.device = placement.torch_device  # where every tensor of a batch lands
@@ -480,11 +479,15 @@ class StreamLoader:
                 "elastic": [list(seg) for seg in chain],
                 "delta_indices": self._saved_deltas(),
                 "dataset": self.catalog.fingerprint(),
-                "selection": {**({"episodes_sha256": selection_digest(self.episodes), "episodes": len(self.episodes)}
-                                 if not self.catalog.is_mixture else {}),  # a mixture's: per member, in `dataset`
-                              "shuffle": self.config.shuffle,
+                "selection": {**self._selected(), "shuffle": self.config.shuffle,
                               "drop_n_first_frames": self.config.drop_n_first_frames,
                               "drop_n_last_frames": self.config.drop_n_last_frames}}
+
+    def _selected(self) -> dict[str, Any]:
+        """The selected episodes a state records (their digest and count): one dataset's, or each member's."""
+        chosen = [{"episodes_sha256": selection_digest(m.episodes), "episodes": len(m.episodes)}
+                  for m in self.catalog.members]
+        return {"members": chosen} if self.catalog.is_mixture else chosen[0]
 
     def _saved_deltas(self) -> dict[str, list[int]]:
         """The windows' frame offsets a state records: per key, or for a mixture per "member/key"."""

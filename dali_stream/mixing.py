@@ -48,12 +48,6 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
                            remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
                            storage_options=cfg.storage_options)
     _known_keys(cfg.delta_timestamps, catalog.fields, "keys of the mixture")
-    for member in catalog.members:
-        unknown = sorted(set(member.delta_timestamps) - set(cfg.delta_timestamps))
-        if unknown:
-            raise ConfigError(f"mixture member {member.name!r}: delta_timestamps gives offsets for {unknown}, which the "
-                              f"loader's delta_timestamps does not window ({sorted(cfg.delta_timestamps)}); a member "
-                              "only restates the loader's keys in its own seconds")
     return catalog, MixtureMeta(catalog, cfg.crop or cfg.resize)
 
 
@@ -74,6 +68,11 @@ def windows(catalog: Catalog, cfg: LoaderConfig) -> tuple[dict[str, tuple[int, .
         return delta_indices(cfg.delta_timestamps, meta.fps, cfg.tolerance_s), ()
     per_member = []
     for member in catalog.members:
+        unknown = sorted(set(member.delta_timestamps) - set(cfg.delta_timestamps))
+        if unknown:
+            raise ConfigError(f"mixture member {member.name!r}: delta_timestamps gives offsets for {unknown}, which the "
+                              f"loader's delta_timestamps does not window ({sorted(cfg.delta_timestamps)}); a member "
+                              "only restates the loader's keys in its own seconds")
         mine: dict[str, tuple[int, ...] | None] = {}
         for key, seconds in cfg.delta_timestamps.items():
             if catalog.fields[key].own[member.index] is None:
@@ -157,8 +156,7 @@ def table_kinds(catalog: Catalog, store, first_rows: Callable[[], dict[str, np.n
         if not missing:
             continue
         first = int(np.flatnonzero(member.lengths > 0)[0]) if (member.lengths > 0).any() else 0
-        found = store.files[member.index].tables.kinds(first)
+        ndims = store.files[member.index].tables.ndims(first)
         for key in missing:
-            _, ndim = found[member.own[key]]
-            kinds[key] = (np.dtype(catalog.fields[key].dtype), 1 if catalog.fields[key].padded else ndim)
+            kinds[key] = (np.dtype(catalog.fields[key].dtype), 1 if catalog.fields[key].padded else ndims[member.own[key]])
     return kinds

@@ -116,8 +116,7 @@ class Member:
         return self.keys.get(own, own)
 
     def default_name(self) -> str:
-        """The source's last path part ("lerobot/pusht" and "/data/pusht/" give "pusht")."""
-        return posixpath.basename(self.source.rstrip("/")) or self.source
+        return default_name(self.source)
 
 
 @dataclass(frozen=True)
@@ -174,6 +173,11 @@ class Mixture:
         return {"members": [{"name": m.name, "source": m.source, "weight": m.weight, "keys": dict(m.keys)}
                             for m in self.members],
                 "samples_per_epoch": self.samples_per_epoch, "vectors": self.vectors}
+
+
+def default_name(source: str) -> str:
+    """A dataset's name from its source: the last path part ("lerobot/pusht" and "/data/pusht/" give "pusht")."""
+    return posixpath.basename(source.rstrip("/")) or source
 
 
 def _bad_member(value: Any) -> Member:

@@ -181,6 +181,9 @@ def test_resume_continues_pixel_for_pixel(embodiments, weights):
     other = StreamLoader(_mix(embodiments, "arm6", "arm7", weights=[1.0, 9.0]), decode="cpu", **ARGS)
     with pytest.raises(Exception, match="dataset"):
         other.load_state_dict(state)
+    split = Mixture((Member(str(embodiments["arm6"]), name="arm6", episodes=[0, 1, 2]), mix.members[1]))
+    with pytest.raises(Exception, match="selection"):  # a member's other episodes
+        StreamLoader(split, decode="cpu", **ARGS).load_state_dict(state)
 
 
 def test_elastic_resume_makes_every_draw_once(embodiments, refs):
@@ -294,6 +297,9 @@ def test_mixture_errors_name_the_members_and_the_fix(embodiments):
     with pytest.raises(ConfigError, match=r"member 'arm7': keys renames \['observation.images.side'\]"):
         StreamLoader(Mixture((Member(str(embodiments["arm7"]), name="arm7", keys={"observation.images.side": FRONT}),)),
                      **ARGS)
+    restated = Mixture((Member(str(embodiments["arm6"]), name="arm6", delta_timestamps={STATE: [0.0]}),))
+    with pytest.raises(ConfigError, match=r"member 'arm6': delta_timestamps gives offsets for \['observation.state'\]"):
+        StreamLoader(restated, **ARGS)
     with pytest.raises(ConfigError, match="weight"):
         Member("x", weight=0)
     with pytest.raises(ConfigError, match="index columns"):
@@ -306,6 +312,7 @@ def test_members_share_the_loaders_bounds(embodiments):
     assert len(files) == 3
     assert all(f.tables.files is files[0].tables.files for f in files), "one bound for every member's footers"
     assert all(f.indexes.files is files[0].indexes.files for f in files), "one bound for every member's indexes"
+    assert all(f.indexes.unsupported is loader.store.indexes.unsupported for f in files), "one list of unindexed files"
     take(loader, 6)
     budget = loader.memory_budget()
     assert budget["cache_peak"] <= budget["cache_bound"]

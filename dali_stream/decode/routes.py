@@ -327,8 +327,12 @@ def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: S
         said = "; ".join(f"{n}: {c.route} ({c.reason})" for n, c in have)
         if len(routes) == 1 and not (lacking and routes[0] in STREAM_ROUTES):
             note = f"; members {lacking} lack it (zeros, with {key + '_is_missing'!r})" if lacking else ""
-            reason = have[0][1].reason if len(have) == 1 else f"every member: {have[0][1].reason}" \
-                if len({c.reason for _, c in have}) == 1 else said
+            if len(have) == 1:
+                reason = have[0][1].reason
+            elif len({c.reason for _, c in have}) == 1:
+                reason = f"every member: {have[0][1].reason}"
+            else:
+                reason = said
             out[key] = RouteChoice(routes[0], reason + note)
             continue
         why = (f"members {lacking} lack it, and DALI's decoder ({routes[0]}) needs a stream for every sample "

@@ -281,7 +281,8 @@ class IndexCache:
         self.rfs = rfs
         self.files: Any = shared.files if shared is not None else \
             OncePerKey(on_evict=_close_index, capacity_bytes=capacity_bytes, weigh=_index_bytes)
-        self.unsupported: dict[str, str] = {}  # path -> why it is read without an index
+        # path -> why it is read without an index (of every file system sharing the bound)
+        self.unsupported: dict[str, str] = shared.unsupported if shared is not None else {}
 
     def get(self, path: str) -> IndexedFile | None:
         return self.files.get((id(self.rfs), path), lambda: self._open(path))

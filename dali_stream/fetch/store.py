@@ -148,17 +148,12 @@ class EpisodeStore:
         for member in catalog.members:
             self.files.append(_Files(member, self.files[0] if self.files else None))
         self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)
-        self.indexes = self.files[0].indexes
+        self.indexes = self.files[0].indexes  # its `files` and `unsupported` are every member's
 
     @property
     def table_bytes_read(self) -> int:
         """Compressed bytes of table row groups read, over every member."""
         return sum(f.tables.bytes_read for f in self.files)
-
-    @property
-    def unsupported(self) -> dict[str, str]:
-        """Video files read without an MP4 index, and why (`IndexCache.unsupported`), over every member."""
-        return {p: why for f in self.files for p, why in f.indexes.unsupported.items()}
 
     def close(self, wait: bool = True) -> None:
         """End the fetch threads (pending fetches are cancelled; `wait`: and wait for the running ones), close

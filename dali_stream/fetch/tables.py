@@ -169,23 +169,15 @@ class TableReader:
             self._checked.add(path)
         return pf, ranges, read_lock
 
-    def kinds(self, pos: int) -> dict[str, tuple[np.dtype, int]]:
-        """Each column of `keys` as `episode` returns it, from the data file's schema (its footer only): the numpy
-        dtype (float32, int64, bool, or object) and the dimensions per row (0 for a scalar, 1 for a list)."""
+    def ndims(self, pos: int) -> dict[str, int]:
+        """Each column of `keys` as `episode` returns it, from the data file's schema (its footer only): dimensions
+        per row, 0 for a scalar, 1 for a list (nested lists come back flattened to (rows, n), as `_to_numpy` does)."""
         import pyarrow as pa
 
         pf, _, _ = self._file(self.meta.data_file(pos))
-        out = {}
-        for key in self.keys:
-            kind = pf.schema_arrow.field(key).type
-            ndim = 0
-            while pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind):
-                kind, ndim = kind.value_type, 1  # nested lists come back flattened to (rows, n)
-            dtype = (np.dtype(np.bool_) if pa.types.is_boolean(kind) else np.dtype(np.float32)
-                     if pa.types.is_floating(kind) else np.dtype(np.int64) if pa.types.is_integer(kind)
-                     else np.dtype(object))
-            out[key] = (dtype, ndim)
-        return out
+        kinds = {key: pf.schema_arrow.field(key).type for key in self.keys}
+        return {key: int(pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
+                for key, t in kinds.items()}
 
     def episode(self, pos: int) -> dict[str, np.ndarray]:
         """The episode's rows in frame order, one numpy array per column."""

@@ -398,7 +398,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
                        "decoders_opened": loader.decoders.opened,
                        "note": "hits/misses: episode store lookups (a miss fetches rows or cuts a segment); "
                                "decoders: torchcodec decoders alive at once / opened"},
-        bytes_read=stats.segment_bytes + loader.store.tables.bytes_read,
+        bytes_read=stats.segment_bytes + loader.store.table_bytes_read,
         dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), route_reasons=dict(loader.route_reasons),
         dali_graph=not loader.host_batches,
         decode_per_camera=decode if isinstance(decode, dict) else dict.fromkeys(cameras, decode),

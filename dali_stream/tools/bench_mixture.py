@@ -41,8 +41,10 @@ def _member_deltas(member, deltas: dict[str, list[float]]) -> dict[str, list[flo
 def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2) -> dict[str, Any]:
     """Bench the mixture file `cfg.dataset` against its members (module doc); the result dict has the usual
     `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates."""
+    from ..catalog import Catalog
     from ..loader import StreamLoader
     from ..mixture import load_mixture
+    from ..plan.selection import select
 
     t_run = time.perf_counter()
     mixture = load_mixture(cfg.dataset)
@@ -51,9 +53,12 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
     got: dict[str, Any] = {}
     loader = None
     with RssSampler() as rss:
-        probe = StreamLoader(mixture, config=cfg.loader, drop_last=True)
+        # the mode's windows in the mixture's keys, then the routes a loader with them takes (they may depend on
+        # the frames per sample: `decode.speed`)
+        keys = Catalog.open(mixture, select).fields
+        deltas = mode_deltas(cfg.mode, [k for k, f in keys.items() if f.visual], keys)
+        probe = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
         catalog = probe.catalog
-        deltas = mode_deltas(cfg.mode, catalog.video_keys, catalog.fields)
         members = catalog.members
         targets = np.array([m.frames * m.weight for m in members], dtype=np.float64)
         # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`)

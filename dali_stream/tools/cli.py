@@ -156,7 +156,8 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
     from ..catalog import Catalog
     from ..decode import proven
-    from ..decode.routes import Node, choose_routes, formats_of, mixture_routes
+    from ..decode.routes import Node, choose_routes, nvdec_engine
+    from ..mixing import camera_routes
     from ..mixture import load_mixture
     from ..plan.selection import select
 
@@ -167,19 +168,18 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     catalog = Catalog.open(load_mixture(args.dataset), select)
     node = Node.probe()
     names = [m.name for m in catalog.members]
-    per_member: list = []
+    # as a loader with decode="auto" routes them (each member alone, then one route per key)
+    routes, alone = camera_routes(catalog, "auto", lambda formats, decode: choose_routes(
+        formats, decode, node, unproven=proven.rule(formats)),
+        *nvdec_engine("auto", proven.open_unproven(node.gpu.name if node.gpu else None)))
     members: dict[str, dict[str, Any]] = {}
     for m in catalog.members:
-        formats = formats_of(m.meta)
-        alone = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
-        per_member.append({key: alone[m.own[key]] for key in catalog.video_keys if key in m.own})
         members[m.name] = {"source": m.meta.source, "weight": m.weight, "episodes": len(m.episodes),
                            "frames": m.frames, "fps": m.meta.fps,
                            "cameras": {key: {"own_key": m.own[key], "codec": m.camera(key).codec,
                                              "height": m.camera(key).height, "width": m.camera(key).width,
-                                             "route_auto": per_member[-1][key].route}
+                                             "route_auto": alone[m.name][key]}
                                        for key in catalog.video_keys if key in m.own}}
-    routes = mixture_routes(per_member, names, catalog.video_keys)
     keys: dict[str, dict[str, Any]] = {}
     for key, f in catalog.fields.items():
         keys[key] = {"camera": f.visual, "dtype": f.dtype, "shape": list(f.shape),
