@@ -166,10 +166,27 @@ class _Producer:
 
     def prepared(self, index: int) -> Prepared:
         """Batch `index`, built by the workers, which this call keeps `lookahead` batches ahead."""
+        prepared = self.take(index)
+        self.bring_ahead(index)
+        return prepared
+
+    def take(self, index: int) -> Prepared:
+        """Batch `index` once built (built here without workers). Brings nothing else into view unless `index`
+        itself is not in view yet: `bring_ahead` does, after the caller has what it needs (see `_host_batches`)."""
         t0 = time.perf_counter()
+        if index >= self._next:
+            self.bring_ahead(index)
+        if self.pool is None:
+            prepared = self._timed_build(self._drawn.pop(index))
+        else:
+            prepared = self.futures.pop(index).result()
+        self.wait_s += time.perf_counter() - t0
+        return prepared
+
+    def bring_ahead(self, index: int) -> None:
+        """Batches `index` to `index + lookahead` come into view: each drawn once, the pieces of its long episodes
+        cut ahead (`EpisodeStore.cut_ahead`), then built by the workers; what they admit is pinned for fetching."""
         self.prefetcher.advance(index)
-        # batches coming into view: each drawn once, the pieces of its long episodes cut ahead
-        # (`EpisodeStore.cut_ahead`), then built by the workers
         for ahead in range(max(self._next, index), min(index + self.lookahead + 1, self.plan.num_batches)):
             with self.lock:
                 plan = self.plan.batch(ahead)
@@ -179,12 +196,6 @@ class _Producer:
             else:
                 self.futures[ahead] = self.pool.submit(self._timed_build, plan)
             self._next = ahead + 1
-        if self.pool is None:
-            prepared = self._timed_build(self._drawn.pop(index))
-        else:
-            prepared = self.futures.pop(index).result()
-        self.wait_s += time.perf_counter() - t0
-        return prepared
 
     def close(self) -> None:
         """End the workers and release the prefetcher's pins. Off the iterating thread (an abandoned iterator
@@ -661,9 +672,15 @@ class StreamLoader:
 
         keys = [o.key for o in self.builder.outputs]  # only tables: no camera goes through a graph here
         for index in range(start, plan.num_batches):
-            prepared = producer.prepared(index)
+            prepared = producer.take(index)
             tables = {k: torch.from_numpy(np.stack(values)) for k, values in zip(keys, prepared.arrays)}  # (B, 1, ...)
-            yield self._batch(tables, prepared, squeeze)
+            batch = self._batch(tables, prepared, squeeze)
+            # Only now are the next batches drawn and handed to the workers. Woken workers take the GIL, and every
+            # torch call above gives it up (torch releases the GIL in each op): after a wake each would wait out
+            # the interpreter's switch interval (5 ms) to get it back, on the caller's clock. The draws are pure
+            # Python, which keeps the GIL until the caller's step gives it up.
+            producer.bring_ahead(index)
+            yield batch
 
     def _graph_batches(self, producer: _Producer, squeeze: Mapping[str, bool]):
         """Batches through the DALI graph, with the producer as its external source."""

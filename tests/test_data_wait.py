@@ -1,4 +1,4 @@
-"""Data wait, live, per rank (issue 37): how long the training loop waited for each batch, from asking to getting.
+"""Data wait, live, per rank: how long the training loop waited for each batch, from asking to getting.
 A loop slower than the loader waits ~0 once the loader is ahead; a loop that does nothing but ask waits for
 every batch. Fractions, not times, are asserted, with wide margins (a loaded CI machine)."""
 
@@ -24,20 +24,32 @@ def test_wait_fraction_is_the_waits_share_of_the_steps_wall_time():
     assert stats["recent"]["p50_ms"] == pytest.approx(150) and stats["recent"]["max_ms"] == pytest.approx(200)
 
 
-def test_the_figure_rises_when_the_loader_is_slower_than_the_loop(small_dataset):
+def _after_first(loader, steps: int, step_s: float) -> tuple[dict, float]:
+    """Run `steps` batches after the first with a `step_s` training step; the loader's figures at the end, and the
+    share of the wall time after the first batch that was spent waiting (the start-up's wait left out: it is one
+    batch built from nothing, long on a loaded machine)."""
+    it = iter(loader)
+    next(it)
+    first = loader.data_wait()
+    for _ in range(steps):
+        if step_s:
+            time.sleep(step_s)
+        next(it)
+    last = loader.data_wait()
+    it.close()
+    return last, (last["wait_s"] - first["wait_s"]) / (last["wall_s"] - first["wall_s"])
+
+
+def test_the_figure_says_who_waits(small_dataset):
+    """A loop that only asks waits most of its time; a loop whose steps are long (0.3 s, ~50x what 4 small
+    samples take to build) waits a small share once the loader is ahead. Shares, never two timings compared:
+    both hold beside a CPU-heavy neighbour on 2 cores."""
     settings = dict(batch_size=4, decode="cpu", device="cpu", num_workers=2, image_dtype="uint8")
     with StreamLoader(str(small_dataset), **settings) as loader:
-        for n, _ in enumerate(loader):  # a loop that only asks: every batch is waited for
-            if n == 12:
-                break
-        hungry = loader.data_wait()
+        hungry, hungry_share = _after_first(loader, 12, 0.0)
     with StreamLoader(str(small_dataset), **settings) as loader:
-        for n, _ in enumerate(loader):  # a training step much longer than the loader needs per batch
-            time.sleep(0.15)
-            if n == 12:
-                break
-        fed = loader.data_wait()
+        fed, fed_share = _after_first(loader, 12, 0.3)
     assert hungry["batches"] == 13 and fed["batches"] == 13
-    assert hungry["recent"]["wait_fraction"] > 0.7, hungry
-    assert fed["recent"]["wait_fraction"] < 0.3, fed
-    assert fed["recent"]["p50_ms"] < hungry["recent"]["p50_ms"]
+    assert hungry["recent"]["wait_fraction"] > 0.7 and hungry_share > 0.7, hungry
+    assert fed_share < 0.2, fed
+    assert fed["recent"]["wait_fraction"] < hungry["recent"]["wait_fraction"], (fed, hungry)

@@ -141,7 +141,9 @@ def test_stalled_server_times_out_with_a_clear_error(small_dataset):
         elapsed = time.perf_counter() - t0
     assert "episode" in str(info.value)
     assert policy.worst_case_s == pytest.approx(2 * 0.5 + 0.1 * 1.5)  # the backoff's jitter is at most x1.5
-    assert elapsed < 4 * policy.worst_case_s, elapsed  # bounded by the policy, not by the server's hour-long stall
+    # bounded by the policy (the message names the 0.5 s cut), not by the server's hour-long stall: a margin of
+    # 50x the policy's worst case, which a loaded machine's start-up cannot eat
+    assert elapsed < 50 * policy.worst_case_s, elapsed
 
 
 def test_s3_errors_never_show_the_secret_key(s3):
@@ -258,4 +260,5 @@ def test_a_total_deadline_bounds_every_read(small_dataset, caplog):
         elapsed = time.perf_counter() - t0
     assert any("retry 1 of 50" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
     assert loader.meta.data_fs.policy.worst_case_s == 1.5
-    assert elapsed < 8, elapsed
+    # without the deadline, 51 attempts of 0.4 s and their backoff sleeps (capped at 5 s) take minutes
+    assert elapsed < 60, elapsed
