@@ -696,7 +696,8 @@ class StreamLoader:
                                      self.config.batch_size, self.dali_threads, self.dali_device, self.image_ops,
                                      on_gpu=self.device.startswith("cuda"), augment=self.config.augment,
                                      prefetch_queue_depth=queue_depth, engine_outputs=self.builder.engine_outputs,
-                                     engine_sources={r: producer.engine_source(r) for r in self.builder.engine_outputs})
+                                     engine_sources={r: producer.engine_source(r) for r in self.builder.engine_outputs},
+                                     engine_streams={r: self.engines[r].stream for r in self.builder.engine_outputs})
         with self._dali_errors(producer):  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:

@@ -11,6 +11,22 @@ os.environ.setdefault("SVT_LOG", "1")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with a driver; skipped elsewhere")
+    config.addinivalue_line("markers", "child: runs in a child process of its own (tests/child.py)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A `child` test runs in a child process (tests/child.py): a library that ends the process is a named failure."""
+    from .child import in_child, run_in_child, verdict
+
+    if pyfuncitem.get_closest_marker("child") is None or in_child():
+        return None
+    base = pyfuncitem.config._tmp_path_factory.mktemp("child", numbered=True)
+    rc, output = run_in_child(pyfuncitem.nodeid, base)
+    why = verdict(pyfuncitem.nodeid, rc, output)
+    if why is not None:
+        pytest.fail(why, pytrace=False)
+    return True
 
 
 def _gpu_node():

@@ -221,3 +221,27 @@ def test_diagnose_says_whether_the_open_decoder_engine_is_installed():
     except md.PackageNotFoundError:
         want = None
     assert found["ok"] and found["pynvvideocodec"] == want and found["torchcodec"] == md.version("torchcodec")
+
+
+def test_diagnose_says_why_pynvvideocodec_does_not_import(tmp_path, monkeypatch):
+    """Installed but not importable (here: a stand-in distribution whose import opens the driver's NVENC library,
+    as PyNvVideoCodec's does, on a machine without it): the software probe fails with the reason and the fix,
+    tried in a child process; not installed is no failure."""
+    import importlib
+
+    from dali_stream.tools.diagnose import probe_software
+
+    assert probe_software()["PyNvVideoCodec"] == {"ok": True, "version": None, "imports": None, "note": (
+        "not installed (optional: nvdec_engine='open'; pip install 'dali-stream[nvdec]')")}
+    info = tmp_path / "pynvvideocodec-2.2.4.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pynvvideocodec\nVersion: 2.2.4\n")
+    (tmp_path / "PyNvVideoCodec").mkdir()
+    (tmp_path / "PyNvVideoCodec" / "__init__.py").write_text("import ctypes\nctypes.CDLL('libnvidia-encode.so.1')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    importlib.invalidate_caches()
+    found = probe_software()["PyNvVideoCodec"]
+    assert not found["ok"], found
+    assert "PyNvVideoCodec 2.2.4 is installed but does not import" in found["error"]
+    assert "libnvidia-encode.so.1" in found["error"] and "NVIDIA_DRIVER_CAPABILITIES" in found["error"]

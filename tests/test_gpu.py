@@ -316,6 +316,7 @@ def _open_engine_or_skip():
                     "pip install 'dali-stream[nvdec]' (or stage its wheel) to test the open-decoder engine")
 
 
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
 def test_open_engine_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, windowed):
     """The boundary matrix through NVDEC on decoders that stay open (route nvdec-open), frames into the graph on the
@@ -330,6 +331,7 @@ def test_open_engine_every_frame_at_every_episode_boundary(nvdec_boundary_datase
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, device="cuda", nvdec_engine="open")
 
 
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
 def test_open_engine_every_frame_of_streams_encoded_in_the_wild(nvdec_wild_dataset, windowed):
     from .test_boundaries import check_every_frame
@@ -341,6 +343,7 @@ def test_open_engine_every_frame_of_streams_encoded_in_the_wild(nvdec_wild_datas
     check_every_frame(root, FPS, cameras, decode=decode, windowed=windowed, device="cuda", nvdec_engine="open")
 
 
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
 def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_dataset):
     """nvdec-open and cpu-open (the same packet feeds on FFmpeg's decoders) give the same frame ids; the NVDEC
     decoders are opened once per (decode thread, camera), not per batch; batches are CUDA tensors."""
@@ -365,6 +368,7 @@ def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_datase
             assert [read_ids(f) for f in flat_got] == [read_ids(f) for f in flat_want], k
 
 
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
 @pytest.mark.parametrize("engine", ["dali", "open"])
 def test_a_mixture_on_nvdec(gpu_dataset, tmp_path_factory, engine):
     """Two members at 192x160: the four-codec dataset and an H.264 one at 10 fps with a 7-dof state and no side
@@ -401,3 +405,58 @@ def test_a_mixture_on_nvdec(gpu_dataset, tmp_path_factory, engine):
             else:
                 assert read_ids(batch[SIDE][i]) == want
     assert seen == {0, 1}
+
+
+# ---- colours: every NVDEC route against FFmpeg's own decode (tests/test_colour.py does the CPU routes) ------------
+@pytest.fixture(scope="module")
+def colour_clips(tmp_path_factory):
+    """Bars and ramps (tools/colour_bars.py) at 256x192 (above NVDEC's minimum for HEVC), each tagging, the codecs
+    this GPU's NVDEC decodes."""
+    from dali_stream.tools.colour_bars import TAGGINGS, write_bars
+
+    root = tmp_path_factory.mktemp("colour")
+    gpu = _node().gpu
+    codecs = [c for c in ("h264", "hevc", "vp9", "av1") if gpu is not None and gpu.decodes(c)]
+    return {(c, t.name): write_bars(root / f"{c}-{t.name}.mp4", c, t, height=192, width=256)
+            for c in codecs for t in TAGGINGS}
+
+
+def _far(got, want) -> int:
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return int(np.abs(got.astype(int) - want.astype(int)).max())
+
+
+def test_colour_on_dalis_nvdec(colour_clips):
+    """DALI's mixed decoder (route nvdec) against FFmpeg: at most 2 levels on every clip."""
+    from dali_stream.graph.pipeline import decode_once
+    from dali_stream.tools.colour_bars import ffmpeg_rgb
+
+    far = {}
+    for name, path in colour_clips.items():
+        want = ffmpeg_rgb(path)
+        far[name] = _far(decode_once(path.read_bytes(), list(range(len(want))), "nvdec"), want)
+    assert max(far.values()) <= 2, far
+
+
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
+def test_colour_on_the_open_engine(colour_clips):
+    """nvdec-open (NV12 out of NVDEC, converted by decode.colour) against FFmpeg: at most 2 levels on every clip."""
+    from dali_stream.decode.engine import make_engine
+    from dali_stream.fetch.segments import Segment, packet_index
+    from dali_stream.tools.colour_bars import ffmpeg_rgb
+
+    _open_engine_or_skip()
+    engine = make_engine("nvdec-open", 1, 0, {"bars": (192, 256)})
+    far = {}
+    try:
+        for name, path in colour_clips.items():
+            data = path.read_bytes()
+            index = packet_index(data)
+            seg = Segment(data, np.sort(index.pts).astype(np.float64) * float(index.time_base), str(path), 0, "bars",
+                          name[0])
+            want = ffmpeg_rgb(path)
+            got, _ = engine.decode("bars", [seg], [np.arange(len(want))])
+            far[name] = _far(got.cpu().numpy(), want)
+    finally:
+        engine.close()
+    assert max(far.values()) <= 2, far

@@ -35,7 +35,7 @@ def test_preflight_stops_at_a_failed_import_with_its_text(tmp_path):
                env={"PYTHONPATH": f"{broken.parent}{os.pathsep}{ROOT}"})
     assert out.returncode == 4, out.stderr
     assert "import torchcodec.decoders: ImportError: libavutil.so.59" in out.stderr
-    assert "gpu-staging" in out.stderr
+    assert "stage the wheels" in out.stderr
 
 
 def test_preflight_refuses_a_cpu_only_torch(tmp_path):

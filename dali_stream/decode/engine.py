@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -31,12 +31,18 @@ ENGINE_ROUTES = ("nvdec-open", "cpu-open")
 
 
 class OpenDecoders:
-    """`threads` decode threads, each with its decoders kept open (module doc). `make(codec, camera)` opens one."""
+    """`threads` decode threads, each with its decoders kept open (module doc). `make(codec, camera)` opens one.
 
-    def __init__(self, make: Callable[[str, str], Any], threads: int, route: str) -> None:
+    `sizes`: camera -> (height, width) every segment of it must have (None or absent: not checked). `stream`: the
+    engine's hand-off CUDA stream (nvdec-open; None on the CPU): see `hand_over`."""
+
+    def __init__(self, make: Callable[[str, str], Any], threads: int, route: str,
+                 sizes: Mapping[str, tuple[int, int] | None] | None = None, stream: Any = None) -> None:
         if threads < 1:
             raise ValueError(f"the open-decoder engine needs at least one thread. Found: {threads}")
         self.make, self.threads, self.route = make, threads, route
+        self.sizes = dict(sizes or {})
+        self.stream = stream
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="dali-stream-decode")
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -60,15 +66,25 @@ class OpenDecoders:
         parts = [f.result() for f in futures]
         decoded = sum(p[1] for p in parts)
         frames = [p[0] for p in parts]
-        if len(frames) == 1:
-            return frames[0], decoded
         if isinstance(frames[0], np.ndarray):
-            return np.concatenate(frames), decoded
+            return (frames[0] if len(frames) == 1 else np.concatenate(frames)), decoded
+        return self.hand_over(frames), decoded
+
+    def hand_over(self, parts: list) -> Any:
+        """CUDA frames joined into one tensor on the engine's hand-off stream, which is the stream DALI copies them
+        on (`graph.pipeline`: the external source's `cuda_stream`): the join, DALI's copy and any later reuse of
+        the memory are queued on one stream in that order, and nothing waits on the legacy default stream (where
+        the training step runs). Every part, made on a decode thread's stream (complete: `finish`), is marked as
+        used on the hand-off stream, so the caching allocator cannot give its memory to the next decode before
+        the join has read it; the joined tensor is allocated on the hand-off stream itself."""
         import torch
 
-        joined = torch.cat(frames)  # on this thread's current stream: done before DALI's stream copies it
-        torch.cuda.current_stream(joined.device).synchronize()
-        return joined, decoded
+        with torch.cuda.stream(self.stream):
+            joined = parts[0] if len(parts) == 1 else torch.cat(parts)
+        for part in parts:
+            if part.is_cuda:
+                part.record_stream(self.stream)
+        return joined
 
     def _decoder(self, camera: str, codec: str):
         mine = getattr(self._local, "decoders", None)
@@ -89,6 +105,7 @@ class OpenDecoders:
 
     def _decode_chunk(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
         codec = segs[0].codec
+        self._check_sizes(camera, segs)
         feed = build_feed(list(zip(segs, idx)))
         dec = self._decoder(camera, codec)
         try:
@@ -115,6 +132,20 @@ class OpenDecoders:
             self.packets += len(feed.units)
             self.decoded += len(got)
         return frames, len(got)
+
+    def _check_sizes(self, camera: str, segs: list) -> None:
+        """Every segment's picture size (its MP4 sample entry) is the camera's: an NVDEC session reconfigured for
+        another size would scale its pictures to the first one's without a word."""
+        want = self.sizes.get(camera)
+        if want is None:
+            return
+        for seg in segs:
+            got = seg.size()
+            if got is not None and tuple(got) != tuple(want):
+                raise DecodeError(
+                    f"camera {camera!r}: episode {seg.episode} in {seg.source} is {got[1]}x{got[0]} (width x height) "
+                    f"but meta/info.json gives the camera {want[1]}x{want[0]}; every file of a camera must have the "
+                    "camera's size: re-encode the file at that size, or fix the feature's shape in meta/info.json")
 
     def _culprit(self, camera: str, segs: list, idx: list[np.ndarray], exc: BaseException) -> DecodeError:
         """The segment whose packets the decoder fails on, each decoded alone on a fresh decoder."""
@@ -173,6 +204,10 @@ def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[
     if route == "nvdec-open":
         if device_index is None:
             raise DecodeError("the nvdec-open route needs a CUDA device; decode='cpu' decodes on the CPU")
+        import torch
+
+        # a stream of its own, never the legacy default one (`hand_over`)
+        stream = torch.cuda.Stream(device=device_index)
         return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, device_index, sizes.get(camera)),
-                            threads, route)
-    return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route)
+                            threads, route, sizes, stream)
+    return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route, sizes)

@@ -56,6 +56,7 @@ class Feed:
     pts: np.ndarray  # (N,) int64
     asked: list[np.ndarray]  # per part: (T,) int64 feed times
     starts: np.ndarray  # (C,) index in `units` of each clip's first packet (a keyframe that resets the decoder)
+    sources: tuple[str, ...] = ()  # (C,) the file each clip was cut from
 
     @property
     def clips(self) -> int:
@@ -90,6 +91,7 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
     asked: list[np.ndarray | None] = [None] * len(parts)
     running = 0
     starts: list[int] = []
+    sources: list[str] = []
     for seg, members in by_seg.values():
         index = packets_of(seg)
         shown = np.sort(index.pts)
@@ -98,6 +100,7 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
         feed_time = np.full(len(shown), -1, np.int64)  # segment frame -> feed time (wanted ones only)
         for packets in segment_clips(index, shown[wanted], seg.resets()):
             starts.append(len(units))
+            sources.append(seg.source)
             shift = running - int(index.pts[packets].min())
             clip_pts = index.pts[packets] + shift
             for n, p in enumerate(packets.tolist()):
@@ -114,7 +117,7 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
         for j in members:
             asked[j] = feed_time[np.asarray(parts[j][1], np.int64)]
     return Feed(codec, units, np.concatenate(pts_parts), [a for a in asked if a is not None],
-                np.asarray(starts, np.int64))
+                np.asarray(starts, np.int64), tuple(sources))
 
 
 def segment_clips(index: PacketIndex, ticks: np.ndarray, resets: np.ndarray) -> list[np.ndarray]:

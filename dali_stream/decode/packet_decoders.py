@@ -8,20 +8,26 @@ uint8: numpy arrays on the CPU, torch tensors on the GPU.
 
 Why PyNvVideoCodec (README, "Our code or a library's"): NVIDIA's own Python binding of the Video Codec SDK's
 decoder, a 27 MB wheel with no dependencies, that takes a packet from a Python buffer (`PacketData`), keeps its
-NVDEC session across streams (each clip's sequence header is parsed anew; a stream of another size within the
-session's maximum, set here from the camera's size, reconfigures the session, `cuvidReconfigureDecoder`, instead
-of creating one), converts NV12 to interleaved RGB on the GPU and hands frames over by DLPack. Writing our own binding of
-`nvcuvid` would repeat all of that.
+NVDEC session across streams (each clip's sequence header is parsed anew; a stream within the session's maximum,
+set here from the camera's size, reconfigures the session, `cuvidReconfigureDecoder`, instead of creating one) and
+hands frames over by DLPack. Writing our own binding of `nvcuvid` would repeat all of that. Its RGB conversion is
+not used: it takes BT.709 for untagged video where FFmpeg takes BT.601, so frames come out as NV12 and are
+converted by `decode.colour` as FFmpeg would convert the same stream.
 
-CUDA context and stream (NVDEC): the decoder runs in the device's primary context, the one torch and DALI use
+CUDA context and streams (NVDEC): the decoder runs in the device's primary context, the one torch and DALI use
 (retained through the driver API, never created), so no context is pushed or switched between libraries. Each
-decoder gets a CUDA stream of its own, made by torch; its colour conversion and our copy of each asked picture
-run on that stream, in order, so a surface is copied before the decoder's next picture may overwrite it. Before
-the frames leave the decode thread the stream is synchronised (`finish`; the builder thread that joins the
-threads' chunks synchronises its own stream after the join, `engine.OpenDecoders.decode`); DALI's external source then copies them
-on its internal stream and blocks until the copy is done (`cuda_stream=1`), so the frames can be released right
-after. No lock is held while a stream synchronises, and no stream waits on another's work: nothing can deadlock,
-and no kernel reads a buffer another stream is still writing.
+decoder gets a CUDA stream of its own, made by torch; the decoder's copies out of its surfaces, our colour
+conversion of each asked picture and the stacking run on that stream, in order, so a surface is read before the
+decoder's next picture may overwrite it. Before the frames leave the decode thread that stream is synchronised
+(`finish`). The engine then joins the threads' frames on its hand-off stream (`engine.OpenDecoders.hand_over`),
+and DALI's external source copies them on that same stream without blocking (`graph.pipeline`); neither the
+join nor the copy touches the legacy default stream, where the training step's kernels run, so a batch never
+waits behind them. No lock is held while a stream synchronises, and no stream waits on another's work.
+
+What PyNvVideoCodec does on a failed CUDA driver call (2.2): it logs FATAL and ends the process with exit(1) (in
+its constructor, in a frame's DLPack set-up and in `__dlpack__`'s stream wait): no exception reaches Python, so
+no `DecodeError` can name the episode. The GPU tests run the engine in child processes, so such an end is a
+named failure with its output; `dali-stream diagnose` says whether PyNvVideoCodec imports here, and why not.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodeError
+from .colour import Colour, nv12_to_rgb
 from .feed import Feed
 
 AV_DECODERS = {"h264": ("h264",), "hevc": ("hevc",), "av1": ("libdav1d", "libaom-av1", "av1"), "vp9": ("vp9",),
@@ -104,8 +111,33 @@ def primary_context(device_index: int) -> int:
     return int(ctx.value or 0)
 
 
+def probe_colour(codec: str, units: list[bytes], pts: list[int]) -> Colour:
+    """How FFmpeg converts the stream a clip's packets belong to (`decode.colour`): its first picture decoded by
+    FFmpeg's own decoder on the CPU, its matrix and range read (once per file and camera: a keyframe's worth)."""
+    dec = AvPacketDecoder(codec)
+    import av
+
+    try:
+        for unit, t in zip(units, pts):
+            packet = av.Packet(unit)
+            packet.pts = t
+            for frame in dec.ctx.decode(packet):
+                return Colour.of_frame(frame)
+        for frame in dec.ctx.decode(None):
+            return Colour.of_frame(frame)
+    finally:
+        dec.close()
+    raise DecodeError(f"FFmpeg's {codec} decoder gave no picture for a clip's packets, so its colours cannot be "
+                      "read; decode the camera with torchcodec: decode='cpu'")
+
+
 class NvdecPacketDecoder:
-    """An NVDEC session through PyNvVideoCodec, fed packets, frames out as RGB (H, W, 3) uint8 CUDA tensors."""
+    """An NVDEC session through PyNvVideoCodec, fed packets, frames out as RGB (H, W, 3) uint8 CUDA tensors.
+
+    NVDEC hands out NV12 (`OutputColorType.NATIVE`), converted here with the matrix and range FFmpeg uses for the
+    same stream (`decode.colour`; PyNvVideoCodec's own RGB takes BT.709 for untagged video, FFmpeg BT.601), so
+    this route's colours are every other route's. A picture of another size than `max_size` (the camera's, from
+    meta/info.json) never reaches it: the engine refuses the segment first (`OpenDecoders._check_sizes`)."""
 
     device = "gpu"
 
@@ -117,8 +149,9 @@ class NvdecPacketDecoder:
         except Exception as exc:  # noqa: BLE001 - not installed, or no NVENC/NVDEC driver library
             raise DecodeError(
                 f"the open-decoder NVDEC engine needs PyNvVideoCodec, which does not import here "
-                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); install it with "
-                "`pip install 'dali-stream[nvdec]'`, or use DALI's NVDEC engine: nvdec_engine='dali'") from None
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); `dali-stream diagnose` "
+                "says why; install it with `pip install 'dali-stream[nvdec]'`, or use DALI's NVDEC engine: "
+                "nvdec_engine='dali'") from None
         if codec not in NVDEC_CODECS:
             raise DecodeError(f"NVDEC has no {codec} decoder; decode the camera with torchcodec: decode='cpu'")
         self.nvc, self.torch, self.codec = nvc, torch, codec
@@ -128,10 +161,20 @@ class NvdecPacketDecoder:
         # 1080-row H.264 stream is 1088; an HEVC or AV1 one rounds to its coding blocks), 0: the stream's own
         height, width = (-(-n // 128) * 128 for n in max_size) if max_size else (0, 0)
         self.size = max_size
+        self.colours: dict[str, Colour] = {}  # file -> its colour as FFmpeg reads it
         self.dec = nvc.CreateDecoder(gpuid=device_index, codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
                                      cudacontext=primary_context(device_index), cudastream=self.stream.cuda_stream,
                                      usedevicememory=True, maxwidth=width, maxheight=height,
-                                     outputColorType=nvc.OutputColorType.RGB)
+                                     outputColorType=nvc.OutputColorType.NATIVE)
+
+    def colour(self, feed: Feed, clip: int, first: int, end: int) -> Colour:
+        """The colour of clip `clip` (units `first` to `end`) of `feed`: its file's, read once (`probe_colour`)."""
+        source = feed.sources[clip] if clip < len(feed.sources) else ""
+        found = self.colours.get(source)
+        if found is None:
+            found = self.colours[source] = probe_colour(self.codec, feed.units[first:end],
+                                                        feed.pts[first:end].tolist())
+        return found
 
     def decode(self, feed: Feed) -> dict[int, Any]:
         nvc = self.nvc
@@ -139,28 +182,33 @@ class NvdecPacketDecoder:
         out: dict[int, Any] = {}
         pts_all = feed.pts.tolist()
         with self.torch.cuda.stream(self.stream):
-            for first, end in feed.clip_ranges():
+            for clip, (first, end) in enumerate(feed.clip_ranges()):
+                colour = self.colour(feed, clip, first, end)
                 for unit, pts in zip(feed.units[first:end], pts_all[first:end]):
                     buf = np.frombuffer(unit, np.uint8)  # alive until Decode returns: the parser copies it
                     packet = nvc.PacketData()
                     packet.bsl_data, packet.bsl, packet.pts = int(buf.ctypes.data), int(buf.size), int(pts)
-                    self._keep(self.dec.Decode(packet), wanted, out)
+                    self._keep(self.dec.Decode(packet), wanted, out, colour)
                 eos = nvc.PacketData()
                 eos.bsl_data, eos.bsl = 0, 0  # end of stream: the clip's pictures still held come out
-                self._keep(self.dec.Decode(eos), wanted, out)
+                self._keep(self.dec.Decode(eos), wanted, out, colour)
         return out
 
-    def _keep(self, frames, wanted: set, out: dict) -> None:
+    def _keep(self, frames, wanted: set, out: dict, colour: Colour) -> None:
         for frame in frames:
             pts = int(frame.getPTS())
             if pts not in wanted:
                 continue
-            image = self.torch.from_dlpack(frame)
-            if image.ndim != 3 or image.shape[-1] != 3:
-                raise DecodeError(f"PyNvVideoCodec handed an RGB frame of shape {tuple(image.shape)}, not (H, W, 3): "
-                                  "this PyNvVideoCodec is not the one the engine was written for (2.2); use "
-                                  "nvdec_engine='dali'")
-            out[pts] = image.clone()  # on this decoder's stream: the decoder reuses its surface on the next call
+            nv12 = self.torch.from_dlpack(frame)
+            if nv12.ndim == 3 and nv12.shape[-1] == 1:
+                nv12 = nv12[..., 0]
+            if nv12.ndim != 2 or nv12.dtype != self.torch.uint8 or nv12.shape[0] % 3:
+                raise DecodeError(f"PyNvVideoCodec handed a native frame of shape {tuple(nv12.shape)} and dtype "
+                                  f"{nv12.dtype}, not 8-bit NV12 (H * 3 / 2, W): a stream of more than 8 bits, or not "
+                                  "the PyNvVideoCodec the engine was written for (2.2); use nvdec_engine='dali'")
+            height, width = self.size if self.size else (nv12.shape[0] * 2 // 3, nv12.shape[1])
+            # on this decoder's stream, before the decoder's next call may overwrite the surface
+            out[pts] = nv12_to_rgb(nv12, height, width, colour)
 
     def stack(self, frames: list):
         with self.torch.cuda.stream(self.stream):

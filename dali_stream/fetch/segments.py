@@ -63,6 +63,11 @@ class Segment:
         gaps = np.diff(self.pts_s)
         return float(gaps.min()) / 2 if len(gaps) else float("inf")
 
+    def size(self) -> tuple[int, int] | None:
+        """(height, width) of the segment's pictures as its MP4 sample entry states them (None: a layout read by
+        PyAV, whose sample entry is not kept)."""
+        return entry_size(self.packets().stsd)
+
     def packets(self) -> PacketIndex:
         """The segment's packets in decode order (`PacketIndex`): DALI routes cut per-sample clips by it."""
         with self.lock:
@@ -307,6 +312,16 @@ class PacketIndex:
     key: np.ndarray  # (N,) bool
     time_base: Fraction
     stsd: bytes | None = None  # the track's `stsd` box, for clips written by `mp4write` (None: remux by PyAV)
+
+
+def entry_size(stsd: bytes | None) -> tuple[int, int] | None:
+    """(height, width) of the first visual sample entry of an `stsd` box (ISO 14496-12: box header, version and
+    flags, entry count, then the entry: its header, 6 reserved bytes, the data reference index, 16 bytes of
+    pre-defined and reserved fields, then width and height as 16-bit integers)."""
+    if stsd is None or len(stsd) < 16 + 36:
+        return None
+    width, height = struct.unpack_from(">HH", stsd, 16 + 32)
+    return (height, width) if width and height else None
 
 
 def packet_index(data: bytes) -> PacketIndex:

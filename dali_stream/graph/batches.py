@@ -303,16 +303,20 @@ class BatchBuilder:
                 by_sample[j] = frames[k * steps:(k + 1) * steps]
             decoded += n
         on_host = all(f is None or isinstance(f, np.ndarray) for f in by_sample)
-        if not on_host:  # nvdec-open: CUDA tensors, the blanks on their device
-            import torch
-
-            device = next(f for f in by_sample if f is not None).device
-        for j in lacking:
-            blank = self._blank(key, len(idx[j]))
-            by_sample[j] = blank if on_host else torch.from_numpy(blank).to(device)
         if on_host:
+            for j in lacking:
+                by_sample[j] = self._blank(key, len(idx[j]))
             return np.concatenate(by_sample), decoded
-        return torch.cat(by_sample), decoded
+        # nvdec-open: CUDA tensors; the blanks made on the engine's hand-off stream, the samples joined there
+        # (`OpenDecoders.hand_over`: no part's memory is reused before the join has read it)
+        import torch
+
+        device = next(f for f in by_sample if f is not None).device
+        with torch.cuda.stream(engine.stream):
+            for j in lacking:
+                by_sample[j] = torch.zeros((len(idx[j]), *self.fields[key].shape[:2], 3), dtype=torch.uint8,
+                                           device=device)
+        return engine.hand_over(by_sample), decoded
 
     def _decode_cpu(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any]) -> Any:
         """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one

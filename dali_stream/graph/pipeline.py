@@ -15,7 +15,7 @@ through.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..decode.engine import ENGINE_ROUTES
 from ..decode.routes import NVDEC_ROUTES
@@ -44,7 +44,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
                    image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False,
                    augment: Callable | None = None, engine_outputs: Mapping[str, Sequence[Output]] | None = None,
-                   engine_sources: Mapping[str, Callable] | None = None):
+                   engine_sources: Mapping[str, Callable] | None = None,
+                   engine_streams: Mapping[str, Any] | None = None):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order).
 
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
@@ -52,7 +53,9 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
     rand)` (see `StreamLoader`) runs on each camera's decoded frames before resize/crop/normalise.
     `engine_outputs[route]`, fed by `engine_sources[route]` (called with the same batch info as `source`): the
     frames of an open-decoder engine route (`decode.engine`), on the GPU for nvdec-open. DALI copies GPU frames on
-    its internal stream and waits for the copy (`cuda_stream=1`), so the engine may release them at once."""
+    `engine_streams[route]`, the engine's hand-off stream (a torch.cuda.Stream the frames were joined on), without
+    blocking and without the legacy default stream: the engine's `hand_over` keeps their memory from reuse until
+    the copy, queued on that stream, has run."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
@@ -80,7 +83,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
             frames = fn.external_source(
                 source=(engine_sources or {})[route], num_outputs=len(outs), batch=True, batch_info=True,
                 device="gpu" if gpu else "cpu", dtype=[types.UINT8] * len(outs), ndim=[4] * len(outs),
-                layout=["FHWC"] * len(outs), **({"cuda_stream": 1} if gpu else {}))
+                layout=["FHWC"] * len(outs),
+                **({"cuda_stream": (engine_streams or {})[route].cuda_stream} if gpu else {}))
             frames = frames if isinstance(frames, (list, tuple)) else [frames]
             by_name.update(zip((o.name for o in outs), frames))
         results = []

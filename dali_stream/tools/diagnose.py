@@ -150,7 +150,46 @@ def probe_software() -> dict[str, Any]:
         "pyarrow": _guard(_simple_version, "pyarrow"),
         "fsspec": _guard(_simple_version, "fsspec"),
         "distributions": _guard(_distributions),
+        "PyNvVideoCodec": _guard(_pynvvideocodec),
     }
+
+
+# NVENC API version PyNvVideoCodec 2.2 asks the driver for at import (it opens the encoder library even to decode)
+NVENC_API = "12.1"
+
+
+def _pynvvideocodec() -> dict[str, Any]:
+    """Whether PyNvVideoCodec (the open-decoder NVDEC engine, nvdec_engine='open') imports here, tried in a child
+    process: its import opens the driver's NVENC library (libnvidia-encode.so.1) and asks it for NVENC API >= 12.1
+    even to decode, and a failure there must not take this process down. Not installed is no failure: it is
+    optional (`pip install 'dali-stream[nvdec]'`)."""
+    import importlib.metadata as md
+    import subprocess
+
+    try:
+        version = md.version("pynvvideocodec")
+    except md.PackageNotFoundError:
+        return {"version": None, "imports": None, "note": "not installed (optional: nvdec_engine='open'; "
+                                                          "pip install 'dali-stream[nvdec]')"}
+    try:
+        ran = subprocess.run([sys.executable, "-c", "import PyNvVideoCodec"], capture_output=True, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+        said = (ran.stderr.strip().splitlines() or [f"exit code {ran.returncode}"])[-1]
+        ok = ran.returncode == 0
+    except subprocess.TimeoutExpired:
+        ok, said = False, "the import did not finish within 120 s"
+    if ok:
+        return {"version": version, "imports": True}
+    try:
+        ctypes.CDLL("libnvidia-encode.so.1")
+        encode = "libnvidia-encode.so.1 loads, so the driver is likely older than NVENC API " + NVENC_API + \
+                 " needs (R530 or newer)"
+    except OSError:
+        encode = ("libnvidia-encode.so.1, the driver's NVENC library, is missing: in a container set "
+                  "NVIDIA_DRIVER_CAPABILITIES=compute,video,utility (or all); on a bare node install the driver's "
+                  "encode library (Debian/Ubuntu: libnvidia-encode-<driver version>)")
+    raise ImportError(f"PyNvVideoCodec {version} is installed but does not import ({said}); {encode}. Without it "
+                      "nvdec_engine='open' cannot run (nvdec_engine='dali' and the CPU routes can)")
 
 
 def _distributions() -> dict[str, Any]:

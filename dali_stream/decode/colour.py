@@ -1,0 +1,86 @@
+"""YUV to RGB as FFmpeg converts it, for decoders that hand out YUV (NVDEC's NV12 through PyNvVideoCodec).
+
+Every route must give the same colours: a policy trained on frames one route decoded and run on frames another
+route decoded would otherwise see shifted colours (a saturated red moves by ~20 levels between BT.601 and BT.709
+coefficients). FFmpeg (torchcodec, PyAV, the `ffmpeg` command) converts with the matrix and range the stream is
+tagged with, and an untagged stream (lerobot writes untagged video) with BT.601 in limited range, whatever its
+size; PyNvVideoCodec's own RGB output uses BT.709 for untagged video. So NVDEC hands out NV12 and this module
+converts it: the matrix and range come from FFmpeg's reading of the same stream (`Colour.of_frame`, a PyAV frame
+of it), the arithmetic is swscale's (each 2x2 block of pixels shares its chroma sample), in floating point shifted by half
+a level to meet swscale's truncating fixed point.
+
+Checked against FFmpeg's own decode (`tests/test_colour.py`: bars and ramps, untagged and BT.709, limited and
+full range, H.264/HEVC/AV1/VP9): at most 2 levels apart on the CPU; `make gpu-check` runs the same check on NVDEC.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# (Kr, Kb) of each AVColorSpace swscale has coefficients for (`sws_getCoefficients`); every other value,
+# unspecified (2) included, gets BT.601's
+_KR_KB = {1: (0.2126, 0.0722), 4: (0.30, 0.11), 7: (0.212, 0.087), 9: (0.2627, 0.0593), 10: (0.2627, 0.0593)}
+_BT601 = (0.299, 0.114)
+_NAMES = {1: "bt709", 4: "fcc", 7: "smpte240m", 9: "bt2020", 10: "bt2020"}
+
+
+@dataclass(frozen=True)
+class Colour:
+    """How a stream's YUV becomes RGB: `matrix` (an AVColorSpace value as FFmpeg reads the stream) and
+    `full_range` (JPEG range: 0-255 luma; else MPEG range: 16-235)."""
+
+    matrix: int = 2
+    full_range: bool = False
+
+    @classmethod
+    def of_frame(cls, frame: Any) -> "Colour":
+        """The colour of a PyAV `VideoFrame` as FFmpeg would convert it (yuvj formats are full range)."""
+        full = int(frame.color_range) == 2 or frame.format.name.startswith("yuvj")
+        return cls(int(frame.colorspace), full)
+
+    @property
+    def name(self) -> str:
+        return f"{_NAMES.get(self.matrix, 'bt601')}-{'full' if self.full_range else 'limited'}"
+
+    def coefficients(self) -> tuple[float, float, float, float]:
+        """(R from Cr, G from Cb, G from Cr, B from Cb) per unit of centred chroma in 0-255 units."""
+        kr, kb = _KR_KB.get(self.matrix, _BT601)
+        kg = 1.0 - kr - kb
+        return 2 * (1 - kr), -2 * kb * (1 - kb) / kg, -2 * kr * (1 - kr) / kg, 2 * (1 - kb)
+
+
+def nv12_to_rgb(nv12: Any, height: int, width: int, colour: Colour) -> Any:
+    """(H, W, 3) uint8 RGB of an NV12 picture, a torch uint8 tensor of (H * 3 / 2, W) (luma rows, then rows of
+    interleaved Cb, Cr at half resolution), on the device it is on; `height`, `width` may be smaller than the
+    picture's (coded sizes are rounded up to whole blocks: the extra rows and columns are cut)."""
+    import torch
+
+    rows = nv12.shape[0] * 2 // 3
+    luma = nv12[:height, :width].float()
+    chroma = nv12[rows:rows + (height + 1) // 2, :(width + 1) // 2 * 2].reshape((height + 1) // 2, -1, 2).float()
+    chroma = chroma.repeat_interleave(2, dim=0).repeat_interleave(2, dim=1)[:height, :width] - 128.0
+    if colour.full_range:
+        y, scale = luma, 1.0
+    else:
+        y, scale = (luma - 16.0) * (255.0 / 219.0), 255.0 / 224.0
+    cb, cr = chroma[..., 0] * scale, chroma[..., 1] * scale
+    r_cr, g_cb, g_cr, b_cb = colour.coefficients()
+    rgb = torch.stack((y + r_cr * cr, y + g_cb * cb + g_cr * cr, y + b_cb * cb), dim=-1)
+    return rgb.sub_(0.5).floor_().clamp_(0, 255).to(torch.uint8)
+
+
+def nv12_of_frame(frame: Any) -> Any:
+    """A PyAV yuv420p/yuvj420p frame's planes as one NV12 tensor (H * 3 / 2, W) uint8 on the CPU: what NVDEC hands
+    out, for checking `nv12_to_rgb` on any machine."""
+    import numpy as np
+    import torch
+
+    h, w = frame.height, frame.width
+    planes = [np.frombuffer(p, np.uint8).reshape(-1, p.line_size)[:, :n] for p, n in
+              zip(frame.planes, (w, (w + 1) // 2, (w + 1) // 2))]
+    uv = np.stack((planes[1][:(h + 1) // 2], planes[2][:(h + 1) // 2]), axis=-1).reshape((h + 1) // 2, -1)
+    out = np.zeros((h + (h + 1) // 2, max(w, uv.shape[1])), np.uint8)
+    out[:h, :w] = planes[0][:h]
+    out[h:, :uv.shape[1]] = uv
+    return torch.from_numpy(out)
