@@ -421,15 +421,12 @@ def colour_clips(tmp_path_factory):
             for c in codecs for t in TAGGINGS}
 
 
-def _far(got, want) -> int:
-    assert got.shape == want.shape, (got.shape, want.shape)
-    return int(np.abs(got.astype(int) - want.astype(int)).max())
-
-
 def test_colour_on_dalis_nvdec(colour_clips):
     """DALI's mixed decoder (route nvdec) against FFmpeg: at most 2 levels on every clip."""
     from dali_stream.graph.pipeline import decode_once
     from dali_stream.tools.colour_bars import ffmpeg_rgb
+
+    from .test_colour import _far
 
     far = {}
     for name, path in colour_clips.items():
@@ -442,18 +439,16 @@ def test_colour_on_dalis_nvdec(colour_clips):
 def test_colour_on_the_open_engine(colour_clips):
     """nvdec-open (NV12 out of NVDEC, converted by decode.colour) against FFmpeg: at most 2 levels on every clip."""
     from dali_stream.decode.engine import make_engine
-    from dali_stream.fetch.segments import Segment, packet_index
     from dali_stream.tools.colour_bars import ffmpeg_rgb
+
+    from .test_colour import _far, _segment
 
     _open_engine_or_skip()
     engine = make_engine("nvdec-open", 1, 0, {"bars": (192, 256)})
     far = {}
     try:
         for name, path in colour_clips.items():
-            data = path.read_bytes()
-            index = packet_index(data)
-            seg = Segment(data, np.sort(index.pts).astype(np.float64) * float(index.time_base), str(path), 0, "bars",
-                          name[0])
+            seg = _segment(path, name[0])
             want = ffmpeg_rgb(path)
             got, _ = engine.decode("bars", [seg], [np.arange(len(want))])
             far[name] = _far(got.cpu().numpy(), want)

@@ -22,7 +22,6 @@ from typing import Any
 # unspecified (2) included, gets BT.601's
 _KR_KB = {1: (0.2126, 0.0722), 4: (0.30, 0.11), 7: (0.212, 0.087), 9: (0.2627, 0.0593), 10: (0.2627, 0.0593)}
 _BT601 = (0.299, 0.114)
-_NAMES = {1: "bt709", 4: "fcc", 7: "smpte240m", 9: "bt2020", 10: "bt2020"}
 
 
 @dataclass(frozen=True)
@@ -38,10 +37,6 @@ class Colour:
         """The colour of a PyAV `VideoFrame` as FFmpeg would convert it (yuvj formats are full range)."""
         full = int(frame.color_range) == 2 or frame.format.name.startswith("yuvj")
         return cls(int(frame.colorspace), full)
-
-    @property
-    def name(self) -> str:
-        return f"{_NAMES.get(self.matrix, 'bt601')}-{'full' if self.full_range else 'limited'}"
 
     def coefficients(self) -> tuple[float, float, float, float]:
         """(R from Cr, G from Cb, G from Cr, B from Cb) per unit of centred chroma in 0-255 units."""

@@ -208,6 +208,7 @@ def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[
 
         # a stream of its own, never the legacy default one (`hand_over`)
         stream = torch.cuda.Stream(device=device_index)
-        return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, device_index, sizes.get(camera)),
+        colours: dict = {}  # each file's colour, read once for every decode thread's decoders
+        return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, device_index, sizes.get(camera), colours),
                             threads, route, sizes, stream)
     return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route, sizes)

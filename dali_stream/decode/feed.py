@@ -56,7 +56,7 @@ class Feed:
     pts: np.ndarray  # (N,) int64
     asked: list[np.ndarray]  # per part: (T,) int64 feed times
     starts: np.ndarray  # (C,) index in `units` of each clip's first packet (a keyframe that resets the decoder)
-    sources: tuple[str, ...] = ()  # (C,) the file each clip was cut from
+    sources: tuple[str, ...]  # (C,) the file each clip was cut from
 
     @property
     def clips(self) -> int:

@@ -66,19 +66,24 @@ class AvPacketDecoder:
                               "decode the camera with torchcodec: decode='cpu'")
 
     def decode(self, feed: Feed) -> dict[int, Any]:
-        import av
-
         wanted = set(feed.wanted.tolist())
         out: dict[int, Any] = {}
         pts_all = feed.pts.tolist()
         for first, end in feed.clip_ranges():
-            for unit, pts in zip(feed.units[first:end], pts_all[first:end]):
-                packet = av.Packet(unit)
-                packet.pts = pts
-                self._keep(self.ctx.decode(packet), wanted, out)
-            self._keep(self.ctx.decode(None), wanted, out)  # end of stream: the pictures still held come out
-            self.ctx.flush_buffers()  # ready for the next clip, same decoder
+            self._keep(self.frames(feed.units[first:end], pts_all[first:end]), wanted, out)
         return out
+
+    def frames(self, units: list[bytes], pts: list[int]):
+        """The pictures of one clip's packets, as PyAV frames: the packets fed with their times, then an end of
+        stream (the pictures still held come out); the decoder is then ready for the next clip."""
+        import av
+
+        for unit, t in zip(units, pts):
+            packet = av.Packet(unit)
+            packet.pts = t
+            yield from self.ctx.decode(packet)
+        yield from self.ctx.decode(None)
+        self.ctx.flush_buffers()
 
     @staticmethod
     def _keep(frames, wanted: set, out: dict) -> None:
@@ -113,17 +118,10 @@ def primary_context(device_index: int) -> int:
 
 def probe_colour(codec: str, units: list[bytes], pts: list[int]) -> Colour:
     """How FFmpeg converts the stream a clip's packets belong to (`decode.colour`): its first picture decoded by
-    FFmpeg's own decoder on the CPU, its matrix and range read (once per file and camera: a keyframe's worth)."""
+    FFmpeg's own decoder on the CPU, its matrix and range read (once per file: a keyframe's worth)."""
     dec = AvPacketDecoder(codec)
-    import av
-
     try:
-        for unit, t in zip(units, pts):
-            packet = av.Packet(unit)
-            packet.pts = t
-            for frame in dec.ctx.decode(packet):
-                return Colour.of_frame(frame)
-        for frame in dec.ctx.decode(None):
+        for frame in dec.frames(units, pts):
             return Colour.of_frame(frame)
     finally:
         dec.close()
@@ -141,7 +139,8 @@ class NvdecPacketDecoder:
 
     device = "gpu"
 
-    def __init__(self, codec: str, device_index: int, max_size: tuple[int, int] | None = None) -> None:
+    def __init__(self, codec: str, device_index: int, max_size: tuple[int, int] | None = None,
+                 colours: dict[str, Colour] | None = None) -> None:
         import torch
 
         try:
@@ -161,7 +160,8 @@ class NvdecPacketDecoder:
         # 1080-row H.264 stream is 1088; an HEVC or AV1 one rounds to its coding blocks), 0: the stream's own
         height, width = (-(-n // 128) * 128 for n in max_size) if max_size else (0, 0)
         self.size = max_size
-        self.colours: dict[str, Colour] = {}  # file -> its colour as FFmpeg reads it
+        # file -> its colour as FFmpeg reads it; shared by the engine's decoders, so each file is probed once
+        self.colours = {} if colours is None else colours
         self.dec = nvc.CreateDecoder(gpuid=device_index, codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
                                      cudacontext=primary_context(device_index), cudastream=self.stream.cuda_stream,
                                      usedevicememory=True, maxwidth=width, maxheight=height,
@@ -169,7 +169,7 @@ class NvdecPacketDecoder:
 
     def colour(self, feed: Feed, clip: int, first: int, end: int) -> Colour:
         """The colour of clip `clip` (units `first` to `end`) of `feed`: its file's, read once (`probe_colour`)."""
-        source = feed.sources[clip] if clip < len(feed.sources) else ""
+        source = feed.sources[clip]
         found = self.colours.get(source)
         if found is None:
             found = self.colours[source] = probe_colour(self.codec, feed.units[first:end],

@@ -17,10 +17,7 @@ import numpy as np
 
 BARS = np.array([[255, 255, 255], [255, 255, 0], [0, 255, 255], [0, 255, 0], [255, 0, 255], [255, 0, 0],
                  [0, 0, 255], [0, 0, 0]], np.uint8)
-# PyAV encoder, its options (the sample writer's, `sample_data._ENCODERS`, at a GOP of 4), and how full range is
-# asked for: x264 and x265 take a full-range pixel format, the others the context's colour range
-ENCODERS = {"h264": ("libx264", {"preset": "veryfast"}), "hevc": ("libx265", {"preset": "veryfast", "x265-params": "log-level=error"}),
-            "av1": ("libsvtav1", {"preset": "12"}), "vp9": ("libvpx-vp9", {"deadline": "realtime", "cpu-used": "8"})}
+GOP = 4
 
 
 @dataclass(frozen=True)
@@ -58,18 +55,22 @@ def bars_frame(height: int = 128, width: int = 256, shift: int = 0) -> np.ndarra
 
 def write_bars(path: Path, codec: str, tagging: Tagging, frames: int = 8, height: int = 128, width: int = 256,
                fps: int = 30) -> Path:
-    """Encode `frames` bar frames into `path` (MP4) with `codec`, tagged as `tagging` says."""
+    """Encode `frames` bar frames into `path` (MP4) with `codec` as the sample writer encodes it (its encoder and
+    options, `sample_data._ENCODERS`, at a GOP of 4), tagged as `tagging` says: full range as a full-range pixel
+    format for x264 and x265, as the context's colour range for the others."""
     import av
 
-    encoder, options = ENCODERS[codec]
+    from .sample_data import _ENCODERS
+
+    encoder, options_of = _ENCODERS[codec]
     path.parent.mkdir(parents=True, exist_ok=True)
     yuv = "yuvj420p" if tagging.full_range and codec in ("h264", "hevc") else "yuv420p"
     with av.open(str(path), "w", format="mp4") as container:
-        stream = container.add_stream(encoder, rate=fps, options=dict(options))
+        stream = container.add_stream(encoder, rate=fps, options=options_of(GOP))
         stream.width, stream.height, stream.pix_fmt = width, height, yuv
         stream.time_base = Fraction(1, fps)
         ctx = stream.codec_context
-        ctx.gop_size = 4
+        ctx.gop_size = GOP
         ctx.color_range = 2 if tagging.full_range else 1  # JPEG / MPEG
         if tagging.matrix == "bt709":
             ctx.colorspace = ctx.color_primaries = ctx.color_trc = 1
