@@ -368,20 +368,72 @@ def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_datase
             assert [read_ids(f) for f in flat_got] == [read_ids(f) for f in flat_want], k
 
 
+@pytest.fixture(scope="module")
+def h264_10fps(tmp_path_factory):
+    """A second embodiment for mixtures: H.264 at 10 fps, a 7-dof state, no side camera, ids painted from 100."""
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    return write_sample(tmp_path_factory.mktemp("gpu") / "h264_10fps", SampleSpec(
+        episodes=4, min_length=12, max_length=24, height=160, width=192, gop=8, episodes_per_file=2, fps=10,
+        state_dim=7, id_offset=100, cameras=parse_cameras("front:h264"), seed=5))
+
+
+def _check_mixture_batch(batch, route: str) -> set:
+    """Every frame of a mixture batch (four-codec member 0, h264_10fps member 1) the planned one, the camera member
+    1 lacks zeros; the members seen."""
+    seen = set()
+    for i in range(len(batch["task"])):
+        m = int(batch["dataset_index"][i])
+        seen.add(m)
+        want = (int(batch["episode_index"][i]) + (100 if m == 1 else 0), int(batch["frame_index"][i]))
+        assert read_ids(batch[FRONT][i]) == want, (route, m)
+        if m == 1:
+            assert bool(batch[f"{SIDE}_is_missing"][i]) and not batch[SIDE][i].any()
+        else:
+            assert read_ids(batch[SIDE][i]) == want
+    return seen
+
+
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
+def test_the_open_engine_does_not_wait_behind_the_training_stream(gpu_dataset, h264_10fps):
+    """A mixture on nvdec-open while seconds of matmuls are queued on the default stream (a training step): batches
+    are handed out before those kernels end (the engine joins and DALI copies on a stream of their own, never the
+    legacy default one), and every frame is the planned one (the per-member join reads complete frames)."""
+    from dali_stream import Member, Mixture
+
+    _open_engine_or_skip()
+    mix = Mixture((Member(str(gpu_dataset), name="four"), Member(str(h264_10fps), name="h264", weight=2.0)))
+    with StreamLoader(mix, decode={FRONT: "gpu", SIDE: "gpu"}, batch_size=8, episode_pool_size=4, seed=1,
+                      nvdec_engine="open", delta_timestamps={"action": [0.0, 0.1]}) as loader:
+        assert loader.routes[FRONT] == loader.routes[SIDE] == "nvdec-open"
+        it = iter(loader)
+        first = next(it)
+        torch.cuda.synchronize()
+        x = torch.randn(8192, 8192, device=loader.device)
+        ended = torch.cuda.Event()
+        with torch.cuda.stream(torch.cuda.default_stream(x.device)):
+            for _ in range(200):  # ~1 TFLOP each: seconds of work on the default stream
+                x = torch.tanh(x @ x)
+            ended.record()
+        batches = [next(it) for _ in range(4)]
+        still_running = not ended.query()
+        seen = set()
+        for batch in [first, *batches]:
+            seen |= _check_mixture_batch(batch, "nvdec-open")
+    assert still_running, "the loader handed out 4 batches only after the default stream's kernels ended"
+    assert seen == {0, 1}
+
+
 @pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
 @pytest.mark.parametrize("engine", ["dali", "open"])
-def test_a_mixture_on_nvdec(gpu_dataset, tmp_path_factory, engine):
+def test_a_mixture_on_nvdec(gpu_dataset, h264_10fps, engine):
     """Two members at 192x160: the four-codec dataset and an H.264 one at 10 fps with a 7-dof state and no side
     camera (its ids painted from 100). decode='gpu' keeps the cameras both members have on NVDEC where this GPU
     decodes them; the side camera, which one member lacks, is on NVDEC only with the open engine (DALI's decoder
     needs a stream for every sample). Every frame the planned one, the missing camera zeros."""
     from dali_stream import Member, Mixture
-    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
-    other = write_sample(tmp_path_factory.mktemp("gpu") / "h264_10fps", SampleSpec(
-        episodes=4, min_length=12, max_length=24, height=160, width=192, gop=8, episodes_per_file=2, fps=10,
-        state_dim=7, id_offset=100, cameras=parse_cameras("front:h264"), seed=5))
-    mix = Mixture((Member(str(gpu_dataset), name="four"), Member(str(other), name="h264", weight=2.0)))
+    mix = Mixture((Member(str(gpu_dataset), name="four"), Member(str(h264_10fps), name="h264", weight=2.0)))
     settings = dict(batch_size=8, episode_pool_size=4, seed=1, nvdec_engine=engine,
                     delta_timestamps={"action": [0.0, 0.1]})
     if engine == "open":
@@ -395,15 +447,7 @@ def test_a_mixture_on_nvdec(gpu_dataset, tmp_path_factory, engine):
         assert loader.routes[FRONT] == "nvdec" and loader.routes[SIDE] == "torchcodec"
     seen = set()
     for batch in [b for _, b in zip(range(6), loader)]:
-        for i in range(len(batch["task"])):
-            m = int(batch["dataset_index"][i])
-            seen.add(m)
-            want = (int(batch["episode_index"][i]) + (100 if m == 1 else 0), int(batch["frame_index"][i]))
-            assert read_ids(batch[FRONT][i]) == want, (loader.routes[FRONT], m)
-            if m == 1:
-                assert bool(batch[f"{SIDE}_is_missing"][i]) and not batch[SIDE][i].any()
-            else:
-                assert read_ids(batch[SIDE][i]) == want
+        seen |= _check_mixture_batch(batch, loader.routes[FRONT])
     assert seen == {0, 1}
 
 
