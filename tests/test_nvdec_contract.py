@@ -87,8 +87,18 @@ def test_the_packet_feed_reaches_the_decoder_as_built(four_codec_dataset, nvdec,
     assert [read_ids(f) for f in got.numpy()] == [read_ids(f) for f in want]
 
 
-def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec):
+def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec, monkeypatch):
+    """Decoders stay open: one per (decode thread, camera); a file's colour is read once for the whole engine."""
+    probed: list[str] = []
+    probe = packet_decoders.probe_colour
+
+    def counted(codec, units, pts):
+        probed.append(codec)
+        return probe(codec, units, pts)
+
+    monkeypatch.setattr(packet_decoders, "probe_colour", counted)
     keys = ["observation.images.front", "observation.images.top"]
+    files = set()
     with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
         sizes = {k: (loader.meta.cameras[k].height, loader.meta.cameras[k].width) for k in keys}
         engine = make_engine("nvdec-open", 2, 0, sizes)
@@ -96,6 +106,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec):
             for _ in range(3):
                 for key in keys:
                     parts = _parts(loader, key, every=7)
+                    files |= {p[0].source for p in parts}
                     engine.decode(key, [p[0] for p in parts], [p[1] for p in parts])
             stats = engine.stats()
         finally:
@@ -103,6 +114,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec):
     made = [(d.thread, d.kwargs["codec"]) for d in nvdec.decoders]
     assert len(made) == len(set(made)) == stats["decoders_opened"] <= 2 * len(keys)
     assert stats["feeds"] == 3 * 2 * len(keys)
+    assert len(probed) == len(files) > len(keys)  # several files per camera, each probed once over 2 threads
 
 
 @pytest.mark.parametrize("route", ["nvdec-open", "cpu-open"])
