@@ -53,3 +53,33 @@ def test_the_figure_says_who_waits(small_dataset):
     assert hungry["recent"]["wait_fraction"] > 0.7 and hungry_share > 0.7, hungry
     assert fed_share < 0.2, fed
     assert fed["recent"]["wait_fraction"] < hungry["recent"]["wait_fraction"], (fed, hungry)
+
+
+def test_the_next_batches_are_handed_to_the_workers_after_the_callers_batch_is_assembled(small_dataset, monkeypatch):
+    """Without a graph, batch i is put together for the caller before batches up to i + lookahead are drawn and
+    handed to the workers: woken workers would hold the GIL through the hand-out's torch calls (each releases it),
+    a switch interval (5 ms) on the caller's clock each time."""
+    import dali_stream.loader as loader_module
+
+    events: list[tuple[str, int]] = []
+    bring, assemble = loader_module._Producer.bring_ahead, StreamLoader._batch
+
+    def logged_bring(self, index):
+        events.append(("bring", index))
+        return bring(self, index)
+
+    def logged_batch(self, got, prepared, squeeze):
+        events.append(("assembled", prepared.plan.index))
+        return assemble(self, got, prepared, squeeze)
+
+    monkeypatch.setattr(loader_module._Producer, "bring_ahead", logged_bring)
+    monkeypatch.setattr(StreamLoader, "_batch", logged_batch)
+    with StreamLoader(str(small_dataset), batch_size=4, decode="cpu", device="cpu", num_workers=2,
+                      image_dtype="uint8") as loader:
+        assert loader.host_batches
+        for n, _ in enumerate(loader):
+            if n == 5:
+                break
+    assert events[0] == ("bring", 0)  # the first batch comes into view before anything is built
+    for i in range(6):
+        assert events.index(("assembled", i)) < events.index(("bring", i), 1), events
