@@ -128,3 +128,27 @@ def test_ctrl_c_at_random_moments_of_the_start_ends_the_process_promptly(dataset
     with ThreadPoolExecutor(2) as lanes:  # two children at a time
         done = list(lanes.map(lambda t: _one_try(dataset, *t), tries))
     assert len(done) == len(tries), f"seed {seed}"
+
+
+def test_ctrl_c_while_an_epoch_ends_is_not_swallowed(dataset):
+    """At an epoch's end the pieces cut ahead that nobody took are waited for and dropped (`drop_ahead`); a Ctrl-C
+    landing in that wait is the caller's, not one of the pieces' errors to forget (it was caught with them, and a
+    training loop went on into the next epoch). The wait is a real piece future whose `result` is interrupted."""
+    from concurrent.futures import Future
+
+    from dali_stream import StreamLoader
+
+    class Interrupted(Future):
+        def result(self, timeout=None):
+            raise KeyboardInterrupt
+
+    with StreamLoader(str(dataset), batch_size=4, num_workers=0, decode="cpu", device="cpu",
+                      segment_bytes=1) as loader:
+        running = Interrupted()
+        running.set_running_or_notify_cancel()  # running: cancel() fails, so drop_ahead waits for it
+        failed = Future()
+        failed.set_running_or_notify_cancel()
+        failed.set_exception(ValueError("a piece's own error: nobody asked for it"))
+        loader.store._ahead.update({"failed": failed, "interrupted": running})
+        with pytest.raises(KeyboardInterrupt):
+            loader.store.drop_ahead()

@@ -289,8 +289,8 @@ class EpisodeStore:
                 continue
             try:
                 piece = fut.result()
-            except BaseException:  # noqa: BLE001 - nobody asked for it: its error is nobody's
-                continue
+            except Exception:  # noqa: BLE001 - nobody asked for it: its error is nobody's. Not BaseException: a
+                continue       # Ctrl-C landing in this wait (an epoch's end) must stop the loop, not be dropped
             if piece is None:
                 continue
             with self._lock:
