@@ -32,7 +32,7 @@ from .decode import proven
 from .decode.speed import gpu_slower, unmeasured
 from .errors import ConfigError, InstallError, StateError
 from .fetch.prefetch import Prefetcher
-from .fetch.store import EpisodeStore, in_background
+from .fetch.store import CLOSER, EpisodeStore, in_background
 from .graph.batches import DALI_ROUTES, BatchBuilder, Prepared, engine_camera
 from .graph.host import to_output, uses_host_frames
 from .graph.imageops import ImageOps
@@ -333,7 +333,10 @@ class StreamLoader:
         # not wait for them; `close()` waits. Not at interpreter exit, though: a thread closing the store then
         # races the interpreter's teardown (it was killed inside pyarrow's ParquetReader dealloc: "terminate
         # called without an active exception", 1 exit in 5 of benchmarks/epoch_profile.py), so loaders still
-        # open at exit are closed on the main thread by `_close_open_loaders`.
+        # open at exit are closed on the main thread by `_close_open_loaders`. The closing thread is started here,
+        # never from the finalizer (`fetch.store._Closer`: a thread started inside the garbage collector can
+        # deadlock every thread start in the process).
+        CLOSER.start()
         self._finalizer = weakref.finalize(self, in_background, _shut, self.store, list(self.engines.values()))
         self._finalizer.atexit = False
         _OPEN_LOADERS.add(self)

@@ -534,3 +534,61 @@ def test_image_transforms_per_sample_seeded_from_the_plan_so_resume_matches(smal
     resumed.load_state_dict(head.state_dict())
     for a, b in zip(take(resumed, 2), first[2:]):
         assert torch.equal(a["observation.images.top"], b["observation.images.top"])
+
+
+GC_IN_THREADING = r"""
+import sys, threading
+from dali_stream import StreamLoader
+from dali_stream.fetch.store import in_background
+
+loader = StreamLoader(sys.argv[1], batch_size=2, device="cpu")  # starts the closing thread
+done = threading.Event()
+# Garbage collection can run a loader's finalizer inside threading's bookkeeping, holding the lock a new thread
+# takes before it counts as started: the finalizer must not start a thread there.
+with threading._shutdown_locks_lock:
+    in_background(done.set)
+print("handed" if done.wait(60) else "not run", flush=True)
+threading.Thread(target=lambda: None).start()  # thread starts still work
+print("started", flush=True)
+"""
+
+
+def test_a_finalizer_inside_threadings_bookkeeping_starts_no_thread(small_dataset):
+    """A loader collected while `threading` holds the lock every new thread takes (`_maintain_shutdown_locks`): its
+    close is handed to the closing thread; starting a thread there deadlocked every later thread start (a first
+    batch hung in `Thread.start` under load). A real child process: the deadlock would hang it, not the run."""
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", GC_IN_THREADING, str(small_dataset)], capture_output=True,
+                              text=True, timeout=120)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"the child hung: a thread started inside threading's bookkeeping ({exc.stdout!r})")
+    assert proc.returncode == 0 and proc.stdout.split() == ["handed", "started"], proc.stdout + proc.stderr
+
+
+FORKED = r"""
+import os, sys, threading
+from dali_stream import StreamLoader
+from dali_stream.fetch.store import in_background
+
+loader = StreamLoader(sys.argv[1], batch_size=2, device="cpu")  # starts the closing thread, which a fork lacks
+pid = os.fork()
+if pid == 0:
+    done = threading.Event()
+    in_background(done.set)
+    os._exit(0 if done.wait(30) else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_closes_on_a_thread_of_its_own(small_dataset):
+    """After a fork the closing thread does not exist in the child: what a finalizer hands over there still runs."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FORKED, str(small_dataset)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.split() == ["child", "0"], proc.stdout + proc.stderr
