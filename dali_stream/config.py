@@ -38,6 +38,7 @@ NVDEC_ENGINES: tuple[str, ...] = get_args(NvdecEngine)
 IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
 MEMORY_FORMATS: tuple[str, ...] = get_args(MemoryFormat)
 DEFAULT_CACHE_BYTES = 4 << 30
+GLOBAL_POOL = "all"  # episode_pool_size for a global shuffle
 
 
 def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None) -> Any:
@@ -62,7 +63,9 @@ class LoaderConfig:
     drop_last: Optional[bool] = _s(None, "drop the last partial batch of each epoch (default: True when shuffling, "
                                          "False for an evaluation pass, shuffle=False, so it yields every frame)")
     # which samples
-    episode_pool_size: int = _s(16, "whole episodes each rank keeps open and samples across")
+    episode_pool_size: Union[int, Literal["all"]] = _s(
+        16, "whole episodes each rank keeps open and samples across; 'all': a global shuffle (every sample drawn "
+            "from anywhere in the rank's share, each read alone from the file's index)")
     seed: int = _s(0, "shuffling seed; plans depend only on (seed, epoch, rank, position)")
     shuffle: bool = _s(True, "False for an evaluation pass: every frame once, episodes and frames in order (ranks "
                              "get contiguous blocks of episodes)")
@@ -172,7 +175,9 @@ class LoaderConfig:
             raise ConfigError(f"`memory_format` must be 'contiguous' or 'channels_last' (or torch.channels_last / "
                               f"torch.contiguous_format). Found: {self.memory_format!r}")
         for name in ("batch_size", "episode_pool_size", "cache_bytes"):
-            _integer(name, getattr(self, name), 1)
+            if name == "episode_pool_size" and self.episode_pool_size == GLOBAL_POOL:
+                continue
+            _integer(name, getattr(self, name), 1, "or 'all' (a global shuffle)" if name == "episode_pool_size" else "")
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
             _integer(name, getattr(self, name), 0)
         for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1),
@@ -244,7 +249,7 @@ class LoaderSettings(TypedDict, total=False):
     tolerance_s: float
     check_frames: bool
     drop_last: Optional[bool]
-    episode_pool_size: int
+    episode_pool_size: Union[int, str]  # or "all": a global shuffle
     seed: int
     shuffle: bool
     episodes: Optional[Sequence[int]]
@@ -292,11 +297,16 @@ def _settings_doc() -> str:
 LoaderConfig.__doc__ = (LoaderConfig.__doc__ or "") + "\n" + _settings_doc()
 
 
-def _integer(name: str, value: Any, low: int) -> None:
+def _integer(name: str, value: Any, low: int, other: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         what = "a positive integer" if low == 1 else f"an integer >= {low}"
         unit = " (bytes)" if name in ("cache_bytes", "segment_bytes") else ""
-        raise ConfigError(f"`{name}` must be {what}{unit}. Found: {value!r}")
+        raise ConfigError(f"`{name}` must be {what}{unit}{' ' + other if other else ''}. Found: {value!r}")
+
+
+def pool_size(config: LoaderConfig) -> int | None:
+    """The planner's pool size: None for a global shuffle (`episode_pool_size='all'`)."""
+    return None if config.episode_pool_size == GLOBAL_POOL else int(config.episode_pool_size)
 
 
 def _offsets(key: Any, value: Any) -> tuple[float, ...]:

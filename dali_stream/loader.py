@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .config import LoaderConfig
+from .config import LoaderConfig, pool_size
 from .decode.cpu import DecoderCache
 from .decode.device import place
 from .decode.errors import classify
@@ -247,7 +247,7 @@ class StreamLoader:
         self.drop_last = cfg.drop_last if cfg.drop_last is not None else cfg.shuffle
         self.world = resolve_world(rank=cfg.rank, world_size=cfg.world_size, env=os.environ)
         plan_deltas, member_deltas = windows(catalog, cfg)  # each member at its own fps
-        self.plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=cfg.episode_pool_size, seed=cfg.seed,
+        self.plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=pool_size(cfg), seed=cfg.seed,
                                       drop_last=self.drop_last, delta_indices=plan_deltas,
                                       shuffle=cfg.shuffle, drop_n_first_frames=cfg.drop_n_first_frames,
                                       drop_n_last_frames=cfg.drop_n_last_frames)
@@ -301,13 +301,17 @@ class StreamLoader:
         max_decoders = cfg.max_decoders
         if max_decoders is None:  # what the builders touch per batch: every distinct segment, every thread
             cpu_cameras = sum(1 for r in self.routes.values() if r == "torchcodec")
-            max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size, cfg.episode_pool_size)
+            max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size,
+                                                                                 pool_size(cfg) or cfg.batch_size)
         self.decoders = DecoderCache(max_decoders, cfg.check_frames)
         # An episode's camera whose segment would take more than its share of the cache (by default half of
         # cache_bytes over the pool's episodes and cameras, at least LONG_SEGMENT_FLOOR) is read in pieces, one per
-        # sample (hour-long recordings): the cache bound then holds for any episode length.
-        self.segment_bytes_limit = cfg.segment_bytes if cfg.segment_bytes is not None else max(
-            LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * cfg.episode_pool_size * max(1, len(self.routes))))
+        # sample (hour-long recordings): the cache bound then holds for any episode length. A global shuffle
+        # (episode_pool_size='all') reads every camera in pieces: no episode is held whole.
+        pool = pool_size(cfg)
+        self.segment_bytes_limit = 0 if pool is None and cfg.shuffle else cfg.segment_bytes \
+            if cfg.segment_bytes is not None else max(
+                LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * (pool or 1) * max(1, len(self.routes))))
         self.store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, self.decoders, fetch_workers,
                                   self.segment_bytes_limit)
         # The open-decoder engine (decode.engine), one per engine route: its decode threads keep their decoders open

@@ -50,7 +50,8 @@ def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device
     steps = [-2, -1, 0, 1, 2] if windowed else [0]
     keys = [f"observation.images.{c}" for c in cameras]
     deltas = {k: [s / fps for s in steps] for k in keys} if windowed else {}
-    with StreamLoader(str(root), batch_size=6, delta_timestamps=deltas, episode_pool_size=3, seed=0,
+    settings.setdefault("episode_pool_size", 3)
+    with StreamLoader(str(root), batch_size=6, delta_timestamps=deltas, seed=0,
                       decode=decode, device=device, num_workers=2, drop_last=False, image_dtype="uint8",
                       **settings) as loader:
         lengths = {int(e): int(n) for e, n in zip(loader.meta.episodes["episode_index"], loader.meta.lengths)}
@@ -78,6 +79,14 @@ def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device
 def test_every_frame_at_every_episode_boundary(matrix_dataset, decode, windowed):
     root, fps, cameras = matrix_dataset
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed)
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
+@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
+def test_every_frame_under_a_global_shuffle(matrix_dataset, decode, windowed):
+    """episode_pool_size='all': every sample's frames read alone from the file's index (pieces), on every route."""
+    root, fps, cameras = matrix_dataset
+    check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, episode_pool_size="all")
 
 
 def test_the_files_have_the_layout_each_recorder_promises(matrix_dataset):

@@ -71,13 +71,14 @@ def test_draws_repeat_whole_frames_or_subsample_without_repeats():
     assert not np.array_equal(down, draws(frames, 4, 0, 2, 4)) or not np.array_equal(down, draws(frames, 4, 0, 3, 4))
 
 
+@pytest.mark.parametrize("pool", [5, None])
 @pytest.mark.parametrize("samples_per_epoch", [None, 150, 900])
-def test_epoch_shares_follow_the_weights(samples_per_epoch):
+def test_epoch_shares_follow_the_weights(samples_per_epoch, pool):
     """One rank, drop_last=False: the epoch draws exactly each member's target; a member smaller than its share
     repeats frames (each whole times, some once more), a larger one draws no frame twice."""
     weights = (1.0, 6.0, 0.25)
     mix = Mix(MEMBER_OF, weights, samples_per_epoch)
-    cfg = PlanConfig(batch_size=8, pool_size=5, seed=2, drop_last=False)
+    cfg = PlanConfig(batch_size=8, pool_size=pool, seed=2, drop_last=False)
     plan = EpochPlan(LENGTHS, cfg, World(), 0, mix=mix)
     got = draws_of(plan)
     total = samples_per_epoch or int(LENGTHS.sum())
@@ -103,10 +104,11 @@ def test_weighted_epochs_differ_and_repeat_on_the_same_seed():
     assert subset0 != subset1, "a subsampled member draws other frames each epoch"
 
 
+@pytest.mark.parametrize("pool", [3, None])
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_ranks_hold_disjoint_episodes_and_the_whole_epoch(world_size):
+def test_ranks_hold_disjoint_episodes_and_the_whole_epoch(world_size, pool):
     mix = Mix(MEMBER_OF, (1.0, 5.0, 0.5))
-    cfg = PlanConfig(batch_size=4, pool_size=3, seed=6, drop_last=False)
+    cfg = PlanConfig(batch_size=4, pool_size=pool, seed=6, drop_last=False)
     owned, drawn = [], Counter()
     for rank in range(world_size):
         plan = EpochPlan(LENGTHS, cfg, World(rank=rank, world_size=world_size), 2, mix=mix)
@@ -120,11 +122,12 @@ def test_ranks_hold_disjoint_episodes_and_the_whole_epoch(world_size):
     assert drawn == single, "the ranks together make exactly the epoch's draws"
 
 
+@pytest.mark.parametrize("pool", [3, None])
 @pytest.mark.parametrize("chain,then", [([(2, 5)], 3), ([(3, 4)], 1), ([(2, 3), (3, 2)], 2)])
-def test_weighted_elastic_resume_makes_every_draw_once(chain, then):
+def test_weighted_elastic_resume_makes_every_draw_once(chain, then, pool):
     """Stop on W ranks, finish on W': the draws before and after add up to the epoch's draws, repeats included."""
     mix = Mix(MEMBER_OF, (1.0, 5.0, 0.5))
-    cfg = PlanConfig(batch_size=4, pool_size=3, seed=3, drop_last=False)
+    cfg = PlanConfig(batch_size=4, pool_size=pool, seed=3, drop_last=False)
     drawn: Counter = Counter()
     consumed: dict = {}
     for k, (world_size, batches) in enumerate(chain):
@@ -141,10 +144,11 @@ def test_weighted_elastic_resume_makes_every_draw_once(chain, then):
     assert drawn == Counter(draws_of(EpochPlan(LENGTHS, cfg, World(), 1, mix=mix)))
 
 
-def test_windows_use_each_members_offsets():
+@pytest.mark.parametrize("pool", [8, None])
+def test_windows_use_each_members_offsets(pool):
     """Member 0 at 30 fps offsets (0, 3), member 1 at 10 fps (0, 1) for the same seconds; member 2 lacks the key."""
     mix = Mix(MEMBER_OF, (1.0, 1.0, 1.0), delta_indices=({"a": (0, 3)}, {"a": (0, 1)}, {"a": None}))
-    cfg = PlanConfig(batch_size=10, pool_size=8, seed=1, drop_last=False, delta_indices={"a": (0, 3)})
+    cfg = PlanConfig(batch_size=10, pool_size=pool, seed=1, drop_last=False, delta_indices={"a": (0, 3)})
     plan = EpochPlan(LENGTHS, cfg, World(), 0, mix=mix)
     seen = set()
     for i in range(len(plan)):

@@ -19,6 +19,10 @@ batch sequence does not depend on `num_workers`):
    samples is a closed form: batch i is computed on its own, in time independent of i (resume), and the plan
    keeps nothing per batch (a 200k-episode epoch has 750k batches).
 
+   With `pool_size` None (a global shuffle) there is no pool: a pass is the rank's frames in the order of a
+   seeded permutation of all of them (`_Global`, `plan.permute`), computed pointwise, so batch i is again a
+   function of i alone and a batch's samples come from anywhere in the rank's share.
+
 4. All ranks yield the same number of batches of the same sizes (a DDP step waits for every rank). With
    `drop_last`, the smallest share sets the count: the rank's stream stops at `num_batches * batch_size`
    samples. Without it, the largest share sets the count and a smaller share continues with padding
@@ -39,6 +43,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from .mix import Mix, draws, quotas, windows_by_member
+from .permute import permute, round_keys
 from .world import World
 
 
@@ -47,7 +52,7 @@ class PlanConfig:
     """What the planner needs besides the dataset: sizes, seed and the delta windows (in frames)."""
 
     batch_size: int
-    pool_size: int
+    pool_size: int | None  # None: a global shuffle of the rank's frames (`_Global`), no pool of open episodes
     seed: int = 0
     drop_last: bool = True
     delta_indices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -64,10 +69,11 @@ class PlanConfig:
             raise ConfigError(f"`shuffle` must be True or False. Found: {self.shuffle!r}")
         if not isinstance(self.batch_size, int) or self.batch_size <= 0:
             raise ConfigError(f"`batch_size` must be a positive integer. Found: {self.batch_size!r}")
-        if not isinstance(self.pool_size, int) or self.pool_size <= 0:
+        if self.pool_size is not None and (isinstance(self.pool_size, bool) or not isinstance(self.pool_size, int)
+                                           or self.pool_size <= 0):
             raise ConfigError(
-                f"`episode_pool_size` must be a positive integer. Found: {self.pool_size!r}; "
-                "it is the number of whole episodes each rank keeps open (16 is a good start)"
+                f"`episode_pool_size` must be a positive integer or None (a global shuffle). Found: "
+                f"{self.pool_size!r}; it is the number of whole episodes each rank keeps open"
             )
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"`seed` must be a non-negative integer. Found: {self.seed!r}")
@@ -237,6 +243,29 @@ class _Lanes:
                 out[episode] = self._order(episode)[:visits - begun]
         return out
 
+    def span(self, v: int, stop: int) -> tuple[list[int], list[int], list[int]]:
+        """Samples [v, stop) of the pass: (episode, frame, place in its frame order) each."""
+        eps: list[int] = []
+        frames: list[int] = []
+        places: list[int] = []
+        n = self.stream_index(v)
+        while len(eps) < stop - v:
+            found = self.at(n)
+            n += 1
+            if found is not None:
+                eps.append(found[0])
+                places.append(found[1])
+                frames.append(found[2])
+        return eps, frames, places
+
+    def drawn(self, end: int) -> dict[int, np.ndarray]:
+        """Frames handed out by the pass's first `end` samples (0 < end < frames), per episode (local index)."""
+        return self.drawn_before(self.stream_index(end - 1) + 1)
+
+    def open_after(self, v: int) -> list[int]:
+        """Episodes open in the pool when the pass's sample `v` is drawn."""
+        return self.open_at(self.stream_index(v))
+
     def open_at(self, n: int) -> list[int]:
         """Episodes handing out frames at stream position n: begun before it, not finished."""
         out = []
@@ -247,6 +276,50 @@ class _Lanes:
                 if offset > self.starts[lane][k]:
                     out.append(int(self.members[lane][k]))
         return out
+
+
+class _Global:
+    """One pass over a rank's episodes as a global shuffle (`pool_size` None): the pass's frames (each episode's
+    `frames_of` in a row) in the order of a seeded permutation of all of them (`plan.permute`), so any sample of
+    the pass is any frame of the rank's share with equal chance, and sample v is computed on its own in constant
+    time and memory. No episode is held open: a batch's episodes come and go with it."""
+
+    ends: np.ndarray
+    frames: int
+
+    def __init__(self, counts: list[int], frames_of, seed_words: tuple[int, ...], like: "_Global | None" = None) -> None:
+        self.counts, self.frames_of = counts, frames_of
+        self.keys = round_keys(seed_words)
+        if like is not None:
+            self.ends, self.frames = like.ends, like.frames
+            return
+        self.ends = np.cumsum(np.asarray(counts, dtype=np.int64))  # sample j of the pass's concatenation is
+        self.frames = int(self.ends[-1]) if len(self.ends) else 0  # episode searchsorted(ends, j, "right")
+
+    def _locate(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(episode, place) of concatenation indices `flat`."""
+        eps = np.searchsorted(self.ends, flat, side="right")
+        return eps, flat - (self.ends[eps] - np.asarray(self.counts, dtype=np.int64)[eps])
+
+    def span(self, v: int, stop: int) -> tuple[list[int], list[int], list[int]]:
+        eps, places = self._locate(permute(np.arange(v, stop, dtype=np.int64), self.frames, self.keys))
+        frames = [int(self.frames_of(e)[p]) for e, p in zip(eps.tolist(), places.tolist())]
+        return eps.tolist(), frames, places.tolist()
+
+    def drawn(self, end: int) -> dict[int, np.ndarray]:
+        eps, places = self._locate(permute(np.arange(end, dtype=np.int64), self.frames, self.keys))
+        order = np.argsort(eps, kind="stable")
+        eps, places = eps[order], places[order]
+        out: dict[int, np.ndarray] = {}
+        bounds = np.flatnonzero(np.diff(eps)) + 1
+        for part_eps, part_places in zip(np.split(eps, bounds), np.split(places, bounds)):
+            if len(part_eps):
+                episode = int(part_eps[0])
+                out[episode] = np.asarray(self.frames_of(episode), dtype=np.int64)[part_places]
+        return out
+
+    def open_after(self, v: int) -> list[int]:
+        return []
 
 
 class EpochPlan:
@@ -306,7 +379,7 @@ class EpochPlan:
             self.num_samples = max(sizes)
             self.num_batches = math.ceil(self.num_samples / b)
         self.num_padding = max(0, self.num_samples - self.num_frames)
-        self._passes: dict[int, _Lanes] = {}
+        self._passes: dict[int, _Lanes | _Global] = {}
 
     def _draws(self, pos: int):
         """The frames episode `pos` draws this epoch, ascending (before any were consumed): its frames once (a
@@ -329,16 +402,27 @@ class EpochPlan:
             return self._available[pos]
         return self._draws(pos)
 
-    def _lanes(self, number: int) -> _Lanes:
+    @property
+    def is_global(self) -> bool:
+        """Whether passes are global shuffles (`pool_size` None) rather than a pool of open episodes."""
+        return self.config.pool_size is None and self.config.shuffle
+
+    def _lanes(self, number: int) -> "_Lanes | _Global":
         """Pass `number` of this rank's stream (0: its own frames; then padding passes over them again)."""
         lanes = self._passes.get(number)
         if lanes is None:
             words = (self.config.seed, self.epoch, self.world.rank, 0x5A, number) + (
                 (1000 + self.segment,) if self.segment else ())
             order = self.admission_order
-            lanes = _Lanes(self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i])),
-                           self.config.pool_size if self.config.shuffle else 1, self.config.shuffle, words,
-                           like=self._passes.get(0))
+            counts, frames_of = self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i]))
+            first = self._passes.get(0)
+            made: _Lanes | _Global
+            if isinstance(first, _Global) or (first is None and self.is_global):
+                made = _Global(counts, frames_of, words, like=first)
+            else:
+                made = _Lanes(counts, frames_of, self.config.pool_size or 1 if self.config.shuffle else 1,
+                              self.config.shuffle, words, like=first)
+            lanes = made
             if lanes.frames == 0 and self.num_samples > 0:
                 raise ConfigError(
                     f"rank {self.world.rank} of {self.world.world_size} has no frames to draw in epoch {self.epoch} "
@@ -356,25 +440,18 @@ class EpochPlan:
         eps: list[int] = []
         frames: list[int] = []
         places: list[int] = []
-        counts: list[int] = []
         per_pass = self._lanes(0).frames
         g = start
         while g < stop:
             lanes = self._lanes(g // per_pass)
             v = g % per_pass
-            n = lanes.stream_index(v)
             end = min(stop, g - v + per_pass)
-            while g < end:
-                found = lanes.at(n)
-                n += 1
-                if found is None:
-                    continue
-                episode, place, frame = found
-                eps.append(episode)
-                frames.append(frame)
-                places.append(place)
-                counts.append(lanes.counts[episode])
-                g += 1
+            e, f, p = lanes.span(v, v + end - g)
+            eps += e
+            frames += f
+            places += p
+            g = end
+        counts = [self._lanes(0).counts[e] for e in eps]
         return eps, frames, places, counts
 
     def batch(self, index: int) -> BatchPlan:
@@ -395,8 +472,11 @@ class EpochPlan:
         positions = self.admission_order
         episodes = positions[np.asarray(local, dtype=np.int64)]
         frames_arr = np.asarray(frames, dtype=np.int64)
-        admitted = tuple(dict.fromkeys(int(positions[e]) for e, p in zip(local, places) if p == 0))
-        retired = tuple(dict.fromkeys(int(positions[e]) for e, p, c in zip(local, places, counts) if p == c - 1))
+        if self.is_global:  # nothing stays open: a batch's episodes enter and leave with it
+            admitted = retired = tuple(dict.fromkeys(int(positions[e]) for e in local))
+        else:
+            admitted = tuple(dict.fromkeys(int(positions[e]) for e, p in zip(local, places) if p == 0))
+            retired = tuple(dict.fromkeys(int(positions[e]) for e, p, c in zip(local, places, counts) if p == c - 1))
         lengths = self.lengths[episodes]
         if self.mix is not None and self.mix.delta_indices:  # each member's own frame offsets (its fps)
             members = self.mix.member_of[episodes]
@@ -419,8 +499,7 @@ class EpochPlan:
             drawn = {i: np.asarray(self._frames_of(int(self.admission_order[i])), dtype=np.int64)
                      for i in range(len(self.admission_order))}
         else:
-            lanes = self._lanes(0)
-            drawn = lanes.drawn_before(lanes.stream_index(end - 1) + 1)
+            drawn = self._lanes(0).drawn(end)
         return {int(self.admission_order[i]): f for i, f in drawn.items() if len(f)}
 
     def pool_before(self, index: int) -> list[int]:
@@ -430,9 +509,7 @@ class EpochPlan:
             return []
         g = min(index * self.config.batch_size, self.num_samples - 1)
         per_pass = self._lanes(0).frames
-        lanes = self._lanes(g // per_pass)
-        n = lanes.stream_index(g % per_pass)
-        return [int(self.admission_order[e]) for e in lanes.open_at(n)]
+        return [int(self.admission_order[e]) for e in self._lanes(g // per_pass).open_after(g % per_pass)]
 
 
 def window(frames: np.ndarray, lengths: np.ndarray, deltas: tuple[int, ...]) -> Window:

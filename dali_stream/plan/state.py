@@ -29,7 +29,7 @@ class SavedState:
     epoch: int
     batches_consumed: int
     batch_size: int
-    episode_pool_size: int
+    episode_pool_size: int | str  # or "all": a global shuffle
     drop_last: bool
     world_size: int
     elastic: tuple[tuple[int, int], ...]
@@ -81,7 +81,8 @@ def parse_state(state: Any) -> SavedState:
         raise StateError(f"state['elastic'] must be a list of [world_size, batches] pairs. Found: {elastic!r}; {FIX}")
     return SavedState(seed=_int(state, "seed", 0), epoch=_int(state, "epoch", 0),
                       batches_consumed=_int(state, "batches_consumed", 0), batch_size=_int(state, "batch_size", 1),
-                      episode_pool_size=_int(state, "episode_pool_size", 1), drop_last=state["drop_last"],
+                      episode_pool_size=(state["episode_pool_size"] if state["episode_pool_size"] == "all"
+                                         else _int(state, "episode_pool_size", 1)), drop_last=state["drop_last"],
                       world_size=_int(state, "world_size", 1), elastic=tuple((int(w), int(n)) for w, n in elastic),
                       delta_indices=dict(deltas), dataset=dict(state["dataset"]),
                       selection=dict(state["selection"]))

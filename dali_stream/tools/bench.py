@@ -38,7 +38,7 @@ SARM_STEPS, SARM_SPACING_S = 8, 1.0
 METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_per_s", "samples_per_s",
                "first_batch_latency_s", "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
                "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
-               "peak_rss_gb", "shuffle_randomness_frac", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
+               "peak_rss_gb", "shuffle_randomness_frac", "batch_mixing", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
                "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio",
                "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
@@ -205,6 +205,17 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         out[f"p{q}_batch_latency_ms"] = float(np.percentile(lat, q))
         out[f"p{q}_sample_latency_ms"] = float(np.percentile(per_sample, q))
     return out
+
+
+def batch_mixing(loader) -> dict[str, Any]:
+    """How random the loader's batches are beside a shuffled DataLoader's on the same episodes (`mixing_stats`),
+    from epoch 0's plans on this rank."""
+    from .mixing_stats import compare
+
+    plan = loader._plan(0)
+    pool = len(plan.admission_order) if plan.is_global else loader.plan_config.pool_size
+    return compare(lambda i: plan.batch(i).episodes, plan.num_batches, loader.plan_lengths, pool,
+                   loader.config.batch_size, loader.config.seed, loader.world.rank, loader.world.world_size)
 
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
@@ -383,6 +394,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
                   image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
                   sample=sample)
+    result["batch_mixing"] = batch_mixing(loader)
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,

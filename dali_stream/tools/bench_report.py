@@ -52,13 +52,24 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
                     _fmt(r["p95_batch_latency_ms"]), _fmt(r.get("limit_ratio"), 2), _fmt(r.get("nvdec_limit_ratio"), 2),
                     _fmt(r.get("gpu_over_cpu_all_cores"), 2),
-                    f"{_fmt(r.get('baseline_ratio'), 2)} (vs {_fmt(best_base)})", _fmt(r["peak_rss_gb"], 2),
+                    f"{_fmt(r.get('baseline_ratio'), 2)} (vs {_fmt(best_base)})", mixing_text(r.get("batch_mixing")),
+                    _fmt(r["peak_rss_gb"], 2),
                     str(r.get("device", ""))])
     return out
 
 
 HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first batch s", "p95 ms", "loader/limit",
-          "loader/NVDEC limit", "loader/CPU all cores", "loader/baseline (baseline samples/s)", "peak RSS GB", "device / note"]
+          "loader/NVDEC limit", "loader/CPU all cores", "loader/baseline (baseline samples/s)",
+          "mixing: distinct/batch, episodes/100 batches, recent (shuffled DataLoader)", "peak RSS GB", "device / note"]
+
+
+def mixing_text(m: dict[str, Any] | None) -> str:
+    """A run's batch mixing beside a shuffled DataLoader's (`tools.mixing_stats`)."""
+    if not m:
+        return "-"
+    ours, theirs = m["loader"], m["shuffled_dataloader"]
+    return (f"{ours['distinct_frac']:.2f}, {ours['touched_per_100']:.0f}, {ours['recent_frac']:.2f} "
+            f"({theirs['distinct_frac']:.2f}, {theirs['touched_per_100']:.0f}, {theirs['recent_frac']:.2f})")
 
 
 def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench", console=None) -> None:

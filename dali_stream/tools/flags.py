@@ -14,17 +14,33 @@ from ..config import LoaderConfig
 ALIASES = {"episode_pool_size": ("--pool", "--pool-size")}
 
 
-def _scalar(annotation: Any) -> tuple[type, tuple | None]:
+def _scalar(annotation: Any) -> tuple[Any, tuple | None]:
     """The flag's type and choices: Optional unwrapped, Literal as choices, the scalar arm of a Union."""
     if get_origin(annotation) is Literal:
         return str, get_args(annotation)
     if get_origin(annotation) is Union:
-        for arm in get_args(annotation):
+        arms = get_args(annotation)
+        words = [w for arm in arms if get_origin(arm) is Literal for w in get_args(arm)]
+        if int in arms and words:  # a number or a word (episode_pool_size: 16 or "all")
+            return _int_or(tuple(words)), None
+        for arm in arms:
             if arm is not type(None) and (arm in (int, float, str) or get_origin(arm) is Literal):
                 return _scalar(arm)
     if annotation in (int, float, str):
         return annotation, None
     raise TypeError(f"LoaderConfig setting of type {annotation!r} has no command-line form")
+
+
+def _int_or(words: tuple[str, ...]) -> Any:
+    def parse(text: str) -> int | str:
+        if text in words:
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer or one of {list(words)}, got {text!r}") from None
+    parse.__name__ = f"integer or {'/'.join(words)}"
+    return parse
 
 
 def add_loader_flags(parser: argparse.ArgumentParser, names: Iterable[str], **defaults: Any) -> None:
