@@ -156,6 +156,8 @@ class Catalog:
 
     def locate(self, pos: int) -> tuple[Opened, int]:
         """The member holding episode position `pos`, and the position in its own episodes table."""
+        if len(self.members) == 1:  # one dataset (per sample and camera on every batch: no numpy call)
+            return self.members[0], int(pos) - self.members[0].offset
         m = int(np.searchsorted(self.offsets, pos, side="right")) - 1
         member = self.members[m]
         return member, int(pos) - member.offset

@@ -110,3 +110,31 @@ def test_a_reused_decoder_returns_the_asked_frames_whatever_it_decoded_before(fo
             got = [read_ids(f) for f in torchcodec_frames(seg, idx, cache)]
             assert got == [truth[i] for i in idx], (pos, idx.tolist())
         assert cache.opened == 1 + pos // 3  # one decoder per segment, reused for every call
+
+
+def test_a_cut_knows_its_packets_as_reading_it_back_gives_them(four_codec_dataset):
+    """An indexed cut's packet index is computed from what was written (`written_packets`), not parsed back: the
+    same arrays as parsing the written MP4, on every codec, for whole episodes and for pieces."""
+    from dali_stream.fetch.mp4index import IndexCache
+    from dali_stream.fetch.segments import cut_segment, packet_index
+    from dali_stream.meta import DatasetMeta
+    from dali_stream.source.storage import LocalRanges
+
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    ranges = LocalRanges(meta.data_fs)
+    indexes = IndexCache(ranges)
+    checked = 0
+    for key, cam in meta.cameras.items():
+        for pos in range(meta.num_episodes):
+            path = meta.video_file(pos, key)
+            indexed = indexes.get(path)
+            start, end = float(cam.from_timestamp[pos]), float(cam.to_timestamp[pos])
+            for a, b in ((start, end), (start + (end - start) / 2, start + (end - start) / 2 + 0.05)):
+                seg = cut_segment(ranges, path, a, b, episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4,
+                                  last_frame_s=a, indexed=indexed, piece=a != start)
+                known, parsed = seg.packets(), packet_index(seg.data)
+                for name in ("pos", "size", "pts", "dts", "duration", "key"):
+                    assert np.array_equal(getattr(known, name), getattr(parsed, name)), (key, pos, name)
+                assert (known.time_base, known.stsd) == (parsed.time_base, parsed.stsd)
+                checked += 1
+    assert checked == 2 * len(meta.cameras) * meta.num_episodes

@@ -244,11 +244,29 @@ def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode:
     keep = index.sizes[first:stop] > 0
     sizes = index.sizes[first:stop][keep]
     payload = samples_bytes(data, start, index.offsets[first:stop][keep], sizes)
-    segment = write_mp4(index.stsd, ts, sizes, index.dts[first:stop][keep], index.pts[first:stop][keep],
-                        index.durations[first:stop][keep], index.sync[first:stop][keep], payload)
-    pts = np.sort(index.pts[first:stop][keep] / ts)  # as float(pts * tb), exactly
+    dts, ticks = index.dts[first:stop][keep], index.pts[first:stop][keep]
+    durations, sync = index.durations[first:stop][keep], index.sync[first:stop][keep]
+    segment = write_mp4(index.stsd, ts, sizes, dts, ticks, durations, sync, payload)
+    pts = np.sort(ticks / ts)  # as float(pts * tb), exactly
     _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
-    return Segment(segment, pts, path, episode, camera, codec)
+    seg = Segment(segment, pts, path, episode, camera, codec)
+    seg._packets = written_packets(len(segment) - len(payload), sizes, dts, ticks, durations, sync, ts, index.stsd)
+    return seg
+
+
+def written_packets(mdat: int, sizes: np.ndarray, dts: np.ndarray, pts: np.ndarray, durations: np.ndarray,
+                    sync: np.ndarray, timescale: int, stsd: bytes) -> PacketIndex:
+    """The `PacketIndex` that reading back what `write_mp4` wrote gives (`packet_index`), without reading it: its
+    samples from byte `mdat` on; times on the written track's timeline (dts from 0 by the written deltas, then
+    shifted by the edit that starts at the earliest pts); durations as the deltas say. A piece per sample is cut
+    this way on every batch of a global shuffle, so parsing it back would cost as much as writing it."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    deltas = np.maximum(np.concatenate([np.diff(dts), [int(durations[-1])]]), 0).astype(np.int64)
+    start = int(np.min(pts)) - int(dts[0])
+    written = np.concatenate([[0], np.cumsum(deltas)[:-1]]).astype(np.int64)
+    shown = written + (np.asarray(pts, dtype=np.int64) - np.asarray(dts, dtype=np.int64))
+    return PacketIndex(mdat + np.cumsum(sizes) - sizes, sizes, shown - start, written - start, deltas,
+                       np.asarray(sync, dtype=bool), Fraction(1, timescale), stsd)
 
 
 def samples_bytes(data: bytes, start: int, offsets: np.ndarray, sizes: np.ndarray) -> bytes:

@@ -108,7 +108,8 @@ class TableReader:
             st = pf.metadata.row_group(g).column(col).statistics
             lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (None, None)
             ranges.append((g, lo, hi))
-        return pf, ranges, threading.Lock()  # one ParquetFile handle is not safe to read from two threads
+        # one ParquetFile handle is not safe to read from two threads; row group -> its span (`_span`), once
+        return pf, ranges, threading.Lock(), {}
 
     def _span(self, rg) -> tuple[int, int, int]:
         """(first byte, end byte, compressed bytes) of the column chunks of `keys` in a row group."""
@@ -124,9 +125,14 @@ class TableReader:
             size += col.total_compressed_size
         return start or 0, end, size
 
-    def _read(self, path: str, pf, groups: list[int], read_lock, episode: int):
-        """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each."""
-        spans = [self._span(pf.metadata.row_group(g)) for g in groups]
+    def _read(self, path: str, pf, groups: list[int], read_lock, episode: int, known: dict | None = None):
+        """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each. `known`:
+        the file's spans computed so far (filled here)."""
+        known = {} if known is None else known
+        for g in groups:
+            if g not in known:
+                known[g] = self._span(pf.metadata.row_group(g))
+        spans = [known[g] for g in groups]
         raw: Any = getattr(pf, "raw", None)
         pieces = []
         if raw is not None:  # remote: each row group's columns in one range request, outside the locks
@@ -158,7 +164,7 @@ class TableReader:
 
     def _file(self, path: str):
         """The open data file (its footer read once, kept within the bound), its columns checked against `keys`."""
-        pf, ranges, read_lock = self.files.get((id(self.meta.data_fs), path), lambda: self._open(path))
+        pf, ranges, read_lock, spans = self.files.get((id(self.meta.data_fs), path), lambda: self._open(path))
         if path not in self._checked:
             missing = [k for k in self.keys if k not in pf.schema_arrow.names]
             if missing:
@@ -167,14 +173,14 @@ class TableReader:
                     "the dataset's meta and data disagree: re-download it"
                 )
             self._checked.add(path)
-        return pf, ranges, read_lock
+        return pf, ranges, read_lock, spans
 
     def ndims(self, pos: int) -> dict[str, int]:
         """Each column of `keys` as `episode` returns it, from the data file's schema (its footer only): dimensions
         per row, 0 for a scalar, 1 for a list (nested lists come back flattened to (rows, n), as `_to_numpy` does)."""
         import pyarrow as pa
 
-        pf, _, _ = self._file(self.meta.data_file(pos))
+        pf, *_ = self._file(self.meta.data_file(pos))
         kinds = {key: pf.schema_arrow.field(key).type for key in self.keys}
         return {key: int(pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
                 for key, t in kinds.items()}
@@ -189,7 +195,7 @@ class TableReader:
         stop = int(meta.episodes["dataset_to_index"][pos])
         path = meta.data_file(pos)
         episode = meta.episode_index(pos)
-        pf, ranges, read_lock = self._file(path)
+        pf, ranges, read_lock, spans = self._file(path)
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
         shared = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
@@ -199,10 +205,14 @@ class TableReader:
                      if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:
-            table = self._read(path, pf, groups, read_lock, episode)
-        index = table.column("index")
-        table = table.filter(pc.and_(pc.greater_equal(index, start), pc.less(index, stop)))
-        table = table.sort_by("index")
+            table = self._read(path, pf, groups, read_lock, episode, spans)
+        index = table.column("index").to_numpy()
+        exact = len(index) == stop - start and (not len(index) or (index[0] == start and (np.diff(index) == 1).all()))
+        if not exact:
+            # not exactly the episode's rows in order (lerobot's files are: one row group per episode)
+            column = table.column("index")
+            table = table.filter(pc.and_(pc.greater_equal(column, start), pc.less(column, stop)))
+            table = table.sort_by("index")
         if table.num_rows != stop - start:
             raise DatasetError(
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
