@@ -1,0 +1,143 @@
+"""A global shuffle (episode_pool_size='all') against the default pool of 16, local and over HTTP, in one run.
+
+    .venv/bin/python benchmarks/global_shuffle.py [DATASET] [--batches 150] [--warmup 250] [--delay-ms 50]
+        [--out benchmarks/results/cpu-2core-global-shuffle/global_shuffle.json]
+
+DATASET defaults to .demo/global-2000: 2,000 episodes of 40-80 frames, one 320x240 H.264 camera at GOP 2, crf 30,
+written as lerobot's recorder writes them (`dali-stream make-sample --recorder lerobot`; ~15 min on 2 cores, once).
+Each run is a child process of its own (its peak RSS is its own): batch 64, 2 workers, uint8 frames on the CPU,
+`--warmup` batches, then `--batches` batches timed. Local runs alternate pool 16 and 'all' twice; each reports
+samples/s, the first batch's latency, peak RSS, and how the batches mix (distinct episodes per batch, episodes
+touched per 100 batches, repeats within pool/batch batches: `dali_stream.tools.mixing_stats`) beside a shuffled
+DataLoader's on the same episodes. The remote runs read the same dataset from a loopback HTTP server behind a proxy
+that answers every GET after `--delay-ms` (both in a process of their own, tests/httpserver.py and
+tests/faultproxy.py), and report the requests and bytes read against the bytes of the GOPs the timed batches need.
+Ratios within one run are what to read: absolute rates move +-20 % on a shared 2-core VM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = dict(episodes=2000, min_length=40, max_length=80, cameras="front:h264", height=240, width=320, gop=2,
+              crf=30, recorder="lerobot")
+
+
+def _child(source: str, pool, warmup: int, batches: int, out) -> None:
+    sys.path.insert(0, str(ROOT))
+    from dali_stream import StreamLoader
+    from dali_stream.tools.bench import batch_mixing, gop_bytes_needed
+
+    t0 = time.perf_counter()
+    loader = StreamLoader(source, batch_size=64, episode_pool_size=pool, device="cpu", num_workers=2,
+                          image_dtype="uint8", seed=0)
+    loader.store.piece_log = []
+    it = iter(loader)
+    next(it)
+    first_s = time.perf_counter() - t0
+    for _ in range(warmup):
+        next(it)
+    remote0 = dict(loader.remote_stats or {})
+    logged = len(loader.store.piece_log)
+    t = time.perf_counter()
+    for _ in range(batches):
+        next(it)
+    wall = time.perf_counter() - t
+    result = {"pool": pool, "samples_per_s": batches * 64 / wall, "first_batch_s": first_s,
+              "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+              "batch_mixing": batch_mixing(loader)}
+    remote = loader.remote_stats
+    if remote:
+        pieces = loader.store.piece_log[logged:]
+        result["remote"] = {"requests": remote["requests"] - remote0.get("requests", 0),
+                            "bytes_read": remote["bytes"] - remote0.get("bytes", 0),
+                            "pieces": len(pieces), "gop_bytes_needed": gop_bytes_needed(loader, pieces) if pool == "all"
+                            else None, "note": "requests and bytes over the timed batches (and what the loader "
+                                               "read ahead for later ones); GOP bytes: the timed pieces' own"}
+    it.close()
+    loader.close()
+    out.put(result)
+
+
+def run(source: str, pool, warmup: int, batches: int) -> dict:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(source, pool, warmup, batches, out))
+    proc.start()
+    result = out.get()
+    proc.join()
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", nargs="?", default=str(ROOT / ".demo/global-2000"))
+    ap.add_argument("--batches", type=int, default=150)
+    ap.add_argument("--warmup", type=int, default=250)
+    ap.add_argument("--delay-ms", type=float, default=50.0)
+    ap.add_argument("--remote-batches", type=int, default=20)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/cpu-2core-global-shuffle/global_shuffle.json"))
+    args = ap.parse_args()
+    if not Path(args.dataset).exists():
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in SAMPLE.items()]
+        subprocess.run([sys.executable, "-m", "dali_stream", "make-sample", args.dataset, *flags], check=True)
+    local = []
+    for pool in (16, "all", 16, "all"):
+        local.append(run(args.dataset, pool, args.warmup, args.batches))
+        print(json.dumps({k: v for k, v in local[-1].items() if k != "batch_mixing"}), flush=True)
+    server = subprocess.Popen([sys.executable, "-c", SERVE, str(ROOT), args.dataset, str(args.delay_ms / 1000)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip() if server.stdout else ""
+        remote = [run(url, pool, 5, args.remote_batches) for pool in (16, "all")]
+    finally:
+        server.kill()
+    for r in remote:
+        print(json.dumps({k: v for k, v in r.items() if k != "batch_mixing"}), flush=True)
+
+    def rate(pool, runs):
+        got = [r["samples_per_s"] for r in runs if r["pool"] == pool]
+        return sum(got) / len(got)
+
+    def peak(pool):
+        return max(r["peak_rss_gb"] for r in local if r["pool"] == pool)
+
+    summary = {
+        "global_over_pool16_samples_per_s": rate("all", local) / rate(16, local),
+        "global_over_pool16_peak_rss": peak("all") / peak(16),
+        "global_first_batch_s": max(r["first_batch_s"] for r in local if r["pool"] == "all"),
+        "remote_global_over_local_global": rate("all", remote) / rate("all", local),
+        "remote_pool16_over_local_pool16": rate(16, remote) / rate(16, local),
+    }
+    report = {"dataset": args.dataset, "sample": SAMPLE, "batch_size": 64, "num_workers": 2, "warmup": args.warmup,
+              "batches": args.batches, "delay_ms": args.delay_ms, "host": platform.node(), "cpus": os.cpu_count(),
+              "date": time.strftime("%Y-%m-%d"), "summary": summary, "local": local, "remote": remote}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+SERVE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.faultproxy import FaultProxy
+from tests.httpserver import Server
+with Server(sys.argv[2]) as upstream, FaultProxy(upstream, delay_s=float(sys.argv[3])) as url:
+    print(url, flush=True)
+    time.sleep(3600)
+"""
+
+if __name__ == "__main__":
+    sys.exit(main())
