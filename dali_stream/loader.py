@@ -308,11 +308,14 @@ class StreamLoader:
         # An episode's camera whose segment would take more than its share of the cache (by default half of
         # cache_bytes over the pool's episodes and cameras, at least LONG_SEGMENT_FLOOR) is read in pieces, one per
         # sample (hour-long recordings): the cache bound then holds for any episode length. A global shuffle
-        # (episode_pool_size='all') reads every camera in pieces: no episode is held whole.
+        # (episode_pool_size='all') has the rank's whole share for a pool: where that share's segments fit in half
+        # of cache_bytes, each episode is fetched whole once and kept; where not, every sample reads its GOPs alone.
         pool = pool_size(cfg)
-        self.segment_bytes_limit = 0 if pool is None and cfg.shuffle else cfg.segment_bytes \
-            if cfg.segment_bytes is not None else max(
-                LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * (pool or 1) * max(1, len(self.routes))))
+        self.global_shuffle = pool is None and cfg.shuffle
+        share = -(-int(np.count_nonzero(catalog.lengths)) // self.world.world_size)  # episodes per rank, at most
+        self.segment_bytes_limit = cfg.segment_bytes if cfg.segment_bytes is not None else \
+            max(1, cfg.cache_bytes // (2 * share * max(1, len(self.routes)))) if self.global_shuffle else \
+            max(LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * (pool or 1) * max(1, len(self.routes))))
         self.store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, self.decoders, fetch_workers,
                                   self.segment_bytes_limit)
         # The open-decoder engine (decode.engine), one per engine route: its decode threads keep their decoders open
@@ -351,7 +354,8 @@ class StreamLoader:
                                     cfg.tolerance_s, catalog.table_keys, table_dtypes,
                                     augment_seed=cfg.seed if cfg.augment is not None else None,
                                     image_ops=self.image_ops if host_frames else None,
-                                    lookahead=self.prefetch_batches, join_streams=join_streams, engines=self.engines)
+                                    lookahead=self.prefetch_batches, join_streams=join_streams, engines=self.engines,
+                                    join_all=self.global_shuffle)
         self.join_streams = self.builder.join_streams
         dali_cameras = [k for k, r in self.routes.items() if r in DALI_ROUTES]
         if dali_cameras:

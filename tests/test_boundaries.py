@@ -81,12 +81,15 @@ def test_every_frame_at_every_episode_boundary(matrix_dataset, decode, windowed)
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed)
 
 
+@pytest.mark.parametrize("held", ["whole", "pieces"])
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
 @pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
-def test_every_frame_under_a_global_shuffle(matrix_dataset, decode, windowed):
-    """episode_pool_size='all': every sample's frames read alone from the file's index (pieces), on every route."""
+def test_every_frame_under_a_global_shuffle(matrix_dataset, decode, windowed, held):
+    """episode_pool_size='all' on every route: the episodes fetched whole and a batch's clips joined (the share fits
+    in the cache), or every sample's frames read alone from the file's index (`segment_bytes=1`: it does not)."""
     root, fps, cameras = matrix_dataset
-    check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, episode_pool_size="all")
+    check_every_frame(root, fps, cameras, decode=decode, windowed=windowed, episode_pool_size="all",
+                      **({"segment_bytes": 1} if held == "pieces" else {}))
 
 
 def test_the_files_have_the_layout_each_recorder_promises(matrix_dataset):

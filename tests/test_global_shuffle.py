@@ -19,12 +19,21 @@ def batches(loader, n):
     return [{k: b[k].numpy() for k in KEYS} for _, b in zip(range(n), loader)]
 
 
-def test_an_epoch_draws_every_frame_once_from_everywhere(small_dataset):
-    with StreamLoader(str(small_dataset), **{**SETTINGS, "drop_last": False}) as loader:
+@pytest.mark.parametrize("cache_bytes", [None, 64 << 10], ids=["fits", "over"])
+def test_an_epoch_draws_every_frame_once_from_everywhere(small_dataset, cache_bytes):
+    """Where the rank's episodes fit in half of cache_bytes each is fetched whole once, and a batch's clips of a
+    camera are joined into one stream (one decoder a batch, not one per episode); where they do not, no episode is
+    fetched whole: every sample reads its GOPs alone."""
+    settings = {**SETTINGS, "drop_last": False, "decode": "cpu", **({"cache_bytes": cache_bytes} if cache_bytes else {})}
+    with StreamLoader(str(small_dataset), **settings) as loader:
         got = np.concatenate([b["index"] for b in batches(loader, len(loader))])
-        total = int(loader.meta.total_frames)
+        total, episodes = int(loader.meta.total_frames), loader.meta.num_episodes
         stats = loader.store.stats
-        assert stats.segments_cut == 0 and stats.pieces_cut >= total, vars(stats)  # no episode held whole
+        if cache_bytes is None:
+            assert stats.segments_cut == 2 * episodes and stats.pieces_cut == 0, vars(stats)
+            assert loader.decoders.opened <= 2 * len(loader), loader.decoders.opened
+        else:
+            assert stats.segments_cut == 0 and stats.pieces_cut >= 2 * total, vars(stats)
     assert sorted(got.tolist()) == list(range(total))
     assert got.tolist() != sorted(got.tolist())
 

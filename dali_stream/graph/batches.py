@@ -72,7 +72,7 @@ class BatchBuilder:
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
-                 join_streams: int = 0, engines: Mapping[str, Any] | None = None) -> None:
+                 join_streams: int = 0, engines: Mapping[str, Any] | None = None, join_all: bool = False) -> None:
         """`catalog` (`dali_stream.catalog.Catalog`): the episode positions the plans name, and each key's feature
         in each member (`routes`, `table_keys`, `table_dtypes` and `delta_indices` are in the catalog's keys: a
         mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
@@ -84,7 +84,10 @@ class BatchBuilder:
         `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
         out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over. `engines`: route ->
         the open-decoder engine (`decode.engine`) that decodes that route's cameras; their frames go to the graph
-        through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`)."""
+        through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`). `join_all`: a torchcodec
+        camera's clips of whole episodes are joined into one stream per batch too, not only long episodes' pieces
+        (a global shuffle: a batch's samples come from as many episodes, and a decoder kept per episode would be
+        opened per sample)."""
         self.catalog = catalog
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields
@@ -142,6 +145,7 @@ class BatchBuilder:
         self._table_shapes = {k: self._frame_shape(k, table_dtypes[k]) for k in table_keys}
         self.outputs = outputs
         self._slot = {o.name: i for i, o in enumerate(outputs)}
+        self.join_all = join_all
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
         # per DALI-routed camera: [samples, streams (decoder sessions: one per joined stream or per sample),
@@ -322,7 +326,8 @@ class BatchBuilder:
         """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one
         stream first (`join_pieces`): one decoder opened for them instead of one per piece. Should a joined stream
         fail (its frames are checked like any), the camera's pieces are decoded one by one from then on, said once."""
-        pieces = [j for j, seg in enumerate(segs) if seg is not None and seg.piece] if key not in self._join_failed else []
+        pieces = [j for j, seg in enumerate(segs) if seg is not None and (seg.piece or self.join_all)] \
+            if key not in self._join_failed else []
         joined = join_pieces([segs[j] for j in pieces], [idx[j] for j in pieces]) if len(pieces) > 1 else None
         if joined is not None:
             one, steps = joined
