@@ -6,7 +6,9 @@
 DATASET defaults to .demo/global-2000: 2,000 episodes of 40-80 frames, one 320x240 H.264 camera at GOP 2, crf 30,
 written as lerobot's recorder writes them (`dali-stream make-sample --recorder lerobot`; ~15 min on 2 cores, once).
 Each run is a child process of its own (its peak RSS is its own): batch 64, 2 workers, uint8 frames on the CPU,
-`--warmup` batches, then `--batches` batches timed. Local runs alternate pool 16 and 'all' twice; each reports
+`--warmup` batches, then `--batches` batches timed. Local runs alternate pool 16 and 'all' twice (this dataset's
+episodes fit in half of cache_bytes: held whole), then 'all' once more with every sample's GOPs read alone (as
+for a share that does not fit, forced by segment_bytes=1); each reports
 samples/s, the first batch's latency, peak RSS, and how the batches mix (distinct episodes per batch, episodes
 touched per 100 batches, repeats within pool/batch batches: `dali_stream.tools.mixing_stats`) beside a shuffled
 DataLoader's on the same episodes. The remote runs read the same dataset from a loopback HTTP server behind a proxy
@@ -33,14 +35,14 @@ SAMPLE = dict(episodes=2000, min_length=40, max_length=80, cameras="front:h264",
               crf=30, recorder="lerobot")
 
 
-def _child(source: str, pool, warmup: int, batches: int, out) -> None:
+def _child(source: str, pool, warmup: int, batches: int, out, segment_bytes) -> None:
     sys.path.insert(0, str(ROOT))
     from dali_stream import StreamLoader
     from dali_stream.tools.bench import batch_mixing, gop_bytes_needed
 
     t0 = time.perf_counter()
     loader = StreamLoader(source, batch_size=64, episode_pool_size=pool, device="cpu", num_workers=2,
-                          image_dtype="uint8", seed=0)
+                          image_dtype="uint8", seed=0, segment_bytes=segment_bytes)
     loader.store.piece_log = []
     it = iter(loader)
     next(it)
@@ -53,7 +55,7 @@ def _child(source: str, pool, warmup: int, batches: int, out) -> None:
     for _ in range(batches):
         next(it)
     wall = time.perf_counter() - t
-    result = {"pool": pool, "samples_per_s": batches * 64 / wall, "first_batch_s": first_s,
+    result = {"pool": pool if segment_bytes is None else f"{pool}, in pieces", "samples_per_s": batches * 64 / wall, "first_batch_s": first_s,
               "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
               "batch_mixing": batch_mixing(loader)}
     remote = loader.remote_stats
@@ -69,10 +71,10 @@ def _child(source: str, pool, warmup: int, batches: int, out) -> None:
     out.put(result)
 
 
-def run(source: str, pool, warmup: int, batches: int) -> dict:
+def run(source: str, pool, warmup: int, batches: int, segment_bytes: int | None = None) -> dict:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(source, pool, warmup, batches, out))
+    proc = ctx.Process(target=_child, args=(source, pool, warmup, batches, out, segment_bytes))
     proc.start()
     result = out.get()
     proc.join()
@@ -85,7 +87,6 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=150)
     ap.add_argument("--warmup", type=int, default=250)
     ap.add_argument("--delay-ms", type=float, default=50.0)
-    ap.add_argument("--remote-batches", type=int, default=20)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/cpu-2core-global-shuffle/global_shuffle.json"))
     args = ap.parse_args()
     if not Path(args.dataset).exists():
@@ -95,11 +96,14 @@ def main() -> int:
     for pool in (16, "all", 16, "all"):
         local.append(run(args.dataset, pool, args.warmup, args.batches))
         print(json.dumps({k: v for k, v in local[-1].items() if k != "batch_mixing"}), flush=True)
+    # a share larger than half of cache_bytes: every sample reads its GOPs alone (forced here by segment_bytes=1)
+    local.append(run(args.dataset, "all", args.warmup, args.batches, segment_bytes=1))
+    print(json.dumps({k: v for k, v in local[-1].items() if k != "batch_mixing"}), flush=True)
     server = subprocess.Popen([sys.executable, "-c", SERVE, str(ROOT), args.dataset, str(args.delay_ms / 1000)],
                               stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip() if server.stdout else ""
-        remote = [run(url, pool, 5, args.remote_batches) for pool in (16, "all")]
+        remote = [run(url, pool, args.warmup, args.batches) for pool in (16, "all")]
     finally:
         server.kill()
     for r in remote:
@@ -116,6 +120,7 @@ def main() -> int:
         "global_over_pool16_samples_per_s": rate("all", local) / rate(16, local),
         "global_over_pool16_peak_rss": peak("all") / peak(16),
         "global_first_batch_s": max(r["first_batch_s"] for r in local if r["pool"] == "all"),
+        "global_in_pieces_over_pool16_samples_per_s": rate("all, in pieces", local) / rate(16, local),
         "remote_global_over_local_global": rate("all", remote) / rate("all", local),
         "remote_pool16_over_local_pool16": rate(16, remote) / rate(16, local),
     }

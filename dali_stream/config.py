@@ -123,7 +123,8 @@ class LoaderConfig:
                                                "+ 1 when CPU-decoded frames skip the graph: graph/host.py)")
     fetch_workers: Optional[int] = _s(None, "threads fetching admitted episodes in the background, and as many "
                                             "cutting long episodes' pieces ahead of the builders (0: when a batch "
-                                            "needs it; default one per CPU core up to 4 locally, 4 remote)")
+                                            "needs it; default one per CPU core up to 4 locally, 4 remote, 16 remote with "
+                                            "episode_pool_size='all')")
     cache_bytes: int = _s(DEFAULT_CACHE_BYTES, "bound of the fetched episodes kept in memory (compressed segments "
                                                "and rows); episodes open in the pool are never evicted")
     segment_bytes: Optional[int] = _s(None, "an episode's camera whose compressed bytes exceed this (an hour-long "

@@ -30,7 +30,7 @@ def stage_of(module: str) -> str:
     if module in BASE or module == "dali_stream.__main__":
         return "tools" if module == "dali_stream.__main__" else "base"
     part = module.split(".")[1]
-    return {"meta": "meta", "catalog": "meta", "schema": "meta", "loader": "loader", "wait": "loader",
+    return {"meta": "meta", "catalog": "meta", "schema": "meta", "loader": "loader", "wait": "loader", "memory": "loader",
             "mixing": "loader"}.get(part, part)
 
 

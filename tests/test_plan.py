@@ -169,7 +169,7 @@ def test_delta_timestamps_must_be_multiples_of_the_frame_period():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"batch_size": 0, "pool_size": 4}, "`batch_size` must be a positive integer. Found: 0"),
-    ({"batch_size": 4, "pool_size": -1}, "`episode_pool_size` must be a positive integer. Found: -1"),
+    ({"batch_size": 4, "pool_size": -1}, "`episode_pool_size` must be a positive integer or None (a global shuffle). Found: -1"),
     ({"batch_size": 4, "pool_size": 2, "seed": -3}, "`seed` must be a non-negative integer. Found: -3"),
 ])
 def test_bad_sizes_are_clear_errors(kwargs, message):

@@ -60,11 +60,12 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
 
 HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first batch s", "p95 ms", "loader/limit",
           "loader/NVDEC limit", "loader/CPU all cores", "loader/baseline (baseline samples/s)",
-          "mixing: distinct/batch, episodes/100 batches, recent (shuffled DataLoader)", "peak RSS GB", "device / note"]
+          "batch mixing vs shuffled DataLoader", "peak RSS GB", "device / note"]
 
 
 def mixing_text(m: dict[str, Any] | None) -> str:
-    """A run's batch mixing beside a shuffled DataLoader's (`tools.mixing_stats`)."""
+    """A run's batch mixing beside a shuffled DataLoader's (`tools.mixing_stats`): distinct episodes per batch /
+    batch, episodes touched per 100 batches, share of a batch's episodes in the previous pool/batch batches."""
     if not m:
         return "-"
     ours, theirs = m["loader"], m["shuffled_dataloader"]
