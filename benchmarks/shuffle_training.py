@@ -103,7 +103,7 @@ def train(kind: str, source: str, train_eps: list[int], val: list[int], steps: i
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % every == 0:
             curve.append({"step": step, "train_loss_last": float(np.mean(losses[-every:])),
                           "val_loss": _validate(model, source, val, norm)})

@@ -1,5 +1,6 @@
-"""The planner's global shuffle (`pool_size=None`): no files, no decoders. Coverage, ranks, resume and elastic
-resume hold as for a pool; batches mix like a shuffled DataLoader's, which a pool's do not."""
+"""The planner's global shuffle (`pool_size=None`): no files, no decoders. Coverage, ranks and resume hold as for a
+pool (elastic resume: tests/test_plan.py, both ways); batches mix like a shuffled DataLoader's, which a pool's do
+not."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from dali_stream.plan.epoch import EpochPlan, PlanConfig, consumed_by, resume_plan
+from dali_stream.plan.epoch import EpochPlan, PlanConfig
 from dali_stream.plan.permute import permute, round_keys
 from dali_stream.plan.world import World
 from dali_stream.tools.mixing_stats import compare, dataloader_batches, lookback, mixing
 
-from .test_plan import LENGTHS, all_frames, epoch_samples, epoch_samples_of
+from .test_plan import LENGTHS, all_frames, epoch_samples
 
 MANY = np.random.default_rng(0).integers(20, 61, 2000)  # 2,000 short episodes, as in the global-shuffle benchmark
 
@@ -81,28 +82,6 @@ def test_prefetch_pins_each_batch_and_releases_it():
         b = plan.batch(i)
         assert set(b.admitted) == set(b.retired) == set(b.episodes.tolist())
         assert plan.pool_before(i) == []
-
-
-@pytest.mark.parametrize("chain,then", [([(2, 5)], 3), ([(3, 4)], 2), ([(1, 9)], 2), ([(2, 3), (3, 2)], 2)])
-def test_elastic_resume_keeps_exactly_once(chain, then):
-    cfg = PlanConfig(batch_size=4, pool_size=None, seed=3, drop_last=False)
-    drawn: list[tuple[int, int]] = []
-    consumed: dict = {}
-    for k, (world_size, batches) in enumerate(chain):
-        before = {p: m.copy() for p, m in consumed.items()}
-        consumed = consumed_by(LENGTHS, cfg, world_size, 1, batches, consumed, k)
-        for rank in range(world_size):
-            plan = EpochPlan(LENGTHS, cfg, World(rank=rank, world_size=world_size), 1, before or None, k)
-            for i in range(batches):
-                b = plan.batch(i)
-                drawn += list(zip(b.episodes.tolist(), b.frames.tolist()))
-    assert len(drawn) == len(set(drawn))
-    own = []
-    for rank in range(then):
-        plan, pairs = epoch_samples_of(resume_plan(LENGTHS, cfg, World(rank=rank, world_size=then), 1, chain))
-        own += pairs[:plan.num_frames]
-    assert len(own) == len(set(own)) and set(own).isdisjoint(drawn)
-    assert set(own) | set(drawn) == all_frames(LENGTHS)
 
 
 def test_frames_drawn_in_closed_form_are_the_batches_frames():

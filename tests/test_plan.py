@@ -177,12 +177,14 @@ def test_bad_sizes_are_clear_errors(kwargs, message):
         PlanConfig(**kwargs)
 
 
+@pytest.mark.parametrize("pool", [3, None], ids=["pool", "global"])
 @pytest.mark.parametrize("chain,then", [([(2, 5)], 3), ([(3, 4)], 2), ([(1, 9)], 2), ([(2, 3), (3, 2)], 2)])
-def test_elastic_resume_keeps_exactly_once(chain, then):
-    """Stop after some batches on W ranks (maybe twice), finish the epoch on W' ranks: no frame lost or repeated."""
+def test_elastic_resume_keeps_exactly_once(chain, then, pool):
+    """Stop after some batches on W ranks (maybe twice), finish the epoch on W' ranks: no frame lost or repeated;
+    with a pool and with a global shuffle (pool None)."""
     from dali_stream.plan.epoch import consumed_by, resume_plan
 
-    cfg = PlanConfig(batch_size=4, pool_size=3, seed=3, drop_last=False)
+    cfg = PlanConfig(batch_size=4, pool_size=pool, seed=3, drop_last=False)
     drawn: list[tuple[int, int]] = []
     consumed: dict = {}
     for k, (world_size, batches) in enumerate(chain):
