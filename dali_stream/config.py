@@ -65,7 +65,7 @@ class LoaderConfig:
     # which samples
     episode_pool_size: Union[int, Literal["all"]] = _s(
         16, "whole episodes each rank keeps open and samples across; 'all': a global shuffle (every sample drawn "
-            "from anywhere in the rank's share, each read alone from the file's index)")
+            "from anywhere in the rank's share: README, Sampling)")
     seed: int = _s(0, "shuffling seed; plans depend only on (seed, epoch, rank, position)")
     shuffle: bool = _s(True, "False for an evaluation pass: every frame once, episodes and frames in order (ranks "
                              "get contiguous blocks of episodes)")
