@@ -367,8 +367,6 @@ class EpisodeStore:
         a file without one is cut whole)."""
         if self.segment_bytes_limit is None or indexed is None:
             return False
-        if self.segment_bytes_limit == 0:  # every camera in pieces (a global shuffle): no need to measure
-            return True
         member, local = self.catalog.locate(pos)
         cam = member.meta.cameras[camera]
         span = indexed.index.cut(float(cam.from_timestamp[local]), float(cam.to_timestamp[local]))
