@@ -11,7 +11,6 @@ nothing was held. `malloc_trim(0)` every `TRIM_EVERY` batches returns those free
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 from typing import Callable
 
@@ -21,9 +20,8 @@ TRIM_EVERY = 32  # batches handed out between two trims
 def _trim() -> Callable[[], None]:
     if not sys.platform.startswith("linux"):
         return lambda: None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+    try:  # the process's own symbols: libc is loaded (ctypes.util.find_library would run ldconfig in a subprocess)
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # musl and others: no malloc_trim
         return lambda: None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
