@@ -285,21 +285,23 @@ class _Global:
     time and memory. No episode is held open: a batch's episodes come and go with it."""
 
     ends: np.ndarray
+    starts: np.ndarray
     frames: int
 
     def __init__(self, counts: list[int], frames_of, seed_words: tuple[int, ...], like: "_Global | None" = None) -> None:
         self.counts, self.frames_of = counts, frames_of
         self.keys = round_keys(seed_words)
         if like is not None:
-            self.ends, self.frames = like.ends, like.frames
+            self.ends, self.starts, self.frames = like.ends, like.starts, like.frames
             return
         self.ends = np.cumsum(np.asarray(counts, dtype=np.int64))  # sample j of the pass's concatenation is
-        self.frames = int(self.ends[-1]) if len(self.ends) else 0  # episode searchsorted(ends, j, "right")
+        self.starts = self.ends - np.asarray(counts, dtype=np.int64)  # episode searchsorted(ends, j, "right")
+        self.frames = int(self.ends[-1]) if len(self.ends) else 0
 
     def _locate(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(episode, place) of concatenation indices `flat`."""
         eps = np.searchsorted(self.ends, flat, side="right")
-        return eps, flat - (self.ends[eps] - np.asarray(self.counts, dtype=np.int64)[eps])
+        return eps, flat - self.starts[eps]
 
     def span(self, v: int, stop: int) -> tuple[list[int], list[int], list[int]]:
         eps, places = self._locate(permute(np.arange(v, stop, dtype=np.int64), self.frames, self.keys))
@@ -415,14 +417,12 @@ class EpochPlan:
                 (1000 + self.segment,) if self.segment else ())
             order = self.admission_order
             counts, frames_of = self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i]))
-            first = self._passes.get(0)
-            made: _Lanes | _Global
-            if isinstance(first, _Global) or (first is None and self.is_global):
-                made = _Global(counts, frames_of, words, like=first)
+            first = self._passes.get(0)  # pass 0, whose episode layout later passes reuse
+            if self.is_global:
+                lanes = _Global(counts, frames_of, words, like=first if isinstance(first, _Global) else None)
             else:
-                made = _Lanes(counts, frames_of, self.config.pool_size or 1 if self.config.shuffle else 1,
-                              self.config.shuffle, words, like=first)
-            lanes = made
+                lanes = _Lanes(counts, frames_of, self.config.pool_size or 1 if self.config.shuffle else 1,
+                               self.config.shuffle, words, like=first if isinstance(first, _Lanes) else None)
             if lanes.frames == 0 and self.num_samples > 0:
                 raise ConfigError(
                     f"rank {self.world.rank} of {self.world.world_size} has no frames to draw in epoch {self.epoch} "
