@@ -1,4 +1,4 @@
-"""`make test-lerobot`: lerobot's own ACT and Diffusion policies trained by pipelines/train.py on StreamLoader batches
+"""`make test-lerobot`: lerobot's own ACT and Diffusion policies trained by `dali-stream train` on StreamLoader batches
 (issue 37), in an environment where lerobot imports (on this machine's Python 3.11: ../shared/lerobot-py311/).
 
     LEROBOT_VENV/bin/python benchmarks/lerobot_train.py --out benchmarks/results/cpu-2core-lerobot-train
@@ -55,7 +55,7 @@ def write_mixture(root: Path, members: dict) -> Path:
 
 
 def train(dataset: Path, policy: str, steps: int, log_every: int, ckpt: Path, *extra: str) -> tuple[str, float]:
-    cmd = [sys.executable, str(REPO / "pipelines/train.py"), str(dataset), "--policy", policy, "--decode", "cpu",
+    cmd = [sys.executable, "-m", "dali_stream", "train", str(dataset), "--policy", policy, "--decode", "cpu",
            "--lerobot-arg", "pretrained_backbone_weights=null", "--batch-size", "8", "--steps", str(steps),
            "--log-every", str(log_every), "--checkpoint-dir", str(ckpt), "--checkpoint-every", str(steps), *extra]
     t0 = time.perf_counter()
@@ -129,7 +129,7 @@ def main() -> int:
                 failed.append(f"{name}/{policy}: loss {first:.4f} -> {last:.4f}, resumed {resumed_ok}")
             print(f"{name} {policy}: loss {first:.4f} -> {last:.4f} in {args.steps} steps ({seconds:.0f} s); "
                   f"resumed at step {args.steps}: {resumed_ok}", flush=True)
-    lines = [f"# lerobot {lerobot.__version__} policies on StreamLoader batches (pipelines/train.py, CPU, batch 8)",
+    lines = [f"# lerobot {lerobot.__version__} policies on StreamLoader batches (dali-stream train, CPU, batch 8)",
              "", "| dataset | policy | steps | loss, first 3 logged | loss, last 3 logged | falls | resumed | s |",
              "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['dataset']} | {r['policy']} | {r['steps']} | {r['first_3_mean']:.4f} | {r['last_3_mean']:.4f} | "

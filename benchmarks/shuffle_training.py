@@ -7,7 +7,7 @@ LeRobotDataset-style map dataset; validation loss on held-out episodes, in one r
 
 DATASET defaults to the global-shuffle benchmark's (benchmarks/global_shuffle.py: 2,000 lerobot-written GOP-2
 episodes, one 320x240 H.264 camera, 6-dof state and action). The last 10 % of the episodes are held out. The
-policy is pipelines/train.py's built-in one (a strided convolution pooled over the camera, concatenated with the
+policy is `dali-stream train`'s built-in one (a strided convolution pooled over the camera, concatenated with the
 state, two linear layers to the action), state and action normalised by the dataset's stats; Adam, lr 1e-3,
 batch 64, the same initial weights for every run. Validation: MSE over every frame of the held-out episodes (an
 evaluation pass, shuffle=False) every `--eval-every` steps.
@@ -86,7 +86,7 @@ def train(kind: str, source: str, train_eps: list[int], val: list[int], steps: i
     import torch
 
     from dali_stream.meta import DatasetMeta
-    from pipelines.train import Policy
+    from dali_stream.tools.train import Policy
 
     meta = DatasetMeta.open(source)
     norm = _norm(meta)

@@ -1,9 +1,10 @@
 """dali_stream: a GPU-first loader for LeRobot v3 datasets, built on NVIDIA DALI.
 
-The public surface is what this module exports: `StreamLoader`, `LoaderConfig` (its settings), `Mixture` and
+The public surface is what this module exports: `StreamLoader`, `open_meta` (a source's metadata before a
+loader), `LoaderConfig` (its settings), `Mixture` and
 `Member` (several datasets as one source), the error classes and `__version__`. The subpackages (`source`, `plan`, `fetch`, `decode`, `graph`, `tools`) and the
 other modules are internal: their names may change between versions. Heavy modules (torch, DALI) load on
-first use of `StreamLoader`, so `dali-stream diagnose`-style tools import this package on a half-broken node.
+first use of `StreamLoader` or `open_meta`, so `dali-stream diagnose`-style tools import this package on a half-broken node.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # type checkers and editors see the class; at run time it loads on first use (__getattr__)
-    from .loader import StreamLoader
+    from .loader import StreamLoader, open_meta
 
 # DALI keeps freed host buffers in its own pool, which by default does not give them back: with outputs
 # handed to torch without a copy (the dynamic executor), resident memory grew by ~9 MB per 480p batch, to
@@ -42,14 +43,14 @@ from .errors import (
 from .mixture import Member, Mixture
 
 __version__ = "0.1.0"
-__all__ = ["StreamLoader", "LoaderConfig", "Mixture", "Member", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
+__all__ = ["StreamLoader", "open_meta", "LoaderConfig", "Mixture", "Member", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
            "DeviceError", "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError", "VideoFileError",
            "__version__"]
 
 
 def __getattr__(name: str):
-    if name == "StreamLoader":
-        from .loader import StreamLoader
+    if name in ("StreamLoader", "open_meta"):
+        from . import loader
 
-        return StreamLoader
+        return getattr(loader, name)
     raise AttributeError(f"module 'dali_stream' has no attribute {name!r}")

@@ -42,6 +42,7 @@ class Opened:
     weight: float = 1.0
     tolerance_s: float | None = None  # None: the loader's
     delta_timestamps: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # its own offsets (seconds)
+    share: float | None = None  # its part of the epoch's samples (`Member.share`); None: by frames x weight
 
     @property
     def cameras(self) -> list[str]:
@@ -136,7 +137,7 @@ class Catalog:
                 if to is not None:  # the index columns keep their names: Member refuses to rename them
                     own[to] = k
             opened.append(Opened(i, str(member.name), meta, offset, lengths, episodes, own, member.weight,
-                                 member.tolerance_s, dict(member.delta_timestamps or {})))
+                                 member.tolerance_s, dict(member.delta_timestamps or {}), member.share))
             offset += meta.num_episodes
         renamed = [{o: t for t, o in m.own.items()} for m in opened]  # own key -> mixture key (None: left out)
         fields = merge_features([m.meta.features for m in opened],
@@ -184,6 +185,15 @@ class Catalog:
         return "episodes " + ", ".join(f"{sorted(eps)} of member {self.members[m].name!r}"
                                        for m, eps in sorted(by_member.items()))
 
+    def epoch_shares(self) -> np.ndarray:
+        """Each member's part of an epoch's samples (summing to 1): its `share` where members give shares, else
+        its selected frames x weight (`plan.mix.member_targets` before rounding)."""
+        if all(m.share is not None for m in self.members):
+            mass = np.array([float(m.share or 0.0) if m.frames else 0.0 for m in self.members])
+        else:
+            mass = np.array([m.frames * m.weight for m in self.members], dtype=np.float64)
+        return mass / mass.sum() if mass.sum() > 0 else mass
+
     # ---- what a saved state must agree on -----------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         """A single dataset's fingerprint (`DatasetMeta.fingerprint`); a mixture's: each member's name, weight,
@@ -192,7 +202,8 @@ class Catalog:
             return self.members[0].meta.fingerprint()
         assert self.mixture is not None
         return {"mixture": [{"name": m.name, "weight": m.weight, "dataset": m.meta.fingerprint(),
-                             "keys": {k: m.own[k] for k in sorted(m.own)}} for m in self.members],
+                             "keys": {k: m.own[k] for k in sorted(m.own)},
+                             **({} if m.share is None else {"share": m.share})} for m in self.members],
                 "samples_per_epoch": self.mixture.samples_per_epoch, "vectors": self.mixture.vectors}
 
 

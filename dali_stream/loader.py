@@ -40,6 +40,9 @@ from .graph.joined import joins
 from .memory import TRIM_EVERY, release_freed
 from .mixture import Member, Mixture
 from .mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
+from .mixing import open_meta as _open_meta
+from .catalog import MixtureMeta
+from .meta import DatasetMeta
 from .pairing import check_dali
 from .plan.epoch import BatchPlan, EpochPlan, PlanConfig, resume_plan
 from .plan.selection import digest as selection_digest
@@ -217,6 +220,17 @@ class _Producer:
         self.builder.store.drop_ahead()  # pieces of batches nobody will build (their builders, if any, cut their own)
 
 
+def open_meta(source: str | Mixture | Sequence[str | Member], *, config: LoaderConfig | None = None,
+              **settings: Unpack[LoaderSettings]) -> Any:
+    """A source's metadata, as `loader.meta` of a loader built on it will be, without building the loader: what
+    lerobot's `resolve_delta_timestamps(cfg, meta)` needs before the loader exists. A dataset's is lerobot's
+    `LeRobotDatasetMetadata` in the parts policies read (`features`, `fps`, `stats`), a
+    mixture's a `MixtureMeta`. Pass it to `StreamLoader` in place of the source and the dataset is not opened
+    again (the settings that open one, `revision`, `data_files_root`, `storage_options` and the `remote_*`
+    ones, then go here, not to the loader)."""
+    return _open_meta(source, LoaderConfig.make(config, **settings))
+
+
 class StreamLoader:
     """Batches of a LeRobot v3 dataset following lerobot's sample contract, decoded through DALI.
 
@@ -232,7 +246,8 @@ class StreamLoader:
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
     """
 
-    def __init__(self, source: str | Mixture | Sequence[str | Member], *, config: LoaderConfig | None = None,
+    def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta, *,
+                 config: LoaderConfig | None = None,
                  **settings: Unpack[LoaderSettings]) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
         check_dali()

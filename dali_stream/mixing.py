@@ -28,14 +28,41 @@ from .plan.selection import select
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
 
 
-def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
-    """(catalog, loader.meta): a DatasetMeta for one dataset, a MixtureMeta for a Mixture (or a list of
-    sources/members)."""
+OPENING = ("revision", "data_files_root", "storage_options", "remote_max_retries", "remote_timeout_s",
+           "remote_deadline_s")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
+
+
+def open_meta(source: Any, cfg: LoaderConfig) -> Any:
+    """`dali_stream.open_meta`: a source's metadata as `loader.meta` will be, before any loader (a DatasetMeta, or
+    a MixtureMeta for a Mixture or a list of sources/members)."""
     mixture = as_mixture(source)
     if mixture is None:
-        meta = DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
+        return DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
                                 remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
                                 storage_options=dict(cfg.storage_options), revision=cfg.revision)
+    given = [name for name in PER_MEMBER if getattr(cfg, name) is not None]
+    if given:
+        raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
+                          f"Member(source, {given[0]}=...)")
+    catalog = Catalog.open(mixture, select, remote_max_retries=cfg.remote_max_retries,
+                           remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
+                           storage_options=cfg.storage_options)
+    return MixtureMeta(catalog, cfg.crop or cfg.resize)
+
+
+def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
+    """(catalog, loader.meta): a DatasetMeta for one dataset, a MixtureMeta for a Mixture (or a list of
+    sources/members); `source` may be what `open_meta` returned, which is then not opened again."""
+    if isinstance(source, (DatasetMeta, MixtureMeta)):
+        given = [name for name in OPENING if getattr(cfg, name) != getattr(LoaderConfig(), name)]
+        if given:
+            raise ConfigError(f"{given} open a dataset: give them to dali_stream.open_meta(source, ...), which "
+                              f"opened {source.source if isinstance(source, DatasetMeta) else 'this mixture'!r}; "
+                              "the loader reads through what it opened")
+        meta = source
+    else:
+        meta = open_meta(source, cfg)
+    if isinstance(meta, DatasetMeta):
         _known_keys(cfg.delta_timestamps, meta.features, f"features of {source!r}")
         lengths, episodes = select(meta.episodes["episode_index"], meta.lengths,
                                    None if cfg.episodes is None else list(cfg.episodes), cfg.max_episodes)
@@ -44,9 +71,7 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
     if given:
         raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
                           f"Member(source, {given[0]}=...)")
-    catalog = Catalog.open(mixture, select, remote_max_retries=cfg.remote_max_retries,
-                           remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
-                           storage_options=cfg.storage_options)
+    catalog = meta.catalog
     _known_keys(cfg.delta_timestamps, catalog.fields, "keys of the mixture")
     return catalog, MixtureMeta(catalog, cfg.crop or cfg.resize)
 
@@ -100,8 +125,9 @@ def planner_mix(catalog: Catalog, member_deltas: tuple) -> Mix | None:
     if not catalog.is_mixture:
         return None
     assert catalog.mixture is not None
+    shares = [m.share for m in catalog.members]
     return Mix(catalog.member_of, tuple(m.weight for m in catalog.members), catalog.mixture.samples_per_epoch,
-               member_deltas)
+               member_deltas, None if None in shares else tuple(float(s) for s in shares if s is not None))
 
 
 def camera_routes(catalog: Catalog, decode, choose: Callable[[dict, Any], dict[str, RouteChoice]], engine: str,

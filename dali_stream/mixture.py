@@ -12,7 +12,8 @@ members when a `StreamLoader` is built.
     loader = StreamLoader(mix, batch_size=32, resize=(224, 224))
 
 Weights: member m's share of an epoch's samples is proportional to its frames times its weight (weight 1
-everywhere: every frame once, as if the members were one dataset; `plan.mix`). `samples_per_epoch`: the epoch's
+everywhere: every frame once, as if the members were one dataset; `plan.mix`). Shares (`Member(share=0.5)`, given
+to every member): the parts of the epoch's samples themselves, whatever the members' frames. `samples_per_epoch`: the epoch's
 samples over all ranks (default: the members' frames).
 """
 
@@ -44,7 +45,9 @@ class Member:
     the source's last path part). The rest are the `StreamLoader` settings that belong to one dataset:
     `episodes`/`max_episodes` (its split), `delta_timestamps` (its own offsets in seconds for some keys, the
     same number per key as the loader's: e.g. a 10 fps member's action chunk), `tolerance_s`, `revision`,
-    `data_files_root`, `storage_options` (merged over the loader's)."""
+    `data_files_root`, `storage_options` (merged over the loader's). `share`: the member's share of the epoch's
+    samples itself, whatever its frames (0.5: half of every epoch; given to every member or to none, in place of
+    `weight`; divided by the members' sum, so 5/3/2 is 0.5/0.3/0.2)."""
 
     source: str
     weight: float = 1.0
@@ -57,6 +60,7 @@ class Member:
     revision: Optional[str] = None
     data_files_root: Optional[str] = None
     storage_options: Optional[Mapping[str, Any]] = None
+    share: Optional[float] = None
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -68,6 +72,16 @@ class Member:
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
             raise ConfigError(f"member {self.source!r}: `weight` must be a finite number > 0. Found: {w!r}")
         fix(self, "weight", float(w))
+        s = self.share
+        if s is not None:
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
+                raise ConfigError(f"member {self.source!r}: `share` must be a finite number > 0 (its part of every "
+                                  f"epoch's samples, e.g. 0.5). Found: {s!r}")
+            if self.weight != 1.0:
+                raise ConfigError(f"member {self.source!r}: give `share` (its part of the epoch's samples) or "
+                                  f"`weight` (relative to its frames), not both. Found: share={s!r}, "
+                                  f"weight={self.weight!r}")
+            fix(self, "share", float(s))
         if not isinstance(self.keys, Mapping):
             raise ConfigError(f"member {self.source!r}: `keys` must map its feature keys to the mixture's (e.g. "
                               f"{{'observation.images.top': 'observation.images.front'}}). Found: {self.keys!r}")
@@ -157,6 +171,11 @@ class Mixture:
                 m = dataclasses.replace(m, name=name)
             final.append(m)
         object.__setattr__(self, "members", tuple(final))
+        shared = [m.share is not None for m in final]
+        if any(shared) and not all(shared):
+            raise ConfigError(f"members {[m.name for m in final if m.share is not None]} give a `share` and "
+                              f"{[m.name for m in final if m.share is None]} do not; give every member a share "
+                              "(parts of the epoch's samples) or none (weights relative to frames)")
         spe = self.samples_per_epoch
         if spe is not None and (isinstance(spe, bool) or not isinstance(spe, int) or spe < 1):
             raise ConfigError(f"`samples_per_epoch` must be a positive integer (samples over all ranks). Found: "
@@ -170,8 +189,8 @@ class Mixture:
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready: the members (source, name, weight, keys) and the epoch's settings."""
-        return {"members": [{"name": m.name, "source": m.source, "weight": m.weight, "keys": dict(m.keys)}
-                            for m in self.members],
+        return {"members": [{"name": m.name, "source": m.source, "weight": m.weight, "keys": dict(m.keys),
+                             **({} if m.share is None else {"share": m.share})} for m in self.members],
                 "samples_per_epoch": self.samples_per_epoch, "vectors": self.vectors}
 
 

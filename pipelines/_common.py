@@ -9,39 +9,11 @@ from pathlib import Path
 from typing import Callable
 
 from dali_stream.tools.flags import add_loader_flags, loader_settings
+from dali_stream.tools.sources import video_keys  # noqa: F401 - what the recipes import from here
 
 # Loader settings every recipe takes as flags (type, default and help from dali_stream.LoaderConfig).
 RECIPE_SETTINGS = ("batch_size", "decode", "device", "tolerance_s", "num_workers", "episode_pool_size",
                    "memory_format")
-
-
-def dataset_meta(source: str):
-    """The metadata a loader of `source` would have (`loader.meta`): a dataset's `DatasetMeta`, or for a mixture
-    file (.json, `dali_stream.mixture.load_mixture`) its `MixtureMeta` (features, fps and stats in the mixture's
-    keys), without building a loader."""
-    from dali_stream.mixture import is_mixture_file
-
-    if not is_mixture_file(source):
-        from dali_stream.meta import DatasetMeta
-
-        return DatasetMeta.open(source)
-    from dali_stream.catalog import Catalog, MixtureMeta
-    from dali_stream.mixture import load_mixture
-    from dali_stream.plan.selection import select
-
-    return MixtureMeta(Catalog.open(load_mixture(source), select))
-
-
-def loader_source(source: str):
-    """What StreamLoader takes for `source`: a mixture file read into its Mixture, anything else as given."""
-    from dali_stream.mixture import is_mixture_file, load_mixture
-
-    return load_mixture(source) if is_mixture_file(source) else source
-
-
-def video_keys(source: str) -> tuple[float, list[str]]:
-    meta = dataset_meta(source)
-    return meta.fps, list(meta.video_keys)
 
 
 def ensure_sample(path: str) -> str:

@@ -177,13 +177,15 @@ def test_the_cycle_check_catches_a_lazy_cycle(tmp_path):
 
 
 def test_the_public_surface_is_small_and_resolves():
-    """What users import: the loader, its config, mixtures, the errors and the version (README, "Layout")."""
+    """What users import: the loader, a source's metadata before it, its config, mixtures, the errors and the version
+    (docs/architecture.md)."""
     import dali_stream
 
     errors = {"DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError", "DeviceError",
               "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError",
               "VideoFileError"}
-    assert set(dali_stream.__all__) == {"StreamLoader", "LoaderConfig", "Mixture", "Member", "__version__"} | errors
+    assert set(dali_stream.__all__) == {"StreamLoader", "open_meta", "LoaderConfig", "Mixture", "Member",
+                                        "__version__"} | errors
     for name in dali_stream.__all__:
         assert getattr(dali_stream, name) is not None
     assert all(issubclass(getattr(dali_stream, e), dali_stream.DaliStreamError) for e in errors)

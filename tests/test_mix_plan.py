@@ -71,6 +71,28 @@ def test_draws_repeat_whole_frames_or_subsample_without_repeats():
     assert not np.array_equal(down, draws(frames, 4, 0, 2, 4)) or not np.array_equal(down, draws(frames, 4, 0, 3, 4))
 
 
+def test_member_targets_follow_shares_whatever_the_frames():
+    """Shares are the parts of the epoch themselves: 5/3/2 over members of 240, 40 and 100 frames is 50/30/20 %."""
+    total = int(FRAMES.sum())
+    targets = member_targets(FRAMES, (1.0, 1.0, 1.0), total, shares=(5.0, 3.0, 2.0))
+    assert targets.sum() == total and np.all(np.abs(targets - total * np.array([0.5, 0.3, 0.2])) < 1)
+    assert member_targets(FRAMES, (1.0,) * 3, 100, shares=(0.5, 0.3, 0.2)).tolist() == [50, 30, 20]
+    assert member_targets(np.array([0, 10, 5]), (1.0,) * 3, 10, shares=(0.8, 0.1, 0.1)).tolist() == [0, 5, 5]
+
+
+@pytest.mark.parametrize("pool", [5, None])
+def test_an_epoch_draws_each_members_share(pool):
+    """One rank, drop_last=False: the epoch's draws per member are the shares of samples_per_epoch exactly; the
+    40-frame member given 30 % of 400 samples repeats each of its frames three times."""
+    mix = Mix(MEMBER_OF, (1.0, 1.0, 1.0), 400, shares=(0.5, 0.3, 0.2))
+    assert mix.reweights
+    plan = EpochPlan(LENGTHS, PlanConfig(batch_size=8, pool_size=pool, seed=2, drop_last=False), World(), 0, mix=mix)
+    got = draws_of(plan)
+    assert np.bincount([MEMBER_OF[e] for e, _ in got], minlength=3).tolist() == [200, 120, 80]
+    counts = Counter(got)
+    assert {counts[(e, f)] for e in np.flatnonzero(MEMBER_OF == 1) for f in range(LENGTHS[e])} == {3}
+
+
 @pytest.mark.parametrize("pool", [5, None])
 @pytest.mark.parametrize("samples_per_epoch", [None, 150, 900])
 def test_epoch_shares_follow_the_weights(samples_per_epoch, pool):

@@ -154,6 +154,35 @@ def test_shares_follow_the_weights(embodiments, samples_per_epoch):
     assert max(n for (m, _), n in per_frame.items() if m == 0) == 1
 
 
+def _shared(embodiments, shares, **kwargs):
+    return Mixture((Member(str(embodiments["arm6"]), name="arm6", share=shares[0]),
+                    Member(str(embodiments["arm7"]), name="arm7", keys={TOP: FRONT}, share=shares[1])), **kwargs)
+
+
+def test_shares_are_the_epochs_parts_whatever_the_frames(embodiments):
+    """`Member(share=)`: a 50/50 mixture of members of different sizes draws half its samples from each; a state
+    records the shares, and other shares refuse it."""
+    mix = _shared(embodiments, (0.5, 0.5), samples_per_epoch=120)
+    loader = StreamLoader(mix, decode="cpu", **{**ARGS, "delta_timestamps": {}, "drop_last": False})
+    frames = [m.frames for m in loader.catalog.members]
+    assert frames[0] != frames[1]
+    assert loader.catalog.epoch_shares().tolist() == [0.5, 0.5]
+    counts = Counter(i for batch in loader for i in batch["dataset_index"].tolist())
+    assert [counts[0], counts[1]] == [60, 60]
+    state = loader.state_dict()
+    assert [m.get("share") for m in state["dataset"]["mixture"]] == [0.5, 0.5]
+    other = StreamLoader(_shared(embodiments, (0.7, 0.3), samples_per_epoch=120), decode="cpu",
+                         **{**ARGS, "delta_timestamps": {}, "drop_last": False})
+    with pytest.raises(Exception, match="dataset"):
+        other.load_state_dict(state)
+    with pytest.raises(ConfigError, match=r"give `share` .* or `weight` .*, not both"):
+        Member("x", weight=2.0, share=0.5)
+    with pytest.raises(ConfigError, match=r"\['a'\] give a `share` and \['b'\] do not"):
+        Mixture((Member("x", name="a", share=0.5), Member("y", name="b")))
+    with pytest.raises(ConfigError, match="`share` must be a finite number > 0"):
+        Member("x", share=0)
+
+
 def _flat(batches):
     return [(k, b[k]) for b in batches for k in sorted(b) if k != "task"]
 

@@ -1,4 +1,4 @@
-"""pipelines/train.py: a real training run, a SIGKILL mid-epoch, and a resume that sees exactly the right batches."""
+"""`dali-stream train`: a real training run, a SIGKILL mid-epoch, and a resume that sees exactly the right batches."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TRAIN = REPO / "pipelines" / "train.py"
+TRAIN = [sys.executable, "-m", "dali_stream", "train"]  # as torchrun -m and SLURM run it
 
 
 def _args(dataset, log, ckpt, *extra):
-    return [sys.executable, str(TRAIN), str(dataset), "--epochs", "2", "--batch-size", "3", "--pool", "2",
+    return [*TRAIN, str(dataset), "--epochs", "2", "--batch-size", "3", "--pool", "2",
             "--checkpoint-every", "4", "--sample-log", str(log), "--checkpoint-dir", str(ckpt), "--log-every", "5",
             *map(str, extra)]
 

@@ -7,6 +7,7 @@ proportional to its frames times its weight:
 
     target_m = samples_per_epoch * frames_m * weight_m / sum_j(frames_j * weight_j)
 
+or, with shares (`Member.share`), `samples_per_epoch * share_m / sum_j(share_j)` whatever the frames
 (`samples_per_epoch` defaults to the frames of all members: weight 1 everywhere is the concatenation), rounded
 to integers by largest remainder (`member_targets`). A member's target is spread over its episodes in
 proportion to their frames by systematic sampling in a seeded order (`quotas`): each episode draws the floor
@@ -38,6 +39,7 @@ class Mix:
     weights: tuple[float, ...]
     samples_per_epoch: int | None = None
     delta_indices: tuple[Mapping[str, tuple[int, ...] | None], ...] = field(default_factory=tuple)
+    shares: tuple[float, ...] | None = None  # each member's part of the epoch's samples, in place of weights
 
     def __post_init__(self) -> None:
         member_of = np.asarray(self.member_of, dtype=np.int64)
@@ -53,21 +55,29 @@ class Mix:
         spe = self.samples_per_epoch
         if spe is not None and (isinstance(spe, bool) or not isinstance(spe, int) or spe < 1):
             raise ConfigError(f"`samples_per_epoch` must be a positive integer. Found: {spe!r}")
+        if self.shares is not None and (len(self.shares) != len(self.weights) or
+                                        any(not math.isfinite(s) or s <= 0 for s in self.shares)):
+            raise ConfigError(f"mixture shares must be one finite number > 0 per member. Found: {self.shares}")
         if self.delta_indices and len(self.delta_indices) != len(self.weights):
             raise ConfigError(f"delta_indices has {len(self.delta_indices)} members' offsets for "
                               f"{len(self.weights)} members")
 
     @property
     def reweights(self) -> bool:
-        """Whether an epoch differs from drawing every frame once: unequal weights or a set epoch size."""
-        return self.samples_per_epoch is not None or len(set(self.weights)) > 1
+        """Whether an epoch differs from drawing every frame once: unequal weights, shares or a set epoch size."""
+        return self.samples_per_epoch is not None or self.shares is not None or len(set(self.weights)) > 1
 
 
-def member_targets(frames: np.ndarray, weights: tuple[float, ...], total: int) -> np.ndarray:
-    """Samples of each member in an epoch of `total` samples: proportional to frames x weight, integers summing to
-    `total` (largest remainder; ties to the earlier member). A member with no frames gets none."""
+def member_targets(frames: np.ndarray, weights: tuple[float, ...], total: int,
+                   shares: tuple[float, ...] | None = None) -> np.ndarray:
+    """Samples of each member in an epoch of `total` samples: proportional to frames x weight (or to `shares`,
+    whatever the frames), integers summing to `total` (largest remainder; ties to the earlier member). A member
+    with no frames gets none (its share goes to the others, in proportion)."""
     frames = np.asarray(frames, dtype=np.int64)
-    mass = frames.astype(np.float64) * np.asarray(weights, dtype=np.float64)
+    if shares is not None:
+        mass = np.where(frames > 0, np.asarray(shares, dtype=np.float64), 0.0)
+    else:
+        mass = frames.astype(np.float64) * np.asarray(weights, dtype=np.float64)
     if mass.sum() <= 0:
         return np.zeros(len(frames), dtype=np.int64)
     exact = total * mass / mass.sum()
@@ -87,7 +97,7 @@ def quotas(available: np.ndarray, mix: Mix, seed: int, epoch: int) -> np.ndarray
         return available.copy()
     frames = np.bincount(mix.member_of, weights=available, minlength=len(mix.weights)).astype(np.int64)
     total = mix.samples_per_epoch if mix.samples_per_epoch is not None else int(frames.sum())
-    targets = member_targets(frames, mix.weights, total)
+    targets = member_targets(frames, mix.weights, total, mix.shares)
     out = np.zeros(len(available), dtype=np.int64)
     for m, target in enumerate(targets.tolist()):
         positions = np.flatnonzero((mix.member_of == m) & (available > 0))

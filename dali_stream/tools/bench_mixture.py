@@ -60,7 +60,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         probe = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
         catalog = probe.catalog
         members = catalog.members
-        targets = np.array([m.frames * m.weight for m in members], dtype=np.float64)
+        targets = catalog.epoch_shares()
         # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`)
         as_mixed = {m.name: {m.own[k]: _CHOICE[r] for k, r in probe.routes.items() if k in m.own} for m in members}
         probe.close()

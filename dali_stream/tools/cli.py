@@ -173,8 +173,9 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
         formats, decode, node, unproven=proven.rule(formats)),
         *nvdec_engine("auto", proven.open_unproven(node.gpu.name if node.gpu else None)))
     members: dict[str, dict[str, Any]] = {}
-    for m in catalog.members:
-        members[m.name] = {"source": m.meta.source, "weight": m.weight, "episodes": len(m.episodes),
+    for m, part in zip(catalog.members, catalog.epoch_shares().tolist()):
+        members[m.name] = {"source": m.meta.source, "weight": m.weight, "share": m.share, "epoch_share": part,
+                           "episodes": len(m.episodes),
                            "frames": m.frames, "fps": m.meta.fps,
                            "cameras": {key: {"own_key": m.own[key], "codec": m.camera(key).codec,
                                              "height": m.camera(key).height, "width": m.camera(key).width,
@@ -202,12 +203,14 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     console = Console()
     console.print(f"[bold]{args.dataset}[/]: a mixture of {len(members)} datasets, {report['episodes']} episodes, "
                   f"{report['frames']} frames")
-    table = keyed_table(("member", "source", "weight", "episodes", "frames", "fps", "cameras (route alone)"),
+    table = keyed_table(("member", "source", "weight", "epoch share", "episodes", "frames", "fps",
+                         "cameras (route alone)"),
                         list(members))
     for name, row in members.items():
         cams = ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['codec']} {c['width']}x{c['height']} -> {c['route_auto']}"
                          for k, c in row["cameras"].items())
-        table.add_row(name, row["source"], f"{row['weight']:g}", str(row["episodes"]), str(row["frames"]),
+        table.add_row(name, row["source"], f"{row['weight']:g}" if row["share"] is None else "-",
+                      f"{row['epoch_share']:.3f}", str(row["episodes"]), str(row["frames"]),
                       f"{row['fps']:g}", cams)
     console.print(table)
     table = keyed_table(("key", "dtype, shape", "members lacking it", "route (auto, this node)"), list(keys))
@@ -613,6 +616,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--action-horizon", type=int, default=8, help="action chunk length in frames")
     _make_sample_args(p)
     p.set_defaults(func=cmd_demo)
+
+    # listed for --help only: main() hands `train ...` to the recipe's own parser (dali-stream train --help)
+    sub.add_parser("train", help="train a policy (a small built-in one, or lerobot's: --policy act) on StreamLoader "
+                                 "batches, with checkpoints and exact resume, on one process or under torchrun/"
+                                 "accelerate/SLURM (dali-stream train --help)", add_help=False)
     return parser
 
 
@@ -621,6 +629,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:2] == ["bench", "summarize"]:  # `dali-stream bench summarize ...` reads better than bench-summarize
         argv = ["bench-summarize", *argv[2:]]
+    if argv[:1] == ["train"]:
+        from .train import main as train
+
+        return train(argv[1:])
     args = build_parser().parse_args(argv)
     from ..errors import DaliStreamError
 

@@ -78,9 +78,9 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
         for m in loader.catalog.members))
     summary.add_row("batches x batch size", f"{done} x {settings['batch_size']} on {loader.device}")
     summary.add_row("throughput", f"{samples / stream_s:.0f} samples/s (loader set-up {setup_s:.2f} s)")
-    target = np.array([m.frames * m.weight for m in loader.catalog.members], dtype=np.float64)
+    target = loader.catalog.epoch_shares()
     summary.add_row("shares (seen / epoch target)", ", ".join(
-        f"{n}: {c / max(1, samples):.2f} / {t:.2f}" for n, c, t in zip(names, counts, target / target.sum())))
+        f"{n}: {c / max(1, samples):.2f} / {t:.2f}" for n, c, t in zip(names, counts, target)))
     for key, route in loader.routes.items():
         summary.add_row(f"decode {key}", f"{route} (members alone: " + ", ".join(
             f"{n}: {r.get(key, '-')}" for n, r in loader.member_routes.items()) + ")")

@@ -1,8 +1,11 @@
-"""Multinode training example on Accelerate: StreamLoader per rank, periodic checkpoints, exact resume.
+"""`dali-stream train`: a policy trained on StreamLoader batches with Accelerate, one StreamLoader per rank,
+periodic checkpoints, exact resume.
 
-    accelerate launch --num_processes 2 pipelines/train.py DATASET --epochs 2 --checkpoint-dir ckpt
-    python pipelines/train.py DATASET --dummy --resume-from ckpt/latest      # pure data loading, resumed
-    python pipelines/train.py DATASET --steps 200 --chunk 16                 # an action chunk of 16
+    dali-stream train DATASET --steps 200 --chunk 16                         # an action chunk of 16
+    dali-stream train DATASET --policy act --checkpoint-dir ckpt             # lerobot's ACT (lerobot installed)
+    torchrun --nproc-per-node 8 -m dali_stream train DATASET --epochs 2 --checkpoint-dir ckpt
+    accelerate launch --num_processes 2 -m dali_stream train DATASET --epochs 2 --checkpoint-dir ckpt
+    dali-stream train DATASET --dummy --resume-from ckpt/latest              # pure data loading, resumed
 
 State and action sizes come from the dataset's meta/info.json; `--chunk N` predicts N future actions
 (`delta_timestamps` on `action`). Every `--log-every` steps each rank prints its samples/s and how long it waited
@@ -21,17 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from dali_stream.tools.flags import add_loader_flags, loader_settings
 
 # Loader settings taken as flags (type, default and help from dali_stream.LoaderConfig).
 LOADER_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "seed", "tolerance_s", "memory_format")
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 
 class Policy:
     """A small real policy: pooled camera features + state -> action (built lazily to import torch late)."""
@@ -57,11 +57,11 @@ class Policy:
 def feature_size(source: str, key: str) -> int:
     """Elements of feature `key` per frame, from the dataset's meta/info.json (e.g. 6 for a 6-dof state; a
     mixture's: the longest member's)."""
-    from pipelines._common import dataset_meta
+    from dali_stream.tools.sources import dataset_meta
 
     features = dataset_meta(source).features
     if key not in features:
-        raise SystemExit(f"train.py needs the dataset feature {key!r}; {source} has {sorted(features)}")
+        raise SystemExit(f"dali-stream train needs the dataset feature {key!r}; {source} has {sorted(features)}")
     size = 1
     for dim in features[key].get("shape") or [1]:
         size *= int(dim)
@@ -100,7 +100,7 @@ def _point_latest(directory: Path, path: Path) -> Path:
 
 
 def save_lerobot_checkpoint(directory: Path, step: int, trainer, loader_state: dict, accelerator) -> Path:
-    """lerobot's checkpoint layout (pipelines/lerobot_policy.py) in `step-XXXXXXX/`, written beside and moved into
+    """lerobot's checkpoint layout (dali_stream/tools/lerobot_policy.py) in `step-XXXXXXX/`, written beside and moved into
     place, then the 'latest' pointer: a kill mid-write never leaves a half checkpoint behind."""
     import shutil
 
@@ -136,7 +136,7 @@ def resolve_checkpoint(path: str) -> Path:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="dali-stream train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", help="dataset root, Hub id or URL, or a mixture file (.json: dali_stream.mixture.load_mixture)")
     ap.add_argument("--epochs", type=int, default=1)
     add_loader_flags(ap, LOADER_SETTINGS, batch_size=8, episode_pool_size=8)
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk", type=int, default=1, help="actions predicted per sample (an action chunk, as ACT)")
     ap.add_argument("--policy", default="builtin",
                     help="builtin (the small policy here), or a lerobot policy type (act, diffusion, ...) built by "
-                         "lerobot's own factories when lerobot 0.5-0.6 is installed (pipelines/lerobot_policy.py)")
+                         "lerobot's own factories when lerobot 0.5-0.6 is installed (dali_stream/tools/lerobot_policy.py)")
     ap.add_argument("--mixed-precision", default="no", choices=("no", "fp16", "bf16"),
                     help="Accelerate's mixed precision for the policy's forward and backward")
     ap.add_argument("--lerobot-arg", action="append", default=[], metavar="NAME=JSON",
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
     from accelerate import Accelerator
 
     from dali_stream import StreamLoader
-    from pipelines._common import dataset_meta, loader_source, video_keys
+    from dali_stream.tools.sources import dataset_meta, loader_source, video_keys
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank and run (resume compares equal)
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=args.mixed_precision)
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
     fps, cameras = video_keys(args.dataset)
     trainer = None
     if args.policy != "builtin":  # lerobot's policy: its delta indices, the dataset's own image sizes
-        from pipelines.lerobot_policy import LerobotTrainer
+        from dali_stream.tools.lerobot_policy import LerobotTrainer
 
         overrides = dict(_override(a) for a in args.lerobot_arg)
         trainer = LerobotTrainer(args.policy, dataset_meta(args.dataset), str(accelerator.device),
@@ -192,7 +192,8 @@ def main(argv=None) -> int:
         trainer.policy, trainer.optimizer = prepared[0], prepared[1]
         accelerator.print(f"lerobot {args.policy}: {sum(p.numel() for p in trainer.policy.parameters())} parameters, "
                           f"delta_timestamps: {({k: len(v) for k, v in trainer.delta_timestamps.items()})} steps")
-    model = optimizer = None
+    model: Any = None
+    optimizer: Any = None
     if not args.dummy and trainer is None:
         model = Policy.build(len(cameras), state_dim, action_dim * args.chunk)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

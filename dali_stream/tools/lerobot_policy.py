@@ -34,9 +34,9 @@ def _lerobot():
         from lerobot.policies.factory import make_policy, make_policy_config, make_pre_post_processors
     except Exception as exc:  # noqa: BLE001 - not installed, or an incompatible version
         raise SystemExit(
-            f"--policy needs lerobot 0.5-0.6, which does not import here ({type(exc).__name__}: {exc}); install "
-            "dali-stream into the environment lerobot already has (README, Training lerobot's policies), or on "
-            "Python 3.11 build one with ../shared/lerobot-py311/setup.sh. --policy builtin needs no lerobot") from None
+            f"--policy needs lerobot 0.5-0.6, which does not import here ({type(exc).__name__}: {exc}). lerobot "
+            "needs Python >= 3.12: `pip install lerobot==0.6.1 'dali-stream[cu12]'` in one environment (docs/"
+            "training.md). --policy builtin needs no lerobot") from None
     return (make_policy_config, make_policy, make_pre_post_processors, resolve_delta_timestamps,
             save_training_state, load_training_state)
 
@@ -52,7 +52,12 @@ class LerobotTrainer:
         self.steps = steps
         # lerobot's delta indices in seconds, for the dataset's features (as its dataset factory does)
         self.delta_timestamps: dict[str, list[float]] = resolve_delta_timestamps(self.cfg, meta) or {}
-        self.policy = self.optimizer = self.scheduler = self.preprocessor = self.postprocessor = None
+        # built by `build` from the loader's metadata (lerobot's objects: untyped here)
+        self.policy: Any = None
+        self.optimizer: Any = None
+        self.scheduler: Any = None
+        self.preprocessor: Any = None
+        self.postprocessor: Any = None
 
     def build(self, meta) -> None:
         """The policy from the loader's metadata, its processors with the dataset's stats, the optimizer and the
