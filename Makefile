@@ -10,7 +10,7 @@ DALI_EXTRA = $(if $(filter cu13,$(SET)),cu13,cu12)
 # a CUDA 13 build); cpu: PyPI or a local wheel (set TORCH_INDEX=https://download.pytorch.org/whl/cpu for the
 # small CPU build on a machine with the internet).
 TORCH_INDEX ?= $(if $(filter cu12,$(SET)),https://download.pytorch.org/whl/cu128,)
-EXTRAS := $(DALI_EXTRA),remote,bench,distributed,test
+EXTRAS := $(DALI_EXTRA),remote,bench,distributed,docs,test
 STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
@@ -20,21 +20,26 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_cli.py tests/test_mix_plan.py tests/test_mixture.py
 
-.PHONY: demo demo-mixture test typecheck test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
+.PHONY: demo demo-mixture test typecheck docs test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
 
-# Two sample datasets of different embodiments streamed as one mixture (README, "Mixtures").
+# Two sample datasets of different embodiments streamed as one mixture (docs/mixtures.md).
 demo-mixture: $(STAMP)
 	$(BIN)/dali-stream demo .demo/mixture --mixture --batches 100
 
-test: $(STAMP) typecheck
+test: $(STAMP) typecheck docs
 	$(BIN)/python -m pytest -q --timeout=600 $(PYTEST_ARGS)
 
 # The package's annotations, checked by mypy (settings in setup.cfg [mypy]); part of `make test`, so CI runs it.
 typecheck: $(STAMP)
 	$(BIN)/python -m mypy
+
+# The reference documentation (docs/, mkdocs.yml) into .docs-site/; --strict fails on a link to a missing page or
+# heading. Part of `make test`, so CI builds it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 install: $(STAMP)
 
@@ -45,17 +50,22 @@ gpu-check:
 	bash benchmarks/gpu_check.sh
 
 # The datasets gpu-check measures on (two 640x480 cameras, H.264 and AV1), written here on the CPU machine and
-# carried to the GPU node with the tree (.demo/gpu-check-640x480-*): the lease then starts measuring at once.
+# carried to the GPU node with the tree (.demo/gpu-check-640x480-*): the GPU node then starts measuring at once.
 gpu-datasets: $(STAMP)
 	PY=$(BIN)/python bash benchmarks/gpu_datasets.sh
 
-# lerobot's ACT and Diffusion trained by pipelines/train.py on this machine's CPU, in a venv where lerobot 0.6.1
-# imports (built by LEROBOT_SETUP; lerobot needs Python >= 3.12, the script patches it for 3.11); results in
+# lerobot's ACT and Diffusion trained by `dali-stream train` on this machine's CPU, in an environment where lerobot
+# 0.6.1 imports: LEROBOT_VENV when it holds one (any Python lerobot runs on), else a venv built here with
+# `pip install lerobot==0.6.1` (lerobot needs Python >= 3.12: LEROBOT_PYTHON=python3.12). Results in
 # benchmarks/results/cpu-2core-lerobot-train/. For developers: lerobot is no dependency, CI does not run it.
 LEROBOT_VENV ?= .venv-lerobot
-LEROBOT_SETUP ?= ../shared/lerobot-py311/setup.sh
+LEROBOT_PYTHON ?= $(PYTHON)
 test-lerobot: sysdeps
-	bash $(LEROBOT_SETUP) $(LEROBOT_VENV)
+	@if ! $(LEROBOT_VENV)/bin/python -c 'import lerobot' 2>/dev/null; then \
+		$(LEROBOT_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || { \
+			echo "lerobot 0.6.1 needs Python >= 3.12: set LEROBOT_PYTHON=python3.12, or LEROBOT_VENV to an environment where lerobot imports"; exit 2; }; \
+		$(LEROBOT_PYTHON) -m venv $(LEROBOT_VENV) && $(LEROBOT_VENV)/bin/pip install -q lerobot==0.6.1; \
+	fi
 	$(LEROBOT_VENV)/bin/pip install -q --no-deps -e .
 	$(LEROBOT_VENV)/bin/pip install -q nvidia-dali-cuda120==2.4.0 rich accelerate
 	$(LEROBOT_VENV)/bin/python benchmarks/lerobot_train.py --out benchmarks/results/cpu-2core-lerobot-train
@@ -90,4 +100,4 @@ test-floors: sysdeps
 	$(FLOORS_VENV)/bin/python -m pytest -q --timeout=600 $(SMOKE)
 
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) $(LEROBOT_VENV) .demo *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) $(LEROBOT_VENV) .demo .docs-site *.egg-info

@@ -1,4 +1,4 @@
-"""Where DALI's per-sample milliseconds go (issue 35), with Python timers and CUDA events only (a GPU lease has
+"""Where DALI's per-sample milliseconds go, with Python timers and CUDA events only (the GPU node had
 ncu and compute-sanitizer, no nsys, strace or perf).
 
     python3 benchmarks/dali_sample_profile.py DATASET [--camera KEY] [--json OUT]   (DEV=cpu: DALI's CPU decoder)

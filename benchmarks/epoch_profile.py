@@ -1,7 +1,7 @@
 """One full epoch the way a training job sees it: constructor time after imports, first batch after `iter()`,
 samples/s over the whole epoch, and peak resident memory (psutil, every 50 ms).
 
-The configuration issue 15 measured lerobot 0.6.1 with: batch 16, 2 workers, a 16-step action window,
+The configuration lerobot 0.6.1 was measured with: batch 16, 2 workers, a 16-step action window,
 episode pool 16, CPU batches. Runs against whichever dali_stream is importable, so the same script measures
 an older checkout too (`PYTHONPATH=/path/to/old/checkout`), and appends one JSON line to `--out`.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make gpu-check`: on a machine with an NVIDIA GPU, every GPU-route number and check in one command, measurements
-# first (a lease is short: the first minutes answer "which engine pays here"), tests after.
+# first (GPU time is short: the first minutes answer "which engine pays here"), tests after.
 #   0. preflight (benchmarks/gpu_preflight.py): every import, torch's CUDA build against the driver, the node probe,
 #      a tiny NVDEC batch on a CUDA device. A failure stops here with its reason (exit 4): nothing later could work.
 #   1. measure (-> $out/measure/, log measure.log; GPU_MEASURE_S-second windows, default 5): samples/s at batch 64,
@@ -17,7 +17,7 @@
 #   3. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file: the boundary matrix and the
 #      wild encodings through NVDEC on both engines (what decode/proven.py's entries are earned by), and the rest.
 #      Known failures are xfail with their reason, so a failing test is a new one;
-#   4. issue 25's longer runs (sarm and camera-window modes, the CPU route on every core, the baseline) and a short
+#   4. the NVDEC-pays runs (sarm and camera-window modes, the CPU route on every core, the baseline) and a short
 #      benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
 #   5. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), the wrong-frame
 #      checks on this node's CPU routes (tests/test_boundaries.py, tests/test_frame_guard.py), every clip's ids
@@ -35,7 +35,7 @@
 # PY: the interpreter holding dali_stream's dependencies (default .venv/bin/python, else python3).
 # GPU_TEST_TIMEOUT: seconds one GPU test may run (default 900); GPU_STEP_TIMEOUT: seconds one benchmark or
 # diagnostic script may run (default 1800). GPU_MEASURE_ONLY=1 stops after step 1; GPU_SKIP_MEASURE=1 skips it
-# (the second call of a lease that measured first).
+# (the second call on a node that measured first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
@@ -107,7 +107,7 @@ if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; th
     tests=3
 fi
 
-echo "== issue 25: NVDEC pays? -> $out/nvdec-pays"
+echo "== NVDEC pays? -> $out/nvdec-pays"
 pays=(run "$PY" -m dali_stream bench "$h264" --decode gpu --batch-size 64 --duration-s 10 --out-dir "$out/nvdec-pays")
 "${pays[@]}" --mode single --cpu-all-cores --gpu-load --baseline-workers 0,2 2>&1 | tee "$out/nvdec-pays.log"
 bench=$(( bench || PIPESTATUS[0] ))
@@ -134,7 +134,7 @@ bench=$(( bench || PIPESTATUS[0] ))
 echo "== diagnostics -> $out (exit status unaffected)"
 run "$PY" -m pytest -q -p no:cacheprovider tests/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
 tail -n1 "$out/torchcodec-reuse.log"
-# issue 27 on this node's torchcodec/FFmpeg (CPU routes): the boundary matrix, the frame-time check, decoder reuse
+# episode-boundary frames on this node's torchcodec/FFmpeg (CPU routes): the boundary matrix, the frame-time check, decoder reuse
 # under churn with two loaders in one process
 run "$PY" -m pytest -q -p no:cacheprovider tests/test_boundaries.py tests/test_frame_guard.py >"$out/wrong-frames.log" 2>&1
 tail -n1 "$out/wrong-frames.log"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The datasets `make gpu-check` measures on, written on the CPU machine (`make gpu-datasets`) and carried to the GPU
-# node with the tree (it has no ffmpeg command, and a lease is better spent measuring): two 640x480 cameras of
+# node with the tree (it may have no ffmpeg command, and GPU time is better spent measuring): two 640x480 cameras of
 # camera-like frames at lerobot's crf 30 and g=2, 10 episodes of 150-240 frames, as H.264 and as AV1 (lerobot's
 # default codec, which an H100's NVDEC cannot decode). Skips a dataset already written.
 #   PY=.venv/bin/python bash benchmarks/gpu_datasets.sh

@@ -49,7 +49,7 @@ def main() -> None:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - any import failure stops the check, with its text
             first = str(exc).splitlines()[0] if str(exc) else ""
-            fail(f"import {name}: {type(exc).__name__}: {first[:400]}. Install the node's set (README, Install; "
+            fail(f"import {name}: {type(exc).__name__}: {first[:400]}. Install the node's set (docs/install.md; "
                  f"on an offline node: stage the wheels) and run again; `python -m dali_stream diagnose` "
                  "names the layer when dali_stream itself imports")
     import torch

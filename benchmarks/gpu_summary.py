@@ -1,11 +1,11 @@
-"""`make gpu-check`'s last step: one table of what the run found (issue 26), printed and written to OUT/summary.md.
+"""`make gpu-check`'s last step: one table of what the run found, printed and written to OUT/summary.md.
 
 - the GPU tests by outcome (known failures are xfail: a red run means something new broke);
 - the frame checks (every test that compares painted ids on NVDEC: the boundary matrix, the wild encodings,
   the clip checks) by codec-free test id, passed or not;
 - the NVDEC-pays runs (OUT/nvdec-pays/*.json): samples/s on the GPU route, the CPU route on every core, their
   ratio, the NVDEC limit ratio and NVDEC utilisation;
-- the first minutes' measurements (OUT/measure/*.json, issue 35): per engine (DALI per sample and joined, the
+- the first minutes' measurements (OUT/measure/*.json): per engine (DALI per sample and joined, the
   open-decoder engine per thread count, the CPU route per worker count) and dataset, samples/s, the NVDEC limit
   ratio and utilisation: which engine pays on this node.
 

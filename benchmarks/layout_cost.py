@@ -5,7 +5,7 @@ float32 output (filling the frame's 3.7 MB, nothing read).
 
     .venv/bin/python benchmarks/layout_cost.py [--out FILE]
 
-One thread each (the loader's DALI threads and workers share the node's cores with decoding). Issue 15's
+One thread each (the loader's DALI threads and workers share the node's cores with decoding). The
 ≥85 %-of-the-decode-limit target is missed on 2 cores by about this step's share (benchmarks/README.md).
 """
 

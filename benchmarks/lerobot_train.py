@@ -1,5 +1,5 @@
 """`make test-lerobot`: lerobot's own ACT and Diffusion policies trained by `dali-stream train` on StreamLoader batches
-(issue 37), in an environment where lerobot imports (on this machine's Python 3.11: ../shared/lerobot-py311/).
+in an environment where lerobot imports (`make test-lerobot` builds one).
 
     LEROBOT_VENV/bin/python benchmarks/lerobot_train.py --out benchmarks/results/cpu-2core-lerobot-train
 
@@ -69,7 +69,7 @@ SNIPPET_STEPS = 3
 
 
 def readme_snippet(root: Path) -> str:
-    """The README's training snippet, run as written but for what this machine needs: the demo sample for the Hub
+    """The README's lerobot snippet ("Switching from `LeRobotDataset`"), run as written but for what this machine needs: the demo sample for the Hub
     id, no ImageNet backbone download, a few steps."""
     import re as _re
 

@@ -1,4 +1,4 @@
-"""Our own code or a well-kept library's? The measurements behind the choices README's "Layout" states.
+"""Our own code or a well-kept library's? The measurements behind the choices docs/architecture.md states.
 
     .venv/bin/python benchmarks/library_choices.py [DATASET] [--episodes 20] [--out FILE]
 

@@ -1,4 +1,4 @@
-"""Issue 28's long-episode targets, measured: one hour-long 640x480 AV1 episode of 3 cameras, written as
+"""The long-episode targets, measured: one hour-long 640x480 AV1 episode of 3 cameras, written as
 lerobot's recorder writes (g=2, crf 30), read by a loader on its defaults (float32, 2 workers, batch 16).
 
 - first batch after `iter()` <= 1 s (and the constructor's time);

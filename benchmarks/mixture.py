@@ -1,4 +1,4 @@
-"""A two-member mixture's samples/s against its members' own rates, measured in one run (issue 36).
+"""A two-member mixture's samples/s against its members' own rates, measured in one run.
 
     python3 benchmarks/mixture.py [--duration-s 15] [--rounds 2] [--out benchmarks/results/cpu-2core-mixture]
 

@@ -1,4 +1,4 @@
-"""A 50-member mixture's construction time and memory against one dataset of the same episodes (issue 36).
+"""A 50-member mixture's construction time and memory against one dataset of the same episodes.
 
     python3 benchmarks/mixture_scale.py [--members 50] [--batches 150] [--out benchmarks/results/cpu-2core-mixture/scale.json]
 

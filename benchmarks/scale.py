@@ -1,4 +1,4 @@
-"""How the loader scales with the number of episodes (issue 28): constructor time, resident memory along an epoch,
+"""How the loader scales with the number of episodes: constructor time, resident memory along an epoch,
 and `load_state_dict` + next batch at positions deep into the epoch.
 
     python3 benchmarks/scale.py [--episodes 1000,10000,50000,200000] [--batches 1200] [--out results.json]

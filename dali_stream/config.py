@@ -57,7 +57,7 @@ class LoaderConfig:
     delta_timestamps: Mapping[str, Tuple[float, ...]] = _s(
         None, "feature key -> offsets in seconds; those keys get a time axis and `<key>_is_pad`", factory=dict)
     tolerance_s: float = _s(1e-4, "largest allowed gap between a queried timestamp and the frame returned "
-                                  "(lerobot's seeds use 1e-3)")
+                                  "(lerobot's default; raise it for a camera whose clock jitters)")
     check_frames: bool = _s(True, "check every torchcodec-decoded frame's presentation time against the planned "
                                   "frame's and raise WrongFrameError on a mismatch (one comparison a frame)")
     drop_last: Optional[bool] = _s(None, "drop the last partial batch of each epoch (default: True when shuffling, "
@@ -65,7 +65,7 @@ class LoaderConfig:
     # which samples
     episode_pool_size: Union[int, Literal["all"]] = _s(
         16, "whole episodes each rank keeps open and samples across; 'all': a global shuffle (every sample drawn "
-            "from anywhere in the rank's share: README, Sampling)")
+            "from anywhere in the rank's share: docs/sampling.md)")
     seed: int = _s(0, "shuffling seed; plans depend only on (seed, epoch, rank, position)")
     shuffle: bool = _s(True, "False for an evaluation pass: every frame once, episodes and frames in order (ranks "
                              "get contiguous blocks of episodes)")
@@ -81,7 +81,7 @@ class LoaderConfig:
         "auto", "auto | gpu | cpu | cpu-open, or camera key -> one of those (see dali_stream.decode.routes; "
                 "cpu-open: FFmpeg's decoders kept open and fed packets, the open-decoder engine on the CPU)")
     nvdec_engine: NvdecEngine = _s(
-        "auto", "which engine decodes NVDEC cameras: dali (DALI's fn.decoders.video, a decoder session per stream), "
+        "auto", "which engine decodes NVDEC cameras: dali (DALI's fn.decoders.video, a decoder per stream), "
                 "open (PyNvVideoCodec's decoders kept open for the loader's life and fed packets: "
                 "dali_stream/decode/engine.py; pip install 'dali-stream[nvdec]'), or auto (dali until the open "
                 "engine is proven on this node: decode/proven.py)")
@@ -90,7 +90,7 @@ class LoaderConfig:
               "for nvdec_engine='open', num_workers (at least 1) for decode='cpu-open')")
     join_streams: Optional[int] = _s(
         None, "DALI-decoded cameras: a batch is decoded in at most this many groups, each group's clips of a "
-              "camera joined into one stream, one decoder session each (DALI 2.4 opens a decoder per stream: ~8 ms "
+              "camera joined into one stream, one decoder each (DALI 2.4 opens a decoder per stream: ~8 ms "
               "on NVDEC); default the GPU's NVDEC engines where a camera decodes on NVDEC, else the DALI threads; 0: "
               "one clip per sample, as with augment= (graph/joined.py)")
     device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "

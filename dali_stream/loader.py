@@ -97,7 +97,7 @@ def _close_open_loaders() -> None:
 # Interpreter exit joins every thread of every ThreadPoolExecutor after handing each executor's registered threads
 # an end-of-work sentinel (concurrent.futures' own hook). A KeyboardInterrupt that lands in `submit` between a new
 # worker's start and its registration leaves a thread nobody hands one: it waits for work forever, and the exit
-# that joins it never ends (issue 38: Ctrl-C before the first batch, about 1 run in 40 with pieces cut ahead).
+# that joins it never ends (Ctrl-C before the first batch, about 1 run in 40 with pieces cut ahead).
 # Closing the loaders in threading's own exit hooks, which run before those joins and after concurrent.futures'
 # (registered first, run last), shuts every pool down: `shutdown` wakes registered and orphaned workers alike.
 _register_exit = getattr(threading, "_register_atexit", None)
@@ -292,7 +292,7 @@ class StreamLoader:
             raise InstallError(f"cameras {cpu} decode with torchcodec, which does not import ({type(exc).__name__}: "
                                f"{str(exc).splitlines()[0] if str(exc) else ''}); torchcodec must match torch and "
                                "find FFmpeg 4-7 (apt-get install -y ffmpeg): `dali-stream diagnose` names the fix")
-        # DALI's mixed video decoder runs one decode session per pipeline thread, and one session cannot use
+        # DALI's mixed video decoder runs one decoder instance per pipeline thread, and one instance cannot use
         # more than one NVDEC engine: give it a thread per engine (H100: 7), not just `num_workers`. Measured
         # on an H100 with DALI 2.4, the decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16
         # threads cost the same (benchmarks/results/NVIDIA-H100-80GB-HBM3/): the threads wait for a DALI
@@ -300,7 +300,7 @@ class StreamLoader:
         nvdec_engines = (self.node.gpu.nvdec_engines or 2) if self.node.gpu is not None else 0
         self.dali_threads = max(1, cfg.num_workers, nvdec_engines if "nvdec" in self.routes.values() else 0)
         # DALI-routed cameras: a batch decoded as at most this many groups, each group's clips joined into one
-        # stream, one decoder session each (graph.joined); 0: a clip per sample. Default: the NVDEC engines where
+        # stream, one decoder each (graph.joined); 0: a clip per sample. Default: the NVDEC engines where
         # a camera decodes on NVDEC, else the DALI threads. The builder keeps 0 where it must (`join_streams`).
         join_streams = (cfg.join_streams if cfg.join_streams is not None
                         else nvdec_engines if "nvdec" in self.routes.values() else self.dali_threads)
@@ -336,7 +336,7 @@ class StreamLoader:
         self.store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, self.decoders, fetch_workers,
                                   self.segment_bytes_limit)
         # The open-decoder engine (decode.engine), one per engine route: its decode threads keep their decoders open
-        # for the loader's life; one thread per NVDEC engine (one session cannot use more than one engine).
+        # for the loader's life; one thread per NVDEC engine (one decoder instance cannot use more than one engine).
         self.engines: dict[str, OpenDecoders] = {}
         for route in sorted({r for r in self.routes.values() if r in ENGINE_ROUTES}):
             threads = cfg.decode_threads or (max(1, nvdec_engines) if route == "nvdec-open"
@@ -444,7 +444,7 @@ class StreamLoader:
         return {k: sum(s[k] for s in found) for k in found[0]}
 
     def memory_budget(self) -> dict[str, Any]:
-        """Where this loader's host memory goes, in bytes, and the knob that bounds each part (README, Memory).
+        """Where this loader's host memory goes, in bytes, and the knob that bounds each part (docs/memory.md).
 
         An episode's camera above `segment_bytes_limit` is read in pieces, one per sample, held only until its
         batch is built (`pieces_cut`, `piece_bytes`: how many and their bytes so far; `pieces_ahead_peak`: most
@@ -651,12 +651,12 @@ class StreamLoader:
         assert transform is not None
         devices = [torch.device(self.device).index or 0] if self.device.startswith("cuda") else []
         for k, key in enumerate(self.routes):
-            seeds = np.random.SeedSequence([self.config.seed, plan.epoch, plan.index, k, 0x7F]).generate_state(
+            sample_seeds = np.random.SeedSequence([self.config.seed, plan.epoch, plan.index, k, 0x7F]).generate_state(
                 len(batch[key]), dtype=np.uint64)
             out = []
             for j, frames in enumerate(batch[key]):
                 with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(int(seeds[j]))
+                    torch.manual_seed(int(sample_seeds[j]))
                     out.append(transform(frames))
             batch[key] = torch.stack(out)
 

@@ -111,7 +111,7 @@ def test_cut_searches_find_what_a_scan_finds(four_codec_dataset):
 
 
 def test_index_matches_pyav_index_entries(four_codec_dataset):
-    """The library alternative (README, "Our code or a library's"): PyAV's index entries hold the same offsets,
+    """The library alternative (docs/architecture.md, "Our code or a library's"): PyAV's index entries hold the same offsets,
     sizes, dts and keyframe flags for every sample of every codec's files; they have no pts."""
     import av
 

@@ -132,3 +132,17 @@ def test_a_mixture_file_trains_and_resumes(embodiments, tmp_path):
     assert straight["loader"] == resumed["loader"] and "mixture" in straight["loader"]["dataset"]
     for name, tensor in straight["model"].items():
         assert torch.equal(tensor, resumed["model"][name]), name
+
+
+def test_torchrun_runs_the_installed_recipe_as_a_module(small_dataset, tmp_path):
+    """The README's launch line: `torchrun --nproc-per-node N -m dali_stream train DATASET ...`, two CPU ranks."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "dali_stream", "train", str(small_dataset), "--steps", "4", "--batch-size", "3",
+                           "--pool", "2", "--log-every", "2", "--checkpoint-dir", str(tmp_path / "ckpt"),
+                           "--sample-log", str(tmp_path / "log")], capture_output=True, text=True, timeout=600,
+                          env=_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "all 2 ranks together" in proc.stdout
+    ranks = [{i for step in _steps(tmp_path / "log", r) for i in step} for r in range(2)]
+    assert len(_steps(tmp_path / "log", 0)) == len(_steps(tmp_path / "log", 1)) == 4
+    assert ranks[0] and ranks[0].isdisjoint(ranks[1]), "ranks train on disjoint shares"

@@ -3,7 +3,7 @@
 Routes ``nvdec-open`` (NVDEC through PyNvVideoCodec) and ``cpu-open`` (FFmpeg's decoders through PyAV, the same
 engine on any node: the reference the NVDEC one is checked against) decode here instead of inside the DALI graph
 (`decode.packet_decoders`). The engine owns `threads` decode threads (default: the GPU's NVDEC engines, 7 on an
-H100: one decode session cannot use more than one engine); each thread keeps one decoder per (camera, codec),
+H100: one decoder instance cannot use more than one engine); each thread keeps one decoder per (camera, codec),
 opened on first use and reused by every later batch. A batch's samples of a camera are split into contiguous
 chunks, one per thread; a chunk's segments are fed to its thread's decoder as one packet feed (`decode.feed`), and
 the asked pictures come back by their feed time. The frames then enter the DALI graph through an external
@@ -134,7 +134,7 @@ class OpenDecoders:
         return frames, len(got)
 
     def _check_sizes(self, camera: str, segs: list) -> None:
-        """Every segment's picture size (its MP4 sample entry) is the camera's: an NVDEC session reconfigured for
+        """Every segment's picture size (its MP4 sample entry) is the camera's: an NVDEC decoder reconfigured for
         another size would scale its pictures to the first one's without a word."""
         want = self.sizes.get(camera)
         if want is None:

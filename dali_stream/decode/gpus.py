@@ -12,7 +12,7 @@ and the MIG User Guide ("Supported MIG Profiles": NVDECs per profile).
   at least one dimension") or above a maximum, per codec.
 - Pixel formats: DALI 2.4's mixed decoder asks NVDEC for 8-bit NV12 output, so only 8-bit 4:2:0 streams
   go to NVDEC; 10-bit or 4:4:4 cameras are decoded by torchcodec.
-- Engine counts matter for throughput: one decode session runs on one engine. Counts are per CUDA device
+- Engine counts matter for throughput: one decoder instance runs on one engine. Counts are per CUDA device
   (a multi-GPU board such as the A16 shows its GPUs as separate devices); a MIG slice has the engines of
   its profile, and some small profiles have none.
 """

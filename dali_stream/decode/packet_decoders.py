@@ -6,10 +6,10 @@ packets with their feed times, then ends the stream so the clip's last pictures 
 clip without being recreated (`decode.feed`: why every clip ends as a stream). It returns the asked pictures by the time the decoder handed back with each, (H, W, 3)
 uint8: numpy arrays on the CPU, torch tensors on the GPU.
 
-Why PyNvVideoCodec (README, "Our code or a library's"): NVIDIA's own Python binding of the Video Codec SDK's
+Why PyNvVideoCodec (docs/architecture.md, "Our code or a library's"): NVIDIA's own Python binding of the Video Codec SDK's
 decoder, a 27 MB wheel with no dependencies, that takes a packet from a Python buffer (`PacketData`), keeps its
-NVDEC session across streams (each clip's sequence header is parsed anew; a stream within the session's maximum,
-set here from the camera's size, reconfigures the session, `cuvidReconfigureDecoder`, instead of creating one) and
+NVDEC decoder across streams (each clip's sequence header is parsed anew; a stream within the decoder's maximum,
+set here from the camera's size, reconfigures the decoder, `cuvidReconfigureDecoder`, instead of creating one) and
 hands frames over by DLPack. Writing our own binding of `nvcuvid` would repeat all of that. Its RGB conversion is
 not used: it takes BT.709 for untagged video where FFmpeg takes BT.601, so frames come out as NV12 and are
 converted by `decode.colour` as FFmpeg would convert the same stream.
@@ -130,7 +130,7 @@ def probe_colour(codec: str, units: list[bytes], pts: list[int]) -> Colour:
 
 
 class NvdecPacketDecoder:
-    """An NVDEC session through PyNvVideoCodec, fed packets, frames out as RGB (H, W, 3) uint8 CUDA tensors.
+    """An NVDEC decoder through PyNvVideoCodec, fed packets, frames out as RGB (H, W, 3) uint8 CUDA tensors.
 
     NVDEC hands out NV12 (`OutputColorType.NATIVE`), converted here with the matrix and range FFmpeg uses for the
     same stream (`decode.colour`; PyNvVideoCodec's own RGB takes BT.709 for untagged video, FFmpeg BT.601), so

@@ -1,5 +1,5 @@
 """Which kinds of stream NVDEC, through DALI's mixed decoder and the clips this version cuts, has been shown to
-return the planned frames for: `decode="auto"` sends any other kind to a CPU route and says why (issue 26).
+return the planned frames for: `decode="auto"` sends any other kind to a CPU route and says why.
 `decode="gpu"` still uses NVDEC where the capability table (`gpus`) says it can.
 
 A kind is a codec on a DALI minor version, as one clip per sample or as joined streams (`graph.joined`): the two

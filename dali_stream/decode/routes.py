@@ -102,7 +102,7 @@ class Node:
             return cls(0, gpu_problem=(
                 f"DALI sees {f.dali_devices} CUDA device(s) but torch {f.torch_version or '?'} cannot use them "
                 f"({build}); batches could not reach torch, so every camera decodes on CPU. Install a CUDA "
-                "build of torch that this driver runs (README, Install; `dali-stream diagnose` names the set)"),
+                "build of torch that this driver runs (docs/install.md; `dali-stream diagnose` names the set)"),
                 facts=f)
         if f.torch_devices != f.dali_devices:
             return cls(0, gpu_problem=(

@@ -85,7 +85,7 @@ class Mp4Index:
     def gop_bytes(self, t_s: float, eps: float = 1e-6) -> int:
         """Bytes of the GOP holding the frame shown at file time `t_s`: its keyframe (the last at or before the
         frame in decode order) through the sample before the next keyframe (what a reader of that one frame
-        cannot do with less of; issue 28 bounds the bytes read by these)."""
+        cannot do with less of; the bytes read of long episodes are bounded by these)."""
         shown = np.flatnonzero(np.abs(self.pts - t_s * self.timescale) <= eps * self.timescale + 0.5)
         if len(shown) == 0:
             raise ValueError(f"no frame at {t_s:.6f}s")

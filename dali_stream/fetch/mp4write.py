@@ -10,7 +10,7 @@ Timestamps keep their spacing and order, shifted so the first sample's dts is 0,
 the presentation at the earliest pts, so every sample is presented and the demuxer's timeline is the pts one.
 Without that edit FFmpeg's mov demuxer seeks on the dts timeline: with B-frames (dts one frame before pts) a
 seek to a keyframe's pts can land on the next keyframe, whose dts equals it. torchcodec seeks to a frame that
-way, so an episode's last frame (a keyframe at g=2) came back as the next episode's first (issue 27). Decoders
+way, so an episode's last frame (a keyframe at g=2) came back as the next episode's first. Decoders
 see the same frames in the same presentation order as in the source: tests compare the decoded frames'
 painted ids, seeks to every frame, and every packet's bytes, flags and relative timing with the demuxing cut's.
 """

@@ -30,7 +30,7 @@ from .once import OncePerKey
 SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
 # Open data files (their parquet footers) kept per reader, bounded by the footers' memory: a footer takes 7.4x its
 # serialized size once parsed (measured: 6.7 MB resident for a 1,000-row-group, 8-column file of 0.9 MB), so
-# each is weighed at 8x. Unbounded, 200 such files held 1.4 GB per rank by the end of an epoch (issue 28).
+# each is weighed at 8x. Unbounded, 200 such files held 1.4 GB per rank by the end of an epoch.
 FOOTER_BYTES = 128 << 20
 FOOTER_IN_MEMORY = 8
 FRAME_TIME_S = "timestamp@float64"  # rows key of the frames' float64 times (not a feature: never in a batch)

@@ -148,7 +148,7 @@ class BatchBuilder:
         self.join_all = join_all
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
-        # per DALI-routed camera: [samples, streams (decoder sessions: one per joined stream or per sample),
+        # per DALI-routed camera: [samples, streams (decoders DALI opened: one per joined stream or per sample),
         # frames DALI's decoder works through (clip frames up to the last asked)]
         self.dali_counts = {k: [0, 0, 0] for k, r in self.routes.items() if r in DALI_ROUTES}
         self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode (`_decode_cpu`)
@@ -168,7 +168,7 @@ class BatchBuilder:
 
     @property
     def dali_streams(self) -> int:
-        """Decoder sessions DALI opened: one per joined stream, or per sample (summed over cameras)."""
+        """Decoders DALI opened: one per joined stream, or per sample (summed over cameras)."""
         return sum(c[1] for c in self.dali_counts.values())
 
     @property

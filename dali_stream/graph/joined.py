@@ -1,5 +1,5 @@
 """A batch's samples in groups, each group's clips of a DALI-decoded camera joined into one stream: one decoder
-session per group instead of one per sample.
+decoder per group instead of one per sample.
 
 DALI 2.4's `fn.decoders.video` creates a decoder for every sample it decodes (~8 ms on an H100's NVDEC, serial
 whatever the thread count: benchmarks/results/NVIDIA-H100-80GB-HBM3/), so with one clip per sample

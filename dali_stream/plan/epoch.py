@@ -167,7 +167,7 @@ class _Lanes:
 
     def __init__(self, counts: list[int], frames_of, lanes: int, shuffle: bool, seed_words: tuple[int, ...],
                  like: "_Lanes | None" = None) -> None:
-        """`like`: a pass over the same episodes whose lane assignment this one reuses (only the seeds differ)."""
+        """`like`: a pass over the same episodes whose lane assignment this one reuses (only the random seed differs)."""
         self.counts, self.frames_of, self.shuffle, self.seed_words = counts, frames_of, shuffle, seed_words
         self._perms: dict[int, np.ndarray] = {}
         if like is not None:

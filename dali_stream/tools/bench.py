@@ -85,7 +85,7 @@ class BenchConfig:
 
 
 def mode_deltas(mode: str, cameras: list[str], features) -> dict[str, list[float]]:
-    """`single`: one frame per camera. `sarm` (as the seeds define it): one frame per camera and an 8-step
+    """`single`: one frame per camera. `sarm` (as the reference benchmark defines it): one frame per camera and an 8-step
     action window spaced 1 s, now to 7 s ahead. `camera-window`: 8 steps spaced 1 s (the last 7 s and now) on
     every camera."""
     if mode == "single":
@@ -388,7 +388,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
                                        "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
                                        "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms",
                                        "shuffle_randomness_frac")})
-    # The seeds' own definitions beside ours: their frames_per_s_node counts samples per second on the node;
+    # The reference benchmark's definitions beside ours: their frames_per_s_node counts samples per second on the node;
     # ours counts decoded camera frames delivered (samples x cameras x steps), also under its plain name.
     result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
@@ -505,7 +505,7 @@ def _device(loader) -> str:
 def gop_bytes_needed(loader, pieces) -> int:
     """Bytes of the GOPs the pieces of long episodes in `pieces` need (keys as `EpisodeStore.piece_log` records
     them: epoch, batch, sample, camera): each sample's frame's whole GOP in that camera, from its file's MP4 index.
-    What issue 28 bounds the bytes read of long episodes by."""
+    What the bytes read of long episodes are measured against."""
     total = 0
     plans: dict[tuple[int, int], Any] = {}
     for epoch, index, j, key in pieces:

@@ -1,4 +1,4 @@
-"""`dali-stream bench`'s measurements around the DALI routes (issue 25): limits that do not depend on the loader,
+"""`dali-stream bench`'s measurements around the DALI routes: limits that do not depend on the loader,
 the peers a user would pick instead of dali_stream, NVDEC utilisation, and a model-sized load beside the loader.
 
 - **Stream limit** (`stream_limits`): per DALI route (nvdec, dali-cpu), whole video files of the window's cameras

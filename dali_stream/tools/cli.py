@@ -580,7 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "each (the results' mixture)")
     p.add_argument("--mode", default="single", choices=("single", "sarm", "camera-window"),
                    help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
-                        "0..7 s (the seeds' definition); camera-window: 8 steps spaced 1 s on every camera")
+                        "0..7 s (the reference benchmark's definition); camera-window: 8 steps spaced 1 s on every camera")
     add_loader_flags(p, BENCH_SETTINGS)
     p.add_argument("--duration-s", type=float, default=20.0, help="length of the measured window")
     p.add_argument("--num-batches", type=int, default=None,

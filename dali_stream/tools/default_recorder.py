@@ -1,7 +1,7 @@
 """The sample writer's `recorder="encoder-defaults"`: each video file one continuous encode with the encoder's own
 defaults, as recordings made outside lerobot come (ffmpeg command lines, ROS bag exporters): only the GOP
 (`-g`), the crf when given and the pixel format are set. What the defaults bring, and the loader must read
-right (issue 26):
+right:
 - libx264: B-frames (3, adaptive), a long GOP when `gop` is long;
 - libx265: open GOPs, keyframes are CRA pictures followed by RASL pictures that are shown before them;
 - libvpx-vp9: two passes at the `good` deadline, as VP9 is published (libvpx makes alt-ref frames, decoded but

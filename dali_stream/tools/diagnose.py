@@ -217,7 +217,7 @@ EXIT_OK, EXIT_CAMERA, EXIT_BROKEN = 0, 1, 2
 
 
 GPU_LAYER_FIXES = {
-    "torch-no-cuda": "install a CUDA build of torch that this driver runs (README, Install: the constraint set "
+    "torch-no-cuda": "install a CUDA build of torch that this driver runs (docs/install.md: the constraint set "
                      "for this driver), or use the NGC PyTorch container",
     "dali-no-cuda": "DALI sees no CUDA device: check the driver (nvidia-smi), CUDA_VISIBLE_DEVICES, and that "
                     "nvidia-dali-cuda120 (driver >= 525) or -cuda130 (driver >= 580) is installed",

@@ -6,7 +6,7 @@ camera's current file by remuxing the file and the episode through FFmpeg's conc
 (`concatenate_video_files`). An episode's `from_timestamp` is the file's duration before the append and its
 `to_timestamp` that plus the episode file's duration. So every episode starts on a keyframe, a B-frame stream's
 next episode starts one or two frames of dts before this one's end, and HEVC's durations are not whole frames:
-the layouts that broke the loader at episode ends (issue 27), which one continuously encoded file never shows.
+the layouts that broke the loader at episode ends, which one continuously encoded file never shows.
 """
 
 from __future__ import annotations
