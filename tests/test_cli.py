@@ -39,7 +39,16 @@ def test_make_sample_and_inspect(written):
 
 def test_make_sample_refuses_to_overwrite(written):
     proc = _cli("make-sample", written, "--episodes", 2, check=False)
-    assert proc.returncode == 2 and "--overwrite" in proc.stderr
+    assert proc.returncode == 2 and "--overwrite" in proc.stderr and "written with other settings (" in proc.stderr
+
+
+def test_make_sample_again_with_the_same_settings_writes_nothing(written):
+    """The README's quickstart after `make demo`: the sample is there already, and the command says so."""
+    before = (written / "meta" / "info.json").stat().st_mtime_ns
+    proc = _cli("make-sample", written, "--episodes", 5, "--min-length", 6, "--max-length", 10, "--cameras",
+                "cam:vp9,side:hevc", "--height", 64, "--width", 96, "--episodes-per-file", 2, "--gop", 5)
+    assert "already holds this sample" in proc.stderr
+    assert (written / "meta" / "info.json").stat().st_mtime_ns == before
 
 
 def test_bad_camera_spec_is_a_clear_error(tmp_path):

@@ -101,8 +101,22 @@ def _write_with_progress(out: Path, spec, overwrite: bool, console, workers: int
 def cmd_make_sample(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from ..meta import INFO_PATH
+    from .sample_data import SAMPLE_KEY
+
     console = Console(stderr=True)
     spec = _spec(args)
+    info = Path(args.out) / INFO_PATH
+    if not args.overwrite and info.exists():  # written before: the same settings are nothing to do
+        written = json.loads(info.read_text()).get(SAMPLE_KEY)
+        wanted = json.loads(json.dumps(spec.record()))
+        differ = sorted(k for k, v in wanted.items() if (written or {}).get(k) != v)
+        if written is not None and not differ:
+            console.print(f"{args.out} already holds this sample (same settings): nothing to write")
+            return 0
+        raise FileExistsError(f"{args.out} already holds a dataset written with other settings "
+                              f"({', '.join(differ) or 'not by make-sample'}); pass --overwrite to replace it, or "
+                              "write to another folder")
     path = _write_with_progress(Path(args.out), spec, args.overwrite, console, args.workers)
     console.print(f"wrote LeRobot v3.0 dataset: {path} ({spec.episodes} episodes, "
                   f"{int(spec.lengths().sum())} frames, cameras {', '.join(c.text() for c in spec.cameras)})")
