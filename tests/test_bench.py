@@ -45,7 +45,7 @@ def test_every_metric_is_reported_and_sane(tiny_run):
     assert result["dali_graph"] is True  # the vp9 camera decodes in DALI
     assert "with_layout" not in result["limit"] and result["limit_ratio_with_layout"] is None
     assert "CPU only" in result["device"] and result["versions"]["nvidia.dali"] == "2.4.0"
-    # the seeds' definitions beside ours, and what a reader of a results file needs to compare runs
+    # the reference benchmark's definitions beside ours, and what a reader of a results file needs to compare runs
     assert result["frames_per_s_node_seed"] == result["samples_per_s"]
     assert result["decoded_frames_per_s"] == result["frames_per_s_node"]
     assert result["p50_sample_latency_ms"] == pytest.approx(result["p50_batch_latency_ms"] / 4)
@@ -227,7 +227,7 @@ def test_the_open_decoder_engine_is_benched_with_its_own_limit(small_dataset, tm
 
 
 def test_the_loaders_number_is_printed_before_the_limit_and_the_baseline(tiny_run):
-    """A first number as soon as the loader's window is measured (issue 37: bench answers in minutes), then the
+    """A first number as soon as the loader's window is measured (bench answers in minutes), then the
     rest; the same number the result file holds."""
     result, _, proc = tiny_run
     lines = proc.stderr.splitlines()

@@ -134,7 +134,7 @@ def test_make_sample_refuses_zero_workers(tmp_path):
 
 def test_demo_over_a_folder_that_is_not_a_dataset(tmp_path):
     """An interrupted older demo (or any folder without meta/info.json): refused with the way out, and --overwrite
-    replaces it with the sample (issue 29)."""
+    replaces it with the sample."""
     out = tmp_path / "half"
     (out / "videos").mkdir(parents=True)
     args = ("demo", out, "--batches", 2, "--batch-size", 2, "--episodes", 3, "--min-length", 5, "--max-length", 6,
@@ -150,7 +150,7 @@ def test_demo_over_a_folder_that_is_not_a_dataset(tmp_path):
 
 @pytest.mark.parametrize("columns", [80, 130])
 def test_inspect_and_diagnose_print_camera_keys_whole(written, columns):
-    """Camera keys are never cut to `observation.ima…` (issue 29): the other columns fold instead."""
+    """Camera keys are never cut to `observation.ima…`: the other columns fold instead."""
     for command in ("inspect", "diagnose"):
         out = dali_stream(command, written, env={"COLUMNS": str(columns)}).stdout
         assert "observation.images.side" in out and "observation.images.cam" in out, (command, out)

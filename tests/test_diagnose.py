@@ -148,7 +148,7 @@ def test_merge_nodes(sample, copy, tmp_path):
 
 
 def test_sbatch_script_writes_one_report_per_node_and_merges(sample, tmp_path):
-    """The launcher's wiring, with `srun` standing in as a one-node runner (a real SLURM: see issue 7's tests)."""
+    """The launcher's wiring, with `srun` standing in as a one-node runner (a real SLURM: tests/test_slurm.py)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')

@@ -189,7 +189,7 @@ def test_errors_do_not_hang_the_next_epoch(copy):
     assert np.isfinite(loader.last_epoch_stats["wall_s"])
 
 
-# ---- issue 13: damaged copies a new user meets -------------------------------------------------------------
+# ---- damaged copies a new user meets -------------------------------------------------------------
 def _edit_info(root, change):
     path = root / "meta/info.json"
     info = json.loads(path.read_text())
@@ -306,7 +306,7 @@ def _two_length_sets_with_equal_totals(episodes=4, low=8, high=14):
         if total in seen and sorted(seen[total][1].tolist()) != sorted(lengths.tolist()):
             return seen[total][0], seed
         seen.setdefault(total, (seed, lengths))
-    raise AssertionError("no two seeds found")
+    raise AssertionError("no two seed values found")
 
 
 def test_state_from_another_dataset_with_the_same_totals_is_refused(tmp_path):

@@ -1,4 +1,4 @@
-"""No silent wrong frame (issue 27): the frame-time check, decoder reuse under churn, hour-long episodes."""
+"""No silent wrong frame: the frame-time check, decoder reuse under churn, hour-long episodes."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _loader_segment(root, pos: int, key: str) -> Segment:
 
 
 def _without_edit_list(seg: Segment) -> Segment:
-    """The segment as it was cut before issue 27's fix: its `edts` box turned into a `free` box (same size), so
+    """The segment as it was cut before the episode-end fix: its `edts` box turned into a `free` box (same size), so
     FFmpeg seeks it on the dts timeline and a seek to the episode's last frame lands on the next episode's IDR."""
     at = seg.data.index(b"edts")
     data = seg.data[:at] + b"free" + seg.data[at + 4:]

@@ -103,7 +103,7 @@ def test_nvdec_frames_carry_the_planned_ids_and_every_tensor_is_on_the_loader_de
 @pytest.mark.xfail(strict=False, reason=(
     "known: H100 2026-11-23, the torchcodec loader beside an NVDEC loader returned another frame of the right "
     "segment (results/NVIDIA-H100-80GB-HBM3/README.md, Failures 2); segments had no edit list then (fixed since, "
-    "issue 27), which may have been the cause: an XPASS here says so"))
+    "the episode-end fix), which may have been the cause: an XPASS here says so"))
 def test_nvdec_and_torchcodec_give_the_same_frames_per_camera(gpu_dataset):
     """Same plan through NVDEC and torchcodec, two loaders in one process: each route's frames carry the planned
     ids (checked per loader, so a failure names the route), and they agree with PSNR above 30 dB per camera.
@@ -252,7 +252,7 @@ def test_nvdec_every_frame_at_every_episode_boundary(nvdec_boundary_dataset, win
 
 
 def test_nvdec_threads_are_not_pinned_to_cores(gpu_dataset):
-    """`affine=False` (issue 25): DALI's decoder threads may run on every core this process may use, not only on
+    """`affine=False`: DALI's decoder threads may run on every core this process may use, not only on
     the cores near GPU 0 (where it pins them by default, whichever GPU a rank's CUDA_VISIBLE_DEVICES names)."""
     import os
 

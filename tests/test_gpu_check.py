@@ -1,4 +1,4 @@
-"""`make gpu-check`'s own steps, on this CPU machine (issue 26): the script refuses a node without a GPU, the
+"""`make gpu-check`'s own steps, on this CPU machine: the script refuses a node without a GPU, the
 preflight stops at the first thing that cannot work with its reason, and the summary reads a real JUnit file and
 real bench results."""
 
@@ -72,7 +72,7 @@ def test_summary_counts_outcomes_frame_checks_and_runs(tmp_path):
 
 
 def test_measure_table_names_each_engine(tmp_path):
-    """The first minutes' table (issue 35): the H100's real result under DALI's engine, and bench results of the
+    """The first minutes' table: the H100's real result under DALI's engine, and bench results of the
     open-decoder engine and the CPU route written by a real bench run here (decode='cpu-open' stands for its rows)."""
     out = tmp_path / "out"
     (out / "measure").mkdir(parents=True)

@@ -149,7 +149,7 @@ def test_a_repo_id_lerobot_downloaded_is_read_from_disk_offline_too(small_datase
 
 def test_a_mistyped_local_path_without_a_network_says_what_was_tried(monkeypatch, tmp_path):
     """"demo/sample" meant for ".demo/sample": no such folder, no lerobot copy, the Hub unreachable. The error
-    says all three, and the fixes (issue 29), instead of only advice about the network."""
+    says all three, and the fixes, instead of only advice about the network."""
     from dali_stream import DatasetNotFoundError, RemoteError
 
     monkeypatch.chdir(tmp_path)

@@ -1,4 +1,4 @@
-"""Ctrl-C before (and around) the first batch ends the process promptly (issue 38): real child processes, a real
+"""Ctrl-C before (and around) the first batch ends the process promptly: real child processes, a real
 SIGINT to their process group.
 
 The race: a KeyboardInterrupt that lands in `ThreadPoolExecutor.submit` between a new worker thread's start and

@@ -1,5 +1,5 @@
-"""Joined streams (graph/joined.py, issue 25): a batch's samples in groups, each group's clips of one camera as one
-stream, one decoder session per group. Every frame checked by its painted ids: the streams through torchcodec for
+"""Joined streams (graph/joined.py): a batch's samples in groups, each group's clips of one camera as one
+stream, one decoder per group. Every frame checked by its painted ids: the streams through torchcodec for
 every codec as lerobot's recorder and a continuous encode write them (H.264 with B-frames, HEVC open and closed
 GOP, AV1, VP9), through DALI's CPU decoder for VP9, and the loader's batches with and without joining. NVDEC runs
 the same in tests/test_gpu.py."""

@@ -1,4 +1,4 @@
-"""The package's stage rule, checked on the source (DESIGN.md, "Data flow"; docs/architecture.md).
+"""The package's stage rule, checked on the source (docs/architecture.md).
 
 dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader,
 with `errors`, `config` and `pairing` below all of them and `tools` above all of them (the package's `__init__`, the

@@ -1,4 +1,4 @@
-"""Long episodes read in pieces (issue 28): an episode's camera larger than `segment_bytes` is never fetched whole;
+"""Long episodes read in pieces: an episode's camera larger than `segment_bytes` is never fetched whole;
 each sample's frames are cut from the file's index (the GOPs from the keyframe before them through the last
 packet they need), decoded once, not cached. Every frame checked by painted ids, alone and in windows past both
 ends, on torchcodec and on DALI's CPU decoder (VP9, one clip per sample and joined streams); the store holds only
@@ -47,7 +47,7 @@ def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
         assert stats.segments_cut == 0 and stats.pieces_cut >= 3 * 4 * len(CAMERAS), vars(stats)
         assert len(loader.store.piece_log) == stats.pieces_cut
         gops = gop_bytes_needed(loader, loader.store.piece_log)
-        assert stats.piece_bytes <= 2 * gops, (stats.piece_bytes, gops)  # issue 28's bound: 2x the GOPs needed
+        assert stats.piece_bytes <= 2 * gops, (stats.piece_bytes, gops)  # the bound: 2x the GOPs needed
     whole = StreamLoader(str(long_dataset), batch_size=4, device="cpu", num_workers=1, image_dtype="uint8")
     assert whole.segment_bytes_limit >= 16 << 20  # the default: these episodes are fetched whole
     with whole:

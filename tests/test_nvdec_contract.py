@@ -120,7 +120,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec, mon
 @pytest.mark.parametrize("route", ["nvdec-open", "cpu-open"])
 def test_a_segment_of_another_size_is_refused_not_rescaled(four_codec_dataset, nvdec, route):
     """meta/info.json's size differs from the file's: DecodeError naming the file and both sizes, before any
-    decoder sees a packet (an NVDEC session would scale the pictures to its first size)."""
+    decoder sees a packet (an NVDEC decoder would scale the pictures to its first size)."""
     key = "observation.images.front"
     with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
         h, w = loader.meta.cameras[key].height, loader.meta.cameras[key].width

@@ -1,4 +1,4 @@
-"""The open-decoder engine (decode/engine.py, issue 35) on the CPU: what its decoders are fed (decode/feed.py), that
+"""The open-decoder engine (decode/engine.py) on the CPU: what its decoders are fed (decode/feed.py), that
 they stay open, that a picture a decoder drops is a named error, and its frames in the DALI graph beside the other
 routes. Every painted frame through it (boundary matrix, wild encodings, alone, in windows, at episode edges, read
 whole and in pieces) is checked by tests/test_boundaries.py and tests/test_wild_encodings.py (decode="cpu-open");

@@ -275,7 +275,7 @@ def test_make_sample_records_as_lerobot_with_a_pixel_format(tmp_path):
 def test_the_writer_leaves_the_callers_scheduling_alone(tmp_path):
     """libsvtav1 run as root switches its calling thread to SCHED_FIFO 99 and leaves it there, and threads created
     afterwards inherit it: the writer encodes in child processes, so the caller and its later threads keep their
-    policy (issue 29)."""
+    policy."""
     import os
     import threading
 

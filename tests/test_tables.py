@@ -55,7 +55,7 @@ def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset)
 
 
 def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset, monkeypatch):
-    """Parquet footers kept open are bounded in bytes (issue 28: unbounded, 200 files of 1,000 row groups held
+    """Parquet footers kept open are bounded in bytes (unbounded, 200 files of 1,000 row groups held
     1.4 GB per rank): with a bound smaller than two footers, one stays open at a time, the others are read again
     when their episodes come back, and every batch is the same."""
     from dali_stream.fetch import tables

@@ -1,4 +1,4 @@
-"""Streams as encoders write them in the wild (issue 26), read right on every CPU route: each file one continuous
+"""Streams as encoders write them in the wild, read right on every CPU route: each file one continuous
 encode with the encoder's own defaults (`make-sample --recorder encoder-defaults`): libx264 B-frames, libx265
 open GOPs (CRA keyframes with RASL pictures shown before them), libvpx-vp9's good deadline with alt-ref frames
 (decoded, never shown), SVT-AV1 and libaom AV1 with hidden frames (shown later by show_existing_frame), GOP 60
