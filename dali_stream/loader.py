@@ -494,7 +494,7 @@ class StreamLoader:
         `wait_fraction` of the wall time since the first batch was asked for, and `recent` (the last 100 batches:
         `wait_fraction`, `p50_ms`, `p95_ms`, `max_ms`). Near 0: the loader keeps ahead of the loop; near 1: the
         loop waits for data (`dali_stream/wait.py`). Readable at any step; a training loop logs the max over ranks
-        (pipelines/train.py)."""
+        (dali-stream train)."""
         return self._waits.stats()
 
     def batch_plan(self, epoch: int, index: int):
