@@ -185,15 +185,6 @@ class Catalog:
         return "episodes " + ", ".join(f"{sorted(eps)} of member {self.members[m].name!r}"
                                        for m, eps in sorted(by_member.items()))
 
-    def epoch_shares(self) -> np.ndarray:
-        """Each member's part of an epoch's samples (summing to 1): its `share` where members give shares, else
-        its selected frames x weight (`plan.mix.member_targets` before rounding)."""
-        if all(m.share is not None for m in self.members):
-            mass = np.array([float(m.share or 0.0) if m.frames else 0.0 for m in self.members])
-        else:
-            mass = np.array([m.frames * m.weight for m in self.members], dtype=np.float64)
-        return mass / mass.sum() if mass.sum() > 0 else mass
-
     # ---- what a saved state must agree on -----------------------------------------------------------------
     def fingerprint(self) -> dict[str, Any]:
         """A single dataset's fingerprint (`DatasetMeta.fingerprint`); a mixture's: each member's name, weight,

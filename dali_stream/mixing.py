@@ -22,7 +22,7 @@ from .errors import ConfigError
 from .meta import DatasetMeta
 from .mixture import as_mixture
 from .plan.epoch import delta_indices
-from .plan.mix import Mix
+from .plan.mix import Mix, member_mass
 from .plan.selection import select
 
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
@@ -30,6 +30,14 @@ PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # sett
 
 OPENING = ("revision", "data_files_root", "storage_options", "remote_max_retries", "remote_timeout_s",
            "remote_deadline_s")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
+
+
+def _per_member_only(cfg: LoaderConfig) -> None:
+    """A mixture refuses the settings it takes per member (`PER_MEMBER`) given to the loader."""
+    given = [name for name in PER_MEMBER if getattr(cfg, name) is not None]
+    if given:
+        raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
+                          f"Member(source, {given[0]}=...)")
 
 
 def open_meta(source: Any, cfg: LoaderConfig) -> Any:
@@ -40,10 +48,7 @@ def open_meta(source: Any, cfg: LoaderConfig) -> Any:
         return DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
                                 remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
                                 storage_options=dict(cfg.storage_options), revision=cfg.revision)
-    given = [name for name in PER_MEMBER if getattr(cfg, name) is not None]
-    if given:
-        raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
-                          f"Member(source, {given[0]}=...)")
+    _per_member_only(cfg)
     catalog = Catalog.open(mixture, select, remote_max_retries=cfg.remote_max_retries,
                            remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
                            storage_options=cfg.storage_options)
@@ -54,11 +59,14 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
     """(catalog, loader.meta): a DatasetMeta for one dataset, a MixtureMeta for a Mixture (or a list of
     sources/members); `source` may be what `open_meta` returned, which is then not opened again."""
     if isinstance(source, (DatasetMeta, MixtureMeta)):
-        given = [name for name in OPENING if getattr(cfg, name) != getattr(LoaderConfig(), name)]
+        defaults = LoaderConfig()
+        given = [name for name in OPENING if getattr(cfg, name) != getattr(defaults, name)]
         if given:
             raise ConfigError(f"{given} open a dataset: give them to dali_stream.open_meta(source, ...), which "
                               f"opened {source.source if isinstance(source, DatasetMeta) else 'this mixture'!r}; "
                               "the loader reads through what it opened")
+        if isinstance(source, MixtureMeta):
+            _per_member_only(cfg)  # open_meta checked it for a source it opens
         meta = source
     else:
         meta = open_meta(source, cfg)
@@ -67,10 +75,6 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
         lengths, episodes = select(meta.episodes["episode_index"], meta.lengths,
                                    None if cfg.episodes is None else list(cfg.episodes), cfg.max_episodes)
         return Catalog.single(meta, lengths, episodes), meta
-    given = [name for name in PER_MEMBER if getattr(cfg, name) is not None]
-    if given:
-        raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
-                          f"Member(source, {given[0]}=...)")
     catalog = meta.catalog
     _known_keys(cfg.delta_timestamps, catalog.fields, "keys of the mixture")
     return catalog, MixtureMeta(catalog, cfg.crop or cfg.resize)
@@ -125,9 +129,22 @@ def planner_mix(catalog: Catalog, member_deltas: tuple) -> Mix | None:
     if not catalog.is_mixture:
         return None
     assert catalog.mixture is not None
-    shares = [m.share for m in catalog.members]
     return Mix(catalog.member_of, tuple(m.weight for m in catalog.members), catalog.mixture.samples_per_epoch,
-               member_deltas, None if None in shares else tuple(float(s) for s in shares if s is not None))
+               member_deltas, _shares(catalog))
+
+
+def _shares(catalog: Catalog) -> tuple[float, ...] | None:
+    """The members' shares (`Member.share`: given to all or none), or None where weights set the epoch."""
+    shares = [m.share for m in catalog.members]
+    return None if None in shares else tuple(float(s or 0.0) for s in shares)
+
+
+def epoch_shares(catalog: Catalog) -> np.ndarray:
+    """Each member's part of an epoch's samples, summing to 1 (`plan.mix.member_mass` of its selected frames,
+    normalised: what `member_targets` rounds)."""
+    mass = member_mass(np.array([m.frames for m in catalog.members]), tuple(m.weight for m in catalog.members),
+                       _shares(catalog))
+    return mass / mass.sum() if mass.sum() > 0 else mass
 
 
 def camera_routes(catalog: Catalog, decode, choose: Callable[[dict, Any], dict[str, RouteChoice]], engine: str,

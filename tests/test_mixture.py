@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from dali_stream import ConfigError, Member, Mixture, StreamLoader
+from dali_stream.mixing import epoch_shares
 from dali_stream.plan.mix import member_targets
 from dali_stream.tools.paint import read_ids
 
@@ -166,7 +167,7 @@ def test_shares_are_the_epochs_parts_whatever_the_frames(embodiments):
     loader = StreamLoader(mix, decode="cpu", **{**ARGS, "delta_timestamps": {}, "drop_last": False})
     frames = [m.frames for m in loader.catalog.members]
     assert frames[0] != frames[1]
-    assert loader.catalog.epoch_shares().tolist() == [0.5, 0.5]
+    assert epoch_shares(loader.catalog).tolist() == [0.5, 0.5]
     counts = Counter(i for batch in loader for i in batch["dataset_index"].tolist())
     assert [counts[0], counts[1]] == [60, 60]
     state = loader.state_dict()
@@ -181,6 +182,21 @@ def test_shares_are_the_epochs_parts_whatever_the_frames(embodiments):
         Mixture((Member("x", name="a", share=0.5), Member("y", name="b")))
     with pytest.raises(ConfigError, match="`share` must be a finite number > 0"):
         Member("x", share=0)
+
+
+def test_a_mixture_loader_on_open_meta(embodiments):
+    """`open_meta(mixture)`: the merged metadata before a loader, which the loader takes in place of the mixture
+    (the same batches), refusing a setting a mixture takes per member."""
+    from dali_stream import open_meta
+    from dali_stream.catalog import MixtureMeta
+
+    mix = _mix(embodiments, "arm6", "arm7", weights=[1.0, 2.0])
+    meta = open_meta(mix)
+    assert isinstance(meta, MixtureMeta) and meta.names == ["arm6", "arm7"]
+    with StreamLoader(mix, decode="cpu", **ARGS) as a, StreamLoader(meta, decode="cpu", **ARGS) as b:
+        _same(take(a, 3), take(b, 3))
+    with pytest.raises(ConfigError, match=r"\['episodes'\] apply to one dataset"):
+        StreamLoader(meta, episodes=[0, 1], **ARGS)
 
 
 def _flat(batches):

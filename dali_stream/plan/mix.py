@@ -68,16 +68,21 @@ class Mix:
         return self.samples_per_epoch is not None or self.shares is not None or len(set(self.weights)) > 1
 
 
-def member_targets(frames: np.ndarray, weights: tuple[float, ...], total: int,
-                   shares: tuple[float, ...] | None = None) -> np.ndarray:
-    """Samples of each member in an epoch of `total` samples: proportional to frames x weight (or to `shares`,
-    whatever the frames), integers summing to `total` (largest remainder; ties to the earlier member). A member
-    with no frames gets none (its share goes to the others, in proportion)."""
+def member_mass(frames: np.ndarray, weights: tuple[float, ...], shares: tuple[float, ...] | None = None) -> np.ndarray:
+    """Each member's unnormalised part of an epoch: frames x weight, or its share where members give shares (0 for
+    a member with no frames: its share goes to the others, in proportion)."""
     frames = np.asarray(frames, dtype=np.int64)
     if shares is not None:
-        mass = np.where(frames > 0, np.asarray(shares, dtype=np.float64), 0.0)
-    else:
-        mass = frames.astype(np.float64) * np.asarray(weights, dtype=np.float64)
+        return np.where(frames > 0, np.asarray(shares, dtype=np.float64), 0.0)
+    return frames.astype(np.float64) * np.asarray(weights, dtype=np.float64)
+
+
+def member_targets(frames: np.ndarray, weights: tuple[float, ...], total: int,
+                   shares: tuple[float, ...] | None = None) -> np.ndarray:
+    """Samples of each member in an epoch of `total` samples: in proportion to `member_mass`, integers summing to
+    `total` (largest remainder; ties to the earlier member). A member with no frames gets none."""
+    frames = np.asarray(frames, dtype=np.int64)
+    mass = member_mass(frames, weights, shares)
     if mass.sum() <= 0:
         return np.zeros(len(frames), dtype=np.int64)
     exact = total * mass / mass.sum()

@@ -43,6 +43,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
     `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates."""
     from ..catalog import Catalog
     from ..loader import StreamLoader
+    from ..mixing import epoch_shares
     from ..mixture import load_mixture
     from ..plan.selection import select
 
@@ -60,7 +61,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         probe = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
         catalog = probe.catalog
         members = catalog.members
-        targets = catalog.epoch_shares()
+        targets = epoch_shares(catalog)
         # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`)
         as_mixed = {m.name: {m.own[k]: _CHOICE[r] for k, r in probe.routes.items() if k in m.own} for m in members}
         probe.close()
@@ -112,7 +113,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         "versions": _versions(), "memory_budget": loader.memory_budget(), "notes": [],
         "rank": loader.world.rank, "world_size": loader.world.world_size,
         "mixture": {"rounds": per_round, "ratio_median": statistics.median(ratios),
-                    "epoch_shares": dict(zip((m.name for m in members), (targets / targets.sum()).round(4).tolist())),
+                    "epoch_shares": dict(zip((m.name for m in members), targets.round(4).tolist())),
                     "note": "ratio = the mixture's samples/s / the members' own rates weighted by the shares the "
                             "mixture's window drew (1 / sum(share / rate)); each round measures every member alone "
                             "and the mixture, odd rounds in reverse order"},

@@ -171,7 +171,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     from ..catalog import Catalog
     from ..decode import proven
     from ..decode.routes import Node, choose_routes, nvdec_engine
-    from ..mixing import camera_routes
+    from ..mixing import camera_routes, epoch_shares
     from ..mixture import load_mixture
     from ..plan.selection import select
 
@@ -187,7 +187,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
         formats, decode, node, unproven=proven.rule(formats)),
         *nvdec_engine("auto", proven.open_unproven(node.gpu.name if node.gpu else None)))
     members: dict[str, dict[str, Any]] = {}
-    for m, part in zip(catalog.members, catalog.epoch_shares().tolist()):
+    for m, part in zip(catalog.members, epoch_shares(catalog).tolist()):
         members[m.name] = {"source": m.meta.source, "weight": m.weight, "share": m.share, "epoch_share": part,
                            "episodes": len(m.episodes),
                            "frames": m.frames, "fps": m.meta.fps,

@@ -45,6 +45,7 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
     from rich.table import Table
 
     from ..loader import StreamLoader
+    from ..mixing import epoch_shares
     from ..mixture import load_mixture
     from .paint import UnreadableIds, read_ids
     from .sample_defaults import painted_offset
@@ -78,7 +79,7 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
         for m in loader.catalog.members))
     summary.add_row("batches x batch size", f"{done} x {settings['batch_size']} on {loader.device}")
     summary.add_row("throughput", f"{samples / stream_s:.0f} samples/s (loader set-up {setup_s:.2f} s)")
-    target = loader.catalog.epoch_shares()
+    target = epoch_shares(loader.catalog)
     summary.add_row("shares (seen / epoch target)", ", ".join(
         f"{n}: {c / max(1, samples):.2f} / {t:.2f}" for n, c, t in zip(names, counts, target)))
     for key, route in loader.routes.items():
