@@ -54,12 +54,10 @@ class Policy:
         return _Policy()
 
 
-def feature_size(source: str, key: str) -> int:
-    """Elements of feature `key` per frame, from the dataset's meta/info.json (e.g. 6 for a 6-dof state; a
-    mixture's: the longest member's)."""
-    from dali_stream.tools.sources import dataset_meta
-
-    features = dataset_meta(source).features
+def feature_size(meta, key: str, source: str) -> int:
+    """Elements of feature `key` per frame, from the dataset's meta/info.json (`meta`: `source`'s metadata; e.g. 6
+    for a 6-dof state; a mixture's: the longest member's)."""
+    features = meta.features
     if key not in features:
         raise SystemExit(f"dali-stream train needs the dataset feature {key!r}; {source} has {sorted(features)}")
     size = 1
@@ -161,27 +159,29 @@ def main(argv=None) -> int:
     from accelerate import Accelerator
 
     from dali_stream import StreamLoader
-    from dali_stream.tools.sources import dataset_meta, loader_source, video_keys
+    from dali_stream.catalog import MixtureMeta
+    from dali_stream.tools.sources import dataset_meta
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank and run (resume compares equal)
     accelerator = Accelerator(cpu=not torch.cuda.is_available(), mixed_precision=args.mixed_precision)
     rank, world = accelerator.process_index, accelerator.num_processes
-    fps, cameras = video_keys(args.dataset)
+    meta = dataset_meta(args.dataset)  # opened once: sizes and windows come from it, and the loader reads through it
+    fps, cameras = meta.fps, list(meta.video_keys)
     trainer = None
     if args.policy != "builtin":  # lerobot's policy: its delta indices, the dataset's own image sizes
         from dali_stream.tools.lerobot_policy import LerobotTrainer
 
         overrides = dict(_override(a) for a in args.lerobot_arg)
-        trainer = LerobotTrainer(args.policy, dataset_meta(args.dataset), str(accelerator.device),
+        trainer = LerobotTrainer(args.policy, meta, str(accelerator.device),
                                  args.steps or 100_000, **overrides)
         deltas, resize = trainer.delta_timestamps, None
     else:
-        state_dim, action_dim = (feature_size(args.dataset, k) for k in ("observation.state", "action"))
+        state_dim, action_dim = (feature_size(meta, k, args.dataset) for k in ("observation.state", "action"))
         deltas = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
         resize = (48, 64)
-    source = loader_source(args.dataset)
-    if trainer is None and args.chunk > 1 and not isinstance(source, str):  # a mixture: each member's chunk is
-        source = per_member_chunks(source, dataset_meta(args.dataset), args.chunk)  # --chunk steps at its own fps
+    source = meta
+    if trainer is None and args.chunk > 1 and isinstance(meta, MixtureMeta):  # a mixture: each member's chunk is
+        source = per_member_chunks(meta.catalog.mixture, meta, args.chunk)  # --chunk steps at its own fps
     loader = StreamLoader(source, **loader_settings(args, LOADER_SETTINGS),
                           device=str(accelerator.device),
                           rank=rank, world_size=world, resize=resize, drop_last=True, delta_timestamps=deltas)
