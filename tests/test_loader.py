@@ -592,3 +592,32 @@ def test_a_forked_child_closes_on_a_thread_of_its_own(small_dataset):
     proc = subprocess.run([sys.executable, "-c", FORKED, str(small_dataset)], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0 and proc.stdout.split() == ["child", "0"], proc.stdout + proc.stderr
+
+
+def test_a_loader_on_open_meta_reads_what_a_loader_on_the_path_reads(small_dataset, monkeypatch):
+    """`open_meta` then `StreamLoader(meta)`: the same batches as from the path, the metadata read once (the
+    loader opens nothing), and the settings that open a dataset refused beside an opened one."""
+    from dali_stream import open_meta
+    from dali_stream.meta import DatasetMeta
+
+    args = dict(batch_size=4, episode_pool_size=2, device="cpu", num_workers=0, decode="cpu",
+                delta_timestamps={"action": [0.0, 1 / FPS]})
+    with StreamLoader(str(small_dataset), **args) as loader:
+        from_path = take(loader, 3)
+    meta = open_meta(str(small_dataset))
+    assert isinstance(meta, DatasetMeta) and meta.fps == FPS
+
+    def refuse(*a, **k):
+        raise AssertionError("the loader opened the dataset again")
+
+    monkeypatch.setattr(DatasetMeta, "open", classmethod(refuse))
+    with StreamLoader(meta, **args) as loader:
+        assert loader.meta is meta
+        got = take(loader, 3)
+    assert len(got) == len(from_path) == 3
+    for a, b in zip(got, from_path):
+        assert a.keys() == b.keys() and a["task"] == b["task"] and all(torch.equal(a[k], b[k]) for k in a if k != "task")
+    for setting in ({"revision": "main"}, {"storage_options": {"anon": True}}, {"remote_max_retries": 1}):
+        with pytest.raises(ConfigError, match=rf"\['{next(iter(setting))}'\] open a dataset: give them to "
+                                              r"dali_stream.open_meta"):
+            StreamLoader(meta, **args, **setting)
