@@ -114,9 +114,10 @@ def test_a_reused_decoder_returns_the_asked_frames_whatever_it_decoded_before(fo
 
 def test_a_cut_knows_its_packets_as_reading_it_back_gives_them(four_codec_dataset):
     """An indexed cut's packet index is computed from what was written (`written_packets`), not parsed back: the
-    same arrays as parsing the written MP4, on every codec, for whole episodes and for pieces."""
+    same arrays as parsing the written MP4, on every codec, for whole episodes and for pieces (whose index points
+    into their samples, `body`, until their MP4 is written: the same bytes there)."""
     from dali_stream.fetch.mp4index import IndexCache
-    from dali_stream.fetch.segments import cut_segment, packet_index
+    from dali_stream.fetch.segments import cut_segment, indexed_segment, indexed_span, packet_index
     from dali_stream.meta import DatasetMeta
     from dali_stream.source.storage import LocalRanges
 
@@ -130,11 +131,20 @@ def test_a_cut_knows_its_packets_as_reading_it_back_gives_them(four_codec_datase
             indexed = indexes.get(path)
             start, end = float(cam.from_timestamp[pos]), float(cam.to_timestamp[pos])
             for a, b in ((start, end), (start + (end - start) / 2, start + (end - start) / 2 + 0.05)):
-                seg = cut_segment(ranges, path, a, b, episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4,
-                                  last_frame_s=a, indexed=indexed, piece=a != start)
+                where = dict(episode=pos, camera=key, tolerance_s=1e-4)
+                if a == start:
+                    seg = cut_segment(ranges, path, a, b, codec=cam.codec, last_frame_s=a, indexed=indexed, **where)
+                else:
+                    span = indexed_span(path, a, b, indexed, **where)
+                    seg = indexed_segment(ranges.read_range(path, span.start, span.end), span.start, span, path,
+                                          indexed, codec=cam.codec, last_frame_s=a, piece=True, **where)
+                    assert len(seg.body) < len(seg.data)
                 known, parsed = seg.packets(), packet_index(seg.data)
-                for name in ("pos", "size", "pts", "dts", "duration", "key"):
+                for name in ("size", "pts", "dts", "duration", "key"):
                     assert np.array_equal(getattr(known, name), getattr(parsed, name)), (key, pos, name)
                 assert (known.time_base, known.stsd) == (parsed.time_base, parsed.stsd)
+                for k in range(len(known.pos)):
+                    assert seg.body[known.pos[k]:known.pos[k] + known.size[k]] == \
+                        seg.data[parsed.pos[k]:parsed.pos[k] + parsed.size[k]]
                 checked += 1
     assert checked == 2 * len(meta.cameras) * meta.num_episodes

@@ -104,7 +104,7 @@ def build_feed(parts: list[tuple[Segment, np.ndarray]]) -> Feed:
             shift = running - int(index.pts[packets].min())
             clip_pts = index.pts[packets] + shift
             for n, p in enumerate(packets.tolist()):
-                sample = seg.data[int(index.pos[p]):int(index.pos[p] + index.size[p])]
+                sample = seg.body[int(index.pos[p]):int(index.pos[p] + index.size[p])]
                 units.append(bitstream_unit(codec, sample, config, bool(index.key[p]), first=n == 0))
             pts_parts.append(clip_pts)
             inside = np.isin(shown[wanted], index.pts[packets])  # clips of a segment share no packet

@@ -22,7 +22,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -35,9 +35,14 @@ _serials = itertools.count()  # Segment.uid: never reused in a process (an id() 
 
 @dataclass
 class Segment:
-    """An episode's encoded frames for one camera, as a standalone MP4 in memory."""
+    """An episode's encoded frames for one camera, as a standalone MP4 in memory (`data`).
 
-    data: bytes
+    A piece cut from a file's index for one sample (`fetch.store`) is kept as its samples back to back (`body`)
+    beside their packet table; its MP4 is written only if a decoder opens it alone (`data`): a batch's pieces are
+    joined into one stream from their bodies (`graph.joined.join_pieces`), so writing one per piece is work thrown
+    away on every batch of a global shuffle. Whatever reads packets by `packets()` positions reads `body`."""
+
+    body: bytes  # what `packets()` positions point into: the MP4 itself, or a piece's samples back to back
     pts_s: np.ndarray  # (N,) float64, sorted presentation times of the segment's frames, in file time
     source: str  # the packed file it was cut from
     episode: int
@@ -51,10 +56,16 @@ class Segment:
     # a piece of a long episode, cut for one sample's frames (`fetch.store`), or a batch's pieces joined
     # (`graph.joined.join_pieces`): used for one batch, its decoders not kept
     piece: bool = field(default=False, repr=False)
+    _write: Callable[[bytes], bytes] | None = field(default=None, repr=False)  # body -> the MP4 (a piece's)
+
+    @functools.cached_property
+    def data(self) -> bytes:
+        """The segment as a standalone MP4 (a piece's written on first use)."""
+        return self.body if self._write is None else self._write(self.body)
 
     @property
     def nbytes(self) -> int:
-        return len(self.data)
+        return len(self.body)
 
     @functools.cached_property
     def half_gap_s(self) -> float:
@@ -86,7 +97,7 @@ class Segment:
                     from . import nal
 
                     for k in np.flatnonzero(found):
-                        sample = self.data[int(index.pos[k]):int(index.pos[k] + index.size[k])]
+                        sample = self.body[int(index.pos[k]):int(index.pos[k] + index.size[k])]
                         try:
                             found[k] = nal.starts_stream(index.stsd, sample)
                         except (ValueError, IndexError):  # a configuration nal does not read: trust the flag
@@ -164,7 +175,7 @@ def _head(fs, path: str, n: int = 48) -> bytes:
 
 
 def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, camera: str, codec: str,
-                tolerance_s: float, last_frame_s: float, indexed=None, piece: bool = False) -> Segment:
+                tolerance_s: float, last_frame_s: float, indexed=None) -> Segment:
     """Remux the packets of [from_s, to_s) (file time) into a standalone MP4; see the module docstring.
 
     `last_frame_s` is the file time of the episode's last frame: a file that ends before it is truncated.
@@ -173,10 +184,8 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
     through `fs.open`.
     """
     if indexed is not None:
-        seg = _cut_indexed(fs, path, from_s, to_s, indexed, episode=episode, camera=camera, codec=codec,
-                           tolerance_s=tolerance_s, last_frame_s=last_frame_s)
-        seg.piece = piece
-        return seg
+        return _cut_indexed(fs, path, from_s, to_s, indexed, episode=episode, camera=camera, codec=codec,
+                            tolerance_s=tolerance_s, last_frame_s=last_frame_s)
     import av
 
     raw, src = _open(fs, path, episode, camera)
@@ -230,25 +239,53 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
 def _cut_indexed(fs, path: str, from_s: float, to_s: float, indexed, *, episode: int, camera: str, codec: str,
                  tolerance_s: float, last_frame_s: float) -> Segment:
     """The same cut as the demuxing path, with packets taken from the index and one range request."""
+    span = indexed_span(path, from_s, to_s, indexed, episode=episode, camera=camera, tolerance_s=tolerance_s)
+    return indexed_segment(fs.read_range(path, span.start, span.end), span.start, span, path, indexed,
+                           episode=episode, camera=camera, codec=codec, tolerance_s=tolerance_s,
+                           last_frame_s=last_frame_s)
 
+
+@dataclass(frozen=True)
+class IndexedSpan:
+    """What a cut from a file's index reads: the track's samples [first, stop), file bytes [start, end)."""
+
+    first: int
+    stop: int
+    start: int
+    end: int
+
+
+def indexed_span(path: str, from_s: float, to_s: float, indexed, *, episode: int, camera: str,
+                 tolerance_s: float) -> IndexedSpan:
+    """The samples and bytes of the cut of [from_s, to_s) (file time) from `indexed`'s index (module doc)."""
     index = indexed.index
     span = index.cut(from_s, to_s)
     if span is None:
         raise _no_keyframe(path, from_s, episode, camera, None)
     first, stop = span
-    ts = index.timescale
-    if index.pts[first] / ts > from_s + tolerance_s:
-        raise _no_keyframe(path, from_s, episode, camera, index.pts[first] / ts)
-    start, end = index.byte_range(first, stop)
-    data = fs.read_range(path, start, end)
+    if index.pts[first] / index.timescale > from_s + tolerance_s:
+        raise _no_keyframe(path, from_s, episode, camera, index.pts[first] / index.timescale)
+    return IndexedSpan(first, stop, *index.byte_range(first, stop))
+
+
+def indexed_segment(data: bytes, at: int, span: IndexedSpan, path: str, indexed, *, episode: int, camera: str,
+                    codec: str, tolerance_s: float, last_frame_s: float, piece: bool = False) -> Segment:
+    """The segment of `span`'s samples from `data`, file bytes read from offset `at` (holding the span's)."""
+    index = indexed.index
+    first, stop, ts = span.first, span.stop, index.timescale
     keep = index.sizes[first:stop] > 0
     sizes = index.sizes[first:stop][keep]
-    payload = samples_bytes(data, start, index.offsets[first:stop][keep], sizes)
+    payload = samples_bytes(data, at, index.offsets[first:stop][keep], sizes)
     dts, ticks = index.dts[first:stop][keep], index.pts[first:stop][keep]
     durations, sync = index.durations[first:stop][keep], index.sync[first:stop][keep]
-    segment = write_mp4(index.stsd, ts, sizes, dts, ticks, durations, sync, payload)
     pts = np.sort(ticks / ts)  # as float(pts * tb), exactly
     _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
+    write = functools.partial(write_mp4, index.stsd, ts, sizes, dts, ticks, durations, sync)
+    if piece:  # its MP4 written only if a decoder opens it alone (`Segment`)
+        seg = Segment(payload, pts, path, episode, camera, codec, piece=True, _write=write)
+        seg._packets = written_packets(0, sizes, dts, ticks, durations, sync, ts, index.stsd)
+        return seg
+    segment = write(payload)
     seg = Segment(segment, pts, path, episode, camera, codec)
     seg._packets = written_packets(len(segment) - len(payload), sizes, dts, ticks, durations, sync, ts, index.stsd)
     return seg

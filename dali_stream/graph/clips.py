@@ -28,8 +28,9 @@ __all__ = ["DaliInput", "clip_bytes", "clip_packets", "cut_clip", "dali_input", 
 
 
 def cut_clip(data: bytes, index: PacketIndex, packets: np.ndarray) -> bytes:
-    """`packets` of the segment in `data` as a standalone MP4 (no re-encoding): written by `mp4write` from the
-    segment's own sample table, or remuxed by PyAV when that table was not readable."""
+    """`packets` of the segment whose `body` is `data` as a standalone MP4 (no re-encoding): written by `mp4write`
+    from the segment's own sample table, or remuxed by PyAV when that table was not readable (then the body is the
+    segment's MP4: only segments written from a sample table keep a body of samples alone)."""
     if index.stsd is not None and index.time_base.numerator == 1:
         from ..fetch.mp4write import write_mp4
 
@@ -85,6 +86,6 @@ def dali_input(seg, indices: np.ndarray) -> DaliInput:
     if len(packets) == len(index.pts):
         data, frames = seg.data, wanted
     else:
-        data = cut_clip(seg.data, index, packets)
+        data = cut_clip(seg.body, index, packets)
         frames = np.searchsorted(np.sort(index.pts[packets]), shown[wanted])
     return DaliInput(np.frombuffer(data, dtype=np.uint8), frames.astype(np.int32), order.astype(np.int32))

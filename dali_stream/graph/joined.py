@@ -121,7 +121,7 @@ def join_pieces(segs: list, indices: list[np.ndarray]) -> tuple[Segment, list[np
 
 def _samples(clip: _Clip):
     """The bytes of each of the clip's packets."""
-    ix, data = clip.index, clip.seg.data
+    ix, data = clip.index, clip.seg.body
     return (data[int(ix.pos[p]):int(ix.pos[p] + ix.size[p])] for p in clip.packets.tolist())
 
 
@@ -155,7 +155,7 @@ def _joined(members: list[_Clip]) -> tuple[bytes, np.ndarray, np.ndarray]:
         clip = (m.seg.uid, int(part[0]), int(part[-1]))
         if clip not in placed:
             shift = end - int(min(ix.dts[part].min(), ix.pts[part].min()))
-            key = m.seg.data[int(ix.pos[part[0]]):int(ix.pos[part[0]] + ix.size[part[0]])]
+            key = m.seg.body[int(ix.pos[part[0]]):int(ix.pos[part[0]] + ix.size[part[0]])]
             spliced = nal.splice(m.stsd, key)
             sizes = ix.size[part].copy()
             sizes[0] = len(spliced)
@@ -164,7 +164,7 @@ def _joined(members: list[_Clip]) -> tuple[bytes, np.ndarray, np.ndarray]:
                 cols[name].append(getattr(ix, name)[part])
             cols["dts"].append(ix.dts[part] + shift)
             cols["pts"].append(ix.pts[part] + shift)
-            payload.append(clip_bytes(m.seg.data, ix, part, spliced))
+            payload.append(clip_bytes(m.seg.body, ix, part, spliced))
             placed[clip] = (shown, np.sort(ix.pts[part]))
             shown += len(part)
             end = int(max((cols["pts"][-1] + ix.duration[part]).max(), (cols["dts"][-1] + ix.duration[part]).max()))
