@@ -4,7 +4,7 @@ Each request is forwarded to the upstream (method, path, headers, body) unless t
 fault instead: 503, a connection reset before any answer, or a truncated body (full Content-Length, half
 the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `stall_paths` makes it
 hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store).
-`counts` records forwarded requests and faults."""
+`counts` records forwarded requests and faults, and the most requests it was answering at once."""
 
 from __future__ import annotations
 
@@ -52,6 +52,16 @@ class _Proxy(BaseHTTPRequestHandler):
         return None
 
     def _forward(self) -> None:
+        with self.lock:
+            self.counts["in_flight"] += 1
+            self.counts["in_flight_peak"] = max(self.counts["in_flight_peak"], self.counts["in_flight"])
+        try:
+            self._answer()
+        finally:
+            with self.lock:
+                self.counts["in_flight"] -= 1
+
+    def _answer(self) -> None:
         fault = self._fault()
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
@@ -104,7 +114,7 @@ class FaultProxy(Loopback):
         self.handler = type("Proxy", (_Proxy,), {
             "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
             "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed), "lock": threading.Lock(),
-            "counts": {"requests": 0, "faults": 0}})
+            "counts": {"requests": 0, "faults": 0, "in_flight": 0, "in_flight_peak": 0}})
         super().__init__(self.handler)
 
     @property

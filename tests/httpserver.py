@@ -27,11 +27,17 @@ def file_range(path, header: str | None) -> tuple[int, int, int, bytes]:
         return start, end, size, fh.read(end - start + 1)
 
 
+class _Listening(ThreadingHTTPServer):
+    # a deep accept queue: with socketserver's 5, a loader's many requests in flight at once overflow it and the
+    # kernel drops their connections, which the clients resend a second later (latency a real store never adds)
+    request_queue_size = 1024
+
+
 class Loopback:
     """A ThreadingHTTPServer on 127.0.0.1 at a free port with `handler`; `with` starts and stops it."""
 
     def __init__(self, handler) -> None:
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _Listening(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.httpd.handle_error = lambda request, address: None  # clients closing keep-alive sockets at exit
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -74,3 +74,41 @@ def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset, monk
     for a, b in zip(got, want):
         for key in ("index", "action", "action_is_pad", "observation.state"):
             assert torch.equal(a[key], b[key]), key
+
+
+def test_rows_of_many_episodes_over_http_are_read_together(small_dataset, tmp_path):
+    """`TableReader.episodes` (a batch's new episodes, as a global shuffle admits them): over HTTP behind 0.2 s a
+    request, the row groups of all of them in flight at once (the data files' footers too), the same rows as
+    read one episode at a time from disk; an episode whose data file is gone gets its own error, the others
+    their rows."""
+    import numpy as np
+
+    from dali_stream import DatasetError
+    from dali_stream.meta import DatasetMeta
+
+    from .faultproxy import FaultProxy
+    from .httpserver import Server
+
+    root = tmp_path / "copy"
+    shutil.copytree(small_dataset, root)
+    local = DatasetMeta.open(str(root))
+    keys = ["index", "timestamp", "action", "observation.state"]
+    from dali_stream.fetch.tables import TableReader
+
+    want = [TableReader(local, keys).episode(pos) for pos in range(local.num_episodes)]
+    gone = local.data_file(local.num_episodes - 1)
+    lost = [pos for pos in range(local.num_episodes) if local.data_file(pos) == gone]
+    assert 0 < len(lost) < local.num_episodes
+    with Server(root) as upstream:
+        proxy = FaultProxy(upstream, delay_s=0.2)
+        with proxy as url:
+            meta = DatasetMeta.open(url)
+            (root / gone).unlink()  # after the metadata was read: its episodes' rows cannot be
+            got = TableReader(meta, keys).episodes(list(range(meta.num_episodes)))
+    for pos, rows in enumerate(got):
+        if pos in lost:
+            assert isinstance(rows, (DatasetError, FileNotFoundError)) and gone.split("/")[-1] in str(rows), rows
+            continue
+        assert set(rows) == set(want[pos]) and all(np.array_equal(rows[k], want[pos][k]) for k in rows), pos
+    # one request after another would have one in flight: here the six row groups' (and footers') requests overlap
+    assert proxy.counts["in_flight_peak"] >= (meta.num_episodes - len(lost)) // 2, proxy.counts

@@ -37,6 +37,11 @@ class OncePerKey:
             self._values.move_to_end(key)
             return True, self._values[key]
 
+    def holds(self, key: Hashable) -> bool:
+        """Whether a value is kept for `key` (made, not evicted)."""
+        with self._lock:
+            return key in self._values
+
     def clear(self) -> list:
         """Forget every value; returns them (for the caller to close)."""
         with self._lock:

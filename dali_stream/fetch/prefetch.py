@@ -27,12 +27,12 @@ class Prefetcher:
             with plan_lock:
                 live = plan.pool_before(start)
             with self._lock:
-                for pos in live:
-                    self._pin(pos)
+                self._pin(live)
 
-    def _pin(self, pos: int) -> None:
-        self._held[pos] += 1
-        self.store.pin(pos)
+    def _pin(self, positions) -> None:
+        for pos in positions:
+            self._held[pos] += 1
+        self.store.pin(list(positions))
 
     def _unpin(self, pos: int) -> None:
         if self._held[pos] > 0:
@@ -46,8 +46,7 @@ class Prefetcher:
             while self._next <= last:
                 with self._plan_lock:
                     admitted = self.plan.batch(self._next).admitted
-                for pos in admitted:
-                    self._pin(pos)
+                self._pin(admitted)
                 self._next += 1
 
     def built(self, index: int) -> None:

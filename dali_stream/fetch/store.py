@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol
 
 from ..errors import DaliStreamError, RemoteError, VideoFileError
-from .segments import Segment, cut_segment
+from .segments import IndexedSpan, Segment, cut_segment, indexed_segment, indexed_span
+from .spans import read_spans
 from .tables import FRAME_TIME_S, TableReader
 
 FIX_INDEX = "the file changed while the loader ran, or reads of it fail: check the file and its storage"
@@ -69,6 +70,21 @@ class _Episode:
     error: BaseException | None = None
     nbytes: int = 0
     refs: int = 0
+
+
+@dataclass
+class _PieceCut:
+    """Where one sample's piece of a long episode's camera lies (`EpisodeStore._plan_piece`)."""
+
+    pos: int
+    camera: str
+    key: Hashable  # the caller's name for it (`piece_log`)
+    path: str
+    files: "_Files"
+    indexed: Any  # the file's `mp4index.IndexedFile`
+    span: IndexedSpan
+    last_s: float  # file time of the last frame asked
+    tolerance_s: float
 
 
 def _named(exc: BaseException, where: str, camera: str) -> BaseException:
@@ -205,8 +221,9 @@ class EpisodeStore:
         # rows, which the fetch threads bring, so sharing those threads could leave every one of them waiting.
         self._piece_pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-piece") \
             if fetch_workers > 0 and segment_bytes_limit is not None else None
-        # caller's key -> the piece being cut (its result None: the camera is fetched whole after all)
-        self._ahead: dict[Hashable, Future[Segment | None]] = {}
+        # caller's key -> (the task cutting its batch's pieces, its place in the task's result: the piece, None when
+        # the camera is fetched whole after all, or the cut's error)
+        self._ahead: dict[Hashable, tuple[Future[list], int]] = {}
         self._ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
         self.piece_log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
         self.files: list[_Files] = []
@@ -253,16 +270,20 @@ class EpisodeStore:
                     entry.done.set()
 
     # ---- refcounts -------------------------------------------------------------------------------------
-    def pin(self, pos: int) -> None:
-        """Keep `pos` until `unpin`; fetch it in the background now if nobody has started to."""
+    def pin(self, positions: list[int]) -> None:
+        """Keep each of `positions` until `unpin`; fetch those nobody has started to in the background now: their
+        rows in one task (`TableReader.episodes`: a remote store's requests in flight together), each camera in a
+        task of its own."""
+        starting = []
         with self._lock:
-            entry = self._entry(pos)
-            entry.refs += 1
-            start = self._pool is not None and not entry.started
-            if start:
-                entry.started = True
-        if start:
-            self._fill(pos, entry, True)
+            for pos in positions:
+                entry = self._entry(pos)
+                entry.refs += 1
+                if self._pool is not None and not entry.started:
+                    entry.started = True
+                    starting.append((pos, entry))
+        if starting:
+            self._fill_together(starting)
 
     def unpin(self, pos: int) -> None:
         with self._lock:
@@ -292,82 +313,160 @@ class EpisodeStore:
         entry = self._ready(pos)
         with self._lock:
             ahead = self._ahead.pop(key, None) if key is not None else None
-        if ahead is not None and not ahead.cancel():
-            piece = ahead.result()  # the cut's error, if it failed, as a cut here would raise it
-            if piece is not None:
-                with self._lock:
-                    self._ahead_bytes -= piece.nbytes
-                    self.stats.pieces_ahead += 1
-                return piece
+        if ahead is not None:
+            batch, n = ahead
+            if not batch.cancel():  # cancelled: not begun, so every piece of its batch is cut by its builder
+                piece = batch.result()[n]
+                if isinstance(piece, BaseException):
+                    raise piece  # the cut's error, as a cut here would raise it
+                if piece is not None:
+                    with self._lock:
+                        self._ahead_bytes -= piece.nbytes
+                        self.stats.pieces_ahead += 1
+                    return piece
         seg = entry.segments.get(camera)
         if seg is not None:
             return seg
         return self._cut_piece(pos, camera, query_s, key)
 
     def _cut_piece(self, pos: int, camera: str, query_s, key: Hashable) -> Segment:
-        first, last = float(min(query_s)), float(max(query_s))
-        fps = self.catalog.locate(pos)[0].meta.fps
-        # through the last packet decoded before the last frame is shown (its dts is at most its pts)
-        piece = self._cut_range(pos, camera, first, last + 0.5 / fps, last, piece=True, key=key)
-        assert piece is not None
-        return piece
+        cut = self._plan_piece(pos, camera, query_s, key)
+        try:
+            data = cut.files.ranges.read_range(cut.path, cut.span.start, cut.span.end)
+        except (RemoteError, VideoFileError) as exc:
+            raise _named(exc, self.catalog.describe(pos), camera) from None
+        return self._make_piece(cut, data, cut.span.start)
 
-    def cut_ahead(self, key: Hashable, pos: int, camera: str, query_of: Callable[[dict], Any]) -> None:
-        """Begin cutting, on the piece threads, the piece of episode `pos`'s `camera` for the file times
-        `query_of(rows)` (rows: the episode's table rows), for `segment_for(..., key=key)` to take. Nothing to do
-        when the camera is fetched whole, known once the episode is fetched (without fetch threads: never)."""
+    def _plan_piece(self, pos: int, camera: str, query_s, key: Hashable) -> _PieceCut:
+        """Where the piece of episode `pos`'s `camera` for file times `query_s` lies: from the keyframe before the
+        first through the last packet decoded before the last is shown (its dts is at most its pts)."""
+        member, local = self.catalog.locate(pos)
+        meta, files = member.meta, self.files[member.index]
+        first, last = float(min(query_s)), float(max(query_s))
+        path = meta.video_file(local, camera)
+        tolerance_s = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
+        try:
+            indexed = files.indexes.get(path)
+            if indexed is None:  # readable when the episode was fetched; a later read failed
+                raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
+                                     f"{FIX_INDEX}")
+            span = indexed_span(path, first, last + 0.5 / meta.fps, indexed, episode=meta.episode_index(local),
+                                camera=camera, tolerance_s=tolerance_s)
+        except (RemoteError, VideoFileError) as exc:
+            raise _named(exc, self.catalog.describe(pos), camera) from None
+        return _PieceCut(pos, camera, key, path, files, indexed, span, last, tolerance_s)
+
+    def _make_piece(self, cut: _PieceCut, data: bytes, at: int) -> Segment:
+        """The piece `cut` plans, from `data` read at file offset `at` (holding its bytes)."""
+        member, local = self.catalog.locate(cut.pos)
+        meta = member.meta
+        try:
+            seg = indexed_segment(data, at, cut.span, cut.path, cut.indexed, episode=meta.episode_index(local),
+                                  camera=cut.camera, codec=meta.cameras[cut.camera].codec,
+                                  tolerance_s=cut.tolerance_s, last_frame_s=cut.last_s, piece=True)
+        except (RemoteError, VideoFileError) as exc:
+            raise _named(exc, self.catalog.describe(cut.pos), cut.camera) from None
+        with self._lock:
+            self.stats.pieces_cut += 1
+            self.stats.piece_bytes += seg.nbytes
+            if self.piece_log is not None:
+                self.piece_log.append(cut.key)
+        return seg
+
+    def cut_ahead(self, asks: list[tuple[Hashable, int, str, Callable[[dict], Any]]]) -> None:
+        """Begin cutting, on a piece thread, the pieces a batch's samples will ask for: per (key, pos, camera,
+        query_of) the piece of episode `pos`'s `camera` for the file times `query_of(rows)` (rows: the episode's
+        table rows), for `segment_for(..., key=key)` to take. One task for the batch, its reads coalesced and, on a
+        remote store, in flight together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its
+        episode is fetched (without fetch threads: never)."""
         if self._piece_pool is None:
             return
         with self._lock:
-            entry = self._entries.get(pos)
-            if entry is None or not entry.started or \
-                    (entry.done.is_set() and (entry.error is not None or camera not in entry.long)):
+            wanted = []
+            for ask in asks:
+                entry = self._entries.get(ask[1])
+                if entry is None or not entry.started or \
+                        (entry.done.is_set() and (entry.error is not None or ask[2] not in entry.long)):
+                    continue
+                wanted.append(ask)
+            if not wanted:
                 return
             try:
-                self._ahead[key] = self._piece_pool.submit(self._piece, key, pos, camera, query_of)
-            except RuntimeError:  # closing: the builder cuts its own
-                pass
+                batch = self._piece_pool.submit(self._pieces, wanted)
+            except RuntimeError:  # closing: the builders cut their own
+                return
+            for n, ask in enumerate(wanted):
+                self._ahead[ask[0]] = (batch, n)
 
-    def _piece(self, key: Hashable, pos: int, camera: str, query_of: Callable[[dict], Any]) -> Segment | None:
-        """The piece, once the episode's fetch (begun when it was pinned) is done; None (the builder cuts its
-        own, or finds the failure) when the camera is fetched whole or the episode's fetch failed or never
-        began: a piece thread never fetches an episode itself."""
-        with self._lock:
-            entry = self._entries.get(pos)
-        if entry is None or not entry.started:
-            return None
-        entry.done.wait()
-        if entry.error is not None or camera not in entry.long:
-            return None
-        piece = self._cut_piece(pos, camera, query_of(entry.rows), key)
-        with self._lock:
-            self._ahead_bytes += piece.nbytes
-            self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self._ahead_bytes)
-        return piece
+    def _pieces(self, asks: list) -> list:
+        """Per ask (`cut_ahead`), its piece once its episode's fetch (begun when it was pinned) is done; None (the
+        builder cuts its own, or finds the failure) when the camera is fetched whole or the episode's fetch failed
+        or never began: a piece thread never fetches an episode itself; or the error its cut raised."""
+        out: list[Any] = [None] * len(asks)
+        cuts: dict[int, list[tuple[int, _PieceCut]]] = {}  # a member's readers -> its pieces
+        for n, (key, pos, camera, query_of) in enumerate(asks):
+            with self._lock:
+                entry = self._entries.get(pos)
+            if entry is None or not entry.started:
+                continue
+            entry.done.wait()
+            if entry.error is not None or camera not in entry.long:
+                continue
+            try:
+                cut = self._plan_piece(pos, camera, query_of(entry.rows), key)
+            except Exception as exc:  # noqa: BLE001 - its builder raises it
+                out[n] = exc
+                continue
+            cuts.setdefault(id(cut.files), []).append((n, cut))
+        for planned in cuts.values():
+            try:
+                reads = read_spans(planned[0][1].files.ranges,
+                                   [(cut.path, cut.span.start, cut.span.end) for _, cut in planned])
+            except (RemoteError, VideoFileError) as exc:
+                for n, cut in planned:
+                    out[n] = _named(exc, self.catalog.describe(cut.pos), cut.camera)
+                continue
+            for (n, cut), (at, data) in zip(planned, reads):
+                try:
+                    out[n] = piece = self._make_piece(cut, data, at)
+                except Exception as exc:  # noqa: BLE001 - its builder raises it
+                    out[n] = exc
+                    continue
+                with self._lock:
+                    self._ahead_bytes += piece.nbytes
+                    self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self._ahead_bytes)
+        return out
 
     def drop_ahead(self) -> None:
         """Forget the pieces cut ahead that nobody took (the epoch stopped, or the loader closes)."""
         with self._lock:
             ahead, self._ahead = self._ahead, {}
-        for fut in ahead.values():
-            if fut.cancel():
+        for batch, n in ahead.values():
+            if batch.cancel():
                 continue
             try:
-                piece = fut.result()
+                piece = batch.result()[n]
             except Exception:  # noqa: BLE001 - nobody asked for it: its error is nobody's. Not BaseException: a
                 continue       # Ctrl-C landing in this wait (an epoch's end) must stop the loop, not be dropped
-            if piece is None:
+            if not isinstance(piece, Segment):
                 continue
             with self._lock:
                 self._ahead_bytes -= piece.nbytes
                 self.stats.pieces_dropped += 1
 
-    def _is_long(self, pos: int, camera: str, indexed) -> bool:
-        """Whether the episode's segment of `camera` would exceed `segment_bytes_limit` (from the file's index;
-        a file without one is cut whole)."""
-        if self.segment_bytes_limit is None or indexed is None:
+    def _in_pieces(self, pos: int, camera: str) -> bool:
+        """Whether the episode's segment of `camera` would exceed `segment_bytes_limit`, so that each sample reads
+        a piece of it (from the file's index; a file without one is cut whole)."""
+        if self.segment_bytes_limit is None:
             return False
         member, local = self.catalog.locate(pos)
+        path = member.meta.video_file(local, camera)
+        try:
+            indexed = self.files[member.index].indexes.get(path)
+        except (RemoteError, VideoFileError) as exc:
+            raise _named(exc, self.catalog.describe(pos), camera) from None
+        if indexed is None:
+            return False
         cam = member.meta.cameras[camera]
         span = indexed.index.cut(float(cam.from_timestamp[local]), float(cam.to_timestamp[local]))
         if span is None:
@@ -420,14 +519,70 @@ class EpisodeStore:
                     self._part(pos, entry, rest, True, failed=why)
                 raise
 
+    def _fill_together(self, starting: list[tuple[int, _Episode]]) -> None:
+        """`_fill` in the background of several episodes, their rows read in one task (`_rows_together`)."""
+        tasks: list[tuple[Callable[..., None], tuple]] = [(self._rows_together, (starting,))]
+        for pos, entry in starting:
+            cameras = self.catalog.locate(pos)[0].cameras
+            entry.pending = 1 + len(cameras)
+            tasks += [(self._part, (pos, entry, camera, True)) for camera in cameras]
+        for n, (fn, args) in enumerate(tasks):
+            try:
+                assert self._pool is not None  # background fetches need the pool
+                self._pool.submit(fn, *args)
+            except BaseException as exc:  # as in `_fill`: every part not handed over ends failed
+                why = DaliStreamError(f"the fetch of this episode was stopped before it began ({type(exc).__name__})")
+                for rest, rest_args in tasks[n:]:
+                    if rest == self._rows_together:
+                        for pos, entry in starting:
+                            self._part(pos, entry, None, True, failed=why)
+                    else:
+                        pos, entry, camera, _ = rest_args
+                        self._part(pos, entry, camera, True, failed=why)
+                raise
+
+    def _rows_together(self, starting: list[tuple[int, _Episode]]) -> None:
+        """The rows part (`_part`) of each of `starting`, read together per member (`TableReader.episodes`)."""
+        claimed = [(pos, entry) for pos, entry in starting if self._claim(entry, None)]
+        t0 = time.perf_counter()
+        ended: set[int] = set()
+        by_member: dict[int, list[tuple[int, _Episode, int]]] = {}
+        for pos, entry in claimed:
+            member, local = self.catalog.locate(pos)
+            by_member.setdefault(member.index, []).append((pos, entry, local))
+        try:
+            for index, items in by_member.items():
+                got = self.files[index].tables.episodes([local for *_, local in items])
+                for (pos, entry, _), rows in zip(items, got):
+                    if isinstance(rows, BaseException):
+                        entry.error = entry.error or rows
+                    else:
+                        entry.rows = rows
+                    entry.rows_ready.set()
+                    ended.add(pos)
+                    self._ended(pos, entry, True, t0)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for these episodes
+            for pos, entry in claimed:
+                if pos not in ended:
+                    entry.error = entry.error or exc
+                    entry.rows_ready.set()
+                    self._ended(pos, entry, True, t0)
+            raise
+
+    def _claim(self, entry: _Episode, camera: str | None) -> bool:
+        """Whether this caller fetches part `camera` (None: the rows) of the entry: each part begins once."""
+        with self._lock:
+            if camera in entry.claimed:
+                return False
+            entry.claimed.add(camera)
+            return True
+
     def _part(self, pos: int, entry: _Episode, camera: str | None, background: bool,
               failed: BaseException | None = None) -> None:
         """Fetch one part of the episode (`camera`'s segment, or None: its rows); `failed`: end it failed with that
         error instead. Each part ends once: a part already begun (or ended failed) is not done again."""
-        with self._lock:
-            if camera in entry.claimed:
-                return
-            entry.claimed.add(camera)
+        if not self._claim(entry, camera):
+            return
         t0 = time.perf_counter()
         try:
             if failed is not None:
@@ -435,19 +590,21 @@ class EpisodeStore:
             if camera is None:
                 member, local = self.catalog.locate(pos)
                 entry.rows = self.files[member.index].tables.episode(local)
+            elif self._in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
+                entry.long.add(camera)
             else:
                 entry.rows_ready.wait()
                 if entry.error is None:
-                    seg = self._cut(pos, camera, entry.rows)
-                    if seg is None:
-                        entry.long.add(camera)
-                    else:
-                        entry.segments[camera] = seg
+                    entry.segments[camera] = self._cut(pos, camera, entry.rows)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
             entry.error = entry.error or exc
         finally:
             if camera is None:
                 entry.rows_ready.set()
+        self._ended(pos, entry, background, t0)
+
+    def _ended(self, pos: int, entry: _Episode, background: bool, t0: float) -> None:
+        """A part of the entry ended (begun at `t0`); after its last one the entry is done, counted and bounded."""
         with self._lock:
             self.stats.fetch_s += time.perf_counter() - t0
             entry.pending -= 1
@@ -467,19 +624,17 @@ class EpisodeStore:
             entry.done.set()
             self._evict()
 
-    def _cut(self, pos: int, camera: str, rows: dict) -> Segment | None:
-        """The episode's segment of `camera`, or None when it is read in pieces (`segment_bytes_limit`)."""
+    def _cut(self, pos: int, camera: str, rows: dict) -> Segment:
+        """The episode's whole segment of `camera`."""
         member, local = self.catalog.locate(pos)
         cam = member.meta.cameras[camera]
         start = float(cam.from_timestamp[local])
         return self._cut_range(pos, camera, start, float(cam.to_timestamp[local]),
                                start + float(rows[FRAME_TIME_S][-1]))
 
-    def _cut_range(self, pos: int, camera: str, from_s: float, to_s: float, last_frame_s: float,
-                   piece: bool = False, key: Hashable = None) -> Segment | None:
-        """The episode's packets of [from_s, to_s) (file time) for `camera` as a segment: the whole episode (None
-        when it is too long and read in pieces), or a `piece` for one sample (`key`: the caller's name for it, kept
-        in `piece_log`); errors name the episode (and member) and camera."""
+    def _cut_range(self, pos: int, camera: str, from_s: float, to_s: float, last_frame_s: float) -> Segment:
+        """The episode's packets of [from_s, to_s) (file time) for `camera` as its whole segment; errors name the
+        episode (and member) and camera."""
         member, local = self.catalog.locate(pos)
         meta, files = member.meta, self.files[member.index]
         path = meta.video_file(local, camera)
@@ -487,25 +642,14 @@ class EpisodeStore:
         tolerance_s = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
         try:
             indexed = files.indexes.get(path)
-            if piece and indexed is None:  # readable when the episode was fetched; a later read failed
-                raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
-                                     f"{FIX_INDEX}")
-            if not piece and self._is_long(pos, camera, indexed):
-                return None
             seg = cut_segment(files.ranges if indexed is not None else meta.data_fs, path, from_s, to_s,
                               episode=episode, camera=camera, codec=meta.cameras[camera].codec,
-                              tolerance_s=tolerance_s, last_frame_s=last_frame_s, indexed=indexed, piece=piece)
+                              tolerance_s=tolerance_s, last_frame_s=last_frame_s, indexed=indexed)
         except (RemoteError, VideoFileError) as exc:
             raise _named(exc, self.catalog.describe(pos), camera) from None
         with self._lock:
-            if piece:
-                self.stats.pieces_cut += 1
-                self.stats.piece_bytes += seg.nbytes
-                if self.piece_log is not None:
-                    self.piece_log.append(key)
-            else:
-                self.stats.segments_cut += 1
-                self.stats.segment_bytes += seg.nbytes
+            self.stats.segments_cut += 1
+            self.stats.segment_bytes += seg.nbytes
         return seg
 
     def _evict(self) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from ..errors import DatasetError, RemoteError
 from ..source.storage import parquet_errors, parquet_file
 from .once import OncePerKey
 
+OPENING_THREADS = 16  # data files whose footers a remote reader fetches at once (`TableReader.episodes`)
 SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
 # Open data files (their parquet footers) kept per reader, bounded by the footers' memory: a footer takes 7.4x its
 # serialized size once parsed (measured: 6.7 MB resident for a 1,000-row-group, 8-column file of 0.9 MB), so
@@ -125,17 +127,23 @@ class TableReader:
             size += col.total_compressed_size
         return start or 0, end, size
 
-    def _read(self, path: str, pf, groups: list[int], read_lock, episode: int, known: dict | None = None):
-        """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each. `known`:
-        the file's spans computed so far (filled here)."""
+    def _spans(self, pf, groups: list[int], known: dict | None = None) -> list[tuple[int, int, int]]:
+        """`_span` of each of `groups`; `known`: the file's spans computed so far (filled here)."""
         known = {} if known is None else known
         for g in groups:
             if g not in known:
                 known[g] = self._span(pf.metadata.row_group(g))
-        spans = [known[g] for g in groups]
+        return [known[g] for g in groups]
+
+    def _read(self, path: str, pf, groups: list[int], read_lock, episode: int, known: dict | None = None,
+              fetched: list[tuple[int, bytes]] | None = None):
+        """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each, unless
+        `fetched` holds them already ((offset, bytes) per group, `episodes`). `known`: the file's spans computed so
+        far (filled here)."""
+        spans = self._spans(pf, groups, known)
         raw: Any = getattr(pf, "raw", None)
-        pieces = []
-        if raw is not None:  # remote: each row group's columns in one range request, outside the locks
+        pieces = fetched or []
+        if raw is not None and fetched is None:  # remote: each row group's columns in one request, outside the locks
             try:
                 pieces = [(first, self.meta.data_fs.read_range(path, first, end)) for first, end, _ in spans]
             except RemoteError as exc:
@@ -187,25 +195,93 @@ class TableReader:
 
     def episode(self, pos: int) -> dict[str, np.ndarray]:
         """The episode's rows in frame order, one numpy array per column."""
+        return self._rows(pos, *self._where(pos))
+
+    def episodes(self, positions: list[int]) -> list:
+        """`episode` of each of `positions`, or the error reading it raised: on a remote store the row groups of
+        all of them read at once (`remote.RemoteFS.read_ranges`: their latencies overlap), where one `episode` after
+        another waits a request's latency each (a global shuffle reads the rows of a new episode per sample)."""
+        out: list[Any] = [None] * len(positions)
+        where: list[Any] = [None] * len(positions)
+        self._open_together([self.meta.data_file(pos) for pos in positions])
+        asks: list[tuple[int, str, int, int]] = []  # (which, path, first byte, end byte) of the row groups to read
+        for n, pos in enumerate(positions):
+            try:
+                where[n] = found = self._where(pos)
+            except Exception as exc:  # noqa: BLE001 - that episode's error, for whoever reads its rows
+                out[n] = exc
+                continue
+            path, pf, groups, _, known, shared = found
+            if getattr(pf, "raw", None) is not None and not shared:
+                asks += [(n, path, first, end) for first, end, _ in self._spans(pf, groups, known)]
+        fetched: dict[int, list[tuple[int, bytes]]] = {}
+        if asks:
+            try:
+                got = self.meta.data_fs.read_ranges([(path, first, end) for _, path, first, end in asks])
+            except RemoteError:  # one of them failed after its retries: each reads its own, and names its error
+                got = None
+            if got is not None:
+                for (n, _, first, _), data in zip(asks, got):
+                    fetched.setdefault(n, []).append((first, data))
+        for n, pos in enumerate(positions):
+            if where[n] is None:
+                continue
+            try:
+                path, pf, groups, read_lock, spans, shared = where[n]
+                out[n] = self._rows(pos, path, pf, groups, read_lock, spans, shared, fetched.get(n))
+            except Exception as exc:  # noqa: BLE001 - as above
+                out[n] = exc
+        return out
+
+    def _open_together(self, paths: list[str]) -> None:
+        """Open the data files of `paths` not open yet (their footers: two requests each on a remote store) on
+        threads of their own, at once; a file that fails is left for `_file` to raise its error per episode."""
+        if getattr(self.meta.data_fs, "read_ranges", None) is None:  # local: a footer read costs microseconds
+            return
+        new = sorted({p for p in paths if not self.files.holds((id(self.meta.data_fs), p))})
+        if len(new) < 2:
+            return
+
+        def open_one(path: str) -> None:
+            try:
+                self._file(path)
+            except Exception:  # noqa: BLE001 - raised again, named, when its episodes' rows are read
+                pass
+
+        with ThreadPoolExecutor(min(OPENING_THREADS, len(new)), thread_name_prefix="dali-stream-footer") as pool:
+            list(pool.map(open_one, new))
+
+    def _where(self, pos: int) -> tuple:
+        """(path, its ParquetFile, the row groups holding episode `pos`, their read lock, the file's known spans,
+        whether those groups hold many episodes)."""
+        meta = self.meta
+        start = int(meta.episodes["dataset_from_index"][pos])
+        stop = int(meta.episodes["dataset_to_index"][pos])
+        path = meta.data_file(pos)
+        pf, ranges, read_lock, spans = self._file(path)
+        groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
+        shared = any(pf.metadata.row_group(g).num_rows > 2 * (stop - start) for g in groups)
+        return path, pf, groups, read_lock, spans, shared
+
+    def _rows(self, pos: int, path: str, pf, groups: list[int], read_lock, spans: dict, shared: bool,
+              fetched: list[tuple[int, bytes]] | None = None) -> dict[str, np.ndarray]:
+        """The episode's rows from its row groups (`_where`); `fetched`: their bytes, read already."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         meta = self.meta
         start = int(meta.episodes["dataset_from_index"][pos])
         stop = int(meta.episodes["dataset_to_index"][pos])
-        path = meta.data_file(pos)
         episode = meta.episode_index(pos)
-        pf, ranges, read_lock, spans = self._file(path)
-        groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
-        shared = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
-            self._warn_shared(path, pf, shared[0])
+            many = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
+            self._warn_shared(path, pf, many[0])
             parts = [self._shared.get((path, g, tuple(self.keys)),
                                       functools.partial(self._read, path, pf, [g], read_lock, episode))
-                     if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
+                     if g in many else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:
-            table = self._read(path, pf, groups, read_lock, episode, spans)
+            table = self._read(path, pf, groups, read_lock, episode, spans, fetched)
         index = table.column("index").to_numpy()
         exact = len(index) == stop - start and (not len(index) or (index[0] == start and (np.diff(index) == 1).all()))
         if not exact:

@@ -392,14 +392,15 @@ class BatchBuilder:
 
     def cut_ahead(self, plan: BatchPlan) -> None:
         """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),
-        before a builder takes the batch up."""
+        before a builder takes the batch up: one task for the batch, its reads coalesced."""
+        asks = []
         for key in self.routes:
             f = self.fields[key]
             for j, pos in enumerate(plan.episodes):
                 own = f.own[self.catalog.locate(int(pos))[0].index]
                 if own is not None:
-                    self.store.cut_ahead(piece_key(plan, j, key), int(pos), own,
-                                         functools.partial(self.query_s, plan, j, key))
+                    asks.append((piece_key(plan, j, key), int(pos), own, functools.partial(self.query_s, plan, j, key)))
+        self.store.cut_ahead(asks)
 
     def explain_dali_failure(self, pending: list[Prepared], exc: BaseException, node=None) -> DaliStreamError:
         """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what

@@ -159,6 +159,10 @@ class LocalRanges:
             raise _unreadable(path, f"{len(data)} of the {end - start} bytes at {start} that its index lists")
         return data
 
+    def read_ranges(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
+        """The bytes of each (path, start, end) of `spans` (`fetch.spans`), one after another."""
+        return [self.read_range(path, start, end) for path, start, end in spans]
+
     def open(self, path: str, mode: str = "rb", pieces=()):
         """The file itself (`pieces`, bytes a remote reader already fetched, are not needed locally)."""
         return self.fs.open(path, mode)
