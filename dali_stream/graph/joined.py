@@ -35,6 +35,7 @@ from ..fetch.pictures import one_picture_per_packet
 from ..fetch.segments import PacketIndex, Segment
 from .clips import DaliInput, clip_bytes, clip_packets, dali_input, packets_of
 
+_ONE = np.zeros(1, np.int64)  # `order` of a sample showing one frame
 DECODER_BOXES = (b"avcC", b"hvcC", b"av1C", b"vpcC", b"colr")  # what a decoder reads of a sample entry's boxes
 
 
@@ -130,7 +131,8 @@ def _clips(segs: list, indices: list[np.ndarray]) -> list[_Clip] | None:
     clips, config = [], None
     for seg, idx in zip(segs, indices):
         index = packets_of(seg)
-        wanted, order = np.unique(np.asarray(idx, dtype=np.int64), return_inverse=True)
+        idx = np.asarray(idx, dtype=np.int64)
+        wanted, order = (idx, _ONE) if len(idx) == 1 else np.unique(idx, return_inverse=True)  # one frame: no sort
         shown = np.sort(index.pts)
         resets = seg.resets()
         packets = clip_packets(index, int(shown[wanted[0]]), int(shown[wanted[-1]]), resets)
