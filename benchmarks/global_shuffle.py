@@ -6,14 +6,16 @@
 DATASET defaults to .demo/global-2000: 2,000 episodes of 40-80 frames, one 320x240 H.264 camera at GOP 2, crf 30,
 written as lerobot's recorder writes them (`dali-stream make-sample --recorder lerobot`; ~15 min on 2 cores, once).
 Each run is a child process of its own (its peak RSS is its own): batch 64, 2 workers, uint8 frames on the CPU,
-`--warmup` batches, then `--batches` batches timed. Local runs alternate pool 16 and 'all' twice (this dataset's
-episodes fit in half of cache_bytes: held whole), then 'all' once more with every sample's GOPs read alone (as
-for a share that does not fit, forced by segment_bytes=1); each reports
-samples/s, the first batch's latency, peak RSS, and how the batches mix (distinct episodes per batch, episodes
-touched per 100 batches, repeats within pool/batch batches: `dali_stream.tools.mixing_stats`) beside a shuffled
-DataLoader's on the same episodes. The remote runs read the same dataset from a loopback HTTP server behind a proxy
-that answers every GET after `--delay-ms` (both in a process of their own, tests/httpserver.py and
-tests/faultproxy.py), and report the requests and bytes read against the bytes of the GOPs the timed batches need.
+`--warmup` batches, then `--batches` batches timed. Local runs alternate, twice, pool 16, 'all' (this dataset's
+episodes fit in half of cache_bytes: held whole) and 'all' with every sample's GOPs read alone (as for a share
+that does not fit, forced by segment_bytes=1); each reports
+samples/s (over the warm-up too), the first batch's latency, peak RSS, and how the batches mix (distinct episodes
+per batch, episodes touched per 100 batches, repeats within pool/batch batches: `dali_stream.tools.mixing_stats`)
+beside a shuffled DataLoader's on the same episodes. The remote runs (pool 16, 'all', 'all' in pieces) read the
+same dataset from a loopback HTTP store that answers every GET after `--delay-ms` (benchmarks/far_store.py, a
+process of its own on the same cores), and report the requests and bytes read against the bytes of the GOPs the
+timed batches need. Every run reports the loader's CPU time per sample (all its threads): the store shares the 2
+cores, so over HTTP the rate measures the two together, the CPU per sample the loader alone.
 Ratios within one run are what to read: absolute rates move +-20 % on a shared 2-core VM.
 """
 
@@ -47,15 +49,19 @@ def _child(source: str, pool, warmup: int, batches: int, out, segment_bytes) -> 
     it = iter(loader)
     next(it)
     first_s = time.perf_counter() - t0
+    t = time.perf_counter()
     for _ in range(warmup):
         next(it)
+    warmup_rate = warmup * 64 / (time.perf_counter() - t)
     remote0 = dict(loader.remote_stats or {})
     logged = len(loader.store.piece_log)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for _ in range(batches):
         next(it)
     wall = time.perf_counter() - t
+    cpu = time.process_time() - cpu  # every thread of this process: what the loader costs whoever serves it
     result = {"pool": pool if segment_bytes is None else f"{pool}, in pieces", "samples_per_s": batches * 64 / wall, "first_batch_s": first_s,
+              "warmup_samples_per_s": warmup_rate, "cpu_ms_per_sample": 1000 * cpu / (batches * 64),
               "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
               "batch_mixing": batch_mixing(loader)}
     remote = loader.remote_stats
@@ -92,18 +98,18 @@ def main() -> int:
     if not Path(args.dataset).exists():
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in SAMPLE.items()]
         subprocess.run([sys.executable, "-m", "dali_stream", "make-sample", args.dataset, *flags], check=True)
+    # 'all' in pieces: a share larger than half of cache_bytes, every sample reads its GOPs alone (forced here by
+    # segment_bytes=1)
+    runs = [(16, None), ("all", None), ("all", 1)]
     local = []
-    for pool in (16, "all", 16, "all"):
-        local.append(run(args.dataset, pool, args.warmup, args.batches))
+    for pool, segment_bytes in runs * 2:
+        local.append(run(args.dataset, pool, args.warmup, args.batches, segment_bytes))
         print(json.dumps({k: v for k, v in local[-1].items() if k != "batch_mixing"}), flush=True)
-    # a share larger than half of cache_bytes: every sample reads its GOPs alone (forced here by segment_bytes=1)
-    local.append(run(args.dataset, "all", args.warmup, args.batches, segment_bytes=1))
-    print(json.dumps({k: v for k, v in local[-1].items() if k != "batch_mixing"}), flush=True)
-    server = subprocess.Popen([sys.executable, "-c", SERVE, str(ROOT), args.dataset, str(args.delay_ms / 1000)],
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/far_store.py"), args.dataset,
+                               f"--delay-ms={args.delay_ms}"], stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip() if server.stdout else ""
-        remote = [run(url, pool, args.warmup, args.batches) for pool in (16, "all")]
+        remote = [run(url, pool, args.warmup, args.batches, segment_bytes) for pool, segment_bytes in runs]
     finally:
         server.kill()
     for r in remote:
@@ -111,6 +117,10 @@ def main() -> int:
 
     def rate(pool, runs):
         got = [r["samples_per_s"] for r in runs if r["pool"] == pool]
+        return sum(got) / len(got)
+
+    def cpu(pool, runs):
+        got = [r["cpu_ms_per_sample"] for r in runs if r["pool"] == pool]
         return sum(got) / len(got)
 
     def peak(pool):
@@ -122,6 +132,11 @@ def main() -> int:
         "global_first_batch_s": max(r["first_batch_s"] for r in local if r["pool"] == "all"),
         "global_in_pieces_over_pool16_samples_per_s": rate("all, in pieces", local) / rate(16, local),
         "remote_global_over_local_global": rate("all", remote) / rate("all", local),
+        "remote_global_in_pieces_over_local_in_pieces": rate("all, in pieces", remote) / rate("all, in pieces", local),
+        # the loader's CPU per sample over HTTP against locally: where the store is another machine (not a process
+        # on the same 2 cores), this, not the rate, is what remote reads cost
+        "remote_over_local_cpu_per_sample": {
+            str(pool): cpu(pool, remote) / cpu(pool, local) for pool in (16, "all", "all, in pieces")},
         "remote_pool16_over_local_pool16": rate(16, remote) / rate(16, local),
     }
     report = {"dataset": args.dataset, "sample": SAMPLE, "batch_size": 64, "num_workers": 2, "warmup": args.warmup,
@@ -133,16 +148,6 @@ def main() -> int:
     print(f"wrote {args.out}")
     return 0
 
-
-SERVE = """
-import sys, time
-sys.path.insert(0, sys.argv[1])
-from tests.faultproxy import FaultProxy
-from tests.httpserver import Server
-with Server(sys.argv[2]) as upstream, FaultProxy(upstream, delay_s=float(sys.argv[3])) as url:
-    print(url, flush=True)
-    time.sleep(3600)
-"""
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -2,8 +2,10 @@
 batches from pool 16, from the global shuffle (episode_pool_size='all') and from a shuffled torch DataLoader over a
 LeRobotDataset-style map dataset; validation loss on held-out episodes, in one run.
 
-    .venv/bin/python benchmarks/shuffle_training.py [DATASET] [--steps 600] [--eval-every 150] [--seed 0]
+    .venv/bin/python benchmarks/shuffle_training.py [DATASET] [--steps 600] [--eval-every 150] [--seed 0 [1 ...]]
         [--out benchmarks/results/cpu-2core-global-shuffle/shuffle_training.json]
+
+`--seed 1 2` repeats the three runs for each seed given (it draws the initial weights and every loader's order).
 
 DATASET defaults to the global-shuffle benchmark's (benchmarks/global_shuffle.py: 2,000 lerobot-written GOP-2
 episodes, one 320x240 H.264 camera, 6-dof state and action). The last 10 % of the episodes are held out. The
@@ -117,7 +119,7 @@ def main() -> int:
     ap.add_argument("dataset", nargs="?", default=str(ROOT / ".demo/global-2000"))
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--eval-every", type=int, default=150)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, nargs="+", default=[0])
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/cpu-2core-global-shuffle/shuffle_training.json"))
     args = ap.parse_args()
     if not Path(args.dataset).exists():
@@ -127,12 +129,14 @@ def main() -> int:
     episodes = [int(e) for e in DatasetMeta.open(args.dataset).episodes["episode_index"]]
     cut = int(len(episodes) * 0.9)
     train_eps, val = episodes[:cut], episodes[cut:]
-    runs = [train(kind, args.dataset, train_eps, val, args.steps, args.eval_every, args.seed)
-            for kind in ("pool16", "global", "dataloader")]
+    runs = [{**train(kind, args.dataset, train_eps, val, args.steps, args.eval_every, seed), "seed": seed}
+            for seed in args.seed for kind in ("pool16", "global", "dataloader")]
+    final = {kind: [r["curve"][-1]["val_loss"] for r in runs if r["kind"] == kind] for kind in ("pool16", "global",
+                                                                                               "dataloader")}
     report = {"dataset": args.dataset, "steps": args.steps, "batch_size": 64, "seed": args.seed,
               "train_episodes": len(train_eps), "val_episodes": len(val), "host": platform.node(),
               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
-              "final_val_loss": {r["kind"]: r["curve"][-1]["val_loss"] for r in runs}, "runs": runs}
+              "final_val_loss": {k: v[0] if len(v) == 1 else v for k, v in final.items()}, "runs": runs}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["final_val_loss"], indent=2))
