@@ -273,7 +273,9 @@ def indexed_segment(data: bytes, at: int, span: IndexedSpan, path: str, indexed,
     """The segment of `span`'s samples from `data`, file bytes read from offset `at` (holding the span's)."""
     index = indexed.index
     first, stop, ts = span.first, span.stop, index.timescale
-    keep = index.sizes[first:stop] > 0
+    keep: Any = index.sizes[first:stop] > 0
+    if keep.all():  # no empty samples (the usual case): views, no copies
+        keep = slice(None)
     sizes = index.sizes[first:stop][keep]
     payload = samples_bytes(data, at, index.offsets[first:stop][keep], sizes)
     dts, ticks = index.dts[first:stop][keep], index.pts[first:stop][keep]
@@ -297,13 +299,28 @@ def written_packets(mdat: int, sizes: np.ndarray, dts: np.ndarray, pts: np.ndarr
     samples from byte `mdat` on; times on the written track's timeline (dts from 0 by the written deltas, then
     shifted by the edit that starts at the earliest pts); durations as the deltas say. A piece per sample is cut
     this way on every batch of a global shuffle, so parsing it back would cost as much as writing it."""
-    sizes = np.asarray(sizes, dtype=np.int64)
-    deltas = np.maximum(np.concatenate([np.diff(dts), [int(durations[-1])]]), 0).astype(np.int64)
-    start = int(np.min(pts)) - int(dts[0])
-    written = np.concatenate([[0], np.cumsum(deltas)[:-1]]).astype(np.int64)
-    shown = written + (np.asarray(pts, dtype=np.int64) - np.asarray(dts, dtype=np.int64))
-    return PacketIndex(mdat + np.cumsum(sizes) - sizes, sizes, shown - start, written - start, deltas,
-                       np.asarray(sync, dtype=bool), Fraction(1, timescale), stsd)
+    # ndarray methods and buffers filled in place: a piece holds two or three packets, so numpy's per-call cost,
+    # not the arithmetic, is what this costs
+    sizes, dts, pts = (np.asarray(a, dtype=np.int64) for a in (sizes, dts, pts))
+    n = len(sizes)
+    deltas = np.empty(n, np.int64)
+    np.subtract(dts[1:], dts[:-1], out=deltas[:-1])
+    deltas[-1] = durations[-1]
+    np.maximum(deltas, 0, out=deltas)
+    start = int(pts.min()) - int(dts[0])
+    written = np.empty(n, np.int64)
+    written[0] = -start
+    np.cumsum(deltas[:-1], out=written[1:])
+    written[1:] -= start
+    pos = sizes.cumsum()
+    pos += mdat - sizes
+    return PacketIndex(pos, sizes, written + (pts - dts), written, deltas, np.asarray(sync, dtype=bool),
+                       _time_base(timescale), stsd)
+
+
+@functools.lru_cache(maxsize=64)
+def _time_base(timescale: int) -> Fraction:
+    return Fraction(1, timescale)
 
 
 def samples_bytes(data: bytes, start: int, offsets: np.ndarray, sizes: np.ndarray) -> bytes:

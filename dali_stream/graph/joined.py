@@ -27,6 +27,7 @@ from the file's index by `fetch.store`), so one decoder serves the batch instead
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -154,22 +155,25 @@ def _joined(members: list[_Clip]) -> tuple[bytes, np.ndarray, np.ndarray]:
     asked: list[np.ndarray] = []
     for m in members:
         part, ix = m.packets, m.index
-        clip = (m.seg.uid, int(part[0]), int(part[-1]))
+        lo, hi = int(part[0]), int(part[-1])
+        clip = (m.seg.uid, lo, hi)
         if clip not in placed:
-            shift = end - int(min(ix.dts[part].min(), ix.pts[part].min()))
-            key = m.seg.body[int(ix.pos[part[0]]):int(ix.pos[part[0]] + ix.size[part[0]])]
+            at: Any = slice(lo, hi + 1) if hi - lo + 1 == len(part) else part  # a run of packets (the usual): views
+            dts, pts, duration = ix.dts[at], ix.pts[at], ix.duration[at]
+            shift = end - int(min(dts.min(), pts.min()))
+            key = m.seg.body[int(ix.pos[lo]):int(ix.pos[lo] + ix.size[lo])]
             spliced = nal.splice(m.stsd, key)
-            sizes = ix.size[part].copy()
+            sizes = ix.size[at].copy()
             sizes[0] = len(spliced)
             cols["size"].append(sizes)
-            for name in ("duration", "key"):
-                cols[name].append(getattr(ix, name)[part])
-            cols["dts"].append(ix.dts[part] + shift)
-            cols["pts"].append(ix.pts[part] + shift)
+            cols["duration"].append(duration)
+            cols["key"].append(ix.key[at])
+            cols["dts"].append(dts + shift)
+            cols["pts"].append(pts + shift)
             payload.append(clip_bytes(m.seg.body, ix, part, spliced))
-            placed[clip] = (shown, np.sort(ix.pts[part]))
+            placed[clip] = (shown, np.sort(pts))
             shown += len(part)
-            end = int(max((cols["pts"][-1] + ix.duration[part]).max(), (cols["dts"][-1] + ix.duration[part]).max()))
+            end = int(max((cols["pts"][-1] + duration).max(), (cols["dts"][-1] + duration).max()))
         first, clip_pts = placed[clip]
         asked.append((first + np.searchsorted(clip_pts, m.ticks))[m.order])  # this member's steps, as stream frames
     from ..fetch.mp4write import write_mp4
