@@ -137,8 +137,7 @@ class _Producer:
         self.prefetcher = Prefetcher(builder.store, plan, start, lookahead + fetch_ahead, self.lock)
         self._next = start  # the next batch whose build begins
         self._cut = start  # the next batch to come into view: drawn once, its pieces cut ahead
-        self._plans: dict[int, BatchPlan] = {}  # drawn, build not begun
-        self._drawn: dict[int, BatchPlan] = {}  # without workers: plans drawn, not built yet
+        self._plans: dict[int, BatchPlan] = {}  # drawn, build not begun (without workers: not built yet)
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
         self.owner = threading.current_thread()  # the iterating thread
@@ -189,7 +188,7 @@ class _Producer:
         if index >= self._next:
             self.bring_ahead(index)
         if self.pool is None:
-            prepared = self._timed_build(self._drawn.pop(index))
+            prepared = self._timed_build(self._plans.pop(index))
         else:
             prepared = self.futures.pop(index).result()
         self.wait_s += time.perf_counter() - t0
@@ -208,11 +207,8 @@ class _Producer:
             self._plans[ahead] = plan
             self._cut = ahead + 1
         for ahead in range(max(self._next, index), min(index + self.lookahead + 1, last)):
-            plan = self._plans.pop(ahead)
-            if self.pool is None:
-                self._drawn[ahead] = plan
-            else:
-                self.futures[ahead] = self.pool.submit(self._timed_build, plan)
+            if self.pool is not None:  # without workers `take` builds it
+                self.futures[ahead] = self.pool.submit(self._timed_build, self._plans.pop(ahead))
             self._next = ahead + 1
 
     def close(self) -> None:

@@ -85,6 +85,8 @@ class _PieceCut:
     span: IndexedSpan
     last_s: float  # file time of the last frame asked
     tolerance_s: float
+    episode: int  # its episode_index
+    codec: str
 
 
 def _named(exc: BaseException, where: str, camera: str) -> BaseException:
@@ -344,26 +346,24 @@ class EpisodeStore:
         meta, files = member.meta, self.files[member.index]
         first, last = float(min(query_s)), float(max(query_s))
         path = meta.video_file(local, camera)
-        tolerance_s = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
+        tolerance_s, episode = self._tolerance_s(member), meta.episode_index(local)
         try:
             indexed = files.indexes.get(path)
             if indexed is None:  # readable when the episode was fetched; a later read failed
                 raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
                                      f"{FIX_INDEX}")
-            span = indexed_span(path, first, last + 0.5 / meta.fps, indexed, episode=meta.episode_index(local),
-                                camera=camera, tolerance_s=tolerance_s)
+            span = indexed_span(path, first, last + 0.5 / meta.fps, indexed, episode=episode, camera=camera,
+                                tolerance_s=tolerance_s)
         except (RemoteError, VideoFileError) as exc:
             raise _named(exc, self.catalog.describe(pos), camera) from None
-        return _PieceCut(pos, camera, key, path, files, indexed, span, last, tolerance_s)
+        return _PieceCut(pos, camera, key, path, files, indexed, span, last, tolerance_s, episode,
+                         meta.cameras[camera].codec)
 
     def _make_piece(self, cut: _PieceCut, data: bytes, at: int) -> Segment:
         """The piece `cut` plans, from `data` read at file offset `at` (holding its bytes)."""
-        member, local = self.catalog.locate(cut.pos)
-        meta = member.meta
         try:
-            seg = indexed_segment(data, at, cut.span, cut.path, cut.indexed, episode=meta.episode_index(local),
-                                  camera=cut.camera, codec=meta.cameras[cut.camera].codec,
-                                  tolerance_s=cut.tolerance_s, last_frame_s=cut.last_s, piece=True)
+            seg = indexed_segment(data, at, cut.span, cut.path, cut.indexed, episode=cut.episode, camera=cut.camera,
+                                  codec=cut.codec, tolerance_s=cut.tolerance_s, last_frame_s=cut.last_s, piece=True)
         except (RemoteError, VideoFileError) as exc:
             raise _named(exc, self.catalog.describe(cut.pos), cut.camera) from None
         with self._lock:
@@ -491,7 +491,7 @@ class EpisodeStore:
         if not entry.done.is_set():
             t0 = time.perf_counter()
             if owner:
-                self._fill(pos, entry, False)
+                self._fill(pos, entry)
             else:
                 entry.done.wait()
             with self._lock:
@@ -501,26 +501,16 @@ class EpisodeStore:
         return entry
 
     # ---- fetching --------------------------------------------------------------------------------------
-    def _fill(self, pos: int, entry: _Episode, background: bool) -> None:
-        """Fetch the rows and each camera's segment: as parallel background tasks (the cameras' wait for the
-        rows, which start first), or one after another in this thread."""
+    def _fill(self, pos: int, entry: _Episode) -> None:
+        """Fetch the rows and each camera's segment one after another in this thread (a builder's demand fetch)."""
         parts = [None, *self.catalog.locate(pos)[0].cameras]  # None: the table rows; the member's cameras
         entry.pending = len(parts)
-        for n, camera in enumerate(parts):
-            if not background:
-                self._part(pos, entry, camera, False)
-                continue
-            try:
-                assert self._pool is not None  # background fetches need the pool
-                self._pool.submit(self._part, pos, entry, camera, True)
-            except BaseException as exc:  # the pool closed, or an interrupt (Ctrl-C) landed here: the parts not
-                why = DaliStreamError(f"the fetch of this episode was stopped before it began ({type(exc).__name__})")
-                for rest in parts[n:]:    # handed over end failed, so nobody waits for this episode forever
-                    self._part(pos, entry, rest, True, failed=why)
-                raise
+        for camera in parts:
+            self._part(pos, entry, camera, False)
 
     def _fill_together(self, starting: list[tuple[int, _Episode]]) -> None:
-        """`_fill` in the background of several episodes, their rows read in one task (`_rows_together`)."""
+        """Fetch episodes in the background: their rows in one task (`_rows_together`), each camera in a task of its
+        own (the cameras whose segments are cut whole wait for the rows, which start first)."""
         tasks: list[tuple[Callable[..., None], tuple]] = [(self._rows_together, (starting,))]
         for pos, entry in starting:
             cameras = self.catalog.locate(pos)[0].cameras
@@ -530,7 +520,8 @@ class EpisodeStore:
             try:
                 assert self._pool is not None  # background fetches need the pool
                 self._pool.submit(fn, *args)
-            except BaseException as exc:  # as in `_fill`: every part not handed over ends failed
+            except BaseException as exc:  # the pool closed, or an interrupt (Ctrl-C) landed here: the parts not
+                # handed over end failed, so nobody waits for these episodes forever
                 why = DaliStreamError(f"the fetch of this episode was stopped before it began ({type(exc).__name__})")
                 for rest, rest_args in tasks[n:]:
                     if rest == self._rows_together:
@@ -624,27 +615,24 @@ class EpisodeStore:
             entry.done.set()
             self._evict()
 
-    def _cut(self, pos: int, camera: str, rows: dict) -> Segment:
-        """The episode's whole segment of `camera`."""
-        member, local = self.catalog.locate(pos)
-        cam = member.meta.cameras[camera]
-        start = float(cam.from_timestamp[local])
-        return self._cut_range(pos, camera, start, float(cam.to_timestamp[local]),
-                               start + float(rows[FRAME_TIME_S][-1]))
+    def _tolerance_s(self, member) -> float:
+        """A member's own `tolerance_s`, else the loader's."""
+        return member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
 
-    def _cut_range(self, pos: int, camera: str, from_s: float, to_s: float, last_frame_s: float) -> Segment:
-        """The episode's packets of [from_s, to_s) (file time) for `camera` as its whole segment; errors name the
-        episode (and member) and camera."""
+    def _cut(self, pos: int, camera: str, rows: dict) -> Segment:
+        """The episode's whole segment of `camera` (its packets of [from_timestamp, to_timestamp), file time);
+        errors name the episode (and member) and camera."""
         member, local = self.catalog.locate(pos)
         meta, files = member.meta, self.files[member.index]
+        cam = meta.cameras[camera]
+        start = float(cam.from_timestamp[local])
         path = meta.video_file(local, camera)
-        episode = meta.episode_index(local)
-        tolerance_s = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
         try:
             indexed = files.indexes.get(path)
-            seg = cut_segment(files.ranges if indexed is not None else meta.data_fs, path, from_s, to_s,
-                              episode=episode, camera=camera, codec=meta.cameras[camera].codec,
-                              tolerance_s=tolerance_s, last_frame_s=last_frame_s, indexed=indexed)
+            seg = cut_segment(files.ranges if indexed is not None else meta.data_fs, path, start,
+                              float(cam.to_timestamp[local]), episode=meta.episode_index(local), camera=camera,
+                              codec=cam.codec, tolerance_s=self._tolerance_s(member),
+                              last_frame_s=start + float(rows[FRAME_TIME_S][-1]), indexed=indexed)
         except (RemoteError, VideoFileError) as exc:
             raise _named(exc, self.catalog.describe(pos), camera) from None
         with self._lock:

@@ -253,17 +253,17 @@ class TableReader:
 
     def _where(self, pos: int) -> tuple:
         """(path, its ParquetFile, the row groups holding episode `pos`, their read lock, the file's known spans,
-        whether those groups hold many episodes)."""
+        those of the groups that hold many episodes)."""
         meta = self.meta
         start = int(meta.episodes["dataset_from_index"][pos])
         stop = int(meta.episodes["dataset_to_index"][pos])
         path = meta.data_file(pos)
         pf, ranges, read_lock, spans = self._file(path)
         groups = [g for g, lo, hi in ranges if lo is None or (lo < stop and hi >= start)]
-        shared = any(pf.metadata.row_group(g).num_rows > 2 * (stop - start) for g in groups)
+        shared = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
         return path, pf, groups, read_lock, spans, shared
 
-    def _rows(self, pos: int, path: str, pf, groups: list[int], read_lock, spans: dict, shared: bool,
+    def _rows(self, pos: int, path: str, pf, groups: list[int], read_lock, spans: dict, shared: list[int],
               fetched: list[tuple[int, bytes]] | None = None) -> dict[str, np.ndarray]:
         """The episode's rows from its row groups (`_where`); `fetched`: their bytes, read already."""
         import pyarrow as pa
@@ -274,11 +274,10 @@ class TableReader:
         stop = int(meta.episodes["dataset_to_index"][pos])
         episode = meta.episode_index(pos)
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
-            many = [g for g in groups if pf.metadata.row_group(g).num_rows > 2 * (stop - start)]
-            self._warn_shared(path, pf, many[0])
+            self._warn_shared(path, pf, shared[0])
             parts = [self._shared.get((path, g, tuple(self.keys)),
                                       functools.partial(self._read, path, pf, [g], read_lock, episode))
-                     if g in many else self._read(path, pf, [g], read_lock, episode) for g in groups]
+                     if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:
             table = self._read(path, pf, groups, read_lock, episode, spans, fetched)
