@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .errors import ConfigError, DaliStreamError
-from .meta import Camera, DatasetMeta
+from .meta import Camera, DatasetMeta, LerobotMetadata
 from .mixture import Member, Mixture, default_name
 from .schema import APPROXIMATE_STATS, Field, merge_features, merge_stats
 
@@ -198,7 +198,7 @@ class Catalog:
                 "samples_per_epoch": self.mixture.samples_per_epoch, "vectors": self.mixture.vectors}
 
 
-class MixtureMeta:
+class MixtureMeta(LerobotMetadata):
     """`loader.meta` of a mixture: the mixture's features, stats and fps as lerobot's `LeRobotDatasetMetadata`
     offers them (`make_policy(cfg, ds_meta=loader.meta)`, `make_pre_post_processors(..., dataset_stats=
     loader.meta.stats)`), and each member's own metadata (`members`).
@@ -211,12 +211,13 @@ class MixtureMeta:
     def __init__(self, catalog: Catalog, image_shape: tuple[int, int] | None = None) -> None:
         self.catalog = catalog
         self.members = [m.meta for m in catalog.members]
-        self.names = [m.name for m in catalog.members]
+        self.member_names = [m.name for m in catalog.members]  # `names`, as lerobot's, holds the features' names
         self.fields = catalog.fields
         self.fps = self.members[0].fps
         self.video_keys = list(catalog.video_keys)
         self.table_keys = list(catalog.table_keys)
         self.source = "mixture(" + ", ".join(f"{m.name}={m.meta.source}" for m in catalog.members) + ")"
+        self.repo_id = self.source
         self.features: dict[str, dict[str, Any]] = {}
         for key, f in catalog.fields.items():
             if f.visual:
@@ -229,7 +230,8 @@ class MixtureMeta:
             else:
                 self.features[key] = {"dtype": f.dtype, "shape": list(f.shape), "names": f.names}
         self.info = {"codebase_version": "v3.0", "fps": self.fps, "features": self.features,
-                     "robot_type": "mixture", "total_episodes": self.num_episodes, "total_frames": self.total_frames}
+                     "robot_type": "mixture", "total_episodes": self.num_episodes, "total_frames": self.total_frames,
+                     "total_tasks": sum(m.total_tasks for m in self.members)}
         self.stats_approximate = APPROXIMATE_STATS
 
     @property

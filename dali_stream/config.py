@@ -39,6 +39,13 @@ IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
 MEMORY_FORMATS: tuple[str, ...] = get_args(MemoryFormat)
 DEFAULT_CACHE_BYTES = 4 << 30
 GLOBAL_POOL = "all"  # episode_pool_size for a global shuffle
+# LeRobotDataset's arguments without a StreamLoader setting of the same name: what each becomes here.
+LEROBOT_ARGUMENTS = {
+    "video_backend": "the decoder is chosen per camera: `decode=` ('auto', 'cpu', 'gpu', 'cpu-open')",
+    "download_videos": "nothing is downloaded: the loader streams only the bytes of the episodes it draws",
+    "force_cache_sync": "nothing is cached on disk between runs: each run reads the source as it is now",
+    "batch_encoding_size": "a recording setting; the loader only reads",
+}
 
 
 def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None) -> Any:
@@ -111,12 +118,13 @@ class LoaderConfig:
         None, "augment(video, key, rand) -> video, inside the DALI graph on each camera's decoded FHWC uint8 "
               "frames (on the GPU where the camera is); draw every random parameter from `rand` (16 uniform "
               "numbers per sample, a pure function of seed, epoch, batch, sample, camera) so a resumed run "
-              "augments as an uninterrupted one (pipelines/augment.py)")
+              "augments as an uninterrupted one (dali_stream.augment: a ready one)")
     image_transforms: Optional[Callable[[Any], Any]] = _s(
         None, "lerobot's image_transforms: a callable (e.g. torchvision.transforms.v2.Compose) applied to each "
-              "sample's camera tensor ((3, H, W), or (T, 3, H, W) with a window) on the batch's device, after "
-              "resize/crop/normalise, in the consumer's thread; torch's RNG is seeded per (seed, epoch, batch, "
-              "sample, camera) around each call, so a resumed run transforms as an uninterrupted one")
+              "sample's camera tensor ((3, H, W), or (T, 3, H, W) with a window) after resize/crop/normalise: in "
+              "num_workers processes for batches on the CPU, else in the iterating thread; torch's RNG is seeded "
+              "per (seed, epoch, batch, sample, camera) around each call, so a resumed run transforms as an "
+              "uninterrupted one (dali_stream.transforms)")
     # threads and memory
     num_workers: int = _s(2, "threads that fetch and CPU-decode batches ahead (0: in the calling thread)")
     prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default 2 x num_workers; num_workers "
@@ -226,6 +234,9 @@ class LoaderConfig:
         the closest setting."""
         known = cls.names()
         for name in options:
+            if name in LEROBOT_ARGUMENTS:
+                raise ConfigError(f"StreamLoader has no setting `{name}` (lerobot's LeRobotDataset argument): "
+                                  f"{LEROBOT_ARGUMENTS[name]}")
             if name not in known:
                 close = difflib.get_close_matches(name, known, n=1)
                 hint = f"; did you mean `{close[0]}`?" if close else f"; the settings are {list(known)}"

@@ -48,6 +48,9 @@ from .plan.epoch import BatchPlan, EpochPlan, PlanConfig, resume_plan
 from .plan.selection import digest as selection_digest
 from .plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from .plan.world import World, resolve_world
+from .samples import Samples
+from .source.lerobot import lerobot_source
+from .transforms import TransformPool, apply, sample_seeds
 from .source.storage import is_local
 from .wait import DataWait
 
@@ -108,12 +111,14 @@ else:  # an interpreter without it: at least close them at exit
     atexit.register(_close_open_loaders)
 
 
-def _shut(store: EpisodeStore, engines: list[OpenDecoders]) -> None:
-    """A collected loader's close (on a thread of its own): the store's threads and the engines' threads end,
-    without waiting for them."""
+def _shut(store: EpisodeStore, engines: list[OpenDecoders], transforms: TransformPool | None) -> None:
+    """A collected loader's close (on a thread of its own): the store's threads, the engines' threads and the
+    transform processes end, without waiting for them."""
     store.close(False)
     for engine in engines:
         engine.close(False)
+    if transforms is not None:
+        transforms.close(False)
 
 
 class _Producer:
@@ -123,11 +128,12 @@ class _Producer:
     the same prepared batch, whichever DALI calls first."""
 
     def __init__(self, builder: BatchBuilder, plan: EpochPlan, start: int, workers: int, lookahead: int,
-                 fetch_ahead: int, cut_ahead: int = 0) -> None:
+                 fetch_ahead: int, cut_ahead: int = 0, finish=None) -> None:
         """Batches `lookahead` ahead are built; the pieces of long episodes of `max(lookahead, cut_ahead)` ahead
         are cut (a remote source's reads need more in flight than the builders do); what `lookahead +
-        fetch_ahead` ahead admit is fetched."""
-        self.builder, self.plan, self.start = builder, plan, start
+        fetch_ahead` ahead admit is fetched. `finish(prepared)`, where given, runs on each built batch in the
+        thread that built it (`image_transforms` of host frames)."""
+        self.builder, self.plan, self.start, self.finish = builder, plan, start, finish
         self.lookahead = lookahead
         self.cut_lookahead = min(max(lookahead, cut_ahead), lookahead + fetch_ahead)  # its episodes are pinned
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream") if workers > 0 else None
@@ -149,6 +155,8 @@ class _Producer:
         t0 = time.perf_counter()
         out = self.builder.build(plan)
         self.prefetcher.built(plan.index)
+        if self.finish is not None:
+            self.finish(out)
         self.build_s += time.perf_counter() - t0
         return out
 
@@ -229,22 +237,25 @@ class _Producer:
         self.builder.store.drop_ahead()  # pieces of batches nobody will build (their builders, if any, cut their own)
 
 
-def open_meta(source: str | Mixture | Sequence[str | Member], *, config: LoaderConfig | None = None,
+def open_meta(source: str | Mixture | Sequence[str | Member] | None = None, *, config: LoaderConfig | None = None,
+              repo_id: str | None = None, root: str | os.PathLike | None = None,
               **settings: Unpack[LoaderSettings]) -> Any:
     """A source's metadata, as `loader.meta` of a loader built on it will be, without building the loader: what
     lerobot's `resolve_delta_timestamps(cfg, meta)` needs before the loader exists. A dataset's is lerobot's
     `LeRobotDatasetMetadata` in the parts policies read (`features`, `fps`, `stats`), a
     mixture's a `MixtureMeta`. Pass it to `StreamLoader` in place of the source and the dataset is not opened
     again (the settings that open one, `revision`, `data_files_root`, `storage_options` and the `remote_*`
-    ones, then go here, not to the loader)."""
-    return _open_meta(source, LoaderConfig.make(config, **settings))
+    ones, then go here, not to the loader). lerobot's `repo_id=`/`root=` name the source as in `StreamLoader`."""
+    return _open_meta(lerobot_source(source, repo_id, root), LoaderConfig.make(config, **settings))
 
 
 class StreamLoader:
     """Batches of a LeRobot v3 dataset following lerobot's sample contract, decoded through DALI.
 
     `StreamLoader(source, *, config=None, **settings)`: `source` is the dataset root (a local path, an fsspec
-    URL or a Hub id such as "lerobot/pusht"); every other argument is keyword-only and a field of
+    URL or a Hub id such as "lerobot/pusht"), or what `open_meta` returned; lerobot's `repo_id=` and `root=` name it
+    as `LeRobotDataset` does (`root` where it holds the dataset, else `repo_id` streamed from the Hub: nothing is
+    downloaded). Every other argument is keyword-only and a field of
     `LoaderConfig` (batch_size, delta_timestamps, decode, device, episodes, augment, ...: see its fields for
     each one's meaning and default). `config=` passes a whole `LoaderConfig`; keywords given beside it replace
     its fields. `loader.config` is the validated, frozen result.
@@ -255,10 +266,11 @@ class StreamLoader:
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
     """
 
-    def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta, *,
-                 config: LoaderConfig | None = None,
-                 **settings: Unpack[LoaderSettings]) -> None:
+    def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta | None = None, *,
+                 config: LoaderConfig | None = None, repo_id: str | None = None,
+                 root: str | os.PathLike | None = None, **settings: Unpack[LoaderSettings]) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
+        source = lerobot_source(source, repo_id, root)
         check_dali()
         if "nvidia.dali.plugin.pytorch" in _IMPORT_ERRORS:
             exc = _IMPORT_ERRORS["nvidia.dali.plugin.pytorch"]
@@ -364,6 +376,11 @@ class StreamLoader:
                  "rank %d of %d", self.device, cfg.num_workers, fetch_workers, max_decoders, cfg.cache_bytes >> 20,
                  self.world.rank, self.world.world_size)
         self._closed = False
+        self._samples: Samples | None = None  # `dataset`, opened on first use
+        # image_transforms: in num_workers processes for batches on the CPU, else in the calling thread
+        self.transforms = None if cfg.image_transforms is None else TransformPool(
+            cfg.image_transforms, 0 if self.device.startswith("cuda") else cfg.num_workers)
+        self._squeeze = {k: len(self.plan_config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         # Threads end with the loader, even unclosed. Garbage collection runs the finalizer on whatever thread
         # allocates at that moment: one of the fetch threads, one holding a lock the close takes, or fsspec's
         # event-loop thread while a fetch thread waits for that loop (joining it there never returned). So a
@@ -375,7 +392,8 @@ class StreamLoader:
         # never from the finalizer (`fetch.store._Closer`: a thread started inside the garbage collector can
         # deadlock every thread start in the process).
         CLOSER.start()
-        self._finalizer = weakref.finalize(self, in_background, _shut, self.store, list(self.engines.values()))
+        self._finalizer = weakref.finalize(self, in_background, _shut, self.store, list(self.engines.values()),
+                                           self.transforms)
         self._finalizer.atexit = False
         _OPEN_LOADERS.add(self)
         table_dtypes = table_kinds(catalog, self.store,  # one dataset: its first selected episode's rows, as read
@@ -407,6 +425,13 @@ class StreamLoader:
         self.last_epoch_stats: dict[str, Any] = {}
         self._waits = DataWait()  # how long the loop waited for each batch (`data_wait`)
         sizes = self._plan(0).share_sizes  # validates the world against the dataset now, not at batch 0
+        if self._plan(0).num_batches == 0:  # lerobot's DataLoader would have yielded the partial batch
+            where = (f"the smallest rank share holds {min(sizes)} frames ({len(sizes)} ranks)" if len(sizes) > 1
+                     else f"the dataset's selected episodes hold {sum(sizes)} frames")
+            raise ConfigError(f"an epoch would yield no batch: batch_size={cfg.batch_size} but {where}, and "
+                              f"drop_last=True ({'the default when shuffling' if cfg.drop_last is None else 'given'}) "
+                              "drops a partial batch; use a smaller batch_size, or drop_last=False (the epoch then "
+                              "yields the partial batch, as a DataLoader's default does)")
         # about the whole job: said once, by rank 0
         if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes) and self.world.rank == 0:
             warnings.warn(
@@ -515,6 +540,21 @@ class StreamLoader:
         return self._plan(epoch).batch(index)
 
     # ---- the public surface --------------------------------------------------------------------------
+    @property
+    def dataset(self) -> Samples:
+        """The loader's samples as lerobot's dataset offers them: `len(loader.dataset)` frames, `loader.dataset[i]`
+        sample i as `LeRobotDataset.__getitem__` returns it (one dict, no batch axis, `task` a string); sample i is
+        the i-th frame of the selected episodes in order (`dali_stream.samples`). Iterating the loader is the fast
+        way through an epoch; this is for looking at samples."""
+        if self._samples is None:
+            self._samples = Samples(self)
+        return self._samples
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """`loader[i]` is `loader.dataset[i]`: sample i as lerobot's `dataset[i]` (`len(loader)` counts batches, as a
+        DataLoader's; `len(loader.dataset)` counts samples)."""
+        return self.dataset[i]
+
     def __len__(self) -> int:
         """Batches in the epoch the next `for` runs, on this rank."""
         epoch = self._epoch if self._continue else self._epoch + 1
@@ -593,11 +633,15 @@ class StreamLoader:
         joins them itself)."""
         self._closed = True
         _OPEN_LOADERS.discard(self)
+        if self._samples is not None:
+            self._samples.close()
         self.builder.buffers.clear()
         if self._finalizer.detach() is not None:
             self.store.close(wait)
             for engine in self.engines.values():
                 engine.close(wait)
+            if self.transforms is not None:
+                self.transforms.close(wait)
 
     def __enter__(self) -> "StreamLoader":
         return self
@@ -641,7 +685,8 @@ class StreamLoader:
             frames = frames[:, 0] if squeeze[k] else frames
             tensors[k] = frames.movedim(-1, -3) if self.image_ops.channels_last else frames
         for k, v in prepared.host.items():
-            tensors[k] = to_output(v, squeeze[k], self.image_ops.channels_last)
+            tensors[k] = prepared.images[k] if k in prepared.images else to_output(v, squeeze[k],
+                                                                                   self.image_ops.channels_last)
         for k in self.builder.masks:  # a mixture's member lacking a camera: zeros (after mean/std too)
             if k in self.builder.graph_routes:
                 missing = tensors[f"{k}_is_missing"]
@@ -657,21 +702,30 @@ class StreamLoader:
 
     def _transform(self, batch: dict[str, Any], prepared: Prepared) -> None:
         """`image_transforms` on each sample's camera tensor, as lerobot applies them, with torch's RNG seeded per
-        (seed, epoch, batch, sample, camera) around each call and restored afterwards."""
+        (seed, epoch, batch, sample, camera) around each call (`dali_stream.transforms`): in the worker processes
+        for tensors on the CPU, else here. Cameras the batch's builder transformed already are left as they are."""
         import torch
 
         plan, transform = prepared.plan, self.config.image_transforms
-        assert transform is not None
+        assert transform is not None and self.transforms is not None
         devices = [torch.device(self.device).index or 0] if self.device.startswith("cuda") else []
         for k, key in enumerate(self.routes):
-            sample_seeds = np.random.SeedSequence([self.config.seed, plan.epoch, plan.index, k, 0x7F]).generate_state(
-                len(batch[key]), dtype=np.uint64)
-            out = []
-            for j, frames in enumerate(batch[key]):
-                with torch.random.fork_rng(devices=devices):
-                    torch.manual_seed(int(sample_seeds[j]))
-                    out.append(transform(frames))
-            batch[key] = torch.stack(out)
+            if key in prepared.images:
+                continue
+            seeds = sample_seeds(self.config.seed, plan.epoch, plan.index, k, len(batch[key]))
+            batch[key] = self.transforms(batch[key], seeds) if not devices else apply(transform, batch[key], seeds,
+                                                                                     devices)
+
+    def _transform_host(self, prepared: Prepared) -> None:
+        """`image_transforms` on a CPU batch's host-frame cameras, in the thread that built it (a producer worker):
+        the caller's loop then receives them done, while the next batches build."""
+        assert self.transforms is not None
+        plan = prepared.plan
+        for k, key in enumerate(self.routes):
+            if key in prepared.host:
+                frames = to_output(prepared.host[key], self._squeeze[key], self.image_ops.channels_last)
+                prepared.images[key] = self.transforms(frames, sample_seeds(self.config.seed, plan.epoch, plan.index,
+                                                                            k, len(frames)))
 
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         asked = time.perf_counter()  # the loop asked for the epoch's first batch (this generator's first `next`)
@@ -682,8 +736,10 @@ class StreamLoader:
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
+        host_transforms = (self.transforms is not None and self.transforms.in_processes
+                           and not self.device.startswith("cuda"))
         producer = _Producer(self.builder, plan, start, self.config.num_workers, self.prefetch_batches,
-                             FETCH_AHEAD_BATCHES, self.cut_ahead)
+                             FETCH_AHEAD_BATCHES, self.cut_ahead, self._transform_host if host_transforms else None)
         squeeze = {k: len(self.plan_config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         t0 = time.perf_counter()
         first_s = None

@@ -49,8 +49,59 @@ def normalise_codec(name: str) -> str:
     return _CODEC_ALIASES.get(str(name).lower(), str(name).lower())
 
 
-class DatasetMeta:
-    """Everything the planner and fetchers need to know about a dataset, without touching frames."""
+def source_repo_id(source: str) -> str:
+    """"org/name" of an hf://datasets/org/name[@revision][/...] source; any other source as it is."""
+    if source.startswith("hf://datasets/"):
+        parts = source[len("hf://datasets/"):].split("/")
+        if len(parts) >= 2:
+            return f"{parts[0]}/{parts[1].split('@', 1)[0]}"
+    return source
+
+
+class LerobotMetadata:
+    """The attributes of lerobot's `LeRobotDatasetMetadata` that training code reads, computed from `features` and
+    `info` (a subclass sets both): `dataset.meta.camera_keys` and its kin carry over to `loader.meta`."""
+
+    features: dict[str, dict[str, Any]]
+    info: dict[str, Any]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        """Keys of the visual features, video or image, in the features' order."""
+        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    @property
+    def image_keys(self) -> list[str]:
+        """Keys of visual features stored as images (the loader streams videos: such a dataset is refused)."""
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+    @property
+    def names(self) -> dict[str, Any]:
+        """Feature key -> the names of its dimensions (info.json's `names`)."""
+        return {k: f.get("names") for k, f in self.features.items()}
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Feature key -> its shape as info.json gives it (cameras (H, W, C))."""
+        return {k: tuple(f.get("shape") or ()) for k, f in self.features.items()}
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.num_episodes)  # type: ignore[attr-defined]
+
+    @property
+    def total_tasks(self) -> int:
+        return int(self.info.get("total_tasks", len(getattr(self, "tasks", {}) or {})))
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+
+class DatasetMeta(LerobotMetadata):
+    """Everything the planner and fetchers need to know about a dataset, without touching frames; also lerobot's
+    `LeRobotDatasetMetadata` in the parts training code reads (`features`, `fps`, `stats`, `camera_keys`,
+    `video_keys`, `image_keys`, `names`, `shapes`, `total_episodes`, `total_frames`, `repo_id`, ...)."""
 
     def __init__(self, source: str, fs, root: str, info: dict[str, Any], episodes: dict[str, np.ndarray],
                  tasks: dict[int, str]) -> None:
@@ -67,6 +118,9 @@ class DatasetMeta:
         self.table_keys = [k for k, f in self.features.items() if f.get("dtype") not in ("video", "image")]
         self.lengths = episodes["length"]
         self.cameras = {k: self._camera(k) for k in self.video_keys}
+        # lerobot's name for the dataset: the Hub id ("lerobot/pusht") where the source is a Hub dataset, else the
+        # source as given (a folder or URL)
+        self.repo_id = source_repo_id(self.source)
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod

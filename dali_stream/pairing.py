@@ -27,8 +27,23 @@ CUDA_MIN_DRIVER = {12: 525, 13: 580}
 TORCHCODEC_TORCH = {(0, 8): ((2, 9), (2, 9)), (0, 9): ((2, 9), (2, 9)), (0, 10): ((2, 10), (2, 10)),
                     (0, 11): ((2, 11), (2, 11))}
 STABLE_ABI_FROM = (0, 12)  # torchcodec >= 0.12: any torch >= 2.11
-INSTALL_HINT = "run `make install` (it picks constraints/<set>.txt for this node's driver), or pip install " \
-               "'dali-stream[{extra}]' -c constraints/{set}.txt"
+# The versions every constraint set pins (constraints/{cpu,cu12,cu13}.txt; tests/test_pairing.py keeps them equal):
+# the set CI runs the suite on. `dali-stream diagnose` fails where the installed ones differ.
+TESTED = {"torch": "2.13.0", "torchcodec": "0.13.0", "nvidia-dali": "2.4.0"}
+# The README's install line for each set, run in a checkout (tests/test_readme_install.py runs the cpu line in a
+# fresh environment; make install uses the same constraint set and index).
+TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cu12": "https://download.pytorch.org/whl/cu128",
+               "cu13": None}
+EXTRA = {"cpu": "cpu", "cu12": "cu12", "cu13": "cu13"}
+WHEN = {"cpu": "no NVIDIA GPU (or a driver older than 525)", "cu12": "NVIDIA driver 525 to 579",
+        "cu13": "NVIDIA driver 580 or newer"}
+
+
+def install_line(chosen: str) -> str:
+    """The pip command that installs the tested set `chosen` (cpu, cu12 or cu13) from a checkout."""
+    index = TORCH_INDEX[chosen]
+    return (f"pip install {f'--extra-index-url {index} ' if index else ''}-c constraints/{chosen}.txt "
+            f"'.[{EXTRA[chosen]}]'")
 
 
 def _minor(version: str | None) -> tuple[int, int] | None:
@@ -143,7 +158,29 @@ def nvidia_driver() -> str | None:
 
 def fix_for(driver: str | None) -> str:
     chosen = constraint_set(driver)
-    return INSTALL_HINT.format(extra="cu13" if chosen == "cu13" else "cu12", set=chosen)
+    return (f"in a checkout, for this node ({WHEN[chosen]}): {install_line(chosen)} (or `make install`, which picks "
+            "the same set)")
+
+
+def _base(version: str | None) -> str | None:
+    return version.split("+", 1)[0] if version else None
+
+
+def untested(torch: str | None, torchcodec: str | None, dali: str | None) -> list[str]:
+    """Each of torch, torchcodec and DALI whose installed version is not the tested one (`TESTED`), as
+    "torch 2.14.1 (tested: 2.13.0)"; a package not installed is not listed here (other checks name it)."""
+    found = {"torch": torch, "torchcodec": torchcodec, "nvidia-dali": dali}
+    return [f"{name} {version} (tested: {TESTED[name]})" for name, version in found.items()
+            if version is not None and _base(version) != TESTED[name]]
+
+
+def cpu_node_cuda_problem(torch: str | None, cuda: str | None, driver: str | None) -> str | None:
+    """A CUDA build of torch on a node without an NVIDIA driver: gigabytes of CUDA libraries that cannot run here
+    (PyPI's Linux torch is a CUDA build); None otherwise."""
+    if driver is not None or cuda is None:
+        return None
+    return (f"torch {torch} is a CUDA {cuda} build, and this node has no NVIDIA driver: its CUDA libraries (~4 GB) "
+            "cannot run here")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +103,29 @@ def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path):
     assert result["config"]["join_streams"] == 1 and result["dali_decoder"]["observation.images.top"]["join_streams"] == 1
 
 
+def test_bench_says_what_it_measures_for_how_long_and_where_it_wrote(tiny_run):
+    """The time each part takes is said before it starts (the baseline's worker counts share --duration-s), and
+    the results' folder is printed whole."""
+    result, out, proc = tiny_run
+    assert "bench: 1 run(s), each measuring the loader for" in proc.stderr, proc.stderr
+    assert f"wrote {out.resolve()}/bench-" in proc.stderr.replace("\n", ""), proc.stderr
+
+
+def test_the_baseline_shares_the_window_over_its_worker_counts():
+    from types import SimpleNamespace
+
+    from dali_stream.tools.bench_baseline import window_s
+
+    assert window_s(SimpleNamespace(duration_s=12.0, baseline_workers=(0, 1, 2))) == 4.0
+    assert window_s(SimpleNamespace(duration_s=3.0, baseline_workers=(0, 1, 2))) == 2.0
+
+
+def test_a_limit_ratio_above_one_is_said_to_be_a_slow_decode_alone_run():
+    from dali_stream.tools.bench_report import limit_text
+
+    assert limit_text(0.91) == "0.91" and "lengthen --duration-s" in limit_text(1.8) and limit_text(None) == "-"
+
+
 def test_gpu_load_on_a_cpu_node_says_what_it_needs(small_dataset, tmp_path):
     proc = _bench(small_dataset, "--batch-size", 4, "--num-batches", 2, "--no-baseline", "--no-limit", "--gpu-load",
                   "--out-dir", tmp_path)
@@ -115,7 +139,8 @@ def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
         (row,) = list(csv.DictReader(fh))
     assert float(row["samples_per_s"]) == pytest.approx(result["samples_per_s"])
     assert json.loads(row["routes"]) == result["routes"]
-    assert "loader/limit" in proc.stdout and "camera-window / auto" in proc.stdout
+    assert "loader ÷ decode alone" in proc.stdout and "camera-window / auto" in proc.stdout
+    assert "distinct episodes/batch" in proc.stdout, "the batch-mixing figures are labelled"
     png = tmp_path / "chart.png"
     summary = dali_stream("bench", "summarize", out, "--png", png)
     assert summary.returncode == 0, summary.stderr

@@ -35,6 +35,9 @@ def test_make_sample_and_inspect(written):
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
     table = _cli("inspect", written).stdout
     assert "observation.images.side" in table and "hevc" in table
+    state = next(line for line in table.splitlines() if "observation.state" in line)
+    action = next(line for line in table.splitlines() if "│ action " in line)
+    assert "float32" in state and "(6,)" in state and "(6,)" in action, table
 
 
 def test_make_sample_refuses_to_overwrite(written):
@@ -155,3 +158,13 @@ def test_inspect_and_diagnose_print_camera_keys_whole(written, columns):
         out = dali_stream(command, written, env={"COLUMNS": str(columns)}).stdout
         assert "observation.images.side" in out and "observation.images.cam" in out, (command, out)
         assert "observation.ima…" not in out and "…" not in out, (command, out)  # nothing cut, details fold
+
+
+def test_diagnose_at_80_columns_keeps_every_header_whole_and_prints_extras_literally(written):
+    """A table too wide for the terminal is printed a camera at a time, so no header is folded letter by letter;
+    `pip install 'dali-stream[nvdec]'` keeps its brackets (no rich markup)."""
+    out = dali_stream("diagnose", written, env={"COLUMNS": "80"}).stdout
+    flat = " ".join(out.split())
+    for field in ("codec vp9", "pix_fmt yuv420p", "route (auto) dali-cpu", "decodable yes"):
+        assert field in flat, (field, out)
+    assert "dali-stream[nvdec]" in out.replace("\n", "").replace("│", "").replace(" ", ""), out

@@ -31,7 +31,8 @@ def stage_of(module: str) -> str:
         return "tools" if module == "dali_stream.__main__" else "base"
     part = module.split(".")[1]
     return {"meta": "meta", "catalog": "meta", "schema": "meta", "loader": "loader", "wait": "loader", "memory": "loader",
-            "mixing": "loader"}.get(part, part)
+            "mixing": "loader", "samples": "loader",
+            "augment": "graph", "transforms": "graph"}.get(part, part)
 
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:

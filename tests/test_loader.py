@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -208,10 +209,14 @@ def test_ranks_stream_disjoint_shares_that_cover_the_dataset(small_dataset, worl
     assert all(a.isdisjoint(b) for n, a in enumerate(episodes) for b in episodes[n + 1:]), "whole episodes per rank"
 
 
-def test_an_epoch_with_no_full_batch_is_empty_not_an_error(small_dataset):
-    loader = StreamLoader(str(small_dataset), batch_size=1000, device="cpu", drop_last=True)
-    assert len(loader) == 0 and list(loader) == [] and list(loader) == []
-    assert loader.state_dict()["epoch"] == 2
+def test_an_epoch_with_no_full_batch_is_an_error_naming_the_fix(small_dataset):
+    """A batch larger than the frames with drop_last (the default when shuffling) would yield nothing, silently."""
+    frames = StreamLoader(str(small_dataset), device="cpu").meta.total_frames
+    with pytest.raises(ConfigError) as err:
+        StreamLoader(str(small_dataset), batch_size=1000, device="cpu")
+    said = str(err.value)
+    assert "batch_size=1000" in said and f"hold {frames} frames" in said and "drop_last=False" in said, said
+    assert "the default when shuffling" in said
     partial = StreamLoader(str(small_dataset), batch_size=1000, device="cpu", drop_last=False)
     (batch,) = list(partial)
     assert len(batch["task"]) == partial.meta.total_frames
@@ -534,6 +539,31 @@ def test_image_transforms_per_sample_seeded_from_the_plan_so_resume_matches(smal
     resumed.load_state_dict(head.state_dict())
     for a, b in zip(take(resumed, 2), first[2:]):
         assert torch.equal(a["observation.images.top"], b["observation.images.top"])
+
+
+def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dataset, caplog):
+    """With num_workers > 0, CPU batches' transforms run in that many worker processes, each sample under the seed
+    it has in the calling thread: the same batches as num_workers=0 (all in the calling thread), and as a
+    transform that cannot be pickled (a lambda: it stays in the calling thread, with a warning saying why)."""
+    args = dict(batch_size=6, episode_pool_size=3, seed=5, device="cpu", image_transforms=_jitter,
+                delta_timestamps={"observation.images.front": [-2 / 30, 0.0]})
+    with StreamLoader(str(small_dataset), num_workers=2, **args) as loader:
+        assert loader.transforms.in_processes
+        spread = take(loader, 3)
+        workers = loader.transforms._workers
+        assert len(workers) == 2 and all(w.is_alive() and w.pid != os.getpid() for w in workers)
+    assert not any(w.is_alive() for w in workers), "the processes end with the loader"
+    with StreamLoader(str(small_dataset), num_workers=0, **args) as loader:
+        assert not loader.transforms.in_processes
+        here = take(loader, 3)
+    with caplog.at_level("WARNING", logger="dali_stream"):
+        lam = StreamLoader(str(small_dataset), num_workers=2, **{**args, "image_transforms": lambda f: _jitter(f)})
+    assert not lam.transforms.in_processes and "cannot go to worker processes" in caplog.text
+    with lam:
+        unpicklable = take(lam, 3)
+    for a, b, c in zip(spread, here, unpicklable):
+        for key in ("observation.images.front", "observation.images.top"):
+            assert torch.equal(a[key], b[key]) and torch.equal(a[key], c[key]), key
 
 
 GC_IN_THREADING = r"""

@@ -96,7 +96,7 @@ def _check_sample(s, names, refs, own_keys):
 
 def test_an_epoch_is_every_members_samples_with_masks(embodiments, refs):
     loader = StreamLoader(_mix(embodiments, "arm6", "arm7"), decode="cpu", **ARGS)
-    names = loader.meta.names
+    names = loader.meta.member_names
     assert names == ["arm6", "arm7"]
     assert loader.routes == {FRONT: "torchcodec", WRIST: "torchcodec"} and loader.host_batches
     seen = Counter()
@@ -120,7 +120,7 @@ def test_cameras_of_different_sizes_need_resize(embodiments, refs):
     loader = StreamLoader(_mix(embodiments, "arm6", "big"), decode="cpu", resize=(96, 128), mean=(0.5, 0.5, 0.5),
                           std=(0.25, 0.25, 0.25), **ARGS)
     assert not loader.host_batches
-    names, checked = loader.meta.names, Counter()
+    names, checked = loader.meta.member_names, Counter()
     for batch in take(loader, 8):
         assert batch[FRONT].shape[1:] == (2, 3, 96, 128)
         for s in _samples(batch):
@@ -192,7 +192,7 @@ def test_a_mixture_loader_on_open_meta(embodiments):
 
     mix = _mix(embodiments, "arm6", "arm7", weights=[1.0, 2.0])
     meta = open_meta(mix)
-    assert isinstance(meta, MixtureMeta) and meta.names == ["arm6", "arm7"]
+    assert isinstance(meta, MixtureMeta) and meta.member_names == ["arm6", "arm7"]
     with StreamLoader(mix, decode="cpu", **ARGS) as a, StreamLoader(meta, decode="cpu", **ARGS) as b:
         _same(take(a, 3), take(b, 3))
     with pytest.raises(ConfigError, match=r"\['episodes'\] apply to one dataset"):
@@ -308,7 +308,7 @@ def test_members_resolve_windows_at_their_own_fps(embodiments, refs):
 
 
 def _length(refs, loader, s):
-    name = loader.meta.names[int(s["dataset_index"])]
+    name = loader.meta.member_names[int(s["dataset_index"])]
     return refs[name].episodes[int(s["episode_index"])]["length"]
 
 
@@ -373,7 +373,7 @@ def test_a_mixture_file_and_plain_sources(embodiments, tmp_path):
     mix = load_mixture(str(path))
     assert mix.names == ["a", "big"] and mix.members[0].weight == 2.0 and mix.samples_per_epoch == 99
     loader = StreamLoader([str(embodiments["arm6"]), str(embodiments["arm6"])], decode="cpu", **ARGS)
-    assert loader.meta.names == ["arm6", "arm6#2"]
+    assert loader.meta.member_names == ["arm6", "arm6#2"]
     (tmp_path / "bad.json").write_text(json.dumps({"members": [{"source": "x", "wieght": 2}]}))
     with pytest.raises(ConfigError, match=r"unknown entries \['wieght'\]"):
         load_mixture(str(tmp_path / "bad.json"))
@@ -432,7 +432,7 @@ def test_the_open_decoder_engine_in_a_mixture(embodiments, refs):
     own, a member without the camera as zeros; every frame checked against its member."""
     loader = StreamLoader(_mix(embodiments, "arm6", "arm7"), decode="cpu-open", **ARGS)
     assert set(loader.routes.values()) == {"cpu-open"}
-    names, seen = loader.meta.names, Counter()
+    names, seen = loader.meta.member_names, Counter()
     for batch in take(loader, 6):
         for s in _samples(batch):
             seen[_check_sample(s, names, refs, OWN)] += 1

@@ -73,23 +73,60 @@ def _software(torch="2.13.0", cuda="13.0", torchcodec="0.13.0", dali=("nvidia-da
             "distributions": {"ok": True, "nvidia_dali": list(dali), "torchcodec": torchcodec}}
 
 
-@pytest.mark.parametrize("driver,software,broken,idle,fix", [
-    ("550.54.15", _software(), [], ["torch 2.13.0 is built for CUDA 13.0, which needs NVIDIA driver >= 580"],
+@pytest.mark.parametrize("driver,software,broken,idle,untested,fix", [
+    ("550.54.15", _software(), ["torch 2.13.0 is built for CUDA 13.0, which needs NVIDIA driver >= 580"], [], [],
      "constraints/cu12.txt"),
-    ("580.159.04", _software(dali=("nvidia-dali-cuda120", "nvidia-dali-cuda130")), ["installed together"], [],
+    ("550.54.15", _software(cuda="12.8", dali=("nvidia-dali-cuda130",)), [], ["needs NVIDIA driver >= 580"], [],
+     "constraints/cu12.txt"),
+    ("580.159.04", _software(dali=("nvidia-dali-cuda120", "nvidia-dali-cuda130")), ["installed together"], [], [],
      "constraints/cu13.txt"),
     (None, _software(torch="2.13.0+cpu", cuda=None, torchcodec="0.17.0"), ["links CUDA 13"], [],
-     "constraints/cpu.txt"),
-    ("580.159.04", _software(), [], [], None),
+     ["torchcodec 0.17.0 (tested: 0.13.0)"], "constraints/cpu.txt"),
+    # what plain `pip install '.[cu12]'` brought on a CPU-only machine: a CUDA 13 torch, 4 GB it cannot use
+    (None, _software(torch="2.14.1+cu130", cuda="13.0", torchcodec="0.17.0+cu130"),
+     ["a CUDA 13.0 build, and this node has no NVIDIA driver"], [],
+     ["torch 2.14.1+cu130 (tested: 2.13.0)", "torchcodec 0.17.0+cu130 (tested: 0.13.0)"],
+     "--extra-index-url https://download.pytorch.org/whl/cpu -c constraints/cpu.txt '.[cpu]'"),
+    ("580.159.04", _software(torch="2.14.1"), [], [], ["torch 2.14.1 (tested: 2.13.0)"], "constraints/cu13.txt"),
+    ("580.159.04", _software(), [], [], [], None),
+    (None, _software(torch="2.13.0+cpu", cuda=None), [], [], [], None),
 ])
-def test_diagnose_names_the_set_that_fixes_a_mismatch(driver, software, broken, idle, fix):
+def test_diagnose_names_the_set_that_fixes_a_mismatch(driver, software, broken, idle, untested, fix):
     from dali_stream.tools.diagnose import install_verdict
 
     node = {"gpus": [{"driver": driver}] if driver else []}
     verdict = install_verdict(node, software)
-    assert len(verdict["broken"]) == len(broken) and all(b in got for b, got in zip(broken, verdict["broken"]))
-    assert len(verdict["idle"]) == len(idle) and all(i in got for i, got in zip(idle, verdict["idle"]))
+    assert len(verdict["broken"]) == len(broken) and all(b in got for b, got in zip(broken, verdict["broken"])), \
+        verdict
+    assert len(verdict["idle"]) == len(idle) and all(i in got for i, got in zip(idle, verdict["idle"])), verdict
+    assert verdict["untested"] == untested
     assert verdict.get("fix") is None if fix is None else fix in verdict["fix"]
+
+
+def test_the_tested_versions_are_the_constraint_sets():
+    """pairing.TESTED (what diagnose calls tested) is what every constraint set pins."""
+    from dali_stream.pairing import TESTED
+
+    for name in ("cpu", "cu12", "cu13"):
+        pins = dict(ln.split("==") for ln in (REPO / f"constraints/{name}.txt").read_text().splitlines()
+                    if "==" in ln and not ln.startswith("#"))
+        dali = next(v for k, v in pins.items() if k.startswith("nvidia-dali"))
+        assert {"torch": pins["torch"], "torchcodec": pins["torchcodec"], "nvidia-dali": dali} == TESTED, name
+
+
+def test_the_readme_gives_the_install_line_of_every_set():
+    """One line per case (no GPU, driver 525-579, driver >= 580), the same lines diagnose names as the fix, each
+    with the extra and constraint set `make install` uses for that driver."""
+    from dali_stream.pairing import install_line
+
+    readme = (REPO / "README.md").read_text()
+    for name in ("cpu", "cu12", "cu13"):
+        line = install_line(name)
+        assert line in readme, line
+        assert f"-c constraints/{name}.txt" in line
+    makefile = (REPO / "Makefile").read_text()
+    assert "https://download.pytorch.org/whl/cu128" in makefile and "https://download.pytorch.org/whl/cu128" in \
+        install_line("cu12")
 
 
 def test_constraint_sets_pin_the_same_shared_versions():

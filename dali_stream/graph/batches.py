@@ -65,6 +65,9 @@ class Prepared:
     # open-decoder engine route -> per output of `BatchBuilder.engine_outputs[route]`, per group: its camera's frames
     # as the engine decoded them (CUDA tensors for nvdec-open), for the graph's external source of that route
     engine_arrays: dict[str, list[list[Any]]] = field(default_factory=dict)
+    # camera -> its output tensor already laid out and through `image_transforms` (by the worker that built the
+    # batch, `transforms.TransformPool`): the caller hands it over as it is
+    images: dict[str, Any] = field(default_factory=dict)
 
 
 class BatchBuilder:

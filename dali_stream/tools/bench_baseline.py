@@ -73,6 +73,12 @@ def _column(col) -> np.ndarray:
     return _to_numpy(col)
 
 
+def window_s(cfg) -> float:
+    """Each worker count's measured window: `--duration-s` shared out over the worker counts (at least 2 s each),
+    so the baseline takes about as long as the loader's own window, not once per worker count."""
+    return max(2.0, cfg.duration_s / max(1, len(cfg.baseline_workers)))
+
+
 def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
     """samples/s of the LeRobot-style DataLoader over the window's samples, at each worker count."""
     from torch.utils.data import DataLoader
@@ -89,7 +95,7 @@ def run_baseline(cfg, meta, deltas, loader, window) -> dict[str, Any]:
         dataset = LeRobotStyleDataset(meta, deltas)
         dl = DataLoader(dataset, batch_size=cfg.loader.batch_size, sampler=indices, num_workers=workers,
                         drop_last=True, persistent_workers=False)
-        steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s)
+        steady = SteadyWindow(cfg.warmup_batches, window_s(cfg))
         it = iter(dl)
         t_first = time.perf_counter()
         samples = 0

@@ -24,9 +24,9 @@ BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "d
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS
     from .sample_defaults import SAMPLE_DEFAULTS as from_spec
-    p.add_argument("--episodes", type=int, default=from_spec["episodes"],
-                   help="how many episodes the sample holds, a count (StreamLoader's `episodes=` is a list of "
-                        "episode indices to use) (default %(default)s)")
+    p.add_argument("--num-episodes", "--episodes", dest="episodes", type=int, default=from_spec["episodes"],
+                   metavar="N", help="how many episodes the sample holds (default %(default)s); a count, where "
+                                     "StreamLoader's `episodes=` is a list of episode indices to use")
     p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
     p.add_argument("--max-length", type=int, default=from_spec["max_length"], help="longest episode, frames")
     p.add_argument("--cameras", default=from_spec["cameras"],
@@ -161,6 +161,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     table = keyed_table(("camera", "codec", "size", "decode route (auto, this node)", "why"), list(report["cameras"]))
     for k, c in report["cameras"].items():
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
+    console.print(table)
+    table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
+    for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
+        names = meta.features[k].get("names")
+        shown = ", ".join(map(str, names)) if isinstance(names, list) else "" if names is None else str(names)
+        table.add_row(k, str(f["dtype"]), str(tuple(f["shape"] or ())), shown)
     console.print(table)
     return 0
 
@@ -442,6 +448,25 @@ def _bench_configs(args: argparse.Namespace):
             for d, m in grid]
 
 
+def _time_plan(configs: list) -> str:
+    """What `bench` will measure and for about how long, said before it starts."""
+    from .bench_baseline import window_s
+
+    cfg = configs[0]
+    parts = [f"the loader for {cfg.duration_s:g} s (after {cfg.warmup_batches} warm-up batches)"]
+    total = cfg.duration_s
+    if cfg.limit:
+        parts.append("the same samples decoded alone (the decode limit)")
+        total += cfg.duration_s
+    if cfg.baseline:
+        each = window_s(cfg)
+        parts.append(f"a lerobot-style DataLoader at {len(cfg.baseline_workers)} worker counts, {each:.3g} s each")
+        total += each * len(cfg.baseline_workers)
+    skips = " (--no-limit / --no-baseline skip those)" if cfg.limit or cfg.baseline else ""
+    return (f"bench: {len(configs)} run(s), each measuring {'; then '.join(parts)}: about {total:.0f} s a run plus "
+            f"start-up{skips}")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -472,6 +497,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             _write_with_progress(Path(args.dataset), spec, True, console)
     configs = _bench_configs(args)
     node = Node.probe()
+    console.print(_time_plan(configs))
     results, failed = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
                   TimeElapsedColumn(), console=console) as bar:
@@ -509,7 +535,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for r in results:
         for note in r.get("notes", []):
             console.print(f"[yellow]bench {r['config']['mode']}/{r['config']['decode']}: {note}[/]")
-        console.print(f"wrote {r['file']}")
+        console.print(f"wrote {Path(r['file']).resolve()}")
     if failed:  # a skipped or empty run must not look like success (a SLURM job would report COMPLETED)
         for reason in failed:
             console.print(f"[red]{reason}[/]")
@@ -567,7 +593,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("diagnose", help="what this node can decode, and how each camera of DATASET would be",
                        description="Exit status: 0 all cameras decodable here, 1 some camera cannot be decoded "
-                                   "here (named), 2 the install is broken (named).")
+                                   "here (named), 2 the install is broken (named), 3 torch, torchcodec or DALI "
+                                   "are not the versions tested together (named, with the install line).")
     p.add_argument("dataset", nargs="?", help="dataset root (path or fsspec URL), or a mixture file (.json: each "
                                               "member's cameras, and the route of each mixture key); omit for the "
                                               "node only")
@@ -596,15 +623,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
                         "0..7 s (the reference benchmark's definition); camera-window: 8 steps spaced 1 s on every camera")
     add_loader_flags(p, BENCH_SETTINGS)
-    p.add_argument("--duration-s", type=float, default=20.0, help="length of the measured window")
+    p.add_argument("--duration-s", type=float, default=20.0,
+                   help="seconds of the loader's measured window; the decode-only run and the baseline (its worker "
+                        "counts sharing it) take about as long again each (default %(default)s)")
     p.add_argument("--num-batches", type=int, default=None,
                    help="measure this many batches instead of --duration-s seconds")
-    p.add_argument("--warmup-batches", type=int, default=5)
-    p.add_argument("--out-dir", default="benchmarks/results/local", help="where the JSON files and bench.csv go")
+    p.add_argument("--warmup-batches", type=int, default=5, help="batches before the window opens (default "
+                                                                  "%(default)s)")
+    p.add_argument("--out-dir", default="dali-stream-bench",
+                   help="folder for the JSON files and bench.csv (default ./%(default)s; its path is printed)")
     p.add_argument("--matrix", action="store_true", help="run decode gpu/cpu x mode single/sarm")
     p.add_argument("--no-baseline", action="store_true", help="skip the DataLoader baseline")
     p.add_argument("--no-limit", action="store_true", help="skip the raw decode limit")
-    p.add_argument("--baseline-workers", default="0,1,2", help="DataLoader worker counts to try (best is used)")
+    p.add_argument("--baseline-workers", default="0,1,2",
+                   help="DataLoader worker counts to try, the best is used (default %(default)s)")
     p.add_argument("--no-peers", action="store_true", help="skip torchcodec on CUDA and PyNvVideoCodec on the NVDEC "
                    "cameras' frames (GPU nodes; reported as not available elsewhere)")
     p.add_argument("--gpu-load", action="store_true", help="run bfloat16 8192x8192 matmuls on the loader's GPU beside "

@@ -56,7 +56,7 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
     loader = StreamLoader(mixture, **settings, seed=seed,
                           delta_timestamps={"action": [i / 10 for i in range(max(1, action_steps))]})
     setup_s = time.perf_counter() - t0
-    names = loader.meta.names
+    names = loader.meta.member_names
     counts = np.zeros(len(names), dtype=np.int64)
     samples = done = 0
     batch: dict[str, Any] = {}

@@ -213,7 +213,7 @@ def broken_packages(software: dict[str, Any]) -> list[str]:
 
 
 # ---- the whole report ----------------------------------------------------------------------------------
-EXIT_OK, EXIT_CAMERA, EXIT_BROKEN = 0, 1, 2
+EXIT_OK, EXIT_CAMERA, EXIT_BROKEN, EXIT_UNTESTED = 0, 1, 2, 3
 
 
 GPU_LAYER_FIXES = {
@@ -263,14 +263,17 @@ def gpu_verdict(node_report: dict[str, Any], routing) -> dict[str, Any]:
 
 def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> dict[str, Any]:
     """Do the installed versions load together here: torch with torchcodec, torch's and DALI's CUDA builds with
-    the driver, one DALI flavour. `broken` problems stop decoding; the others keep GPUs idle. `fix` names the
-    constraint set for this node's driver."""
+    the driver, one DALI flavour, and are they the tested set (`pairing.TESTED`). `broken`: a pair that does not
+    load, or a CUDA build this node's driver cannot run; `idle`: a DALI built for a newer driver (GPUs unused);
+    `untested`: versions CI never ran together. `fix` is the install line for this node's driver."""
     from ..pairing import (
         constraint_set,
+        cpu_node_cuda_problem,
         cuda_driver_problem,
         dali_flavour_problem,
         fix_for,
         torchcodec_problem,
+        untested,
     )
 
     gpus = node_report.get("gpus") or []
@@ -279,19 +282,22 @@ def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> di
     broken: list[str] = []
     idle: list[str] = []
     installed = software["distributions"] if software["distributions"]["ok"] else {}
-    pair = torchcodec_problem(codec.get("version") or installed.get("torchcodec"), torch.get("version"),
-                              torch.get("cuda_build"))
+    codec_version = codec.get("version") or installed.get("torchcodec")
+    pair = torchcodec_problem(codec_version, torch.get("version"), torch.get("cuda_build"))
     if pair:
         broken.append(pair)
     flavour = dali_flavour_problem(dali.get("packages") or installed.get("nvidia_dali") or [], driver)
     if flavour:
         (idle if "driver" in flavour and "installed together" not in flavour else broken).append(flavour)
     if torch["ok"]:
-        cuda = cuda_driver_problem(f"torch {torch['version']}", torch.get("cuda_build"), driver)
-        if cuda:
-            idle.append(cuda)
-    out = {"driver": driver, "constraint_set": constraint_set(driver), "broken": broken, "idle": idle}
-    if broken or idle:
+        for cuda in (cuda_driver_problem(f"torch {torch['version']}", torch.get("cuda_build"), driver),
+                     cpu_node_cuda_problem(torch["version"], torch.get("cuda_build"), driver)):
+            if cuda:
+                broken.append(cuda)
+    versions = untested(torch.get("version") if torch["ok"] else None, codec_version, dali.get("version"))
+    out = {"driver": driver, "constraint_set": constraint_set(driver), "broken": broken, "idle": idle,
+           "untested": versions}
+    if broken or idle or versions:
         out["fix"] = fix_for(driver)
     return out
 
@@ -323,6 +329,11 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
         report["exit_code"] = EXIT_BROKEN
         report["verdict"] = f"BROKEN INSTALL on {host}: {errors}" + (
             f"; fix: {report['install']['fix']}" if report["install"]["broken"] else "")
+    elif report["install"]["untested"]:
+        report["exit_code"] = EXIT_UNTESTED
+        report["verdict"] = (f"UNTESTED VERSIONS on {host}: {', '.join(report['install']['untested'])}; they may "
+                             "work (an environment such as lerobot's pins its own torch), but no test ran them "
+                             f"together; the tested set: {report['install']['fix']}")
     elif dataset is not None and not dataset.get("ok"):
         report["exit_code"] = EXIT_CAMERA
         report["verdict"] = f"DATASET UNREADABLE on {host}: {dataset.get('error')}"

@@ -44,11 +44,40 @@ def keyed_table(headers, keys, title: str | None = None):
 
 CAMERA_HEADER = ("camera", "codec", "profile", "pix_fmt", "size", "fps", "gop", "B-frames", "route (auto)",
                  "decodable", "decode test")
+EXIT_COLOURS = {0: "green", 1: "yellow", 2: "red", 3: "red"}
+
+
+def _wide_enough(width: int, keys: list[str], rows: list[tuple[str, ...]]) -> bool:
+    """Whether the cameras fit one table of `width` columns with every header and cell on one line (a narrower
+    table would fold the headers letter by letter: each camera is then printed as a block of its own)."""
+    need = [max([len(CAMERA_HEADER[i]), *(len(r[i]) for r in rows)]) for i in range(len(CAMERA_HEADER))]
+    need[0] = max([need[0], *map(len, keys)])
+    return sum(need) + 3 * len(need) + 1 <= width
+
+
+def _print_cameras(console, dataset: dict[str, Any]) -> None:
+    """The dataset's cameras: one table where the terminal is wide enough, else one block per camera."""
+    from rich.markup import escape
+
+    rows = _camera_rows(dataset["cameras"])
+    title = f"{dataset['source']} ({dataset['codebase_version']}, {dataset['episodes']} episodes)"
+    if _wide_enough(console.width, list(dataset["cameras"]), rows):
+        table = keyed_table(CAMERA_HEADER, list(dataset["cameras"]), title=escape(title))
+        for cam_row, cam in zip(rows, dataset["cameras"].values()):
+            table.add_row(*map(escape, cam_row), style=None if cam["decodable"] else "red")
+        console.print(table)
+        return
+    console.print(f"[bold]{escape(title)}[/]")
+    for cam_row, cam in zip(rows, dataset["cameras"].values()):
+        console.print(f"[bold{'' if cam['decodable'] else ' red'}]{escape(cam_row[0])}[/]")
+        console.print("  " + escape("; ".join(f"{header} {value}" for header, value in zip(CAMERA_HEADER[1:],
+                                                                                     cam_row[1:]) if value)))
 
 
 def render(report: dict[str, Any]) -> None:
     try:
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table  # noqa: F401 - a broken rich must fail here, before the report starts
     except Exception:  # a broken rich must not hide the report
         print(render_plain(report))
@@ -60,35 +89,32 @@ def render(report: dict[str, Any]) -> None:
                          f"{g['memory_gib']} GiB, {g['generation']}, {g['nvdec_engines'] or '?'} NVDEC, "
                          f"{'/'.join(g['nvdec_codecs'])}, driver {g['driver']}, CUDA {g['cuda_driver_version']}, "
                          f"MIG {g['mig']})" for g in node["gpus"]) or f"none ({node['gpu_query']})"
-        console.print(f"[bold]{node['hostname']}[/]: {node['cpu_cores']} CPU cores; GPUs: {gpus}")
+        console.print(f"[bold]{escape(node['hostname'])}[/]: {node['cpu_cores']} CPU cores; GPUs: {escape(gpus)}")
     else:
-        console.print(f"[red]node probe failed: {node['error']}[/]")
+        console.print(f"[red]node probe failed: {escape(str(node['error']))}[/]")
     gpu = report.get("gpu") or {}
     if gpu.get("layer"):
-        console.print(f"[yellow]GPU not used for decode ({gpu['layer']}): {gpu['problem']}\n  fix: {gpu['fix']}[/]")
+        console.print(f"[yellow]GPU not used for decode ({gpu['layer']}): {escape(str(gpu['problem']))}\n  fix: "
+                      f"{escape(str(gpu['fix']))}[/]")
     table = keyed_table(("package", "version", "details"), [row[0] for row in _software_rows(report["software"])],
                         title="software")
-    for row in _software_rows(report["software"]):
-        table.add_row(*row, style="red" if row[1] == "FAILED" else None)
+    for row in _software_rows(report["software"]):  # texts such as `pip install 'dali-stream[nvdec]'` are no markup
+        table.add_row(*map(escape, row), style="red" if row[1] == "FAILED" else None)
     console.print(table)
     dataset = report.get("dataset")
     if dataset is not None:
         if dataset.get("ok"):
-            table = keyed_table(CAMERA_HEADER, list(dataset["cameras"]),
-                                title=f"{dataset['source']} ({dataset['codebase_version']}, {dataset['episodes']} "
-                                      "episodes)")
-            for cam_row, cam in zip(_camera_rows(dataset["cameras"]), dataset["cameras"].values()):
-                table.add_row(*cam_row, style=None if cam["decodable"] else "red")
-            console.print(table)
+            _print_cameras(console, dataset)
             for key, cam in dataset["cameras"].items():
-                console.print(f"  {key}: {cam['reason']}" + ("" if cam["decodable"] else
-                                                            f"\n    [red]{cam['error']}[/]\n    fix: {cam['fix']}"))
+                console.print(f"  {escape(key)}: {escape(cam['reason'])}" + (
+                    "" if cam["decodable"] else f"\n    [red]{escape(str(cam['error']))}[/]\n    fix: "
+                                                f"{escape(str(cam['fix']))}"))
             for key, route in dataset.get("mixture_routes", {}).items():  # a mixture: one route per key
-                console.print(f"  mixture key {key}: {route['route']} ({route['reason']})")
+                console.print(f"  mixture key {escape(key)}: {route['route']} ({escape(route['reason'])})")
         else:
-            console.print(f"[red]dataset: {dataset.get('layer', '')} {dataset.get('error')}[/]")
-    colour = {0: "green", 1: "yellow", 2: "red"}[report["exit_code"]]
-    console.print(f"[bold {colour}]{report['verdict']}[/] ({report['seconds']} s)")
+            console.print(f"[red]dataset: {dataset.get('layer', '')} {escape(str(dataset.get('error')))}[/]")
+    colour = EXIT_COLOURS[report["exit_code"]]
+    console.print(f"[bold {colour}]{escape(report['verdict'])}[/] ({report['seconds']} s)")
 
 
 def render_plain(report: dict[str, Any]) -> str:

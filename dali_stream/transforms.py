@@ -1,0 +1,190 @@
+"""lerobot's `image_transforms`, applied to each sample's camera tensor with torch's RNG seeded per (seed, epoch,
+batch, sample, camera), so a resumed run transforms exactly as an uninterrupted one.
+
+A transform such as torchvision's ColorJitter + RandomAffine takes milliseconds a sample on the CPU, and draws from
+torch's one process-wide generator: threads cannot share it and keep the draws reproducible. So with `num_workers`
+> 0 the samples are transformed in that many worker processes (spawned once, on the loader's first transformed
+batch; tensors travel through shared memory, torch.multiprocessing's), each sample seeded as in one process: the
+same pixels as in the calling thread, in parallel, while the loader's threads build the next batches. Batches on a
+GPU, or `num_workers=0`, transform in the calling thread (CUDA kernels are queued there anyway). The transform must
+be picklable to reach the processes (torchvision's and lerobot's ImageTransforms are; a lambda is not: it then runs
+in the calling thread, with a warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import pickle
+import threading
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+log = logging.getLogger("dali_stream")
+SALT = 0x7F  # the seed sequence's last word: (seed, epoch, batch, camera, SALT) -> one seed per sample
+
+def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -> np.ndarray:
+    """The torch seed of each sample's transform of camera number `camera` (its place in the batch's cameras)."""
+    return np.random.SeedSequence([seed, epoch, batch, camera, SALT]).generate_state(samples, dtype=np.uint64)
+
+
+def apply(transform: Callable[[Any], Any], frames: Any, seeds: Any, devices: list[int]) -> Any:
+    """`transform` on each of `frames` (a tensor, samples first) under its seed; torch's RNG restored after."""
+    import torch
+
+    out = []
+    for j, sample in enumerate(frames):
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(int(seeds[j]))
+            out.append(transform(sample))
+    return torch.stack(out)
+
+
+def _work(transform: Callable[[Any], Any], jobs: Any, results: Any) -> None:
+    """A worker process: (job, frames, seeds) from `jobs` -> (job, transformed frames or the exception) to
+    `results`, until None."""
+    import torch
+
+    torch.set_num_threads(1)  # one core a process: the processes are the parallelism
+    while True:
+        item = jobs.get()
+        if item is None:
+            return
+        job, frames, seeds = item
+        try:
+            results.put((job, apply(transform, frames, seeds, [])))
+        except BaseException as exc:  # noqa: BLE001 - handed to the loader, which raises it in the caller
+            results.put((job, exc))
+
+
+@contextlib.contextmanager
+def _without_main():
+    """Spawned workers that do not run the user's `__main__` again: multiprocessing's spawn re-imports the main
+    script in each child (a script without an `if __name__ == "__main__":` guard would build its loaders and train
+    there too); the workers need only the transform, which `TransformPool` checked names nothing of `__main__`."""
+    from multiprocessing import spawn
+
+    original = spawn.get_preparation_data
+
+    def prepare(name: str) -> dict[str, Any]:
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _SPAWN_LOCK:
+        spawn.get_preparation_data = prepare
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = original
+
+
+_SPAWN_LOCK = threading.Lock()
+
+
+class TransformPool:
+    """`processes` worker processes that transform CPU tensors in parallel, each sample under its own seed."""
+
+    def __init__(self, transform: Callable[[Any], Any], processes: int) -> None:
+        self.transform, self.processes = transform, processes
+        self.in_processes = processes > 0 and _picklable(transform)
+        self._lock = threading.Lock()
+        self._workers: list[Any] = []
+        self._jobs: Any = None
+        self._results: Any = None
+        self._done: dict[int, Any] = {}
+        self._next_job = 0
+        self._arrived = threading.Condition()
+
+    def __call__(self, frames: Any, seeds: Any) -> Any:
+        """`frames` (CPU tensor, samples first) transformed, in the processes where it can be."""
+        if not self.in_processes or len(frames) == 0:
+            return apply(self.transform, frames, seeds, [])
+        import torch
+
+        self._open()
+        parts = [p for p in np.array_split(np.arange(len(frames)), min(self.processes, len(frames))) if len(p)]
+        with self._lock:
+            jobs = list(range(self._next_job, self._next_job + len(parts)))
+            self._next_job += len(parts)
+        for job, p in zip(jobs, parts):  # a copy of each part: its own storage, moved to shared memory to travel
+            self._jobs.put((job, frames[p[0]:p[-1] + 1].clone(), [int(s) for s in seeds[p[0]:p[-1] + 1]]))
+        out = [self._result(job) for job in jobs]
+        return torch.cat(out)
+
+    def _result(self, job: int) -> Any:
+        """Job `job`'s result: whichever thread waits reads the results queue and files what it reads."""
+        import queue
+
+        while True:
+            with self._arrived:
+                if job in self._done:
+                    got = self._done.pop(job)
+                    break
+            try:
+                other, value = self._results.get(timeout=1.0)
+            except queue.Empty:
+                dead = [w.pid for w in self._workers if not w.is_alive()]
+                if dead:
+                    from .errors import DaliStreamError
+
+                    raise DaliStreamError(f"an image_transforms worker process ended (pids {dead}, exit codes "
+                                          f"{[w.exitcode for w in self._workers if not w.is_alive()]}); "
+                                          "see its output above, or pass num_workers=0 to transform in the "
+                                          "calling thread") from None
+                continue
+            with self._arrived:
+                self._done[other] = value
+                self._arrived.notify_all()
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def _open(self) -> None:
+        with self._lock:
+            if self._workers:
+                return
+            import torch.multiprocessing  # noqa: F401 - tensors then cross processes through shared memory
+
+            ctx = multiprocessing.get_context("spawn")
+            self._jobs, self._results = ctx.Queue(), ctx.Queue()
+            with _without_main():
+                for _ in range(self.processes):
+                    worker = ctx.Process(target=_work, args=(self.transform, self._jobs, self._results), daemon=True,
+                                         name="dali-stream-transforms")
+                    worker.start()
+                    self._workers.append(worker)
+            log.info("image_transforms: %d worker processes", self.processes)
+
+    def close(self, wait: bool = True) -> None:
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for _ in workers:
+            self._jobs.put(None)
+        for worker in workers:
+            worker.join(timeout=10 if wait else 0)
+            if worker.is_alive():
+                worker.terminate()
+
+
+def _picklable(transform: Callable[[Any], Any]) -> bool:
+    """Whether `transform` can reach a worker process: it pickles, naming nothing of the `__main__` script (which
+    the workers do not run)."""
+    import pickletools
+
+    try:
+        data = pickle.dumps(transform)
+        why = "it names something defined in the __main__ script" if any(
+            isinstance(arg, str) and (arg == "__main__" or arg.startswith("__main__ "))
+            for _, arg, _ in pickletools.genops(data)) else None
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means: run it in the calling thread
+        why = f"{type(exc).__name__}: {exc}"
+    if why is None:
+        return True
+    log.warning("image_transforms %r cannot go to worker processes (%s), so it runs in the calling thread, one "
+                "sample at a time; define it in an importable module (torchvision's transforms.v2 and lerobot's "
+                "ImageTransforms are) to spread it over num_workers processes", transform, why)
+    return False

@@ -1,0 +1,120 @@
+"""lerobot's names and habits carry over: `repo_id=`/`root=`, `loader.meta` with LeRobotDatasetMetadata's attributes,
+`loader[i]` / `loader.dataset[i]` as `dataset[i]`, and lerobot's own arguments the loader has no setting for."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from dali_stream import ConfigError, DatasetNotFoundError, StreamLoader, open_meta
+from dali_stream.tools.paint import read_ids
+
+from .reference import Reference
+
+DELTAS = {"action": [-1 / 30, 0.0, 1 / 30], "observation.images.front": [-2 / 30, 0.0]}
+
+
+def test_root_and_repo_id_name_the_dataset_as_lerobot_does(small_dataset, tmp_path, monkeypatch):
+    by_root = StreamLoader(root=small_dataset, batch_size=4, device="cpu")
+    assert by_root.meta.total_frames > 0 and len(by_root) > 0
+    # repo_id with a root that holds the dataset: the root is read
+    assert StreamLoader(repo_id="someone/else", root=str(small_dataset), device="cpu").meta.source == \
+        by_root.meta.source
+    # repo_id with a root that does not hold it: lerobot would download; the loader streams the repo_id instead
+    # (a Hub id is a local folder of that name where one exists, which stands in for the Hub here)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org").mkdir()
+    (tmp_path / "org" / "name").symlink_to(small_dataset, target_is_directory=True)
+    hub = StreamLoader(repo_id="org/name", root=tmp_path / "not-downloaded", device="cpu", batch_size=4)
+    assert hub.meta.total_frames == by_root.meta.total_frames
+    assert open_meta(repo_id="org/name").total_frames == by_root.meta.total_frames
+    with pytest.raises(DatasetNotFoundError):
+        StreamLoader(root=tmp_path / "not-downloaded", device="cpu")
+
+
+def test_a_dataset_given_twice_or_not_at_all_is_a_named_error(small_dataset):
+    with pytest.raises(ConfigError, match=r"given twice.*repo_id='a/b'"):
+        StreamLoader(str(small_dataset), repo_id="a/b")
+    with pytest.raises(ConfigError, match=r"needs a dataset: its folder, an fsspec URL or a Hub id"):
+        StreamLoader(batch_size=4)
+
+
+@pytest.mark.parametrize("name,hint", [("video_backend", "decode="), ("download_videos", "streams only the bytes"),
+                                       ("force_cache_sync", "nothing is cached")])
+def test_lerobot_arguments_without_a_setting_say_what_to_use(small_dataset, name, hint):
+    with pytest.raises(ConfigError) as err:
+        StreamLoader(str(small_dataset), **{name: True})
+    assert "lerobot's LeRobotDataset argument" in str(err.value) and hint in str(err.value)
+
+
+def test_meta_has_lerobots_metadata_attributes(small_dataset):
+    info = json.loads((small_dataset / "meta" / "info.json").read_text())
+    features = info["features"]
+    meta = StreamLoader(str(small_dataset), device="cpu").meta
+    # as LeRobotDatasetMetadata computes each from info.json
+    assert meta.camera_keys == [k for k, f in features.items() if f["dtype"] in ("video", "image")]
+    assert meta.video_keys == [k for k, f in features.items() if f["dtype"] == "video"]
+    assert meta.image_keys == []
+    assert meta.shapes == {k: tuple(f["shape"]) for k, f in features.items()}
+    assert meta.names == {k: f["names"] for k, f in features.items()}
+    assert (meta.total_episodes, meta.total_frames, meta.total_tasks) == (
+        info["total_episodes"], info["total_frames"], info["total_tasks"])
+    assert meta.repo_id == str(small_dataset) and meta.fps == info["fps"] and meta.robot_type == info["robot_type"]
+
+
+def test_mixture_meta_has_them_too(embodiments):
+    from dali_stream import Member, Mixture
+
+    loader = StreamLoader(Mixture([Member(str(embodiments["arm6"]), name="arm6"),
+                                   Member(str(embodiments["arm7"]), name="arm7")]), device="cpu", batch_size=4)
+    meta = loader.meta
+    assert meta.member_names == ["arm6", "arm7"]
+    assert set(meta.camera_keys) == set(meta.video_keys) and meta.shapes["action"] == (7,)
+    assert meta.total_frames == sum(m.total_frames for m in meta.members)
+
+
+def _uint8(img):
+    return np.rint(img.numpy() * 255).astype(np.uint8)
+
+
+def test_sample_i_is_lerobots_dataset_i(small_dataset):
+    """`loader[i]`: one sample dict without a batch axis, the same keys and values as lerobot's `dataset[i]`
+    (the independent reference reads the dataset as LeRobotDataset.__getitem__ does)."""
+    loader = StreamLoader(str(small_dataset), batch_size=4, delta_timestamps=DELTAS, device="cpu")
+    reference = Reference(small_dataset, DELTAS)
+    n = loader.meta.total_frames
+    assert len(loader.dataset) == n
+    for i in (0, 1, 7, n // 2, n - 1, -1):
+        got, want = loader[i], reference.item(i % n)
+        assert set(got) == set(want), set(got) ^ set(want)
+        assert got["task"] == want["task"] and int(got["index"]) == i % n
+        for key, value in want.items():
+            if key == "task":
+                continue
+            if key in loader.meta.video_keys:
+                assert tuple(got[key].shape) == value.shape, key
+                frames_got = _uint8(got[key]) if got[key].ndim == 4 else _uint8(got[key])[None]
+                frames_want = value if value.ndim == 4 else value[None]
+                assert [read_ids(f) for f in frames_got] == [read_ids(f) for f in frames_want], (key, i)
+            else:
+                np.testing.assert_array_equal(got[key].numpy(), value, err_msg=f"{key} of sample {i}")
+    with pytest.raises(IndexError, match=f"hold {n} frames"):
+        loader[n]
+    assert loader.dataset[3]["index"] == loader[3]["index"]
+    batches = list(loader)  # iterating is unaffected by looking at samples
+    assert sum(len(b["task"]) for b in batches) == len(loader) * 4
+    loader.close()
+
+
+def test_an_episode_selection_indexes_its_own_frames(small_dataset):
+    loader = StreamLoader(str(small_dataset), episodes=[2, 5], device="cpu", batch_size=2)
+    lengths = {int(e): int(n) for e, n in zip(loader.meta.episodes["episode_index"], loader.meta.lengths)}
+    assert len(loader.dataset) == lengths[2] + lengths[5]
+    assert int(loader[0]["episode_index"]) == 2 and int(loader[0]["frame_index"]) == 0
+    last = loader[-1]
+    assert int(last["episode_index"]) == 5 and int(last["frame_index"]) == lengths[5] - 1
+    second_rank = StreamLoader(str(small_dataset), episodes=[2, 5], device="cpu", batch_size=2, rank=1,
+                               world_size=2)  # samples are the whole selection's, whatever the loader's rank
+    assert len(second_rank.dataset) == len(loader.dataset) and int(second_rank[0]["episode_index"]) == 2
