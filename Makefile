@@ -20,7 +20,8 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_cli.py tests/test_mix_plan.py tests/test_mixture.py
 
-.PHONY: demo demo-mixture test typecheck docs test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot
+.PHONY: demo demo-mixture test typecheck docs test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot \
+	gpu-first-prepare gpu-first
 
 demo: $(STAMP)
 	$(BIN)/dali-stream demo $(DEMO_DIR)
@@ -53,6 +54,16 @@ gpu-check:
 # carried to the GPU node with the tree (.demo/gpu-check-640x480-*): the GPU node then starts measuring at once.
 gpu-datasets: $(STAMP)
 	PY=$(BIN)/python bash benchmarks/gpu_datasets.sh
+
+# Tier 1 of a GPU visit, in one call: NVDEC through the open-decoder engine without DALI or FFmpeg
+# (benchmarks/gpu_first.py; the plan of a visit: benchmarks/README.md, "A GPU visit"). `gpu-first-prepare` runs
+# here first (datasets, FFmpeg's reference pictures, the PyNvVideoCodec wheel; prints what a call carries);
+# `gpu-first` runs on the GPU node, installs nothing but that wheel.
+gpu-first-prepare: $(STAMP)
+	$(BIN)/python benchmarks/gpu_first.py prepare
+
+gpu-first:
+	bash benchmarks/gpu_first.sh
 
 # lerobot's ACT and Diffusion trained by `dali-stream train` on this machine's CPU, in an environment where lerobot
 # 0.6.1 imports: LEROBOT_VENV when it holds one (any Python lerobot runs on), else a venv built here with

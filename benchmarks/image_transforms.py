@@ -62,9 +62,10 @@ class Jitter:
 
 
 def _child(source: str, variant: str, batches: int, out) -> None:
+    from benchmarks.image_transforms import Jitter as Importable  # a class the worker processes can import
     from dali_stream import StreamLoader
 
-    transform = Jitter() if variant == "processes" else (lambda img, j=Jitter(): j(img))
+    transform = Importable() if variant == "processes" else (lambda img, j=Importable(): j(img))
     loader = StreamLoader(source, batch_size=16, device="cpu", num_workers=2, seed=0, image_transforms=transform)
     it = iter(loader)
     for _ in range(3):

@@ -1,4 +1,5 @@
-"""dali_stream: a GPU-first loader for LeRobot v3 datasets, built on NVIDIA DALI.
+"""dali_stream: a loader for LeRobot v3 datasets, built on NVIDIA DALI (every camera decodes on the CPU until NVDEC is
+measured faster on a node: README, Status).
 
 The public surface is what this module exports: `StreamLoader`, `open_meta` (a source's metadata before a
 loader), `LoaderConfig` (its settings), `Mixture` and

@@ -122,9 +122,13 @@ class LoaderConfig:
     image_transforms: Optional[Callable[[Any], Any]] = _s(
         None, "lerobot's image_transforms: a callable (e.g. torchvision.transforms.v2.Compose) applied to each "
               "sample's camera tensor ((3, H, W), or (T, 3, H, W) with a window) after resize/crop/normalise: in "
-              "num_workers processes for batches on the CPU, else in the iterating thread; torch's RNG is seeded "
+              "transform_workers processes for batches on the CPU, else in the iterating thread; torch's RNG is seeded "
               "per (seed, epoch, batch, sample, camera) around each call, so a resumed run transforms as an "
               "uninterrupted one (dali_stream.transforms)")
+    transform_workers: Optional[int] = _s(
+        None, "processes image_transforms runs in for batches on the CPU (default num_workers; 0: in the iterating "
+              "thread, where torch spreads each op over the cores: better for large images on few cores, "
+              "docs/configuration.md#transforms)")
     # threads and memory
     num_workers: int = _s(2, "threads that fetch and CPU-decode batches ahead (0: in the calling thread)")
     prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default 2 x num_workers; num_workers "
@@ -189,7 +193,7 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 1, "or 'all' (a global shuffle)" if name == "episode_pool_size" else "")
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
             _integer(name, getattr(self, name), 0)
-        for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("max_decoders", 1),
+        for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
             if getattr(self, name) is not None:
@@ -281,6 +285,7 @@ class LoaderSettings(TypedDict, total=False):
     std: Union[float, Sequence[float], None]
     augment: Optional[Callable[[Any, str, Any], Any]]
     image_transforms: Optional[Callable[[Any], Any]]
+    transform_workers: Optional[int]
     num_workers: int
     prefetch_batches: Optional[int]
     fetch_workers: Optional[int]

@@ -377,9 +377,10 @@ class StreamLoader:
                  self.world.rank, self.world.world_size)
         self._closed = False
         self._samples: Samples | None = None  # `dataset`, opened on first use
-        # image_transforms: in num_workers processes for batches on the CPU, else in the calling thread
+        # image_transforms: in transform_workers processes for batches on the CPU, else in the calling thread
+        processes = cfg.num_workers if cfg.transform_workers is None else cfg.transform_workers
         self.transforms = None if cfg.image_transforms is None else TransformPool(
-            cfg.image_transforms, 0 if self.device.startswith("cuda") else cfg.num_workers)
+            cfg.image_transforms, 0 if self.device.startswith("cuda") else processes)
         self._squeeze = {k: len(self.plan_config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
         # Threads end with the loader, even unclosed. Garbage collection runs the finalizer on whatever thread
         # allocates at that moment: one of the fetch threads, one holding a lock the close takes, or fsspec's

@@ -92,7 +92,9 @@ class TransformPool:
         self.transform, self.processes = transform, processes
         self.in_processes = processes > 0 and _picklable(transform)
         self._lock = threading.Lock()
-        self._workers: list[Any] = []
+        self._workers: list[Any] = []  # running
+        self._started: list[Any] = []  # every worker started, to tell one that ended
+        self._closed = False
         self._jobs: Any = None
         self._results: Any = None
         self._done: dict[int, Any] = {}
@@ -110,8 +112,10 @@ class TransformPool:
         with self._lock:
             jobs = list(range(self._next_job, self._next_job + len(parts)))
             self._next_job += len(parts)
-        for job, p in zip(jobs, parts):  # a copy of each part: its own storage, moved to shared memory to travel
-            self._jobs.put((job, frames[p[0]:p[-1] + 1].clone(), [int(s) for s in seeds[p[0]:p[-1] + 1]]))
+        for job, p in zip(jobs, parts):  # each part copied once, into shared memory: it travels as a handle
+            part = torch.empty(frames[p[0]:p[-1] + 1].shape, dtype=frames.dtype).share_memory_()
+            part.copy_(frames[p[0]:p[-1] + 1])
+            self._jobs.put((job, part, [int(s) for s in seeds[p[0]:p[-1] + 1]]))
         out = [self._result(job) for job in jobs]
         return torch.cat(out)
 
@@ -125,16 +129,17 @@ class TransformPool:
                     got = self._done.pop(job)
                     break
             try:
-                other, value = self._results.get(timeout=1.0)
+                other, value = self._results.get(timeout=0.2)
             except queue.Empty:
-                dead = [w.pid for w in self._workers if not w.is_alive()]
-                if dead:
-                    from .errors import DaliStreamError
+                from .errors import DaliStreamError
 
-                    raise DaliStreamError(f"an image_transforms worker process ended (pids {dead}, exit codes "
-                                          f"{[w.exitcode for w in self._workers if not w.is_alive()]}); "
-                                          "see its output above, or pass num_workers=0 to transform in the "
-                                          "calling thread") from None
+                if self._closed:  # the loader closed while a builder waited: nothing more will come
+                    raise DaliStreamError("the loader was closed while a batch was being transformed") from None
+                dead = [w for w in self._started if not w.is_alive()]
+                if dead:
+                    raise DaliStreamError(f"an image_transforms worker process ended (pids {[w.pid for w in dead]}, "
+                                          f"exit codes {[w.exitcode for w in dead]}); see its output above, or pass "
+                                          "num_workers=0 to transform in the calling thread") from None
                 continue
             with self._arrived:
                 self._done[other] = value
@@ -147,6 +152,10 @@ class TransformPool:
         with self._lock:
             if self._workers:
                 return
+            if self._closed:
+                from .errors import DaliStreamError
+
+                raise DaliStreamError("image_transforms asked for after the loader was closed")
             import torch.multiprocessing  # noqa: F401 - tensors then cross processes through shared memory
 
             ctx = multiprocessing.get_context("spawn")
@@ -157,10 +166,12 @@ class TransformPool:
                                          name="dali-stream-transforms")
                     worker.start()
                     self._workers.append(worker)
+                    self._started.append(worker)
             log.info("image_transforms: %d worker processes", self.processes)
 
     def close(self, wait: bool = True) -> None:
         with self._lock:
+            self._closed = True
             workers, self._workers = self._workers, []
         for _ in workers:
             self._jobs.put(None)
@@ -178,7 +189,7 @@ def _picklable(transform: Callable[[Any], Any]) -> bool:
     try:
         data = pickle.dumps(transform)
         why = "it names something defined in the __main__ script" if any(
-            isinstance(arg, str) and (arg == "__main__" or arg.startswith("__main__ "))
+            isinstance(arg, str) and arg.split(" ")[0] in ("__main__", "__mp_main__")
             for _, arg, _ in pickletools.genops(data)) else None
     except Exception as exc:  # noqa: BLE001 - any pickling failure means: run it in the calling thread
         why = f"{type(exc).__name__}: {exc}"

@@ -130,3 +130,15 @@ def test_mixing_figures_of_known_batches():
     assert lookback(2000, 64) == 32 and lookback(16, 64) == 1
     loader = dataloader_batches(np.array([3, 1]), 2, 5, 0)
     assert len(loader) == 2 and sorted(np.concatenate(loader).tolist()) == [0, 0, 0, 1]
+
+
+def test_batch_mixing_of_an_epoch_of_one_batch():
+    """A dataset smaller than two batches (a new user's first `bench` of a small dataset at batch 64): the figures
+    are given for the one batch, with no history to compare with, not a crash."""
+    import numpy as np
+
+    from dali_stream.tools.mixing_stats import compare
+
+    got = compare(lambda i: np.array([0, 0, 1, 2]), 1, np.array([3, 1, 1]), 16, 4, seed=0)
+    assert got["lookback_batches"] == 0 and got["loader"]["distinct_frac"] == 0.75
+    assert np.isnan(got["loader"]["recent_frac"])

@@ -566,6 +566,34 @@ def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dat
             assert torch.equal(a[key], b[key]) and torch.equal(a[key], c[key]), key
 
 
+def test_closing_a_loader_with_transforms_in_flight_returns(small_dataset):
+    """The loader closed while its workers wait on the transform processes (a `with` block left mid-epoch, then
+    the iterator dropped): nothing waits for results that will never come."""
+    import threading
+
+    loader = StreamLoader(str(small_dataset), batch_size=6, device="cpu", num_workers=2, image_transforms=_jitter,
+                          episode_pool_size=3)
+    batches = iter(loader)
+    next(batches)
+    done = threading.Event()
+
+    def finish():
+        loader.close()
+        batches.close()
+        done.set()
+
+    threading.Thread(target=finish, daemon=True).start()
+    assert done.wait(60), "close() or the iterator's close hung on the transform processes"
+
+
+def test_transform_workers_zero_keeps_them_in_the_iterating_thread(small_dataset):
+    loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", num_workers=2, image_transforms=_jitter,
+                          transform_workers=0)
+    assert not loader.transforms.in_processes
+    with pytest.raises(ConfigError, match="transform_workers"):
+        StreamLoader(str(small_dataset), device="cpu", transform_workers=-1)
+
+
 GC_IN_THREADING = r"""
 import sys, threading
 from dali_stream import StreamLoader

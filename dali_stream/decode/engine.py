@@ -195,10 +195,12 @@ class OpenDecoders:
             dec.close()
 
 
-def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None]
-                ) -> OpenDecoders:
+def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None],
+                colours: dict | None = None) -> OpenDecoders:
     """The engine of `route` ("nvdec-open" on CUDA device `device_index`, or "cpu-open"); `sizes`: camera ->
-    (height, width) from meta/info.json, the NVDEC surfaces' size (None: the stream's own)."""
+    (height, width) from meta/info.json, the NVDEC surfaces' size (None: the stream's own). `colours`: file ->
+    `decode.colour.Colour` known beforehand (else each file's is read by FFmpeg on first use: a node without PyAV
+    must give them)."""
     from .packet_decoders import AvPacketDecoder, NvdecPacketDecoder
 
     if route == "nvdec-open":
@@ -208,7 +210,7 @@ def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[
 
         # a stream of its own, never the legacy default one (`hand_over`)
         stream = torch.cuda.Stream(device=device_index)
-        colours: dict = {}  # each file's colour, read once for every decode thread's decoders
+        colours = {} if colours is None else colours  # each file's colour, read once for every thread's decoders
         return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, device_index, sizes.get(camera), colours),
                             threads, route, sizes, stream)
     return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route, sizes)

@@ -559,7 +559,11 @@ def cmd_bench_summarize(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
-    parser = argparse.ArgumentParser(prog="dali-stream", description="GPU-first loader for LeRobot v3 datasets")
+    parser = argparse.ArgumentParser(
+        prog="dali-stream", description="An exactly resumable loader for LeRobot v3 datasets, built on NVIDIA DALI. "
+        "Where it decodes: on the CPU (torchcodec/FFmpeg) for every camera today, GPU nodes included; NVDEC through "
+        "the open-decoder engine has not been measured on a GPU yet, and DALI's NVDEC decoder measured slower than "
+        "the CPU route (H100, 2026-11-23): `dali-stream diagnose` says what this node would do.")
     parser.add_argument("--version", action="version", version=f"dali-stream {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 

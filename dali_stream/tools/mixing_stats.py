@@ -32,7 +32,7 @@ def mixing(batches: Sequence[np.ndarray], back: int) -> dict[str, float]:
     distinct = [len(set(b.tolist())) / len(b) for b in measured]
     touched = len(set(np.concatenate(measured[:BATCHES]).tolist())) if len(measured) else 0
     recent = []
-    for i in range(back, len(batches)):
+    for i in range(max(1, back), len(batches)):  # an epoch of one batch has no history to compare with
         mine = set(batches[i].tolist())
         before = set(np.concatenate(batches[i - back:i]).tolist())
         recent.append(len(mine & before) / len(mine))

@@ -103,12 +103,22 @@ def read_ids(image) -> tuple[int, int]:
         arr = arr * 255.0
     luma = arr.mean(axis=-1)
     b = block_size(luma.shape[1])
+    rows = ROWS + 1 if luma.shape[0] >= (ROWS + 1) * b else ROWS
     inset = max(1, b // 4)
+    cells = luma[:rows * b, :BITS * b].reshape(rows, b, BITS, b)[:, inset:b - inset, :, inset:b - inset]
+    return ids_of(cells.mean(axis=(1, 3)))
+
+
+def ids_of(cells) -> tuple[int, int]:
+    """(episode, frame) from the mean luma of each painted block, (rows, 16): three rows, or four where the image
+    is tall enough for the high bits' row. What `read_ids` reads an image through; a batch of frames on a GPU can
+    average its blocks there and hand only these numbers over (benchmarks/gpu_first.py)."""
+    cells = np.asarray(cells, dtype=np.float64)
 
     def row_value(row: int) -> int:
         v = 0
         for bit in range(BITS):
-            cell = float(luma[row * b + inset:(row + 1) * b - inset, bit * b + inset:(bit + 1) * b - inset].mean())
+            cell = float(cells[row, bit])
             if DARK + MARGIN < cell < LIGHT - MARGIN:
                 raise UnreadableIds(f"painted id block (row {row}, bit {bit}) has mean luma {cell:.0f}, neither "
                                     f"light ({LIGHT}) nor dark ({DARK}): the image is not a painted frame, or "
@@ -118,7 +128,7 @@ def read_ids(image) -> tuple[int, int]:
         return v
 
     episode, frame, check = (row_value(row) for row in range(ROWS))
-    if luma.shape[0] >= (ROWS + 1) * b:  # a fourth row of high bits, taken only when the check value says so
+    if len(cells) > ROWS:  # a fourth row of high bits, taken only when the check value says so
         try:
             high = row_value(ROWS)
         except UnreadableIds:  # three rows: the picture goes on below them

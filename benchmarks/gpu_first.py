@@ -1,0 +1,463 @@
+"""The first call on a GPU node: NVDEC through the open-decoder engine, measured and checked without DALI or FFmpeg.
+
+    python benchmarks/gpu_first.py prepare [--data .demo/gpu-first] [--small]     # on the CPU machine, once
+    python benchmarks/gpu_first.py measure --out DIR [--route nvdec-open|cpu-open] [--data ...] [--window-s 3]
+
+`prepare` (the CPU machine, with FFmpeg and PyAV): two datasets written as lerobot's recorder writes them, two
+640x480 cameras each at GOP 2 and crf 30, one H.264 and one HEVC; FFmpeg's pictures of a few samples of every
+camera (`reference.npz`, the colour check's reference) and the colour FFmpeg reads each video file with
+(`colours.json`: the device has no PyAV to read it); the PyNvVideoCodec wheel (`.devwheels/`, for Python 3.12);
+and the size of what one device call carries (the tree, the wheel, the datasets), printed against the 60 MiB
+budget. `--small` writes a small version (96x128, a few episodes) for the CI dry run.
+
+`measure` (the GPU node; or CI with `--route cpu-open`, FFmpeg's decoders in NVDEC's place), in this order, each
+part written to DIR as soon as it is measured (`gpu_first.json`, `summary.md`), so a call cut short keeps what
+it got:
+1. preflight: the driver (nvidia-smi), PyNvVideoCodec's import and the driver libraries it needs
+   (libnvcuvid, libnvidia-encode), CUDA's start and the first conversion kernel's launch (PTX compiled on first
+   use) timed apart from the second;
+2. per dataset (H.264, HEVC) and mode (one frame per camera; an 8-step window of consecutive frames per camera),
+   at 1, 2, 4 and 7 decode threads: batches of 64 planned as the loader plans them (pool of 16), fetched from the
+   dataset (fetch stage), fed as packets (`decode.feed`) to the engine's decoders kept open, frames out as tensors
+   on the device; two builder threads keep it fed, as the loader's workers do. Reported: samples/s over a
+   `--window-s` window after two warm-up batches, the process's CPU milliseconds per sample, NVDEC utilisation
+   (nvidia-smi dmon) while it runs, and every decoded frame's painted ids against the plan (the id blocks are
+   averaged on the device; only those numbers cross to the host);
+3. the colour check: the reference samples decoded by the engine against FFmpeg's pictures of the same packets:
+   the largest and mean difference in levels (FFmpeg's own conversion on the CPU: at most 2).
+Exit status: 0 every check passed, 1 a wrong frame or a colour difference over 2 levels, 2 the preflight failed
+(the engine cannot start here; the reason is in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class _Deny:
+    """Imports the GPU node does not have, refused here too (`DALI_STREAM_DENY_IMPORTS=torchcodec,nvidia,...`):
+    the CI dry run fails on a path that would need them there, as the node would."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in self.names:
+            raise ImportError(f"{name} is not on the GPU node (DALI_STREAM_DENY_IMPORTS)")
+        return None
+
+
+if os.environ.get("DALI_STREAM_DENY_IMPORTS"):
+    sys.meta_path.insert(0, _Deny(set(os.environ["DALI_STREAM_DENY_IMPORTS"].split(","))))  # type: ignore[arg-type]
+
+DATA = ROOT / ".demo/gpu-first"
+WHEELS = ROOT / ".devwheels"
+WHEEL = "pynvvideocodec==2.2.4"
+BUDGET_MIB = 60
+CODECS = ("h264", "hevc")
+THREADS = (1, 2, 4, 7)
+MODES = {"single": 1, "window8": 8}  # frames per camera per sample
+BATCH, POOL, BUILDERS = 64, 16, 2
+COLOUR_LEVELS = 2  # FFmpeg's own conversion against ours, on the CPU: at most this many levels apart
+REFERENCE = [(0, 0), (0, 7), (1, 3), (2, 11)]  # (episode position, frame) whose pictures the colour check compares
+FULL = dict(episodes=8, min_length=50, max_length=70, height=480, width=640, episodes_per_file=4)
+SMALL = dict(episodes=4, min_length=16, max_length=24, height=96, width=128, episodes_per_file=2)
+
+
+# ---- prepare (the CPU machine) -------------------------------------------------------------------------------
+def prepare(data: Path, small: bool) -> dict[str, Any]:
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    sizes = SMALL if small else FULL
+    written = {}
+    for codec in CODECS:
+        root = data / codec
+        spec = SampleSpec(cameras=parse_cameras(f"front:{codec},wrist:{codec}"), gop=2, crf=30, recorder="lerobot",
+                          content="pattern" if small else "scene", seed=3, **sizes)
+        if not (root / "meta/info.json").exists():
+            t0 = time.perf_counter()
+            write_sample(root, spec)
+            print(f"wrote {root} in {time.perf_counter() - t0:.0f} s", flush=True)
+        _reference(root)
+        written[codec] = _bytes(root)
+    wheel = None if small else _wheel()
+    tree = sum(os.path.getsize(ROOT / f) for f in subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split() if (ROOT / f).is_file())
+    carried = tree + sum(written.values()) + (os.path.getsize(wheel) if wheel else 0)
+    report = {"datasets_bytes": written, "tree_bytes": tree, "wheel": str(wheel) if wheel else None,
+              "carried_mib": carried / 2**20, "budget_mib": BUDGET_MIB, "fits": carried <= BUDGET_MIB * 2**20}
+    print(f"carried by one device call: tree {tree / 2**20:.1f} MiB + datasets "
+          f"{sum(written.values()) / 2**20:.1f} MiB + wheel {(os.path.getsize(wheel) if wheel else 0) / 2**20:.1f} "
+          f"MiB = {carried / 2**20:.1f} MiB of {BUDGET_MIB} MiB{'' if report['fits'] else ': TOO MUCH'}", flush=True)
+    return report
+
+
+def _bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _wheel() -> Path:
+    """PyNvVideoCodec's wheel for the device's Python 3.12, downloaded once into .devwheels/."""
+    found = sorted(WHEELS.glob("pynvvideocodec-*-cp312-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(WHEELS), "--python-version",
+                        "3.12", "--only-binary=:all:", "--platform", "manylinux_2_28_x86_64", WHEEL], check=True)
+        found = sorted(WHEELS.glob("pynvvideocodec-*-cp312-*.whl"))
+    return found[-1]
+
+
+def _reference(root: Path) -> None:
+    """FFmpeg's pictures of the REFERENCE samples of every camera (`reference.npz`) and each video file's colour as
+    FFmpeg reads it (`colours.json`), both keyed by paths relative to the dataset."""
+    import av
+
+    from dali_stream.decode.colour import Colour
+
+    colours = {}
+    for path in sorted(root.glob("videos/**/*.mp4")):
+        with av.open(str(path)) as container:
+            frame = next(container.decode(video=0))
+            c = Colour.of_frame(frame)
+        colours[str(path.relative_to(root))] = {"matrix": c.matrix, "full_range": c.full_range}
+    (root / "colours.json").write_text(json.dumps(colours, indent=1) + "\n")
+    rig = Rig(root, "cpu-open", 1, 1)
+    try:
+        pictures = rig.reference_pictures()
+    finally:
+        rig.close()
+    np.savez_compressed(root / "reference.npz", **pictures)
+
+
+# ---- the engine alone ----------------------------------------------------------------------------------------
+class Rig:
+    """One dataset's fetch stage, planner and open-decoder engine, as the loader wires them, without DALI."""
+
+    def __init__(self, root: Path, route: str, threads: int, steps: int, device_index: int | None = None) -> None:
+        from dali_stream.config import LoaderConfig
+        from dali_stream.decode.colour import Colour
+        from dali_stream.decode.cpu import DecoderCache
+        from dali_stream.decode.engine import make_engine
+        from dali_stream.fetch.store import EpisodeStore
+        from dali_stream.graph.batches import BatchBuilder
+        from dali_stream.mixing import open_source, windows
+
+        self.root, self.route = root, route
+        _, meta = open_source(str(root), LoaderConfig())
+        self.cameras = list(meta.video_keys)
+        fps = meta.fps
+        deltas = {k: [(i - steps + 1) / fps for i in range(steps)] for k in self.cameras} if steps > 1 else {}
+        cfg = LoaderConfig(delta_timestamps=deltas)
+        self.catalog, self.meta = open_source(meta, cfg)
+        self.deltas, _ = windows(self.catalog, cfg)
+        self.store = EpisodeStore(self.catalog, cfg.tolerance_s, 1 << 30, DecoderCache(1, True), 2)
+        sizes = {k: (c.height, c.width) for k, c in meta.cameras.items()}
+        colours = None
+        if (root / "colours.json").exists():  # what FFmpeg read on the CPU machine, keyed by this node's paths
+            known = json.loads((root / "colours.json").read_text())
+            colours = {}
+            for pos in range(meta.num_episodes):
+                for key in self.cameras:
+                    path = meta.video_file(pos, key)
+                    rel = os.path.relpath(path, str(root))
+                    if rel in known:
+                        colours[path] = Colour(int(known[rel]["matrix"]), bool(known[rel]["full_range"]))
+        self.engine = make_engine(route, threads, device_index, sizes, colours)
+        self.builder = BatchBuilder(self.catalog, self.store, DecoderCache(1, True), {k: route for k in self.cameras},
+                                    self.deltas, cfg.tolerance_s, [], {}, engines={route: self.engine})
+
+    def plan(self, epoch: int):
+        from dali_stream.plan.epoch import PlanConfig, resume_plan
+        from dali_stream.plan.world import World
+
+        config = PlanConfig(batch_size=BATCH, pool_size=POOL, seed=0, drop_last=False, delta_indices=self.deltas)
+        return resume_plan(self.catalog.lengths, config, World(rank=0, world_size=1), epoch, [])
+
+    def expected(self, plan, key: str) -> list[tuple[int, int]]:
+        """(episode, frame) painted in each frame the batch shows of `key`, sample after sample, step after step."""
+        rows = plan.windows[key].rows if key in plan.windows else plan.frames[:, None]
+        return [(self.meta.episode_index(int(pos)), int(f)) for pos, r in zip(plan.episodes, rows) for f in r]
+
+    def decode(self, plan, check: bool = True) -> tuple[int, list[str]]:
+        """Batch `plan` through the fetch stage and the engine: (pictures decoded, wrong frames said)."""
+        rows = [self.store.rows(int(p)) for p in plan.episodes]
+        decoded, wrong = 0, []
+        for key in self.cameras:
+            segs, idx = self.builder.locate(plan, rows, key)
+            frames, n = self.engine.decode(key, segs, idx)
+            decoded += n
+            if check:
+                wrong += self._check(frames, self.expected(plan, key), key, plan)
+        return decoded, wrong
+
+    def _check(self, frames, expected, key: str, plan) -> list[str]:
+        from dali_stream.tools.paint import UnreadableIds, ids_of
+
+        cells = block_cells(frames, self.engine.stream)
+        out = []
+        for n, (got_cells, want) in enumerate(zip(cells, expected)):
+            try:
+                got = ids_of(got_cells)
+            except UnreadableIds as exc:
+                got = f"unreadable ({exc})"
+            if got != want:
+                out.append(f"{key} batch {plan.index} frame {n}: painted {got}, planned {want}")
+        if len(cells) != len(expected):
+            out.append(f"{key} batch {plan.index}: {len(cells)} frames for {len(expected)} planned")
+        return out
+
+    def reference_pictures(self) -> dict[str, np.ndarray]:
+        """The REFERENCE samples of every camera as this engine decodes them (H, W, 3) uint8, on the host."""
+        from dali_stream.plan.epoch import BatchPlan
+
+        chosen = [(p, f) for p, f in REFERENCE if p < self.meta.num_episodes and f < int(self.meta.lengths[p])]
+        plan = BatchPlan(0, 0, np.array([p for p, _ in chosen]), np.array([f for _, f in chosen]), {})
+        rows = [self.store.rows(int(p)) for p in plan.episodes]
+        out = {}
+        for key in self.cameras:
+            segs, idx = self.builder.locate(plan, rows, key)
+            frames, _ = self.engine.decode(key, segs, [i[:1] for i in idx])
+            host = frames.cpu().numpy() if hasattr(frames, "cpu") else np.asarray(frames)
+            for (p, f), picture in zip(chosen, host):
+                out[f"{key}|{p}|{f}"] = picture
+        return out
+
+    def close(self) -> None:
+        self.engine.close()
+        self.store.close()
+
+
+def block_cells(frames, stream=None) -> np.ndarray:
+    """The mean luma of each painted id block of every frame (N, H, W, 3) uint8, (N, 3, 16), computed where the
+    frames are (a CUDA tensor: on the engine's stream, so only these numbers are copied to the host)."""
+    from dali_stream.tools.paint import BITS, ROWS, block_size
+
+    n, height, width = frames.shape[0], frames.shape[1], frames.shape[2]
+    b = block_size(width)
+    inset = max(1, b // 4)
+    if isinstance(frames, np.ndarray):
+        luma = frames[:, :ROWS * b, :BITS * b].astype(np.float32).mean(axis=-1)
+        cells = luma.reshape(n, ROWS, b, BITS, b)[:, :, inset:b - inset, :, inset:b - inset]
+        return cells.mean(axis=(2, 4))
+    import torch
+
+    with torch.cuda.stream(stream) if stream is not None else _nothing():
+        luma = frames[:, :ROWS * b, :BITS * b].float().mean(dim=-1)
+        cells = luma.reshape(n, ROWS, b, BITS, b)[:, :, inset:b - inset, :, inset:b - inset].mean(dim=(2, 4))
+        return cells.cpu().numpy()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def measure_one(root: Path, route: str, threads: int, steps: int, window_s: float, device_index: int | None
+                ) -> dict[str, Any]:
+    """Samples/s, CPU ms per sample, NVDEC utilisation and wrong frames of one (dataset, mode, threads)."""
+    from dali_stream.tools.bench_gpu import NvdecUtilisation
+
+    rig = Rig(root, route, threads, steps, device_index)
+    try:
+        epoch, plan = 0, rig.plan(0)
+        order = deque()
+
+        def batches():
+            nonlocal epoch, plan
+            while True:
+                for i in range(plan.num_batches):
+                    yield plan.batch(i)
+                epoch += 1
+                plan = rig.plan(epoch)
+
+        source = batches()
+        for _ in range(2):  # warm: decoders opened, first segments fetched, kernels loaded
+            rig.decode(next(source))
+        wrong: list[str] = []
+        samples = decoded = 0
+        pool = ThreadPoolExecutor(BUILDERS)
+        with NvdecUtilisation(device_index) as util:
+            t0, cpu0 = time.perf_counter(), time.process_time()
+            for _ in range(BUILDERS):
+                order.append(pool.submit(_timed, rig, next(source)))
+            while order:
+                size, got, bad = order.popleft().result()
+                samples, decoded, wrong = samples + size, decoded + got, wrong + bad
+                if time.perf_counter() - t0 < window_s:
+                    order.append(pool.submit(_timed, rig, next(source)))
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        pool.shutdown()
+        return {"route": route, "threads": threads, "frames_per_camera": steps, "batch": BATCH, "samples": samples,
+                "seconds": seconds, "samples_per_s": samples / seconds, "pictures_decoded": decoded,
+                "cpu_ms_per_sample": 1e3 * cpu / samples, "nvdec_utilisation": util.result(),
+                "wrong_frames": len(wrong), "wrong_examples": wrong[:5],
+                "frames_checked": samples * steps * len(rig.cameras), "decoders_opened": rig.engine.opened}
+    finally:
+        rig.close()
+
+
+def _timed(rig: Rig, plan) -> tuple[int, int, list[str]]:
+    decoded, wrong = rig.decode(plan)
+    return plan.size, decoded, wrong
+
+
+def colour_check(root: Path, route: str, device_index: int | None) -> dict[str, Any]:
+    """The engine's pictures of the reference samples against FFmpeg's (`reference.npz`)."""
+    reference = np.load(root / "reference.npz")
+    rig = Rig(root, route, 1, 1, device_index)
+    try:
+        got = rig.reference_pictures()
+    finally:
+        rig.close()
+    worst, means = 0, []
+    for name in reference.files:
+        diff = np.abs(got[name].astype(np.int16) - reference[name].astype(np.int16))
+        worst, means = max(worst, int(diff.max())), means + [float(diff.mean())]
+    return {"pictures": len(reference.files), "max_levels": worst, "mean_levels": float(np.mean(means)),
+            "passed": worst <= COLOUR_LEVELS}
+
+
+# ---- preflight -----------------------------------------------------------------------------------------------
+def preflight(route: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"route": route, "python": platform.python_version(), "machine": platform.machine()}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        q = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=60)
+        out["gpus"] = [line.strip() for line in q.stdout.splitlines() if line.strip()]
+    import torch
+
+    out["torch"] = torch.__version__
+    if route == "cpu-open":
+        out["ok"] = True
+        return out
+    import ctypes
+
+    libraries = {}
+    for lib in ("libcuda.so.1", "libnvcuvid.so.1", "libnvidia-encode.so.1"):
+        try:
+            ctypes.CDLL(lib)
+            libraries[lib] = "loads"
+        except OSError as exc:
+            libraries[lib] = f"does not load: {exc}"
+    out["driver_libraries"] = libraries
+    t0 = time.perf_counter()
+    try:
+        import PyNvVideoCodec as nvc  # type: ignore[import-not-found]
+
+        out["pynvvideocodec"] = {"version": getattr(nvc, "__version__", "?"),
+                                 "import_s": time.perf_counter() - t0}
+    except Exception as exc:  # noqa: BLE001 - reported: nothing later can run
+        out["pynvvideocodec"] = {"error": f"{type(exc).__name__}: {exc}"}
+        out["ok"] = False
+        return out
+    t0 = time.perf_counter()
+    torch.cuda.init()
+    x = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    out["cuda_start_s"] = time.perf_counter() - t0
+    from dali_stream.decode.colour import Colour, nv12_to_rgb
+
+    nv12 = torch.full((480 * 3 // 2, 640), 128, dtype=torch.uint8, device="cuda")
+    for name in ("first_conversion_s", "second_conversion_s"):  # the first compiles and loads the kernels
+        t0 = time.perf_counter()
+        nv12_to_rgb(nv12, 480, 640, Colour())
+        torch.cuda.synchronize()
+        out[name] = time.perf_counter() - t0
+    out["device"] = torch.cuda.get_device_name(0)
+    out["ok"] = bool(x.numel())
+    return out
+
+
+# ---- the report ----------------------------------------------------------------------------------------------
+def summary(report: dict[str, Any]) -> str:
+    lines = [f"# gpu-first: {report['preflight'].get('device', report['route'])}, {report['date']}", "",
+             f"route {report['route']}; batch {BATCH}, pool {POOL}, {BUILDERS} builder threads; samples/s over "
+             f"{report['window_s']:g} s windows", "",
+             "| dataset | frames per camera | decode threads | samples/s | CPU ms/sample | NVDEC util % | wrong frames |",
+             "|---|---|---|---|---|---|---|"]
+    for r in report["runs"]:
+        util = r["nvdec_utilisation"]
+        shown = f"{util['mean_pct']:.0f} (max {util['max_pct']})" if util.get("available") else "-"
+        lines.append(f"| {r['dataset']} | {r['frames_per_camera']} | {r['threads']} | {r['samples_per_s']:.0f} | "
+                     f"{r['cpu_ms_per_sample']:.2f} | {shown} | {r['wrong_frames']} of {r['frames_checked']} |")
+    for codec, c in report.get("colour", {}).items():
+        lines.append(f"\ncolour check {codec}: {c['pictures']} pictures, max {c['max_levels']} levels, mean "
+                     f"{c['mean_levels']:.2f} ({'passed' if c['passed'] else 'FAILED'}: at most {COLOUR_LEVELS})")
+    return "\n".join(lines) + "\n"
+
+
+def measure(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"route": args.route, "date": time.strftime("%Y-%m-%d %H:%M"),
+                              "window_s": args.window_s, "runs": [], "colour": {}}
+
+    def save() -> None:
+        (out / "gpu_first.json").write_text(json.dumps(report, indent=1) + "\n")
+        (out / "summary.md").write_text(summary(report))
+
+    report["preflight"] = preflight(args.route)
+    save()
+    print(json.dumps(report["preflight"]), flush=True)
+    if not report["preflight"].get("ok"):
+        return 2
+    device_index = 0 if args.route == "nvdec-open" else None
+    threads = [int(t) for t in args.threads.split(",")]
+    for codec in CODECS:
+        root = Path(args.data) / codec
+        for mode, steps in MODES.items():
+            for n in threads:
+                run = measure_one(root, args.route, n, steps, args.window_s, device_index)
+                run.update(dataset=codec, mode=mode)
+                report["runs"].append(run)
+                save()
+                print(f"{codec} {mode} threads {n}: {run['samples_per_s']:.0f} samples/s, "
+                      f"{run['cpu_ms_per_sample']:.2f} CPU ms/sample, wrong {run['wrong_frames']}", flush=True)
+        report["colour"][codec] = colour_check(root, args.route, device_index)
+        save()
+    print(summary(report), flush=True)
+    bad = any(r["wrong_frames"] for r in report["runs"]) or not all(c["passed"] for c in report["colour"].values())
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="write the datasets, FFmpeg's reference pictures and fetch the wheel (CPU)")
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--small", action="store_true", help="a small version for the CI dry run (no wheel)")
+    p = sub.add_parser("measure", help="preflight, the engine alone at 1-7 threads, the colour check")
+    p.add_argument("--out", required=True)
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--route", default="nvdec-open", choices=("nvdec-open", "cpu-open"))
+    p.add_argument("--threads", default=",".join(map(str, THREADS)))
+    p.add_argument("--window-s", type=float, default=3.0)
+    args = ap.parse_args(argv)
+    if args.command == "prepare":
+        report = prepare(Path(args.data), args.small)
+        return 0 if report["fits"] else 1
+    return measure(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""Tier 2 of a GPU visit: the whole loader on NVDEC's open-decoder engine, once DALI is staged on the node.
+
+    python benchmarks/gpu_second.py prepare --stage-tool PATH  # on the CPU machine: cut the wheels into parts
+    python benchmarks/gpu_second.py measure --out DIR [--route nvdec-open|cpu-open] [--data .demo/gpu-first]
+
+`prepare` cuts the wheels the loader needs there (DALI 2.4 and its small dependencies, PyAV, torchcodec 0.11.1,
+torch 2.11's pair) into parts of at most 56 MiB under .devwheels/ with a staging tool that leaves an `apply.sh` in
+each part (`PATH` names it; one part per call: `bash benchmarks/gpu_second.sh` applies the part it carries, the
+last one installs every wheel into /tmp/site), and prints the calls they take.
+
+`measure` runs, in this order, each step's result written to DIR before the next begins (a call cut short keeps
+what it got):
+1. `dali-stream bench` on the tier-1 H.264 dataset, batch 64: `--decode gpu --nvdec-engine open` with
+   `--cpu-all-cores` (the CPU route on every core of the node, in the same call): the loader's samples/s on NVDEC
+   against the CPU route measured beside it, the open engine's NVDEC limit and utilisation;
+2. the H.264 and HEVC datasets as one mixture on NVDEC, with `--gpu-load` (bfloat16 matmuls on the loader's GPU
+   beside it): whether decode stalls a training step's kernels;
+3. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
+   `decode/proven.py`'s entries), with a JUnit file.
+With `--route cpu-open` (the CI dry run): FFmpeg's decoders in NVDEC's place, no GPU load, and the same
+boundary tests on `cpu-open` (tests/test_boundaries.py), so a wrong flag or path fails on the CPU first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / ".demo/gpu-first"
+# What the loader needs on the node beyond what it has (Python 3.12, torch 2.11+cu130, numpy, pyarrow, fsspec):
+# DALI and its small dependencies (the image codecs left out: the video decoder does not load them), PyAV (the
+# colours FFmpeg reads, segment cuts it falls back to), torchcodec 0.11.1 (torch 2.11's: the CPU route beside).
+WHEELS = ("nvidia-dali-cuda120==2.4.0", "astunparse", "gast", "optree", "makefun", "nvtx", "av==18.1.0",
+          "torchcodec==0.11.1", "pynvvideocodec==2.2.4", "rich", "psutil")
+STEP_TIMEOUT_S = 240
+
+
+def prepare(stage_tool: Path) -> int:
+    if not stage_tool.exists():
+        print(f"gpu-second prepare: the staging tool {stage_tool} is not here; cut the wheels {' '.join(WHEELS)} "
+              "into parts of at most 56 MiB by hand", file=sys.stderr)
+        return 2
+    proc = subprocess.run(["bash", str(stage_tool), *WHEELS], cwd=ROOT)
+    parts = sorted((ROOT / ".devwheels").glob("part-*"))
+    print(f"{len(parts)} parts: one device call each (`bash benchmarks/gpu_second.sh`, carrying .devwheels/part-NN), "
+          "then one call that measures")
+    return proc.returncode
+
+
+def _run(name: str, cmd: list[str], out: Path, report: dict, env: dict) -> None:
+    t0 = time.perf_counter()
+    with open(out / f"{name}.log", "w") as log:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=STEP_TIMEOUT_S)
+            status = proc.returncode
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+    report["steps"][name] = {"command": " ".join(cmd), "status": status, "seconds": time.perf_counter() - t0}
+    (out / "gpu_second.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"{name}: {status} in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def measure(args) -> int:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    gpu = args.route == "nvdec-open"
+    data = Path(args.data)
+    mixture = out / "mixture.json"
+    mixture.write_text(json.dumps({"members": [{"source": str(data / "h264"), "name": "h264"},
+                                               {"source": str(data / "hevc"), "name": "hevc"}]}))
+    dali_stream = [sys.executable, "-m", "dali_stream"]
+    decode = ["--decode", "gpu", "--nvdec-engine", "open"] if gpu else ["--decode", "cpu-open"]
+    short = ["--duration-s", str(args.window_s), "--warmup-batches", "2", "--no-baseline", "--no-peers"]
+    report: dict = {"route": args.route, "date": time.strftime("%Y-%m-%d %H:%M"), "steps": {}}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    _run("open_vs_cpu", [*dali_stream, "bench", str(data / "h264"), *decode, "--batch-size", "64",
+                         "--cpu-all-cores", *short, "--out-dir", str(out / "open_vs_cpu")], out, report, env)
+    _run("mixture_beside_kernel", [*dali_stream, "bench", str(mixture), *decode, "--batch-size", "64",
+                                   *(["--gpu-load"] if gpu else []), *short, "--no-limit",
+                                   "--out-dir", str(out / "mixture")], out, report, env)
+    tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu"] if gpu
+             else ["tests/test_boundaries.py", "-k", "cpu-open"])
+    _run("boundaries", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
+                        f"--junitxml={out / 'boundaries.xml'}"], out, report, env)
+    failed = [n for n, s in report["steps"].items() if s["status"] != 0]
+    report["failed"] = failed
+    (out / "gpu_second.json").write_text(json.dumps(report, indent=1) + "\n")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="cut the wheels the loader needs on the node into parts (CPU machine)")
+    p.add_argument("--stage-tool", required=True, help="the tool that cuts wheels into parts (PKG==VER ... arguments)")
+    p = sub.add_parser("measure", help="the loader on NVDEC against the CPU route, the mixture, the boundaries")
+    p.add_argument("--out", required=True)
+    p.add_argument("--data", default=str(DATA))
+    p.add_argument("--route", default="nvdec-open", choices=("nvdec-open", "cpu-open"))
+    p.add_argument("--window-s", type=float, default=8.0)
+    args = ap.parse_args(argv)
+    return prepare(Path(args.stage_tool)) if args.command == "prepare" else measure(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""The GPU visit's first call, dry run on the CPU: `benchmarks/gpu_first.sh` as the device runs it, with FFmpeg's
+decoders (`cpu-open`) in NVDEC's place, a small dataset, and the imports the GPU node lacks refused (DALI,
+torchcodec, huggingface_hub, rich), so a plumbing error (an import, a path, a flag, a result file) fails here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_ON_THE_NODE = "torchcodec,nvidia,huggingface_hub,rich,accelerate"
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    data = tmp_path_factory.mktemp("gpu-first") / "data"
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_first.py", "prepare", "--small", "--data", str(data)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "carried by one device call" in proc.stdout and "of 60 MiB" in proc.stdout
+    return data
+
+
+def test_prepare_writes_what_the_node_cannot_make(prepared):
+    for codec in ("h264", "hevc"):
+        root = prepared / codec
+        from dali_stream.meta import DatasetMeta
+
+        assert {c.codec for c in DatasetMeta.open(str(root)).cameras.values()} == {codec}
+        colours = json.loads((root / "colours.json").read_text())
+        assert colours and all(set(c) == {"matrix", "full_range"} for c in colours.values())
+        import numpy as np
+
+        reference = np.load(root / "reference.npz")
+        assert len(reference.files) >= 4 and reference[reference.files[0]].dtype == np.uint8
+
+
+def test_the_first_call_runs_as_on_the_node(prepared, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "PY": sys.executable, "OUT": str(out), "DALI_STREAM_DENY_IMPORTS": NOT_ON_THE_NODE}
+    proc = subprocess.run(["bash", "benchmarks/gpu_first.sh", "--route", "cpu-open", "--data", str(prepared),
+                           "--threads", "1,2", "--window-s", "0.3"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "gpu_first.json").read_text())
+    assert report["preflight"]["ok"] and report["route"] == "cpu-open"
+    runs = report["runs"]
+    assert {(r["dataset"], r["mode"], r["threads"]) for r in runs} == {
+        (c, m, t) for c in ("h264", "hevc") for m in ("single", "window8") for t in (1, 2)}
+    for r in runs:
+        assert r["samples_per_s"] > 0 and r["cpu_ms_per_sample"] > 0 and r["wrong_frames"] == 0, r
+        assert r["frames_checked"] == r["samples"] * r["frames_per_camera"] * 2
+        assert r["nvdec_utilisation"]["available"] is False  # no GPU in use: said, not faked
+    for codec, c in report["colour"].items():
+        assert c["passed"] and c["max_levels"] == 0, (codec, c)  # FFmpeg against FFmpeg: the same pictures
+    table = (out / "summary.md").read_text()
+    assert "| h264 | 8 | 2 |" in table and "colour check hevc" in table
+
+
+def test_a_wrong_frame_is_counted_not_hidden(prepared):
+    """The check reads the painted ids of what the engine returned: a plan asking other frames than it decodes
+    is reported frame by frame."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.gpu_first import Rig
+
+    rig = Rig(prepared / "h264", "cpu-open", 1, 1)
+    try:
+        plan = rig.plan(0).batch(0)
+        decoded, wrong = rig.decode(plan)
+        assert decoded > 0 and wrong == []
+        rows = [rig.store.rows(int(p)) for p in plan.episodes]
+        key = rig.cameras[0]
+        segs, idx = rig.builder.locate(plan, rows, key)
+        frames, _ = rig.engine.decode(key, segs, idx)
+        shifted = [(e, f + 1) for e, f in rig.expected(plan, key)]
+        said = rig._check(frames, shifted, key, plan)
+        assert len(said) == plan.size and "painted" in said[0] and "planned" in said[0]
+    finally:
+        rig.close()
+
+
+def test_the_second_tier_runs_as_on_the_node(prepared, tmp_path):
+    """Tier 2's measuring call on the CPU: the loader on `cpu-open` against the CPU route on every core, the
+    mixture of both datasets, and the boundary tests of that route, each step's status and files written."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PY": sys.executable, "OUT": str(out)}
+    proc = subprocess.run(["bash", "benchmarks/gpu_second.sh", "--route", "cpu-open", "--data", str(prepared),
+                           "--window-s", "0.5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    report = json.loads((out / "gpu_second.json").read_text())
+    assert proc.returncode == 0 and report["failed"] == [], (report, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert list(report["steps"]) == ["open_vs_cpu", "mixture_beside_kernel", "boundaries"]
+    (bench,) = (out / "open_vs_cpu").glob("bench-*.json")
+    result = json.loads(bench.read_text())
+    assert set(result["routes"].values()) == {"cpu-open"} and result["gpu_over_cpu_all_cores"] > 0
+    assert (out / "boundaries.xml").exists() and "passed" in (out / "boundaries.log").read_text()
