@@ -491,7 +491,7 @@ class StreamLoader:
         cache.
 
         `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
-        their serialized size) and `mp4_indexes_peak` (remote video files' sample indexes) are measured, against
+        their serialized size) and `mp4_indexes_peak` (video files' sample indexes) are measured, against
         their fixed bounds (`fetch.tables.FOOTER_BYTES`, `fetch.mp4index.INDEX_BYTES`: least recently used files
         are dropped and read again when needed); the others are upper estimates from the configuration: prepared batches
         hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
@@ -713,8 +713,8 @@ class StreamLoader:
         for k, key in enumerate(self.routes):
             if key in prepared.images:
                 continue
-            seeds = sample_seeds(self.config.seed, plan.epoch, plan.index, k, len(batch[key]))
-            batch[key] = self.transforms(batch[key], seeds) if not devices else apply(transform, batch[key], seeds,
+            seed_list = sample_seeds(self.config.seed, plan.epoch, plan.index, k, len(batch[key]))
+            batch[key] = self.transforms(batch[key], seed_list) if not devices else apply(transform, batch[key], seed_list,
                                                                                      devices)
 
     def _transform_host(self, prepared: Prepared) -> None:

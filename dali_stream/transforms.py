@@ -30,20 +30,20 @@ def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -
     return np.random.SeedSequence([seed, epoch, batch, camera, SALT]).generate_state(samples, dtype=np.uint64)
 
 
-def apply(transform: Callable[[Any], Any], frames: Any, seeds: Any, devices: list[int]) -> Any:
+def apply(transform: Callable[[Any], Any], frames: Any, seed_list: Any, devices: list[int]) -> Any:
     """`transform` on each of `frames` (a tensor, samples first) under its seed; torch's RNG restored after."""
     import torch
 
     out = []
     for j, sample in enumerate(frames):
         with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(int(seeds[j]))
+            torch.manual_seed(int(seed_list[j]))
             out.append(transform(sample))
     return torch.stack(out)
 
 
 def _work(transform: Callable[[Any], Any], jobs: Any, results: Any) -> None:
-    """A worker process: (job, frames, seeds) from `jobs` -> (job, transformed frames or the exception) to
+    """A worker process: (job, frames, seed_list) from `jobs` -> (job, transformed frames or the exception) to
     `results`, until None."""
     import torch
 
@@ -52,9 +52,9 @@ def _work(transform: Callable[[Any], Any], jobs: Any, results: Any) -> None:
         item = jobs.get()
         if item is None:
             return
-        job, frames, seeds = item
+        job, frames, seed_list = item
         try:
-            results.put((job, apply(transform, frames, seeds, [])))
+            results.put((job, apply(transform, frames, seed_list, [])))
         except BaseException as exc:  # noqa: BLE001 - handed to the loader, which raises it in the caller
             results.put((job, exc))
 
@@ -101,10 +101,10 @@ class TransformPool:
         self._next_job = 0
         self._arrived = threading.Condition()
 
-    def __call__(self, frames: Any, seeds: Any) -> Any:
+    def __call__(self, frames: Any, seed_list: Any) -> Any:
         """`frames` (CPU tensor, samples first) transformed, in the processes where it can be."""
         if not self.in_processes or len(frames) == 0:
-            return apply(self.transform, frames, seeds, [])
+            return apply(self.transform, frames, seed_list, [])
         import torch
 
         self._open()
@@ -115,7 +115,7 @@ class TransformPool:
         for job, p in zip(jobs, parts):  # each part copied once, into shared memory: it travels as a handle
             part = torch.empty(frames[p[0]:p[-1] + 1].shape, dtype=frames.dtype).share_memory_()
             part.copy_(frames[p[0]:p[-1] + 1])
-            self._jobs.put((job, part, [int(s) for s in seeds[p[0]:p[-1] + 1]]))
+            self._jobs.put((job, part, [int(s) for s in seed_list[p[0]:p[-1] + 1]]))
         out = [self._result(job) for job in jobs]
         return torch.cat(out)
 

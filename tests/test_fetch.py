@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dali_stream import StreamLoader
-from dali_stream.fetch.mp4index import IndexCache, read_index
+from dali_stream.fetch.mp4index import IndexCache, Mp4Index, read_index
 from dali_stream.fetch.segments import cut_segment
 from dali_stream.meta import DatasetMeta
 from dali_stream.source.remote import RemoteFS, RetryPolicy
@@ -87,12 +87,10 @@ def test_cut_searches_find_what_a_scan_finds(four_codec_dataset):
     codec's files and times all along them, at and between frames, the samples a scan by its definition finds
     (the last keyframe shown at or before the start, through the sample before the first dts at the end); and a
     file whose keyframes' times go back (no real encoder's) is scanned."""
-    import dataclasses
-
     rng = np.random.default_rng(0)
     for path in sorted(four_codec_dataset.glob("videos/*/*/*.mp4")):
         index = read_index(_local_rfs(), str(path))
-        assert index._search[1] is not None and index._search[2], path  # real files take the searches
+        assert index.keys_ordered and index.dts_rise, path  # real files take the searches
         ts = index.timescale
         shown = np.sort(index.pts) / ts
         starts = np.concatenate([shown, shown + 0.4 / 30, rng.uniform(-0.1, shown[-1] + 0.1, 50)])
@@ -104,8 +102,9 @@ def test_cut_searches_find_what_a_scan_finds(four_codec_dataset):
                 later = np.flatnonzero(index.dts[keys[-1] + 1:] >= (to_s - 1e-6) * ts)
                 want = (int(keys[-1]), int(keys[-1]) + 1 + int(later[0]) if len(later) else len(index.dts))
             assert index.cut(from_s, to_s) == want, (path, from_s, to_s)
-        shuffled = dataclasses.replace(index, pts=index.pts[::-1].copy())
-        assert shuffled._search[1] is None
+        shuffled = Mp4Index.of(index.size, index.pieces, ts, index.offsets, index.sizes, index.dts,
+                               index.pts[::-1].copy(), index.durations, index.sync, index.stsd)
+        assert not shuffled.keys_ordered
         keys = np.flatnonzero(shuffled.sync & (shuffled.pts <= shown[len(shown) // 2] * ts + 1))
         assert shuffled.cut(shown[len(shown) // 2], shown[-1] + 1)[0] == keys[-1]
 
@@ -302,3 +301,59 @@ def test_cache_settings_are_checked(small_dataset):
         StreamLoader(str(small_dataset), cache_bytes=0, **ARGS)
     with pytest.raises(ConfigError, match="`fetch_workers` must be an integer >= 0"):
         StreamLoader(str(small_dataset), fetch_workers=-1, **ARGS)
+
+
+def test_the_compact_index_gives_every_span_exactly(four_codec_dataset):
+    """Any run of samples' arrays from the compact index equal the per-sample arrays it was made from (the
+    track's tables as `track_of` parses them), for every codec's files, and for a track whose decode steps vary,
+    whose samples are scattered over the file and whose presentation offsets need 32 bits; a lerobot-written file
+    costs at most 10 bytes a frame."""
+    from dali_stream.fetch.mp4index import track_of
+
+    rng = np.random.default_rng(1)
+
+    def check(index, arrays):
+        offsets, sizes, dts, pts, durations, sync = arrays
+        n = len(sizes)
+        for first, stop in [(0, n), (n - 1, n), *(sorted(rng.integers(0, n + 1, 2)) for _ in range(30))]:
+            got = index.span(first, stop)
+            for name, want in zip(("offsets", "sizes", "dts", "pts", "durations", "sync"), arrays):
+                assert np.array_equal(getattr(got, name), want[first:stop]), (name, first, stop)
+        assert all(index.pts_at(i) == pts[i] for i in range(0, n, max(1, n // 7)))
+
+    for path in sorted(four_codec_dataset.glob("videos/*/*/*.mp4")):
+        ts, *arrays, stsd = track_of(path.read_bytes())
+        index = read_index(_local_rfs(), str(path))
+        check(index, arrays)
+        assert index.nbytes / len(arrays[1]) <= 10, (path, index.nbytes / len(arrays[1]))
+        offsets, sizes, dts, pts, durations, sync = arrays
+        for shown in rng.choice(len(pts), 5):  # the GOP of a shown frame, as a scan of every sample finds it
+            keys = np.flatnonzero(sync)
+            first = int(keys[keys <= shown][-1])
+            later = keys[keys > first]
+            want = int(sizes[first:int(later[0]) if len(later) else len(sync)].sum())
+            assert index.gop_bytes(pts[shown] / ts) == want, (path, shown)
+    n = 1000
+    sizes = rng.integers(1, 5000, n)
+    offsets = np.cumsum(np.concatenate([[48], sizes[:-1]])) + np.repeat(np.arange(0, n, 37), 37)[:n] * 9
+    steps = rng.integers(400, 600, n)
+    dts = np.concatenate([[-1024], -1024 + np.cumsum(steps[:-1])])
+    pts = dts + rng.integers(-2**20, 2**20, n)
+    sync = rng.random(n) < 0.1
+    sync[0] = True
+    odd = Mp4Index.of(1 << 40, (), 15360, offsets, sizes, dts, pts, steps, sync, b"")
+    assert odd.dts_step == 0 and odd.comp.dtype == np.int32 and len(odd.run_first) > n // 37
+    assert odd.durations_all is None  # the durations are the decode steps: not kept twice
+    near = dts + rng.integers(0, 300, n)  # presentation offsets below the smallest step: keyframes in order
+    for shown in (pts, near):
+        index = Mp4Index.of(1 << 40, (), 15360, offsets, sizes, dts, shown, steps, sync, b"")
+        assert index.keys_ordered == (shown is near)  # binary searches, and the scan where pts go back
+        for from_s in rng.uniform(-0.1, dts[-1] / 15360 + 0.1, 40):
+            to_s = from_s + rng.uniform(0, 1)
+            keys = np.flatnonzero(sync & (shown <= (from_s + 1e-6) * 15360))
+            want = None
+            if len(keys):
+                later = np.flatnonzero(dts[keys[-1] + 1:] >= (to_s - 1e-6) * 15360)
+                want = (int(keys[-1]), int(keys[-1]) + 1 + int(later[0]) if len(later) else n)
+            assert index.cut(from_s, to_s) == want, (from_s, to_s)
+    check(odd, (offsets, sizes, dts, pts, steps, sync))

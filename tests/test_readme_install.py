@@ -78,13 +78,13 @@ def test_the_readmes_blocks_run_after_its_install_line(fresh, tmp_path):
     assert (tmp_path / "ckpt").is_dir() and (tmp_path / ".demo" / "mixture").is_dir()
     where = subprocess.run([str(bin_dir / "python"), "-c", "import dali_stream, torch, torchcodec, nvidia.dali as d; "
                             "print(dali_stream.__file__, torch.__version__, torchcodec.__version__, d.__version__)"],
-                           env=env, capture_output=True, text=True, timeout=300)
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert where.returncode == 0, where.stderr
     path, torch_version, codec_version, dali_version = where.stdout.split()
     assert str(REPO) not in path, "the fresh environment must hold its own install, not the checkout"
     assert (torch_version.split("+")[0], codec_version.split("+")[0], dali_version) == ("2.13.0", "0.13.0", "2.4.0")
-    diagnose = subprocess.run([str(bin_dir / "dali-stream"), "diagnose", "--json"], env=env, capture_output=True,
-                              text=True, timeout=300)
+    diagnose = subprocess.run([str(bin_dir / "dali-stream"), "diagnose", "--json"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
     assert diagnose.returncode == 0, diagnose.stdout[-2000:] + diagnose.stderr[-2000:]
 
 

@@ -148,3 +148,35 @@ def test_a_cut_knows_its_packets_as_reading_it_back_gives_them(four_codec_datase
                         seg.data[parsed.pos[k]:parsed.pos[k] + parsed.size[k]]
                 checked += 1
     assert checked == 2 * len(meta.cameras) * meta.num_episodes
+
+
+def test_indexes_beyond_their_bound_are_dropped_and_read_again_the_same(four_codec_dataset):
+    """An index cache smaller than one file's index keeps only the last file asked for; a file asked for again is
+    indexed again to the same arrays, and its segments carry the same frames. What is kept is the index alone (no
+    demuxer left open beside it, no bytes of the read): what the bound weighs."""
+    from dali_stream.fetch.mp4index import IndexCache, _index_bytes
+    from dali_stream.fetch.segments import cut_segment
+    from dali_stream.meta import DatasetMeta
+    from dali_stream.source.storage import LocalRanges
+
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    ranges = LocalRanges(meta.data_fs)
+    paths = sorted({meta.video_file(pos, key) for key in meta.cameras for pos in range(meta.num_episodes)})
+    first = {p: IndexCache(ranges).get(p) for p in paths}
+    tiny = IndexCache(ranges, capacity_bytes=1)
+    for round_ in range(2):
+        for path in paths:
+            got = tiny.get(path)
+            assert vars(got) == {"index": got.index} and got.index.pieces == ()
+            for name in ("offsets", "sizes", "dts", "pts", "durations", "sync"):
+                assert np.array_equal(getattr(got.index, name), getattr(first[path].index, name)), (path, name)
+            assert tiny.files.nbytes == _index_bytes(got), "only the file just asked for is kept"
+    assert tiny.files.evictions >= 2 * len(paths) - 1
+    key, cam = next(iter(meta.cameras.items()))
+    for pos in range(meta.num_episodes):
+        path = meta.video_file(pos, key)
+        a, b = float(cam.from_timestamp[pos]), float(cam.to_timestamp[pos])
+        where = dict(episode=pos, camera=key, codec=cam.codec, tolerance_s=1e-4, last_frame_s=a)
+        again = cut_segment(ranges, path, a, b, indexed=tiny.get(path), **where)
+        kept = cut_segment(ranges, path, a, b, indexed=first[path], **where)
+        assert again.data == kept.data and np.array_equal(again.pts_s, kept.pts_s)

@@ -263,8 +263,8 @@ def indexed_span(path: str, from_s: float, to_s: float, indexed, *, episode: int
     if span is None:
         raise _no_keyframe(path, from_s, episode, camera, None)
     first, stop = span
-    if index.pts[first] / index.timescale > from_s + tolerance_s:
-        raise _no_keyframe(path, from_s, episode, camera, index.pts[first] / index.timescale)
+    if index.pts_at(first) / index.timescale > from_s + tolerance_s:
+        raise _no_keyframe(path, from_s, episode, camera, index.pts_at(first) / index.timescale)
     return IndexedSpan(first, stop, *index.byte_range(first, stop))
 
 
@@ -273,15 +273,16 @@ def indexed_segment(data: bytes, at: int, span: IndexedSpan, path: str, indexed,
     """The segment of `span`'s samples from `data`, file bytes read from offset `at` (holding the span's)."""
     index = indexed.index
     first, stop, ts = span.first, span.stop, index.timescale
-    keep: Any = index.sizes[first:stop] > 0
+    samples = index.span(first, stop)
+    keep: Any = samples.sizes > 0
     if keep.all():  # no empty samples (the usual case): views, no copies
         keep = slice(None)
-    sizes = index.sizes[first:stop][keep]
-    payload = samples_bytes(data, at, index.offsets[first:stop][keep], sizes)
-    dts, ticks = index.dts[first:stop][keep], index.pts[first:stop][keep]
-    durations, sync = index.durations[first:stop][keep], index.sync[first:stop][keep]
+    sizes = samples.sizes[keep]
+    payload = samples_bytes(data, at, samples.offsets[keep], sizes)
+    dts, ticks = samples.dts[keep], samples.pts[keep]
+    durations, sync = samples.durations[keep], samples.sync[keep]
     pts = np.sort(ticks / ts)  # as float(pts * tb), exactly
-    _check_end(path, pts, stop == len(index.dts), last_frame_s, tolerance_s, episode, camera)
+    _check_end(path, pts, stop == index.count, last_frame_s, tolerance_s, episode, camera)
     write = functools.partial(write_mp4, index.stsd, ts, sizes, dts, ticks, durations, sync)
     if piece:  # its MP4 written only if a decoder opens it alone (`Segment`)
         seg = Segment(payload, pts, path, episode, camera, codec, piece=True, _write=write)

@@ -52,7 +52,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
                     _fmt(r["p95_batch_latency_ms"]), limit_text(r.get("limit_ratio")), _fmt(r.get("nvdec_limit_ratio"), 2),
                     _fmt(r.get("gpu_over_cpu_all_cores"), 2),
-                    f"{_fmt(r.get('baseline_ratio'), 2)} (vs {_fmt(best_base)})", mixing_text(r.get("batch_mixing")),
+                    f"{_fmt(r.get('baseline_ratio'), 2)} (its {_fmt(best_base)} samples/s)", mixing_text(r.get("batch_mixing")),
                     _fmt(r["peak_rss_gb"], 2),
                     str(r.get("device", ""))])
     return out
@@ -60,7 +60,7 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
 
 HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first batch s", "p95 ms",
           "loader ÷ decode alone", "loader ÷ NVDEC alone", "loader ÷ CPU all cores",
-          "loader ÷ lerobot-style DataLoader (its samples/s)", "batch mixing (shuffled DataLoader's)", "peak RSS GB",
+          "loader ÷ lerobot-style DataLoader", "batch mixing (vs DataLoader)", "peak RSS GB",
           "device / note"]
 
 

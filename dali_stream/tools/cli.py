@@ -625,7 +625,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "each (the results' mixture)")
     p.add_argument("--mode", default="single", choices=("single", "sarm", "camera-window"),
                    help="single: one frame per camera; sarm: one frame per camera and an 8-step action window "
-                        "0..7 s (the reference benchmark's definition); camera-window: 8 steps spaced 1 s on every camera")
+                        "0..7 s, as lerobot's SARM (stage-aware reward model) samples; camera-window: 8 steps spaced "
+                        "1 s on every camera (default %(default)s)")
     add_loader_flags(p, BENCH_SETTINGS)
     p.add_argument("--duration-s", type=float, default=20.0,
                    help="seconds of the loader's measured window; the decode-only run and the baseline (its worker "
