@@ -17,8 +17,9 @@ what it got):
    beside it): whether decode stalls a training step's kernels;
 3. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
    `decode/proven.py`'s entries), with a JUnit file.
-With `--route cpu-open` (the CI dry run): FFmpeg's decoders in NVDEC's place, no GPU load, and the same
-boundary tests on `cpu-open` (tests/test_boundaries.py), so a wrong flag or path fails on the CPU first.
+With `--route cpu-open` (the CI dry run): FFmpeg's decoders in NVDEC's place, no GPU load, and the boundary tests
+of `cpu-open` (tests/test_boundaries.py) collected, not run (CI runs them), so a wrong flag or path fails on the CPU
+first.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def measure(args) -> int:
     _run("mixture_beside_kernel", [*dali_stream, "bench", str(mixture), *decode, "--batch-size", "64",
                                    *(["--gpu-load"] if gpu else []), *short, "--no-limit",
                                    "--out-dir", str(out / "mixture")], out, report, env)
+    # the CPU dry run only collects them (CI runs them anyway): the selection must name tests that exist
     tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu"] if gpu
-             else ["tests/test_boundaries.py", "-k", "cpu-open"])
+             else ["tests/test_boundaries.py", "-k", "cpu-open", "--collect-only"])
     _run("boundaries", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
                         f"--junitxml={out / 'boundaries.xml'}"], out, report, env)
     failed = [n for n, s in report["steps"].items() if s["status"] != 0]

@@ -3,7 +3,8 @@ one), then its quickstart, train and mixture blocks as written, in a folder of t
 
 The environment is made from nothing but the README's line: `pip` resolves every package itself (the machine's
 pip configuration and cache apply, as they would for a user). CI reaches no PyTorch index: pip is told not to
-retry one it cannot reach (`PIP_RETRIES=0`), so the line's `--extra-index-url` costs a failed lookup, not minutes.
+retry one it cannot reach (`PIP_RETRIES=0`), so the line's `--extra-index-url` costs a failed lookup, not minutes,
+and not to compile every module of torch to bytecode (`PIP_NO_COMPILE=1`: Python compiles what it imports).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def fresh(tmp_path_factory):
     bin_dir = env_dir / "bin"
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(env_dir), PIP_RETRIES="0",
-               PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1")
+               PIP_NO_COMPILE="1", PIP_DISABLE_PIP_VERSION_CHECK="1", OMP_NUM_THREADS="1")
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
         env.pop(key, None)
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", install_line()], cwd=REPO, env=env,
