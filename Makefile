@@ -5,12 +5,11 @@ BIN    := $(VENV)/bin
 # Which tested set of versions (constraints/<set>.txt) this node gets: cpu, cu12 or cu13, from the NVIDIA
 # driver that nvidia-smi reports (dali_stream/pairing.py). Override: make install SET=cu12.
 SET ?= $(shell $(PYTHON) dali_stream/pairing.py constraint-set)
-DALI_EXTRA = $(if $(filter cu13,$(SET)),cu13,$(if $(filter cpu,$(SET)),cpu,cu12))
 # Where torch's build for the set comes from. cu12: PyTorch's CUDA 12.8 index; cu13: PyPI (its Linux torch is
 # a CUDA 13 build); cpu: PyPI or a local wheel (set TORCH_INDEX=https://download.pytorch.org/whl/cpu for the
 # small CPU build on a machine with the internet).
 TORCH_INDEX ?= $(if $(filter cu12,$(SET)),https://download.pytorch.org/whl/cu128,)
-EXTRAS := $(DALI_EXTRA),remote,bench,docs,test
+EXTRAS := $(SET),remote,bench,docs,test  # each set has the extra of its name: [cpu], [cu12], [cu13]
 STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample

@@ -245,22 +245,15 @@ class Rig:
 
 def block_cells(frames, stream=None) -> np.ndarray:
     """The mean luma of each painted id block of every frame (N, H, W, 3) uint8, (N, 3, 16), computed where the
-    frames are (a CUDA tensor: on the engine's stream, so only these numbers are copied to the host)."""
-    from dali_stream.tools.paint import BITS, ROWS, block_size
+    frames are (`paint.block_cells`; a CUDA tensor on the engine's stream, so only these numbers reach the host)."""
+    from dali_stream.tools.paint import block_cells as cells_of
 
-    n, height, width = frames.shape[0], frames.shape[1], frames.shape[2]
-    b = block_size(width)
-    inset = max(1, b // 4)
     if isinstance(frames, np.ndarray):
-        luma = frames[:, :ROWS * b, :BITS * b].astype(np.float32).mean(axis=-1)
-        cells = luma.reshape(n, ROWS, b, BITS, b)[:, :, inset:b - inset, :, inset:b - inset]
-        return cells.mean(axis=(2, 4))
+        return cells_of(frames.astype(np.float32).mean(axis=-1))
     import torch
 
     with torch.cuda.stream(stream) if stream is not None else _nothing():
-        luma = frames[:, :ROWS * b, :BITS * b].float().mean(dim=-1)
-        cells = luma.reshape(n, ROWS, b, BITS, b)[:, :, inset:b - inset, :, inset:b - inset].mean(dim=(2, 4))
-        return cells.cpu().numpy()
+        return cells_of(frames.float().mean(dim=-1)).cpu().numpy()
 
 
 class _nothing:

@@ -714,8 +714,8 @@ class StreamLoader:
             if key in prepared.images:
                 continue
             seed_list = sample_seeds(self.config.seed, plan.epoch, plan.index, k, len(batch[key]))
-            batch[key] = self.transforms(batch[key], seed_list) if not devices else apply(transform, batch[key], seed_list,
-                                                                                     devices)
+            batch[key] = (self.transforms(batch[key], seed_list) if not devices
+                          else apply(transform, batch[key], seed_list, devices))
 
     def _transform_host(self, prepared: Prepared) -> None:
         """`image_transforms` on a CPU batch's host-frame cameras, in the thread that built it (a producer worker):
@@ -741,7 +741,7 @@ class StreamLoader:
                            and not self.device.startswith("cuda"))
         producer = _Producer(self.builder, plan, start, self.config.num_workers, self.prefetch_batches,
                              FETCH_AHEAD_BATCHES, self.cut_ahead, self._transform_host if host_transforms else None)
-        squeeze = {k: len(self.plan_config.delta_indices.get(k, (0,))) == 1 for k in self.routes}
+        squeeze = self._squeeze
         t0 = time.perf_counter()
         first_s = None
         delivered = 0

@@ -34,7 +34,6 @@ TESTED = {"torch": "2.13.0", "torchcodec": "0.13.0", "nvidia-dali": "2.4.0"}
 # fresh environment; make install uses the same constraint set and index).
 TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cu12": "https://download.pytorch.org/whl/cu128",
                "cu13": None}
-EXTRA = {"cpu": "cpu", "cu12": "cu12", "cu13": "cu13"}
 WHEN = {"cpu": "no NVIDIA GPU (or a driver older than 525)", "cu12": "NVIDIA driver 525 to 579",
         "cu13": "NVIDIA driver 580 or newer"}
 
@@ -43,7 +42,7 @@ def install_line(chosen: str) -> str:
     """The pip command that installs the tested set `chosen` (cpu, cu12 or cu13) from a checkout."""
     index = TORCH_INDEX[chosen]
     return (f"pip install {f'--extra-index-url {index} ' if index else ''}-c constraints/{chosen}.txt "
-            f"'.[{EXTRA[chosen]}]'")
+            f"'.[{chosen}]'")  # each set has the extra of its name
 
 
 def _minor(version: str | None) -> tuple[int, int] | None:

@@ -2,13 +2,14 @@
 batch, sample, camera), so a resumed run transforms exactly as an uninterrupted one.
 
 A transform such as torchvision's ColorJitter + RandomAffine takes milliseconds a sample on the CPU, and draws from
-torch's one process-wide generator: threads cannot share it and keep the draws reproducible. So with `num_workers`
-> 0 the samples are transformed in that many worker processes (spawned once, on the loader's first transformed
-batch; tensors travel through shared memory, torch.multiprocessing's), each sample seeded as in one process: the
-same pixels as in the calling thread, in parallel, while the loader's threads build the next batches. Batches on a
-GPU, or `num_workers=0`, transform in the calling thread (CUDA kernels are queued there anyway). The transform must
-be picklable to reach the processes (torchvision's and lerobot's ImageTransforms are; a lambda is not: it then runs
-in the calling thread, with a warning).
+torch's one process-wide generator: threads cannot share it and keep the draws reproducible. So with
+`transform_workers` > 0 (by default `num_workers`) the samples are transformed in that many worker processes
+(spawned once, on the loader's first transformed batch; tensors travel through shared memory,
+torch.multiprocessing's), each sample seeded as in one process: the same pixels as in the calling thread, in
+parallel, while the loader's threads build the next batches. Batches on a GPU, or `transform_workers=0`, transform
+in the calling thread (CUDA kernels are queued there anyway). The transform must be picklable to reach the
+processes (torchvision's and lerobot's ImageTransforms are; a lambda is not: it then runs in the calling thread,
+with a warning).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 log = logging.getLogger("dali_stream")
 SALT = 0x7F  # the seed sequence's last word: (seed, epoch, batch, camera, SALT) -> one seed per sample
+
 
 def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -> np.ndarray:
     """The torch seed of each sample's transform of camera number `camera` (its place in the batch's cameras)."""
@@ -139,7 +141,7 @@ class TransformPool:
                 if dead:
                     raise DaliStreamError(f"an image_transforms worker process ended (pids {[w.pid for w in dead]}, "
                                           f"exit codes {[w.exitcode for w in dead]}); see its output above, or pass "
-                                          "num_workers=0 to transform in the calling thread") from None
+                                          "transform_workers=0 to transform in the calling thread") from None
                 continue
             with self._arrived:
                 self._done[other] = value
@@ -197,5 +199,5 @@ def _picklable(transform: Callable[[Any], Any]) -> bool:
         return True
     log.warning("image_transforms %r cannot go to worker processes (%s), so it runs in the calling thread, one "
                 "sample at a time; define it in an importable module (torchvision's transforms.v2 and lerobot's "
-                "ImageTransforms are) to spread it over num_workers processes", transform, why)
+                "ImageTransforms are) to spread it over transform_workers processes", transform, why)
     return False

@@ -102,11 +102,17 @@ def read_ids(image) -> tuple[int, int]:
     if arr.max() <= 1.0:
         arr = arr * 255.0
     luma = arr.mean(axis=-1)
-    b = block_size(luma.shape[1])
-    rows = ROWS + 1 if luma.shape[0] >= (ROWS + 1) * b else ROWS
+    rows = ROWS + 1 if luma.shape[0] >= (ROWS + 1) * block_size(luma.shape[1]) else ROWS
+    return ids_of(block_cells(luma, rows))
+
+
+def block_cells(luma: np.ndarray, rows: int = ROWS) -> np.ndarray:
+    """The mean luma inside each painted block of the top `rows` rows, (..., rows, 16), of images (..., H, W):
+    one image's for `read_ids`, a batch's at once for a checker that reads many (`ids_of` each)."""
+    b = block_size(luma.shape[-1])
     inset = max(1, b // 4)
-    cells = luma[:rows * b, :BITS * b].reshape(rows, b, BITS, b)[:, inset:b - inset, :, inset:b - inset]
-    return ids_of(cells.mean(axis=(1, 3)))
+    cells = luma[..., :rows * b, :BITS * b].reshape(*luma.shape[:-2], rows, b, BITS, b)
+    return cells[..., inset:b - inset, :, inset:b - inset].mean(axis=(-3, -1))
 
 
 def ids_of(cells) -> tuple[int, int]:
