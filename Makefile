@@ -9,7 +9,8 @@ SET ?= $(shell $(PYTHON) dali_stream/pairing.py constraint-set)
 # a CUDA 13 build); cpu: PyPI or a local wheel (set TORCH_INDEX=https://download.pytorch.org/whl/cpu for the
 # small CPU build on a machine with the internet).
 TORCH_INDEX ?= $(if $(filter cu12,$(SET)),https://download.pytorch.org/whl/cu128,)
-EXTRAS := $(SET),remote,bench,docs,test  # each set has the extra of its name: [cpu], [cu12], [cu13]
+# Each set has the extra of its name: [cpu], [cu12], [cu13].
+EXTRAS := $(SET),remote,bench,docs,test
 STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
