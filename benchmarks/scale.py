@@ -27,8 +27,9 @@ PER_FILE = 1000
 FPS = 30
 
 
-def write_dataset(root: Path, episodes: int, seed: int = 0) -> Path:
-    """A camera-less LeRobot v3.0 dataset of `episodes` episodes (module doc); kept when already complete."""
+def write_dataset(root: Path, episodes: int, seed: int = 0, lengths: tuple[int, int] = (30, 91)) -> Path:
+    """A camera-less LeRobot v3.0 dataset of `episodes` episodes (module doc; `lengths`: the episodes' frames,
+    from the first up to the second, excluded); kept when already complete."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -36,7 +37,7 @@ def write_dataset(root: Path, episodes: int, seed: int = 0) -> Path:
         return root
     partial = root.with_name(root.name + ".partial")
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(30, 91, episodes)
+    lengths = rng.integers(*lengths, episodes)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     for f in range(0, episodes, PER_FILE):
         path = partial / "data" / f"chunk-{f // PER_FILE // 1000:03d}" / f"file-{f // PER_FILE % 1000:03d}.parquet"

@@ -38,6 +38,8 @@ NVDEC_ENGINES: tuple[str, ...] = get_args(NvdecEngine)
 IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
 MEMORY_FORMATS: tuple[str, ...] = get_args(MemoryFormat)
 DEFAULT_CACHE_BYTES = 4 << 30
+DEFAULT_INDEX_BYTES = 256 << 20  # ~9 bytes a frame of lerobot-written H.264/HEVC: ~29 million frames
+DEFAULT_FOOTER_BYTES = 128 << 20  # ~8x a footer's serialized size: ~20 data files of 1,000 row groups
 GLOBAL_POOL = "all"  # episode_pool_size for a global shuffle
 # LeRobotDataset's arguments without a StreamLoader setting of the same name: what each becomes here.
 LEROBOT_ARGUMENTS = {
@@ -143,6 +145,12 @@ class LoaderConfig:
                                             "recording) is not fetched whole: each sample reads a piece, its frames' "
                                             "GOPs (default: half of cache_bytes over the pool's episodes and cameras, "
                                             "at least 16 MiB)")
+    index_bytes: int = _s(DEFAULT_INDEX_BYTES, "bound of the video files' MP4 sample indexes kept in memory (~9 bytes "
+                                               "a frame of lerobot's H.264/HEVC); least recently used files are "
+                                               "indexed again when needed (docs/memory.md)")
+    footer_bytes: int = _s(DEFAULT_FOOTER_BYTES, "bound of the data files' parsed parquet footers kept open (~8x a "
+                                                 "footer's size on disk); least recently used files are reopened "
+                                                 "when needed (docs/memory.md)")
     max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
                                            "closed first (default num_workers x CPU cameras x min(batch, pool))")
     # the job
@@ -187,7 +195,7 @@ class LoaderConfig:
         if self.memory_format not in MEMORY_FORMATS:
             raise ConfigError(f"`memory_format` must be 'contiguous' or 'channels_last' (or torch.channels_last / "
                               f"torch.contiguous_format). Found: {self.memory_format!r}")
-        for name in ("batch_size", "episode_pool_size", "cache_bytes"):
+        for name in ("batch_size", "episode_pool_size", "cache_bytes", "index_bytes", "footer_bytes"):
             if name == "episode_pool_size" and self.episode_pool_size == GLOBAL_POOL:
                 continue
             _integer(name, getattr(self, name), 1, "or 'all' (a global shuffle)" if name == "episode_pool_size" else "")
@@ -291,6 +299,8 @@ class LoaderSettings(TypedDict, total=False):
     fetch_workers: Optional[int]
     cache_bytes: int
     segment_bytes: Optional[int]
+    index_bytes: int
+    footer_bytes: int
     max_decoders: Optional[int]
     rank: Optional[int]
     world_size: Optional[int]
@@ -317,7 +327,7 @@ LoaderConfig.__doc__ = (LoaderConfig.__doc__ or "") + "\n" + _settings_doc()
 def _integer(name: str, value: Any, low: int, other: str = "") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         what = "a positive integer" if low == 1 else f"an integer >= {low}"
-        unit = " (bytes)" if name in ("cache_bytes", "segment_bytes") else ""
+        unit = " (bytes)" if name.endswith("_bytes") else ""
         raise ConfigError(f"`{name}` must be {what}{unit}{' ' + other if other else ''}. Found: {value!r}")
 
 

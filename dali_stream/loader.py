@@ -38,6 +38,7 @@ from .graph.host import to_output, uses_host_frames
 from .graph.imageops import ImageOps
 from .graph.joined import joins
 from .memory import TRIM_EVERY, release_freed
+from .stats import loader_stats
 from .mixture import Member, Mixture
 from .mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 from .mixing import open_meta as _open_meta
@@ -355,7 +356,8 @@ class StreamLoader:
             max(1, cfg.cache_bytes // (2 * share * max(1, len(self.routes)))) if self.global_shuffle else \
             max(LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * (pool or 1) * max(1, len(self.routes))))
         self.store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, self.decoders, fetch_workers,
-                                  self.segment_bytes_limit)
+                                  self.segment_bytes_limit, index_bytes=cfg.index_bytes, footer_bytes=cfg.footer_bytes)
+        self.store.epoch_episodes = None if self.global_shuffle else share  # retired episodes kept where they fit
         # Pieces (a few KB each) are cut further ahead than batches are built from a remote source: one batch's
         # reads go out together, so the reads in flight are what many batches ahead ask for (50 ms a request: 3
         # batches ahead read 330 samples/s, 8 batches 640, 2-core VM). Locally a read takes microseconds.
@@ -492,8 +494,8 @@ class StreamLoader:
 
         `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
         their serialized size) and `mp4_indexes_peak` (video files' sample indexes) are measured, against
-        their fixed bounds (`fetch.tables.FOOTER_BYTES`, `fetch.mp4index.INDEX_BYTES`: least recently used files
-        are dropped and read again when needed); the others are upper estimates from the configuration: prepared batches
+        their bounds (`footer_bytes`, `index_bytes`: least recently used files are dropped and read again when
+        needed); `stats()` reports what each holds now; the others are upper estimates from the configuration: prepared batches
         hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
         + 1` batches; host frames (`graph.host`: CPU-decoded cameras of batches on the CPU) are output-sized
         buffers for `prefetch_batches + 2` batches (the ones building, the caller's), one more where a DALI graph
@@ -526,7 +528,14 @@ class StreamLoader:
                 "decoders_alive_peak": self.decoders.peak, "decoders_bound": self.decoders.capacity,
                 "knobs": {"cache_bound": "cache_bytes", "segment_bytes_limit": "segment_bytes",
                           "prepared_batches": "prefetch_batches, num_workers",
-                          "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders"}}
+                          "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders",
+                          "table_footers_bound": "footer_bytes", "mp4_indexes_bound": "index_bytes"}}
+
+    def stats(self) -> dict[str, Any]:
+        """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
+        cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers), the fetch counters and the decoders
+        opened (`dali_stream/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
+        return loader_stats(self.store, self.decoders, self.builder.buffers, self.segment_bytes_limit)
 
     def data_wait(self) -> dict[str, Any]:
         """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:

@@ -31,7 +31,7 @@ def stage_of(module: str) -> str:
         return "tools" if module == "dali_stream.__main__" else "base"
     part = module.split(".")[1]
     return {"meta": "meta", "catalog": "meta", "schema": "meta", "loader": "loader", "wait": "loader", "memory": "loader",
-            "mixing": "loader", "samples": "loader",
+            "mixing": "loader", "samples": "loader", "stats": "loader",
             "augment": "graph", "transforms": "graph"}.get(part, part)
 
 

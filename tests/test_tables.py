@@ -54,14 +54,11 @@ def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset)
     assert loader.store.tables.groups_read == loader.meta.num_episodes + 1
 
 
-def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset, monkeypatch):
+def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset):
     """Parquet footers kept open are bounded in bytes (unbounded, 200 files of 1,000 row groups held
     1.4 GB per rank): with a bound smaller than two footers, one stays open at a time, the others are read again
     when their episodes come back, and every batch is the same."""
-    from dali_stream.fetch import tables
-
-    monkeypatch.setattr(tables, "FOOTER_BYTES", 1)
-    bounded = StreamLoader(str(small_dataset), **ARGS)
+    bounded = StreamLoader(str(small_dataset), **ARGS, footer_bytes=1)
     footers = bounded.store.tables.files
     got = [b for b in bounded]
     assert footers.capacity_bytes == 1 and footers.evictions > 0 and len(footers._values) == 1

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from ..config import DEFAULT_INDEX_BYTES
 from ..errors import VideoFileError
 
 HEAD_BYTES = 4096  # read first: ftyp and, for faststart files, the start of moov
@@ -417,9 +418,6 @@ class IndexedFile:
     index: Mp4Index
 
 
-INDEX_BYTES = 256 << 20  # MP4 indexes kept per store: ~4-10 bytes a sample (a 1,000-episode file of 300 frames: ~3 MB)
-
-
 def _index_bytes(value: Any) -> int:
     if value is None:
         return 0
@@ -429,12 +427,12 @@ def _index_bytes(value: Any) -> int:
 
 class IndexCache:
     """Video files of a RemoteFS, each indexed and opened once even when threads race; the least recently used
-    are dropped beyond `capacity_bytes` of index arrays (`INDEX_BYTES`).
+    are dropped beyond `capacity_bytes` of index arrays (the loader's `index_bytes`).
 
     A file whose layout `read_index` does not handle maps to None (why: `unsupported`): its episodes are
     cut through the demuxer and plain range requests."""
 
-    def __init__(self, rfs, capacity_bytes: int = INDEX_BYTES, *, shared: "IndexCache | None" = None) -> None:
+    def __init__(self, rfs, capacity_bytes: int = DEFAULT_INDEX_BYTES, *, shared: "IndexCache | None" = None) -> None:
         """`shared`: another file system's cache whose bound this one shares (a mixture's members: one
         `capacity_bytes` for all of them, each file kept under its own file system's name)."""
         from .once import OncePerKey

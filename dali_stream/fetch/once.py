@@ -37,6 +37,11 @@ class OncePerKey:
             self._values.move_to_end(key)
             return True, self._values[key]
 
+    def __len__(self) -> int:
+        """Values kept now."""
+        with self._lock:
+            return len(self._values)
+
     def holds(self, key: Hashable) -> bool:
         """Whether a value is kept for `key` (made, not evicted)."""
         with self._lock:

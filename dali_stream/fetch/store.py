@@ -12,7 +12,8 @@ background fetch threads after `pin` (the loader pins an episode when the plan a
 it arrives before its first batch), or a batch builder that needs it and finds it missing (counted in
 `demand_fetches`). Others wait for that fetch. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
 refcounted: `unpin` (the plan retired the episode and every batch drawing it was built) makes an entry
-evictable, least recently used first. Pinned entries are never evicted; when they alone exceed the
+evictable, least recently used first, or drops it at once where a pool's epoch does not fit the capacity
+(`epoch_episodes`: it would be evicted unused before the next epoch came back to it). Pinned entries are never evicted; when they alone exceed the
 capacity a warning names the sizes and the fix.
 """
 
@@ -29,6 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol
 
+from ..config import DEFAULT_FOOTER_BYTES, DEFAULT_INDEX_BYTES
 from ..errors import DaliStreamError, RemoteError, VideoFileError
 from .segments import IndexedSpan, Segment, cut_segment, indexed_segment, indexed_span
 from .spans import read_spans
@@ -52,6 +54,7 @@ class StoreStats:
     pieces_ahead: int = 0  # of them, cut by the piece threads before a builder asked (`cut_ahead`)
     pieces_dropped: int = 0  # cut ahead, never asked for (the epoch stopped first)
     pieces_ahead_peak: int = 0  # most bytes of pieces cut ahead held at once, waiting for their builders
+    retired_dropped: int = 0  # episodes dropped when retired: this rank's epoch would not fit the cache (`unpin`)
     fetch_s: float = 0.0
     peak_bytes: int = 0
     episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
@@ -185,28 +188,31 @@ class _Files:
     """One member's readers: its table rows, and range reads and MP4 indexes of its video files (bounds shared
     with the other members', `TableReader(shared=)`, `IndexCache(shared=)`)."""
 
-    def __init__(self, member, first: "_Files | None") -> None:
+    def __init__(self, member, first: "_Files | None", index_bytes: int, footer_bytes: int) -> None:
         from ..source.storage import LocalRanges, is_local
         from .mp4index import IndexCache
 
         meta = member.meta
-        self.tables: TableReader = TableReader(meta, member.table_keys,
+        self.tables: TableReader = TableReader(meta, member.table_keys, footer_bytes=footer_bytes,
                                                shared=first.tables if first is not None else None)
         # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
         # behind the same interface (a file the index cannot handle is cut through the demuxer).
         self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
-        self.indexes: IndexCache = IndexCache(self.ranges, shared=first.indexes if first is not None else None)
+        self.indexes: IndexCache = IndexCache(self.ranges, index_bytes,
+                                              shared=first.indexes if first is not None else None)
 
 
 class EpisodeStore:
     def __init__(self, catalog, tolerance_s: float, capacity_bytes: int, decoders: SegmentDecoders,
-                 fetch_workers: int = 4, segment_bytes_limit: int | None = None) -> None:
+                 fetch_workers: int = 4, segment_bytes_limit: int | None = None, *,
+                 index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES) -> None:
         """`catalog` (`dali_stream.catalog.Catalog`): the episode positions and, per member, its metadata and the
         own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
         store's bounds. `tolerance_s`: the loader's, unless a member sets its own. `segment_bytes_limit`: an
         episode's camera whose segment would be larger (an hour-long recording) is not fetched whole: each sample
         gets a piece cut for its frames (`segment_for`), from the keyframe before them through the last packet
-        they need, read from the file's index; None: always whole."""
+        they need, read from the file's index; None: always whole. `index_bytes`, `footer_bytes`: the bounds of the
+        video files' MP4 indexes and the data files' parsed footers kept (every member's together)."""
         self.catalog = catalog
         self.segment_bytes_limit = segment_bytes_limit
         self.tolerance_s = tolerance_s
@@ -214,6 +220,12 @@ class EpisodeStore:
         self.stats = StoreStats()
         self.decoders = decoders  # the CPU decoders of fetched segments, bounded by their owner
         self.bytes = 0  # bytes held by fetched entries
+        # Episodes in this rank's epoch when the plan retires an episode for the rest of it (a pool): a retired
+        # episode comes back only next epoch, after every other one, so where the epoch's episodes do not fit
+        # `capacity_bytes` an LRU would evict it first and it is dropped at once (`unpin`). None: kept (a global
+        # shuffle draws an episode's frames all along its epoch).
+        self.epoch_episodes: int | None = None
+        self._fetched = [0, 0]  # bytes and episodes fetched so far: the mean an epoch's bytes are estimated by
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()
         self._warned = False
@@ -230,7 +242,7 @@ class EpisodeStore:
         self.piece_log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
         self.files: list[_Files] = []
         for member in catalog.members:
-            self.files.append(_Files(member, self.files[0] if self.files else None))
+            self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes))
         self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)
         self.indexes = self.files[0].indexes  # its `files` and `unsupported` are every member's
 
@@ -295,7 +307,20 @@ class EpisodeStore:
                 if entry.refs == 0:  # retired: keep the bytes (bounded), not its decoders
                     for seg in entry.segments.values():
                         self.decoders.release(seg)
+                    if entry.done.is_set() and not self._keeps_retired():
+                        del self._entries[pos]
+                        self.bytes -= entry.nbytes
+                        self.stats.retired_dropped += 1
             self._evict()
+
+    def _keeps_retired(self) -> bool:
+        """(lock held) Whether a retired episode may serve again: always in a global shuffle, in a pool only where
+        the epoch's episodes fit `capacity_bytes` (estimated from the mean episode fetched so far): over it, a
+        least-recently-used cache evicts each one before the next epoch comes back to it."""
+        fetched_bytes, fetched = self._fetched
+        if self.epoch_episodes is None or not fetched:
+            return True
+        return fetched_bytes / fetched * self.epoch_episodes <= self.capacity_bytes
 
     # ---- lookups ---------------------------------------------------------------------------------------
     def rows(self, pos: int) -> dict:
@@ -609,6 +634,8 @@ class EpisodeStore:
                 self.stats.prefetches += background
                 self.stats.demand_fetches += not background
                 self.bytes += entry.nbytes
+                self._fetched[0] += entry.nbytes
+                self._fetched[1] += 1
                 self.stats.peak_bytes = max(self.stats.peak_bytes, self.bytes)
             elif self._entries.get(pos) is entry:  # a later lookup fetches again
                 del self._entries[pos]

@@ -24,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
+from ..config import DEFAULT_FOOTER_BYTES
 from ..errors import DatasetError, RemoteError
 from ..source.storage import parquet_errors, parquet_file
 from .once import OncePerKey
 
 OPENING_THREADS = 16  # data files whose footers a remote reader fetches at once (`TableReader.episodes`)
 SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
-# Open data files (their parquet footers) kept per reader, bounded by the footers' memory: a footer takes 7.4x its
+# Open data files (their parquet footers) kept per reader, bounded by the footers' memory (`footer_bytes`): a footer takes 7.4x its
 # serialized size once parsed (measured: 6.7 MB resident for a 1,000-row-group, 8-column file of 0.9 MB), so
 # each is weighed at 8x. Unbounded, 200 such files held 1.4 GB per rank by the end of an epoch.
-FOOTER_BYTES = 128 << 20
 FOOTER_IN_MEMORY = 8
 FRAME_TIME_S = "timestamp@float64"  # rows key of the frames' float64 times (not a feature: never in a batch)
 
@@ -76,14 +76,16 @@ def _footer_bytes(value: Any) -> int:
 class TableReader:
     """Per-episode rows of the columns in `keys`; parquet footers are read once per file."""
 
-    def __init__(self, meta, keys: list[str], *, shared: "TableReader | None" = None) -> None:
-        """`shared`: another reader whose open files and decoded shared row groups this one shares, within the
-        same bounds (a mixture's members: one `FOOTER_BYTES` for all of them)."""
+    def __init__(self, meta, keys: list[str], *, footer_bytes: int = DEFAULT_FOOTER_BYTES,
+                 shared: "TableReader | None" = None) -> None:
+        """`footer_bytes`: the bound of the parsed footers of open files (the loader's setting). `shared`: another
+        reader whose open files and decoded shared row groups this one shares, within its bounds (a mixture's
+        members: one `footer_bytes` for all of them)."""
         self.meta = meta
         self.keys = keys
         # path -> (ParquetFile, row group index ranges, its read lock); evicted handles close when unused
         self.files: OncePerKey = shared.files if shared is not None else \
-            OncePerKey(capacity_bytes=FOOTER_BYTES, weigh=_footer_bytes)
+            OncePerKey(capacity_bytes=footer_bytes, weigh=_footer_bytes)
         # (path, group, columns) -> decoded row group holding many episodes
         self._shared: OncePerKey = shared._shared if shared is not None else OncePerKey(SHARED_GROUPS)
         self._warned: set[str] = set()

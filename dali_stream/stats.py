@@ -1,0 +1,42 @@
+"""`StreamLoader.stats()`: what each bounded structure holds now, its peak, its bound and the setting that sets
+it (docs/memory.md), beside the fetch and decode counters. Read from the stages' own counters: nothing here
+walks the held objects, so it is cheap enough to log every step."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+def _part(held: int, peak: int | None, bound: int | None, setting: str, unit: str = "bytes", **more: Any) -> dict:
+    return {"held": int(held), "peak": None if peak is None else int(peak),
+            "bound": None if bound is None else int(bound),
+            "setting": setting, "unit": unit, **more}
+
+
+def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None) -> dict[str, Any]:
+    """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
+    bounded through the setting named, not counted against a number), `setting`, `unit`);
+    `fetch`: the store's counters (`StoreStats`, the episodes fetched counted); `decoders`: CPU decoders opened and
+    closed."""
+    indexes, footers = store.indexes.files, store.tables.files
+    shared_groups = store.tables._shared
+    counters = dataclasses.asdict(store.stats)
+    counters["episodes"] = len(store.stats.episodes)
+    return {
+        "bounded": {
+            "fetched_episodes": _part(store.bytes, store.stats.peak_bytes, store.capacity_bytes, "cache_bytes",
+                                      evictions=store.stats.evictions),
+            "pieces_ahead": _part(store._ahead_bytes, store.stats.pieces_ahead_peak, None, "prefetch_batches",
+                                  piece_limit=segment_bytes_limit),
+            "mp4_indexes": _part(indexes.nbytes, indexes.peak_bytes, indexes.capacity_bytes, "index_bytes",
+                                 files=len(indexes), evictions=indexes.evictions),
+            "table_footers": _part(footers.nbytes, footers.peak_bytes, footers.capacity_bytes, "footer_bytes",
+                                   files=len(footers), evictions=footers.evictions),
+            "shared_row_groups": _part(len(shared_groups), None, shared_groups.capacity, "fixed", "row groups"),
+            "cpu_decoders": _part(decoders.alive, decoders.peak, decoders.capacity, "max_decoders", "decoders"),
+            "host_buffers": _part(buffers.nbytes, None, None, "prefetch_batches"),
+        },
+        "fetch": counters,
+        "decoders": {"opened": decoders.opened, "closed": decoders.closed},
+    }

@@ -1,0 +1,98 @@
+"""Everything the loader keeps per file is under a setting (docs/memory.md): with the MP4 indexes' and the
+parquet footers' bounds below one file's, every frame still comes back right, and `loader.stats()` says what
+each bounded structure holds against its bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from dali_stream import ConfigError, StreamLoader
+from dali_stream.tools.paint import read_ids
+
+BOUNDED = ("fetched_episodes", "pieces_ahead", "mp4_indexes", "table_footers", "shared_row_groups",
+           "cpu_decoders", "host_buffers")
+
+
+@pytest.mark.parametrize("pool", [2, "all"])
+def test_a_dataset_with_more_index_than_its_bound_gets_every_frame_right(four_codec_dataset, pool):
+    """index_bytes=1 and footer_bytes=1 keep one video file's index and one data file's footer at a time; long
+    episodes' pieces (segment_bytes=1) are cut from the index of each sample's file, so files are indexed again
+    over and over: every camera frame of the epoch is the (episode, frame) the batch names, on H.264 (B-frames),
+    HEVC and AV1 through torchcodec and VP9 through DALI."""
+    loader = StreamLoader(str(four_codec_dataset), batch_size=4, episode_pool_size=pool, device="cpu",
+                          image_dtype="uint8", decode="cpu", index_bytes=1, footer_bytes=1, segment_bytes=1,
+                          seed=3)
+    frames = 0
+    for batch in loader:
+        for key in loader.meta.video_keys:
+            for i in range(len(batch["index"])):
+                want = (int(batch["episode_index"][i]), int(batch["frame_index"][i]))
+                assert read_ids(batch[key][i]) == want, (key, i)
+                frames += 1
+    assert frames == len(loader.meta.video_keys) * 4 * len(loader)
+    stats = loader.stats()
+    assert set(stats["bounded"]) == set(BOUNDED)
+    indexes, footers = stats["bounded"]["mp4_indexes"], stats["bounded"]["table_footers"]
+    assert (indexes["bound"], indexes["setting"], footers["bound"], footers["setting"]) == \
+        (1, "index_bytes", 1, "footer_bytes")
+    assert indexes["files"] == 1 and indexes["evictions"] > 0 and 0 < indexes["held"] <= indexes["peak"]
+    assert footers["files"] == 1 and footers["evictions"] > 0
+    assert stats["fetch"]["pieces_cut"] > 0
+    loader.close()
+
+
+def test_stats_report_each_bound_from_its_setting(small_dataset):
+    """Each bounded structure names its setting and carries the loader's value; held never exceeds a byte bound
+    that admits more than one file; the counters are the store's."""
+    loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", cache_bytes=1 << 26,
+                          index_bytes=1 << 24, footer_bytes=1 << 23, max_decoders=3)
+    next(iter(loader))
+    bounded = loader.stats()["bounded"]
+    assert bounded["fetched_episodes"]["bound"] == 1 << 26 and bounded["fetched_episodes"]["setting"] == "cache_bytes"
+    assert bounded["mp4_indexes"]["bound"] == 1 << 24 and bounded["table_footers"]["bound"] == 1 << 23
+    assert bounded["cpu_decoders"]["bound"] == 3 and bounded["cpu_decoders"]["unit"] == "decoders"
+    for name in ("fetched_episodes", "mp4_indexes", "table_footers"):
+        part = bounded[name]
+        assert 0 < part["held"] <= part["peak"] <= part["bound"], (name, part)
+    assert loader.stats()["fetch"]["episodes"] == len(loader.store.stats.episodes) > 0
+    loader.close()
+
+
+@pytest.mark.parametrize("name", ["index_bytes", "footer_bytes"])
+@pytest.mark.parametrize("value", [0, -5, 1.5, "1G"])
+def test_bounds_must_be_positive_byte_counts(small_dataset, name, value):
+    with pytest.raises(ConfigError, match=rf"`{name}` must be a positive integer \(bytes\)\. Found: "):
+        StreamLoader(str(small_dataset), **{name: value})
+
+
+@pytest.mark.filterwarnings("ignore:the episode cache holds")  # 7 episodes: the lookahead pins them all at once
+def test_a_pool_drops_retired_episodes_where_its_epoch_does_not_fit_the_cache(small_dataset):
+    """A pool retires an episode for the rest of the epoch: where the rank's episodes do not fit `cache_bytes`, an
+    LRU would evict each before the next epoch comes back to it, so it is dropped when retired (the long-run
+    growth of a 200,000-episode dataset, benchmarks/scale_video.py); the batches are the same as with a cache
+    that keeps them all, and where the epoch fits, epoch 2 is served from the cache."""
+    import torch
+
+    args = dict(batch_size=4, episode_pool_size=2, device="cpu", image_dtype="uint8", seed=5)
+    roomy = StreamLoader(str(small_dataset), **args)
+    want = [list(roomy) for _ in range(2)]
+    assert roomy.stats()["fetch"]["retired_dropped"] == 0
+    assert roomy.store.stats.hits > 0 and len(roomy.store._entries) == roomy.meta.num_episodes
+    fetched = roomy.stats()["fetch"]["demand_fetches"] + roomy.stats()["fetch"]["prefetches"]
+    assert fetched == roomy.meta.num_episodes, "epoch 2 fetched nothing again"
+    whole = roomy.stats()["bounded"]["fetched_episodes"]["held"]
+    roomy.close()
+
+    tight = StreamLoader(str(small_dataset), **args, cache_bytes=whole - 1)
+    got = [list(tight) for _ in range(2)]
+    stats = tight.stats()
+    assert stats["fetch"]["retired_dropped"] >= 2 * tight.meta.num_episodes - 2, stats["fetch"]
+    assert stats["bounded"]["fetched_episodes"]["held"] == 0
+    for epoch_got, epoch_want in zip(got, want):
+        assert len(epoch_got) == len(epoch_want)
+        for a, b in zip(epoch_got, epoch_want):
+            assert a.keys() == b.keys()
+            for key in a:
+                if isinstance(a[key], torch.Tensor):
+                    assert torch.equal(a[key], b[key]), key
+    tight.close()
