@@ -151,6 +151,13 @@ class LoaderConfig:
     footer_bytes: int = _s(DEFAULT_FOOTER_BYTES, "bound of the data files' parsed parquet footers kept open (~8x a "
                                                  "footer's size on disk); least recently used files are reopened "
                                                  "when needed (docs/memory.md)")
+    frame_cache_bytes: int = _s(0, "bound of decoded frames kept in memory for later epochs (0: off): each "
+                                   "(video file, frame) torchcodec decodes is kept while there is room, as decoded "
+                                   "(before resize, dtype, normalisation, augment), and read instead of decoded "
+                                   "again: bit for bit the same batches (docs/memory.md#decoded-frames)")
+    frame_cache_dir: Optional[str] = _s(None, "a local folder where decoded frames past frame_cache_bytes are kept, "
+                                              "one file each, read back memory-mapped; ranks of a node and later "
+                                              "runs share it (a changed video file is a new name: never stale)")
     max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
                                            "closed first (default num_workers x CPU cameras x min(batch, pool))")
     # the job
@@ -199,7 +206,7 @@ class LoaderConfig:
             if name == "episode_pool_size" and self.episode_pool_size == GLOBAL_POOL:
                 continue
             _integer(name, getattr(self, name), 1, "or 'all' (a global shuffle)" if name == "episode_pool_size" else "")
-        for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames"):
+        for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames", "frame_cache_bytes"):
             _integer(name, getattr(self, name), 0)
         for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("max_episodes", 1), ("segment_bytes", 1),
@@ -301,6 +308,8 @@ class LoaderSettings(TypedDict, total=False):
     segment_bytes: Optional[int]
     index_bytes: int
     footer_bytes: int
+    frame_cache_bytes: int
+    frame_cache_dir: Optional[str]
     max_decoders: Optional[int]
     rank: Optional[int]
     world_size: Optional[int]

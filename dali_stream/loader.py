@@ -24,6 +24,7 @@ import numpy as np
 
 from .config import LoaderConfig, pool_size
 from .decode.cpu import DecoderCache
+from .decode.frames import FrameCache, stamper
 from .decode.device import place
 from .decode.errors import classify
 from .decode.engine import ENGINE_ROUTES, OpenDecoders, make_engine
@@ -401,12 +402,21 @@ class StreamLoader:
         _OPEN_LOADERS.add(self)
         table_dtypes = table_kinds(catalog, self.store,  # one dataset: its first selected episode's rows, as read
                                    lambda: self.store.tables.episode(int(np.flatnonzero(self.plan_lengths > 0)[0])))
+        self.frames = None  # decoded frames kept for later epochs (decode.frames)
+        if cfg.frame_cache_bytes or cfg.frame_cache_dir:
+            self.frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir, "torchcodec",
+                                     stamper([m.meta.data_fs for m in catalog.members]))
+            uncached = {k: r for k, r in self.routes.items() if r != "torchcodec"}
+            if uncached:
+                named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
+                warnings.warn(f"the decoded-frame cache keeps what torchcodec decodes: cameras {named} are decoded "
+                              "every epoch. decode='cpu' routes every camera through torchcodec", stacklevel=2)
         self.builder = BatchBuilder(catalog, self.store, self.decoders, self.routes, self.plan_config.delta_indices,
                                     cfg.tolerance_s, catalog.table_keys, table_dtypes,
                                     augment_seed=cfg.seed if cfg.augment is not None else None,
                                     image_ops=self.image_ops if host_frames else None,
                                     lookahead=self.prefetch_batches, join_streams=join_streams, engines=self.engines,
-                                    join_all=self.global_shuffle)
+                                    join_all=self.global_shuffle, frames=self.frames)
         self.join_streams = self.builder.join_streams
         dali_cameras = [k for k, r in self.routes.items() if r in DALI_ROUTES]
         if dali_cameras:
@@ -535,7 +545,7 @@ class StreamLoader:
         """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
         cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers), the fetch counters and the decoders
         opened (`dali_stream/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
-        return loader_stats(self.store, self.decoders, self.builder.buffers, self.segment_bytes_limit)
+        return loader_stats(self.store, self.decoders, self.builder.buffers, self.segment_bytes_limit, self.frames)
 
     def data_wait(self) -> dict[str, Any]:
         """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:

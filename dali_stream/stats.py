@@ -14,11 +14,11 @@ def _part(held: int, peak: int | None, bound: int | None, setting: str, unit: st
             "setting": setting, "unit": unit, **more}
 
 
-def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None) -> dict[str, Any]:
+def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, frames=None) -> dict[str, Any]:
     """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
     bounded through the setting named, not counted against a number), `setting`, `unit`);
     `fetch`: the store's counters (`StoreStats`, the episodes fetched counted); `decoders`: CPU decoders opened and
-    closed."""
+    closed; `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off)."""
     indexes, footers = store.indexes.files, store.tables.files
     shared_groups = store.tables._shared
     counters = dataclasses.asdict(store.stats)
@@ -36,7 +36,10 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None) -> d
             "shared_row_groups": _part(len(shared_groups), None, shared_groups.capacity, "fixed", "row groups"),
             "cpu_decoders": _part(decoders.alive, decoders.peak, decoders.capacity, "max_decoders", "decoders"),
             "host_buffers": _part(buffers.nbytes, None, None, "prefetch_batches"),
+            "decoded_frames": _part(frames.bytes if frames else 0, None, frames.memory_bytes if frames else 0,
+                                    "frame_cache_bytes", frames=frames.stats()["frames"] if frames else 0),
         },
+        "frames": frames.stats() if frames is not None else None,
         "fetch": counters,
         "decoders": {"opened": decoders.opened, "closed": decoders.closed},
     }

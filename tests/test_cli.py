@@ -33,7 +33,10 @@ def test_make_sample_and_inspect(written):
         "codec": "vp9", "height": 64, "width": 96, "pix_fmt": "yuv420p", "route_auto": "dali-cpu"}
     assert "DALI's CPU decoder handles vp9" in cam["reason"]
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
+    sizes = sum(c["height"] * c["width"] * 3 for c in report["cameras"].values())
+    assert report["decoded_bytes"] == sizes * report["frames"] > 0  # what frame_cache_bytes would hold
     table = _cli("inspect", written).stdout
+    assert "decoded, every frame of every camera takes" in table
     assert "observation.images.side" in table and "hevc" in table
     state = next(line for line in table.splitlines() if "observation.state" in line)
     action = next(line for line in table.splitlines() if "│ action " in line)

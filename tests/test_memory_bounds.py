@@ -10,7 +10,7 @@ from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 
 BOUNDED = ("fetched_episodes", "pieces_ahead", "mp4_indexes", "table_footers", "shared_row_groups",
-           "cpu_decoders", "host_buffers")
+           "cpu_decoders", "host_buffers", "decoded_frames")
 
 
 @pytest.mark.parametrize("pool", [2, "all"])

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, cast
 import numpy as np
 
 from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
+from ..decode.frames import FrameCache
 from ..decode.engine import ENGINE_ROUTES
 from ..decode.errors import classify, explain_device, stream_format
 from ..decode.routes import DALI_CPU_CODECS
@@ -75,7 +76,8 @@ class BatchBuilder:
                  delta_indices: Mapping[str, tuple[int, ...]],
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
-                 join_streams: int = 0, engines: Mapping[str, Any] | None = None, join_all: bool = False) -> None:
+                 join_streams: int = 0, engines: Mapping[str, Any] | None = None, join_all: bool = False,
+                 frames: FrameCache | None = None) -> None:
         """`catalog` (`dali_stream.catalog.Catalog`): the episode positions the plans name, and each key's feature
         in each member (`routes`, `table_keys`, `table_dtypes` and `delta_indices` are in the catalog's keys: a
         mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
@@ -90,7 +92,8 @@ class BatchBuilder:
         through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`). `join_all`: a torchcodec
         camera's clips of whole episodes are joined into one stream per batch too, not only long episodes' pieces
         (a global shuffle: a batch's samples come from as many episodes, and a decoder kept per episode would be
-        opened per sample)."""
+        opened per sample). `frames`: the decoded-frame cache torchcodec cameras read before decoding
+        (`decode.frames`; None: every frame decoded)."""
         self.catalog = catalog
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields
@@ -149,6 +152,7 @@ class BatchBuilder:
         self.outputs = outputs
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.join_all = join_all
+        self.frames = frames
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
         # per DALI-routed camera: [samples, streams (decoders DALI opened: one per joined stream or per sample),
@@ -258,11 +262,15 @@ class BatchBuilder:
             elif key in self.host_keys:
                 image_ops = cast(ImageOps, self.image_ops)
                 size = self.fields[key].shape[:2]
+                names = frame_keys(segs, idx, self.frames) if self.frames is not None else None
                 host[key], frames_decoded = self._decode_cpu(
-                    key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops, size))
+                    key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops, size,
+                                                             self.frames, names))
             else:
+                names = frame_keys(segs, idx, self.frames) if self.frames is not None else None
                 pixels, frames_decoded = self._decode_cpu(
-                    key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders, self._blank(key, len(i[0]))))
+                    key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders, self._blank(key, len(i[0])),
+                                                                self.frames, names))
                 values[f"{key}@pixels"] = pixels if groups == 1 else [
                     np.concatenate(pixels[g:g + groups]) for g in range(0, plan.size, groups)]
             with self._count_lock:
@@ -525,12 +533,15 @@ def engine_camera(key: str, member: str, mixed: bool) -> str:
     return f"{key}@{member}" if mixed else key
 
 
-def decode_segments(segs, idx, cache):
+def decode_segments(segs, idx, cache, frames: FrameCache | None = None, keys: list | None = None):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
-    segment (None: a mixture's member lacking the camera) are skipped.
+    segment (None: a mixture's member lacking the camera) are skipped. With `frames` (the decoded-frame cache) and
+    `keys` (per sample, the cache's name of each of its frames: `frame_keys`), frames found there are not decoded
+    and those decoded are kept there.
 
-    Yields (members, wanted, frames): the batch positions using the segment, the sorted distinct frame indices
-    decoded and the frames, (len(wanted), H, W, 3) uint8 torch tensor."""
+    Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
+    indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
+    from the cache) and how many of them were decoded."""
     by_seg: dict[int, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
         if seg is None:
@@ -538,36 +549,63 @@ def decode_segments(segs, idx, cache):
         by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
     for seg, members in by_seg.values():
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
-        yield members, wanted, torchcodec_tensor(seg, wanted, cache)
+        if frames is None or keys is None:
+            yield members, wanted, torchcodec_tensor(seg, wanted, cache).numpy(), len(wanted)
+            continue
+        name: dict[int, tuple[str, int]] = {}
+        for j in members:
+            name.update(zip(idx[j].tolist(), keys[j]))
+        names = [name[w] for w in wanted.tolist()]
+        found = [frames.get(k) for k in names]
+        missing = [n for n, f in enumerate(found) if f is None]
+        if missing:
+            decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy()
+            frames.put([names[n] for n in missing], decoded)
+            if len(missing) == len(wanted):
+                yield members, wanted, decoded, len(missing)
+                continue
+            for n, picture in zip(missing, decoded):
+                found[n] = picture
+        yield members, wanted, found, len(missing)  # a list: the frames are not copied into one array first
 
 
-def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None) -> tuple[list[np.ndarray], int]:
+def frame_keys(segs, idx, frames: FrameCache) -> list:
+    """Per sample, the decoded-frame cache's name of each frame `idx[j]` of `segs[j]` (None without a segment):
+    its video file and file time, whatever segment or piece it was cut in."""
+    return [None if seg is None else [frames.key(seg.source, t) for t in seg.pts_s[i].tolist()]
+            for seg, i in zip(segs, idx)]
+
+
+def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
+                   keys: list | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
-    for a sample without a segment."""
+    for a sample without a segment; `frames`, `keys`: the decoded-frame cache (`decode_segments`)."""
     out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
-    for members, wanted, frames in decode_segments(segs, idx, cache):
-        pixels = frames.numpy()
-        decoded += len(wanted)
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, keys):
+        decoded += n
         for j in members:
-            out[j] = pixels[np.searchsorted(wanted, idx[j])]
+            at = np.searchsorted(wanted, idx[j])
+            out[j] = pixels[at] if isinstance(pixels, np.ndarray) else np.stack([pixels[k] for k in at])
     return cast("list[np.ndarray]", out), decoded  # every sample's slot was filled above
 
 
-def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None):
+def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
+                frames: FrameCache | None = None, keys: list | None = None):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
-    none of whose samples has a segment (a mixture's members that lack it: zeros)."""
+    none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `keys`: the
+    decoded-frame cache (`decode_segments`)."""
     out = None
     if size is not None and all(seg is None for seg in segs):
         out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
     decoded = 0
-    for members, wanted, frames in decode_segments(segs, idx, cache):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, keys):
         if out is None:
-            _, h, w, _ = frames.shape
+            h, w, _ = pixels[0].shape
             out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))
-        scatter_frames(out, frames.numpy(), members, wanted, idx, image_ops)
-        decoded += len(wanted)
+        scatter_frames(out, pixels, members, wanted, idx, image_ops)
+        decoded += n
     if out is not None:
         for j, seg in enumerate(segs):
             if seg is None:  # a mixture's member without the camera: zeros (a reused buffer holds old frames)

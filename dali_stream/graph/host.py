@@ -45,17 +45,19 @@ def host_shape(image_ops: ImageOps, batch: int, steps: int, height: int, width: 
     return (batch, steps, height, width, 3) if image_ops.channels_last else (batch, steps, 3, height, width)
 
 
-def scatter_frames(out: np.ndarray, frames: np.ndarray, members: list[int], wanted: np.ndarray,
+def scatter_frames(out: np.ndarray, frames: np.ndarray | list[np.ndarray], members: list[int], wanted: np.ndarray,
                    idx: list[np.ndarray], image_ops: ImageOps) -> None:
     """Write each sample's frames of one decoded segment into `out` (`host_shape`) as `image_ops` asks: CHW (or
     HWC as decoded, for `channels_last`), uint8 as decoded or float32 in [0, 1], then (x - mean) / std when given.
 
-    `frames`: the segment's decoded frames (N, H, W, 3) uint8, one per index of `wanted` (sorted, distinct);
+    `frames`: the segment's decoded frames (N, H, W, 3) uint8 (or a list of N (H, W, 3)), one per index of
+    `wanted` (sorted, distinct);
     `members`: the batch positions whose frames come from this segment; `idx[j]`: sample j's frame indices (T
     of them, repeats allowed)."""
     # CHW from HWC is a strided copy of single bytes (~0.21 ms a 480p frame on one core, a fifth of an AV1
     # decode); channels_last keeps the decoder's HWC order, a plain copy (~0.03 ms).
-    src = frames if image_ops.channels_last else frames.transpose(0, 3, 1, 2)
+    src = frames if image_ops.channels_last else [f.transpose(2, 0, 1) for f in frames] \
+        if isinstance(frames, list) else frames.transpose(0, 3, 1, 2)
     per_channel = (-1,) if image_ops.channels_last else (-1, 1, 1)  # a channel's value, broadcast over a frame
     scale = shift = None
     if out.dtype != np.uint8:

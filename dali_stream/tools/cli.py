@@ -17,9 +17,11 @@ from typing import Any
 from .flags import add_loader_flags, loader_settings
 
 # The loader settings each command takes as flags (type, default and help from LoaderConfig).
-DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "device", "tolerance_s")
+DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "device", "tolerance_s", "frame_cache_bytes",
+                 "frame_cache_dir")
 BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "memory_format",
-                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", "decode_threads")
+                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", "decode_threads",
+                  "frame_cache_bytes", "frame_cache_dir")
 
 def _make_sample_args(p: argparse.ArgumentParser) -> None:
     from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS
@@ -146,6 +148,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                         "route_auto": routes[k].route, "reason": routes[k].reason} for k, c in meta.cameras.items()},
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
+        # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
+        "decoded_bytes": sum(c.height * c.width * 3 for c in meta.cameras.values()) * meta.total_frames,
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -162,6 +166,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for k, c in report["cameras"].items():
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
+    if meta.cameras:
+        console.print(f"decoded, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
+                      "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
     for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
         names = meta.features[k].get("names")

@@ -1,0 +1,207 @@
+"""Decode once, train many epochs: the decoded-frame cache (`frame_cache_bytes`, `frame_cache_dir`) measured.
+
+    .venv/bin/python benchmarks/frame_cache.py policy [--out policy.json]
+    .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--out epochs.json]
+
+`policy`: which frames to keep when the decoded dataset does not fit the bound, on the planner's own batches
+(no decoding: each epoch's (episode, frame) draws, 2,000 episodes of 30-90 frames, batch 64): the hit rate of
+epochs 2 and 3 for a least-recently-used cache and for the cache's policy (admit while there is room, never
+evict), at bounds of 1/4, 1/2 and 9/10 of the dataset's frames, for a pool of 16 and for a global shuffle.
+
+`epochs`: samples/s of epoch 1 and epoch 2 with the cache, against the loader without it (epoch 1's draws) and a
+lerobot-style DataLoader (`tools/baseline.py`), on DATASET (default: the bench's `av1-quick` sample, two 640x480
+AV1 cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (`--memory-format`: the layout, CHW
+by default); each configuration a process of
+its own, alternated over `--runs` rounds (median and range); each process's peak RSS. Then the spill: a memory
+bound of a quarter of the decoded dataset and `frame_cache_dir` in a temporary folder: epoch 2 (from memory and
+disk) against epoch 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+# ---- policy -----------------------------------------------------------------------------------------------
+def _draws(lengths: np.ndarray, pool: int | None, epoch: int) -> list[tuple[int, int]]:
+    from dali_stream.plan.epoch import PlanConfig, resume_plan
+    from dali_stream.plan.world import World
+
+    plan = resume_plan(lengths, PlanConfig(batch_size=64, pool_size=pool, seed=0), World(), epoch, [])
+    out = []
+    for i in range(plan.num_batches):
+        b = plan.batch(i)
+        out += list(zip(b.episodes.tolist(), b.frames.tolist()))
+    return out
+
+
+def _hits(epochs: list[list[tuple[int, int]]], capacity: int, lru: bool) -> list[float]:
+    kept: OrderedDict = OrderedDict()
+    rates = []
+    for draws in epochs:
+        hits = 0
+        for key in draws:
+            if key in kept:
+                hits += 1
+                if lru:
+                    kept.move_to_end(key)
+            elif lru:
+                kept[key] = True
+                if len(kept) > capacity:
+                    kept.popitem(last=False)
+            elif len(kept) < capacity:
+                kept[key] = True
+        rates.append(hits / len(draws))
+    return rates
+
+
+def policy(out: str | None) -> None:
+    lengths = np.random.default_rng(0).integers(30, 91, 2000)
+    total = int(lengths.sum())
+    result: dict = {"episodes": len(lengths), "frames": total, "batch": 64, "runs": []}
+    print("| sampling | bound / dataset | LRU: epoch 2, 3 hits | admit once: epoch 2, 3 hits |")
+    print("|---|---|---|---|")
+    for name, pool in (("pool 16", 16), ("global shuffle", None)):
+        epochs = [_draws(lengths, pool, e) for e in range(3)]
+        for ratio in (0.25, 0.5, 0.9):
+            cap = int(total * ratio)
+            lru, once = _hits(epochs, cap, True)[1:], _hits(epochs, cap, False)[1:]
+            result["runs"].append({"sampling": name, "ratio": ratio, "lru": lru, "admit_once": once})
+            print(f"| {name} | {ratio} | {lru[0]:.3f}, {lru[1]:.3f} | {once[0]:.3f}, {once[1]:.3f} |", flush=True)
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2))
+
+
+# ---- epochs -----------------------------------------------------------------------------------------------
+def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout: str = "contiguous") -> dict:
+    """One configuration in this process: samples/s of its epochs (`kind`: plain, cached, spill, baseline)."""
+    import torch
+
+    torch.set_num_threads(1)
+    if kind == "baseline":  # lerobot's shape: a map dataset decoding each sample, shuffled, 2 workers
+        from torch.utils.data import DataLoader
+
+        from dali_stream.meta import DatasetMeta
+        from dali_stream.tools.bench_baseline import LeRobotStyleDataset
+
+        data = DataLoader(LeRobotStyleDataset(DatasetMeta.open(dataset), {}), batch_size=16, shuffle=True,
+                          num_workers=2, drop_last=True)
+        t0, n = time.perf_counter(), 0
+        for batch in data:
+            n += len(batch["index"])
+        return {"epochs": [n / (time.perf_counter() - t0)]}
+    from dali_stream import StreamLoader
+
+    args = dict(batch_size=16, num_workers=2, device="cpu", decode="cpu", image_dtype="uint8", memory_format=layout)
+    if kind != "plain":
+        args.update(frame_cache_bytes=cache_bytes, frame_cache_dir=folder)
+    loader = StreamLoader(dataset, **args)
+    rates = []
+    for _ in range(1 if kind == "plain" else 2):
+        t0, n = time.perf_counter(), 0
+        for batch in loader:
+            n += len(batch["index"])
+        rates.append(n / (time.perf_counter() - t0))
+    stats = loader.stats()
+    loader.close()
+    return {"epochs": rates, "frames": stats["frames"], "decoded_bytes": stats["bounded"]["decoded_frames"]["held"]}
+
+
+def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous") -> dict:
+    code = ("import json, resource, sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
+            f"r = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}); "
+            "r['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024; print(json.dumps(r))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _decoded_bytes(dataset: str) -> int:
+    from dali_stream import StreamLoader
+
+    loader = StreamLoader(dataset, batch_size=16, device="cpu")
+    meta = loader.meta
+    total = sum(int(np.prod(loader.catalog.fields[k].shape)) for k in meta.video_keys) * meta.total_frames
+    loader.close()
+    return total
+
+
+def epochs(dataset: str | None, runs: int, out: str | None, layout: str) -> None:
+    if dataset is None:
+        dataset = str(ROOT / ".demo" / "bench-av1-quick")
+        if not (Path(dataset) / "meta" / "info.json").exists():
+            from dali_stream.tools.bench import bench_sample_spec
+            from dali_stream.tools.sample_data import write_sample
+
+            write_sample(dataset, bench_sample_spec("av1-quick"))
+    decoded = _decoded_bytes(dataset)
+    bound = int(decoded * 1.1)
+    print(f"{dataset}: decoded frames {decoded / 2**30:.2f} GiB; frame_cache_bytes {bound / 2**30:.2f} GiB", flush=True)
+    rows: dict[str, list[dict]] = {"plain": [], "cached": [], "baseline": [], "spill": []}
+    for r in range(runs):
+        for kind in ("plain", "cached", "baseline"):
+            rows[kind].append(_run(dataset, kind, bound, None, layout))
+            print(f"round {r + 1} {kind}: {rows[kind][-1]['epochs']} samples/s, "
+                  f"peak RSS {rows[kind][-1]['peak_rss_mb']:.0f} MB", flush=True)
+        with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
+            rows["spill"].append(_run(dataset, "spill", decoded // 4, folder, layout))
+        print(f"round {r + 1} spill: {rows['spill'][-1]['epochs']} samples/s", flush=True)
+
+    def med(values: list[float]) -> dict:
+        return {"median": statistics.median(values), "range": [min(values), max(values)]}
+
+    plain = [x["epochs"][0] for x in rows["plain"]]
+    base = [x["epochs"][0] for x in rows["baseline"]]
+    e1 = [x["epochs"][0] for x in rows["cached"]]
+    e2 = [x["epochs"][1] for x in rows["cached"]]
+    s1 = [x["epochs"][0] for x in rows["spill"]]
+    s2 = [x["epochs"][1] for x in rows["spill"]]
+    summary = {
+        "dataset": dataset, "memory_format": layout, "decoded_bytes": decoded, "frame_cache_bytes": bound, "runs": runs,
+        "plain_samples_per_s": med(plain), "baseline_samples_per_s": med(base),
+        "epoch1_samples_per_s": med(e1), "epoch2_samples_per_s": med(e2),
+        "epoch2_over_epoch1": med([b / a for a, b in zip(e1, e2)]),
+        "epoch2_over_baseline": med([b / a for a, b in zip(base, e2)]),
+        "epoch1_over_plain": med([b / a for a, b in zip(plain, e1)]),
+        "peak_rss_mb": {k: med([x["peak_rss_mb"] for x in v]) for k, v in rows.items()},
+        "spill_epoch2_over_epoch1": med([b / a for a, b in zip(s1, s2)]),
+        "rows": rows,
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
+    if out:
+        Path(out).write_text(json.dumps(summary, indent=2))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("policy")
+    p.add_argument("--out")
+    e = sub.add_parser("epochs")
+    e.add_argument("dataset", nargs="?")
+    e.add_argument("--runs", type=int, default=3)
+    e.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
+    e.add_argument("--out")
+    args = ap.parse_args()
+    if args.what == "policy":
+        policy(args.out)
+    else:
+        epochs(args.dataset, args.runs, args.out, args.memory_format)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

@@ -1,0 +1,175 @@
+"""Decoded frames kept for later epochs: decode once, train many epochs (`frame_cache_bytes`, `frame_cache_dir`).
+
+A frame is named by the video file it was decoded from and its presentation time in that file: `(file, pts in
+microseconds)`. The file's name is a digest of its path, size and modification time (its ETag or version where a
+remote store gives no time) and of the route that decoded it and this module's `FORMAT`, so a video file
+rewritten in place, or frames decoded by another route, are other names: a stale frame is never served.
+
+Frames are the route's decoded pixels, (H, W, 3) uint8, before anything the graph or the caller does with them
+(resize, crop, dtype, normalisation, `augment`, `image_transforms`): a cached batch is the uncached batch of the
+same plan, bit for bit, and augmentation stays random per epoch.
+
+Where they are kept:
+- in memory, up to `frame_cache_bytes`. A frame is admitted while there is room and never evicted: over a
+  dataset larger than the bound, a least-recently-used cache hits at best bound/dataset under a global shuffle
+  and not at all under a pool, whose epochs come back to an episode only after all the others
+  (`benchmarks/frame_cache.py` measures both on the planner's own batches); keeping the first frames admitted
+  hits bound/dataset under both, with no churn.
+- past that bound, in `frame_cache_dir` (a local folder), one `.npy` file a frame, written once (a temporary
+  file renamed: ranks of a node and later runs share the folder safely) and read back memory-mapped. A folder
+  that cannot be written (full, read-only) turns the spill off with one warning; the epoch goes on decoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import warnings
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+FORMAT = "dali-stream-frames-1"  # what a spilled frame is: bump when a frame's bytes or its name change
+
+
+def file_stamp(fs: Any, path: str) -> tuple:
+    """What identifies the contents of `path` on `fs` without reading it: size and modification time (or an
+    ETag / version id where the store gives one)."""
+    if _is_local(fs):
+        st = os.stat(path)
+        return (st.st_size, st.st_mtime_ns)
+    info = fs.info(path)
+    marks = [info.get(k) for k in ("mtime", "LastModified", "last_modified", "ETag", "etag", "version_id",
+                                   "VersionId", "md5Hash", "blob_id", "lfs")]
+    return (info.get("size"), *(str(m) for m in marks if m is not None))
+
+
+def stamper(filesystems: list) -> Callable[[str], tuple]:
+    """`file_stamp` on the first of `filesystems` (a mixture's members' data file systems) that holds the path."""
+    def stamp(path: str) -> tuple:
+        error: OSError | None = None
+        for fs in filesystems:
+            try:
+                return file_stamp(fs, path)
+            except OSError as exc:  # FileNotFoundError: another member's file system
+                error = exc
+        raise error or FileNotFoundError(path)
+    return stamp
+
+
+def _is_local(fs: Any) -> bool:
+    protocol = getattr(fs, "protocol", None)
+    names = protocol if isinstance(protocol, (tuple, list)) else (protocol,)
+    return "file" in names or "local" in names
+
+
+class FrameCache:
+    """Decoded frames by (file, pts): `get` / `put`, bounded in memory, spilled to a folder past the bound.
+
+    `stamp(path)`: the file's identity (`file_stamp` on its file system), asked once per file. `route`: the
+    decoding route's name, part of every file's name."""
+
+    def __init__(self, memory_bytes: int, folder: str | None, route: str,
+                 stamp: Callable[[str], tuple]) -> None:
+        self.memory_bytes = int(memory_bytes)
+        self.route = route
+        self._stamp = stamp
+        self._lock = threading.Lock()
+        self._frames: dict[Hashable, np.ndarray] = {}
+        self._files: dict[str, str] = {}  # path -> its digest
+        self.bytes = 0
+        self.hits = 0  # frames served from memory
+        self.disk_hits = 0  # frames served from the folder
+        self.misses = 0
+        self.spilled = 0  # frames written to the folder
+        self.folder = None if folder is None else os.path.join(os.path.abspath(folder), FORMAT)
+        if self.folder is not None:
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+            except OSError as exc:
+                self._spill_failed(exc)
+
+    def key(self, path: str, pts_s: float) -> tuple[str, int]:
+        """The name of the frame shown at `pts_s` (file time) in the video file at `path`."""
+        digest = self._files.get(path)
+        if digest is None:
+            text = repr((FORMAT, self.route, path, self._stamp(path)))
+            digest = hashlib.sha1(text.encode()).hexdigest()[:20]
+            with self._lock:
+                self._files[path] = digest
+        return digest, int(round(pts_s * 1e6))
+
+    def _path(self, key: tuple[str, int]) -> str:
+        return os.path.join(self.folder or "", key[0], f"{key[1]}.npy")
+
+    def get(self, key: tuple[str, int]) -> np.ndarray | None:
+        frame = self._frames.get(key)
+        if frame is not None:
+            with self._lock:
+                self.hits += 1
+            return frame
+        if self.folder is not None:
+            try:
+                frame = np.load(self._path(key), mmap_mode="r")
+            except (OSError, ValueError):
+                frame = None
+            if frame is not None:
+                with self._lock:
+                    self.disk_hits += 1
+                return frame
+        with self._lock:
+            self.misses += 1
+        return None
+
+    def put(self, keys: list[tuple[str, int]], frames: np.ndarray) -> None:
+        """Keep `frames` (N, H, W, 3), frame n under `keys[n]`, in memory while there is room (views of `frames`
+        where all of them fit: nothing copied; copies of those that fit otherwise, so the rest is not held), the
+        others in the folder."""
+        with self._lock:
+            room = [n for n, k in enumerate(keys) if k not in self._frames]
+            admitted = []
+            for n in room:
+                if self.bytes + frames[n].nbytes > self.memory_bytes:
+                    break
+                admitted.append(n)
+                self.bytes += frames[n].nbytes
+            whole = len(admitted) == len(keys)
+            for n in admitted:
+                self._frames[keys[n]] = frames[n] if whole else np.array(frames[n], copy=True)
+        if self.folder is not None:
+            for n in room[len(admitted):]:
+                self._spill(keys[n], frames[n])
+
+    def _spill(self, key: tuple[str, int], frame: np.ndarray) -> None:
+        path = self._path(key)
+        if self.folder is None or os.path.exists(path):
+            return
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(tmp, "wb") as f:
+                np.save(f, np.ascontiguousarray(frame))
+            os.replace(tmp, path)
+        except OSError as exc:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            self._spill_failed(exc)
+            return
+        with self._lock:
+            self.spilled += 1
+
+    def _spill_failed(self, exc: OSError) -> None:
+        folder, self.folder = self.folder, None
+        if folder is not None:
+            warnings.warn(f"frame_cache_dir: could not write decoded frames under {folder} ({exc}); frames past "
+                          f"frame_cache_bytes={self.memory_bytes} are no longer kept (decoded again each epoch). "
+                          "Free space there or point frame_cache_dir at a writable local folder", stacklevel=3)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"held": self.bytes, "bound": self.memory_bytes, "frames": len(self._frames), "hits": self.hits,
+                    "disk_hits": self.disk_hits, "misses": self.misses, "spilled": self.spilled,
+                    "folder": self.folder}

@@ -1,0 +1,146 @@
+"""The decoded-frame cache (`frame_cache_bytes`, `frame_cache_dir`, `decode/frames.py`): later epochs read the
+frames torchcodec decoded before, and every batch is the uncached batch of the same plan, bit for bit."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from dali_stream import ConfigError, StreamLoader
+from dali_stream.tools.paint import read_ids
+
+ARGS = dict(batch_size=4, device="cpu", decode="cpu", image_dtype="uint8", seed=11)
+
+
+def epochs(loader, n=2):
+    out = []
+    for _ in range(n):
+        decoded = loader.builder.decoded_frames
+        out.append(([dict(b) for b in loader], loader.builder.decoded_frames - decoded))
+    return out
+
+
+def assert_same(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in a:
+            if isinstance(a[key], torch.Tensor):
+                assert torch.equal(a[key], b[key]), key
+            else:
+                assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("setup", [
+    dict(),  # host frames: laid out by the workers
+    dict(resize=(40, 48)),  # through the DALI graph, resized there
+    dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, joined per batch
+    dict(delta_timestamps={"observation.images.front": [-0.1, 0.0], "observation.images.wrist": [-0.1, 0.0]}),
+], ids=["host", "graph-resize", "global-pieces", "windows"])
+def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
+    """Two epochs with the cache equal two without, every key and pixel, on H.264 (B-frames), HEVC, AV1 and VP9
+    through torchcodec; the second epoch decodes (almost) nothing: each frame the first one decoded is read. Windows
+    whose frames overlap reuse them within the first epoch too."""
+    plain = StreamLoader(str(four_codec_dataset), **ARGS, **setup)
+    want = epochs(plain)
+    plain.close()
+    cached = StreamLoader(str(four_codec_dataset), **ARGS, **setup, frame_cache_bytes=1 << 30)
+    got = epochs(cached)
+    for (g, _), (w, _) in zip(got, want):
+        assert_same(g, w)
+    first, second = got[0][1], got[1][1]
+    assert 0 < first <= want[0][1]  # fewer where windows overlap: a frame two samples show is decoded once
+    stats = cached.stats()["frames"]
+    assert stats["hits"] > 0 and second <= 0.1 * first, (first, second, stats)
+    assert cached.stats()["bounded"]["decoded_frames"]["held"] == stats["held"] <= 1 << 30
+    cached.close()
+
+
+def test_frames_past_the_bound_spill_to_the_folder_and_come_back(four_codec_dataset, tmp_path):
+    """With room for almost nothing in memory, the frames go to `frame_cache_dir`; a later run (a new loader, as a
+    restarted job or another rank of the node) reads them from there: the same batches, nothing decoded."""
+    want = epochs(StreamLoader(str(four_codec_dataset), **ARGS), 1)[0][0]
+    args = dict(ARGS, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+    first = StreamLoader(str(four_codec_dataset), **args)
+    (got, decoded), = epochs(first, 1)
+    assert_same(got, want)
+    assert decoded > 0 and first.stats()["frames"]["spilled"] == decoded
+    first.close()
+    later = StreamLoader(str(four_codec_dataset), **args)
+    (again, decoded), = epochs(later, 1)
+    assert_same(again, want)
+    assert decoded == 0 and later.stats()["frames"]["disk_hits"] > 0
+    later.close()
+
+
+def test_a_video_file_changed_under_a_warm_folder_is_decoded_again(tmp_path):
+    """A spill folder never serves a stale frame: a camera's video file replaced by one painting other ids (same
+    episodes, same times) under a warm folder gives the new file's frames."""
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=4, min_length=10, max_length=16, gop=4, episodes_per_file=4,
+                      cameras=parse_cameras("front:h264"), seed=3)
+    root = write_sample(tmp_path / "ds", spec)
+    other = write_sample(tmp_path / "other", SampleSpec(**{**vars(spec), "id_offset": 50}))
+    args = dict(ARGS, shuffle=False, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+
+    def ids(loader):
+        return [(read_ids(b["observation.images.front"][i])[0], int(b["episode_index"][i]))
+                for b in loader for i in range(len(b["index"]))]
+
+    warm = StreamLoader(str(root), **args)
+    assert all(painted == episode for painted, episode in ids(warm))
+    warm.close()
+    video = next(root.glob("videos/*/*/*.mp4"))
+    shutil.copyfile(next(other.glob("videos/*/*/*.mp4")), video)
+    changed = StreamLoader(str(root), **args)
+    got = ids(changed)
+    assert got and all(painted == episode + 50 for painted, episode in got)
+    assert changed.stats()["frames"]["disk_hits"] == 0
+    changed.close()
+
+
+def test_an_unwritable_folder_warns_once_and_the_epoch_goes_on(small_dataset, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.warns(UserWarning, match="frame_cache_dir: could not write decoded frames") as caught:
+        loader = StreamLoader(str(small_dataset), **ARGS, frame_cache_bytes=1,
+                              frame_cache_dir=str(blocker / "frames"))
+        batches = list(loader)
+    assert len(batches) == len(loader) and loader.stats()["frames"]["spilled"] == 0
+    assert sum("frame_cache_dir" in str(w.message) for w in caught) == 1
+    loader.close()
+
+
+def test_resume_with_the_cache_on_gives_the_uninterrupted_batches(small_dataset):
+    """The cache is a speed-up, not state: a loader resumed mid-epoch 2, its cache cold, gives what the warm one
+    gave."""
+    args = dict(ARGS, frame_cache_bytes=1 << 28)
+    warm = StreamLoader(str(small_dataset), **args)
+    list(warm)
+    it = iter(warm)
+    for _ in range(2):
+        next(it)
+    state = warm.state_dict()
+    want = [dict(b) for b in it]
+    cold = StreamLoader(str(small_dataset), **args)
+    cold.load_state_dict(state)
+    assert_same([dict(b) for b in cold], want)
+    warm.close()
+    cold.close()
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "1G"])
+def test_the_bound_is_a_byte_count(small_dataset, value):
+    with pytest.raises(ConfigError, match=r"`frame_cache_bytes` must be an integer >= 0"):
+        StreamLoader(str(small_dataset), frame_cache_bytes=value)
+
+
+def test_cameras_off_torchcodec_are_named(small_dataset):
+    """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='auto': the cache says it is not
+    kept there."""
+    with pytest.warns(UserWarning, match=r"cameras 'observation.images.top' \(route dali-cpu\) are decoded every "
+                                         "epoch"):
+        StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20).close()
