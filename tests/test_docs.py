@@ -21,6 +21,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = ("python", "bash")
+# README sections whose blocks tests/test_readme_install.py runs as a new user does, in a fresh environment after
+# the README's own install line: not run a second time here.
+FRESH_SECTIONS = ("Quickstart", "Training lerobot's policies", "Mixtures")
 NOT_RUN = re.compile(r"^<!-- not run: (.+) -->$")
 FENCE = re.compile(r"^```(\w*)")
 
@@ -95,11 +98,31 @@ def test_the_blocks_run_as_copied(page, stand_in, embodiments, tmp_path):
            "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
         env.pop(key, None)
+    fresh = fresh_lines(page) if page.name == "README.md" else set()
     for n, lang, code in runnable(page):
+        if n in fresh:
+            continue
         cmd = [sys.executable, "-c", code] if lang == "python" else ["bash", "-euo", "pipefail", "-c", code]
         proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, f"{page.name} line {n} ({lang}) failed:\n{code}\n{proc.stdout[-2000:]}\n" \
                                      f"{proc.stderr[-4000:]}"
+
+
+def fresh_lines(page: Path) -> set[int]:
+    """Lines of the blocks in `FRESH_SECTIONS` of a README (where their heading is)."""
+    lines, out, inside = page.read_text().split("\n"), set(), False
+    for n, line in enumerate(lines, 1):
+        if line.startswith("## "):
+            inside = line[3:].strip() in FRESH_SECTIONS
+        elif inside and FENCE.match(line):
+            out.add(n)
+    return out
+
+
+def test_the_fresh_sections_exist_and_hold_blocks():
+    readme = REPO / "README.md"
+    assert {h for h in FRESH_SECTIONS if f"\n## {h}\n" in readme.read_text()} == set(FRESH_SECTIONS)
+    assert {n for n, *_ in runnable(readme)} & fresh_lines(readme)
 
 
 def github_slug(heading: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_docs import blocks
+from .test_docs import FRESH_SECTIONS, blocks
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -74,7 +74,7 @@ def test_the_readmes_blocks_run_after_its_install_line(fresh, tmp_path):
     """Quickstart (make-sample, the first batch), Training (train, then resume) and Mixtures (the demo members,
     then the snippet), in that order, with nothing from the development environment."""
     bin_dir, env = fresh
-    for name in ("Quickstart", "Training lerobot's policies", "Mixtures"):
+    for name in FRESH_SECTIONS:  # tests/test_docs.py runs the README's other blocks
         run_blocks(section(name), tmp_path, bin_dir, env)
     assert (tmp_path / "ckpt").is_dir() and (tmp_path / ".demo" / "mixture").is_dir()
     where = subprocess.run([str(bin_dir / "python"), "-c", "import dali_stream, torch, torchcodec, nvidia.dali as d; "
