@@ -144,3 +144,31 @@ def test_cameras_off_torchcodec_are_named(small_dataset):
     with pytest.warns(UserWarning, match=r"cameras 'observation.images.top' \(route dali-cpu\) are decoded every "
                                          "epoch"):
         StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20).close()
+
+
+def test_two_ranks_fill_one_folder_at_once_and_a_later_run_reads_it(small_dataset, tmp_path):
+    """Ranks of a node share `frame_cache_dir`: two rank processes writing into it at the same time leave only
+    whole frames (each written to a temporary file, then renamed), and a later single-rank run reads the epoch
+    from it: its batches are the uncached ones, (almost) nothing decoded."""
+    import json
+    import subprocess
+    import sys
+
+    folder = tmp_path / "frames"
+    code = ("import sys; from dali_stream import StreamLoader; "
+            "l = StreamLoader(sys.argv[1], batch_size=4, device='cpu', decode='cpu', image_dtype='uint8', seed=11, "
+            "frame_cache_bytes=1, frame_cache_dir=sys.argv[2], rank=int(sys.argv[3]), world_size=2); "
+            "n = sum(1 for _ in l); print(l.stats()['frames']['spilled'])")
+    ranks = [subprocess.Popen([sys.executable, "-c", code, str(small_dataset), str(folder), str(r)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in ranks]
+    assert all(p.returncode == 0 for p in ranks), [err[-2000:] for _, err in outs]
+    assert all(int(out.split()[-1]) > 0 for out, _ in outs)
+    assert not list(folder.rglob("*.tmp")), "a temporary file left behind"
+    want = epochs(StreamLoader(str(small_dataset), **ARGS), 1)[0][0]
+    later = StreamLoader(str(small_dataset), **ARGS, frame_cache_bytes=1, frame_cache_dir=str(folder))
+    (got, decoded), = epochs(later, 1)
+    assert_same(got, want)
+    stats = later.stats()["frames"]
+    assert stats["disk_hits"] > 0 and decoded <= 0.2 * (stats["disk_hits"] + decoded), json.dumps(stats)
+    later.close()

@@ -9,6 +9,8 @@ import pytest
 from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 
+from .test_frame_cache import assert_same
+
 BOUNDED = ("fetched_episodes", "pieces_ahead", "mp4_indexes", "table_footers", "shared_row_groups",
            "cpu_decoders", "host_buffers", "decoded_frames")
 
@@ -71,8 +73,6 @@ def test_a_pool_drops_retired_episodes_where_its_epoch_does_not_fit_the_cache(sm
     LRU would evict each before the next epoch comes back to it, so it is dropped when retired (the long-run
     growth of a 200,000-episode dataset, benchmarks/scale_video.py); the batches are the same as with a cache
     that keeps them all, and where the epoch fits, epoch 2 is served from the cache."""
-    import torch
-
     args = dict(batch_size=4, episode_pool_size=2, device="cpu", image_dtype="uint8", seed=5)
     roomy = StreamLoader(str(small_dataset), **args)
     want = [list(roomy) for _ in range(2)]
@@ -89,10 +89,5 @@ def test_a_pool_drops_retired_episodes_where_its_epoch_does_not_fit_the_cache(sm
     assert stats["fetch"]["retired_dropped"] >= 2 * tight.meta.num_episodes - 2, stats["fetch"]
     assert stats["bounded"]["fetched_episodes"]["held"] == 0
     for epoch_got, epoch_want in zip(got, want):
-        assert len(epoch_got) == len(epoch_want)
-        for a, b in zip(epoch_got, epoch_want):
-            assert a.keys() == b.keys()
-            for key in a:
-                if isinstance(a[key], torch.Tensor):
-                    assert torch.equal(a[key], b[key]), key
+        assert_same(epoch_got, epoch_want)
     tight.close()
