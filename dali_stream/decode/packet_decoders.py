@@ -98,7 +98,17 @@ class AvPacketDecoder:
         """Nothing is asynchronous on the CPU."""
 
     def close(self) -> None:
-        self.ctx = None
+        """Drop the decoder, drained first: FFmpeg frees a context by flushing it, and dav1d's flush with
+        pictures still in its frame threads (a clip abandoned after its first picture, `probe_colour`, or a decode
+        that raised) waited forever on a 2-core machine under load."""
+        ctx, self.ctx = self.ctx, None
+        if ctx is None:
+            return
+        try:
+            for _ in ctx.decode(None):  # end of stream: the pictures in flight come out
+                pass
+        except Exception:  # noqa: BLE001 - a decoder in error has nothing in flight to drain
+            pass
 
 
 def primary_context(device_index: int) -> int:
