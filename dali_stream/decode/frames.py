@@ -30,13 +30,15 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
+from ..source.storage import is_local
+
 FORMAT = "dali-stream-frames-1"  # what a spilled frame is: bump when a frame's bytes or its name change
 
 
 def file_stamp(fs: Any, path: str) -> tuple:
     """What identifies the contents of `path` on `fs` without reading it: size and modification time (or an
     ETag / version id where the store gives one)."""
-    if _is_local(fs):
+    if is_local(fs):
         st = os.stat(path)
         return (st.st_size, st.st_mtime_ns)
     info = fs.info(path)
@@ -56,12 +58,6 @@ def stamper(filesystems: list) -> Callable[[str], tuple]:
                 error = exc
         raise error or FileNotFoundError(path)
     return stamp
-
-
-def _is_local(fs: Any) -> bool:
-    protocol = getattr(fs, "protocol", None)
-    names = protocol if isinstance(protocol, (tuple, list)) else (protocol,)
-    return "file" in names or "local" in names
 
 
 class FrameCache:

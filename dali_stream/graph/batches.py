@@ -255,6 +255,9 @@ class BatchBuilder:
                 continue
             segs, idx = located[key]
             t0 = time.perf_counter()
+            # torchcodec cameras' frames by the cache's names (before pieces are joined: `_decode_cpu`)
+            names = frame_keys(segs, idx, self.frames) if self.frames is not None and route not in ENGINE_ROUTES \
+                else None
             if route in ENGINE_ROUTES:
                 pictures, frames_decoded = self._decode_engine(route, key, segs, idx, member_index)
                 span = groups * len(idx[0])  # every sample of a camera has the same steps
@@ -262,12 +265,10 @@ class BatchBuilder:
             elif key in self.host_keys:
                 image_ops = cast(ImageOps, self.image_ops)
                 size = self.fields[key].shape[:2]
-                names = frame_keys(segs, idx, self.frames) if self.frames is not None else None
                 host[key], frames_decoded = self._decode_cpu(
                     key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops, size,
                                                              self.frames, names))
             else:
-                names = frame_keys(segs, idx, self.frames) if self.frames is not None else None
                 pixels, frames_decoded = self._decode_cpu(
                     key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders, self._blank(key, len(i[0])),
                                                                 self.frames, names))
