@@ -543,8 +543,8 @@ class StreamLoader:
 
     def stats(self) -> dict[str, Any]:
         """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
-        cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers), the fetch counters and the decoders
-        opened (`dali_stream/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
+        cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
+        cache's hits (`frames`), the fetch counters and the decoders opened (`dali_stream/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
         return loader_stats(self.store, self.decoders, self.builder.buffers, self.segment_bytes_limit, self.frames)
 
     def data_wait(self) -> dict[str, Any]:
