@@ -6,7 +6,7 @@
 `prepare` (the CPU machine, with FFmpeg and PyAV): two datasets written as lerobot's recorder writes them, two
 640x480 cameras each at GOP 2 and crf 30, one H.264 and one HEVC; FFmpeg's pictures of a few samples of every
 camera (`reference.npz`, the colour check's reference) and the colour FFmpeg reads each video file with
-(`colours.json`: the device has no PyAV to read it); the PyNvVideoCodec wheel (`.devwheels/`, for Python 3.12);
+(`colours.json`: the device has no PyAV to read it); the PyNvVideoCodec wheel (`.devwheels-first/`, for Python 3.12; apart from tier 2's `.devwheels/`, which its staging tool empties);
 and the size of what one device call carries (the tree, the wheel, the datasets), printed against the 60 MiB
 budget. `--small` writes a small version (96x128, a few episodes) for the CI dry run.
 
@@ -21,7 +21,9 @@ it got:
    dataset (fetch stage), fed as packets (`decode.feed`) to the engine's decoders kept open, frames out as tensors
    on the device; two builder threads keep it fed, as the loader's workers do. Reported: samples/s over a
    `--window-s` window after two warm-up batches, the process's CPU milliseconds per sample, NVDEC utilisation
-   (nvidia-smi dmon) while it runs, and every decoded frame's painted ids against the plan (the id blocks are
+   (nvidia-smi dmon) while it runs, where a sample's time goes (thread-ms per sample: the builder threads' fetch,
+   engine call and id check; inside the engine, its decode threads' feed, decoder calls, RGB conversion, stack and
+   stream sync: `OpenDecoders.seconds`), and every decoded frame's painted ids against the plan (the id blocks are
    averaged on the device; only those numbers cross to the host);
 3. the colour check: the reference samples decoded by the engine against FFmpeg's pictures of the same packets:
    the largest and mean difference in levels (FFmpeg's own conversion on the CPU: at most 2).
@@ -68,7 +70,7 @@ if os.environ.get("DALI_STREAM_DENY_IMPORTS"):
     sys.meta_path.insert(0, _Deny(set(os.environ["DALI_STREAM_DENY_IMPORTS"].split(","))))  # type: ignore[arg-type]
 
 DATA = ROOT / ".demo/gpu-first"
-WHEELS = ROOT / ".devwheels"
+WHEELS = ROOT / ".devwheels-first"
 WHEEL = "pynvvideocodec==2.2.4"
 BUDGET_MIB = 60
 CODECS = ("h264", "hevc")
@@ -114,7 +116,7 @@ def _bytes(folder: Path) -> int:
 
 
 def _wheel() -> Path:
-    """PyNvVideoCodec's wheel for the device's Python 3.12, downloaded once into .devwheels/."""
+    """PyNvVideoCodec's wheel for the device's Python 3.12, downloaded once into .devwheels-first/."""
     found = sorted(WHEELS.glob("pynvvideocodec-*-cp312-*.whl"))
     if not found:
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(WHEELS), "--python-version",
@@ -181,6 +183,10 @@ class Rig:
         self.engine = make_engine(route, threads, device_index, sizes, colours)
         self.builder = BatchBuilder(self.catalog, self.store, DecoderCache(1, True), {k: route for k in self.cameras},
                                     self.deltas, cfg.tolerance_s, [], {}, engines={route: self.engine})
+        # builder-thread seconds: episodes' rows and segments from the fetch stage, the engine's decode call, the
+        # painted-id check (the engine's own phases: `OpenDecoders.seconds`)
+        self.seconds = dict.fromkeys(("fetch", "engine", "check"), 0.0)
+        self.lock = threading.Lock()
 
     def plan(self, epoch: int):
         from dali_stream.plan.epoch import PlanConfig, resume_plan
@@ -196,14 +202,26 @@ class Rig:
 
     def decode(self, plan, check: bool = True) -> tuple[int, list[str]]:
         """Batch `plan` through the fetch stage and the engine: (pictures decoded, wrong frames said)."""
+        t0 = time.perf_counter()
         rows = [self.store.rows(int(p)) for p in plan.episodes]
         decoded, wrong = 0, []
+        spent = dict.fromkeys(("fetch", "engine", "check"), 0.0)
+        spent["fetch"] = time.perf_counter() - t0
         for key in self.cameras:
+            t1 = time.perf_counter()
             segs, idx = self.builder.locate(plan, rows, key)
+            t2 = time.perf_counter()
             frames, n = self.engine.decode(key, segs, idx)
+            t3 = time.perf_counter()
             decoded += n
             if check:
                 wrong += self._check(frames, self.expected(plan, key), key, plan)
+            spent["fetch"] += t2 - t1
+            spent["engine"] += t3 - t2
+            spent["check"] += time.perf_counter() - t3
+        with self.lock:
+            for phase, seconds in spent.items():
+                self.seconds[phase] += seconds
         return decoded, wrong
 
     def _check(self, frames, expected, key: str, plan) -> list[str]:
@@ -287,6 +305,7 @@ def measure_one(root: Path, route: str, threads: int, steps: int, window_s: floa
             rig.decode(next(source))
         wrong: list[str] = []
         samples = decoded = 0
+        rig_before, engine_before = dict(rig.seconds), dict(rig.engine.seconds)
         pool = ThreadPoolExecutor(BUILDERS)
         with NvdecUtilisation(device_index) as util:
             t0, cpu0 = time.perf_counter(), time.process_time()
@@ -299,11 +318,16 @@ def measure_one(root: Path, route: str, threads: int, steps: int, window_s: floa
                     order.append(pool.submit(_timed, rig, next(source)))
             seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         pool.shutdown()
+        # thread-milliseconds per sample in each phase: the builder threads' (fetch, engine, check) and, inside the
+        # engine's call, its decode threads' (summed over threads: more than the wall time when they overlap)
+        phases = {f"builder_{k}": 1e3 * (v - rig_before[k]) / samples for k, v in rig.seconds.items()}
+        phases.update({f"engine_{k}": 1e3 * (v - engine_before[k]) / samples for k, v in rig.engine.seconds.items()})
         return {"route": route, "threads": threads, "frames_per_camera": steps, "batch": BATCH, "samples": samples,
                 "seconds": seconds, "samples_per_s": samples / seconds, "pictures_decoded": decoded,
                 "cpu_ms_per_sample": 1e3 * cpu / samples, "nvdec_utilisation": util.result(),
                 "wrong_frames": len(wrong), "wrong_examples": wrong[:5],
-                "frames_checked": samples * steps * len(rig.cameras), "decoders_opened": rig.engine.opened}
+                "frames_checked": samples * steps * len(rig.cameras), "decoders_opened": rig.engine.opened,
+                "ms_per_sample": phases}
     finally:
         rig.close()
 
@@ -393,6 +417,16 @@ def summary(report: dict[str, Any]) -> str:
         shown = f"{util['mean_pct']:.0f} (max {util['max_pct']})" if util.get("available") else "-"
         lines.append(f"| {r['dataset']} | {r['frames_per_camera']} | {r['threads']} | {r['samples_per_s']:.0f} | "
                      f"{r['cpu_ms_per_sample']:.2f} | {shown} | {r['wrong_frames']} of {r['frames_checked']} |")
+    phases = ("builder_fetch", "builder_engine", "builder_check", "engine_feed", "engine_decoder", "engine_convert",
+              "engine_stack", "engine_sync")
+    lines += ["", "where a sample's time goes, thread-ms per sample (builder threads: fetch, engine call, id check; "
+              "decode threads inside the engine call: feed, decoder calls, RGB conversion, stack, stream sync)", "",
+              "| dataset | frames per camera | decode threads | " + " | ".join(p.split("_", 1)[1] for p in phases) + " |",
+              "|---|---|---|" + "---|" * len(phases)]
+    for r in report["runs"]:
+        ms = r.get("ms_per_sample", {})
+        lines.append(f"| {r['dataset']} | {r['frames_per_camera']} | {r['threads']} | "
+                     + " | ".join(f"{ms[p]:.2f}" if p in ms else "-" for p in phases) + " |")
     for codec, c in report.get("colour", {}).items():
         lines.append(f"\ncolour check {codec}: {c['pictures']} pictures, max {c['max_levels']} levels, mean "
                      f"{c['mean_levels']:.2f} ({'passed' if c['passed'] else 'FAILED'}: at most {COLOUR_LEVELS})")

@@ -5,8 +5,9 @@
 
 `prepare` cuts the wheels the loader needs there (DALI 2.4 and its small dependencies, PyAV, torchcodec 0.11.1,
 torch 2.11's pair) into parts of at most 56 MiB under .devwheels/ with a staging tool that leaves an `apply.sh` in
-each part (`PATH` names it; one part per call: `bash benchmarks/gpu_second.sh` applies the part it carries, the
-last one installs every wheel into /tmp/site), and prints the calls they take.
+each part (`PATH` names it; one part per call, carrying it: `bash .devwheels/part-NN/apply.sh; rm -rf
+.devwheels/part-NN`, the last one installs every wheel into /tmp/site), and prints the calls they take. Run it
+before the visit: the node idles while it runs.
 
 `measure` runs, in this order, each step's result written to DIR before the next begins (a call cut short keeps
 what it got):
@@ -49,8 +50,8 @@ def prepare(stage_tool: Path) -> int:
         return 2
     proc = subprocess.run(["bash", str(stage_tool), *WHEELS], cwd=ROOT)
     parts = sorted((ROOT / ".devwheels").glob("part-*"))
-    print(f"{len(parts)} parts: one device call each (`bash benchmarks/gpu_second.sh`, carrying .devwheels/part-NN), "
-          "then one call that measures")
+    print(f"{len(parts)} parts: one device call each, carrying .devwheels/part-NN: `bash .devwheels/part-NN/apply.sh; "
+          "rm -rf .devwheels/part-NN`; then one call that measures: `bash benchmarks/gpu_second.sh`")
     return proc.returncode
 
 

@@ -73,7 +73,7 @@ def test_cpu_open_gives_ffmpegs_colours(clips, codec, tagging):
     seg = _segment(path, codec)
     frames = np.arange(len(seg.pts_s))
     feed = build_feed([(seg, frames)])
-    got = AvPacketDecoder(codec).decode(feed)
+    got, _ = AvPacketDecoder(codec).decode(feed)
     rgb = np.stack([got[int(t)] for t in feed.asked[0]])
     assert _far(rgb, ffmpeg_rgb(path)) <= TOLERANCE
 

@@ -56,10 +56,14 @@ def test_the_first_call_runs_as_on_the_node(prepared, tmp_path):
         assert r["samples_per_s"] > 0 and r["cpu_ms_per_sample"] > 0 and r["wrong_frames"] == 0, r
         assert r["frames_checked"] == r["samples"] * r["frames_per_camera"] * 2
         assert r["nvdec_utilisation"]["available"] is False  # no GPU in use: said, not faked
+        ms = r["ms_per_sample"]
+        assert set(ms) == {"builder_fetch", "builder_engine", "builder_check", "engine_feed", "engine_decoder",
+                           "engine_convert", "engine_stack", "engine_sync"}
+        assert ms["engine_decoder"] > 0 and ms["engine_convert"] > 0 and ms["builder_engine"] > 0, ms
     for codec, c in report["colour"].items():
         assert c["passed"] and c["max_levels"] == 0, (codec, c)  # FFmpeg against FFmpeg: the same pictures
     table = (out / "summary.md").read_text()
-    assert "| h264 | 8 | 2 |" in table and "colour check hevc" in table
+    assert "| h264 | 8 | 2 |" in table and "colour check hevc" in table and "thread-ms per sample" in table
 
 
 def test_a_wrong_frame_is_counted_not_hidden(prepared):
@@ -99,3 +103,57 @@ def test_the_second_tier_runs_as_on_the_node(prepared, tmp_path):
     assert set(result["routes"].values()) == {"cpu-open"} and result["gpu_over_cpu_all_cores"] > 0
     collected = (out / "boundaries.log").read_text()
     assert "cpu-open" in collected and "collected" in collected, collected
+
+
+def test_the_fetch_stage_and_packet_feed_run_without_pyav(prepared):
+    """The GPU node has no PyAV (the first call brings none): indexing a file, cutting an episode's packets and
+    building NVDEC's bitstream must not import it (the dry run above cannot refuse PyAV: `cpu-open` decodes with
+    it)."""
+    script = """
+import sys
+sys.path.insert(0, ".")
+from pathlib import Path
+from benchmarks.gpu_first import Rig
+from dali_stream.decode.feed import build_feed
+for codec in ("h264", "hevc"):
+    rig = Rig(Path(sys.argv[1]) / codec, "cpu-open", 1, 8)
+    plan = rig.plan(0).batch(0)
+    rows = [rig.store.rows(int(p)) for p in plan.episodes]
+    for key in rig.cameras:
+        segs, idx = rig.builder.locate(plan, rows, key)
+        feed = build_feed(list(zip(segs, idx)))
+        assert len(segs) == plan.size and feed is not None
+    assert not rig.store.indexes.unsupported  # every file cut from our own index, none by the demuxer
+    rig.close()
+print("av" in sys.modules)
+"""
+    env = {**os.environ, "DALI_STREAM_DENY_IMPORTS": NOT_ON_THE_NODE + ",av"}
+    proc = subprocess.run([sys.executable, "-c", script, str(prepared)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "False"
+
+
+def test_torchcodec_loads_the_ffmpeg_pyav_bundles(prepared, tmp_path):
+    """Tier 2 gives torchcodec the FFmpeg inside PyAV's wheel (the node has none) through links named as
+    torchcodec's libraries ask (`benchmarks/ffmpeg_links.sh`): here torchcodec then decodes with those libraries,
+    not the system's."""
+    import av
+
+    libs = Path(av.__file__).resolve().parents[1] / "av.libs"
+    if not libs.is_dir():
+        pytest.skip(f"this PyAV was not installed from a wheel bundling FFmpeg ({libs} is missing)")
+    path = subprocess.run(["bash", "benchmarks/ffmpeg_links.sh", str(libs), str(tmp_path / "links")], cwd=REPO,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    video = next((prepared / "h264" / "videos").rglob("*.mp4"))
+    script = """
+import sys
+from torchcodec.decoders import VideoDecoder
+frame = VideoDecoder(sys.argv[1])[0]
+print(frame.shape[0], [line.split()[-1] for line in open("/proc/self/maps") if "libavcodec" in line][0])
+"""
+    proc = subprocess.run([sys.executable, "-c", script, str(video)], env={**os.environ, "LD_LIBRARY_PATH": path},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    channels, loaded = proc.stdout.split()
+    assert channels == "3" and Path(loaded).parent == libs, proc.stdout

@@ -129,9 +129,9 @@ class DroppingDecoder(AvPacketDecoder):
     """FFmpeg's decoder that loses the picture of one feed time, as a decoder that drops a frame would."""
 
     def decode(self, feed):
-        got = super().decode(feed)
+        got, convert_s = super().decode(feed)
         got.pop(int(feed.asked[-1][-1]))
-        return got
+        return got, convert_s
 
 
 def test_a_picture_the_decoder_drops_is_a_named_error_never_a_shifted_frame(wild):

@@ -18,6 +18,7 @@ their times, not by their order). A decoder that fails is closed and replaced, a
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping
 
@@ -53,6 +54,10 @@ class OpenDecoders:
         self.packets = 0  # packets fed
         self.decoded = 0  # pictures handed back that were asked for
         self.samples = 0  # sample-cameras decoded
+        # thread-seconds spent in each phase of a chunk (where a host-bound engine's time goes): the packet feed
+        # built, the decoder's calls (NVDEC: parse, decode, map; FFmpeg: decode), the pictures converted to RGB,
+        # stacked, and the wait for the decoder's stream
+        self.seconds = dict.fromkeys(("feed", "decoder", "convert", "stack", "sync"), 0.0)
 
     def decode(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
         """The batch's frames of `camera`: (sum of steps, H, W, 3) uint8, sample after sample, step after step
@@ -105,16 +110,19 @@ class OpenDecoders:
 
     def _decode_chunk(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
         codec = segs[0].codec
+        t0 = time.perf_counter()
         self._check_sizes(camera, segs)
         feed = build_feed(list(zip(segs, idx)))
         dec = self._decoder(camera, codec)
+        t1 = time.perf_counter()
         try:
-            got = dec.decode(feed)
+            got, convert_s = dec.decode(feed)
         except DaliStreamError:
             raise
         except Exception as exc:  # noqa: BLE001 - the decoder's own error: name the segment that causes it
             self._drop(camera, codec)
             raise self._culprit(camera, segs, idx, exc) from exc
+        t2 = time.perf_counter()
         missing = feed.missing(got)
         if len(missing):
             self._drop(camera, codec)
@@ -125,12 +133,17 @@ class OpenDecoders:
             sizes = sorted({tuple(f.shape) for f in got.values()})
             raise DecodeError(f"camera {camera!r}: the episodes {sorted({s.episode for s in segs})} decode to frames "
                               f"of different sizes {sizes}; every file of a camera must have one size") from exc
+        t3 = time.perf_counter()
         dec.finish()
+        t4 = time.perf_counter()
         with self._lock:
             self.feeds += 1
             self.clips += feed.clips
             self.packets += len(feed.units)
             self.decoded += len(got)
+            for phase, seconds in (("feed", t1 - t0), ("decoder", t2 - t1 - convert_s), ("convert", convert_s),
+                                   ("stack", t3 - t2), ("sync", t4 - t3)):
+                self.seconds[phase] += seconds
         return frames, len(got)
 
     def _check_sizes(self, camera: str, segs: list) -> None:
@@ -181,7 +194,8 @@ class OpenDecoders:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"threads": self.threads, "decoders_opened": self.opened, "samples": self.samples,
-                    "feeds": self.feeds, "clips": self.clips, "packets": self.packets, "pictures": self.decoded}
+                    "feeds": self.feeds, "clips": self.clips, "packets": self.packets, "pictures": self.decoded,
+                    "seconds": dict(self.seconds)}
 
     def close(self, wait: bool = True) -> None:
         """End the decode threads, then close every decoder (each was used by its own thread only). `wait=False`

@@ -32,6 +32,7 @@ named failure with its output; `dali-stream diagnose` says whether PyNvVideoCode
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -65,13 +66,15 @@ class AvPacketDecoder:
             raise DecodeError(f"FFmpeg (PyAV {av.__version__}) has no decoder for {codec} (tried {list(names)}); "
                               "decode the camera with torchcodec: decode='cpu'")
 
-    def decode(self, feed: Feed) -> dict[int, Any]:
+    def decode(self, feed: Feed) -> tuple[dict[int, Any], float]:
+        """The asked pictures of `feed` by feed time, and the seconds spent converting them to RGB."""
         wanted = set(feed.wanted.tolist())
         out: dict[int, Any] = {}
         pts_all = feed.pts.tolist()
+        convert_s = 0.0
         for first, end in feed.clip_ranges():
-            self._keep(self.frames(feed.units[first:end], pts_all[first:end]), wanted, out)
-        return out
+            convert_s += self._keep(self.frames(feed.units[first:end], pts_all[first:end]), wanted, out)
+        return out, convert_s
 
     def frames(self, units: list[bytes], pts: list[int]):
         """The pictures of one clip's packets, as PyAV frames: the packets fed with their times, then an end of
@@ -86,10 +89,14 @@ class AvPacketDecoder:
         self.ctx.flush_buffers()
 
     @staticmethod
-    def _keep(frames, wanted: set, out: dict) -> None:
+    def _keep(frames, wanted: set, out: dict) -> float:
+        convert_s = 0.0
         for frame in frames:
             if frame.pts in wanted:
+                t0 = time.perf_counter()
                 out[frame.pts] = frame.to_ndarray(format="rgb24")
+                convert_s += time.perf_counter() - t0
+        return convert_s
 
     def stack(self, frames: list) -> np.ndarray:
         return np.stack(frames)
@@ -186,11 +193,14 @@ class NvdecPacketDecoder:
                                                         feed.pts[first:end].tolist())
         return found
 
-    def decode(self, feed: Feed) -> dict[int, Any]:
+    def decode(self, feed: Feed) -> tuple[dict[int, Any], float]:
+        """The asked pictures of `feed` by feed time, and the seconds spent converting them to RGB (the kernels'
+        launch: they run on this decoder's stream)."""
         nvc = self.nvc
         wanted = set(feed.wanted.tolist())
         out: dict[int, Any] = {}
         pts_all = feed.pts.tolist()
+        self._convert_s = 0.0
         with self.torch.cuda.stream(self.stream):
             for clip, (first, end) in enumerate(feed.clip_ranges()):
                 colour = self.colour(feed, clip, first, end)
@@ -202,13 +212,14 @@ class NvdecPacketDecoder:
                 eos = nvc.PacketData()
                 eos.bsl_data, eos.bsl = 0, 0  # end of stream: the clip's pictures still held come out
                 self._keep(self.dec.Decode(eos), wanted, out, colour)
-        return out
+        return out, self._convert_s
 
     def _keep(self, frames, wanted: set, out: dict, colour: Colour) -> None:
         for frame in frames:
             pts = int(frame.getPTS())
             if pts not in wanted:
                 continue
+            t0 = time.perf_counter()
             nv12 = self.torch.from_dlpack(frame)
             if nv12.ndim == 3 and nv12.shape[-1] == 1:
                 nv12 = nv12[..., 0]
@@ -219,6 +230,7 @@ class NvdecPacketDecoder:
             height, width = self.size if self.size else (nv12.shape[0] * 2 // 3, nv12.shape[1])
             # on this decoder's stream, before the decoder's next call may overwrite the surface
             out[pts] = nv12_to_rgb(nv12, height, width, colour)
+            self._convert_s += time.perf_counter() - t0
 
     def stack(self, frames: list):
         with self.torch.cuda.stream(self.stream):

@@ -451,13 +451,15 @@ class IndexCache:
         self.files.clear()
 
     def _open(self, path: str) -> IndexedFile | None:
-        import av
-
         try:
             index = read_index(self.rfs, path)
         except (IndexUnsupported, VideoFileError, struct.error, IndexError, ValueError) as exc:
             self.unsupported[path] = f"{type(exc).__name__}: {exc}"
             return None
+        try:
+            import av
+        except ImportError:  # a node without PyAV (NVDEC's open engine needs no FFmpeg): our index alone
+            return IndexedFile(dataclasses.replace(index, pieces=()))
         try:
             container = av.open(self.rfs.open(path, "rb", pieces=index.pieces), "r")
         except av.error.FFmpegError as exc:  # the demuxing cut reports what is wrong with the file
