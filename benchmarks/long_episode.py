@@ -55,7 +55,7 @@ print(json.dumps({
     "pieces_cut_ahead": stats.pieces_ahead, "pieces_dropped": stats.pieces_dropped,
     "pieces_ahead_peak": stats.pieces_ahead_peak, "remote": loader.remote_stats, "settings": extra,
     "gop_bytes_needed": gops, "bytes_read_over_gops": stats.piece_bytes / gops if gops else None,
-    "cache_peak": stats.peak_bytes, "segment_bytes_limit": loader.segment_bytes_limit, "routes": loader.routes,
+    "cache_peak": stats.peak_bytes, "segment_bytes_limit": loader.resolved.segment_bytes, "routes": loader.routes,
     "memory_budget": budget,
 }, default=str))
 """

@@ -95,13 +95,11 @@ class LoaderConfig:
                 "dali_stream/decode/engine.py; pip install 'dali-stream[nvdec]'), or auto (dali until the open "
                 "engine is proven on this node: decode/proven.py)")
     decode_threads: Optional[int] = _s(
-        None, "threads of the open-decoder engine, each with its own decoders (default: the GPU's NVDEC engines "
-              "for nvdec_engine='open', num_workers (at least 1) for decode='cpu-open')")
+        None, "threads of the open-decoder engine, each with its own decoders (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     join_streams: Optional[int] = _s(
         None, "DALI-decoded cameras: a batch is decoded in at most this many groups, each group's clips of a "
               "camera joined into one stream, one decoder each (DALI 2.4 opens a decoder per stream: ~8 ms "
-              "on NVDEC); default the GPU's NVDEC engines where a camera decodes on NVDEC, else the DALI threads; 0: "
-              "one clip per sample, as with augment= (graph/joined.py)")
+              "on NVDEC); 0: one clip per sample, as with augment= (graph/joined.py); default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py")
     device: Optional[str] = _s(None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda "
                                      "when DALI and torch both see a GPU, else cpu)")
     image_dtype: ImageDtype = _s("float32", "float32 (in [0, 1], lerobot's default) or uint8 (or torch.float32 / "
@@ -133,18 +131,15 @@ class LoaderConfig:
               "docs/configuration.md#transforms)")
     # threads and memory
     num_workers: int = _s(2, "threads that fetch and CPU-decode batches ahead (0: in the calling thread)")
-    prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default 2 x num_workers; num_workers "
-                                               "+ 1 when CPU-decoded frames skip the graph: graph/host.py)")
+    prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     fetch_workers: Optional[int] = _s(None, "threads fetching admitted episodes in the background, and as many "
                                             "cutting long episodes' pieces ahead of the builders (0: when a batch "
-                                            "needs it; default one per CPU core up to 4 locally, 4 remote, 16 remote with "
-                                            "episode_pool_size='all')")
+                                            "needs it; default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     cache_bytes: int = _s(DEFAULT_CACHE_BYTES, "bound of the fetched episodes kept in memory (compressed segments "
                                                "and rows); episodes open in the pool are never evicted")
     segment_bytes: Optional[int] = _s(None, "an episode's camera whose compressed bytes exceed this (an hour-long "
                                             "recording) is not fetched whole: each sample reads a piece, its frames' "
-                                            "GOPs (default: half of cache_bytes over the pool's episodes and cameras, "
-                                            "at least 16 MiB)")
+                                            "GOPs (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     index_bytes: int = _s(DEFAULT_INDEX_BYTES, "bound of the video files' MP4 sample indexes kept in memory (~9 bytes "
                                                "a frame of lerobot's H.264/HEVC); least recently used files are "
                                                "indexed again when needed (docs/memory.md)")
@@ -159,7 +154,7 @@ class LoaderConfig:
                                               "one file each, read back memory-mapped; ranks of a node and later "
                                               "runs share it (a changed video file is a new name: never stale)")
     max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
-                                           "closed first (default num_workers x CPU cameras x min(batch, pool))")
+                                           "closed first (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     # the job
     rank: Optional[int] = _s(None, "this process's rank (default: torchrun/SLURM environment, else 0)")
     world_size: Optional[int] = _s(None, "number of ranks (default: torchrun/SLURM environment, else 1)")

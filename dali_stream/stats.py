@@ -43,3 +43,39 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
         "fetch": counters,
         "decoders": {"opened": decoders.opened, "closed": decoders.closed},
     }
+
+
+def memory_budget(st: Any) -> dict[str, Any]:
+    """`StreamLoader.memory_budget()` of the loader's stages `st` (`loader.assemble.Stages`): see its doc."""
+    import numpy as np
+
+    from .decode.route import keys_where
+
+    b, routes, resolved, builder, store = st.config.batch_size, st.routes, st.resolved, st.builder, st.store
+    steps = {k: len(st.plan_config.delta_indices.get(k, (0,))) for k in routes}
+    # each key's largest camera over the members
+    size = {k: max(st.catalog.fields[k].sizes.values(), key=lambda hw: hw[0] * hw[1]) for k in routes}
+    host = builder.host_keys
+    itemsize = 4 if st.image_ops.dtype == "float32" else 1
+
+    def out_bytes(k: str) -> int:
+        return b * steps[k] * itemsize * int(np.prod(st.image_ops.out_shape(*size[k])))
+
+    decoded = sum(b * steps[k] * size[k][0] * size[k][1] * 3
+                  for k in keys_where(routes, "torchcodec") if k not in host)
+    host_batches_alive = resolved.prefetch_batches + (2 if st.host_batches else 3)
+    prepared = (resolved.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
+    footers, indexes = store.tables.files, store.indexes.files
+    return {"cache_peak": store.stats.peak_bytes, "cache_bound": store.capacity_bytes,
+            "segment_bytes_limit": resolved.segment_bytes, "pieces_cut": store.stats.pieces_cut,
+            "piece_bytes": store.stats.piece_bytes, "pieces_ahead_peak": store.stats.pieces_ahead_peak,
+            "table_footers_peak": footers.peak_bytes, "table_footers_bound": footers.capacity_bytes,
+            "mp4_indexes_peak": indexes.peak_bytes, "mp4_indexes_bound": indexes.capacity_bytes,
+            "prepared_batches": prepared,
+            "dali_outputs": 2 * sum(out_bytes(k) for k in routes if k not in host),
+            "host_frames": list(host), "host_buffers_peak": builder.buffers.nbytes,
+            "decoders_alive_peak": st.decoders.peak, "decoders_bound": st.decoders.capacity,
+            "knobs": {"cache_bound": "cache_bytes", "segment_bytes_limit": "segment_bytes",
+                      "prepared_batches": "prefetch_batches, num_workers",
+                      "dali_outputs": "batch_size, image_dtype, resize/crop", "decoders": "max_decoders",
+                      "table_footers_bound": "footer_bytes", "mp4_indexes_bound": "index_bytes"}}

@@ -35,8 +35,11 @@ def test_make_sample_and_inspect(written):
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
     sizes = sum(c["height"] * c["width"] * 3 for c in report["cameras"].values())
     assert report["decoded_bytes"] == sizes * report["frames"] > 0  # what frame_cache_bytes would hold
+    derived = report["derived"]  # the loader's defaults as resolved on this dataset and node (loader.resolve)
+    assert derived["join_streams"] == {"value": 2, "why": "one stream per DALI thread"}  # the VP9 camera, 2 workers
+    assert derived["prefetch_batches"]["value"] == 3 and derived["drop_last"]["value"] is True
     table = _cli("inspect", written).stdout
-    assert "decoded, every frame of every camera takes" in table
+    assert "decoded, every frame of every camera takes" in table and "one stream per DALI thread" in table
     assert "observation.images.side" in table and "hevc" in table
     state = next(line for line in table.splitlines() if "observation.state" in line)
     action = next(line for line in table.splitlines() if "│ action " in line)

@@ -6,8 +6,6 @@ CPU routes here; the NVDEC routes in tests/test_gpu.py (test_colour_on_nvdec). N
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 import pytest
 

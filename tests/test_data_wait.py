@@ -59,21 +59,22 @@ def test_the_next_batches_are_handed_to_the_workers_after_the_callers_batch_is_a
     """Without a graph, batch i is put together for the caller before batches up to i + lookahead are drawn and
     handed to the workers: woken workers would hold the GIL through the hand-out's torch calls (each releases it),
     a switch interval (5 ms) on the caller's clock each time."""
-    import dali_stream.loader as loader_module
+    from dali_stream.loader.deliver import Delivery
+    from dali_stream.loader.schedule import Schedule
 
     events: list[tuple[str, int]] = []
-    bring, assemble = loader_module._Producer.bring_ahead, StreamLoader._batch
+    bring, assemble = Schedule.bring_ahead, Delivery.batch
 
     def logged_bring(self, index):
         events.append(("bring", index))
         return bring(self, index)
 
-    def logged_batch(self, got, prepared, squeeze):
+    def logged_batch(self, got, prepared):
         events.append(("assembled", prepared.plan.index))
-        return assemble(self, got, prepared, squeeze)
+        return assemble(self, got, prepared)
 
-    monkeypatch.setattr(loader_module._Producer, "bring_ahead", logged_bring)
-    monkeypatch.setattr(StreamLoader, "_batch", logged_batch)
+    monkeypatch.setattr(Schedule, "bring_ahead", logged_bring)
+    monkeypatch.setattr(Delivery, "batch", logged_batch)
     with StreamLoader(str(small_dataset), batch_size=4, decode="cpu", device="cpu", num_workers=2,
                       image_dtype="uint8") as loader:
         assert loader.host_batches

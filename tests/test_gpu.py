@@ -63,13 +63,14 @@ def test_routes_follow_the_table_and_auto_the_proofs_on_this_gpu(gpu_dataset):
     """decode='gpu' takes NVDEC wherever the capability table does; `auto` only for kinds of stream proven on
     NVDEC (decode/proven.py), the others on a CPU route with the reason."""
     from dali_stream.decode.proven import installed_dali, unproven
+    from dali_stream.loader.resolve import nvdec_joins
 
     loader = StreamLoader(str(gpu_dataset), batch_size=4)
     node = loader.node
     assert loader.device.startswith("cuda:") and loader.dali_device == int(loader.device.split(":")[1])
     for key, fmt in formats_of(loader.meta).items():
         refused = node.nvdec_refuses(fmt)
-        doubt = unproven(installed_dali(), fmt.codec, loader._joined())
+        doubt = unproven(installed_dali(), fmt.codec, nvdec_joins(loader.config))
         if refused is not None or doubt is not None:
             assert loader.routes[key] != "nvdec", (key, loader.route_reasons[key])
         if refused is None and doubt is not None:

@@ -29,7 +29,7 @@ def test_host_frames_equal_the_graphs(small_dataset, options):
     graph = StreamLoader(str(small_dataset), crop=FULL, **BASE, **options)
     assert host.builder.host_keys == [FRONT] and graph.builder.host_keys == []
     # output-sized prepared batches: one batch ahead per worker plus one by default, against 2 per worker
-    assert host.prefetch_batches == BASE["num_workers"] + 1 and graph.prefetch_batches == 2 * BASE["num_workers"]
+    assert host.resolved.prefetch_batches == BASE["num_workers"] + 1 and graph.resolved.prefetch_batches == 2 * BASE["num_workers"]
     for a, b in zip(take(host, 3), take(graph, 3)):
         assert list(a) == list(b)  # same keys, same order
         for key in (FRONT, TOP):
@@ -133,7 +133,7 @@ def test_with_every_camera_on_host_frames_there_is_no_graph_and_the_first_batch_
                 assert len(producer.handed) + 1 == 3
             else:
                 assert not producer.handed
-                assert sorted(producer.futures) == list(range(1, 1 + loader.prefetch_batches))
+                assert sorted(producer.futures) == list(range(1, 1 + loader.resolved.prefetch_batches))
             assert first["episode_index"].dtype == torch.int64 and first["action"].dtype == torch.float32
             assert first["action_is_pad"].dtype == torch.bool and first["action"].shape == (2, 2, 6)
         finally:
@@ -153,7 +153,7 @@ def test_host_buffers_stay_within_the_memory_budget(small_dataset, prefetch):
             pass
     budget = loader.memory_budget()
     frame_bytes = 4 * 3 * 96 * 128  # batch x C x H x W, uint8, one step
-    assert budget["prepared_batches"] == (loader.prefetch_batches + 2) * 2 * frame_bytes
+    assert budget["prepared_batches"] == (loader.resolved.prefetch_batches + 2) * 2 * frame_bytes
     pool = loader.builder.buffers
     assert pool.allocated * frame_bytes == budget["host_buffers_peak"] <= budget["prepared_batches"]
     loader.close()

@@ -138,13 +138,13 @@ def test_loader_batches_are_the_same_joined_or_per_sample(tmp_path_factory, join
         return [{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()} for b in loader]
 
     with StreamLoader(str(root), **settings, join_streams=0) as loader:
-        assert loader.routes[key] == "dali-cpu" and loader.join_streams == 0
+        assert loader.routes[key] == "dali-cpu" and loader.resolved.join_streams == 0
         per_sample = batches(loader)
         counts = loader.builder.dali_counts[key]
         assert counts[0] == counts[1] == sum(len(b["index"]) for b in per_sample), counts
     with StreamLoader(str(root), **settings, join_streams=join_streams) as loader:
-        streams = loader.join_streams
-        assert streams == (loader.dali_threads if join_streams is None else join_streams)
+        streams = loader.resolved.join_streams
+        assert streams == (loader.resolved.dali_threads if join_streams is None else join_streams)
         joined = batches(loader)
         if streams:
             assert loader.builder.dali_streams <= streams * len(joined) < loader.builder.dali_samples

@@ -305,8 +305,8 @@ def test_unshuffled_evaluation_pass_in_order(small_dataset):
     defaults to False there, as lerobot's evaluation loaders keep every sample; True when shuffling)."""
     loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", shuffle=False, max_episodes=5,
                           image_dtype="uint8")
-    assert loader.drop_last is False and loader.state_dict()["drop_last"] is False
-    assert StreamLoader(str(small_dataset), batch_size=4, device="cpu").drop_last is True
+    assert loader.resolved.drop_last is False and loader.state_dict()["drop_last"] is False
+    assert StreamLoader(str(small_dataset), batch_size=4, device="cpu").resolved.drop_last is True
     pairs = []
     for batch in loader:
         for i, (e, f) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):

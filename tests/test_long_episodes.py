@@ -49,7 +49,7 @@ def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
         gops = gop_bytes_needed(loader, loader.store.piece_log)
         assert stats.piece_bytes <= 2 * gops, (stats.piece_bytes, gops)  # the bound: 2x the GOPs needed
     whole = StreamLoader(str(long_dataset), batch_size=4, device="cpu", num_workers=1, image_dtype="uint8")
-    assert whole.segment_bytes_limit >= 16 << 20  # the default: these episodes are fetched whole
+    assert whole.resolved.segment_bytes >= 16 << 20  # the default: these episodes are fetched whole
     with whole:
         next(iter(whole))
         assert whole.store.stats.pieces_cut == 0 and whole.store.stats.segments_cut > 0
@@ -104,7 +104,7 @@ def test_pieces_over_http_are_cut_in_parallel(long_dataset):
             # and the pieces of batches further ahead than the builders work are asked for already (keys:
             # (epoch, batch, sample, camera); taken ones are gone), their reads in flight
             ahead = max(key[1] for key in remote.store._ahead)
-            assert ahead >= 3 + remote.cut_ahead > 3 + remote.prefetch_batches, (ahead, remote.cut_ahead)
+            assert ahead >= 3 + remote.resolved.cut_ahead > 3 + remote.resolved.prefetch_batches, (ahead, remote.resolved.cut_ahead)
             batches.close()
     assert all((a == b).all() for a, b in zip(want, got))
 
@@ -140,7 +140,7 @@ def test_a_batchs_pieces_share_one_decoder_per_camera(long_dataset):
         for _, _batch in zip(range(5), loader):
             pass
         assert loader.store.stats.pieces_cut >= 5 * 4 * len(CAMERAS)
-        assert loader.decoders.opened <= (5 + loader.prefetch_batches) * len(CAMERAS), loader.decoders.opened
+        assert loader.decoders.opened <= (5 + loader.resolved.prefetch_batches) * len(CAMERAS), loader.decoders.opened
 
 
 def test_a_damaged_piece_is_named_after_its_joined_stream_fails(long_dataset, tmp_path):

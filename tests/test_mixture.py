@@ -281,7 +281,7 @@ def test_routes_per_member_and_one_per_key(embodiments, small_dataset):
     splits = Mixture((Member(str(small_dataset), name="a", episodes=[0, 1, 2]),
                       Member(str(small_dataset), name="b", episodes=[3, 4, 5, 6], weight=2.0)))
     loader = StreamLoader(splits, **{**ARGS, "delta_timestamps": {TOP: [-1 / 30, 0.0]}})
-    assert loader.routes[TOP] == "dali-cpu" and loader.join_streams == 0
+    assert loader.routes[TOP] == "dali-cpu" and loader.resolved.join_streams == 0
     for batch in take(loader, 3):
         for s in _samples(batch):
             ids = _ids(np.rint(s[TOP] * 255).astype(np.uint8))

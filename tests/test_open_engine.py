@@ -158,7 +158,7 @@ def test_engine_frames_in_groups_beside_joined_dali_streams_and_torchcodec(wild)
     decode = {"observation.images.front": "cpu-open", "observation.images.side": "cpu-open",
               "observation.images.wrist": "cpu", "observation.images.top": "auto"}
     with StreamLoader(str(root), batch_size=6, decode=decode, device="cpu", join_streams=2) as loader:
-        assert loader.routes["observation.images.top"] == "dali-cpu" and loader.join_streams == 2
+        assert loader.routes["observation.images.top"] == "dali-cpu" and loader.resolved.join_streams == 2
     check_every_frame(root, 30, cameras, decode=decode, windowed=True, join_streams=2)
 
 

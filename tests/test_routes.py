@@ -240,23 +240,25 @@ def test_auto_leaves_nvdec_where_it_was_measured_slower():
 
 
 def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
-    """With an augment= hook the graph decodes one clip per sample whatever join_streams says (graph.joined.joins),
+    """With an augment= hook the graph decodes one clip per sample whatever join_streams says (loader.resolve),
     so `auto` must weigh NVDEC by the per-sample measurement (torchcodec faster for one frame), not the joined one."""
     from dali_stream import StreamLoader
     from pipelines import augment
 
     plain = StreamLoader(str(small_dataset), batch_size=2, device="cpu")
     hooked = augment.make_loader(str(small_dataset), batch_size=2, device="cpu")
-    assert hooked.join_streams == 0 and plain.join_streams > 0
-    front = "observation.images.front"
-    if not plain._measured_speed()(front)[1].startswith("NVDEC with"):
-        pytest.fail("the measured rule's note changed: update this test")
-    assert "joined streams" in plain._measured_speed()(front)[1] and plain._measured_speed()(front)[0] is None
+    assert hooked.resolved.join_streams == 0 and plain.resolved.join_streams > 0
     from nvidia.dali import __version__ as dali_version
 
     from dali_stream.decode.speed import gpu_slower
+    from dali_stream.loader.assemble import measured_speed
 
-    source, note = hooked._measured_speed()(front)
+    front = "observation.images.front"
+    plain_speed = measured_speed(plain.config, plain.plan_config.delta_indices, dali_version)(front)
+    if not plain_speed[1].startswith("NVDEC with"):
+        pytest.fail("the measured rule's note changed: update this test")
+    assert "joined streams" in plain_speed[1] and plain_speed[0] is None
+    source, note = measured_speed(hooked.config, hooked.plan_config.delta_indices, dali_version)(front)
     assert "one clip per sample" in note
     assert source == gpu_slower(dali_version, False, 1)  # the per-sample measurement (DALI 2.4: "61.9 samples/s")
     if dali_version.startswith("2.4."):

@@ -27,8 +27,7 @@ import numpy as np
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import decode_error
 from .feed import Feed, build_feed
-
-ENGINE_ROUTES = ("nvdec-open", "cpu-open")
+from .route import NVDEC_OPEN
 
 
 class OpenDecoders:
@@ -191,7 +190,7 @@ class OpenDecoders:
                     "and report it with the output of `dali-stream verify DATASET --decode`")
         raise AssertionError("missing pictures belong to no sample")  # Feed.missing only lists asked times
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"threads": self.threads, "decoders_opened": self.opened, "samples": self.samples,
                     "feeds": self.feeds, "clips": self.clips, "packets": self.packets, "pictures": self.decoded,
@@ -217,7 +216,7 @@ def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[
     must give them)."""
     from .packet_decoders import AvPacketDecoder, NvdecPacketDecoder
 
-    if route == "nvdec-open":
+    if route == NVDEC_OPEN.name:
         if device_index is None:
             raise DecodeError("the nvdec-open route needs a CUDA device; decode='cpu' decodes on the CPU")
         import torch

@@ -27,12 +27,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from ..config import DECODE_CHOICES
 from ..errors import ConfigError, DeviceError
 from .gpus import GpuCaps, lookup
+from .route import CPU_OPEN, DALI_CPU, NVDEC, NVDEC_OPEN, TORCHCODEC, route
 
-ROUTES = ("nvdec", "nvdec-open", "dali-cpu", "torchcodec", "cpu-open")
-NVDEC_ROUTES = ("nvdec", "nvdec-open")  # the routes that decode on NVDEC (DALI's engine, the open one)
-CHOICES = ("auto", "gpu", "cpu", "cpu-open")
 DALI_CPU_CODECS = frozenset({"vp8", "vp9", "mjpeg"})
 ENV_CPU_ONLY = "DALI_STREAM_CPU_ONLY"  # "1": behave as on a node without GPU (CPU routes, batches on CPU)
 NVDEC_CAPABILITY_FIX = ("in a container, expose the driver's video capability: NVIDIA_DRIVER_CAPABILITIES="
@@ -214,14 +213,14 @@ def warn_once(message: str) -> None:
 # ---- routing ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RouteChoice:
-    route: str  # one of ROUTES
+    route: str  # a name of `decode.route.ROUTES`
     reason: str  # one line: why this route on this node
 
 
 def _fallback(fmt: StreamFormat, why_not_nvdec: str) -> RouteChoice:
     if fmt.codec in DALI_CPU_CODECS:
-        return RouteChoice("dali-cpu", f"{why_not_nvdec}; DALI's CPU decoder handles {fmt.codec}")
-    return RouteChoice("torchcodec", f"{why_not_nvdec}; DALI's CPU decoder has no {fmt.codec} "
+        return RouteChoice(DALI_CPU.name, f"{why_not_nvdec}; DALI's CPU decoder handles {fmt.codec}")
+    return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; DALI's CPU decoder has no {fmt.codec} "
                                      f"(only {', '.join(sorted(DALI_CPU_CODECS))}): torchcodec")
 
 
@@ -250,13 +249,13 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
     out = {}
     for key, fmt in formats.items():
         want = choice[key]
-        if want not in CHOICES:
-            raise ConfigError(f"decode={want!r} for camera {key!r} is not one of {CHOICES}")
+        if want not in DECODE_CHOICES:
+            raise ConfigError(f"decode={want!r} for camera {key!r} is not one of {DECODE_CHOICES}")
         if want == "cpu":
-            out[key] = RouteChoice("torchcodec", "decode='cpu': torchcodec for every camera")
+            out[key] = RouteChoice(TORCHCODEC.name, "decode='cpu': torchcodec for every camera")
             continue
         if want == "cpu-open":
-            out[key] = RouteChoice("cpu-open", "decode='cpu-open': FFmpeg's decoders kept open and fed packets (the "
+            out[key] = RouteChoice(CPU_OPEN.name, "decode='cpu-open': FFmpeg's decoders kept open and fed packets (the "
                                                "open-decoder engine on the CPU)")
             continue
         refused = node.nvdec_refuses(fmt)
@@ -265,10 +264,10 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         if doubt is not None:
             out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}")
         elif refused is None and slower is not None:
-            out[key] = RouteChoice("torchcodec", f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
+            out[key] = RouteChoice(TORCHCODEC.name, f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
                                                  f"these samples: {slower}; decode='gpu' insists on NVDEC")
         elif refused is None:
-            out[key] = RouteChoice("nvdec", f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
+            out[key] = RouteChoice(NVDEC.name, f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
                                             f"{fmt.describe()}{f' ({note})' if note else ''}")
         elif want == "auto":
             out[key] = _fallback(fmt, refused)
@@ -299,8 +298,8 @@ def nvdec_engine(choice: str, proven_open: str | None) -> tuple[str, str]:
 def open_routes(choices: Mapping[str, RouteChoice], engine: str, why: str) -> dict[str, RouteChoice]:
     """`choices` with NVDEC cameras on the open-decoder engine when `engine` is "open" (route ``nvdec-open``), their
     reasons naming the engine either way."""
-    route = "nvdec-open" if engine == "open" else "nvdec"
-    return {key: RouteChoice(route, f"{c.reason}; engine: {why}") if c.route == "nvdec" else c
+    name = NVDEC_OPEN.name if engine == "open" else NVDEC.name
+    return {key: RouteChoice(name, f"{c.reason}; engine: {why}") if c.route == NVDEC.name else c
             for key, c in choices.items()}
 
 
@@ -309,14 +308,11 @@ def resolve_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[st
     return {key: c.route for key, c in choose_routes(formats, decode, node).items()}
 
 
-STREAM_ROUTES = ("nvdec", "dali-cpu")  # routes whose decoder (DALI's, in the graph) needs a stream for every sample
-
-
 def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: Sequence[str], keys: Sequence[str],
                    decode: str | Mapping[str, str] = "auto") -> dict[str, RouteChoice]:
     """One route per camera key of a mixture, from each member's own choice for its camera under that key (the
     DALI graph decodes a key one way for every sample). Members that agree keep their route, unless it is one
-    of DALI's decoders (`STREAM_ROUTES`) and some member lacks the camera: DALI's decoder takes no empty sample.
+    of DALI's decoders (`Route.in_dali`) and some member lacks the camera: DALI's decoder takes no empty sample.
     Otherwise the key decodes on torchcodec, which takes every codec, and its reason names each member's route;
     where `decode` insisted on the GPU for the key, that is a DeviceError instead."""
     out = {}
@@ -325,7 +321,7 @@ def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: S
         lacking = [n for n, c in zip(names, member_choices) if key not in c]
         routes = sorted({c.route for _, c in have})
         said = "; ".join(f"{n}: {c.route} ({c.reason})" for n, c in have)
-        if len(routes) == 1 and not (lacking and routes[0] in STREAM_ROUTES):
+        if len(routes) == 1 and not (lacking and route(routes[0]).in_dali):
             note = f"; members {lacking} lack it (zeros, with {key + '_is_missing'!r})" if lacking else ""
             if len(have) == 1:
                 reason = have[0][1].reason
@@ -343,5 +339,5 @@ def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: S
             raise DeviceError(f"decode='gpu' for camera {key!r}, but {why}; use nvdec_engine='open' (its decoders take "
                               f"samples without a camera), decode={{{key!r}: 'auto'}}, or map the members' cameras to "
                               "different keys with Member(keys={...})")
-        out[key] = RouteChoice("torchcodec", f"{why}: torchcodec, which decodes every member's stream")
+        out[key] = RouteChoice(TORCHCODEC.name, f"{why}: torchcodec, which decodes every member's stream")
     return out

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .route import TORCHCODEC
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -20,12 +22,12 @@ class Measured:
     dali: str
     joined: bool
     max_frames: int
-    faster: str  # "torchcodec" | "nvdec"
+    faster: str  # a route name (decode.route): torchcodec or nvdec
     source: str
 
 
 MEASURED = (
-    Measured("2.4", False, 1, "torchcodec",
+    Measured("2.4", False, 1, TORCHCODEC.name,
              "DALI 2.4 creates an NVDEC decoder per sample (~8 ms); measured on an H100, 2026-11-23, 640x480 H.264 "
              "GOP 2, one frame per camera: 61.9 samples/s on NVDEC against 165.5 on torchcodec with 2 workers "
              "(benchmarks/results/NVIDIA-H100-80GB-HBM3/)"),
@@ -37,7 +39,7 @@ def gpu_slower(dali_version: str, joined: bool, frames: int) -> str | None:
     says so."""
     minor = ".".join(dali_version.split(".")[:2])
     for m in MEASURED:
-        if m.dali == minor and m.joined == joined and frames <= m.max_frames and m.faster == "torchcodec":
+        if m.dali == minor and m.joined == joined and frames <= m.max_frames and m.faster == TORCHCODEC.name:
             return m.source
     return None
 

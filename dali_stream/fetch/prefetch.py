@@ -6,26 +6,58 @@ episode admitted up to batch *i + ahead* (the store fetches a pinned episode in 
 so a batch's episodes are normally fetched before it is built. An episode is unpinned once every batch up to
 the one that retired it has been built; the store may then evict it. A run starting mid-epoch pins the
 pool as it stands at that batch: episodes retired before it are never fetched.
+
+Each batch's plan is drawn once (`Plans`): the prefetcher draws it first, when its admissions come into view; the
+run-ahead that cuts and builds the batch reads the same plan; the prefetcher releases it once the batch is built and
+its retirements are read.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from typing import Any
+
+
+class Plans:
+    """The batch plans of an epoch (`plan.epoch.EpochPlan`), each drawn once and kept until `release`: `plans(i)`
+    is batch i's plan. Thread-safe (an EpochPlan draws lazily: one thread at a time, under `lock`)."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+        self.lock = threading.Lock()
+        self._drawn: dict[int, Any] = {}
+        self.draws = 0  # batches drawn (each once)
+
+    def __call__(self, index: int):
+        with self.lock:
+            got = self._drawn.get(index)
+            if got is None:
+                got = self._drawn[index] = self.plan.batch(index)
+                self.draws += 1
+            return got
+
+    def release(self, index: int) -> None:
+        """Batch `index` is built and its retirements read: nobody asks for its plan again."""
+        with self.lock:
+            self._drawn.pop(index, None)
+
+    def __len__(self) -> int:
+        """Plans kept now."""
+        return len(self._drawn)
 
 
 class Prefetcher:
-    def __init__(self, store, plan, start: int, ahead: int, plan_lock: threading.Lock) -> None:
-        self.store, self.plan, self.ahead = store, plan, max(0, ahead)
-        self._plan_lock = plan_lock  # EpochPlan draws lazily: one thread at a time
+    def __init__(self, store, plans: Plans, start: int, ahead: int) -> None:
+        self.store, self.plans, self.ahead = store, plans, max(0, ahead)
         self._lock = threading.Lock()
         self._next = start  # the next batch whose admissions get pinned
         self._low = start  # every batch before this one is built
         self._built: set[int] = set()
         self._held: Counter[int] = Counter()
         if start > 0:
-            with plan_lock:
-                live = plan.pool_before(start)
+            with plans.lock:
+                live = plans.plan.pool_before(start)
             with self._lock:
                 self._pin(live)
 
@@ -41,12 +73,10 @@ class Prefetcher:
 
     def advance(self, index: int) -> None:
         """Batch `index` is about to be built: pin what batches up to `index + ahead` admit."""
-        last = min(index + self.ahead, self.plan.num_batches - 1)
+        last = min(index + self.ahead, self.plans.plan.num_batches - 1)
         with self._lock:
             while self._next <= last:
-                with self._plan_lock:
-                    admitted = self.plan.batch(self._next).admitted
-                self._pin(admitted)
+                self._pin(self.plans(self._next).admitted)
                 self._next += 1
 
     def built(self, index: int) -> None:
@@ -55,10 +85,9 @@ class Prefetcher:
             self._built.add(index)
             while self._low in self._built:
                 self._built.discard(self._low)
-                with self._plan_lock:
-                    retired = self.plan.batch(self._low).retired
-                for pos in retired:
+                for pos in self.plans(self._low).retired:
                     self._unpin(pos)
+                self.plans.release(self._low)
                 self._low += 1
 
     def close(self) -> None:

@@ -24,21 +24,21 @@ from typing import Any, Callable, Mapping, cast
 import numpy as np
 
 from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
-from ..decode.frames import FrameCache
-from ..decode.engine import ENGINE_ROUTES
 from ..decode.errors import classify, explain_device, stream_format
+from ..decode.frames import FrameCache
+from ..decode.route import DALI_CPU, NVDEC, keys_where
+from ..decode.route import route as route_of
 from ..decode.routes import DALI_CPU_CODECS
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
-from .clips import DaliInput, dali_input
-from .joined import group_sizes, join_group, join_pieces, joins
 from .buffers import BufferPool
+from .clips import DaliInput, dali_input
 from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
+from .joined import group_sizes, join_group, join_pieces
 
-DALI_ROUTES = ("nvdec", "dali-cpu")
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
 
@@ -83,8 +83,8 @@ class BatchBuilder:
         mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
         (zeros in the batch) and `<key>_dim_is_pad` for vectors some member has shorter (zero-padded); its cameras
         decode one clip per sample. `join_streams`: DALI-routed cameras decode a batch as at most this many groups, each group's clips
-        joined into one stream (`graph.joined`); 0: one clip per sample (`graph.clips`), as always with an
-        augmentation hook (it draws per sample). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
+        joined into one stream (`graph.joined`); 0: one clip per sample (`graph.clips`); the loader's
+        `resolve` says which (0 for a mixture, with an augmentation hook, or without a DALI-decoded camera). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
         (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
         `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
         out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over. `engines`: route ->
@@ -102,18 +102,17 @@ class BatchBuilder:
         self.decoders = decoders
         self.routes = dict(routes)
         self.engines = dict(engines or {})
-        lacking = sorted({r for r in self.routes.values() if r in ENGINE_ROUTES} - set(self.engines))
+        lacking = sorted({r for r in self.routes.values() if route_of(r).engine} - set(self.engines))
         if lacking:
             raise ValueError(f"routes {lacking} need their open-decoder engine")  # the loader makes them
         self.delta = dict(delta_indices)
         self.table_dtypes = dict(table_dtypes)
         self.tolerance_s = tolerance_s
         self.table_keys = table_keys
-        dali_cameras = any(r in DALI_ROUTES for r in self.routes.values())
-        self.join_streams = 0 if self.mixed else joins(join_streams, dali_cameras, augment_seed is not None)
+        self.join_streams = join_streams
         if image_ops is not None and augment_seed is not None:
-            raise ValueError("host frames skip the graph, where augmentation runs")  # uses_host_frames rules it out
-        self.host_keys = [k for k, r in self.routes.items() if r == "torchcodec"] if image_ops is not None else []
+            raise ValueError("host frames skip the graph, where augmentation runs")  # `resolve` rules it out
+        self.host_keys = keys_where(self.routes, "torchcodec") if image_ops is not None else []
         self.image_ops = image_ops
         # Host-frame buffers alive at once: the batches built ahead (`lookahead` + 1), the one DALI holds and the
         # one the caller holds, per host camera (cameras of one shape share them).
@@ -123,10 +122,10 @@ class BatchBuilder:
         for key, route in self.routes.items():
             if key in self.host_keys:
                 continue
-            if route in ENGINE_ROUTES:
+            if route_of(route).engine:
                 self.engine_outputs.setdefault(route, []).append(
                     Output(f"{key}@decoded", "decoded", key, np.dtype(np.uint8), 4))
-            elif route in DALI_ROUTES:
+            elif route_of(route).in_dali:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
                 outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
@@ -157,7 +156,7 @@ class BatchBuilder:
         self.decoded_frames = 0
         # per DALI-routed camera: [samples, streams (decoders DALI opened: one per joined stream or per sample),
         # frames DALI's decoder works through (clip frames up to the last asked)]
-        self.dali_counts = {k: [0, 0, 0] for k, r in self.routes.items() if r in DALI_ROUTES}
+        self.dali_counts = {k: [0, 0, 0] for k in keys_where(self.routes, "in_dali")}
         self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode (`_decode_cpu`)
         self._count_lock = threading.Lock()
 
@@ -251,14 +250,14 @@ class BatchBuilder:
             self._count(key, plan.size, len(inputs), sum(d.frames_fed for d in inputs))
         engine_values: dict[str, list] = {}
         for key, route in self.routes.items():
-            if route in DALI_ROUTES:
+            if route_of(route).in_dali:
                 continue
             segs, idx = located[key]
             t0 = time.perf_counter()
             # torchcodec cameras' frames by the cache's names (before pieces are joined: `_decode_cpu`)
-            names = frame_keys(segs, idx, self.frames) if self.frames is not None and route not in ENGINE_ROUTES \
+            names = frame_keys(segs, idx, self.frames) if self.frames is not None and not route_of(route).engine \
                 else None
-            if route in ENGINE_ROUTES:
+            if route_of(route).engine:
                 pictures, frames_decoded = self._decode_engine(route, key, segs, idx, member_index)
                 span = groups * len(idx[0])  # every sample of a camera has the same steps
                 engine_values[f"{key}@decoded"] = [pictures[g:g + span] for g in range(0, len(pictures), span)]
@@ -361,7 +360,7 @@ class BatchBuilder:
         """Samples per group and, per DALI-routed camera, one stream per group (`graph.joined`): groups of
         `group_sizes(size, join_streams)`, or of one sample (a clip each) when joining is off or some group of
         some camera cannot be one stream."""
-        keys = [k for k in located if self.routes[k] in DALI_ROUTES]
+        keys = [k for k in located if route_of(self.routes[k]).in_dali]
         if self.join_streams and keys:
             members = group_sizes(size, self.join_streams)
             streams: dict[str, list[DaliInput]] = {}
@@ -418,9 +417,9 @@ class BatchBuilder:
         """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what
         failed (this GPU, or one stream), which camera and which episode, and the fix."""
         failure = classify(str(exc))
-        dali_keys = [k for k, r in self.routes.items() if r in DALI_ROUTES]
+        dali_keys = keys_where(self.routes, "in_dali")
         nvdec = {k: [seg for b in pending for seg in b.asked.get(k, ([], []))[0]]
-                 for k, r in self.routes.items() if r == "nvdec"}
+                 for k, r in self.routes.items() if r == NVDEC.name}
         found = explain_device(failure, nvdec, node)
         if found is not None:
             return found
@@ -459,7 +458,7 @@ class BatchBuilder:
                             f"FFmpeg cannot open it either: the cut is wrong, not the file. Decode the camera with "
                             f"torchcodec, decode={{{key!r}: 'cpu'}}, and report it with "
                             "`dali-stream diagnose DATASET --decode-test --json`")
-                    if self.routes[key] == "dali-cpu" and fmt.codec not in DALI_CPU_CODECS:
+                    if self.routes[key] == DALI_CPU.name and fmt.codec not in DALI_CPU_CODECS:
                         member = self.catalog.locate(int(prepared.plan.episodes[g * n]))[0]
                         claimed = member.camera(key).codec
                         return DecodeError(
@@ -490,7 +489,7 @@ class BatchBuilder:
         """The sample that asked DALI for frame `failure.frame` of a stream DALI found shorter."""
         for prepared in pending:
             for key, route in self.routes.items():
-                if route not in DALI_ROUTES:
+                if not route_of(route).in_dali:
                     continue
                 frames = prepared.arrays[self._slot[f"{key}@frames"]]
                 for j, idx in enumerate(frames):

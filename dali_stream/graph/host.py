@@ -23,16 +23,9 @@ then runs on the GPU, or inside DALI's own image ops).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .imageops import ImageOps
-
-
-def uses_host_frames(image_ops: ImageOps, on_gpu: bool, augment: Any) -> bool:
-    """Whether torchcodec cameras skip the DALI graph: batches land on the CPU and nothing needs DALI's ops."""
-    return not on_gpu and augment is None and image_ops.resize is None and image_ops.crop is None
 
 
 def host_dtype(image_ops: ImageOps) -> np.dtype:

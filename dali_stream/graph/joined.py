@@ -40,12 +40,6 @@ _ONE = np.zeros(1, np.int64)  # `order` of a sample showing one frame
 DECODER_BOXES = (b"avcC", b"hvcC", b"av1C", b"vpcC", b"colr")  # what a decoder reads of a sample entry's boxes
 
 
-def joins(join_streams: int, dali_cameras: bool, augmented: bool) -> int:
-    """The groups a batch's DALI-routed cameras are decoded in: `join_streams`, or 0 (one clip per sample) without
-    a DALI-routed camera or with an augmentation hook (it draws per sample, so it sees one clip per sample)."""
-    return join_streams if dali_cameras and not augmented else 0
-
-
 def group_sizes(size: int, groups: int) -> int:
     """Members per group for a batch of `size` samples in at most `groups` equal groups: the smallest divisor of
     `size` that makes `size / it` <= `groups` (a short last batch of a prime size is one group or one per sample)."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from ..decode.engine import ENGINE_ROUTES
-from ..decode.routes import NVDEC_ROUTES
+from ..decode.route import NVDEC
+from ..decode.route import route as route_of
 from .batches import Output
 from .imageops import ImageOps
 
@@ -27,7 +27,7 @@ _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": 
 
 
 def video_decoder(encoded, frames, route: str):
-    """DALI's video decoder for `route` ("nvdec" or "dali-cpu") at per-sample frame indices.
+    """DALI's video decoder for `route` (a route decoded in DALI: nvdec or dali-cpu) at per-sample frame indices.
 
     `pad_mode="none"`: an index past the stream's frames is an error (DALI's default "constant" returns a
     black frame silently); `decode.errors.explain` names the camera and episode. `affine=False` on NVDEC: DALI
@@ -35,7 +35,7 @@ def video_decoder(encoded, frames, route: str):
     CUDA_VISIBLE_DEVICES narrowed to one GPU per rank every rank's threads would share GPU 0's socket."""
     from nvidia.dali import fn
 
-    if route == "nvdec":
+    if route_of(route).on_gpu:
         return fn.decoders.video(encoded, frames=frames, device="mixed", pad_mode="none", affine=False)
     return fn.decoders.video(encoded, frames=frames, device="cpu", pad_mode="none")
 
@@ -79,7 +79,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
         fed = fed if isinstance(fed, (list, tuple)) else [fed]
         by_name = dict(zip((o.name for o in outputs), fed))
         for route, outs in (engine_outputs or {}).items():
-            gpu = route == "nvdec-open"
+            gpu = route_of(route).on_gpu
             frames = fn.external_source(
                 source=(engine_sources or {})[route], num_outputs=len(outs), batch=True, batch_info=True,
                 device="gpu" if gpu else "cpu", dtype=[types.UINT8] * len(outs), ndim=[4] * len(outs),
@@ -89,14 +89,14 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
             by_name.update(zip((o.name for o in outs), frames))
         results = []
         for key, route in routes.items():
-            if route == "torchcodec":
+            if route_of(route).torchcodec:
                 video = by_name[f"{key}@pixels"]
-            elif route in ENGINE_ROUTES:
+            elif route_of(route).engine:
                 video = by_name[f"{key}@decoded"]
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
-            if on_gpu and route not in NVDEC_ROUTES:
+            if on_gpu and not route_of(route).on_gpu:
                 video = video.gpu()
             if augment is not None:
                 video = augment(video, key, by_name[f"{key}@rand"])
@@ -116,7 +116,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
 
 
 def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
-    """Decode `frames` of one encoded stream through DALI alone (route "dali-cpu" or "nvdec"); (N, H, W, 3) uint8.
+    """Decode `frames` of one encoded stream through DALI alone (a route decoded in DALI); (N, H, W, 3) uint8.
 
     A one-sample pipeline for probes such as `dali-stream diagnose --decode-test`, not for training.
     """
@@ -126,7 +126,7 @@ def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
 
     encoded = np.frombuffer(data, dtype=np.uint8)
     wanted = np.asarray(frames, dtype=np.int32)
-    gpu = route == "nvdec"
+    gpu = route == NVDEC.name
     pipe = Pipeline(batch_size=1, num_threads=1, device_id=device_id if gpu else None, prefetch_queue_depth=1)
     with pipe:
         enc, idx = fn.external_source(source=lambda: ([encoded], [wanted]), num_outputs=2, batch=True,

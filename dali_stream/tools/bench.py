@@ -220,8 +220,8 @@ def batch_mixing(loader) -> dict[str, Any]:
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
-    from ..graph.batches import DALI_ROUTES, decode_segments
-
+    from ..decode.route import route as route_of
+    from ..graph.batches import decode_segments
     from .bench_gpu import window_work
 
     work = [(loader.routes[key], key, segs, idx)  # (route, key, segs, idx)
@@ -232,17 +232,17 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
 
     warm = DecoderCache(None)
     for route, _, segs, _ in work:
-        if route == "torchcodec":
+        if route_of(route).torchcodec:
             for seg in segs:
                 warm_decoders(seg, threads, warm)
-    cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route == "torchcodec"]
+    cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route_of(route).torchcodec]
 
     def decode(work) -> None:  # decode and drop: a window of full-size frames does not fit in memory at once
         for _ in decode_segments(*work):
             pass
 
     seconds = _on_threads(decode, cpu_work, threads)
-    dali_work = [(key, segs, idx) for route, key, segs, idx in work if route in DALI_ROUTES]
+    dali_work = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).in_dali]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
     t0 = time.perf_counter()  # open-decoder engine routes: the loader's engine (its threads, its open decoders)
@@ -302,7 +302,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
             return [d.data for d in inputs], [d.frames for d in inputs]
 
         gpu = route == "nvdec"
-        pipe = Pipeline(batch_size=batch_size, num_threads=loader.dali_threads if gpu else max(1, threads),
+        pipe = Pipeline(batch_size=batch_size, num_threads=loader.resolved.dali_threads if gpu else max(1, threads),
                         device_id=loader.dali_device if gpu else None, prefetch_queue_depth=1)
         with pipe:
             enc, frames = fn.external_source(source=source, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
@@ -328,7 +328,8 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
     told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
     the limits and the baseline."""
-    from ..decode.routes import NVDEC_ROUTES, Node, formats_of
+    from ..decode.route import any_where
+    from ..decode.routes import Node, formats_of
     from ..loader import StreamLoader
     from ..meta import DatasetMeta
 
@@ -351,7 +352,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
             gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S)}
         if progress:
             progress("loader")
-        nvdec = any(r in NVDEC_ROUTES for r in loader.routes.values())
+        nvdec = any_where(loader.routes.values(), "on_gpu")
         with NvdecUtilisation(loader.dali_device if nvdec else None) as utilisation, \
                 (load if load is not None else contextlib.nullcontext()):
             got = stream(loader, cfg, cameras)
@@ -414,7 +415,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), route_reasons=dict(loader.route_reasons),
         dali_graph=not loader.host_batches,
         decode_per_camera=decode if isinstance(decode, dict) else dict.fromkeys(cameras, decode),
-        device=_device(loader), memory_budget=loader.memory_budget(),
+        device=_device(loader), memory_budget=loader.memory_budget(), derived=loader.resolved.describe(),
         versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
     )
     if cfg.limit:
@@ -428,7 +429,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     else:
         result["limit_ratio"] = result["limit_ratio_with_layout"] = None
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
-                                  "join_streams": loader.join_streams}
+                                  "join_streams": loader.resolved.join_streams}
                               for k, c in builder.dali_counts.items()}
     result["open_engine"] = {route: engine.stats() for route, engine in loader.engines.items()} or None
     result["engine_limits"] = None

@@ -63,11 +63,11 @@ def _frames_per_sample(loader, keys) -> float:
 
 def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
     """Per DALI route of the loader: its decoder on whole files (see the module doc)."""
+    from ..decode.route import route as route_of
     from ..fetch.segments import packet_index
-    from ..graph.batches import DALI_ROUTES
 
     out: dict[str, dict[str, Any]] = {}
-    for route in sorted({r for r in loader.routes.values() if r in DALI_ROUTES}):
+    for route in sorted({r for r in loader.routes.values() if route_of(r).in_dali}):
         keys = [k for k, r in loader.routes.items() if r == route]
         work, _ = window_work(loader, window[:8], keys)
         files = list(dict.fromkeys(seg.source for _, segs, _ in work for seg in segs))[:LIMIT_FILES]
@@ -157,9 +157,9 @@ def _device_sync(device_id):
 
 def peers(loader, window) -> dict[str, dict[str, Any]]:
     """The NVDEC cameras' frames of the window through torchcodec on CUDA and PyNvVideoCodec (module doc)."""
-    from ..decode.routes import NVDEC_ROUTES
+    from ..decode.route import keys_where
 
-    keys = [k for k, r in loader.routes.items() if r in NVDEC_ROUTES]
+    keys = keys_where(loader.routes, "on_gpu")
     why = (f"batches land on {loader.device}: the GPU peers run beside a loader on CUDA"
            if not loader.device.startswith("cuda") else
            None if keys else "no camera decodes on NVDEC here: nothing for a GPU peer to compare")

@@ -21,11 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.route import route
 from .bench import BenchConfig, RssSampler, _device, _versions, mode_deltas, stream
-
-
-# a route the mixture took for a key -> the `decode` choice that gives a member alone the same route
-_CHOICE = {"torchcodec": "cpu", "cpu-open": "cpu-open", "nvdec": "gpu", "nvdec-open": "gpu", "dali-cpu": "auto"}
 
 
 def _member_deltas(member, deltas: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -62,8 +59,10 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         catalog = probe.catalog
         members = catalog.members
         targets = epoch_shares(catalog)
-        # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`)
-        as_mixed = {m.name: {m.own[k]: _CHOICE[r] for k, r in probe.routes.items() if k in m.own} for m in members}
+        # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`;
+        # `Route.choice`: the decode= setting that gives a member alone that route)
+        as_mixed = {m.name: {m.own[k]: route(r).choice for k, r in probe.routes.items() if k in m.own}
+                    for m in members}
         probe.close()
         for r in range(rounds):
             order: list[Any] = [*members, None]  # None: the mixture

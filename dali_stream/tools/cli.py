@@ -135,7 +135,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return _inspect_mixture(args)
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
     formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
-    routes = choose_routes(formats, "auto", Node.probe(), unproven=proven.rule(formats))
+    node = Node.probe()
+    routes = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
     report = {
         "source": meta.source,
         "revision": args.revision,
@@ -150,6 +151,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
         "decoded_bytes": sum(c.height * c.width * 3 for c in meta.cameras.values()) * meta.total_frames,
+        "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -175,7 +177,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         shown = ", ".join(map(str, names)) if isinstance(names, list) else "" if names is None else str(names)
         table.add_row(k, str(f["dtype"]), str(tuple(f["shape"] or ())), shown)
     console.print(table)
+    table = keyed_table(("derived setting (defaults, one rank, this node)", "value", "why"), list(report["derived"]))
+    for name, d in report["derived"].items():
+        table.add_row(name, str(d["value"]), str(d["why"]))
+    console.print(table)
     return 0
+
+
+def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
+    """The settings a loader with the default settings derives on this dataset and node, one rank
+    (`loader.resolve`): what each is and why."""
+    import os
+
+    from ..config import LoaderConfig
+    from ..loader.resolve import Facts, resolve
+    from ..source.storage import is_local
+
+    facts = Facts(routes=routes, gpu=node.gpu is not None, gpu_engines=node.gpu.nvdec_engines if node.gpu else None,
+                  cuda_batches=node.gpus > 0, local=is_local(meta.data_fs), episodes=meta.num_episodes,
+                  cpu_count=os.cpu_count() or 1)
+    return resolve(LoaderConfig(), facts).describe()
 
 
 def _inspect_mixture(args: argparse.Namespace) -> int:
@@ -345,10 +366,10 @@ def demo_gpu_note(node, routes: dict[str, str], reasons: dict[str, str]) -> str:
     and `auto` keeps unproven kinds of stream on the CPU)."""
     if node.gpus == 0:
         return f"none usable here ({node.gpu_problem or 'no CUDA GPU that DALI and torch both see'}): CPU routes"
-    from ..decode.routes import NVDEC_ROUTES
+    from ..decode.route import keys_where
 
     name = node.gpu.name if node.gpu is not None else "a CUDA GPU"
-    nvdec = sorted(k for k, r in routes.items() if r in NVDEC_ROUTES)
+    nvdec = sorted(keys_where(routes, "on_gpu"))
     if nvdec:
         return f"{name}: NVDEC decodes {', '.join(nvdec)}"
     why = "; ".join(f"{k.rsplit('.', 1)[-1]}: {reasons[k]}" for k in routes)

@@ -1,0 +1,79 @@
+"""The decode routes, each named once here with what it is: where it decodes, which decoder, what it imports.
+
+A camera's route is a name from `ROUTES` (what `loader.routes` reports); code asks a route's properties
+(`route(name).in_dali`, `.on_gpu`, `.engine`, ...) instead of testing names against sets of its own. Which route a
+camera takes on a node is `decode.routes`' business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Literal
+
+
+@dataclass(frozen=True)
+class Route:
+    """`name`: as `loader.routes` reports it; `device`: where pictures are decoded; `decoder`: DALI's
+    fn.decoders.video inside the graph ("dali"), torchcodec on the workers' threads ("torchcodec"), or the
+    open-decoder engine's decoders kept open and fed packets (`decode.engine`, "engine"); `needs`: the module it
+    imports to decode; `choice`: the `decode=` setting that gives a camera this route where its stream allows
+    (`nvdec-open` with nvdec_engine='open'; `dali-cpu` is what `auto` takes for VP8/VP9 off NVDEC)."""
+
+    name: str
+    device: Literal["gpu", "cpu"]
+    decoder: Literal["dali", "torchcodec", "engine"]
+    needs: str
+    choice: str
+    about: str
+
+    @property
+    def on_gpu(self) -> bool:
+        """Decodes on NVDEC."""
+        return self.device == "gpu"
+
+    @property
+    def in_dali(self) -> bool:
+        """DALI's decoder, inside the graph: it needs a stream for every sample, and its clips can be joined
+        (`graph.joined`)."""
+        return self.decoder == "dali"
+
+    @property
+    def engine(self) -> bool:
+        """The open-decoder engine decodes it; its frames enter the graph through a source of their own."""
+        return self.decoder == "engine"
+
+    @property
+    def torchcodec(self) -> bool:
+        """torchcodec on the workers' threads: the route the decoded-frame cache and host frames serve."""
+        return self.decoder == "torchcodec"
+
+
+NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
+              "DALI's fn.decoders.video(device='mixed') on NVDEC, inside the DALI graph")
+NVDEC_OPEN = Route("nvdec-open", "gpu", "engine", "PyNvVideoCodec", "gpu",
+                   "NVDEC through PyNvVideoCodec's decoders kept open and fed packets")
+DALI_CPU = Route("dali-cpu", "cpu", "dali", "nvidia.dali", "auto",
+                 "DALI's fn.decoders.video(device='cpu'), inside the DALI graph (VP8/VP9/MJPEG only)")
+TORCHCODEC = Route("torchcodec", "cpu", "torchcodec", "torchcodec", "cpu",
+                   "torchcodec on the workers' threads")
+CPU_OPEN = Route("cpu-open", "cpu", "engine", "av", "cpu-open",
+                 "FFmpeg's decoders through PyAV, kept open and fed packets (the open engine on the CPU)")
+ROUTES: dict[str, Route] = {r.name: r for r in (NVDEC, NVDEC_OPEN, DALI_CPU, TORCHCODEC, CPU_OPEN)}
+
+
+def route(name: str) -> Route:
+    """The route named `name` (a value of `loader.routes`)."""
+    try:
+        return ROUTES[name]
+    except KeyError:
+        raise ValueError(f"no decode route {name!r}; routes: {sorted(ROUTES)}") from None
+
+
+def keys_where(routes: dict[str, str], prop: str) -> list[str]:
+    """The camera keys of `routes` (key -> route name) whose route has property `prop` (e.g. "in_dali")."""
+    return [k for k, name in routes.items() if getattr(route(name), prop)]
+
+
+def any_where(names: Iterable[str], prop: str) -> bool:
+    """Whether any of the route `names` has property `prop`."""
+    return any(getattr(route(n), prop) for n in names)

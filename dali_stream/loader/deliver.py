@@ -1,0 +1,141 @@
+"""The caller's batches of one epoch, from the run-ahead (`loader.schedule`): through the DALI graph, or without one
+(`host_batches`: the workers' host frames and the tables stacked here), each laid out as lerobot's batch
+(`Delivery.batch`) with `image_transforms` applied."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Generator, Mapping
+
+import numpy as np
+
+from ..decode.errors import classify
+from ..graph.batches import Prepared
+from ..graph.host import to_output
+from ..transforms import apply, sample_seeds
+from .assemble import Stages
+from .schedule import Schedule
+
+
+class Delivery:
+    """Batches handed to the caller, from `stages` (`loader.assemble`)."""
+
+    def __init__(self, stages: Stages) -> None:
+        self.stages = stages
+        self.cfg = stages.config
+
+    def batches(self, schedule: Schedule, plan, start: int) -> Generator[dict[str, Any], None, None]:
+        """Batches `start`, `start + 1`, ... of `plan`, as the schedule builds them."""
+        if self.stages.host_batches:
+            return self._host_batches(schedule, plan, start)
+        return self._graph_batches(schedule)
+
+    @contextlib.contextmanager
+    def _dali_errors(self, schedule: Schedule):
+        """DALI reports a decoder failure as a RuntimeError without naming the sample: name it."""
+        try:
+            yield
+        except RuntimeError as exc:
+            if "decoders.video" not in str(exc) and classify(str(exc)).kind == "unknown":
+                raise
+            raise self.stages.builder.explain_dali_failure(list(schedule.handed), exc, self.stages.node) from None
+
+    def batch(self, got: Mapping[str, Any], prepared: Prepared) -> dict[str, Any]:
+        """The caller's batch: cameras in route order (host frames as tensors on their buffers, `graph.host`),
+        then the tables, then `task`; every tensor on the loader's device. The graph's outputs come per group of
+        samples (`graph.batches`): (groups, members x steps, ...) cameras and (groups, members, ...) tables,
+        viewed here as (samples, steps, ...), or (samples, ...) for a one-step camera. With `channels_last` the
+        graph's cameras come HWC and are handed over as (..., 3, H, W) views, as host frames are."""
+        st = self.stages
+        routes, squeeze, channels_last, builder = st.routes, st.squeeze, st.image_ops.channels_last, st.builder
+        size = prepared.plan.size
+        tensors = {k: v.flatten(0, 1) for k, v in got.items() if k not in routes}
+        for k in builder.graph_routes:
+            frames = got[k].reshape(size, -1, *got[k].shape[2:])
+            frames = frames[:, 0] if squeeze[k] else frames
+            tensors[k] = frames.movedim(-1, -3) if channels_last else frames
+        for k, v in prepared.host.items():
+            tensors[k] = prepared.images[k] if k in prepared.images else to_output(v, squeeze[k], channels_last)
+        for k in builder.masks:  # a mixture's member lacking a camera: zeros (after mean/std too)
+            if k in builder.graph_routes:
+                missing = tensors[f"{k}_is_missing"]
+                if bool(missing.any()):
+                    tensors[k][missing.to(tensors[k].device)] = 0
+        order = [*routes, *(k for k in got if k not in routes)]
+        batch: dict[str, Any] = {k: tensors[k] if str(tensors[k].device) == st.device else tensors[k].to(st.device)
+                                 for k in order}
+        if self.cfg.image_transforms is not None:
+            self._transform(batch, prepared)
+        batch["task"] = prepared.tasks
+        return batch
+
+    def _transform(self, batch: dict[str, Any], prepared: Prepared) -> None:
+        """`image_transforms` on each sample's camera tensor, as lerobot applies them, with torch's RNG seeded per
+        (seed, epoch, batch, sample, camera) around each call (`dali_stream.transforms`): in the worker processes
+        for tensors on the CPU, else here. Cameras the batch's builder transformed already are left as they are."""
+        import torch
+
+        st, plan, transform = self.stages, prepared.plan, self.cfg.image_transforms
+        assert transform is not None and st.transforms is not None
+        devices = [torch.device(st.device).index or 0] if st.device.startswith("cuda") else []
+        for k, key in enumerate(st.routes):
+            if key in prepared.images:
+                continue
+            seed_list = sample_seeds(self.cfg.seed, plan.epoch, plan.index, k, len(batch[key]))
+            batch[key] = (st.transforms(batch[key], seed_list) if not devices
+                          else apply(transform, batch[key], seed_list, devices))
+
+    def transform_host(self, prepared: Prepared) -> None:
+        """`image_transforms` on a CPU batch's host-frame cameras, in the thread that built it (a schedule worker):
+        the caller's loop then receives them done, while the next batches build."""
+        st = self.stages
+        assert st.transforms is not None
+        plan = prepared.plan
+        for k, key in enumerate(st.routes):
+            if key in prepared.host:
+                frames = to_output(prepared.host[key], st.squeeze[key], st.image_ops.channels_last)
+                prepared.images[key] = st.transforms(frames, sample_seeds(self.cfg.seed, plan.epoch, plan.index,
+                                                                          k, len(frames)))
+
+    def _host_batches(self, schedule: Schedule, plan, start: int):
+        """Batches without a DALI graph (`host_batches`): the workers' host frames, and the tables stacked here."""
+        import torch
+
+        keys = [o.key for o in self.stages.builder.outputs]  # only tables: no camera goes through a graph here
+        for index in range(start, plan.num_batches):
+            prepared = schedule.take(index)
+            tables = {k: torch.from_numpy(np.stack(values)) for k, values in zip(keys, prepared.arrays)}  # (B, 1, ...)
+            batch = self.batch(tables, prepared)
+            # Only now are the next batches drawn and handed to the workers. Woken workers take the GIL, and every
+            # torch call above gives it up (torch releases the GIL in each op): after a wake each would wait out
+            # the interpreter's switch interval (5 ms) to get it back, on the caller's clock. The draws are pure
+            # Python, which keeps the GIL until the caller's step gives it up.
+            schedule.bring_ahead(index)
+            yield batch
+
+    def _graph_batches(self, schedule: Schedule):
+        """Batches through the DALI graph, with the schedule as its external source."""
+        from nvidia.dali.plugin.base_iterator import LastBatchPolicy
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator
+
+        from ..graph.pipeline import build_pipeline
+
+        st, builder = self.stages, self.stages.builder
+        # DALI asks its source for prefetch_queue_depth + 1 batches before it returns the first. A graph with no
+        # camera (a camera-less dataset on a GPU) only moves tables: one batch of queue is enough there.
+        queue_depth = 2 if builder.graph_routes else 1
+        pipe, names = build_pipeline(builder.outputs, builder.graph_routes, schedule, self.cfg.batch_size,
+                                     st.resolved.dali_threads, st.dali_device, st.image_ops,
+                                     on_gpu=st.device.startswith("cuda"), augment=self.cfg.augment,
+                                     prefetch_queue_depth=queue_depth, engine_outputs=builder.engine_outputs,
+                                     engine_sources={r: schedule.engine_source(r) for r in builder.engine_outputs},
+                                     engine_streams={r: st.engines[r].stream for r in builder.engine_outputs})
+        with self._dali_errors(schedule):  # the iterator runs the first batch while constructed
+            iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
+        while True:
+            try:
+                with self._dali_errors(schedule):
+                    out = next(iterator)
+            except StopIteration:
+                return
+            yield self.batch(out[0], schedule.handed.popleft())

@@ -1,0 +1,67 @@
+"""What a loader's life needs beyond its stages: the runtime libraries imported once (their failures kept for the
+constructor to name), the loaders still open at interpreter exit closed in the right order, and a collected
+loader's threads ended without waiting."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .stream import StreamLoader
+
+
+def _import_runtime() -> dict[str, BaseException]:
+    """DALI's torch plugin and torchcodec (1.7 s of torch._dynamo imports) load with this module, so neither a
+    loader's constructor nor its first batch pays for them; a failure is kept and raised, named, by the
+    constructor (after the DALI flavour check, which explains the commonest one)."""
+    import importlib
+
+    failed: dict[str, BaseException] = {}
+    for name in ("nvidia.dali.plugin.pytorch", "torchcodec.decoders"):
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - reported by `loader.assemble`
+            failed[name] = exc
+    return failed
+
+
+IMPORT_ERRORS = _import_runtime()
+OPEN_LOADERS: "weakref.WeakSet[StreamLoader]" = weakref.WeakSet()
+
+
+def close_open_loaders() -> None:
+    """At interpreter exit, on the main thread: tell every loader left open to close, without waiting; the
+    interpreter then joins the threads (see below). Nothing here blocks, so a Ctrl-C during exit cannot stop it
+    halfway (an exception out of this hook would skip the joins, and threads still running at teardown abort the
+    process)."""
+    for loader in list(OPEN_LOADERS):
+        try:
+            loader.close(wait=False)
+        except BaseException:  # noqa: BLE001 - at exit: the next loader must still be told
+            pass
+
+
+# Interpreter exit joins every thread of every ThreadPoolExecutor after handing each executor's registered threads
+# an end-of-work sentinel (concurrent.futures' own hook). A KeyboardInterrupt that lands in `submit` between a new
+# worker's start and its registration leaves a thread nobody hands one: it waits for work forever, and the exit
+# that joins it never ends (Ctrl-C before the first batch, about 1 run in 40 with pieces cut ahead).
+# Closing the loaders in threading's own exit hooks, which run before those joins and after concurrent.futures'
+# (registered first, run last), shuts every pool down: `shutdown` wakes registered and orphaned workers alike.
+_register_exit = getattr(threading, "_register_atexit", None)
+if _register_exit is not None:
+    _register_exit(close_open_loaders)
+else:  # an interpreter without it: at least close them at exit
+    atexit.register(close_open_loaders)
+
+
+def shut(store: Any, engines: list[Any], transforms: Any) -> None:
+    """A collected loader's close (on a thread of its own): the store's threads, the engines' threads and the
+    transform processes end, without waiting for them."""
+    store.close(False)
+    for engine in engines:
+        engine.close(False)
+    if transforms is not None:
+        transforms.close(False)

@@ -1,0 +1,205 @@
+"""Every setting a loader derives, from its `LoaderConfig` and what the source and the node are: one pure function.
+
+`resolve(config, facts)` is the one place each default is worked out (threads, streams joined per batch, batches
+ahead, fetch threads, decoders kept open, the piece limit, ...), each with the reason it has that value; the
+loader's stages are built from what it returns (`loader.assemble`) and `inspect`/`bench` print it
+(`Resolved.describe`). Nothing here opens a file, probes a device or imports torch or DALI: `Facts` carries what
+those found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..config import LoaderConfig, pool_size
+from ..decode.route import NVDEC, NVDEC_OPEN, any_where, route
+
+FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
+REMOTE_CUT_AHEAD = 16  # batches whose pieces are cut ahead from a remote source (reads in flight hide its latency)
+LONG_SEGMENT_FLOOR = 16 << 20  # bytes: a segment below this is never cut in pieces (see EpisodeStore)
+REMOTE_GLOBAL_FETCHES = 16  # fetch threads of a global shuffle from a remote source
+LOCAL_FETCHES = 4  # at most this many fetch threads on a local source (one per core below that)
+REMOTE_FETCHES = 4  # fetch threads of a pool from a remote source
+UNKNOWN_ENGINES = 2  # NVDEC engines assumed of a GPU the capability table does not know
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What `resolve` reads besides the settings, found by the loader before it builds anything.
+
+    `routes`: camera key -> its route (`decode.routes`); `gpu`: the loader's device is a GPU; `gpu_engines`: its
+    NVDEC engines as the capability table knows them (None: unknown); `cuda_batches`: batches land on a CUDA
+    device; `local`: every file of every member is on a local file system; `episodes`: the selected episodes;
+    `world_size`: ranks; `cpu_count`: this node's cores; `mixture`: the source is a mixture of datasets."""
+
+    routes: Mapping[str, str]
+    gpu: bool = False
+    gpu_engines: int | None = None
+    cuda_batches: bool = False
+    local: bool = True
+    episodes: int = 1
+    world_size: int = 1
+    cpu_count: int = 1
+    mixture: bool = False
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The derived settings (module doc); `reasons[name]` says why each has its value."""
+
+    drop_last: bool
+    pool: int | None  # the planner's pool size; None: a global shuffle draws from every episode
+    global_shuffle: bool
+    nvdec_engines: int  # the loader's GPU's NVDEC engines (0: no GPU)
+    dali_threads: int
+    join_streams: int  # DALI-decoded cameras: groups a batch is decoded in (0: one clip per sample)
+    host_frames: bool  # CPU-decoded cameras skip the DALI graph (graph.host)
+    prefetch_batches: int
+    fetch_ahead: int
+    fetch_workers: int
+    max_decoders: int
+    rank_episodes: int  # episodes per rank, at most
+    segment_bytes: int  # an episode's camera above this is read in pieces, one per sample
+    epoch_episodes: int | None  # the store keeps retired episodes where a rank's epoch fits (None: always)
+    cut_ahead: int
+    engine_threads: Mapping[str, int] = field(default_factory=dict)  # open-decoder engine route -> threads
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    def describe(self) -> dict[str, dict[str, object]]:
+        """Each derived setting with its value and reason, for `inspect` and `bench`."""
+        out: dict[str, dict[str, object]] = {}
+        for name, reason in self.reasons.items():
+            value = getattr(self, name)
+            out[name] = {"value": dict(value) if isinstance(value, Mapping) else value, "why": reason}
+        return out
+
+
+def nvdec_joins(config: LoaderConfig) -> bool:
+    """Whether NVDEC cameras would decode joined streams (`graph.joined`), before routes are chosen: the rule
+    `decode="auto"` reads (`decode.proven`). With an augment hook a batch is one clip per sample."""
+    return (1 if config.join_streams is None else config.join_streams) != 0 and config.augment is None
+
+
+def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
+    cfg, routes = config, facts.routes
+    why: dict[str, str] = {}
+    given = "given"
+
+    if cfg.drop_last is not None:
+        drop_last, why["drop_last"] = cfg.drop_last, given
+    else:  # lerobot's evaluation loaders keep every sample: an unshuffled pass drops no tail unless asked to
+        drop_last = cfg.shuffle
+        why["drop_last"] = "shuffle=True drops a partial last batch" if cfg.shuffle else \
+            "shuffle=False keeps the partial last batch (an evaluation pass)"
+    pool = pool_size(cfg)
+    global_shuffle = pool is None and cfg.shuffle
+    why["global_shuffle"] = "episode_pool_size='all' with shuffle" if global_shuffle else \
+        f"episode_pool_size={cfg.episode_pool_size!r}" + ("" if cfg.shuffle else ", shuffle=False")
+
+    if not facts.gpu:
+        nvdec_engines, why["nvdec_engines"] = 0, "no GPU"
+    elif facts.gpu_engines:
+        nvdec_engines, why["nvdec_engines"] = facts.gpu_engines, "the GPU's, from the capability table"
+    else:
+        nvdec_engines = UNKNOWN_ENGINES
+        why["nvdec_engines"] = f"{UNKNOWN_ENGINES}: the capability table does not know this GPU"
+
+    # DALI's video decoder runs one decoder instance per pipeline thread, and one instance cannot use more than one
+    # NVDEC engine: a thread per engine (H100: 7), not just num_workers. Measured on an H100 with DALI 2.4, the
+    # decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16 threads cost the same
+    # (benchmarks/results/NVIDIA-H100-80GB-HBM3/).
+    dali_nvdec = NVDEC.name in routes.values()
+    dali_threads = max(1, cfg.num_workers, nvdec_engines if dali_nvdec else 0)
+    why["dali_threads"] = (f"one per NVDEC engine ({nvdec_engines}), at least num_workers" if dali_nvdec
+                           else "num_workers, at least 1")
+
+    # DALI-decoded cameras: a batch as at most this many groups, each group's clips joined into one stream, one
+    # decoder each (graph.joined). A mixture's cameras, an augment hook (it draws per sample) or no DALI-decoded
+    # camera: one clip per sample.
+    dali_decoded = any_where(routes.values(), "in_dali")
+    if facts.mixture:
+        join_streams, why["join_streams"] = 0, "a mixture decodes one clip per sample"
+    elif not dali_decoded:
+        join_streams, why["join_streams"] = 0, "no camera decodes in DALI"
+    elif cfg.augment is not None:
+        join_streams, why["join_streams"] = 0, "augment= draws per sample: one clip per sample"
+    elif cfg.join_streams is not None:
+        join_streams, why["join_streams"] = cfg.join_streams, given
+    elif dali_nvdec:
+        join_streams, why["join_streams"] = nvdec_engines, "one stream per NVDEC engine"
+    else:
+        join_streams, why["join_streams"] = dali_threads, "one stream per DALI thread"
+
+    host_frames = (not facts.cuda_batches and cfg.augment is None and cfg.resize is None and cfg.crop is None)
+    why["host_frames"] = ("batches on the CPU and no graph op on images: CPU-decoded frames skip the graph"
+                          if host_frames else "batches on a GPU" if facts.cuda_batches
+                          else "augment=, resize or crop run in the DALI graph")
+    # Host frames are output-sized: one batch ahead per worker plus one keeps the workers busy (measured as fast as
+    # 2 per worker, 2-core VM) at less memory.
+    if cfg.prefetch_batches is not None:
+        prefetch_batches, why["prefetch_batches"] = cfg.prefetch_batches, given
+    elif host_frames:
+        prefetch_batches, why["prefetch_batches"] = cfg.num_workers + 1, "num_workers + 1 (host frames)"
+    else:
+        prefetch_batches, why["prefetch_batches"] = 2 * cfg.num_workers, "2 x num_workers"
+    why["fetch_ahead"] = "episodes admitted this many batches beyond the built ones are fetched"
+
+    # Local fetches are CPU work (remux): one thread per core; remote ones wait, and a global shuffle's batches
+    # each admit as many episodes as samples (50 ms a request: 4 threads fetched 44 samples/s, 16 threads 643).
+    if cfg.fetch_workers is not None:
+        fetch_workers, why["fetch_workers"] = cfg.fetch_workers, given
+    elif facts.local:
+        fetch_workers = min(LOCAL_FETCHES, facts.cpu_count)
+        why["fetch_workers"] = f"local: one per core, at most {LOCAL_FETCHES}"
+    elif global_shuffle:
+        fetch_workers, why["fetch_workers"] = REMOTE_GLOBAL_FETCHES, "remote, global shuffle"
+    else:
+        fetch_workers, why["fetch_workers"] = REMOTE_FETCHES, "remote"
+
+    cpu_cameras = sum(1 for r in routes.values() if route(r).torchcodec)
+    if cfg.max_decoders is not None:
+        max_decoders, why["max_decoders"] = cfg.max_decoders, given
+    else:  # what the builders touch per batch: every distinct segment, every thread
+        max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size, pool or cfg.batch_size)
+        why["max_decoders"] = "num_workers x torchcodec cameras x min(batch_size, pool)"
+
+    # An episode's camera whose segment would take more than its share of the cache (half of cache_bytes over the
+    # pool's episodes and cameras, at least LONG_SEGMENT_FLOOR) is read in pieces, one per sample (hour-long
+    # recordings): the cache bound then holds for any episode length. A global shuffle has the rank's whole share
+    # for a pool: where that share's segments fit in half of cache_bytes each episode is fetched whole once and
+    # kept; where not, every sample reads its GOPs alone.
+    rank_episodes = -(-facts.episodes // facts.world_size)
+    why["rank_episodes"] = "selected episodes over the ranks, rounded up"
+    cameras = max(1, len(routes))
+    if cfg.segment_bytes is not None:
+        segment_bytes, why["segment_bytes"] = cfg.segment_bytes, given
+    elif global_shuffle:
+        segment_bytes = max(1, cfg.cache_bytes // (2 * rank_episodes * cameras))
+        why["segment_bytes"] = "half of cache_bytes over the rank's episodes and cameras (global shuffle)"
+    else:
+        segment_bytes = max(LONG_SEGMENT_FLOOR, cfg.cache_bytes // (2 * (pool or 1) * cameras))
+        why["segment_bytes"] = f"half of cache_bytes over the pool's episodes and cameras, at least " \
+                               f"{LONG_SEGMENT_FLOOR >> 20} MiB"
+    epoch_episodes = None if global_shuffle else rank_episodes
+    why["epoch_episodes"] = ("a global shuffle keeps retired episodes" if global_shuffle
+                             else "the rank's episodes: retired ones are kept where its epoch fits cache_bytes")
+    # Pieces (a few KB each) are cut further ahead than batches are built from a remote source: the reads in flight
+    # are what many batches ahead ask for (50 ms a request: 3 batches ahead read 330 samples/s, 8 batches 640).
+    cut_ahead = 0 if facts.local else REMOTE_CUT_AHEAD
+    why["cut_ahead"] = "local: reads take microseconds" if facts.local else "remote: reads in flight hide latency"
+
+    # the open-decoder engine: one thread per NVDEC engine (one decoder instance cannot use more than one engine)
+    engine_threads = {}
+    for name in sorted({r for r in routes.values() if route(r).engine}):
+        engine_threads[name] = cfg.decode_threads or (max(1, nvdec_engines) if name == NVDEC_OPEN.name
+                                                       else max(1, cfg.num_workers))
+    if engine_threads:
+        why["engine_threads"] = given if cfg.decode_threads else \
+            "nvdec-open: one per NVDEC engine; cpu-open: num_workers, at least 1"
+    return Resolved(drop_last=drop_last, pool=pool, global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
+                    dali_threads=dali_threads, join_streams=join_streams, host_frames=host_frames,
+                    prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
+                    max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,
+                    epoch_episodes=epoch_episodes, cut_ahead=cut_ahead, engine_threads=engine_threads,
+                    reasons=why)

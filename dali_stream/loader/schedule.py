@@ -1,0 +1,133 @@
+"""The run-ahead of one epoch: batches drawn, their long episodes' pieces cut, their episodes fetched and the
+batches built ahead of the one handed over, by worker threads; the DALI graph's external source, or, without a
+graph, `take(index)`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ..fetch.prefetch import Plans, Prefetcher
+from ..fetch.store import in_background
+from ..graph.batches import BatchBuilder, Prepared
+from ..plan.epoch import BatchPlan, EpochPlan
+
+
+class Schedule:
+    """Batches of an epoch prepared ahead by threads: the graph's external source (it hands DALI batch
+    `start + k` for its k-th call), or, without a graph, `prepared(index)`. A graph with open-decoder engine
+    cameras has a source per engine route too (`engine_source`): every source of an iteration hands out parts of
+    the same prepared batch, whichever DALI calls first."""
+
+    def __init__(self, builder: BatchBuilder, plan: EpochPlan, start: int, workers: int, lookahead: int,
+                 fetch_ahead: int, cut_ahead: int = 0, finish=None) -> None:
+        """Batches `lookahead` ahead are built; the pieces of long episodes of `max(lookahead, cut_ahead)` ahead
+        are cut (a remote source's reads need more in flight than the builders do); what `lookahead +
+        fetch_ahead` ahead admit is fetched. `finish(prepared)`, where given, runs on each built batch in the
+        thread that built it (`image_transforms` of host frames)."""
+        self.builder, self.plan, self.start, self.finish = builder, plan, start, finish
+        self.lookahead = lookahead
+        self.cut_lookahead = min(max(lookahead, cut_ahead), lookahead + fetch_ahead)  # its episodes are pinned
+        self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream") if workers > 0 else None
+        self.futures: dict[int, Future] = {}
+        self.handed: deque[Prepared] = deque()
+        self.plans = Plans(plan)  # each batch drawn once, read by the prefetcher, the cutting and the build
+        self.prefetcher = Prefetcher(builder.store, self.plans, start, lookahead + fetch_ahead)
+        self._next = start  # the next batch whose build begins
+        self._cut = start  # the next batch to come into view: drawn once, its pieces cut ahead
+        self._plans: dict[int, BatchPlan] = {}  # drawn, build not begun (without workers: not built yet)
+        self.build_s = 0.0
+        self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
+        self.owner = threading.current_thread()  # the iterating thread
+        self.sources = 1 + len(builder.engine_outputs)  # external sources per iteration
+        self._taking: dict[int, tuple[Prepared, set[str]]] = {}  # iteration -> batch, sources that took their part
+        self._take_lock = threading.Lock()
+
+    def _timed_build(self, plan: BatchPlan) -> Prepared:
+        t0 = time.perf_counter()
+        out = self.builder.build(plan)
+        self.prefetcher.built(plan.index)
+        if self.finish is not None:
+            self.finish(out)
+        self.build_s += time.perf_counter() - t0
+        return out
+
+    def __call__(self, info) -> list[list[np.ndarray]]:
+        return self._take(info.iteration, "")
+
+    def engine_source(self, route: str):
+        """The external source of an open-decoder engine route's frames (`graph.pipeline`)."""
+        return lambda info: self._take(info.iteration, route)
+
+    def _take(self, iteration: int, part: str) -> list[list[Any]]:
+        """Source `part`'s outputs ("" the main source's, else an engine route's) of batch `start + iteration`."""
+        with self._take_lock:
+            entry = self._taking.get(iteration)
+            if entry is None:
+                index = self.start + iteration
+                if index >= self.plan.num_batches:
+                    raise StopIteration
+                entry = self._taking[iteration] = (self.prepared(index), set())
+                self.handed.append(entry[0])
+            prepared, taken = entry
+            taken.add(part)
+            if len(taken) == self.sources:
+                del self._taking[iteration]
+        return prepared.engine_arrays[part] if part else prepared.arrays
+
+    def prepared(self, index: int) -> Prepared:
+        """Batch `index`, built by the workers, which this call keeps `lookahead` batches ahead."""
+        prepared = self.take(index)
+        self.bring_ahead(index)
+        return prepared
+
+    def take(self, index: int) -> Prepared:
+        """Batch `index` once built (built here without workers). Brings nothing else into view unless `index`
+        itself is not in view yet: `bring_ahead` does, after the caller has what it needs (see `_host_batches`)."""
+        t0 = time.perf_counter()
+        if index >= self._next:
+            self.bring_ahead(index)
+        if self.pool is None:
+            prepared = self._timed_build(self._plans.pop(index))
+        else:
+            prepared = self.futures.pop(index).result()
+        self.wait_s += time.perf_counter() - t0
+        return prepared
+
+    def bring_ahead(self, index: int) -> None:
+        """Batches `index` to `index + cut_lookahead` come into view: each drawn once, the pieces of its long
+        episodes cut ahead (`EpisodeStore.cut_ahead`); those to `index + lookahead` are built by the workers; what
+        they admit is pinned for fetching."""
+        self.prefetcher.advance(index)
+        last = self.plan.num_batches
+        for ahead in range(max(self._cut, index), min(index + self.cut_lookahead + 1, last)):
+            plan = self.plans(ahead)
+            self.builder.cut_ahead(plan)
+            self._plans[ahead] = plan
+            self._cut = ahead + 1
+        for ahead in range(max(self._next, index), min(index + self.lookahead + 1, last)):
+            if self.pool is not None:  # without workers `take` builds it
+                self.futures[ahead] = self.pool.submit(self._timed_build, self._plans.pop(ahead))
+            self._next = ahead + 1
+
+    def close(self) -> None:
+        """End the workers and release the prefetcher's pins. Off the iterating thread (an abandoned iterator
+        finalized by garbage collection, which can run on any thread: see `loader.stream`) this happens
+        on a thread of its own, without waiting for the workers."""
+        if threading.current_thread() is self.owner:
+            self._close(True)
+        else:
+            in_background(self._close, False)
+
+    def _close(self, wait: bool) -> None:
+        if self.pool is not None:
+            for fut in list(self.futures.values()):
+                fut.cancel()
+            self.pool.shutdown(wait=wait, cancel_futures=True)
+        self.prefetcher.close()
+        self.builder.store.drop_ahead()  # pieces of batches nobody will build (their builders, if any, cut their own)

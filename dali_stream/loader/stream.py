@@ -1,0 +1,300 @@
+"""StreamLoader: a LeRobot v3 dataset streamed through the planner, the fetchers and one DALI graph (none on a CPU
+node where every camera is laid out by the workers: `Stages.host_batches`), as a thin facade: its stages are built
+by `loader.assemble` from the settings `loader.resolve` derives, each epoch runs ahead in `loader.schedule` and
+reaches the caller through `loader.deliver`.
+
+`for batch in loader` runs one epoch; the next `for` runs the next epoch. `state_dict()` counts the
+batches the caller has received (DALI prefetches ahead, that does not count); `load_state_dict(state)`
+before iterating continues exactly there: plans are recomputed, nothing skipped is fetched or decoded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from ..catalog import Catalog, MixtureMeta
+from ..config import LoaderConfig
+from ..decode.cpu import DecoderCache
+from ..decode.engine import OpenDecoders
+from ..decode.frames import FrameCache
+from ..decode.routes import Node
+from ..errors import ConfigError, StateError
+from ..fetch.store import CLOSER, EpisodeStore, in_background
+from ..graph.batches import BatchBuilder
+from ..graph.imageops import ImageOps
+from ..memory import TRIM_EVERY, release_freed
+from ..meta import DatasetMeta
+from ..mixing import open_meta as _open_meta
+from ..mixture import Member, Mixture
+from ..plan.epoch import EpochPlan, PlanConfig
+from ..plan.mix import Mix
+from ..plan.world import World
+from ..samples import Samples
+from ..source.lerobot import lerobot_source
+from ..stats import loader_stats, memory_budget
+from ..transforms import TransformPool
+from ..wait import DataWait
+from .assemble import Stages, assemble
+from .deliver import Delivery
+from .lifecycle import OPEN_LOADERS, shut
+from .position import Position
+from .resolve import Resolved
+from .schedule import Schedule
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..config import LoaderSettings
+
+STAGE_NAMES = ("image_ops", "catalog", "meta", "world", "plan_config", "mix", "node", "device", "dali_device",
+               "routes", "route_reasons", "member_routes", "resolved", "decoders", "store", "engines", "frames",
+               "transforms", "builder", "host_batches")
+log = logging.getLogger("dali_stream")
+
+
+def open_meta(source: str | Mixture | Sequence[str | Member] | None = None, *, config: LoaderConfig | None = None,
+              repo_id: str | None = None, root: str | os.PathLike | None = None,
+              **settings: Unpack[LoaderSettings]) -> Any:
+    """A source's metadata, as `loader.meta` of a loader built on it will be, without building the loader: what
+    lerobot's `resolve_delta_timestamps(cfg, meta)` needs before the loader exists. A dataset's is lerobot's
+    `LeRobotDatasetMetadata` in the parts policies read (`features`, `fps`, `stats`), a
+    mixture's a `MixtureMeta`. Pass it to `StreamLoader` in place of the source and the dataset is not opened
+    again (the settings that open one, `revision`, `data_files_root`, `storage_options` and the `remote_*`
+    ones, then go here, not to the loader). lerobot's `repo_id=`/`root=` name the source as in `StreamLoader`."""
+    return _open_meta(lerobot_source(source, repo_id, root), LoaderConfig.make(config, **settings))
+
+
+class StreamLoader:
+    """Batches of a LeRobot v3 dataset following lerobot's sample contract, decoded through DALI.
+
+    `StreamLoader(source, *, config=None, **settings)`: `source` is the dataset root (a local path, an fsspec
+    URL or a Hub id such as "lerobot/pusht"), or what `open_meta` returned; lerobot's `repo_id=` and `root=` name it
+    as `LeRobotDataset` does (`root` where it holds the dataset, else `repo_id` streamed from the Hub: nothing is
+    downloaded). Every other argument is keyword-only and a field of
+    `LoaderConfig` (batch_size, delta_timestamps, decode, device, episodes, augment, ...: see its fields for
+    each one's meaning and default). `config=` passes a whole `LoaderConfig`; keywords given beside it replace
+    its fields. `loader.config` is the validated, frozen result.
+
+    One CUDA device per loader (`dali_stream.decode.device`): "cuda:N", else torch's current device once CUDA
+    is initialised, else LOCAL_RANK % visible devices; `loader.device` says which ("cuda:0", ..., or "cpu").
+    `loader.routes` says how each camera is decoded; `loader.host_batches` whether batches skip DALI's graph
+    altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
+    """
+
+    # the stages (`loader.assemble.Stages`: what each is), each also under its own name
+    stages: Stages
+    image_ops: ImageOps
+    catalog: Catalog
+    meta: Any
+    world: World
+    plan_config: PlanConfig
+    mix: Mix | None
+    node: Node
+    device: str
+    dali_device: int | None
+    routes: dict[str, str]
+    route_reasons: dict[str, str]
+    member_routes: Any
+    resolved: Resolved
+    decoders: DecoderCache
+    store: EpisodeStore
+    engines: dict[str, OpenDecoders]
+    frames: FrameCache | None
+    transforms: TransformPool | None
+    builder: BatchBuilder
+    host_batches: bool
+
+    def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta | None = None, *,
+                 config: LoaderConfig | None = None, repo_id: str | None = None,
+                 root: str | os.PathLike | None = None, **settings: Unpack[LoaderSettings]) -> None:
+        self.config = cfg = LoaderConfig.make(config, **settings)
+        self.stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
+        for name in STAGE_NAMES:  # each stage under its own name (`Stages`)
+            setattr(self, name, getattr(stages, name))
+        self.plan_lengths = stages.plan_lengths
+        self.delivery = Delivery(stages)
+        self._closed = False
+        self._samples: Samples | None = None  # `dataset`, opened on first use
+        # Threads end with the loader, even unclosed. Garbage collection runs the finalizer on whatever thread
+        # allocates at that moment: one of the fetch threads, one holding a lock the close takes, or fsspec's
+        # event-loop thread while a fetch thread waits for that loop (joining it there never returned). So a
+        # collected loader is closed on a thread of its own, which tells the fetch threads to end and does
+        # not wait for them; `close()` waits. Not at interpreter exit, though: a thread closing the store then
+        # races the interpreter's teardown (it was killed inside pyarrow's ParquetReader dealloc: "terminate
+        # called without an active exception", 1 exit in 5 of benchmarks/epoch_profile.py), so loaders still
+        # open at exit are closed on the main thread by `lifecycle.close_open_loaders`. The closing thread is
+        # started here, never from the finalizer (`fetch.store._Closer`: a thread started inside the garbage
+        # collector can deadlock every thread start in the process).
+        CLOSER.start()
+        self._finalizer = weakref.finalize(self, in_background, shut, self.store, list(self.engines.values()),
+                                           self.transforms)
+        self._finalizer.atexit = False
+        OPEN_LOADERS.add(self)
+        self.position = Position(stages)
+        self._live: weakref.ref | None = None  # the generator of the epoch being iterated
+        self.last_epoch_stats: dict[str, Any] = {}
+        self._waits = DataWait()  # how long the loop waited for each batch (`data_wait`)
+        self.position.check_first_epoch()
+
+    def _plan(self, epoch: int) -> EpochPlan:
+        """This rank's plan of `epoch` (`Position.plan`)."""
+        return self.position.plan(epoch)
+
+    @property
+    def remote_stats(self) -> dict | None:
+        """Requests, retries, bytes and seconds of remote reads (None for a local dataset)."""
+        metas = [m.meta for m in self.catalog.members]
+        found = [fs.stats.as_dict() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
+                 if getattr(fs, "stats", None) is not None]
+        if not found:
+            return None
+        return {k: sum(s[k] for s in found) for k in found[0]}
+
+    def memory_budget(self) -> dict[str, Any]:
+        """Where this loader's host memory goes, in bytes, and the knob that bounds each part (docs/memory.md).
+
+        An episode's camera above `resolved.segment_bytes` is read in pieces, one per sample, held only until its
+        batch is built (`pieces_cut`, `piece_bytes`: how many and their bytes so far; `pieces_ahead_peak`: most
+        bytes of pieces cut ahead of the builders at once, at most `prefetch_batches` + 1 batches'), never in the
+        cache.
+
+        `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
+        their serialized size) and `mp4_indexes_peak` (video files' sample indexes) are measured, against
+        their bounds (`footer_bytes`, `index_bytes`: least recently used files are dropped and read again when
+        needed); `stats()` reports what each holds now; the others are upper estimates from the configuration: prepared batches
+        hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
+        + 1` batches; host frames (`graph.host`: CPU-decoded cameras of batches on the CPU) are output-sized
+        buffers for `prefetch_batches + 2` batches (the ones building, the caller's), one more where a DALI graph
+        holds one too (tables or other cameras still in the graph); DALI keeps
+        `prefetch_queue_depth` (2) output batches of the cameras it lays out; CPU decoders hold their frame
+        buffers (~12 MB per AV1 decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
+        return memory_budget(self.stages)
+
+    def stats(self) -> dict[str, Any]:
+        """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
+        cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
+        cache's hits (`frames`), the fetch counters and the decoders opened (`dali_stream/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
+        return loader_stats(self.store, self.decoders, self.builder.buffers, self.resolved.segment_bytes, self.frames)
+
+    def data_wait(self) -> dict[str, Any]:
+        """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:
+        `wait_fraction` of the wall time since the first batch was asked for, and `recent` (the last 100 batches:
+        `wait_fraction`, `p50_ms`, `p95_ms`, `max_ms`). Near 0: the loader keeps ahead of the loop; near 1: the
+        loop waits for data (`dali_stream/wait.py`). Readable at any step; a training loop logs the max over ranks
+        (dali-stream train)."""
+        return self._waits.stats()
+
+    def batch_plan(self, epoch: int, index: int):
+        """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""
+        return self._plan(epoch).batch(index)
+
+    # ---- the public surface --------------------------------------------------------------------------
+    @property
+    def dataset(self) -> Samples:
+        """The loader's samples as lerobot's dataset offers them: `len(loader.dataset)` frames, `loader.dataset[i]`
+        sample i as `LeRobotDataset.__getitem__` returns it (one dict, no batch axis, `task` a string); sample i is
+        the i-th frame of the selected episodes in order (`dali_stream.samples`). Iterating the loader is the fast
+        way through an epoch; this is for looking at samples."""
+        if self._samples is None:
+            self._samples = Samples(self)
+        return self._samples
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """`loader[i]` is `loader.dataset[i]`: sample i as lerobot's `dataset[i]` (`len(loader)` counts batches, as a
+        DataLoader's; `len(loader.dataset)` counts samples)."""
+        return self.dataset[i]
+
+    def __len__(self) -> int:
+        """Batches in the epoch the next `for` runs, on this rank."""
+        return self.position.next_len()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The resume point, identical on every rank. `elastic` lists the (world_size, batches) segments this
+        epoch already ran on other world sizes; `batches_consumed` counts the current segment."""
+        return self.position.state()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at `state` (from `state_dict()`, possibly saved on another world size) on the next `for`.
+
+        Call it before iterating: while an epoch is being iterated it raises `StateError`."""
+        live = self._live() if self._live is not None else None
+        if live is not None and live.gi_frame is not None:
+            raise StateError(
+                f"load_state_dict() was called while epoch {self.position.epoch} is being iterated "
+                f"({self.position.consumed} batches delivered): the live loop would go on from where it is. Load the "
+                "state before the `for` loop, or leave the loop (break, or close the iterator with .close()) first")
+        self.position.load(state)
+
+    # ---- lifecycle ----------------------------------------------------------------------------------------
+    def close(self, wait: bool = True) -> None:
+        """End the fetch threads, close CPU decoders and index containers, drop fetched episodes and the host-frame
+        buffers (batches the caller still holds stay valid). Also done when the loader is garbage collected, at
+        interpreter exit, and by `with StreamLoader(...) as loader:`. Iterating a closed loader raises
+        ConfigError. `wait=False`: tell the threads to end without waiting for them (at interpreter exit, which
+        joins them itself)."""
+        self._closed = True
+        OPEN_LOADERS.discard(self)
+        if self._samples is not None:
+            self._samples.close()
+        self.builder.buffers.clear()
+        if self._finalizer.detach() is not None:
+            self.store.close(wait)
+            for engine in self.engines.values():
+                engine.close(wait)
+            if self.transforms is not None:
+                self.transforms.close(wait)
+
+    def __enter__(self) -> "StreamLoader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._closed:
+            raise ConfigError("this StreamLoader was closed (close(), or the end of its `with` block); "
+                              "construct a new one, and load_state_dict() to continue where it stopped")
+        run = self._run(*self.position.next_run())
+        self._live = weakref.ref(run)  # load_state_dict refuses while this generator is suspended mid-epoch
+        return run
+
+    def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
+        asked = time.perf_counter()  # the loop asked for the epoch's first batch (this generator's first `next`)
+        plan = self._plan(epoch)
+        if start >= plan.num_batches:  # e.g. fewer frames on this rank than one batch with drop_last
+            self.position.ended(epoch)
+            self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
+                                     "build_s": 0.0, "producer_wait_s": 0.0}
+            return
+        host_transforms = (self.transforms is not None and self.transforms.in_processes
+                           and not self.device.startswith("cuda"))
+        r = self.resolved
+        producer = Schedule(self.builder, plan, start, self.config.num_workers, r.prefetch_batches, r.fetch_ahead,
+                            r.cut_ahead, self.delivery.transform_host if host_transforms else None)
+        t0 = time.perf_counter()
+        first_s = None
+        delivered = 0
+        batches = self.delivery.batches(producer, plan, start)
+        try:
+            for batch in batches:
+                self._waits.got(asked)
+                self.position.consumed += 1
+                delivered += 1
+                if delivered % TRIM_EVERY == 0:  # ~0.1 ms on the caller's thread (dali_stream.memory)
+                    release_freed()
+                if first_s is None:
+                    first_s = time.perf_counter() - t0
+                yield batch
+                asked = time.perf_counter()  # the loop asks for the next batch
+            self.position.ended(epoch)
+        finally:
+            batches.close()
+            producer.close()
+            self.last_epoch_stats = {"epoch": epoch, "batches": delivered, "first_batch_s": first_s,
+                                     "wall_s": time.perf_counter() - t0, "build_s": producer.build_s,
+                                     "producer_wait_s": producer.wait_s}
+

@@ -1,0 +1,86 @@
+"""`loader.resolve`: every derived setting from the settings and plain facts, without DALI, torch or a dataset."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dali_stream.config import LoaderConfig
+from dali_stream.loader.resolve import LONG_SEGMENT_FLOOR, REMOTE_CUT_AHEAD, Facts, nvdec_joins, resolve
+
+CPU = {"front": "torchcodec", "top": "dali-cpu"}
+H100 = dict(gpu=True, gpu_engines=7, cuda_batches=True)
+
+
+def test_it_imports_without_dali_or_torch():
+    code = ("import sys; import dali_stream.loader.resolve; "
+            "print(sorted(m for m in ('torch', 'nvidia.dali', 'torchcodec', 'av', 'pyarrow') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_cpu_defaults_and_their_reasons():
+    r = resolve(LoaderConfig(num_workers=2, batch_size=8), Facts(routes=CPU, cpu_count=2, episodes=10))
+    assert (r.drop_last, r.pool, r.global_shuffle) == (True, 16, False)
+    assert (r.nvdec_engines, r.dali_threads, r.join_streams) == (0, 2, 2)  # one stream per DALI thread
+    assert r.host_frames and r.prefetch_batches == 3  # num_workers + 1 where frames skip the graph
+    assert r.fetch_workers == 2 and r.cut_ahead == 0 and r.max_decoders == 2 * 1 * 8
+    assert r.rank_episodes == 10 and r.epoch_episodes == 10 and r.segment_bytes == (4 << 30) // (2 * 16 * 2)
+    assert r.engine_threads == {}
+    described = r.describe()
+    assert set(described) == set(r.reasons) and described["prefetch_batches"] == {
+        "value": 3, "why": "num_workers + 1 (host frames)"}
+    assert all(why for why in r.reasons.values())
+
+
+def test_given_settings_win_and_say_so():
+    cfg = LoaderConfig(prefetch_batches=5, fetch_workers=1, max_decoders=3, segment_bytes=123, join_streams=4,
+                       drop_last=False)
+    r = resolve(cfg, Facts(routes=CPU))
+    assert (r.prefetch_batches, r.fetch_workers, r.max_decoders, r.segment_bytes, r.join_streams, r.drop_last) == \
+        (5, 1, 3, 123, 4, False)
+    assert {r.reasons[k] for k in ("prefetch_batches", "fetch_workers", "max_decoders", "segment_bytes",
+                                   "join_streams", "drop_last")} == {"given"}
+
+
+def test_nvdec_node():
+    routes = {"front": "nvdec", "wrist": "torchcodec"}
+    r = resolve(LoaderConfig(num_workers=2), Facts(routes=routes, **H100))
+    assert (r.nvdec_engines, r.dali_threads, r.join_streams) == (7, 7, 7)
+    assert not r.host_frames and r.prefetch_batches == 4
+    unknown = resolve(LoaderConfig(), Facts(routes=routes, gpu=True, gpu_engines=None, cuda_batches=True))
+    assert unknown.nvdec_engines == 2 and "does not know" in unknown.reasons["nvdec_engines"]
+    opened = resolve(LoaderConfig(num_workers=2), Facts(routes={"front": "nvdec-open", "top": "cpu-open"}, **H100))
+    assert opened.engine_threads == {"cpu-open": 2, "nvdec-open": 7} and opened.join_streams == 0
+    assert resolve(LoaderConfig(decode_threads=3), Facts(routes={"a": "nvdec-open"}, **H100)).engine_threads == {
+        "nvdec-open": 3}
+
+
+@pytest.mark.parametrize("why, cfg, facts", [
+    ("a mixture", LoaderConfig(), Facts(routes=CPU, mixture=True)),
+    ("augment", LoaderConfig(augment=lambda v, k, r: v), Facts(routes=CPU)),
+    ("no DALI camera", LoaderConfig(), Facts(routes={"front": "torchcodec"})),
+])
+def test_one_clip_per_sample_where_joining_cannot_apply(why, cfg, facts):
+    assert resolve(cfg, facts).join_streams == 0, why
+
+
+def test_global_shuffle_and_remote_sources():
+    cfg = LoaderConfig(episode_pool_size="all", cache_bytes=1 << 30)
+    r = resolve(cfg, Facts(routes=CPU, local=False, episodes=1000, world_size=4))
+    assert r.global_shuffle and r.pool is None and r.epoch_episodes is None
+    assert r.fetch_workers == 16 and r.cut_ahead == REMOTE_CUT_AHEAD
+    assert r.rank_episodes == 250 and r.segment_bytes == (1 << 30) // (2 * 250 * 2)
+    small = resolve(LoaderConfig(cache_bytes=1 << 20), Facts(routes=CPU))
+    assert small.segment_bytes == LONG_SEGMENT_FLOOR  # a pool's piece limit never goes below the floor
+    pool = resolve(LoaderConfig(), Facts(routes=CPU, local=False))
+    assert pool.fetch_workers == 4 and not pool.global_shuffle
+    evaluation = resolve(LoaderConfig(shuffle=False), Facts(routes=CPU))
+    assert evaluation.drop_last is False and "evaluation" in evaluation.reasons["drop_last"]
+
+
+def test_nvdec_joins_before_routes_are_known():
+    assert nvdec_joins(LoaderConfig()) and not nvdec_joins(LoaderConfig(join_streams=0))
+    assert not nvdec_joins(LoaderConfig(augment=lambda v, k, r: v))
