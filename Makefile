@@ -26,7 +26,7 @@ FLOORS_VENV := .venv-floors
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_mix_plan.py tests/test_mixture.py
 
-.PHONY: demo demo-mixture test typecheck docs test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot \
+.PHONY: demo demo-mixture test lint typecheck docs test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot \
 	gpu-first-prepare gpu-first
 
 demo: $(STAMP)
@@ -36,8 +36,13 @@ demo: $(STAMP)
 demo-mixture: $(STAMP)
 	$(BIN)/dali-stream demo .demo/mixture --mixture --batches 100
 
-test: $(STAMP) typecheck docs
+test: $(STAMP) lint typecheck docs
 	$(BIN)/python -m pytest -q --timeout=600 $(XDIST) $(PYTEST_ARGS)
+
+# The linter (ruff, settings in pyproject.toml [tool.ruff]): unused names, undefined ones, sorted imports. Part of
+# `make test`, so CI runs it; `$(BIN)/ruff check --fix .` fixes most of what it finds.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # The package's annotations, checked by mypy (settings in setup.cfg [mypy]); part of `make test`, so CI runs it.
 typecheck: $(STAMP)

@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-
 from _common import write_result
 
 DEPTHS = (1, 300, 900, 1500, 1790)

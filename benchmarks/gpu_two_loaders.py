@@ -14,11 +14,11 @@ import os
 import sys
 
 import numpy as np
+from _common import gpu_test_dataset
 
 from dali_stream import StreamLoader
 from dali_stream.graph.pipeline import decode_once
 from dali_stream.tools.paint import UnreadableIds, read_ids
-from _common import gpu_test_dataset
 
 LOCAL = os.environ.get("LOCAL") == "1"
 p = gpu_test_dataset()

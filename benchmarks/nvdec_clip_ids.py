@@ -10,13 +10,13 @@ import sys
 import time
 
 import numpy as np
+from _common import gpu_test_dataset
 from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from dali_stream import StreamLoader
 from dali_stream.graph.clips import dali_input
 from dali_stream.tools.paint import UnreadableIds, read_ids
-from _common import gpu_test_dataset
 
 DEV = os.environ.get("DEV", "mixed")
 p = gpu_test_dataset()
@@ -40,7 +40,8 @@ print("samples", len(items), flush=True)
 
 def run(mode, threads, bs, order_seed, cams_sel=None):
     sel = [it for it in items if cams_sel is None or it[0] in cams_sel]
-    rng = np.random.default_rng(order_seed); sel = [sel[i] for i in rng.permutation(len(sel))]
+    rng = np.random.default_rng(order_seed)
+    sel = [sel[i] for i in rng.permutation(len(sel))]
     batches = [sel[i:i + bs] for i in range(0, len(sel), bs)]
     it = iter(batches)
     def src():
@@ -55,26 +56,32 @@ def run(mode, threads, bs, order_seed, cams_sel=None):
     pipe.build()
     bad, n, t0 = [], 0, time.perf_counter()
     for bi, b in enumerate(batches):
-        if len(b) < bs: break
+        if len(b) < bs:
+            break
         (out,) = pipe.run()
         out = out.as_cpu() if DEV != "cpu" else out
         for j, x in enumerate(b):
             img = np.asarray(out.at(j))[0]
-            try: got = read_ids(img)
-            except UnreadableIds as exc: got = ("unreadable", str(exc)[:40])
+            try:
+                got = read_ids(img)
+            except UnreadableIds as exc:
+                got = ("unreadable", str(exc)[:40])
             n += 1
             if got != (x[1], x[2]):
                 bad.append((bi, j, x[0], (x[1], x[2]), got, len(x[3]) if mode == "clip" else len(x[5][0]), x[4].tolist() if mode=="clip" else x[5][1].tolist(),
                             [(y[0], y[1], y[2]) for y in b]))
     del pipe
     by = {}
-    for r in bad: by[r[2]] = by.get(r[2], 0) + 1
+    for r in bad:
+        by[r[2]] = by.get(r[2], 0) + 1
     print(f"{mode:5s} threads={threads} bs={bs} seed={order_seed}: {len(bad)}/{n} wrong {by} ({time.perf_counter()-t0:.1f}s)", flush=True)
-    for r in bad[:6]: print("   ", r, flush=True)
+    for r in bad[:6]:
+        print("   ", r, flush=True)
     return bad
 
 if DEV == "cpu":
-    run("clip", 2, 4, 0, cams_sel={"top"}); sys.exit()
+    run("clip", 2, 4, 0, cams_sel={"top"})
+    sys.exit()
 run("clip", 7, 4, 0)
 run("clip", 1, 4, 0)
 run("clip", 7, 16, 1)

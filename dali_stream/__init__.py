@@ -26,8 +26,8 @@ os.environ.setdefault("DALI_MALLOC_POOL_THRESHOLD", str(1 << 20))
 # `dali_stream` logger; without a handler configured by the application they go nowhere.
 logging.getLogger("dali_stream").addHandler(logging.NullHandler())
 
-from .config import LoaderConfig
-from .errors import (
+from .config import LoaderConfig  # noqa: E402 - after the environment DALI reads at import
+from .errors import (  # noqa: E402
     ConfigError,
     DaliStreamError,
     DatasetError,
@@ -41,7 +41,7 @@ from .errors import (
     UnsupportedVersionError,
     VideoFileError,
 )
-from .mixture import Member, Mixture
+from .mixture import Member, Mixture  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["StreamLoader", "open_meta", "LoaderConfig", "Mixture", "Member", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",

@@ -19,7 +19,7 @@ import logging
 import multiprocessing
 import pickle
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 

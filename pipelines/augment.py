@@ -14,9 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines._common import run  # noqa: E402
-
 from dali_stream.augment import random_resized_crop_and_jitter  # noqa: E402 - the installed recipe
+from pipelines._common import run  # noqa: E402
 
 
 def make_loader(source: str, **kwargs):

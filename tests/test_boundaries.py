@@ -6,7 +6,6 @@ next episode's first on lerobot-recorded H.264/HEVC. The same matrix runs on NVD
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from dali_stream import StreamLoader

@@ -33,11 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..fetch import nal
 from ..errors import DecodeError
+from ..fetch import nal
+from ..fetch.clipping import clip_packets, packets_of
 from ..fetch.pictures import av1_obus
 from ..fetch.segments import PacketIndex, Segment
-from ..fetch.clipping import clip_packets, packets_of
 
 START_CODE = b"\x00\x00\x00\x01"
 CONFIG_BOXES = {"h264": b"avcC", "hevc": b"hvcC", "av1": b"av1C"}

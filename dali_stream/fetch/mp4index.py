@@ -22,7 +22,6 @@ parsed here (`benchmarks/library_choices.py`).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import struct
 from dataclasses import dataclass
 from fractions import Fraction

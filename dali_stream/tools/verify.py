@@ -167,12 +167,11 @@ VERIFY_CHUNK = 256  # frames `episode_problems` decodes at once (~240 MB of 480p
 def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], None] | None = None
                      ) -> dict[str, list[str]]:
     """Relative file -> what goes wrong reading its episodes as the loader does (see the module doc)."""
-    import numpy as np
 
+    from ..catalog import Catalog
     from ..decode.cpu import DecoderCache, torchcodec_frames
     from ..errors import DaliStreamError
     from ..fetch.store import EpisodeStore
-    from ..catalog import Catalog
     from ..fetch.tables import FRAME_TIME_S
     from .paint import shows
 
