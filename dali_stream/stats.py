@@ -27,7 +27,7 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
         "bounded": {
             "fetched_episodes": _part(store.bytes, store.stats.peak_bytes, store.capacity_bytes, "cache_bytes",
                                       evictions=store.stats.evictions),
-            "pieces_ahead": _part(store._ahead_bytes, store.stats.pieces_ahead_peak, None, "prefetch_batches",
+            "pieces_ahead": _part(store.pieces.ahead_bytes, store.stats.pieces_ahead_peak, None, "prefetch_batches",
                                   piece_limit=segment_bytes_limit),
             "mp4_indexes": _part(indexes.nbytes, indexes.peak_bytes, indexes.capacity_bytes, "index_bytes",
                                  files=len(indexes), evictions=indexes.evictions),

@@ -35,7 +35,7 @@ def test_every_frame_read_in_pieces(long_dataset, windowed, join_streams):
 def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
     with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
                       image_dtype="uint8") as loader:
-        loader.store.piece_log = []
+        loader.store.pieces.log = []
         it = iter(loader)
         for _ in range(3):
             next(it)
@@ -45,8 +45,8 @@ def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
         assert held == rows and not loader.decoders._idle  # no segment cached, no piece's decoder kept
         loader.close()  # the workers and piece threads work ahead: stop them, some batches are half cut
         assert stats.segments_cut == 0 and stats.pieces_cut >= 3 * 4 * len(CAMERAS), vars(stats)
-        assert len(loader.store.piece_log) == stats.pieces_cut
-        gops = gop_bytes_needed(loader, loader.store.piece_log)
+        assert len(loader.store.pieces.log) == stats.pieces_cut
+        gops = gop_bytes_needed(loader, loader.store.pieces.log)
         assert stats.piece_bytes <= 2 * gops, (stats.piece_bytes, gops)  # the bound: 2x the GOPs needed
     whole = StreamLoader(str(long_dataset), batch_size=4, device="cpu", num_workers=1, image_dtype="uint8")
     assert whole.resolved.segment_bytes >= 16 << 20  # the default: these episodes are fetched whole
@@ -74,7 +74,7 @@ def test_pieces_are_cut_ahead_and_none_outlive_the_epoch(long_dataset):
         assert store.stats.pieces_ahead > 0 and store.stats.pieces_ahead_peak > 0, vars(store.stats)
         it.close()  # the epoch stops with batches built and cut ahead
         stats = store.stats
-        assert not store._ahead and store._ahead_bytes == 0
+        assert not store.pieces._ahead and store.pieces.ahead_bytes == 0
         taken = 6 * 4 * len(CAMERAS)  # the pieces of the batches handed over, at least
         assert stats.pieces_cut >= taken and stats.pieces_cut - stats.pieces_dropped >= taken, vars(stats)
     with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
@@ -103,7 +103,7 @@ def test_pieces_over_http_are_cut_in_parallel(long_dataset):
             assert stats.pieces_ahead >= taken // 2, vars(stats)
             # and the pieces of batches further ahead than the builders work are asked for already (keys:
             # (epoch, batch, sample, camera); taken ones are gone), their reads in flight
-            ahead = max(key[1] for key in remote.store._ahead)
+            ahead = max(key[1] for key in remote.store.pieces._ahead)
             assert ahead >= 3 + remote.resolved.cut_ahead > 3 + remote.resolved.prefetch_batches, (ahead, remote.resolved.cut_ahead)
             batches.close()
     assert all((a == b).all() for a, b in zip(want, got))

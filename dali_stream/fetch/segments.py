@@ -37,7 +37,7 @@ _serials = itertools.count()  # Segment.uid: never reused in a process (an id() 
 class Segment:
     """An episode's encoded frames for one camera, as a standalone MP4 in memory (`data`).
 
-    A piece cut from a file's index for one sample (`fetch.store`) is kept as its samples back to back (`body`)
+    A piece cut from a file's index for one sample (`fetch.pieces`) is kept as its samples back to back (`body`)
     beside their packet table; its MP4 is written only if a decoder opens it alone (`data`): a batch's pieces are
     joined into one stream from their bodies (`graph.joined.join_pieces`), so writing one per piece is work thrown
     away on every batch of a global shuffle. Whatever reads packets by `packets()` positions reads `body`."""
@@ -53,7 +53,7 @@ class Segment:
     _packets: PacketIndex | None = field(default=None, repr=False)  # made on first use
     _resets: np.ndarray | None = field(default=None, repr=False)  # made on first use
     origin_s: float | None = field(default=None, repr=False)  # a decoder's time of frame 0 (`decode.cpu`)
-    # a piece of a long episode, cut for one sample's frames (`fetch.store`), or a batch's pieces joined
+    # a piece of a long episode, cut for one sample's frames (`fetch.pieces`), or a batch's pieces joined
     # (`graph.joined.join_pieces`): used for one batch, its decoders not kept
     piece: bool = field(default=False, repr=False)
     _write: Callable[[bytes], bytes] | None = field(default=None, repr=False)  # body -> the MP4 (a piece's)

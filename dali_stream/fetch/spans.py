@@ -2,7 +2,7 @@
 read, each span is served from the read that holds it, and the reads go to the store in one call (a remote one
 answers them in parallel: `remote.RemoteFS.read_ranges`).
 
-A batch's pieces (`fetch.store`: one per sample and camera, cut from the file's index) are read this way: the
+A batch's pieces (`fetch.pieces`: one per sample and camera, cut from the file's index) are read this way: the
 pieces of a window's frames, of samples drawn from one long episode, or of a frame drawn twice overlap or sit a
 GOP apart, and a read costs a request (latency, and on object stores a fee) where a few KB more cost nothing."""
 

@@ -1,11 +1,8 @@
 """The fetched working set: each open episode's table rows and per-camera segments, fetched once.
 
 A camera whose episode would take more than `segment_bytes_limit` (an hour-long recording) is not fetched: each
-sample asks `segment_for` and gets a piece cut from the file's index for its frames alone, used for its batch
-(`graph.joined.join_pieces` joins a batch's pieces of a camera into one stream for torchcodec). The loader
-asks for the pieces of the batches its builders are about to build (`cut_ahead`), so the piece threads read them
-while earlier batches decode (on a remote source: requests in parallel, not one per sample in the builder); a
-builder that finds its piece not yet begun cuts it itself.
+sample asks `segment_for` and gets a piece cut for its frames alone (`fetch.pieces`, cut ahead on threads of their
+own). The threads that close a collected loader's stages are `fetch.closer`'s.
 
 An episode is fetched whole (its rows, and a segment per camera, in parallel) by the first of: the
 background fetch threads after `pin` (the loader pins an episode when the plan admits it to the pool, so
@@ -20,23 +17,19 @@ capacity a warning names the sizes and the fix.
 from __future__ import annotations
 
 import logging
-import os
-import queue
 import threading
 import time
 import warnings
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol
 
 from ..config import DEFAULT_FOOTER_BYTES, DEFAULT_INDEX_BYTES
 from ..errors import DaliStreamError, RemoteError, VideoFileError
-from .segments import IndexedSpan, Segment, cut_segment, indexed_segment, indexed_span
-from .spans import read_spans
+from .pieces import Pieces, named
+from .segments import Segment, cut_segment
 from .tables import FRAME_TIME_S, TableReader
-
-FIX_INDEX = "the file changed while the loader ran, or reads of it fail: check the file and its storage"
 
 
 @dataclass
@@ -75,104 +68,7 @@ class _Episode:
     refs: int = 0
 
 
-@dataclass
-class _PieceCut:
-    """Where one sample's piece of a long episode's camera lies (`EpisodeStore._plan_piece`)."""
-
-    pos: int
-    camera: str
-    key: Hashable  # the caller's name for it (`piece_log`)
-    path: str
-    files: "_Files"
-    indexed: Any  # the file's `mp4index.IndexedFile`
-    span: IndexedSpan
-    last_s: float  # file time of the last frame asked
-    tolerance_s: float
-    episode: int  # its episode_index
-    codec: str
-
-
-def _named(exc: BaseException, where: str, camera: str) -> BaseException:
-    """`exc`, naming the episode (`where`: "episode 3", or for a mixture "member 'lab' episode 3") and camera it
-    happened on unless it does already."""
-    if f"({where}," in str(exc):
-        return exc
-    return type(exc)(f"{exc} ({where}, camera {camera!r})")
-
-
 log = logging.getLogger("dali_stream")
-
-
-class _Closer:
-    """The thread finalizers hand their work to (`in_background`): started by an ordinary call (a loader's
-    constructor, `start`), so that a finalizer only puts work on a queue and never starts a thread. Garbage
-    collection can run a finalizer inside `threading`'s own bookkeeping, while it holds the lock every new thread
-    takes before it counts as started (`_maintain_shutdown_locks`, under `_shutdown_locks_lock`): a thread started
-    there never starts, and every later thread start in the process waits forever behind it (seen under load: a
-    loader's first batch hung in `Thread.start`). Not a daemon thread: the interpreter joins it before it tears
-    down, since a daemon thread still running then (here: dropping the last reference to a store, whose pyarrow
-    readers release the GIL while freed) is killed mid-C++ and aborts the process ("terminate called without an
-    active exception"); the exit hook `stop` ends it once what it was handed is done."""
-
-    def __init__(self) -> None:
-        self._work: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe inside finalizers and GC callbacks
-        self._lock = threading.Lock()
-        self._running = False
-        self._stopped = False
-
-    def start(self) -> None:
-        with self._lock:
-            if not self._running and not self._stopped:
-                threading.Thread(target=self._run, name="dali-stream-close", daemon=False).start()
-                self._running = True
-
-    def hand(self, fn: Callable[..., object], args: tuple) -> bool:
-        """Queue `fn(*args)`; False when the thread is not running (not started yet, or stopped at exit)."""
-        if not self._running or self._stopped:
-            return False
-        self._work.put((fn, args))
-        return True
-
-    def stop(self) -> None:
-        """At exit (a `threading` exit hook, before the interpreter joins its threads): end after the queued work."""
-        self._stopped = True
-        self._work.put(None)
-
-    def forked(self) -> None:
-        """In a forked child the thread does not exist: nothing is handed to it until `start` runs there."""
-        self._work, self._lock, self._running = queue.SimpleQueue(), threading.Lock(), False
-
-    def _run(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is None:
-                return
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:  # noqa: BLE001 - a close that failed must not end the thread for the next ones
-                log.warning("closing %s in the background failed", getattr(fn, "__name__", fn), exc_info=True)
-
-
-CLOSER = _Closer()
-os.register_at_fork(after_in_child=CLOSER.forked)
-_register_exit = getattr(threading, "_register_atexit", None)
-if _register_exit is not None:  # threading's exit hooks run in reverse order: this one after the loader's own
-    _register_exit(CLOSER.stop)
-
-
-def in_background(fn: Callable[..., object], *args: object) -> None:
-    """Run `fn(*args)` off this thread and return at once: for finalizers, which garbage collection runs on
-    whatever thread allocates: one of the pool threads `fn` would join (a thread cannot join itself), one
-    holding a lock `fn` takes, or one a pool thread waits for. Handed to the closing thread (`_Closer`, started by
-    `CLOSER.start()`); before it runs, or after it stopped at exit, on a new thread of its own. `fn` must not
-    wait on other threads."""
-    if CLOSER.hand(fn, args):
-        return
-    try:
-        threading.Thread(target=fn, args=args, name="dali-stream-close", daemon=False).start()
-    except RuntimeError:  # the interpreter is shutting down and starts no threads: its exit ends them anyway
-        fn(*args)
 
 
 class SegmentDecoders(Protocol):
@@ -231,20 +127,14 @@ class EpisodeStore:
         self._warned = False
         self._pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-fetch") \
             if fetch_workers > 0 else None
-        # Pieces of long episodes cut ahead (`cut_ahead`), on threads of their own: a piece waits for its episode's
-        # rows, which the fetch threads bring, so sharing those threads could leave every one of them waiting.
-        self._piece_pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-piece") \
-            if fetch_workers > 0 and segment_bytes_limit is not None else None
-        # caller's key -> (the task cutting its batch's pieces, its place in the task's result: the piece, None when
-        # the camera is fetched whole after all, or the cut's error)
-        self._ahead: dict[Hashable, tuple[Future[list], int]] = {}
-        self._ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
-        self.piece_log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
         self.files: list[_Files] = []
         for member in catalog.members:
             self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes))
         self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)
         self.indexes = self.files[0].indexes  # its `files` and `unsupported` are every member's
+        # pieces of long episodes, cut ahead on threads of their own (`fetch.pieces`)
+        self.pieces = Pieces(catalog, self.files, segment_bytes_limit, fetch_workers, self.stats, self._tolerance_s,
+                             self._entry_of)
 
     @property
     def table_bytes_read(self) -> int:
@@ -259,15 +149,13 @@ class EpisodeStore:
         # and handing it to the pool), would otherwise hold up the shutdowns below forever. A fetch still running
         # finishes on its own (its result is dropped: the entry has failed).
         self._fail_pending()
-        pieces, self._piece_pool = self._piece_pool, None
-        if pieces is not None:
-            pieces.shutdown(wait=wait, cancel_futures=True)
+        self.pieces.close(wait)
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=wait, cancel_futures=True)
         self._fail_pending()  # fetches cancelled above never finish: nobody may wait for them
         if wait:
-            self.drop_ahead()
+            self.pieces.drop_ahead()
         self.decoders.clear()
         self.indexes.close()  # every member's: they share one cache
         with self._lock:
@@ -338,166 +226,25 @@ class EpisodeStore:
         or for a long episode's camera a piece cut for them alone (used for its batch; its bytes are not cached): the
         one `cut_ahead` began under `key` (waited for), or, not begun yet, cut here."""
         entry = self._ready(pos)
-        with self._lock:
-            ahead = self._ahead.pop(key, None) if key is not None else None
-        if ahead is not None:
-            batch, n = ahead
-            if not batch.cancel():  # cancelled: not begun, so every piece of its batch is cut by its builder
-                piece = batch.result()[n]
-                if isinstance(piece, BaseException):
-                    raise piece  # the cut's error, as a cut here would raise it
-                if piece is not None:
-                    with self._lock:
-                        self._ahead_bytes -= piece.nbytes
-                        self.stats.pieces_ahead += 1
-                    return piece
+        piece = self.pieces.take(key) if key is not None else None
+        if piece is not None:
+            return piece
         seg = entry.segments.get(camera)
         if seg is not None:
             return seg
-        return self._cut_piece(pos, camera, query_s, key)
-
-    def _cut_piece(self, pos: int, camera: str, query_s, key: Hashable) -> Segment:
-        cut = self._plan_piece(pos, camera, query_s, key)
-        try:
-            data = cut.files.ranges.read_range(cut.path, cut.span.start, cut.span.end)
-        except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, self.catalog.describe(pos), camera) from None
-        return self._make_piece(cut, data, cut.span.start)
-
-    def _plan_piece(self, pos: int, camera: str, query_s, key: Hashable) -> _PieceCut:
-        """Where the piece of episode `pos`'s `camera` for file times `query_s` lies: from the keyframe before the
-        first through the last packet decoded before the last is shown (its dts is at most its pts)."""
-        member, local = self.catalog.locate(pos)
-        meta, files = member.meta, self.files[member.index]
-        first, last = float(min(query_s)), float(max(query_s))
-        path = meta.video_file(local, camera)
-        tolerance_s, episode = self._tolerance_s(member), meta.episode_index(local)
-        try:
-            indexed = files.indexes.get(path)
-            if indexed is None:  # readable when the episode was fetched; a later read failed
-                raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
-                                     f"{FIX_INDEX}")
-            span = indexed_span(path, first, last + 0.5 / meta.fps, indexed, episode=episode, camera=camera,
-                                tolerance_s=tolerance_s)
-        except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, self.catalog.describe(pos), camera) from None
-        return _PieceCut(pos, camera, key, path, files, indexed, span, last, tolerance_s, episode,
-                         meta.cameras[camera].codec)
-
-    def _make_piece(self, cut: _PieceCut, data: bytes, at: int) -> Segment:
-        """The piece `cut` plans, from `data` read at file offset `at` (holding its bytes)."""
-        try:
-            seg = indexed_segment(data, at, cut.span, cut.path, cut.indexed, episode=cut.episode, camera=cut.camera,
-                                  codec=cut.codec, tolerance_s=cut.tolerance_s, last_frame_s=cut.last_s, piece=True)
-        except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, self.catalog.describe(cut.pos), cut.camera) from None
-        with self._lock:
-            self.stats.pieces_cut += 1
-            self.stats.piece_bytes += seg.nbytes
-            if self.piece_log is not None:
-                self.piece_log.append(cut.key)
-        return seg
+        return self.pieces.cut(pos, camera, query_s, key)
 
     def cut_ahead(self, asks: list[tuple[Hashable, int, str, Callable[[dict], Any]]]) -> None:
-        """Begin cutting, on a piece thread, the pieces a batch's samples will ask for: per (key, pos, camera,
-        query_of) the piece of episode `pos`'s `camera` for the file times `query_of(rows)` (rows: the episode's
-        table rows), for `segment_for(..., key=key)` to take. One task for the batch, its reads coalesced and, on a
-        remote store, in flight together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its
-        episode is fetched (without fetch threads: never)."""
-        if self._piece_pool is None:
-            return
-        with self._lock:
-            wanted = []
-            for ask in asks:
-                entry = self._entries.get(ask[1])
-                if entry is None or not entry.started or \
-                        (entry.done.is_set() and (entry.error is not None or ask[2] not in entry.long)):
-                    continue
-                wanted.append(ask)
-            if not wanted:
-                return
-            try:
-                batch = self._piece_pool.submit(self._pieces, wanted)
-            except RuntimeError:  # closing: the builders cut their own
-                return
-            for n, ask in enumerate(wanted):
-                self._ahead[ask[0]] = (batch, n)
-
-    def _pieces(self, asks: list) -> list:
-        """Per ask (`cut_ahead`), its piece once its episode's fetch (begun when it was pinned) is done; None (the
-        builder cuts its own, or finds the failure) when the camera is fetched whole or the episode's fetch failed
-        or never began: a piece thread never fetches an episode itself; or the error its cut raised."""
-        out: list[Any] = [None] * len(asks)
-        cuts: dict[int, list[tuple[int, _PieceCut]]] = {}  # a member's readers -> its pieces
-        for n, (key, pos, camera, query_of) in enumerate(asks):
-            with self._lock:
-                entry = self._entries.get(pos)
-            if entry is None or not entry.started:
-                continue
-            entry.done.wait()
-            if entry.error is not None or camera not in entry.long:
-                continue
-            try:
-                cut = self._plan_piece(pos, camera, query_of(entry.rows), key)
-            except Exception as exc:  # noqa: BLE001 - its builder raises it
-                out[n] = exc
-                continue
-            cuts.setdefault(id(cut.files), []).append((n, cut))
-        for planned in cuts.values():
-            try:
-                reads = read_spans(planned[0][1].files.ranges,
-                                   [(cut.path, cut.span.start, cut.span.end) for _, cut in planned])
-            except (RemoteError, VideoFileError) as exc:
-                for n, cut in planned:
-                    out[n] = _named(exc, self.catalog.describe(cut.pos), cut.camera)
-                continue
-            for (n, cut), (at, data) in zip(planned, reads):
-                try:
-                    out[n] = piece = self._make_piece(cut, data, at)
-                except Exception as exc:  # noqa: BLE001 - its builder raises it
-                    out[n] = exc
-                    continue
-                with self._lock:
-                    self._ahead_bytes += piece.nbytes
-                    self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self._ahead_bytes)
-        return out
+        """Begin cutting the pieces a batch's samples will ask for (`Pieces.cut_ahead`)."""
+        self.pieces.cut_ahead(asks)
 
     def drop_ahead(self) -> None:
-        """Forget the pieces cut ahead that nobody took (the epoch stopped, or the loader closes)."""
-        with self._lock:
-            ahead, self._ahead = self._ahead, {}
-        for batch, n in ahead.values():
-            if batch.cancel():
-                continue
-            try:
-                piece = batch.result()[n]
-            except Exception:  # noqa: BLE001 - nobody asked for it: its error is nobody's. Not BaseException: a
-                continue       # Ctrl-C landing in this wait (an epoch's end) must stop the loop, not be dropped
-            if not isinstance(piece, Segment):
-                continue
-            with self._lock:
-                self._ahead_bytes -= piece.nbytes
-                self.stats.pieces_dropped += 1
+        """Forget the pieces cut ahead that nobody took (`Pieces.drop_ahead`)."""
+        self.pieces.drop_ahead()
 
-    def _in_pieces(self, pos: int, camera: str) -> bool:
-        """Whether the episode's segment of `camera` would exceed `segment_bytes_limit`, so that each sample reads
-        a piece of it (from the file's index; a file without one is cut whole)."""
-        if self.segment_bytes_limit is None:
-            return False
-        member, local = self.catalog.locate(pos)
-        path = member.meta.video_file(local, camera)
-        try:
-            indexed = self.files[member.index].indexes.get(path)
-        except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, self.catalog.describe(pos), camera) from None
-        if indexed is None:
-            return False
-        cam = member.meta.cameras[camera]
-        span = indexed.index.cut(float(cam.from_timestamp[local]), float(cam.to_timestamp[local]))
-        if span is None:
-            return False  # the whole cut names the problem
-        start, end = indexed.index.byte_range(*span)
-        return end - start > self.segment_bytes_limit
+    def _entry_of(self, pos: int) -> _Episode | None:
+        with self._lock:
+            return self._entries.get(pos)
 
     def _entry(self, pos: int) -> _Episode:
         entry = self._entries.get(pos)
@@ -606,7 +353,7 @@ class EpisodeStore:
             if camera is None:
                 member, local = self.catalog.locate(pos)
                 entry.rows = self.files[member.index].tables.episode(local)
-            elif self._in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
+            elif self.pieces.in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
                 entry.long.add(camera)
             else:
                 entry.rows_ready.wait()
@@ -661,7 +408,7 @@ class EpisodeStore:
                               codec=cam.codec, tolerance_s=self._tolerance_s(member),
                               last_frame_s=start + float(rows[FRAME_TIME_S][-1]), indexed=indexed)
         except (RemoteError, VideoFileError) as exc:
-            raise _named(exc, self.catalog.describe(pos), camera) from None
+            raise named(exc, self.catalog.describe(pos), camera) from None
         with self._lock:
             self.stats.segments_cut += 1
             self.stats.segment_bytes += seg.nbytes

@@ -21,7 +21,7 @@ batch where some group cannot be one stream (files of a camera encoded apart, a 
 picture without IDR) is decoded one clip per sample (`join_group` returns None, the builder falls back).
 
 torchcodec cameras join the same way a batch's pieces of long episodes (`join_pieces`: one piece per sample, cut
-from the file's index by `fetch.store`), so one decoder serves the batch instead of one opened per piece.
+from the file's index by `fetch.pieces`), so one decoder serves the batch instead of one opened per piece.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def join_group(segs: list, indices: list[np.ndarray]) -> DaliInput | None:
 
 
 def join_pieces(segs: list, indices: list[np.ndarray]) -> tuple[Segment, list[np.ndarray]] | None:
-    """The pieces of long episodes a batch's samples read of one torchcodec camera (`fetch.store`: one per sample)
+    """The pieces of long episodes a batch's samples read of one torchcodec camera (`fetch.pieces`: one per sample)
     as ONE segment, so one decoder serves them all instead of one opened per piece: the joined stream, its frames'
     times (stream time), and per sample the indices of its steps' frames in it. None for fewer than two pieces
     or pieces that cannot share a stream (module doc)."""

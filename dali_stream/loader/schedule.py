@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..fetch.closer import in_background
 from ..fetch.prefetch import Plans, Prefetcher
-from ..fetch.store import in_background
 from ..graph.batches import BatchBuilder, Prepared
 from ..plan.epoch import BatchPlan, EpochPlan
 

@@ -23,7 +23,8 @@ from ..decode.engine import OpenDecoders
 from ..decode.frames import FrameCache
 from ..decode.routes import Node
 from ..errors import ConfigError, StateError
-from ..fetch.store import CLOSER, EpisodeStore, in_background
+from ..fetch.closer import CLOSER, in_background
+from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder
 from ..graph.imageops import ImageOps
 from ..memory import TRIM_EVERY, release_freed

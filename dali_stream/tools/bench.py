@@ -504,7 +504,7 @@ def _device(loader) -> str:
 
 
 def gop_bytes_needed(loader, pieces) -> int:
-    """Bytes of the GOPs the pieces of long episodes in `pieces` need (keys as `EpisodeStore.piece_log` records
+    """Bytes of the GOPs the pieces of long episodes in `pieces` need (keys as `Pieces.log` records
     them: epoch, batch, sample, camera): each sample's frame's whole GOP in that camera, from its file's MP4 index.
     What the bytes read of long episodes are measured against."""
     total = 0

@@ -1,0 +1,234 @@
+"""Pieces of long episodes: a camera whose episode would take more than `limit` bytes (an hour-long recording) is
+not fetched whole; each sample gets a piece cut from the file's index for its frames alone, used for its batch
+(`graph.joined.join_pieces` joins a batch's pieces of a camera into one stream for torchcodec).
+
+The loader asks for the pieces of the batches its builders are about to build (`cut_ahead`), so the piece threads
+read them while earlier batches decode (on a remote source: requests in parallel, not one per sample in the
+builder); a builder that finds its piece not yet begun cuts it itself (`EpisodeStore.segment_for`).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+from ..errors import RemoteError, VideoFileError
+from .segments import IndexedSpan, Segment, indexed_segment, indexed_span
+from .spans import read_spans
+
+FIX_INDEX = "the file changed while the loader ran, or reads of it fail: check the file and its storage"
+
+
+def named(exc: BaseException, where: str, camera: str) -> BaseException:
+    """`exc`, naming the episode (`where`: "episode 3", or for a mixture "member 'lab' episode 3") and camera it
+    happened on unless it does already."""
+    if f"({where}," in str(exc):
+        return exc
+    return type(exc)(f"{exc} ({where}, camera {camera!r})")
+
+
+@dataclass
+class PieceCut:
+    """Where one sample's piece of a long episode's camera lies (`Pieces.plan`)."""
+
+    pos: int
+    camera: str
+    key: Hashable  # the caller's name for it (`log`)
+    path: str
+    files: Any  # the member's readers (`fetch.store._Files`)
+    indexed: Any  # the file's `mp4index.IndexedFile`
+    span: IndexedSpan
+    last_s: float  # file time of the last frame asked
+    tolerance_s: float
+    episode: int  # its episode_index
+    codec: str
+
+
+class Pieces:
+    """The piece cutter of an `EpisodeStore` (module doc): `limit` (None: every camera fetched whole), its own
+    `workers` threads (a piece waits for its episode's rows, which the fetch threads bring, so sharing those
+    threads could leave every one of them waiting). `files[member.index]`: a member's readers; `tolerance_s(member)`;
+    `entry_of(pos)`: the store's entry of an episode, if any (`started`, `done`, `error`, `long`, `rows`); `stats`:
+    the store's counters, whose `pieces_*` fields are this cutter's."""
+
+    def __init__(self, catalog, files: list, limit: int | None, workers: int, stats,
+                 tolerance_s: Callable[[Any], float], entry_of: Callable[[int], Any]) -> None:
+        self.catalog, self.files, self.limit, self.stats = catalog, files, limit, stats
+        self.tolerance_s, self.entry_of = tolerance_s, entry_of
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream-piece") \
+            if workers > 0 and limit is not None else None
+        # caller's key -> (the task cutting its batch's pieces, its place in the task's result: the piece, None when
+        # the camera is fetched whole after all, or the cut's error)
+        self._ahead: dict[Hashable, tuple[Future[list], int]] = {}
+        self.ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
+        self.log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
+
+    def close(self, wait: bool) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=wait, cancel_futures=True)
+
+    def in_pieces(self, pos: int, camera: str) -> bool:
+        """Whether the episode's segment of `camera` would exceed `limit`, so that each sample reads a piece of it
+        (from the file's index; a file without one is cut whole)."""
+        if self.limit is None:
+            return False
+        member, local = self.catalog.locate(pos)
+        path = member.meta.video_file(local, camera)
+        try:
+            indexed = self.files[member.index].indexes.get(path)
+        except (RemoteError, VideoFileError) as exc:
+            raise named(exc, self.catalog.describe(pos), camera) from None
+        if indexed is None:
+            return False
+        cam = member.meta.cameras[camera]
+        span = indexed.index.cut(float(cam.from_timestamp[local]), float(cam.to_timestamp[local]))
+        if span is None:
+            return False  # the whole cut names the problem
+        start, end = indexed.index.byte_range(*span)
+        return end - start > self.limit
+
+    def take(self, key: Hashable) -> Segment | None:
+        """The piece `cut_ahead` began under `key` (waited for), or None: none was begun, or its batch's task had
+        not started (cancelled here: its builder cuts every piece of it), or the camera is fetched whole."""
+        with self._lock:
+            ahead = self._ahead.pop(key, None)
+        if ahead is None:
+            return None
+        batch, n = ahead
+        if batch.cancel():
+            return None
+        piece = batch.result()[n]
+        if isinstance(piece, BaseException):
+            raise piece  # the cut's error, as a cut by the builder would raise it
+        if piece is not None:
+            with self._lock:
+                self.ahead_bytes -= piece.nbytes
+                self.stats.pieces_ahead += 1
+        return piece
+
+    def cut(self, pos: int, camera: str, query_s, key: Hashable) -> Segment:
+        """The piece of episode `pos`'s `camera` for file times `query_s`, read here."""
+        cut = self.plan(pos, camera, query_s, key)
+        try:
+            data = cut.files.ranges.read_range(cut.path, cut.span.start, cut.span.end)
+        except (RemoteError, VideoFileError) as exc:
+            raise named(exc, self.catalog.describe(pos), camera) from None
+        return self.make(cut, data, cut.span.start)
+
+    def plan(self, pos: int, camera: str, query_s, key: Hashable) -> PieceCut:
+        """Where the piece of episode `pos`'s `camera` for file times `query_s` lies: from the keyframe before the
+        first through the last packet decoded before the last is shown (its dts is at most its pts)."""
+        member, local = self.catalog.locate(pos)
+        meta, files = member.meta, self.files[member.index]
+        first, last = float(min(query_s)), float(max(query_s))
+        path = meta.video_file(local, camera)
+        tolerance_s, episode = self.tolerance_s(member), meta.episode_index(local)
+        try:
+            indexed = files.indexes.get(path)
+            if indexed is None:  # readable when the episode was fetched; a later read failed
+                raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
+                                     f"{FIX_INDEX}")
+            span = indexed_span(path, first, last + 0.5 / meta.fps, indexed, episode=episode, camera=camera,
+                                tolerance_s=tolerance_s)
+        except (RemoteError, VideoFileError) as exc:
+            raise named(exc, self.catalog.describe(pos), camera) from None
+        return PieceCut(pos, camera, key, path, files, indexed, span, last, tolerance_s, episode,
+                        meta.cameras[camera].codec)
+
+    def make(self, cut: PieceCut, data: bytes, at: int) -> Segment:
+        """The piece `cut` plans, from `data` read at file offset `at` (holding its bytes)."""
+        try:
+            seg = indexed_segment(data, at, cut.span, cut.path, cut.indexed, episode=cut.episode, camera=cut.camera,
+                                  codec=cut.codec, tolerance_s=cut.tolerance_s, last_frame_s=cut.last_s, piece=True)
+        except (RemoteError, VideoFileError) as exc:
+            raise named(exc, self.catalog.describe(cut.pos), cut.camera) from None
+        with self._lock:
+            self.stats.pieces_cut += 1
+            self.stats.piece_bytes += seg.nbytes
+            if self.log is not None:
+                self.log.append(cut.key)
+        return seg
+
+    def cut_ahead(self, asks: list[tuple[Hashable, int, str, Callable[[dict], Any]]]) -> None:
+        """Begin cutting, on a piece thread, the pieces a batch's samples will ask for: per (key, pos, camera,
+        query_of) the piece of episode `pos`'s `camera` for the file times `query_of(rows)` (rows: the episode's
+        table rows), for `take(key)`. One task for the batch, its reads coalesced and, on a remote store, in flight
+        together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its episode is fetched
+        (without piece threads: never)."""
+        if self._pool is None:
+            return
+        wanted = []
+        for ask in asks:
+            entry = self.entry_of(ask[1])
+            if entry is None or not entry.started or \
+                    (entry.done.is_set() and (entry.error is not None or ask[2] not in entry.long)):
+                continue
+            wanted.append(ask)
+        if not wanted:
+            return
+        with self._lock:
+            try:
+                batch = self._pool.submit(self._pieces, wanted)
+            except RuntimeError:  # closing: the builders cut their own
+                return
+            for n, ask in enumerate(wanted):
+                self._ahead[ask[0]] = (batch, n)
+
+    def _pieces(self, asks: list) -> list:
+        """Per ask (`cut_ahead`), its piece once its episode's fetch (begun when it was pinned) is done; None (the
+        builder cuts its own, or finds the failure) when the camera is fetched whole or the episode's fetch failed
+        or never began: a piece thread never fetches an episode itself; or the error its cut raised."""
+        out: list[Any] = [None] * len(asks)
+        cuts: dict[int, list[tuple[int, PieceCut]]] = {}  # a member's readers -> its pieces
+        for n, (key, pos, camera, query_of) in enumerate(asks):
+            entry = self.entry_of(pos)
+            if entry is None or not entry.started:
+                continue
+            entry.done.wait()
+            if entry.error is not None or camera not in entry.long:
+                continue
+            try:
+                cut = self.plan(pos, camera, query_of(entry.rows), key)
+            except Exception as exc:  # noqa: BLE001 - its builder raises it
+                out[n] = exc
+                continue
+            cuts.setdefault(id(cut.files), []).append((n, cut))
+        for planned in cuts.values():
+            try:
+                reads = read_spans(planned[0][1].files.ranges,
+                                   [(cut.path, cut.span.start, cut.span.end) for _, cut in planned])
+            except (RemoteError, VideoFileError) as exc:
+                for n, cut in planned:
+                    out[n] = named(exc, self.catalog.describe(cut.pos), cut.camera)
+                continue
+            for (n, cut), (at, data) in zip(planned, reads):
+                try:
+                    out[n] = piece = self.make(cut, data, at)
+                except Exception as exc:  # noqa: BLE001 - its builder raises it
+                    out[n] = exc
+                    continue
+                with self._lock:
+                    self.ahead_bytes += piece.nbytes
+                    self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self.ahead_bytes)
+        return out
+
+    def drop_ahead(self) -> None:
+        """Forget the pieces cut ahead that nobody took (the epoch stopped, or the loader closes)."""
+        with self._lock:
+            ahead, self._ahead = self._ahead, {}
+        for batch, n in ahead.values():
+            if batch.cancel():
+                continue
+            try:
+                piece = batch.result()[n]
+            except Exception:  # noqa: BLE001 - nobody asked for it: its error is nobody's. Not BaseException: a
+                continue       # Ctrl-C landing in this wait (an epoch's end) must stop the loop, not be dropped
+            if not isinstance(piece, Segment):
+                continue
+            with self._lock:
+                self.ahead_bytes -= piece.nbytes
+                self.stats.pieces_dropped += 1
