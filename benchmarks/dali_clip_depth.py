@@ -25,7 +25,7 @@ DEPTHS = (1, 300, 900, 1500, 1790)
 
 def _segment(root: Path):
     from dali_stream.fetch.segments import cut_segment
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
     meta = DatasetMeta.open(str(root))
     key = meta.video_keys[0]

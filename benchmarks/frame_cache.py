@@ -95,7 +95,7 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
     if kind == "baseline":  # lerobot's shape: a map dataset decoding each sample, shuffled, 2 workers
         from torch.utils.data import DataLoader
 
-        from dali_stream.meta import DatasetMeta
+        from dali_stream.meta.dataset import DatasetMeta
         from dali_stream.tools.bench_baseline import LeRobotStyleDataset
 
         data = DataLoader(LeRobotStyleDataset(DatasetMeta.open(dataset), {}), batch_size=16, shuffle=True,

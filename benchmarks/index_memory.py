@@ -1,5 +1,5 @@
 """What an MP4 index costs the process per frame: every video file of a dataset indexed as the loader indexes it
-(`fetch.mp4index.IndexCache` over local range reads), the resident set before and after, against what the cache
+(`fetch.indexes.IndexCache` over local range reads), the resident set before and after, against what the cache
 weighs (`_index_bytes`, the bytes its bound counts).
 
     .venv/bin/python benchmarks/index_memory.py DATASET [--rounds 20] [--out results.json]
@@ -27,7 +27,7 @@ def main() -> None:
     import fsspec
     import psutil
 
-    from dali_stream.fetch.mp4index import IndexCache, _index_bytes
+    from dali_stream.fetch.indexes import IndexCache, _index_bytes
     from dali_stream.source.storage import LocalRanges
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

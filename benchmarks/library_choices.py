@@ -76,7 +76,7 @@ def parquet_rows(dataset: Path, episodes: int) -> dict:
     import pyarrow.parquet as pq
 
     from dali_stream.fetch.tables import TableReader
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from tests.httpserver import Server
 
     out = {}
@@ -127,9 +127,9 @@ def parquet_rows(dataset: Path, episodes: int) -> dict:
 def video_bytes(dataset: Path) -> dict:
     import fsspec
 
-    from dali_stream.fetch.mp4index import IndexCache
+    from dali_stream.fetch.indexes import IndexCache
     from dali_stream.fetch.segments import cut_segment
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from tests.httpserver import Server
 
     server = Server(dataset)

@@ -26,10 +26,10 @@ from _common import write_result
 def main(argv=None) -> int:
     import numpy as np
 
-    from dali_stream.fetch.mp4index import IndexCache
+    from dali_stream.fetch.indexes import IndexCache
     from dali_stream.fetch.segments import cut_segment
     from dali_stream.graph import clips
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.source.storage import LocalRanges
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

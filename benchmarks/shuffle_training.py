@@ -46,7 +46,7 @@ def _stream(kind: str, source: str, train: list[int], seed: int):
         import torch
         from torch.utils.data import DataLoader, Subset
 
-        from dali_stream.meta import DatasetMeta
+        from dali_stream.meta.dataset import DatasetMeta
         from dali_stream.tools.bench_baseline import LeRobotStyleDataset
 
         meta = DatasetMeta.open(source)
@@ -87,7 +87,7 @@ def _validate(model, source: str, val: list[int], norm) -> float:
 def train(kind: str, source: str, train_eps: list[int], val: list[int], steps: int, every: int, seed: int) -> dict:
     import torch
 
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.tools.train import Policy
 
     meta = DatasetMeta.open(source)
@@ -124,7 +124,7 @@ def main() -> int:
     args = ap.parse_args()
     if not Path(args.dataset).exists():
         raise SystemExit(f"{args.dataset} does not exist: benchmarks/global_shuffle.py writes it")
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
     episodes = [int(e) for e in DatasetMeta.open(args.dataset).episodes["episode_index"]]
     cut = int(len(episodes) * 0.9)

@@ -9,10 +9,10 @@ import pytest
 
 from dali_stream import StreamLoader
 from dali_stream.decode.cpu import open_decoder
-from dali_stream.fetch.mp4index import IndexCache
+from dali_stream.fetch.indexes import IndexCache
 from dali_stream.fetch.segments import cut_segment
 from dali_stream.graph.clips import dali_input
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 from dali_stream.source.storage import LocalRanges
 from dali_stream.tools.paint import read_ids
 

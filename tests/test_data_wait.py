@@ -9,7 +9,7 @@ import time
 import pytest
 
 from dali_stream import StreamLoader
-from dali_stream.wait import DataWait
+from dali_stream.loader.wait import DataWait
 
 
 def test_wait_fraction_is_the_waits_share_of_the_steps_wall_time():

@@ -137,17 +137,17 @@ def test_an_unknown_failure_checks_only_the_frames_the_batch_asked_for(small_dat
     """Issue 26: the CPU check behind an unexplained DALI failure decodes the frames the failed batch asked of
     each DALI-routed camera, not every frame of every segment (minutes on hour-long episodes). The real
     torchcodec decode runs; the test records what it was asked."""
-    from dali_stream.graph import batches
+    from dali_stream.graph import forensics
 
     loader, builder, prepared = _prepared(small_dataset, join_streams=1)
     asked: list[tuple[int, list[int]]] = []
-    real = batches.torchcodec_frames
+    real = forensics.torchcodec_frames
 
     def recording(seg, indices, cache=None):
         asked.append((seg.uid, [int(i) for i in indices]))
         return real(seg, indices, cache)
 
-    monkeypatch.setattr(batches, "torchcodec_frames", recording)
+    monkeypatch.setattr(forensics, "torchcodec_frames", recording)
     builder.explain_dali_failure([prepared], RuntimeError(WRAP.format("something new went wrong")))
     want: dict[int, set[int]] = {}
     for pos, idx in zip(prepared.plan.episodes, builder.locate(prepared.plan, [loader.store.rows(int(p)) for p in

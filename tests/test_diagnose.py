@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 
 from .console import dali_stream
 from .damage import scramble_keyframes

@@ -22,7 +22,7 @@ from dali_stream import (
     UnsupportedVersionError,
     VideoFileError,
 )
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 
 from .damage import scramble_keyframes
 

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from dali_stream import StreamLoader
-from dali_stream.fetch.mp4index import IndexCache, Mp4Index, read_index
+from dali_stream.fetch.indexes import IndexCache
+from dali_stream.fetch.mp4index import Mp4Index, read_index
 from dali_stream.fetch.segments import cut_segment
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 from dali_stream.source.remote import RemoteFS, RetryPolicy
 
 from .httpserver import Server

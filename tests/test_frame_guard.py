@@ -13,7 +13,7 @@ from dali_stream import StreamLoader
 from dali_stream.decode.cpu import DecoderCache, torchcodec_frames
 from dali_stream.errors import WrongFrameError
 from dali_stream.fetch.segments import Segment
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 from dali_stream.tools.paint import read_ids
 
 from .test_boundaries import boundary_dataset
@@ -27,8 +27,8 @@ def lerobot_h264(tmp_path_factory):
 
 
 def _loader_segment(root, pos: int, key: str) -> Segment:
-    from dali_stream.catalog import Catalog
     from dali_stream.fetch.store import EpisodeStore
+    from dali_stream.meta.catalog import Catalog
 
     meta = DatasetMeta.open(str(root))
     store = EpisodeStore(Catalog.whole(meta), 1e-4, 1 << 26, DecoderCache(1), 0)

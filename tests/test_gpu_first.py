@@ -29,7 +29,7 @@ def prepared(tmp_path_factory):
 def test_prepare_writes_what_the_node_cannot_make(prepared):
     for codec in ("h264", "hevc"):
         root = prepared / codec
-        from dali_stream.meta import DatasetMeta
+        from dali_stream.meta.dataset import DatasetMeta
 
         assert {c.codec for c in DatasetMeta.open(str(root)).cameras.values()} == {codec}
         colours = json.loads((root / "colours.json").read_text())

@@ -1,8 +1,10 @@
 """The package's stage rule, checked on the source (docs/architecture.md).
 
 dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader,
-with `errors`, `config` and `pairing` below all of them and `tools` above all of them (the package's `__init__`, the
-public surface, re-exports from any stage). The planner imports no IO, torch or
+with the modules at the package's root (`errors`, `config`, `pairing`, `mixture`, and the self-contained
+`augment` and `transforms` users import) below all of them and `tools` above all of them (the package's
+`__init__`, the public surface, re-exports from any stage). A module's stage is the package it sits in: read
+from the tree, declared nowhere else. The planner imports no IO, torch or
 DALI; the runtime never imports the tools; no module imports itself back through others (no cycles, lazy
 imports inside functions included). Imports under `if TYPE_CHECKING:` are for the type checker only and do
 not count.
@@ -18,21 +20,23 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "dali_stream"
 
-# Stages, lowest first: a module may import its own stage and any stage before it.
+# Stages, lowest first: a module may import its own stage and any stage before it. "base": the package's root.
 STAGES = ["base", "source", "meta", "plan", "fetch", "decode", "graph", "loader", "tools"]
-BASE = {"dali_stream", "dali_stream.errors", "dali_stream.config", "dali_stream.pairing", "dali_stream.mixture"}
 # The planner's whole world: the standard library's pure parts and numpy.
 PLAN_MAY_IMPORT = {"__future__", "bisect", "dataclasses", "hashlib", "heapq", "itertools", "math", "random",
                    "typing", "collections", "functools", "numpy"}
 
 
 def stage_of(module: str) -> str:
-    if module in BASE or module == "dali_stream.__main__":
-        return "tools" if module == "dali_stream.__main__" else "base"
-    part = module.split(".")[1]
-    return {"meta": "meta", "catalog": "meta", "schema": "meta", "loader": "loader", "wait": "loader", "memory": "loader",
-            "mixing": "loader", "samples": "loader", "stats": "loader",
-            "augment": "graph", "transforms": "graph"}.get(part, part)
+    """The stage of `module`: the package under dali_stream it sits in, or "base" at the root (`__main__`, the
+    command line's entry, is the tools')."""
+    if module == "dali_stream.__main__":
+        return "tools"
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in PACKAGES) else "base"
+
+
+PACKAGES = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
 
 
 def _type_checking_lines(tree: ast.Module) -> set[int]:
@@ -135,6 +139,7 @@ def test_every_module_has_a_stage():
     assert len(found) > 30
     for module in found:
         assert stage_of(module) in STAGES, module
+    assert PACKAGES == set(STAGES) - {"base"}, "every package under dali_stream/ is a stage, every stage a package"
 
 
 def test_stages_import_only_earlier_stages_and_the_planner_no_io():
@@ -157,12 +162,13 @@ def _write(root: Path, files: dict[str, str]) -> Path:
     ({"plan/epoch.py": "import torch\n"}, "the planner imports no IO"),
     ({"plan/epoch.py": "def f():\n    import pyarrow\n"}, "the planner imports no IO"),
     ({"fetch/store.py": "from ..decode.cpu import DecoderCache\n", "decode/cpu.py": ""}, "a later stage"),
-    ({"loader.py": "from .tools import bench\n", "tools/bench.py": ""}, "a later stage"),
+    ({"loader/stream.py": "from ..tools import bench\n", "tools/bench.py": ""}, "a later stage"),
+    ({"config.py": "from .fetch import store\n", "fetch/store.py": ""}, "a later stage"),
 ])
 def test_the_rules_catch_a_violation(tmp_path, files, expected):
     """The checker itself: each planted violation is reported (the rules can fail)."""
     root = _write(tmp_path, {"__init__.py": "", **{f"{d}/__init__.py": "" for d in ("plan", "fetch", "decode",
-                                                                                     "tools")}, **files})
+                                                                                     "loader", "tools")}, **files})
     assert any(expected in v for v in violations(imports(root))), violations(imports(root))
 
 

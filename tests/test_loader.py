@@ -597,7 +597,7 @@ def test_transform_workers_zero_keeps_them_in_the_iterating_thread(small_dataset
 GC_IN_THREADING = r"""
 import sys, threading
 from dali_stream import StreamLoader
-from dali_stream.fetch.store import in_background
+from dali_stream.fetch.closer import in_background
 
 loader = StreamLoader(sys.argv[1], batch_size=2, device="cpu")  # starts the closing thread
 done = threading.Event()
@@ -629,7 +629,7 @@ def test_a_finalizer_inside_threadings_bookkeeping_starts_no_thread(small_datase
 FORKED = r"""
 import os, sys, threading
 from dali_stream import StreamLoader
-from dali_stream.fetch.store import in_background
+from dali_stream.fetch.closer import in_background
 
 loader = StreamLoader(sys.argv[1], batch_size=2, device="cpu")  # starts the closing thread, which a fork lacks
 pid = os.fork()
@@ -656,7 +656,7 @@ def test_a_loader_on_open_meta_reads_what_a_loader_on_the_path_reads(small_datas
     """`open_meta` then `StreamLoader(meta)`: the same batches as from the path, the metadata read once (the
     loader opens nothing), and the settings that open a dataset refused beside an opened one."""
     from dali_stream import open_meta
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
     args = dict(batch_size=4, episode_pool_size=2, device="cpu", num_workers=0, decode="cpu",
                 delta_timestamps={"action": [0.0, 1 / FPS]})

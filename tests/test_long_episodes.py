@@ -152,7 +152,7 @@ def test_a_damaged_piece_is_named_after_its_joined_stream_fails(long_dataset, tm
     from pathlib import Path
 
     from dali_stream import DecodeError
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
     from .damage import scramble_keyframes
 

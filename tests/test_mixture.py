@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dali_stream import ConfigError, Member, Mixture, StreamLoader
-from dali_stream.mixing import epoch_shares
+from dali_stream.loader.mixing import epoch_shares
 from dali_stream.plan.mix import member_targets
 from dali_stream.tools.paint import read_ids
 
@@ -188,7 +188,7 @@ def test_a_mixture_loader_on_open_meta(embodiments):
     """`open_meta(mixture)`: the merged metadata before a loader, which the loader takes in place of the mixture
     (the same batches), refusing a setting a mixture takes per member."""
     from dali_stream import open_meta
-    from dali_stream.catalog import MixtureMeta
+    from dali_stream.meta.catalog import MixtureMeta
 
     mix = _mix(embodiments, "arm6", "arm7", weights=[1.0, 2.0])
     meta = open_meta(mix)

@@ -71,7 +71,7 @@ def _misread_frames(root) -> dict[str, int]:
     """Decode every frame of every camera file with PyAV; count frames whose ids are not the expected ones."""
     import av
 
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
     meta = DatasetMeta.open(str(root))
     bad = {}

@@ -8,7 +8,7 @@ import pytest
 from dali_stream.decode.cpu import torchcodec_frames
 from dali_stream.errors import DecodeError, VideoFileError
 from dali_stream.fetch.segments import cut_segment
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 from dali_stream.tools.paint import read_ids
 
 
@@ -116,9 +116,9 @@ def test_a_cut_knows_its_packets_as_reading_it_back_gives_them(four_codec_datase
     """An indexed cut's packet index is computed from what was written (`written_packets`), not parsed back: the
     same arrays as parsing the written MP4, on every codec, for whole episodes and for pieces (whose index points
     into their samples, `body`, until their MP4 is written: the same bytes there)."""
-    from dali_stream.fetch.mp4index import IndexCache
+    from dali_stream.fetch.indexes import IndexCache
     from dali_stream.fetch.segments import cut_segment, indexed_segment, indexed_span, packet_index
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.source.storage import LocalRanges
 
     meta = DatasetMeta.open(str(four_codec_dataset))
@@ -154,9 +154,9 @@ def test_indexes_beyond_their_bound_are_dropped_and_read_again_the_same(four_cod
     """An index cache smaller than one file's index keeps only the last file asked for; a file asked for again is
     indexed again to the same arrays, and its segments carry the same frames. What is kept is the index alone (no
     demuxer left open beside it, no bytes of the read): what the bound weighs."""
-    from dali_stream.fetch.mp4index import IndexCache, _index_bytes
+    from dali_stream.fetch.indexes import IndexCache, _index_bytes
     from dali_stream.fetch.segments import cut_segment
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.source.storage import LocalRanges
 
     meta = DatasetMeta.open(str(four_codec_dataset))

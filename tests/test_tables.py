@@ -81,7 +81,7 @@ def test_rows_of_many_episodes_over_http_are_read_together(small_dataset, tmp_pa
     import numpy as np
 
     from dali_stream import DatasetError
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
     from .faultproxy import FaultProxy
     from .httpserver import Server

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from dali_stream.meta import DatasetMeta
+from dali_stream.meta.dataset import DatasetMeta
 
 from .console import dali_stream
 from .damage import scribble_frames
@@ -93,7 +93,7 @@ def test_nothing_to_compare_with(small_dataset):
 def test_decoding_every_frame_goes_in_chunks_and_still_finds_a_misread(damaged, small_dataset, monkeypatch):
     """`verify --decode` decodes an episode a chunk at a time (an hour-long 480p episode whole would need ~100 GB):
     with chunks of 3 frames, the clean sample stays clean and the damaged one is still found."""
-    from dali_stream.meta import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.tools import verify
 
     monkeypatch.setattr(verify, "VERIFY_CHUNK", 3)

@@ -4,7 +4,7 @@ DALI reports a decoder failure as a RuntimeError naming the operator, not the sa
 known messages of DALI 2.4's `fn.decoders.video` (strings of its CPU and mixed backends) into a kind;
 `explain_device` turns a failure on batches in flight into a `DeviceError` (this GPU or container) naming the
 camera, the episode and the fix; what is about one stream's bytes the batch builder checks on the CPU
-(`graph.batches.BatchBuilder.explain_dali_failure`), frames the failed batches asked for only.
+(`graph.forensics`), frames the failed batches asked for only.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def stream_format(data: bytes):
 
     import av
 
-    from ..meta import normalise_codec
+    from ..meta.dataset import normalise_codec
     from .routes import StreamFormat
 
     try:

@@ -38,7 +38,7 @@ class PieceCut:
     key: Hashable  # the caller's name for it (`log`)
     path: str
     files: Any  # the member's readers (`fetch.store._Files`)
-    indexed: Any  # the file's `mp4index.IndexedFile`
+    indexed: Any  # the file's `indexes.IndexedFile`
     span: IndexedSpan
     last_s: float  # file time of the last frame asked
     tolerance_s: float

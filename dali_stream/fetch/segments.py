@@ -179,7 +179,7 @@ def cut_segment(fs, path: str, from_s: float, to_s: float, *, episode: int, came
     """Remux the packets of [from_s, to_s) (file time) into a standalone MP4; see the module docstring.
 
     `last_frame_s` is the file time of the episode's last frame: a file that ends before it is truncated.
-    `indexed` (an `mp4index.IndexedFile`; `fs` then reads ranges: a RemoteFS or `storage.LocalRanges`) builds the
+    `indexed` (an `indexes.IndexedFile`; `fs` then reads ranges: a RemoteFS or `storage.LocalRanges`) builds the
     segment from the sample index and one read of exactly its packets; without it a demuxer reads the file
     through `fs.open`.
     """

@@ -86,7 +86,7 @@ class _Files:
 
     def __init__(self, member, first: "_Files | None", index_bytes: int, footer_bytes: int) -> None:
         from ..source.storage import LocalRanges, is_local
-        from .mp4index import IndexCache
+        from .indexes import IndexCache
 
         meta = member.meta
         self.tables: TableReader = TableReader(meta, member.table_keys, footer_bytes=footer_bytes,
@@ -102,7 +102,7 @@ class EpisodeStore:
     def __init__(self, catalog, tolerance_s: float, capacity_bytes: int, decoders: SegmentDecoders,
                  fetch_workers: int = 4, segment_bytes_limit: int | None = None, *,
                  index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES) -> None:
-        """`catalog` (`dali_stream.catalog.Catalog`): the episode positions and, per member, its metadata and the
+        """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions and, per member, its metadata and the
         own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
         store's bounds. `tolerance_s`: the loader's, unless a member sets its own. `segment_bytes_limit`: an
         episode's camera whose segment would be larger (an hour-long recording) is not fetched whole: each sample

@@ -23,21 +23,18 @@ from typing import Any, Callable, Mapping, cast
 
 import numpy as np
 
-from ..decode.cpu import DecoderCache, torchcodec_frames, torchcodec_tensor
-from ..decode.errors import classify, explain_device, stream_format
+from ..decode.cpu import DecoderCache
 from ..decode.frames import FrameCache
-from ..decode.route import DALI_CPU, NVDEC, keys_where
+from ..decode.route import keys_where
 from ..decode.route import route as route_of
-from ..decode.routes import DALI_CPU_CODECS
 from ..errors import DaliStreamError, DecodeError
-from ..fetch.segments import FIX_FILE
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
 from .clips import DaliInput, dali_input
-from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
 from .joined import group_sizes, join_group, join_pieces
+from .segment_frames import decode_grouped, decode_host, frame_keys
 
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
@@ -78,7 +75,7 @@ class BatchBuilder:
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
                  join_streams: int = 0, engines: Mapping[str, Any] | None = None, join_all: bool = False,
                  frames: FrameCache | None = None) -> None:
-        """`catalog` (`dali_stream.catalog.Catalog`): the episode positions the plans name, and each key's feature
+        """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions the plans name, and each key's feature
         in each member (`routes`, `table_keys`, `table_dtypes` and `delta_indices` are in the catalog's keys: a
         mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
         (zeros in the batch) and `<key>_dim_is_pad` for vectors some member has shorter (zero-padded); its cameras
@@ -414,112 +411,11 @@ class BatchBuilder:
         self.store.cut_ahead(asks)
 
     def explain_dali_failure(self, pending: list[Prepared], exc: BaseException, node=None) -> DaliStreamError:
-        """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what
-        failed (this GPU, or one stream), which camera and which episode, and the fix."""
-        failure = classify(str(exc))
-        dali_keys = keys_where(self.routes, "in_dali")
-        nvdec = {k: [seg for b in pending for seg in b.asked.get(k, ([], []))[0]]
-                 for k, r in self.routes.items() if r == NVDEC.name}
-        found = explain_device(failure, nvdec, node)
-        if found is not None:
-            return found
-        if failure.kind == "out-of-bounds":
-            found = self._out_of_bounds(pending, failure)
-            if found is not None:
-                return found
-        found = self._unopened(pending, failure) if failure.kind == "unopened" else None
-        found = found or self._check_asked_frames(pending, failure)
-        if found is not None:
-            return found
-        episodes = self.catalog.episodes_text([p for b in pending for p in b.plan.episodes])
-        if not dali_keys:
-            return DecodeError(f"DALI pipeline failed: {failure.line}")
-        return DecodeError(
-            f"DALI's video decoder failed ({failure.line}) on a batch with {episodes} of cameras "
-            f"{dali_keys}, although torchcodec decodes every frame those batches asked for: the failure is "
-            f"DALI's, not the data's. Route the cameras through torchcodec with "
-            f"decode={dict.fromkeys(dali_keys, 'cpu')!r}, and report it with the output of "
-            "`dali-stream diagnose DATASET --decode-test --json`")
+        """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: what failed,
+        which camera and episode, and the fix (`graph.forensics`)."""
+        from .forensics import explain
 
-    def _unopened(self, pending: list[Prepared], failure) -> DecodeError | None:
-        """DALI could not open a stream (`decode.errors`, kind "unopened"): the first clip or joined stream handed
-        to it that FFmpeg cannot open either, or whose codec DALI's CPU decoder lacks (the bytes DALI got, not the
-        segment they were cut from). NVDEC's refusals were asked before (`explain_device`)."""
-        for prepared in pending:
-            for key in prepared.asked:
-                for g, data in enumerate(prepared.arrays[self._slot[f"{key}@encoded"]]):
-                    fmt = stream_format(np.asarray(data).tobytes())
-                    n = prepared.members
-                    eps = self.catalog.episodes_text(prepared.plan.episodes[g * n:(g + 1) * n])
-                    where = f"camera {key!r}, {eps}"
-                    if fmt is None:
-                        return DecodeError(
-                            f"DALI's video decoder could not open the stream cut for {where} ({failure.line}), and "
-                            f"FFmpeg cannot open it either: the cut is wrong, not the file. Decode the camera with "
-                            f"torchcodec, decode={{{key!r}: 'cpu'}}, and report it with "
-                            "`dali-stream diagnose DATASET --decode-test --json`")
-                    if self.routes[key] == DALI_CPU.name and fmt.codec not in DALI_CPU_CODECS:
-                        member = self.catalog.locate(int(prepared.plan.episodes[g * n]))[0]
-                        claimed = member.camera(key).codec
-                        return DecodeError(
-                            f"DALI's CPU decoder could not open {where}: the stream is {fmt.describe()}, and it "
-                            f"decodes only {', '.join(sorted(DALI_CPU_CODECS))} ({failure.line}); meta/info.json "
-                            f"says {claimed!r}. Fix info.json's video.codec for the camera, or decode it with "
-                            f"torchcodec: decode={{{key!r}: 'cpu'}}")
-        return None
-
-    def _check_asked_frames(self, pending: list[Prepared], failure) -> DecodeError | None:
-        """The frames the failed batches asked of their DALI-routed cameras, decoded by torchcodec from their
-        segments, each frame's time checked: the first that fails names its episode and camera. Only those
-        frames: a whole segment of an hour-long episode would take minutes."""
-        for prepared in pending:
-            for key, (segs, asked) in prepared.asked.items():
-                by_seg: dict[int, tuple[Any, list[np.ndarray]]] = {}
-                for seg, idx in zip(segs, asked):
-                    by_seg.setdefault(seg.uid, (seg, []))[1].append(np.asarray(idx))
-                for seg, parts in by_seg.values():
-                    try:
-                        torchcodec_frames(seg, np.unique(np.concatenate(parts)))
-                    except DecodeError as cpu_exc:
-                        return DecodeError(f"DALI's video decoder failed ({failure.line}) on episode {seg.episode}, "
-                                           f"camera {key!r}; the CPU check agrees: {cpu_exc}")
-        return None
-
-    def _out_of_bounds(self, pending: list[Prepared], failure) -> DecodeError | None:
-        """The sample that asked DALI for frame `failure.frame` of a stream DALI found shorter."""
-        for prepared in pending:
-            for key, route in self.routes.items():
-                if not route_of(route).in_dali:
-                    continue
-                frames = prepared.arrays[self._slot[f"{key}@frames"]]
-                for j, idx in enumerate(frames):
-                    if failure.frame is not None and failure.frame in np.asarray(idx).tolist():
-                        if prepared.members > 1:
-                            return self._joined_out_of_bounds(prepared, key, j, failure)
-                        seg = prepared.asked[key][0][j]
-                        return DecodeError(
-                            f"DALI's video decoder found {failure.frames} frames in the clip of episode "
-                            f"{seg.episode}, camera {key!r} (cut from {seg.source}) but frame {failure.frame} was "
-                            "asked for: the file's index lists more frames than the stream decodes. The file is "
-                            f"damaged: {FIX_FILE}; or decode the camera with torchcodec: decode={{{key!r}: 'cpu'}}")
-        return None
-
-    def _joined_out_of_bounds(self, prepared: Prepared, key: str, group: int, failure) -> DecodeError:
-        """A joined stream (`graph.joined`) decoded shorter than its clips' sample tables say: name its episodes,
-        and whether the clips decode apart (then joining them is what failed)."""
-        n = prepared.members
-        segs = prepared.asked[key][0][group * n:(group + 1) * n]
-        episodes = sorted({seg.episode for seg in segs})
-        what = (f"DALI's video decoder found {failure.frames} frames in a stream joining the clips of episodes "
-                f"{episodes}, camera {key!r}, where frame {failure.frame} was asked for")
-        for seg in {seg.uid: seg for seg in segs}.values():
-            try:
-                torchcodec_frames(seg, np.arange(len(seg.pts_s)))
-            except DecodeError as exc:
-                return DecodeError(f"{what}; the CPU check finds a damaged segment: {exc}")
-        return DecodeError(f"{what}, although every one of those segments decodes apart: joining these clips is what "
-                           "failed. Decode one clip per sample with join_streams=0, and report it with "
-                           "`dali-stream diagnose DATASET --decode-test --json`")
+        return explain(self, pending, exc, node)
 
 
 def piece_key(plan: BatchPlan, j: int, camera: str) -> tuple[int, int, int, str]:
@@ -531,83 +427,3 @@ def engine_camera(key: str, member: str, mixed: bool) -> str:
     """The open-decoder engine's name for a camera (its decoders are kept per name): a mixture's member cameras
     under one key may differ in codec and size, so each member's is its own."""
     return f"{key}@{member}" if mixed else key
-
-
-def decode_segments(segs, idx, cache, frames: FrameCache | None = None, keys: list | None = None):
-    """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
-    segment (None: a mixture's member lacking the camera) are skipped. With `frames` (the decoded-frame cache) and
-    `keys` (per sample, the cache's name of each of its frames: `frame_keys`), frames found there are not decoded
-    and those decoded are kept there.
-
-    Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
-    indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
-    from the cache) and how many of them were decoded."""
-    by_seg: dict[int, tuple[Any, list[int]]] = {}
-    for j, seg in enumerate(segs):
-        if seg is None:
-            continue
-        by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
-    for seg, members in by_seg.values():
-        wanted = np.unique(np.concatenate([idx[j] for j in members]))
-        if frames is None or keys is None:
-            yield members, wanted, torchcodec_tensor(seg, wanted, cache).numpy(), len(wanted)
-            continue
-        name: dict[int, tuple[str, int]] = {}
-        for j in members:
-            name.update(zip(idx[j].tolist(), keys[j]))
-        names = [name[w] for w in wanted.tolist()]
-        found = [frames.get(k) for k in names]
-        missing = [n for n, f in enumerate(found) if f is None]
-        if missing:
-            decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy()
-            frames.put([names[n] for n in missing], decoded)
-            if len(missing) == len(wanted):
-                yield members, wanted, decoded, len(missing)
-                continue
-            for n, picture in zip(missing, decoded):
-                found[n] = picture
-        yield members, wanted, found, len(missing)  # a list: the frames are not copied into one array first
-
-
-def frame_keys(segs, idx, frames: FrameCache) -> list:
-    """Per sample, the decoded-frame cache's name of each frame `idx[j]` of `segs[j]` (None without a segment):
-    its video file and file time, whatever segment or piece it was cut in."""
-    return [None if seg is None else [frames.key(seg.source, t) for t in seg.pts_s[i].tolist()]
-            for seg, i in zip(segs, idx)]
-
-
-def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
-                   keys: list | None = None) -> tuple[list[np.ndarray], int]:
-    """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
-    for a sample without a segment; `frames`, `keys`: the decoded-frame cache (`decode_segments`)."""
-    out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
-    decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, keys):
-        decoded += n
-        for j in members:
-            at = np.searchsorted(wanted, idx[j])
-            out[j] = pixels[at] if isinstance(pixels, np.ndarray) else np.stack([pixels[k] for k in at])
-    return cast("list[np.ndarray]", out), decoded  # every sample's slot was filled above
-
-
-def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
-                frames: FrameCache | None = None, keys: list | None = None):
-    """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
-    (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
-    none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `keys`: the
-    decoded-frame cache (`decode_segments`)."""
-    out = None
-    if size is not None and all(seg is None for seg in segs):
-        out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
-    decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, keys):
-        if out is None:
-            h, w, _ = pixels[0].shape
-            out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))
-        scatter_frames(out, pixels, members, wanted, idx, image_ops)
-        decoded += n
-    if out is not None:
-        for j, seg in enumerate(segs):
-            if seg is None:  # a mixture's member without the camera: zeros (a reused buffer holds old frames)
-                out[j] = 0
-    return out, decoded

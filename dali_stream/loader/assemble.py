@@ -16,7 +16,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..catalog import Catalog
 from ..config import LoaderConfig
 from ..decode import proven
 from ..decode.cpu import DecoderCache
@@ -30,7 +29,7 @@ from ..errors import InstallError
 from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder, engine_camera
 from ..graph.imageops import ImageOps
-from ..mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
+from ..meta.catalog import Catalog
 from ..pairing import check_dali
 from ..plan.epoch import PlanConfig
 from ..plan.mix import Mix
@@ -38,6 +37,7 @@ from ..plan.world import World, resolve_world
 from ..source.storage import is_local
 from ..transforms import TransformPool
 from .lifecycle import IMPORT_ERRORS
+from .mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 from .resolve import Facts, Resolved, nvdec_joins, resolve
 
 log = logging.getLogger("dali_stream")

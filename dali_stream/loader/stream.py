@@ -16,7 +16,6 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
-from ..catalog import Catalog, MixtureMeta
 from ..config import LoaderConfig
 from ..decode.cpu import DecoderCache
 from ..decode.engine import OpenDecoders
@@ -27,24 +26,25 @@ from ..fetch.closer import CLOSER, in_background
 from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder
 from ..graph.imageops import ImageOps
-from ..memory import TRIM_EVERY, release_freed
-from ..meta import DatasetMeta
-from ..mixing import open_meta as _open_meta
+from ..meta.catalog import Catalog, MixtureMeta
+from ..meta.dataset import DatasetMeta
 from ..mixture import Member, Mixture
 from ..plan.epoch import EpochPlan, PlanConfig
 from ..plan.mix import Mix
 from ..plan.world import World
-from ..samples import Samples
 from ..source.lerobot import lerobot_source
-from ..stats import loader_stats, memory_budget
 from ..transforms import TransformPool
-from ..wait import DataWait
 from .assemble import Stages, assemble
 from .deliver import Delivery
 from .lifecycle import OPEN_LOADERS, shut
+from .memory import TRIM_EVERY, release_freed
+from .mixing import open_meta as _open_meta
 from .position import Position
 from .resolve import Resolved
+from .samples import Samples
 from .schedule import Schedule
+from .stats import loader_stats, memory_budget
+from .wait import DataWait
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -128,7 +128,7 @@ class StreamLoader:
         # races the interpreter's teardown (it was killed inside pyarrow's ParquetReader dealloc: "terminate
         # called without an active exception", 1 exit in 5 of benchmarks/epoch_profile.py), so loaders still
         # open at exit are closed on the main thread by `lifecycle.close_open_loaders`. The closing thread is
-        # started here, never from the finalizer (`fetch.store._Closer`: a thread started inside the garbage
+        # started here, never from the finalizer (`fetch.closer._Closer`: a thread started inside the garbage
         # collector can deadlock every thread start in the process).
         CLOSER.start()
         self._finalizer = weakref.finalize(self, in_background, shut, self.store, list(self.engines.values()),
@@ -178,14 +178,14 @@ class StreamLoader:
     def stats(self) -> dict[str, Any]:
         """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
         cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
-        cache's hits (`frames`), the fetch counters and the decoders opened (`dali_stream/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
+        cache's hits (`frames`), the fetch counters and the decoders opened (`loader/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
         return loader_stats(self.store, self.decoders, self.builder.buffers, self.resolved.segment_bytes, self.frames)
 
     def data_wait(self) -> dict[str, Any]:
         """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:
         `wait_fraction` of the wall time since the first batch was asked for, and `recent` (the last 100 batches:
         `wait_fraction`, `p50_ms`, `p95_ms`, `max_ms`). Near 0: the loader keeps ahead of the loop; near 1: the
-        loop waits for data (`dali_stream/wait.py`). Readable at any step; a training loop logs the max over ranks
+        loop waits for data (`loader/wait.py`). Readable at any step; a training loop logs the max over ranks
         (dali-stream train)."""
         return self._waits.stats()
 
@@ -198,7 +198,7 @@ class StreamLoader:
     def dataset(self) -> Samples:
         """The loader's samples as lerobot's dataset offers them: `len(loader.dataset)` frames, `loader.dataset[i]`
         sample i as `LeRobotDataset.__getitem__` returns it (one dict, no batch axis, `task` a string); sample i is
-        the i-th frame of the selected episodes in order (`dali_stream.samples`). Iterating the loader is the fast
+        the i-th frame of the selected episodes in order (`loader.samples`). Iterating the loader is the fast
         way through an epoch; this is for looking at samples."""
         if self._samples is None:
             self._samples = Samples(self)
@@ -285,7 +285,7 @@ class StreamLoader:
                 self._waits.got(asked)
                 self.position.consumed += 1
                 delivered += 1
-                if delivered % TRIM_EVERY == 0:  # ~0.1 ms on the caller's thread (dali_stream.memory)
+                if delivered % TRIM_EVERY == 0:  # ~0.1 ms on the caller's thread (loader.memory)
                     release_freed()
                 if first_s is None:
                     first_s = time.perf_counter() - t0

@@ -11,7 +11,7 @@ batch sequence does not depend on `num_workers`):
    so ranks get near-equal frame counts. The partition changes every epoch.
 2. The rank's episodes get a seeded admission order. A pool of `pool_size` whole episodes is open at a
    time, one per lane: in admission order each episode goes to the lane with the fewest frames so far (the
-   one that frees first), and each episode hands out its frames in a seeded random order (`_Lanes`).
+   one that frees first), and each episode hands out its frames in a seeded random order (`Lanes`).
 3. The rank's stream visits the lanes in turn, one frame each (a lane that has handed out all its frames is
    skipped), and batch i is samples [i * batch_size, (i + 1) * batch_size) of it, their order then drawn
    (seeded by the batch). So a batch holds min(batch, pool) distinct episodes whenever the pool has them, an
@@ -20,7 +20,7 @@ batch sequence does not depend on `num_workers`):
    keeps nothing per batch (a 200k-episode epoch has 750k batches).
 
    With `pool_size` None (a global shuffle) there is no pool: a pass is the rank's frames in the order of a
-   seeded permutation of all of them (`_Global`, `plan.permute`), computed pointwise, so batch i is again a
+   seeded permutation of all of them (`GlobalPass`, `plan.permute`), computed pointwise, so batch i is again a
    function of i alone and a batch's samples come from anywhere in the rank's share.
 
 4. All ranks yield the same number of batches of the same sizes (a DDP step waits for every rank). With
@@ -34,7 +34,6 @@ dropped); with several, every rank's own frames come first, exactly once each, b
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -43,7 +42,8 @@ import numpy as np
 
 from ..errors import ConfigError
 from .mix import Mix, draws, quotas, windows_by_member
-from .permute import permute, round_keys
+from .partition import partition_episodes, partition_in_order
+from .passes import GlobalPass, Lanes
 from .world import World
 
 
@@ -52,7 +52,7 @@ class PlanConfig:
     """What the planner needs besides the dataset: sizes, seed and the delta windows (in frames)."""
 
     batch_size: int
-    pool_size: int | None  # None: a global shuffle of the rank's frames (`_Global`), no pool of open episodes
+    pool_size: int | None  # None: a global shuffle of the rank's frames (`GlobalPass`), no pool of open episodes
     seed: int = 0
     drop_last: bool = True
     delta_indices: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -107,226 +107,9 @@ class BatchPlan:
         return int(self.episodes.shape[0])
 
 
-def _candidates(lengths: np.ndarray, world_size: int) -> np.ndarray:
-    """Positions of the episodes with frames to hand out; every rank needs at least one."""
-    candidates = np.flatnonzero(lengths > 0)
-    if world_size > len(candidates):
-        raise ConfigError(
-            f"world_size={world_size} ranks but the dataset has only {len(candidates)} non-empty episodes: "
-            "every rank needs at least one episode; use fewer ranks or a larger dataset"
-        )
-    return candidates
-
-
-def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int, *salt: int) -> list[np.ndarray]:
-    """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch, salt)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    candidates = _candidates(lengths, world_size)
-    rng = np.random.default_rng([seed, epoch, 0x9A27, *salt])
-    order = candidates[rng.permutation(len(candidates))]
-    order = order[np.argsort(-lengths[order], kind="stable")]
-    heap = [(0, r) for r in range(world_size)]
-    owned: list[list[int]] = [[] for _ in range(world_size)]
-    for pos in order.tolist():
-        load, rank = heapq.heappop(heap)
-        owned[rank].append(pos)
-        heapq.heappush(heap, (load + int(lengths[pos]), rank))
-    return [np.array(sorted(o), dtype=np.int64) for o in owned]
-
-
-def partition_in_order(lengths: np.ndarray, world_size: int) -> list[np.ndarray]:
-    """Split episode positions over ranks in order, contiguous blocks of near-equal frames (no shuffle)."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    candidates = _candidates(lengths, world_size)
-    sizes = lengths[candidates]
-    middle = np.cumsum(sizes) - sizes / 2.0  # an episode goes to the rank its middle frame falls in
-    starts = [0]
-    for rank in range(1, world_size):
-        first = int(np.searchsorted(middle, rank * sizes.sum() / world_size))
-        starts.append(min(max(first, starts[-1] + 1), len(sizes) - (world_size - rank)))  # no rank empty
-    starts.append(len(sizes))
-    return [candidates[starts[r]:starts[r + 1]] for r in range(world_size)]
-
-
-class _Lanes:
-    """One pass over a rank's episodes as `lanes` interleaved lanes (see the module docstring): a pure function
-    from a position in the pass to (episode, frame), so any batch of the epoch is computed without drawing the
-    ones before it.
-
-    Episodes go, in admission order, to the lane that has the fewest frames so far (the one that frees first:
-    every lane hands out one frame per turn), each lane handing out its episodes one after another. The pass's
-    stream visits lanes in turn: stream index n is lane n % lanes at lane offset n // lanes, skipped once that lane
-    has handed out all its frames. Each episode hands out its frames in a seeded random order (`shuffle`), or in
-    order."""
-
-    lanes: int
-    members: list[np.ndarray]  # per lane: its episodes (local indices), in the order it hands them out
-    starts: list[np.ndarray]  # per lane: the lane offset at which each of them begins
-    totals: np.ndarray  # per lane: frames it hands out
-    frames: int  # frames of the pass
-
-    def __init__(self, counts: list[int], frames_of, lanes: int, shuffle: bool, seed_words: tuple[int, ...],
-                 like: "_Lanes | None" = None) -> None:
-        """`like`: a pass over the same episodes whose lane assignment this one reuses (only the random seed differs)."""
-        self.counts, self.frames_of, self.shuffle, self.seed_words = counts, frames_of, shuffle, seed_words
-        self._perms: dict[int, np.ndarray] = {}
-        if like is not None:
-            self.lanes, self.members, self.starts = like.lanes, like.members, like.starts
-            self.totals, self.frames = like.totals, like.frames
-            return
-        busy = [i for i, c in enumerate(counts) if c > 0]
-        self.lanes = max(1, min(lanes, len(busy)))
-        heap = [(0, lane) for lane in range(self.lanes)]
-        members: list[list[int]] = [[] for _ in range(self.lanes)]
-        starts: list[list[int]] = [[] for _ in range(self.lanes)]
-        for i in busy:
-            total, lane = heapq.heappop(heap)
-            members[lane].append(i)
-            starts[lane].append(total)
-            heapq.heappush(heap, (total + counts[i], lane))
-        self.members = [np.asarray(m, dtype=np.int64) for m in members]
-        self.starts = [np.asarray(st, dtype=np.int64) for st in starts]
-        self.totals = np.zeros(self.lanes, dtype=np.int64)
-        for total, lane in heap:
-            self.totals[lane] = total
-        self.frames = int(self.totals.sum())
-
-    def _visits(self, n, lane):
-        """Turns lane(s) `lane` had at stream positions < n (whether or not they still had frames)."""
-        return np.maximum(0, (n - lane + self.lanes - 1) // self.lanes)
-
-    def _before(self, n: int) -> int:
-        """Stream positions < n that are samples (not skipped)."""
-        return int(np.minimum(self._visits(n, np.arange(self.lanes)), self.totals).sum())
-
-    def stream_index(self, v: int) -> int:
-        """The stream position of the pass's `v`-th sample (0 <= v < frames)."""
-        lo, hi = v, self.lanes * int(self.totals.max())  # _before(lo) <= v < _before(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self._before(mid) <= v:
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def at(self, n: int) -> tuple[int, int, int] | None:
-        """(episode, place in its frame order, frame) at stream position n; None where the lane is done."""
-        lane, offset = n % self.lanes, n // self.lanes
-        if offset >= self.totals[lane]:
-            return None
-        k = int(np.searchsorted(self.starts[lane], offset, side="right")) - 1
-        episode = int(self.members[lane][k])
-        place = offset - int(self.starts[lane][k])
-        return episode, place, int(self._order(episode)[place])
-
-    def _order(self, episode: int) -> np.ndarray:
-        """The frames episode `episode` hands out this pass, in their (seeded) order; a few kept."""
-        found = self._perms.get(episode)
-        if found is None:
-            found = np.asarray(self.frames_of(episode), dtype=np.int64)
-            if self.shuffle:
-                found = np.random.default_rng([*self.seed_words, episode]).permutation(found)
-            if len(self._perms) >= 64:
-                self._perms.pop(next(iter(self._perms)))
-            self._perms[episode] = found
-        return found
-
-    def drawn_before(self, n: int) -> dict[int, np.ndarray]:
-        """Frames handed out at stream positions < n, per episode (local index): whole episodes and each lane's
-        current one's first frames in its order."""
-        out: dict[int, np.ndarray] = {}
-        for lane in range(self.lanes):
-            visits = min(int(self.totals[lane]), int(self._visits(n, lane)))
-            for k in range(int(np.searchsorted(self.starts[lane], visits, side="left"))):
-                episode, begun = int(self.members[lane][k]), int(self.starts[lane][k])
-                out[episode] = self._order(episode)[:visits - begun]
-        return out
-
-    def span(self, v: int, stop: int) -> tuple[list[int], list[int], list[int]]:
-        """Samples [v, stop) of the pass: (episode, frame, place in its frame order) each."""
-        eps: list[int] = []
-        frames: list[int] = []
-        places: list[int] = []
-        n = self.stream_index(v)
-        while len(eps) < stop - v:
-            found = self.at(n)
-            n += 1
-            if found is not None:
-                eps.append(found[0])
-                places.append(found[1])
-                frames.append(found[2])
-        return eps, frames, places
-
-    def drawn(self, end: int) -> dict[int, np.ndarray]:
-        """Frames handed out by the pass's first `end` samples (0 < end < frames), per episode (local index)."""
-        return self.drawn_before(self.stream_index(end - 1) + 1)
-
-    def open_after(self, v: int) -> list[int]:
-        """Episodes open in the pool when the pass's sample `v` is drawn."""
-        return self.open_at(self.stream_index(v))
-
-    def open_at(self, n: int) -> list[int]:
-        """Episodes handing out frames at stream position n: begun before it, not finished."""
-        out = []
-        for lane in range(self.lanes):
-            offset = int(self._visits(n, lane))
-            if offset < self.totals[lane]:
-                k = int(np.searchsorted(self.starts[lane], offset, side="right")) - 1
-                if offset > self.starts[lane][k]:
-                    out.append(int(self.members[lane][k]))
-        return out
-
-
-class _Global:
-    """One pass over a rank's episodes as a global shuffle (`pool_size` None): the pass's frames (each episode's
-    `frames_of` in a row) in the order of a seeded permutation of all of them (`plan.permute`), so any sample of
-    the pass is any frame of the rank's share with equal chance, and sample v is computed on its own in constant
-    time and memory. No episode is held open: a batch's episodes come and go with it."""
-
-    ends: np.ndarray
-    starts: np.ndarray
-    frames: int
-
-    def __init__(self, counts: list[int], frames_of, seed_words: tuple[int, ...], like: "_Global | None" = None) -> None:
-        self.counts, self.frames_of = counts, frames_of
-        self.keys = round_keys(seed_words)
-        if like is not None:
-            self.ends, self.starts, self.frames = like.ends, like.starts, like.frames
-            return
-        self.ends = np.cumsum(np.asarray(counts, dtype=np.int64))  # sample j of the pass's concatenation is
-        self.starts = self.ends - np.asarray(counts, dtype=np.int64)  # episode searchsorted(ends, j, "right")
-        self.frames = int(self.ends[-1]) if len(self.ends) else 0
-
-    def _locate(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(episode, place) of concatenation indices `flat`."""
-        eps = np.searchsorted(self.ends, flat, side="right")
-        return eps, flat - self.starts[eps]
-
-    def span(self, v: int, stop: int) -> tuple[list[int], list[int], list[int]]:
-        eps, places = self._locate(permute(np.arange(v, stop, dtype=np.int64), self.frames, self.keys))
-        frames = [int(self.frames_of(e)[p]) for e, p in zip(eps.tolist(), places.tolist())]
-        return eps.tolist(), frames, places.tolist()
-
-    def drawn(self, end: int) -> dict[int, np.ndarray]:
-        eps, places = self._locate(permute(np.arange(end, dtype=np.int64), self.frames, self.keys))
-        order = np.argsort(eps, kind="stable")
-        eps, places = eps[order], places[order]
-        out: dict[int, np.ndarray] = {}
-        bounds = np.flatnonzero(np.diff(eps)) + 1
-        for part_eps, part_places in zip(np.split(eps, bounds), np.split(places, bounds)):
-            if len(part_eps):
-                episode = int(part_eps[0])
-                out[episode] = np.asarray(self.frames_of(episode), dtype=np.int64)[part_places]
-        return out
-
-    def open_after(self, v: int) -> list[int]:
-        return []
-
-
 class EpochPlan:
     """All batches of one epoch on one rank, each computed on its own by `batch(i)` in time independent of i
-    (`_Lanes`): a resumed job reaches its position without drawing the batches before it, and nothing grows
+    (`Lanes`): a resumed job reaches its position without drawing the batches before it, and nothing grows
     along the epoch."""
 
     def __init__(self, lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
@@ -381,7 +164,7 @@ class EpochPlan:
             self.num_samples = max(sizes)
             self.num_batches = math.ceil(self.num_samples / b)
         self.num_padding = max(0, self.num_samples - self.num_frames)
-        self._passes: dict[int, _Lanes | _Global] = {}
+        self._passes: dict[int, Lanes | GlobalPass] = {}
 
     def _draws(self, pos: int):
         """The frames episode `pos` draws this epoch, ascending (before any were consumed): its frames once (a
@@ -409,7 +192,7 @@ class EpochPlan:
         """Whether passes are global shuffles (`pool_size` None) rather than a pool of open episodes."""
         return self.config.pool_size is None and self.config.shuffle
 
-    def _lanes(self, number: int) -> "_Lanes | _Global":
+    def _lanes(self, number: int) -> "Lanes | GlobalPass":
         """Pass `number` of this rank's stream (0: its own frames; then padding passes over them again)."""
         lanes = self._passes.get(number)
         if lanes is None:
@@ -419,10 +202,10 @@ class EpochPlan:
             counts, frames_of = self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i]))
             first = self._passes.get(0)  # pass 0, whose episode layout later passes reuse
             if self.is_global:
-                lanes = _Global(counts, frames_of, words, like=first if isinstance(first, _Global) else None)
+                lanes = GlobalPass(counts, frames_of, words, like=first if isinstance(first, GlobalPass) else None)
             else:
-                lanes = _Lanes(counts, frames_of, self.config.pool_size or 1 if self.config.shuffle else 1,
-                               self.config.shuffle, words, like=first if isinstance(first, _Lanes) else None)
+                lanes = Lanes(counts, frames_of, self.config.pool_size or 1 if self.config.shuffle else 1,
+                               self.config.shuffle, words, like=first if isinstance(first, Lanes) else None)
             if lanes.frames == 0 and self.num_samples > 0:
                 raise ConfigError(
                     f"rank {self.world.rank} of {self.world.world_size} has no frames to draw in epoch {self.epoch} "

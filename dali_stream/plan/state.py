@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from ..errors import StateError
 
 # 2: the dataset fingerprint holds a digest of the episodes' indices and lengths; 3: plans drawn by lanes
-# (plan.epoch._Lanes, computed per batch), so a position of an earlier version's plans names other batches
+# (plan.passes.Lanes, computed per batch), so a position of an earlier version's plans names other batches
 STATE_VERSION = 3
 FIX = "pass the dict StreamLoader.state_dict() returned, unchanged (json.load of the saved file gives it back)"
 CONFIG_KEYS = ("seed", "batch_size", "episode_pool_size", "drop_last", "delta_indices", "dataset", "selection")

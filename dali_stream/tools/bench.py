@@ -221,7 +221,7 @@ def batch_mixing(loader) -> dict[str, Any]:
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
     from ..decode.route import route as route_of
-    from ..graph.batches import decode_segments
+    from ..graph.segment_frames import decode_segments
     from .bench_gpu import window_work
 
     work = [(loader.routes[key], key, segs, idx)  # (route, key, segs, idx)
@@ -253,8 +253,8 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     out: dict[str, Any] = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
                            "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
     if loader.host_batches and cpu_work:
-        from ..graph.batches import decode_host
         from ..graph.buffers import BufferPool
+        from ..graph.segment_frames import decode_host
 
         buffers = BufferPool(keep=threads)  # reused as the loader's are, so no page faults are timed
 
@@ -331,7 +331,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     from ..decode.route import any_where
     from ..decode.routes import Node, formats_of
     from ..loader import StreamLoader
-    from ..meta import DatasetMeta
+    from ..meta.dataset import DatasetMeta
 
     t_run = time.perf_counter()
     meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.loader.data_files_root, revision=cfg.loader.revision)

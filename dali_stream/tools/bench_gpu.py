@@ -172,7 +172,7 @@ def peers(loader, window) -> dict[str, dict[str, Any]]:
 
 def _peer(decode, work, samples: int, loader) -> dict[str, Any]:
     """Run one peer over `work` twice (the first pass warms it), timing the second; painted ids checked."""
-    from ..tools.paint import read_ids
+    from .paint import read_ids
 
     run, painted = None, False
     try:

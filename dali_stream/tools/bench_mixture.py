@@ -38,9 +38,9 @@ def _member_deltas(member, deltas: dict[str, list[float]]) -> dict[str, list[flo
 def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2) -> dict[str, Any]:
     """Bench the mixture file `cfg.dataset` against its members (module doc); the result dict has the usual
     `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates."""
-    from ..catalog import Catalog
     from ..loader import StreamLoader
-    from ..mixing import epoch_shares
+    from ..loader.mixing import epoch_shares
+    from ..meta.catalog import Catalog
     from ..mixture import load_mixture
     from ..plan.selection import select
 

@@ -103,7 +103,7 @@ def _write_with_progress(out: Path, spec, overwrite: bool, console, workers: int
 def cmd_make_sample(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from ..meta import INFO_PATH
+    from ..meta.dataset import INFO_PATH
     from .sample_data import SAMPLE_KEY
 
     console = Console(stderr=True)
@@ -128,7 +128,7 @@ def cmd_make_sample(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..decode import proven
     from ..decode.routes import Node, choose_routes, formats_of
-    from ..meta import DatasetMeta
+    from ..meta.dataset import DatasetMeta
     from ..mixture import is_mixture_file
 
     if is_mixture_file(args.dataset):
@@ -202,10 +202,10 @@ def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
 def _inspect_mixture(args: argparse.Namespace) -> int:
     """`inspect MIXTURE.json`: each member (episodes, frames, fps, weight, its cameras' routes alone), and the
     mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
-    from ..catalog import Catalog
     from ..decode import proven
     from ..decode.routes import Node, choose_routes, nvdec_engine
-    from ..mixing import camera_routes, epoch_shares
+    from ..loader.mixing import camera_routes, epoch_shares
+    from ..meta.catalog import Catalog
     from ..mixture import load_mixture
     from ..plan.selection import select
 
@@ -281,7 +281,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from ..loader import StreamLoader
-    from ..meta import INFO_PATH
+    from ..meta.dataset import INFO_PATH
     from .sample_data import SAMPLE_KEY
 
     console = Console()

@@ -146,7 +146,7 @@ def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[st
     cameras reported as "<member>/<camera key>", and the route each mixture key takes here (one per key, from the
     members' own: `decode.routes.mixture_routes`)."""
     from ..decode.routes import RouteChoice, mixture_routes
-    from ..meta import DatasetMeta
+    from ..meta.dataset import DatasetMeta
     from ..mixture import load_mixture
 
     try:
@@ -185,7 +185,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
 
     from ..decode import proven
     from ..decode.routes import StreamFormat, choose_routes, formats_of
-    from ..meta import DatasetMeta
+    from ..meta.dataset import DatasetMeta
 
     try:
         meta = open_meta() if open_meta is not None else DatasetMeta.open(source)

@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     from accelerate import Accelerator
 
     from dali_stream import StreamLoader
-    from dali_stream.catalog import MixtureMeta
+    from dali_stream.meta.catalog import MixtureMeta
     from dali_stream.tools.sources import dataset_meta
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank and run (resume compares equal)

@@ -168,11 +168,11 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                      ) -> dict[str, list[str]]:
     """Relative file -> what goes wrong reading its episodes as the loader does (see the module doc)."""
 
-    from ..catalog import Catalog
     from ..decode.cpu import DecoderCache, torchcodec_frames
     from ..errors import DaliStreamError
     from ..fetch.store import EpisodeStore
     from ..fetch.tables import FRAME_TIME_S
+    from ..meta.catalog import Catalog
     from .paint import shows
 
     painted = meta.info.get("robot_type") == "dali_stream_sample"
@@ -241,7 +241,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
 
     `progress(stage, done, total)` is called as files are hashed (bytes), decoded (files) and read as the loader
     reads them (episodes, stage "episodes"); `tolerance_s` as the loader's."""
-    from ..meta import DatasetMeta
+    from ..meta.dataset import DatasetMeta
     from ..source.storage import open_fs
 
     fs, root = open_fs(source, storage_options=storage_options, revision=revision)

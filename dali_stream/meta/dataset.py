@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
-from .source.storage import lerobot_home, open_fs, read_parquet, resolve_source
+from ..errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
+from ..source.storage import lerobot_home, open_fs, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"

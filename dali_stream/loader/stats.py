@@ -49,7 +49,7 @@ def memory_budget(st: Any) -> dict[str, Any]:
     """`StreamLoader.memory_budget()` of the loader's stages `st` (`loader.assemble.Stages`): see its doc."""
     import numpy as np
 
-    from .decode.route import keys_where
+    from ..decode.route import keys_where
 
     b, routes, resolved, builder, store = st.config.batch_size, st.routes, st.resolved, st.builder, st.store
     steps = {k: len(st.plan_config.delta_indices.get(k, (0,))) for k in routes}

@@ -15,15 +15,15 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from .catalog import Catalog, MixtureMeta
-from .config import LoaderConfig
-from .decode.routes import RouteChoice, formats_of, mixture_routes, open_routes
-from .errors import ConfigError
-from .meta import DatasetMeta
-from .mixture import as_mixture
-from .plan.epoch import delta_indices
-from .plan.mix import Mix, member_mass
-from .plan.selection import select
+from ..config import LoaderConfig
+from ..decode.routes import RouteChoice, formats_of, mixture_routes, open_routes
+from ..errors import ConfigError
+from ..meta.catalog import Catalog, MixtureMeta
+from ..meta.dataset import DatasetMeta
+from ..mixture import as_mixture
+from ..plan.epoch import delta_indices
+from ..plan.mix import Mix, member_mass
+from ..plan.selection import select
 
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
 

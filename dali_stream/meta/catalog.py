@@ -20,9 +20,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .errors import ConfigError, DaliStreamError
-from .meta import Camera, DatasetMeta, LerobotMetadata
-from .mixture import Member, Mixture, default_name
+from ..errors import ConfigError, DaliStreamError
+from ..mixture import Member, Mixture, default_name
+from .dataset import Camera, DatasetMeta, LerobotMetadata
 from .schema import APPROXIMATE_STATS, Field, merge_features, merge_stats
 
 OPEN_THREADS = 16  # members' metadata opened at once (remote members wait on the network)

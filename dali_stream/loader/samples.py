@@ -14,11 +14,11 @@ import dataclasses
 import operator
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .config import LoaderConfig
+from ..config import LoaderConfig
 from .mixing import OPENING
 
 if TYPE_CHECKING:
-    from .loader import StreamLoader
+    from . import StreamLoader
 
 
 class Samples:

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 FLOAT, INT, BOOL = "float32", "int64", "bool"
 _KINDS = {"float16": FLOAT, "float32": FLOAT, "float64": FLOAT, "int8": INT, "int16": INT, "int32": INT,

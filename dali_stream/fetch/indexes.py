@@ -1,0 +1,83 @@
+"""The MP4 indexes a loader keeps: each video file indexed once (`mp4index.read_index`), checked against FFmpeg's
+reading of it where PyAV is installed, and the least recently used dropped beyond the loader's `index_bytes`."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..config import DEFAULT_INDEX_BYTES
+from ..errors import VideoFileError
+from .mp4index import IndexUnsupported, Mp4Index, read_index
+
+
+@dataclass
+class IndexedFile:
+    """A video file (remote or local) ready for cutting: its index, checked against FFmpeg's reading of the file
+    when it was made (segments are written from the index's `stsd`, `mp4write`: no demuxer is kept open, so what
+    a file costs is what `_index_bytes` weighs, not that plus FFmpeg's own index of it)."""
+
+    index: Mp4Index
+
+
+def _index_bytes(value: Any) -> int:
+    if value is None:
+        return 0
+    index = value.index
+    return index.nbytes + sum(len(b) for _, b in index.pieces) + len(index.stsd)
+
+
+class IndexCache:
+    """Video files of a RemoteFS, each indexed and opened once even when threads race; the least recently used
+    are dropped beyond `capacity_bytes` of index arrays (the loader's `index_bytes`).
+
+    A file whose layout `read_index` does not handle maps to None (why: `unsupported`): its episodes are
+    cut through the demuxer and plain range requests."""
+
+    def __init__(self, rfs, capacity_bytes: int = DEFAULT_INDEX_BYTES, *, shared: "IndexCache | None" = None) -> None:
+        """`shared`: another file system's cache whose bound this one shares (a mixture's members: one
+        `capacity_bytes` for all of them, each file kept under its own file system's name)."""
+        from .once import OncePerKey
+
+        self.rfs = rfs
+        self.files: Any = shared.files if shared is not None else \
+            OncePerKey(capacity_bytes=capacity_bytes, weigh=_index_bytes)
+        # path -> why it is read without an index (of every file system sharing the bound)
+        self.unsupported: dict[str, str] = shared.unsupported if shared is not None else {}
+
+    def get(self, path: str) -> IndexedFile | None:
+        return self.files.get((id(self.rfs), path), lambda: self._open(path))
+
+    def close(self) -> None:
+        """Forget every indexed file (of every cache sharing the bound)."""
+        self.files.clear()
+
+    def _open(self, path: str) -> IndexedFile | None:
+        try:
+            index = read_index(self.rfs, path)
+        except (IndexUnsupported, VideoFileError, struct.error, IndexError, ValueError) as exc:
+            self.unsupported[path] = f"{type(exc).__name__}: {exc}"
+            return None
+        try:
+            import av
+        except ImportError:  # a node without PyAV (NVDEC's open engine needs no FFmpeg): our index alone
+            return IndexedFile(dataclasses.replace(index, pieces=()))
+        try:
+            container = av.open(self.rfs.open(path, "rb", pieces=index.pieces), "r")
+        except av.error.FFmpegError as exc:  # the demuxing cut reports what is wrong with the file
+            self.unsupported[path] = f"{type(exc).__name__}: {exc}"
+            return None
+        if not container.streams.video:  # a damaged moov: the demuxing cut names the file and the fix
+            container.close()
+            self.unsupported[path] = "the demuxer finds no video track"
+            return None
+        time_base = container.streams.video[0].time_base
+        container.close()  # FFmpeg's own index of the file (tens of bytes a sample) is not kept beside ours
+        if time_base != Fraction(1, index.timescale):
+            self.unsupported[path] = f"stream time base {time_base} is not 1/{index.timescale}"
+            return None
+        # the bytes read while indexing served FFmpeg's check; the index no longer needs them
+        return IndexedFile(dataclasses.replace(index, pieces=()))
