@@ -15,10 +15,9 @@ STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist), each given whole files: PYTEST_WORKERS=2 ran the suite in ~21 minutes on 2 cores
-# where one process took ~31, but a fresh-clone run under it failed once (unexplained) after the load made a dav1d
-# decoder hang (fixed): one process stays the default until two have run clean. 0: one process.
-PYTEST_WORKERS ?= 0
+# Test processes (pytest-xdist), each given whole files: two run the suite in ~22 minutes on 2 cores where one
+# process took ~31 (a fresh-clone `.ci/run` under two: green, 30 minutes with the machine busy besides). 0: one process.
+PYTEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadfile)
 # The floors: setup.cfg's lowest allowed versions (constraints/floors.txt) in their own venv, on a smoke subset.
 FLOORS_VENV := .venv-floors

@@ -143,7 +143,7 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str) -> None
     if dataset is None:
         dataset = str(ROOT / ".demo" / "bench-av1-quick")
         if not (Path(dataset) / "meta" / "info.json").exists():
-            from dali_stream.tools.bench import bench_sample_spec
+            from dali_stream.tools.bench_samples import bench_sample_spec
             from dali_stream.tools.sample_data import write_sample
 
             write_sample(dataset, bench_sample_spec("av1-quick"))

@@ -98,7 +98,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/cpu-2core-transforms/image_transforms.json"))
     args = ap.parse_args()
     if not (Path(args.dataset) / "meta/info.json").exists():
-        from dali_stream.tools.bench import bench_sample_spec
+        from dali_stream.tools.bench_samples import bench_sample_spec
         from dali_stream.tools.sample_data import write_sample
 
         write_sample(Path(args.dataset), bench_sample_spec("av1-quick"))

@@ -2,7 +2,7 @@
 
     python3 benchmarks/mixture.py [--duration-s 15] [--rounds 2] [--out benchmarks/results/cpu-2core-mixture]
 
-The members are `bench --sample mixture`'s (`tools/bench.py`, BENCH_MIXTURES; written once under
+The members are `bench --sample mixture`'s (`tools/bench_samples.py`, BENCH_MIXTURES; written once under
 .demo/bench-mixture/): `arm-av1`, 20 episodes with two 640x480 AV1 cameras at 30 fps (lerobot's encoder settings,
 camera-like frames, a 6-dof arm), and `arm-h264`, 20 episodes with one 640x480 H.264 camera at 10 fps (a 7-dof arm
 without the wrist camera: zeros and `observation.images.wrist_is_missing` in its samples). Two mixtures of them: weights 1:1 (every
@@ -33,8 +33,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from dali_stream.config import LoaderConfig
-    from dali_stream.tools.bench import BenchConfig, mixture_sample
+    from dali_stream.tools.bench import BenchConfig
     from dali_stream.tools.bench_mixture import run_mixture
+    from dali_stream.tools.bench_samples import mixture_sample
     from dali_stream.tools.sample_data import write_sample
 
     def write(path, spec, why):

@@ -199,7 +199,7 @@ def test_a_narrow_terminal_gets_every_value_whole(tiny_run):
 def test_csv_keeps_every_value_under_its_column_when_a_setting_is_added(tmp_path):
     """A results folder's bench.csv outlives the code: a run with a new setting (here memory_format) rewrites
     the file under the union of the columns instead of appending a row one column out of step."""
-    from dali_stream.tools.bench import write
+    from dali_stream.tools.bench_report import write
 
     config = {"dataset": "d", "mode": "single", "decode": "cpu", "batch_size": 16, "num_workers": 2,
               "image_dtype": "uint8"}

@@ -80,7 +80,7 @@ def test_the_demo_on_a_gpu_node_says_why_its_cameras_run_on_the_cpu_and_how_to_s
     from dali_stream.decode.proven import rule
     from dali_stream.decode.routes import Node, NodeFacts, choose_routes, formats_of
     from dali_stream.meta.dataset import DatasetMeta
-    from dali_stream.tools.cli import demo_gpu_note
+    from dali_stream.tools.cli_demo import demo_gpu_note
 
     h100 = Node.from_facts(NodeFacts(1, 1, "2.13.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0)))
     formats = formats_of(DatasetMeta.open(str(written)))

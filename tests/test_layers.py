@@ -196,3 +196,11 @@ def test_the_public_surface_is_small_and_resolves():
     for name in dali_stream.__all__:
         assert getattr(dali_stream, name) is not None
     assert all(issubclass(getattr(dali_stream, e), dali_stream.DaliStreamError) for e in errors)
+
+
+def test_modules_stay_small():
+    """One job per module: none of the package over 450 lines, and `StreamLoader`'s facade at most 300
+    (docs/architecture.md, "The loader's house"): a module growing past it is split by job, not waved through."""
+    sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert {p: n for p, n in sizes.items() if n > 450} == {}
+    assert sizes["loader/stream.py"] <= 300

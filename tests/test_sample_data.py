@@ -174,7 +174,7 @@ def test_bad_recorder_or_pixel_format_is_refused(kwargs, match):
 
 def test_the_writer_checks_what_it_encoded(tmp_path):
     """`misread_frames`, the writer's own check after each file, sees frames that show other ids."""
-    from dali_stream.tools.sample_data import encode_video, misread_frames
+    from dali_stream.tools.sample_encode import encode_video, misread_frames
 
     ids = [(3, f) for f in range(12)]
     path = tmp_path / "v.mp4"
@@ -216,7 +216,7 @@ def test_encoder_processes_write_the_same_dataset(tmp_path):
 
 
 def test_encoder_processes_by_sample_size():
-    from dali_stream.tools.sample_data import PARALLEL_PIXELS, encode_workers
+    from dali_stream.tools.sample_encode import PARALLEL_PIXELS, encode_workers
 
     small = SampleSpec(episodes=4, min_length=8, max_length=14, height=64, width=96, cameras=parse_cameras("a:h264"))
     big = SampleSpec(episodes=20, min_length=300, max_length=600, height=480, width=640,
@@ -290,7 +290,7 @@ def test_the_writer_leaves_the_callers_scheduling_alone(tmp_path):
 
 
 def _encoding_children() -> list[Path]:
-    """/proc/<pid> of this process's encoding children (`sample_data.encode_child`) alive now."""
+    """/proc/<pid> of this process's encoding children (`sample_encode.encode_child`) alive now."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -309,7 +309,7 @@ def test_encoding_children_do_not_keep_real_time_threads(tmp_path):
     import threading
     import time
 
-    from dali_stream.tools.sample_data import DEMOTER_NAME
+    from dali_stream.tools.sample_encode import DEMOTER_NAME
 
     if os.geteuid() != 0:
         pytest.skip("SVT-AV1 raises its threads to real-time priority only when run as root")
@@ -357,7 +357,8 @@ def test_an_encode_that_uses_no_cpu_is_found_hung_within_the_stall_limit(tmp_pat
     import threading
     import time
 
-    from dali_stream.tools.sample_data import ENV_ENCODE_STALL_S, partial_path
+    from dali_stream.tools.sample_data import partial_path
+    from dali_stream.tools.sample_encode import ENV_ENCODE_STALL_S
 
     monkeypatch.setenv(ENV_ENCODE_STALL_S, "2")
     stopped: set[int] = set()
@@ -391,7 +392,8 @@ def test_an_encode_that_uses_no_cpu_is_found_hung_within_the_stall_limit(tmp_pat
 def test_a_hung_encode_is_killed_retried_and_reported_and_nothing_half_written_remains(tmp_path, monkeypatch):
     """The budget per video file (here 1 ms, which no encode meets) stands in for SVT-AV1's hang: the child is
     killed, the file retried once, then a clear error; `out` never appears and the partial folder is removed."""
-    from dali_stream.tools.sample_data import ENV_ENCODE_TIMEOUT_S, partial_path
+    from dali_stream.tools.sample_data import partial_path
+    from dali_stream.tools.sample_encode import ENV_ENCODE_TIMEOUT_S
 
     monkeypatch.setenv(ENV_ENCODE_TIMEOUT_S, "0.001")
     # large enough that no child process imports, encodes and checks it between two polls of the parent

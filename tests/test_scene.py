@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from dali_stream.tools import paint
-from dali_stream.tools.bench import bench_sample_spec, stale_sample
-from dali_stream.tools.sample_data import SAMPLE_KEY, SampleSpec, encode_video, parse_cameras, write_sample
+from dali_stream.tools.bench_samples import bench_sample_spec, stale_sample
+from dali_stream.tools.sample_data import SAMPLE_KEY, SampleSpec, parse_cameras, write_sample
+from dali_stream.tools.sample_encode import encode_video
 from dali_stream.tools.scene import Scene
 
 from .console import dali_stream

@@ -123,13 +123,12 @@ class StreamLoader:
         # Threads end with the loader, even unclosed. Garbage collection runs the finalizer on whatever thread
         # allocates at that moment: one of the fetch threads, one holding a lock the close takes, or fsspec's
         # event-loop thread while a fetch thread waits for that loop (joining it there never returned). So a
-        # collected loader is closed on a thread of its own, which tells the fetch threads to end and does
-        # not wait for them; `close()` waits. Not at interpreter exit, though: a thread closing the store then
-        # races the interpreter's teardown (it was killed inside pyarrow's ParquetReader dealloc: "terminate
-        # called without an active exception", 1 exit in 5 of benchmarks/epoch_profile.py), so loaders still
-        # open at exit are closed on the main thread by `lifecycle.close_open_loaders`. The closing thread is
-        # started here, never from the finalizer (`fetch.closer._Closer`: a thread started inside the garbage
-        # collector can deadlock every thread start in the process).
+        # collected loader is closed on a thread of its own, which tells the fetch threads to end and does not wait
+        # for them; `close()` waits. Not at interpreter exit: a thread closing the store then races the interpreter's
+        # teardown (killed inside pyarrow's ParquetReader dealloc: "terminate called without an active exception",
+        # 1 exit in 5 of benchmarks/epoch_profile.py), so loaders open at exit are closed on the main thread
+        # (`lifecycle.close_open_loaders`). The closing thread is started here, never from the finalizer
+        # (`fetch.closer._Closer`: a thread started inside the garbage collector can deadlock every thread start).
         CLOSER.start()
         self._finalizer = weakref.finalize(self, in_background, shut, self.store, list(self.engines.values()),
                                            self.transforms)

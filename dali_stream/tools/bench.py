@@ -17,19 +17,17 @@ One run = one (dataset, mode, decode, batch size, workers, pool) configuration:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import platform
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..config import LoaderConfig, as_dict
+from .bench_limit import raw_limit
 from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
 
@@ -216,104 +214,6 @@ def batch_mixing(loader) -> dict[str, Any]:
     pool = len(plan.admission_order) if plan.is_global else loader.plan_config.pool_size
     return compare(lambda i: plan.batch(i).episodes, plan.num_batches, loader.plan_lengths, pool,
                    loader.config.batch_size, loader.config.seed, loader.world.rank, loader.world.world_size)
-
-
-def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
-    """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
-    from ..decode.route import route as route_of
-    from ..graph.segment_frames import decode_segments
-    from .bench_gpu import window_work
-
-    work = [(loader.routes[key], key, segs, idx)  # (route, key, segs, idx)
-            for key, segs, idx in window_work(loader, window, list(loader.routes))[0]]
-    frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
-    # Warm: one open torchcodec decoder per segment per thread before timing (unbounded: the ideal).
-    from ..decode.cpu import DecoderCache, warm_decoders
-
-    warm = DecoderCache(None)
-    for route, _, segs, _ in work:
-        if route_of(route).torchcodec:
-            for seg in segs:
-                warm_decoders(seg, threads, warm)
-    cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route_of(route).torchcodec]
-
-    def decode(work) -> None:  # decode and drop: a window of full-size frames does not fit in memory at once
-        for _ in decode_segments(*work):
-            pass
-
-    seconds = _on_threads(decode, cpu_work, threads)
-    dali_work = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).in_dali]
-    if dali_work:
-        seconds += _dali_decode_time(dali_work, loader, threads)
-    t0 = time.perf_counter()  # open-decoder engine routes: the loader's engine (its threads, its open decoders)
-    for route, key, segs, idx in work:
-        if route in loader.engines:
-            loader.engines[route].decode(key, segs, idx)
-    seconds += time.perf_counter() - t0
-    out: dict[str, Any] = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
-                           "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
-    if loader.host_batches and cpu_work:
-        from ..graph.buffers import BufferPool
-        from ..graph.segment_frames import decode_host
-
-        buffers = BufferPool(keep=threads)  # reused as the loader's are, so no page faults are timed
-
-        def decode_and_write(work) -> None:  # the loader's own per-camera decode and write, output dropped
-            segs, idx, cache = work
-            decode_host(segs, idx, cache, buffers, loader.image_ops)
-
-        with_layout = _on_threads(decode_and_write, cpu_work, threads)
-        out["with_layout"] = {"seconds": with_layout, "frames_per_s": frames / with_layout if with_layout else 0.0,
-                              "image_dtype": loader.image_ops.dtype,
-                              "memory_format": loader.config.memory_format}
-    return out
-
-
-def _on_threads(fn, work: list, threads: int) -> float:
-    """Seconds to run `fn` over `work` on `threads` threads."""
-    t0 = time.perf_counter()
-    if threads > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(fn, work))
-    else:
-        for w in work:
-            fn(w)
-    return time.perf_counter() - t0
-
-
-def _dali_decode_time(work, loader, threads: int) -> float:
-    """Seconds DALI's video decoder alone takes for the DALI-routed (camera, batch) decodes, warm."""
-    from nvidia.dali import fn, types
-    from nvidia.dali.pipeline import Pipeline
-
-    from ..graph.pipeline import video_decoder
-
-    total = 0.0
-    for route in sorted({loader.routes[key] for key, _, _ in work}):
-        # The same streams the loader feeds DALI (joined per group, or a clip per sample), cut before timing.
-        items = [loader.builder.group_streams({key: (segs, idx)}, len(segs))[1][key]
-                 for key, segs, idx in work if loader.routes[key] == route]
-        batch_size = max(len(inputs) for inputs in items)
-        feed = iter(items)
-
-        def source():
-            inputs = next(feed)
-            inputs = inputs + [inputs[0]] * (batch_size - len(inputs))  # a short last batch repeats its first
-            return [d.data for d in inputs], [d.frames for d in inputs]
-
-        gpu = route == "nvdec"
-        pipe = Pipeline(batch_size=batch_size, num_threads=loader.resolved.dali_threads if gpu else max(1, threads),
-                        device_id=loader.dali_device if gpu else None, prefetch_queue_depth=1)
-        with pipe:
-            enc, frames = fn.external_source(source=source, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
-            pipe.set_outputs(video_decoder(enc, frames, route))
-        pipe.build()
-        pipe.run()  # warm-up: first batch (decoder libraries loaded)
-        t0 = time.perf_counter()
-        for _ in range(len(items) - 1):
-            pipe.run()
-        total += (time.perf_counter() - t0) * len(items) / max(1, len(items) - 1)
-    return total
 
 
 def loader_decode(decode: str | Mapping[str, str], formats: dict, node) -> str | Mapping[str, str]:
@@ -515,135 +415,3 @@ def gop_bytes_needed(loader, pieces) -> int:
         indexed = loader.store.indexes.get(loader.meta.video_file(pos, key))
         total += indexed.index.gop_bytes(float(loader.meta.cameras[key].from_timestamp[pos]) + frame / loader.meta.fps)
     return total
-
-
-def write(result: dict[str, Any], out_dir: str | Path) -> Path:
-    """result -> out_dir/bench-<time>-<mode>-<decode>.json, plus one row appended to out_dir/bench.csv."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = result["config"]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    rank, world = result.get("rank", 0), result.get("world_size", 1)
-    path = out / (f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg['num_workers']}"
-                  f"-r{rank}of{world}.json")
-    path.write_text(json.dumps(result, indent=2, default=str))
-    append_csv(out / "bench.csv", csv_row(result, path.name))
-    return path
-
-
-def csv_row(result: dict[str, Any], name: str) -> dict[str, Any]:
-    """A result as one flat bench.csv row: its file name, its settings as config.*, then the metrics."""
-    row = {"file": name, **{f"config.{k}": v for k, v in result["config"].items()}}
-    for key in METRIC_KEYS:
-        value = result.get(key)
-        row[key] = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
-    return row
-
-
-def append_csv(csv_path: Path, row: dict[str, Any]) -> None:
-    """Append `row` to a bench.csv; a file with other columns (runs from before a setting was added) is
-    rewritten under the union of the columns, earlier rows' new columns left empty, so no value ever sits
-    under another column's name."""
-    import csv
-
-    rows: list[dict] = []
-    if csv_path.exists():
-        with csv_path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = list(reader.fieldnames or [])
-            if header == list(row):  # the usual case
-                with csv_path.open("a", newline="") as out_fh:
-                    csv.DictWriter(out_fh, fieldnames=header).writerow(row)
-                return
-            rows = [{k: v for k, v in r.items() if k is not None} for r in reader]
-    columns = list(dict.fromkeys([*row, *(k for r in rows for k in r)]))
-    with csv_path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows([*rows, row])
-
-
-# ---- the bundled benchmark datasets ----------------------------------------------------------------------
-# Realistic samples (the default): two 640x480 cameras, 20 episodes of 10-20 s at 30 fps, as lerobot records
-# them: lerobot's encoder settings (crf 30, g=2: a keyframe every other frame) on camera-like frames
-# (`scene.Scene`, 6.4-6.9 KB a frame in AV1 where lerobot's aloha datasets take 5.5-6.6). "av1" is lerobot's
-# default codec, "h264" the other common choice (H.264 with B-frames). "toy" is the old small sample: 200
-# episodes of 20-40 frames, three cameras (h264, hevc, av1), GOP 30, the smooth test pattern.
-BENCH_SAMPLES = {
-    # the default: a first number within two minutes of a fresh 2-core machine (written in ~40 s there)
-    "av1-quick": dict(episodes=5, min_length=120, max_length=200, cameras="front:av1,wrist:av1", gop=2,
-                      episodes_per_file=5, content="scene", crf=30),
-    "av1": dict(episodes=20, min_length=300, max_length=600, cameras="front:av1,wrist:av1", gop=2,
-                episodes_per_file=10, content="scene", crf=30),
-    "h264": dict(episodes=20, min_length=300, max_length=600, cameras="front:h264,wrist:h264", gop=2,
-                 episodes_per_file=10, content="scene", crf=30),
-    "toy": dict(episodes=200, min_length=20, max_length=40, cameras="front:h264,side:hevc,wrist:av1", gop=30,
-                episodes_per_file=50),
-}
-DEFAULT_SAMPLE = "av1-quick"
-# Mixtures of samples of different embodiments, for `bench` on a mixture (`bench_mixture`): members written as
-# their own samples under one folder with a mixture file beside them. "mixture-quick": av1-quick's two-camera
-# AV1 arm at 30 fps, 6-dof, and a one-camera H.264 arm at 10 fps, 7-dof (its episodes painted from 100).
-# "mixture" (the results' mixture, benchmarks/mixture.py): the same embodiments with 20 episodes each, more than a
-# pool holds, so a batch draws each sample from another episode, alone as in the mixture.
-BENCH_MIXTURES = {
-    "mixture-quick": {"arm-av1": BENCH_SAMPLES["av1-quick"],
-                      "arm-h264": dict(episodes=6, min_length=40, max_length=70, cameras="front:h264", gop=2,
-                                       episodes_per_file=6, content="scene", crf=30, fps=10, state_dim=7,
-                                       id_offset=100)},
-    "mixture": {"arm-av1": dict(episodes=20, min_length=60, max_length=100, cameras="front:av1,wrist:av1", gop=2,
-                                episodes_per_file=10, content="scene", crf=30),
-                "arm-h264": dict(episodes=20, min_length=30, max_length=50, cameras="front:h264", gop=2,
-                                 episodes_per_file=10, content="scene", crf=30, fps=10, state_dim=7, id_offset=100)},
-}
-
-
-def bench_sample_spec(variant: str, settings: Mapping[str, Any] | None = None):
-    """The SampleSpec of benchmark sample `variant` (or of the given `settings`: a mixture's member)."""
-    from .sample_data import SampleSpec, parse_cameras
-
-    if settings is None and variant not in BENCH_SAMPLES:
-        from ..errors import ConfigError
-
-        raise ConfigError(f"--sample must be one of {sorted([*BENCH_SAMPLES, *BENCH_MIXTURES])}. Found: {variant!r}")
-    spec: dict[str, Any] = dict(settings if settings is not None else BENCH_SAMPLES[variant])
-    return SampleSpec(height=480, width=640, seed=7, **{**spec, "cameras": parse_cameras(spec["cameras"])})
-
-
-def mixture_sample(variant: str, write) -> str:
-    """The mixture file of benchmark mixture `variant` (`BENCH_MIXTURES`), its members written first where missing or
-    stale (`write(path, spec, why)`); returns the file's path."""
-    root = Path(default_dataset(variant))
-    members = BENCH_MIXTURES[variant]
-    for name, settings in members.items():
-        spec = bench_sample_spec(variant, settings)
-        why = stale_sample(root / name, spec)
-        if why is not None:
-            write(root / name, spec, why)
-    path = root / "mixture.json"
-    path.write_text(json.dumps({"members": [{"source": name, "name": name} for name in members]}, indent=2))
-    return str(path)
-
-
-def default_dataset(variant: str) -> str:
-    return f".demo/bench-{variant}"
-
-
-def stale_sample(path: str | Path, spec) -> str | None:
-    """Why the sample at `path` must be written (again) for `spec` (a `SampleSpec`, e.g. `bench_sample_spec`'s):
-    missing, or written with other settings (an older dali_stream's, which a run would otherwise measure
-    silently); None when it is current."""
-    info_path = Path(path) / "meta/info.json"
-    if not info_path.exists():
-        return "not written yet"
-    try:
-        written = json.loads(info_path.read_text()).get(SAMPLE_KEY)
-    except (OSError, ValueError) as err:
-        return f"its meta/info.json cannot be read ({err})"
-    wanted = spec.record()
-    if not isinstance(written, dict):
-        return "it was written by an older dali_stream, which did not record its settings"
-    changed = sorted(k for k in wanted if written.get(k) != wanted[k])  # the record's other keys are outcomes
-    if changed:
-        return f"it was written with other settings ({', '.join(changed)} differ from this version's)"
-    return None

@@ -1,8 +1,9 @@
-"""Tables and the PNG chart for `dali-stream bench` results (one JSON file per run)."""
+"""`dali-stream bench` results: each run written (one JSON file, a row of bench.csv), then tables and the PNG chart."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -130,3 +131,51 @@ def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return png
+
+
+def write(result: dict[str, Any], out_dir: str | Path) -> Path:
+    """result -> out_dir/bench-<time>-<mode>-<decode>.json, plus one row appended to out_dir/bench.csv."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = result["config"]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    rank, world = result.get("rank", 0), result.get("world_size", 1)
+    path = out / (f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg['num_workers']}"
+                  f"-r{rank}of{world}.json")
+    path.write_text(json.dumps(result, indent=2, default=str))
+    append_csv(out / "bench.csv", csv_row(result, path.name))
+    return path
+
+
+def csv_row(result: dict[str, Any], name: str) -> dict[str, Any]:
+    """A result as one flat bench.csv row: its file name, its settings as config.*, then the metrics."""
+    row = {"file": name, **{f"config.{k}": v for k, v in result["config"].items()}}
+    from .bench import METRIC_KEYS
+
+    for key in METRIC_KEYS:
+        value = result.get(key)
+        row[key] = json.dumps(value, default=str) if isinstance(value, (dict, list)) else value
+    return row
+
+
+def append_csv(csv_path: Path, row: dict[str, Any]) -> None:
+    """Append `row` to a bench.csv; a file with other columns (runs from before a setting was added) is
+    rewritten under the union of the columns, earlier rows' new columns left empty, so no value ever sits
+    under another column's name."""
+    import csv
+
+    rows: list[dict] = []
+    if csv_path.exists():
+        with csv_path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = list(reader.fieldnames or [])
+            if header == list(row):  # the usual case
+                with csv_path.open("a", newline="") as out_fh:
+                    csv.DictWriter(out_fh, fieldnames=header).writerow(row)
+                return
+            rows = [{k: v for k, v in r.items() if k is not None} for r in reader]
+    columns = list(dict.fromkeys([*row, *(k for r in rows for k in r)]))
+    with csv_path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows([*rows, row])

@@ -56,11 +56,11 @@ def bars_frame(height: int = 128, width: int = 256, shift: int = 0) -> np.ndarra
 def write_bars(path: Path, codec: str, tagging: Tagging, frames: int = 8, height: int = 128, width: int = 256,
                fps: int = 30) -> Path:
     """Encode `frames` bar frames into `path` (MP4) with `codec` as the sample writer encodes it (its encoder and
-    options, `sample_data._ENCODERS`, at a GOP of 4), tagged as `tagging` says: full range as a full-range pixel
+    options, `sample_encode._ENCODERS`, at a GOP of 4), tagged as `tagging` says: full range as a full-range pixel
     format for x264 and x265, as the context's colour range for the others."""
     import av
 
-    from .sample_data import _ENCODERS
+    from .sample_encode import _ENCODERS
 
     encoder, options_of = _ENCODERS[codec]
     path.parent.mkdir(parents=True, exist_ok=True)

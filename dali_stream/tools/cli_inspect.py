@@ -1,0 +1,153 @@
+"""`dali-stream inspect`: a dataset or a mixture summarised (episodes, cameras, codecs, the route each camera takes
+here, the settings a loader derives on it)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from ..decode import proven
+    from ..decode.routes import Node, choose_routes, formats_of
+    from ..meta.dataset import DatasetMeta
+    from ..mixture import is_mixture_file
+
+    if is_mixture_file(args.dataset):
+        return _inspect_mixture(args)
+    meta = DatasetMeta.open(args.dataset, revision=args.revision)
+    formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
+    node = Node.probe()
+    routes = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
+    report = {
+        "source": meta.source,
+        "revision": args.revision,
+        "codebase_version": meta.info.get("codebase_version"),
+        "fps": meta.fps,
+        "episodes": meta.num_episodes,
+        "frames": meta.total_frames,
+        "tasks": len(meta.tasks),
+        "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
+                        "route_auto": routes[k].route, "reason": routes[k].reason} for k, c in meta.cameras.items()},
+        "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
+                           for k in meta.table_keys},
+        # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
+        "decoded_bytes": sum(c.height * c.width * 3 for c in meta.cameras.values()) * meta.total_frames,
+        "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from rich.console import Console
+
+    from .diagnose_report import keyed_table
+
+    console = Console()
+    at = f" @ {args.revision}" if args.revision else ""
+    console.print(f"[bold]{meta.source}{at}[/] LeRobot {report['codebase_version']}: {meta.num_episodes} episodes, "
+                  f"{meta.total_frames} frames at {meta.fps:g} fps, {len(meta.tasks)} tasks")
+    table = keyed_table(("camera", "codec", "size", "decode route (auto, this node)", "why"), list(report["cameras"]))
+    for k, c in report["cameras"].items():
+        table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
+    console.print(table)
+    if meta.cameras:
+        console.print(f"decoded, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
+                      "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
+    table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
+    for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
+        names = meta.features[k].get("names")
+        shown = ", ".join(map(str, names)) if isinstance(names, list) else "" if names is None else str(names)
+        table.add_row(k, str(f["dtype"]), str(tuple(f["shape"] or ())), shown)
+    console.print(table)
+    table = keyed_table(("derived setting (defaults, one rank, this node)", "value", "why"), list(report["derived"]))
+    for name, d in report["derived"].items():
+        table.add_row(name, str(d["value"]), str(d["why"]))
+    console.print(table)
+    return 0
+
+
+def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
+    """The settings a loader with the default settings derives on this dataset and node, one rank
+    (`loader.resolve`): what each is and why."""
+
+    from ..config import LoaderConfig
+    from ..loader.resolve import Facts, resolve
+    from ..source.storage import is_local
+
+    facts = Facts(routes=routes, gpu=node.gpu is not None, gpu_engines=node.gpu.nvdec_engines if node.gpu else None,
+                  cuda_batches=node.gpus > 0, local=is_local(meta.data_fs), episodes=meta.num_episodes,
+                  cpu_count=os.cpu_count() or 1)
+    return resolve(LoaderConfig(), facts).describe()
+
+
+def _inspect_mixture(args: argparse.Namespace) -> int:
+    """`inspect MIXTURE.json`: each member (episodes, frames, fps, weight, its cameras' routes alone), and the
+    mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
+    from ..decode import proven
+    from ..decode.routes import Node, choose_routes, nvdec_engine
+    from ..loader.mixing import camera_routes, epoch_shares
+    from ..meta.catalog import Catalog
+    from ..mixture import load_mixture
+    from ..plan.selection import select
+
+    if args.revision:
+        print("dali-stream inspect: error: --revision applies to one dataset; a mixture file gives each member its "
+              "own \"revision\"", file=sys.stderr)
+        return 2
+    catalog = Catalog.open(load_mixture(args.dataset), select)
+    node = Node.probe()
+    names = [m.name for m in catalog.members]
+    # as a loader with decode="auto" routes them (each member alone, then one route per key)
+    routes, alone = camera_routes(catalog, "auto", lambda formats, decode: choose_routes(
+        formats, decode, node, unproven=proven.rule(formats)),
+        *nvdec_engine("auto", proven.open_unproven(node.gpu.name if node.gpu else None)))
+    members: dict[str, dict[str, Any]] = {}
+    for m, part in zip(catalog.members, epoch_shares(catalog).tolist()):
+        members[m.name] = {"source": m.meta.source, "weight": m.weight, "share": m.share, "epoch_share": part,
+                           "episodes": len(m.episodes),
+                           "frames": m.frames, "fps": m.meta.fps,
+                           "cameras": {key: {"own_key": m.own[key], "codec": m.camera(key).codec,
+                                             "height": m.camera(key).height, "width": m.camera(key).width,
+                                             "route_auto": alone[m.name][key]}
+                                       for key in catalog.video_keys if key in m.own}}
+    keys: dict[str, dict[str, Any]] = {}
+    for key, f in catalog.fields.items():
+        keys[key] = {"camera": f.visual, "dtype": f.dtype, "shape": list(f.shape),
+                     "lacking": [names[i] for i, o in enumerate(f.own) if o is None],
+                     "renamed": {names[i]: o for i, o in enumerate(f.own) if o is not None and o != key},
+                     **({"sizes": {names[i]: list(hw) for i, hw in f.sizes.items()}} if f.visual else
+                        {"padded": f.padded, "lengths": {names[i]: list(s) for i, s in enumerate(f.own_shapes)
+                                                         if s is not None}}),
+                     **({"route_auto": routes[key].route, "reason": routes[key].reason} if f.visual else {})}
+    report = {"source": args.dataset, "members": members, "samples_per_epoch": catalog.mixture.samples_per_epoch
+              if catalog.mixture else None, "episodes": int(sum(len(m.episodes) for m in catalog.members)),
+              "frames": int(sum(m.frames for m in catalog.members)), "keys": keys}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    from rich.console import Console
+
+    from .diagnose_report import keyed_table
+
+    console = Console()
+    console.print(f"[bold]{args.dataset}[/]: a mixture of {len(members)} datasets, {report['episodes']} episodes, "
+                  f"{report['frames']} frames")
+    table = keyed_table(("member", "source", "weight", "epoch share", "episodes", "frames", "fps",
+                         "cameras (route alone)"),
+                        list(members))
+    for name, row in members.items():
+        cams = ", ".join(f"{k.rsplit('.', 1)[-1]}: {c['codec']} {c['width']}x{c['height']} -> {c['route_auto']}"
+                         for k, c in row["cameras"].items())
+        table.add_row(name, row["source"], f"{row['weight']:g}" if row["share"] is None else "-",
+                      f"{row['epoch_share']:.3f}", str(row["episodes"]), str(row["frames"]),
+                      f"{row['fps']:g}", cams)
+    console.print(table)
+    table = keyed_table(("key", "dtype, shape", "members lacking it", "route (auto, this node)"), list(keys))
+    for key, k in keys.items():
+        shape = f"{k['dtype']} {k['shape']}" + (" (padded)" if k.get("padded") else "")
+        table.add_row(key, shape, ", ".join(map(str, k["lacking"])) or "-", str(k.get("route_auto", "")))
+    console.print(table)
+    return 0
