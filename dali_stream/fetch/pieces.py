@@ -50,13 +50,14 @@ class Pieces:
     """The piece cutter of an `EpisodeStore` (module doc): `limit` (None: every camera fetched whole), its own
     `workers` threads (a piece waits for its episode's rows, which the fetch threads bring, so sharing those
     threads could leave every one of them waiting). `files[member.index]`: a member's readers; `tolerance_s(member)`;
-    `entry_of(pos)`: the store's entry of an episode, if any (`started`, `done`, `error`, `long`, `rows`); `stats`:
+    `entries_of(positions)`: the store's entries of those episodes that have one (`started`, `done`, `error`,
+    `long`, `rows`), read under one hold of the store's lock (a batch asks tens of them); `stats`:
     the store's counters, whose `pieces_*` fields are this cutter's."""
 
     def __init__(self, catalog, files: list, limit: int | None, workers: int, stats,
-                 tolerance_s: Callable[[Any], float], entry_of: Callable[[int], Any]) -> None:
+                 tolerance_s: Callable[[Any], float], entries_of: Callable[[list[int]], dict]) -> None:
         self.catalog, self.files, self.limit, self.stats = catalog, files, limit, stats
-        self.tolerance_s, self.entry_of = tolerance_s, entry_of
+        self.tolerance_s, self.entries_of = tolerance_s, entries_of
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream-piece") \
             if workers > 0 and limit is not None else None
@@ -162,8 +163,9 @@ class Pieces:
         if self._pool is None:
             return
         wanted = []
+        entries = self.entries_of([ask[1] for ask in asks])
         for ask in asks:
-            entry = self.entry_of(ask[1])
+            entry = entries.get(ask[1])
             if entry is None or not entry.started or \
                     (entry.done.is_set() and (entry.error is not None or ask[2] not in entry.long)):
                 continue
@@ -184,8 +186,9 @@ class Pieces:
         or never began: a piece thread never fetches an episode itself; or the error its cut raised."""
         out: list[Any] = [None] * len(asks)
         cuts: dict[int, list[tuple[int, PieceCut]]] = {}  # a member's readers -> its pieces
+        entries = self.entries_of([ask[1] for ask in asks])
         for n, (key, pos, camera, query_of) in enumerate(asks):
-            entry = self.entry_of(pos)
+            entry = entries.get(pos)
             if entry is None or not entry.started:
                 continue
             entry.done.wait()

@@ -134,7 +134,7 @@ class EpisodeStore:
         self.indexes = self.files[0].indexes  # its `files` and `unsupported` are every member's
         # pieces of long episodes, cut ahead on threads of their own (`fetch.pieces`)
         self.pieces = Pieces(catalog, self.files, segment_bytes_limit, fetch_workers, self.stats, self._tolerance_s,
-                             self._entry_of)
+                             self._entries_of)
 
     @property
     def table_bytes_read(self) -> int:
@@ -242,9 +242,10 @@ class EpisodeStore:
         """Forget the pieces cut ahead that nobody took (`Pieces.drop_ahead`)."""
         self.pieces.drop_ahead()
 
-    def _entry_of(self, pos: int) -> _Episode | None:
+    def _entries_of(self, positions: list[int]) -> dict[int, _Episode]:
+        """The entries of `positions` that exist, under one hold of the lock."""
         with self._lock:
-            return self._entries.get(pos)
+            return {pos: self._entries[pos] for pos in positions if pos in self._entries}
 
     def _entry(self, pos: int) -> _Episode:
         entry = self._entries.get(pos)
