@@ -124,7 +124,7 @@ class LoaderConfig:
               "sample's camera tensor ((3, H, W), or (T, 3, H, W) with a window) after resize/crop/normalise: in "
               "transform_workers processes for batches on the CPU, else in the iterating thread; torch's RNG is seeded "
               "per (seed, epoch, batch, sample, camera) around each call, so a resumed run transforms as an "
-              "uninterrupted one (dali_stream.transforms)")
+              "uninterrupted one (dali_stream/graph/transforms.py)")
     transform_workers: Optional[int] = _s(
         None, "processes image_transforms runs in for batches on the CPU (default num_workers; 0: in the iterating "
               "thread, where torch spreads each op over the cores: better for large images on few cores, "

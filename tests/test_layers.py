@@ -2,7 +2,7 @@
 
 dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader,
 with the modules at the package's root (`errors`, `config`, `pairing`, `mixture`, and the self-contained
-`augment` and `transforms` users import) below all of them and `tools` above all of them (the package's
+`augment` users import) below all of them and `tools` above all of them (the package's
 `__init__`, the public surface, re-exports from any stage). A module's stage is the package it sits in: read
 from the tree, declared nowhere else. The planner imports no IO, torch or
 DALI; the runtime never imports the tools; no module imports itself back through others (no cycles, lazy

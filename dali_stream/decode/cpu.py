@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ConfigError, WrongFrameError
 from ..fetch.segments import Segment, decode_error
+from .route import TORCHCODEC
 
 
 def open_decoder(data: bytes):
@@ -127,11 +128,11 @@ def torchcodec_tensor(seg: Segment, indices: np.ndarray, cache: DecoderCache | N
     except Exception as exc:
         if cache is not None:
             cache.give(seg, None)
-        raise decode_error(seg, "torchcodec", exc) from exc
+        raise decode_error(seg, TORCHCODEC.name, exc) from exc
     if cache is not None:
         cache.give(seg, decoder)
     if cache is None or cache.check_frames:
-        check_frame_times(seg, indices, batch.pts_seconds.numpy(), "torchcodec")
+        check_frame_times(seg, indices, batch.pts_seconds.numpy(), TORCHCODEC.name)
     return batch.data
 
 

@@ -12,7 +12,7 @@ import numpy as np
 from ..decode.errors import classify
 from ..graph.batches import Prepared
 from ..graph.host import to_output
-from ..transforms import apply, sample_seeds
+from ..graph.transforms import apply, sample_seeds
 from .assemble import Stages
 from .schedule import Schedule
 
@@ -71,7 +71,7 @@ class Delivery:
 
     def _transform(self, batch: dict[str, Any], prepared: Prepared) -> None:
         """`image_transforms` on each sample's camera tensor, as lerobot applies them, with torch's RNG seeded per
-        (seed, epoch, batch, sample, camera) around each call (`dali_stream.transforms`): in the worker processes
+        (seed, epoch, batch, sample, camera) around each call (`graph.transforms`): in the worker processes
         for tensors on the CPU, else here. Cameras the batch's builder transformed already are left as they are."""
         import torch
 

@@ -26,6 +26,7 @@ from ..fetch.closer import CLOSER, in_background
 from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder
 from ..graph.imageops import ImageOps
+from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog, MixtureMeta
 from ..meta.dataset import DatasetMeta
 from ..mixture import Member, Mixture
@@ -33,7 +34,6 @@ from ..plan.epoch import EpochPlan, PlanConfig
 from ..plan.mix import Mix
 from ..plan.world import World
 from ..source.lerobot import lerobot_source
-from ..transforms import TransformPool
 from .assemble import Stages, assemble
 from .deliver import Delivery
 from .lifecycle import OPEN_LOADERS, shut

@@ -41,6 +41,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from . import seeds
 from .mix import Mix, draws, quotas, windows_by_member
 from .partition import partition_episodes, partition_in_order
 from .passes import GlobalPass, Lanes
@@ -144,7 +145,7 @@ class EpochPlan:
         if config.shuffle:
             shares = partition_episodes(remaining, world.world_size, config.seed, epoch, *salt)
             mine = shares[world.rank]
-            rng = np.random.default_rng([config.seed, epoch, world.rank, 0xAD, *salt])
+            rng = np.random.default_rng([config.seed, epoch, world.rank, seeds.ADMISSION, *salt])
             self.admission_order = mine[rng.permutation(len(mine))]
         else:  # evaluation: contiguous blocks of episodes per rank, in order
             shares = partition_in_order(remaining, world.world_size)
@@ -196,7 +197,7 @@ class EpochPlan:
         """Pass `number` of this rank's stream (0: its own frames; then padding passes over them again)."""
         lanes = self._passes.get(number)
         if lanes is None:
-            words = (self.config.seed, self.epoch, self.world.rank, 0x5A, number) + (
+            words = (self.config.seed, self.epoch, self.world.rank, seeds.PASS, number) + (
                 (1000 + self.segment,) if self.segment else ())
             order = self.admission_order
             counts, frames_of = self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i]))
@@ -245,7 +246,8 @@ class EpochPlan:
         start, stop = index * b, min((index + 1) * b, self.num_samples)
         local, frames, places, counts = self._samples(start, stop)
         if self.config.shuffle:  # lanes come in turn: the batch's own order is drawn, within each pass
-            words = [self.config.seed, self.epoch, self.world.rank, index, 0xB7] + ([self.segment] if self.segment else [])
+            words = [self.config.seed, self.epoch, self.world.rank, index, seeds.BATCH_ORDER] + (
+                [self.segment] if self.segment else [])
             rng = np.random.default_rng(words)
             per_pass = self._lanes(0).frames
             passes = (np.arange(start, stop) // per_pass).tolist()

@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import LoaderConfig, as_dict
+from ..decode.route import NVDEC, NVDEC_OPEN, any_where
 from .bench_limit import raw_limit
 from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
@@ -228,7 +229,6 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
     told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
     the limits and the baseline."""
-    from ..decode.route import any_where
     from ..decode.routes import Node, formats_of
     from ..loader import StreamLoader
     from ..meta.dataset import DatasetMeta
@@ -346,10 +346,10 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         from .bench_gpu import stream_limits
 
         result["stream_limits"] = limits = stream_limits(loader, got["window"])
-        nvdec_limit = limits.get("nvdec", {}).get("samples_per_s")
+        nvdec_limit = limits.get(NVDEC.name, {}).get("samples_per_s")
         result["nvdec_limit"] = nvdec_limit
         result["nvdec_limit_ratio"] = got["samples_per_s"] / nvdec_limit if nvdec_limit else None
-    open_limit = (result["engine_limits"] or {}).get("nvdec-open", {}).get("samples_per_s")
+    open_limit = (result["engine_limits"] or {}).get(NVDEC_OPEN.name, {}).get("samples_per_s")
     if result["nvdec_limit"] is None and open_limit:  # NVDEC on open decoders: the engine's own whole-segment rate
         result["nvdec_limit"] = open_limit
         result["nvdec_limit_ratio"] = got["samples_per_s"] / open_limit

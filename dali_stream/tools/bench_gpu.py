@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.route import keys_where
+from ..decode.route import route as route_of
 from .sample_data import SAMPLE_KEY
 
 FILE_FRAMES = 900  # frames decoded from the start of each file for the stream limit
@@ -63,7 +65,6 @@ def _frames_per_sample(loader, keys) -> float:
 
 def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
     """Per DALI route of the loader: its decoder on whole files (see the module doc)."""
-    from ..decode.route import route as route_of
     from ..fetch.segments import packet_index
 
     out: dict[str, dict[str, Any]] = {}
@@ -130,7 +131,7 @@ def _decode_files(streams, route: str, device_id) -> float:
     if not streams:
         return 0.0
     feed = iter([streams[0], *streams])
-    gpu = route == "nvdec"
+    gpu = route_of(route).on_gpu
     pipe = Pipeline(batch_size=1, num_threads=1, device_id=device_id if gpu else None, prefetch_queue_depth=1)
     with pipe:
         enc, frames = fn.external_source(source=lambda: [[x] for x in next(feed)], num_outputs=2, batch=True,
@@ -157,7 +158,6 @@ def _device_sync(device_id):
 
 def peers(loader, window) -> dict[str, dict[str, Any]]:
     """The NVDEC cameras' frames of the window through torchcodec on CUDA and PyNvVideoCodec (module doc)."""
-    from ..decode.route import keys_where
 
     keys = keys_where(loader.routes, "on_gpu")
     why = (f"batches land on {loader.device}: the GPU peers run beside a loader on CUDA"

@@ -8,10 +8,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ..decode.route import route as route_of
+
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
-    from ..decode.route import route as route_of
     from ..graph.segment_frames import decode_segments
     from .bench_gpu import window_work
 
@@ -92,7 +93,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
             inputs = inputs + [inputs[0]] * (batch_size - len(inputs))  # a short last batch repeats its first
             return [d.data for d in inputs], [d.frames for d in inputs]
 
-        gpu = route == "nvdec"
+        gpu = route_of(route).on_gpu
         pipe = Pipeline(batch_size=batch_size, num_threads=loader.resolved.dali_threads if gpu else max(1, threads),
                         device_id=loader.dali_device if gpu else None, prefetch_queue_depth=1)
         with pipe:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..decode.route import DALI_CPU, NVDEC, TORCHCODEC, route
+
 LFS_MAGIC = b"version https://git-lfs"  # the first bytes of a Git LFS pointer file
 
 _FIXES = {
@@ -115,29 +117,29 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
         results[route] = out
 
     if software["torchcodec"]["ok"]:
-        attempt("torchcodec", lambda: torchcodec_frames(seg, idx))
+        attempt(TORCHCODEC.name, lambda: torchcodec_frames(seg, idx))
     else:
-        results["torchcodec"] = {"ok": False, "layer": "torchcodec-load", "error": software["torchcodec"]["error"]}
+        results[TORCHCODEC.name] = {"ok": False, "layer": "torchcodec-load", "error": software["torchcodec"]["error"]}
     if not software["nvidia.dali"]["ok"]:
-        results["dali-cpu"] = {"ok": False, "layer": "dali-import", "error": software["nvidia.dali"]["error"]}
+        results[DALI_CPU.name] = {"ok": False, "layer": "dali-import", "error": software["nvidia.dali"]["error"]}
     elif cam.codec in DALI_CPU_CODECS:
         from ..graph.pipeline import decode_once
 
-        attempt("dali-cpu", lambda: decode_once(seg.data, list(idx), "dali-cpu"))
+        attempt(DALI_CPU.name, lambda: decode_once(seg.data, list(idx), DALI_CPU.name))
     else:
-        results["dali-cpu"] = {"ok": None, "layer": "codec-unsupported",
+        results[DALI_CPU.name] = {"ok": None, "layer": "codec-unsupported",
                                "error": f"DALI's CPU decoder has no {cam.codec} (only vp8/vp9/mjpeg)"}
     refused = node.nvdec_refuses(fmt)
     if software["nvidia.dali"]["ok"] and refused is None:
         from ..graph.pipeline import decode_once
 
-        attempt("nvdec", lambda: decode_once(seg.data, list(idx), "nvdec"))
+        attempt(NVDEC.name, lambda: decode_once(seg.data, list(idx), NVDEC.name))
     elif node.gpus == 0:
-        results["nvdec"] = {"ok": None, "layer": "dali-no-cuda", "error": refused}
+        results[NVDEC.name] = {"ok": None, "layer": "dali-no-cuda", "error": refused}
     elif node.nvdec_problem:
-        results["nvdec"] = {"ok": None, "layer": "nvdec-unavailable", "error": refused}
+        results[NVDEC.name] = {"ok": None, "layer": "nvdec-unavailable", "error": refused}
     else:
-        results["nvdec"] = {"ok": None, "layer": "codec-unsupported", "error": refused}
+        results[NVDEC.name] = {"ok": None, "layer": "codec-unsupported", "error": refused}
     return results
 
 
@@ -212,9 +214,9 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
                                unproven=proven.rule({key: fmt}))[key]
         entry.update(route=choice.route, reason=choice.reason)
         if "layer" not in entry:
-            if choice.route == "torchcodec" and not software["torchcodec"]["ok"]:
+            if route(choice.route).torchcodec and not software["torchcodec"]["ok"]:
                 entry.update(layer="torchcodec-load", error=software["torchcodec"]["error"])
-            elif choice.route != "torchcodec" and not software["nvidia.dali"]["ok"]:
+            elif not route(choice.route).torchcodec and not software["nvidia.dali"]["ok"]:
                 entry.update(layer="dali-import", error=software["nvidia.dali"]["error"])
         if decode_test and "layer" not in entry:
             tests = _decode_tests(meta, pos, key, fmt, software, node, painted)

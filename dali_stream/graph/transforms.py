@@ -23,13 +23,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..plan import seeds
+
 log = logging.getLogger("dali_stream")
-SALT = 0x7F  # the seed sequence's last word: (seed, epoch, batch, camera, SALT) -> one seed per sample
 
 
 def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -> np.ndarray:
     """The torch seed of each sample's transform of camera number `camera` (its place in the batch's cameras)."""
-    return np.random.SeedSequence([seed, epoch, batch, camera, SALT]).generate_state(samples, dtype=np.uint64)
+    return np.random.SeedSequence([seed, epoch, batch, camera, seeds.TRANSFORMS]).generate_state(samples, dtype=np.uint64)
 
 
 def apply(transform: Callable[[Any], Any], frames: Any, seed_list: Any, devices: list[int]) -> Any:
@@ -133,7 +134,7 @@ class TransformPool:
             try:
                 other, value = self._results.get(timeout=0.2)
             except queue.Empty:
-                from .errors import DaliStreamError
+                from ..errors import DaliStreamError
 
                 if self._closed:  # the loader closed while a builder waited: nothing more will come
                     raise DaliStreamError("the loader was closed while a batch was being transformed") from None
@@ -155,7 +156,7 @@ class TransformPool:
             if self._workers:
                 return
             if self._closed:
-                from .errors import DaliStreamError
+                from ..errors import DaliStreamError
 
                 raise DaliStreamError("image_transforms asked for after the loader was closed")
             import torch.multiprocessing  # noqa: F401 - tensors then cross processes through shared memory
