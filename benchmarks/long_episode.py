@@ -44,18 +44,18 @@ for _ in range(batches - 1):
     next(it)
 steady = time.perf_counter() - t2
 loader.close()
-stats = loader.store.stats
+stats = loader.stats()["fetch"]  # the store's counters (`StreamLoader.stats`)
 gops = gop_bytes_needed(loader, loader.store.pieces.log)
 budget = loader.memory_budget()
 print(json.dumps({
     "constructor_s": setup, "first_batch_s": first, "samples_per_s_after_first": 16 * (batches - 1) / steady,
     "batches": batches, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     "imports_rss_gb": rss_imports, "start_rss_gb": rss0,
-    "segments_cut": stats.segments_cut, "pieces_cut": stats.pieces_cut, "piece_bytes": stats.piece_bytes,
-    "pieces_cut_ahead": stats.pieces_ahead, "pieces_dropped": stats.pieces_dropped,
-    "pieces_ahead_peak": stats.pieces_ahead_peak, "remote": loader.remote_stats, "settings": extra,
-    "gop_bytes_needed": gops, "bytes_read_over_gops": stats.piece_bytes / gops if gops else None,
-    "cache_peak": stats.peak_bytes, "segment_bytes_limit": loader.resolved.segment_bytes, "routes": loader.routes,
+    "segments_cut": stats["segments_cut"], "pieces_cut": stats["pieces_cut"], "piece_bytes": stats["piece_bytes"],
+    "pieces_cut_ahead": stats["pieces_ahead"], "pieces_dropped": stats["pieces_dropped"],
+    "pieces_ahead_peak": stats["pieces_ahead_peak"], "remote": loader.remote_stats, "settings": extra,
+    "gop_bytes_needed": gops, "bytes_read_over_gops": stats["piece_bytes"] / gops if gops else None,
+    "cache_peak": stats["peak_bytes"], "segment_bytes_limit": loader.resolved.segment_bytes, "routes": loader.routes,
     "memory_budget": budget,
 }, default=str))
 """

@@ -33,7 +33,7 @@ def _run(source: str, batches: int, fetch_workers: int) -> dict:
     it = iter(loader)
     next(it)  # warm-up: decoders, DALI graph, the first pool
     t0 = time.perf_counter()
-    wait0 = loader.store.stats.wait_s
+    wait0 = loader.stats()["fetch"]["wait_s"]
     waits = []  # builders' cumulative wait after each batch
     n = 0
     for _ in range(batches):
@@ -42,15 +42,15 @@ def _run(source: str, batches: int, fetch_workers: int) -> dict:
         except StopIteration:
             break
         n += 1
-        waits.append(loader.store.stats.wait_s - wait0)
+        waits.append(loader.stats()["fetch"]["wait_s"] - wait0)
     wall = time.perf_counter() - t0
-    stats = loader.store.stats
+    stats = loader.stats()["fetch"]  # the store's counters (`StreamLoader.stats`)
     steady = waits[-1] - waits[STEADY_AFTER - 1] if n > STEADY_AFTER else None
     out = {"batches": n, "wall_s": round(wall, 3), "samples_per_s": round(n * 16 / wall, 1),
-           "builders_waited_s": round(stats.wait_s - wait0, 3),
+           "builders_waited_s": round(stats["wait_s"] - wait0, 3),
            f"builders_waited_after_batch_{STEADY_AFTER}_s": None if steady is None else round(steady, 3),
-           "episodes_fetched": len(stats.episodes),
-           "fetched_on_demand": stats.demand_fetches, "prefetched": stats.prefetches}
+           "episodes_fetched": stats["episodes"],
+           "fetched_on_demand": stats["demand_fetches"], "prefetched": stats["prefetches"]}
     if loader.remote_stats:
         out["remote"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in loader.remote_stats.items()}
     del it

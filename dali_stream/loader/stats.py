@@ -17,12 +17,13 @@ def _part(held: int, peak: int | None, bound: int | None, setting: str, unit: st
 def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, frames=None) -> dict[str, Any]:
     """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
     bounded through the setting named, not counted against a number), `setting`, `unit`);
-    `fetch`: the store's counters (`StoreStats`, the episodes fetched counted); `decoders`: CPU decoders opened and
+    `fetch`: the store's counters (`StoreStats`, the episodes fetched counted, the table bytes read); `decoders`: CPU decoders opened and
     closed; `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off)."""
     indexes, footers = store.indexes.files, store.tables.files
     shared_groups = store.tables._shared
     counters = dataclasses.asdict(store.stats)
     counters["episodes"] = len(store.stats.episodes)
+    counters["table_bytes_read"] = store.table_bytes_read
     return {
         "bounded": {
             "fetched_episodes": _part(store.bytes, store.stats.peak_bytes, store.capacity_bytes, "cache_bytes",

@@ -283,7 +283,8 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
             f"{len(careful)} video file(s) of this sample were encoded with careful settings (a lower crf: larger, "
             f"slower to decode than the rest) because their painted ids did not survive the sample's own: "
             f"{', '.join(careful[:3])}{' ...' if len(careful) > 3 else ''}; another size or codec avoids it")
-    stats = loader.store.stats
+    now = loader.stats()  # the loader's counters (`StreamLoader.stats`)
+    stats, bounded = now["fetch"], now["bounded"]
     builder = loader.builder
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
                                        "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
@@ -299,19 +300,19 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,
-        time_split={"fetch_s": stats.fetch_s, "decode_s": builder.decode_s, "decoded_frames": builder.decoded_frames,
+        time_split={"fetch_s": stats["fetch_s"], "decode_s": builder.decode_s, "decoded_frames": builder.decoded_frames,
                     "decode_ms_per_frame": 1e3 * builder.decode_s / max(1, builder.decoded_frames),
                     "graph_s": max(0.0, got["seconds"] - loader.last_epoch_stats.get("producer_wait_s", 0.0)),
                     "note": "fetch/decode: summed over worker threads for the whole run; graph: window time "
                             "not spent waiting for workers (last epoch)"},
-        decoder_cache={"hits": stats.hits, "misses": stats.segments_cut + stats.table_reads,
-                       "hit_rate": stats.hits / max(1, stats.hits + stats.segments_cut + stats.table_reads),
-                       "evictions": stats.evictions, "size_bytes": loader.store.bytes,
-                       "peak_bytes": stats.peak_bytes, "decoders_peak": loader.decoders.peak,
-                       "decoders_opened": loader.decoders.opened,
+        decoder_cache={"hits": stats["hits"], "misses": stats["segments_cut"] + stats["table_reads"],
+                       "hit_rate": stats["hits"] / max(1, stats["hits"] + stats["segments_cut"] + stats["table_reads"]),
+                       "evictions": stats["evictions"], "size_bytes": bounded["fetched_episodes"]["held"],
+                       "peak_bytes": stats["peak_bytes"], "decoders_peak": bounded["cpu_decoders"]["peak"],
+                       "decoders_opened": now["decoders"]["opened"],
                        "note": "hits/misses: episode store lookups (a miss fetches rows or cuts a segment); "
                                "decoders: torchcodec decoders alive at once / opened"},
-        bytes_read=stats.segment_bytes + loader.store.table_bytes_read,
+        bytes_read=stats["segment_bytes"] + stats["table_bytes_read"],
         dataset_bytes=dataset_bytes(meta), routes=dict(loader.routes), route_reasons=dict(loader.route_reasons),
         dali_graph=not loader.host_batches,
         decode_per_camera=decode if isinstance(decode, dict) else dict.fromkeys(cameras, decode),
