@@ -29,7 +29,7 @@ from ..decode.route import keys_where
 from ..decode.route import route as route_of
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.tables import FRAME_TIME_S
-from ..plan import seeds
+from ..plan import salts
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
 from .clips import DaliInput, dali_input
@@ -282,7 +282,7 @@ class BatchBuilder:
             values[key] = [np.stack(values[key][g:g + groups]) for g in range(0, plan.size, groups)]
         if self.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.routes):
-                rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, seeds.AUGMENT])
+                rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, salts.AUGMENT])
                 values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
         tasks = [m.meta.tasks.get(int(r["task_index"][f]), "") for m, r, f in zip(members, rows, frames)]
         asked = {key: located[key] for key in streams}

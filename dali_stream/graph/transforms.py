@@ -23,14 +23,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..plan import seeds
+from ..plan import salts
 
 log = logging.getLogger("dali_stream")
 
 
 def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -> np.ndarray:
     """The torch seed of each sample's transform of camera number `camera` (its place in the batch's cameras)."""
-    return np.random.SeedSequence([seed, epoch, batch, camera, seeds.TRANSFORMS]).generate_state(samples, dtype=np.uint64)
+    return np.random.SeedSequence([seed, epoch, batch, camera, salts.TRANSFORMS]).generate_state(samples, dtype=np.uint64)
 
 
 def apply(transform: Callable[[Any], Any], frames: Any, seed_list: Any, devices: list[int]) -> Any:

@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import ConfigError
-from . import seeds
+from . import salts
 from .mix import Mix, draws, quotas, windows_by_member
 from .partition import partition_episodes, partition_in_order
 from .passes import GlobalPass, Lanes
@@ -145,7 +145,7 @@ class EpochPlan:
         if config.shuffle:
             shares = partition_episodes(remaining, world.world_size, config.seed, epoch, *salt)
             mine = shares[world.rank]
-            rng = np.random.default_rng([config.seed, epoch, world.rank, seeds.ADMISSION, *salt])
+            rng = np.random.default_rng([config.seed, epoch, world.rank, salts.ADMISSION, *salt])
             self.admission_order = mine[rng.permutation(len(mine))]
         else:  # evaluation: contiguous blocks of episodes per rank, in order
             shares = partition_in_order(remaining, world.world_size)
@@ -197,7 +197,7 @@ class EpochPlan:
         """Pass `number` of this rank's stream (0: its own frames; then padding passes over them again)."""
         lanes = self._passes.get(number)
         if lanes is None:
-            words = (self.config.seed, self.epoch, self.world.rank, seeds.PASS, number) + (
+            words = (self.config.seed, self.epoch, self.world.rank, salts.PASS, number) + (
                 (1000 + self.segment,) if self.segment else ())
             order = self.admission_order
             counts, frames_of = self._remaining[order].tolist(), lambda i: self._frames_of(int(order[i]))
@@ -246,7 +246,7 @@ class EpochPlan:
         start, stop = index * b, min((index + 1) * b, self.num_samples)
         local, frames, places, counts = self._samples(start, stop)
         if self.config.shuffle:  # lanes come in turn: the batch's own order is drawn, within each pass
-            words = [self.config.seed, self.epoch, self.world.rank, index, seeds.BATCH_ORDER] + (
+            words = [self.config.seed, self.epoch, self.world.rank, index, salts.BATCH_ORDER] + (
                 [self.segment] if self.segment else [])
             rng = np.random.default_rng(words)
             per_pass = self._lanes(0).frames

@@ -27,7 +27,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import ConfigError
-from . import seeds
+from . import salts
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def quotas(available: np.ndarray, mix: Mix, seed: int, epoch: int) -> np.ndarray
             continue
         # systematic sampling in a seeded order: episode k gets floor(C_k + u) - floor(C_{k-1} + u) of the target,
         # C the cumulative expected draws (frames x target / member frames): the floor or ceiling of its share
-        rng = np.random.default_rng([seed, epoch, m, seeds.MEMBER_EPISODES])
+        rng = np.random.default_rng([seed, epoch, m, salts.MEMBER_EPISODES])
         order = positions[rng.permutation(len(positions))]
         expected = available[order] * (target / float(frames[m]))
         cumulative = np.concatenate([[0.0], np.cumsum(expected)])
@@ -133,7 +133,7 @@ def draws(frames: np.ndarray, quota: int, seed: int, epoch: int, position: int) 
     if n == 0 or quota <= 0:
         return frames[:0]
     whole, part = divmod(int(quota), n)
-    extra = np.sort(np.random.default_rng([seed, epoch, position, seeds.MEMBER_FRAMES]).permutation(n)[:part])
+    extra = np.sort(np.random.default_rng([seed, epoch, position, salts.MEMBER_FRAMES]).permutation(n)[:part])
     return np.sort(np.concatenate([np.repeat(frames, whole), frames[extra]]), kind="stable")
 
 

@@ -8,7 +8,7 @@ import heapq
 import numpy as np
 
 from ..errors import ConfigError
-from . import seeds
+from . import salts
 
 
 def _candidates(lengths: np.ndarray, world_size: int) -> np.ndarray:
@@ -26,7 +26,7 @@ def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: i
     """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch, salt)."""
     lengths = np.asarray(lengths, dtype=np.int64)
     candidates = _candidates(lengths, world_size)
-    rng = np.random.default_rng([seed, epoch, seeds.PARTITION, *salt])
+    rng = np.random.default_rng([seed, epoch, salts.PARTITION, *salt])
     order = candidates[rng.permutation(len(candidates))]
     order = order[np.argsort(-lengths[order], kind="stable")]
     heap = [(0, r) for r in range(world_size)]
