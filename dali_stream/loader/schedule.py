@@ -40,7 +40,6 @@ class Schedule:
         self.prefetcher = Prefetcher(builder.store, self.plans, start, lookahead + fetch_ahead)
         self._next = start  # the next batch whose build begins
         self._cut = start  # the next batch to come into view: drawn once, its pieces cut ahead
-        self._plans: dict[int, BatchPlan] = {}  # drawn, build not begun (without workers: not built yet)
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
         self.owner = threading.current_thread()  # the iterating thread
@@ -93,7 +92,7 @@ class Schedule:
         if index >= self._next:
             self.bring_ahead(index)
         if self.pool is None:
-            prepared = self._timed_build(self._plans.pop(index))
+            prepared = self._timed_build(self.plans(index))
         else:
             prepared = self.futures.pop(index).result()
         self.wait_s += time.perf_counter() - t0
@@ -108,11 +107,10 @@ class Schedule:
         for ahead in range(max(self._cut, index), min(index + self.cut_lookahead + 1, last)):
             plan = self.plans(ahead)
             self.builder.cut_ahead(plan)
-            self._plans[ahead] = plan
             self._cut = ahead + 1
         for ahead in range(max(self._next, index), min(index + self.lookahead + 1, last)):
             if self.pool is not None:  # without workers `take` builds it
-                self.futures[ahead] = self.pool.submit(self._timed_build, self._plans.pop(ahead))
+                self.futures[ahead] = self.pool.submit(self._timed_build, self.plans(ahead))
             self._next = ahead + 1
 
     def close(self) -> None:
