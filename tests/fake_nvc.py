@@ -1,7 +1,8 @@
 """A stand-in for PyNvVideoCodec at its Python boundary, for the CPU: records everything the open-decoder engine
 hands it (decoder arguments, each packet's bytes and time, ends of stream) and decodes the packets with FFmpeg's
 own decoders (PyAV), handing frames back as NVDEC does with `OutputColorType.NATIVE`: NV12 by DLPack, known by
-their PTS. Not a test module (tests/test_nvdec_contract.py uses it)."""
+their PTS, in surfaces the decoder reuses (a frame's pixels hold until the decoder's next `Decode` call, then the
+surface is overwritten: a caller that keeps a frame without copying it gets another picture). Not a test module (tests/test_nvdec_contract.py uses it)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ class Decoder:
         self.thread = threading.current_thread().name
         self.calls: list[tuple] = []  # ("packet", bytes, pts) or ("eos",)
         self.ctx = av.CodecContext.create(CODECS[kwargs["codec"]], "r")
+        self.surfaces: list = []  # NV12 tensors, overwritten by each Decode call
 
     def Decode(self, packet: PacketData) -> list[Frame]:  # noqa: N802 - PyNvVideoCodec's name
         import av
@@ -59,7 +61,14 @@ class Decoder:
             pkt = av.Packet(data)
             pkt.pts = int(packet.pts)
             frames = self.ctx.decode(pkt)
-        return [Frame(int(f.pts), nv12_of_frame(f)) for f in frames]
+        out = []
+        for n, f in enumerate(frames):  # the n-th frame of a call goes into the n-th surface, reused call after call
+            nv12 = nv12_of_frame(f)
+            if n == len(self.surfaces) or self.surfaces[n].shape != nv12.shape:
+                self.surfaces[n:n + 1] = [nv12.clone()]
+            self.surfaces[n].copy_(nv12)
+            out.append(Frame(int(f.pts), self.surfaces[n]))
+        return out
 
 
 def CreateDecoder(**kwargs) -> Decoder:  # noqa: N802 - PyNvVideoCodec's name

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from dali_stream.decode.colour import Colour, nv12_of_frame, nv12_to_rgb
 from dali_stream.decode.feed import build_feed
@@ -88,6 +89,10 @@ def test_nvdec_open_conversion_gives_ffmpegs_colours(clips, codec, tagging):
     colour = Colour.of_frame(decoded[0])
     rgb = np.stack([nv12_to_rgb(nv12_of_frame(f), f.height, f.width, colour).numpy() for f in decoded])
     assert _far(rgb, ffmpeg_rgb(path)) <= TOLERANCE
+    # the engine converts a decode call's pictures of one stream as one stack: the same values, to the level
+    stacked = nv12_to_rgb(torch.stack([nv12_of_frame(f) for f in decoded]), decoded[0].height, decoded[0].width,
+                          colour).numpy()
+    assert np.array_equal(stacked, rgb)
 
 
 TORCHCODEC_FULL_RANGE = "torchcodec 0.13 converts a yuv420p stream flagged full range (AV1, VP9) as limited range"

@@ -46,15 +46,17 @@ class Colour:
 
 
 def nv12_to_rgb(nv12: Any, height: int, width: int, colour: Colour) -> Any:
-    """(H, W, 3) uint8 RGB of an NV12 picture, a torch uint8 tensor of (H * 3 / 2, W) (luma rows, then rows of
-    interleaved Cb, Cr at half resolution), on the device it is on; `height`, `width` may be smaller than the
-    picture's (coded sizes are rounded up to whole blocks: the extra rows and columns are cut)."""
+    """(..., H, W, 3) uint8 RGB of NV12 pictures, a torch uint8 tensor of (..., H * 3 / 2, W) (luma rows, then rows
+    of interleaved Cb, Cr at half resolution: one picture, or a stack of pictures of one stream converted by the
+    same launches), on the device it is on; `height`, `width` may be smaller than the pictures' (coded sizes are
+    rounded up to whole blocks: the extra rows and columns are cut)."""
     import torch
 
-    rows = nv12.shape[0] * 2 // 3
-    luma = nv12[:height, :width].float()
-    chroma = nv12[rows:rows + (height + 1) // 2, :(width + 1) // 2 * 2].reshape((height + 1) // 2, -1, 2).float()
-    chroma = chroma.repeat_interleave(2, dim=0).repeat_interleave(2, dim=1)[:height, :width] - 128.0
+    rows = nv12.shape[-2] * 2 // 3
+    half_h, half_w = (height + 1) // 2, (width + 1) // 2
+    luma = nv12[..., :height, :width].float()
+    chroma = nv12[..., rows:rows + half_h, :half_w * 2].reshape(*nv12.shape[:-2], half_h, half_w, 2).float()
+    chroma = chroma.repeat_interleave(2, dim=-3).repeat_interleave(2, dim=-2)[..., :height, :width, :] - 128.0
     if colour.full_range:
         y, scale = luma, 1.0
     else:
