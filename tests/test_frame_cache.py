@@ -172,3 +172,29 @@ def test_two_ranks_fill_one_folder_at_once_and_a_later_run_reads_it(small_datase
     stats = later.stats()["frames"]
     assert stats["disk_hits"] > 0 and decoded <= 0.2 * (stats["disk_hits"] + decoded), json.dumps(stats)
     later.close()
+
+
+@pytest.mark.parametrize("setup", [
+    dict(),  # pool 16, episodes fetched whole
+    dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, cut ahead
+], ids=["whole", "global-pieces"])
+def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_codec_dataset, tmp_path, setup):
+    """Frames are named by the file times samples ask for, known from the plan and the table rows: a sample whose
+    frames are all held needs no segment, and the store fetches no camera of an episode whose frames are all held.
+    A later run on a warm folder reads the tables and nothing of the videos: no segment, no piece, no decode, and
+    the batches of a loader without the cache."""
+    args = dict(ARGS, **setup, drop_last=False)  # every frame drawn in epoch 1
+    want = epochs(StreamLoader(str(four_codec_dataset), **args), 1)[0][0]
+    cached = dict(args, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+    first = StreamLoader(str(four_codec_dataset), **cached)
+    epochs(first, 1)
+    video = ("segments_cut", "segment_bytes", "pieces_cut", "piece_bytes")
+    assert sum(first.stats()["fetch"][k] for k in video) > 0
+    first.close()
+    later = StreamLoader(str(four_codec_dataset), **cached)
+    (got, decoded), = epochs(later, 1)
+    assert_same(got, want)
+    fetched = later.stats()["fetch"]
+    assert decoded == 0 and {k: fetched[k] for k in video} == dict.fromkeys(video, 0), fetched
+    assert fetched["table_reads"] > 0
+    later.close()

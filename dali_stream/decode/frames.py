@@ -1,9 +1,12 @@
 """Decoded frames kept for later epochs: decode once, train many epochs (`frame_cache_bytes`, `frame_cache_dir`).
 
-A frame is named by the video file it was decoded from and its presentation time in that file: `(file, pts in
-microseconds)`. The file's name is a digest of its path, size and modification time (its ETag or version where a
-remote store gives no time) and of the route that decoded it and this module's `FORMAT`, so a video file
-rewritten in place, or frames decoded by another route, are other names: a stale frame is never served.
+A frame is named by its video file and the file time a sample asks for (the episode's `from_timestamp` plus the
+frame's `timestamp`, whose nearest frame every route decodes): `(file, time in microseconds)`, known from the
+plan and the episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
+its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
+file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
+no time) and of the route that decoded it and this module's `FORMAT`, so a video file rewritten in place, or
+frames decoded by another route, are other names: a stale frame is never served.
 
 Frames are the route's decoded pixels, (H, W, 3) uint8, before anything the graph or the caller does with them
 (resize, crop, dtype, normalisation, `augment`, `image_transforms`): a cached batch is the uncached batch of the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import warnings
 from typing import Any, Callable, Hashable
@@ -32,7 +36,30 @@ import numpy as np
 
 from ..source.storage import is_local
 
-FORMAT = "dali-stream-frames-1"  # what a spilled frame is: bump when a frame's bytes or its name change
+FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
+
+
+_SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
+
+
+def read_frame(path: str) -> np.ndarray | None:
+    """The (H, W, 3) uint8 frame `np.save` wrote to `path`, memory-mapped; None where there is none or the file is
+    not one. Its header is read here, not by `np.load`, which parses it with `ast.literal_eval`: CPython 3.11's
+    parser keeps its recursion depth in shared state, and two builder threads loading at once raised
+    `SystemError: AST constructor recursion depth mismatch`."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(10)
+            if len(head) < 10 or head[:6] != b"\x93NUMPY" or head[6] != 1:
+                return None
+            size = int.from_bytes(head[8:10], "little")
+            header = f.read(size)
+        shape = _SHAPE.search(header)
+        if shape is None or b"'|u1'" not in header or b"'fortran_order': False" not in header:
+            return None
+        return np.memmap(path, np.uint8, "r", offset=10 + size, shape=tuple(int(n) for n in shape.groups()))
+    except (OSError, ValueError):
+        return None
 
 
 def file_stamp(fs: Any, path: str) -> tuple:
@@ -86,42 +113,52 @@ class FrameCache:
             except OSError as exc:
                 self._spill_failed(exc)
 
-    def key(self, path: str, pts_s: float) -> tuple[str, int]:
-        """The name of the frame shown at `pts_s` (file time) in the video file at `path`."""
+    def names(self, path: str, times_s: np.ndarray) -> list[tuple[str, int]]:
+        """The names of the frames shown at file times `times_s` in the video file at `path`."""
         digest = self._files.get(path)
         if digest is None:
             text = repr((FORMAT, self.route, path, self._stamp(path)))
             digest = hashlib.sha1(text.encode()).hexdigest()[:20]
             with self._lock:
                 self._files[path] = digest
-        return digest, int(round(pts_s * 1e6))
+        return [(digest, t) for t in np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64).tolist()]
 
     def _path(self, key: tuple[str, int]) -> str:
         return os.path.join(self.folder or "", key[0], f"{key[1]}.npy")
 
-    def get(self, key: tuple[str, int]) -> np.ndarray | None:
-        frame = self._frames.get(key)
-        if frame is not None:
-            with self._lock:
-                self.hits += 1
-            return frame
-        if self.folder is not None:
-            try:
-                frame = np.load(self._path(key), mmap_mode="r")
-            except (OSError, ValueError):
-                frame = None
-            if frame is not None:
-                with self._lock:
-                    self.disk_hits += 1
-                return frame
-        with self._lock:
-            self.misses += 1
-        return None
+    def _load(self, key: tuple[str, int]) -> np.ndarray | None:
+        """The spilled frame `key`, memory-mapped; None if the folder has none (or a torn or foreign file)."""
+        return None if self.folder is None else read_frame(self._path(key))
 
-    def put(self, keys: list[tuple[str, int]], frames: np.ndarray) -> None:
-        """Keep `frames` (N, H, W, 3), frame n under `keys[n]`, in memory while there is room (views of `frames`
-        where all of them fit: nothing copied; copies of those that fit otherwise, so the rest is not held), the
-        others in the folder."""
+    def look(self, samples: list[list[tuple[str, int]] | None]) -> list[tuple[list, list] | None]:
+        """Per sample (its frames' names, or None), the names and what is held under each (an array, or None)."""
+        out: list[tuple[list, list] | None] = []
+        hits = disk_hits = misses = 0
+        for names in samples:
+            if names is None:
+                out.append(None)
+                continue
+            found = [self._frames.get(k) for k in names]
+            for n, frame in enumerate(found):
+                if frame is None:
+                    found[n] = frame = self._load(names[n])
+                    disk_hits += frame is not None
+                    misses += frame is None
+                else:
+                    hits += 1
+            out.append((names, found))
+        with self._lock:
+            self.hits, self.disk_hits, self.misses = self.hits + hits, self.disk_hits + disk_hits, self.misses + misses
+        return out
+
+    def holds(self, names: list[tuple[str, int]]) -> bool:
+        """Whether every one of `names` is held (in memory, or in the folder)."""
+        return all(k in self._frames or (self.folder is not None and os.path.exists(self._path(k))) for k in names)
+
+    def put(self, keys: list[tuple[str, int]], frames: np.ndarray | list[np.ndarray]) -> None:
+        """Keep `frames` ((N, H, W, 3), or N arrays (H, W, 3) viewing one), frame n under `keys[n]`, in memory while
+        there is room (as they are where all of them fit: nothing copied; copies of those that fit otherwise, so the
+        rest is not held), the others in the folder."""
         with self._lock:
             room = [n for n, k in enumerate(keys) if k not in self._frames]
             admitted = []

@@ -157,7 +157,7 @@ class Pieces:
     def cut_ahead(self, asks: list[tuple[Hashable, int, str, Callable[[dict], Any]]]) -> None:
         """Begin cutting, on a piece thread, the pieces a batch's samples will ask for: per (key, pos, camera,
         query_of) the piece of episode `pos`'s `camera` for the file times `query_of(rows)` (rows: the episode's
-        table rows), for `take(key)`. One task for the batch, its reads coalesced and, on a remote store, in flight
+        table rows; None: no piece wanted), for `take(key)`. One task for the batch, its reads coalesced and, on a remote store, in flight
         together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its episode is fetched
         (without piece threads: never)."""
         if self._pool is None:
@@ -195,7 +195,12 @@ class Pieces:
             if entry.error is not None or camera not in entry.long:
                 continue
             try:
-                cut = self.plan(pos, camera, query_of(entry.rows), key)
+                query = query_of(entry.rows)
+                if query is None:  # the decoded-frame cache holds its frames: its builder asks for no piece
+                    with self._lock:
+                        self._ahead.pop(key, None)
+                    continue
+                cut = self.plan(pos, camera, query, key)
             except Exception as exc:  # noqa: BLE001 - its builder raises it
                 out[n] = exc
                 continue

@@ -121,6 +121,9 @@ class EpisodeStore:
         # `capacity_bytes` an LRU would evict it first and it is dropped at once (`unpin`). None: kept (a global
         # shuffle draws an episode's frames all along its epoch).
         self.epoch_episodes: int | None = None
+        # (pos, camera, rows) -> whether the decoded-frame cache holds every frame of the episode's camera: its
+        # segment is then not fetched (a frame the cache lost is cut alone: `segment_for`). None: always fetched
+        self.held: Callable[[int, str, dict], bool] | None = None
         self._fetched = [0, 0]  # bytes and episodes fetched so far: the mean an epoch's bytes are estimated by
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()
@@ -358,7 +361,8 @@ class EpisodeStore:
                 entry.long.add(camera)
             else:
                 entry.rows_ready.wait()
-                if entry.error is None:
+                if entry.error is None and not (self.held is not None and self._indexed(pos, camera)
+                                                and self.held(pos, camera, entry.rows)):
                     entry.segments[camera] = self._cut(pos, camera, entry.rows)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
             entry.error = entry.error or exc
@@ -389,6 +393,11 @@ class EpisodeStore:
                 del self._entries[pos]
             entry.done.set()
             self._evict()
+
+    def _indexed(self, pos: int, camera: str) -> bool:
+        """Whether the episode's video file of `camera` has an index: a piece of it can be cut."""
+        member, local = self.catalog.locate(pos)
+        return self.files[member.index].indexes.get(member.meta.video_file(local, camera)) is not None
 
     def _tolerance_s(self, member) -> float:
         """A member's own `tolerance_s`, else the loader's."""

@@ -14,7 +14,6 @@ the batch (`task` strings) rides alongside.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import warnings
@@ -28,14 +27,14 @@ from ..decode.frames import FrameCache
 from ..decode.route import keys_where
 from ..decode.route import route as route_of
 from ..errors import DaliStreamError, DecodeError
-from ..fetch.tables import FRAME_TIME_S
 from ..plan import salts
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
 from .clips import DaliInput, dali_input
 from .imageops import ImageOps
 from .joined import group_sizes, join_group, join_pieces
-from .segment_frames import decode_grouped, decode_host, frame_keys
+from .locate import Locator
+from .segment_frames import Held, decode_grouped, decode_host, held_samples
 
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
@@ -150,6 +149,7 @@ class BatchBuilder:
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.join_all = join_all
         self.frames = frames
+        self.locator = Locator(catalog, store, self.routes, tolerance_s, frames)
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
         # per DALI-routed camera: [samples, streams (decoders DALI opened: one per joined stream or per sample),
@@ -239,7 +239,10 @@ class BatchBuilder:
                 values[f"{key}_dim_is_pad"] = [np.arange(f.shape[0]) >= (f.own_shapes[m.index] or (0,))[0]
                                                for m in members]
         host: dict[str, np.ndarray] = {}
-        located = {key: self.locate(plan, rows, key) for key in self.routes}
+        # torchcodec cameras' frames by the cache's names: a sample whose frames are all held is not located
+        cached = {k: self.frames.look(self.locator.cache_names(plan, rows, k)) for k, r in self.routes.items()
+                  if self.frames is not None and route_of(r).torchcodec}
+        located = {key: self.locate(plan, rows, key, held_samples(cached.get(key))) for key in self.routes}
         groups, streams = self.group_streams(located, plan.size)
         for key, inputs in streams.items():
             values[f"{key}@encoded"] = [d.data for d in inputs]
@@ -252,9 +255,7 @@ class BatchBuilder:
                 continue
             segs, idx = located[key]
             t0 = time.perf_counter()
-            # torchcodec cameras' frames by the cache's names (before pieces are joined: `_decode_cpu`)
-            names = frame_keys(segs, idx, self.frames) if self.frames is not None and not route_of(route).engine \
-                else None
+            names = cached.get(key)
             if route_of(route).engine:
                 pictures, frames_decoded = self._decode_engine(route, key, segs, idx, member_index)
                 span = groups * len(idx[0])  # every sample of a camera has the same steps
@@ -335,7 +336,8 @@ class BatchBuilder:
         """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one
         stream first (`join_pieces`): one decoder opened for them instead of one per piece. Should a joined stream
         fail (its frames are checked like any), the camera's pieces are decoded one by one from then on, said once."""
-        pieces = [j for j, seg in enumerate(segs) if seg is not None and (seg.piece or self.join_all)] \
+        pieces = [j for j, seg in enumerate(segs) if seg is not None and not isinstance(seg, Held)
+                  and (seg.piece or self.join_all)] \
             if key not in self._join_failed else []
         joined = join_pieces([segs[j] for j in pieces], [idx[j] for j in pieces]) if len(pieces) > 1 else None
         if joined is not None:
@@ -372,44 +374,14 @@ class BatchBuilder:
                 return members, streams
         return 1, {key: [dali_input(seg, i) for seg, i in zip(*located[key])] for key in keys}
 
-    def locate(self, plan: BatchPlan, rows: list[dict], key: str) -> tuple[list, list[np.ndarray]]:
-        """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show (for a
-        mixture's sample whose member lacks the camera: None and as many zeros as the key's steps)."""
-        segs: list[Any] = []
-        idx: list[np.ndarray] = []
-        f = self.fields[key]
-        steps = plan.windows[key].rows.shape[1] if key in plan.windows else 1
-        for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
-            member, _ = self.catalog.locate(int(pos))
-            own = f.own[member.index]
-            if own is None:
-                segs.append(None)
-                idx.append(np.zeros(steps, dtype=np.int64))
-                continue
-            query = self.query_s(plan, j, key, r)
-            seg = self.store.segment_for(int(pos), own, query, key=piece_key(plan, j, key))
-            segs.append(seg)
-            tolerance = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
-            idx.append(seg.frame_indices(query, tolerance, f"frame {int(plan.frames[j])}"))
-        return segs, idx
-
-    def query_s(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray:
-        """The file times sample `j` of `plan` shows of camera `key` (`rows`: its episode's table rows)."""
-        sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
-        member, local = self.catalog.locate(int(plan.episodes[j]))
-        return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][sel]
+    def locate(self, plan: BatchPlan, rows: list[dict], key: str,
+               held: list | None = None) -> tuple[list, list[np.ndarray]]:
+        """Per sample, camera `key`'s segment and the frame indices in it to show (`Locator.locate`)."""
+        return self.locator.locate(plan, rows, key, held)
 
     def cut_ahead(self, plan: BatchPlan) -> None:
-        """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),
-        before a builder takes the batch up: one task for the batch, its reads coalesced."""
-        asks = []
-        for key in self.routes:
-            f = self.fields[key]
-            for j, pos in enumerate(plan.episodes):
-                own = f.own[self.catalog.locate(int(pos))[0].index]
-                if own is not None:
-                    asks.append((piece_key(plan, j, key), int(pos), own, functools.partial(self.query_s, plan, j, key)))
-        self.store.cut_ahead(asks)
+        """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`Locator`)."""
+        self.locator.cut_ahead(plan)
 
     def explain_dali_failure(self, pending: list[Prepared], exc: BaseException, node=None) -> DaliStreamError:
         """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: what failed,
@@ -417,11 +389,6 @@ class BatchBuilder:
         from .forensics import explain
 
         return explain(self, pending, exc, node)
-
-
-def piece_key(plan: BatchPlan, j: int, camera: str) -> tuple[int, int, int, str]:
-    """What names the piece of a long episode sample `j` of `plan` reads of `camera` (`EpisodeStore.cut_ahead`)."""
-    return plan.epoch, plan.index, j, camera
 
 
 def engine_camera(key: str, member: str, mixed: bool) -> str:

@@ -15,56 +15,74 @@ from .host import host_dtype, host_shape, scatter_frames
 from .imageops import ImageOps
 
 
-def decode_segments(segs, idx, cache, frames: FrameCache | None = None, keys: list | None = None):
+class Held:
+    """Stands in for a sample's segment when the decoded-frame cache holds each frame it shows (`held_samples`):
+    nothing to fetch, cut or decode. `pictures`: its frames in order, (H, W, 3) uint8 each; the sample's frame
+    indices are then 0..T-1 (`BatchBuilder.locate`)."""
+
+    piece = False
+
+    def __init__(self, pictures: list[np.ndarray]) -> None:
+        self.pictures = pictures
+        self.uid = self
+
+
+def held_samples(cached: list | None) -> list[Held | None] | None:
+    """Per sample, a `Held` where the cache found every frame it shows (`FrameCache.look`), else None."""
+    if cached is None:
+        return None
+    return [Held(c[1]) if c is not None and all(f is not None for f in c[1]) else None for c in cached]
+
+
+def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
-    segment (None: a mixture's member lacking the camera) are skipped. With `frames` (the decoded-frame cache) and
-    `keys` (per sample, the cache's name of each of its frames: `frame_keys`), frames found there are not decoded
-    and those decoded are kept there.
+    segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
+    With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
+    under each: `FrameCache.look`), frames found there are not decoded and those decoded are kept there.
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
     from the cache) and how many of them were decoded."""
-    by_seg: dict[int, tuple[Any, list[int]]] = {}
+    by_seg: dict[Any, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
         if seg is None:
             continue
         by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
     for seg, members in by_seg.values():
+        if isinstance(seg, Held):
+            yield members, np.arange(len(seg.pictures)), seg.pictures, 0
+            continue
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
-        if frames is None or keys is None:
+        if frames is None or cached is None:
             yield members, wanted, torchcodec_tensor(seg, wanted, cache).numpy(), len(wanted)
             continue
-        name: dict[int, tuple[str, int]] = {}
+        names: dict[int, set] = {}  # frame index -> the names samples ask it by (their file times)
+        found: dict[int, np.ndarray] = {}
         for j in members:
-            name.update(zip(idx[j].tolist(), keys[j]))
-        names = [name[w] for w in wanted.tolist()]
-        found = [frames.get(k) for k in names]
-        missing = [n for n, f in enumerate(found) if f is None]
+            for i, name, picture in zip(idx[j].tolist(), *cached[j]):
+                names.setdefault(i, set()).add(name)
+                if picture is not None:
+                    found[i] = picture
+        order = wanted.tolist()
+        missing = [n for n, i in enumerate(order) if i not in found]
         if missing:
             decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy()
-            frames.put([names[n] for n in missing], decoded)
+            kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
+            frames.put([k for k, _ in kept], [picture for _, picture in kept])
             if len(missing) == len(wanted):
                 yield members, wanted, decoded, len(missing)
                 continue
-            for n, picture in zip(missing, decoded):
-                found[n] = picture
-        yield members, wanted, found, len(missing)  # a list: the frames are not copied into one array first
-
-
-def frame_keys(segs, idx, frames: FrameCache) -> list:
-    """Per sample, the decoded-frame cache's name of each frame `idx[j]` of `segs[j]` (None without a segment):
-    its video file and file time, whatever segment or piece it was cut in."""
-    return [None if seg is None else [frames.key(seg.source, t) for t in seg.pts_s[i].tolist()]
-            for seg, i in zip(segs, idx)]
+            found.update((order[n], picture) for n, picture in zip(missing, decoded))
+        yield members, wanted, [found[i] for i in order], len(missing)  # a list: the frames are not copied first
 
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
-                   keys: list | None = None) -> tuple[list[np.ndarray], int]:
+                   cached: list | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
-    for a sample without a segment; `frames`, `keys`: the decoded-frame cache (`decode_segments`)."""
+    for a sample without a segment; `frames`, `cached`: the decoded-frame cache (`decode_segments`)."""
     out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, keys):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached):
         decoded += n
         for j in members:
             at = np.searchsorted(wanted, idx[j])
@@ -73,16 +91,16 @@ def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: Fr
 
 
 def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
-                frames: FrameCache | None = None, keys: list | None = None):
+                frames: FrameCache | None = None, cached: list | None = None):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
-    none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `keys`: the
+    none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `cached`: the
     decoded-frame cache (`decode_segments`)."""
     out = None
     if size is not None and all(seg is None for seg in segs):
         out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, keys):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached):
         if out is None:
             h, w, _ = pixels[0].shape
             out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))

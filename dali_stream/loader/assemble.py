@@ -27,6 +27,7 @@ from ..decode.routes import Node, choose_routes, nvdec_engine
 from ..decode.speed import gpu_slower, unmeasured
 from ..errors import InstallError
 from ..fetch.store import EpisodeStore
+from ..fetch.tables import FRAME_TIME_S
 from ..graph.batches import BatchBuilder, engine_camera
 from ..graph.imageops import ImageOps
 from ..graph.transforms import TransformPool
@@ -134,6 +135,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
             named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
             warnings.warn(f"the decoded-frame cache keeps what torchcodec decodes: cameras {named} are decoded "
                           "every epoch. decode='cpu' routes every camera through torchcodec", stacklevel=3)
+        store.held = episode_held(frames, catalog, routes)
     builder = BatchBuilder(catalog, store, decoders, routes, plan_config.delta_indices, cfg.tolerance_s,
                            catalog.table_keys, table_dtypes, augment_seed=cfg.seed if cfg.augment is not None else None,
                            image_ops=image_ops if resolved.host_frames else None,
@@ -155,6 +157,21 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                   member_routes=member_routes, resolved=resolved, decoders=decoders, store=store, engines=engines,
                   frames=frames, transforms=transforms, builder=builder, host_batches=host_batches,
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
+
+
+def episode_held(frames: FrameCache, catalog: Catalog, routes: Mapping[str, str]):
+    """(pos, camera, rows) -> whether `frames` holds every frame of the episode's camera (the file times of all its
+    rows), for torchcodec cameras (the ones the cache serves): the store then fetches none of it."""
+    cameras = {(m.index, catalog.fields[k].own[m.index]) for k, r in routes.items() if route(r).torchcodec
+               for m in catalog.members}
+
+    def held(pos: int, camera: str, rows: dict) -> bool:
+        member, local = catalog.locate(pos)
+        if (member.index, camera) not in cameras:
+            return False
+        start = float(member.meta.cameras[camera].from_timestamp[local])
+        return frames.holds(frames.names(member.meta.video_file(local, camera), start + rows[FRAME_TIME_S]))
+    return held
 
 
 def measured_speed(cfg: LoaderConfig, deltas: Mapping[str, Any], dali_version: str):

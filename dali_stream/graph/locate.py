@@ -1,0 +1,98 @@
+"""Where each sample's frames are: the file times a sample of a batch plan shows of a camera, the segment (an
+episode's whole segment, or a long episode's piece) holding them and the frame indices in it, or the decoded-frame
+cache's names for them (`decode.frames`), which a sample whose frames are all held needs instead of a segment."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ..decode.frames import FrameCache
+from ..decode.route import route as route_of
+from ..fetch.tables import FRAME_TIME_S
+from ..plan.epoch import BatchPlan
+
+
+class Locator:
+    """`catalog` (`meta.catalog.Catalog`): episode positions, members and each key's fields; `store`
+    (`fetch.store.EpisodeStore`): the segments; `routes`: camera -> route; `tolerance_s`: the loader's, unless a
+    member sets its own; `frames`: the decoded-frame cache (None: off)."""
+
+    def __init__(self, catalog, store, routes: dict[str, str], tolerance_s: float,
+                 frames: FrameCache | None) -> None:
+        self.catalog, self.fields, self.store = catalog, catalog.fields, store
+        self.routes, self.tolerance_s, self.frames = routes, tolerance_s, frames
+
+    def locate(self, plan: BatchPlan, rows: list[dict], key: str,
+               held: list | None = None) -> tuple[list, list[np.ndarray]]:
+        """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show (for a
+        mixture's sample whose member lacks the camera: None and as many zeros as the key's steps; for a sample
+        whose frames the decoded-frame cache holds, `held[j]` (`segment_frames.Held`): that and 0..T-1)."""
+        segs: list[Any] = []
+        idx: list[np.ndarray] = []
+        f = self.fields[key]
+        steps = plan.windows[key].rows.shape[1] if key in plan.windows else 1
+        for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
+            member, _ = self.catalog.locate(int(pos))
+            own = f.own[member.index]
+            if own is None:
+                segs.append(None)
+                idx.append(np.zeros(steps, dtype=np.int64))
+                continue
+            if held is not None and held[j] is not None:
+                segs.append(held[j])
+                idx.append(np.arange(steps))
+                continue
+            query = self.query_s(plan, j, key, r)
+            seg = self.store.segment_for(int(pos), own, query, key=piece_key(plan, j, key))
+            segs.append(seg)
+            tolerance = member.tolerance_s if member.tolerance_s is not None else self.tolerance_s
+            idx.append(seg.frame_indices(query, tolerance, f"frame {int(plan.frames[j])}"))
+        return segs, idx
+
+    def query_s(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray:
+        """The file times sample `j` of `plan` shows of camera `key` (`rows`: its episode's table rows)."""
+        sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
+        member, local = self.catalog.locate(int(plan.episodes[j]))
+        return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][sel]
+
+    def names(self, plan: BatchPlan, j: int, key: str, rows: dict) -> list[tuple[str, int]]:
+        """The decoded-frame cache's names of the frames of camera `key` sample `j` shows: its video file and the
+        file times it asks for, whatever segment or piece serves them (the cache is on; the member has the camera)."""
+        member, local = self.catalog.locate(int(plan.episodes[j]))
+        path = member.meta.video_file(local, self.fields[key].own[member.index])
+        assert self.frames is not None
+        return self.frames.names(path, self.query_s(plan, j, key, rows))
+
+    def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
+        """Per sample, `names` (None: its member lacks the camera)."""
+        f = self.fields[key]
+        return [None if f.own[self.catalog.locate(int(pos))[0].index] is None else self.names(plan, j, key, r)
+                for j, (pos, r) in enumerate(zip(plan.episodes, rows))]
+
+    def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
+        """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
+        if self.frames is not None and route_of(self.routes[key]).torchcodec and \
+                self.frames.holds(self.names(plan, j, key, rows)):
+            return None
+        return self.query_s(plan, j, key, rows)
+
+    def cut_ahead(self, plan: BatchPlan) -> None:
+        """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),
+        before a builder takes the batch up: one task for the batch, its reads coalesced."""
+        asks = []
+        for key in self.routes:
+            f = self.fields[key]
+            for j, pos in enumerate(plan.episodes):
+                own = f.own[self.catalog.locate(int(pos))[0].index]
+                if own is not None:
+                    asks.append((piece_key(plan, j, key), int(pos), own,
+                                 functools.partial(self._ahead_query, plan, j, key)))
+        self.store.cut_ahead(asks)
+
+
+def piece_key(plan: BatchPlan, j: int, camera: str) -> tuple[int, int, int, str]:
+    """What names the piece of a long episode sample `j` of `plan` reads of `camera` (`EpisodeStore.cut_ahead`)."""
+    return plan.epoch, plan.index, j, camera
