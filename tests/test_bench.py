@@ -102,6 +102,26 @@ def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path):
     assert result["config"]["join_streams"] == 1 and result["dali_decoder"]["observation.images.top"]["join_streams"] == 1
 
 
+def test_with_the_frame_cache_bench_measures_epoch_1_and_epoch_2(small_dataset, tmp_path):
+    """`--frame-cache-bytes`: bench runs two whole epochs of a loader of its own; epoch 2 decodes and reads nothing
+    of the videos the cache holds (every camera through torchcodec), and the console line says both epochs."""
+    proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1,
+                  "--no-baseline", "--no-limit", "--decode", "cpu", "--frame-cache-bytes", str(1 << 30),
+                  "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("bench-*.json")
+    got = json.loads(path.read_text())["frame_cache"]
+    one, two = got["epochs"]
+    assert one["samples"] == two["samples"] > 0 and one["frames_decoded"] > 0 and one["video_bytes_read"] > 0
+    # epoch 1 dropped its last partial batch: the frames it did not draw are decoded in epoch 2, their episodes'
+    # cameras fetched
+    assert two["frames_decoded"] <= 0.1 * one["frames_decoded"] and two["video_bytes_read"] < one["video_bytes_read"]
+    assert got["epoch2_over_epoch1"] == pytest.approx(two["samples_per_s"] / one["samples_per_s"])
+    assert got["fits_in_memory"] == 1.0 and got["decoded_bytes"] > 0
+    said = proc.stderr.replace("\n", "")
+    assert "decoded-frame cache: epoch 1 " in said and "100% of it fits" in said, proc.stderr
+
+
 def test_bench_says_what_it_measures_for_how_long_and_where_it_wrote(tiny_run):
     """The time each part takes is said before it starts (the baseline's worker counts share --duration-s), and
     the results' folder is printed whole."""

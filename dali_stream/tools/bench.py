@@ -379,6 +379,12 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         result["baseline_ratio"] = got["samples_per_s"] / best if best else None
     else:
         result["baseline_ratio"] = None
+    result["frame_cache"] = None
+    if cfg.loader.frame_cache_bytes or cfg.loader.frame_cache_dir:  # epochs 1 and 2 of a loader of its own
+        from .bench_cache import cache_epochs
+
+        loader.close()  # its frames held too: not beside the new loader's
+        result["frame_cache"] = cache_epochs(cfg, meta, deltas, decode, progress)
     result["wallclock_s"] = time.perf_counter() - t_run
     return result
 

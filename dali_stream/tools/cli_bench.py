@@ -110,6 +110,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
                       "a Hub id such as lerobot/pusht), with the loader's flags (--decode, --batch-size, "
                       "--num-workers, ...; dali-stream bench --help)")
     for r in results:
+        if r.get("frame_cache"):
+            from .bench_cache import cache_text
+
+            console.print(f"bench {r['config']['mode']}/{r['config']['decode']}: {cache_text(r['frame_cache'])}")
         for note in r.get("notes", []):
             console.print(f"[yellow]bench {r['config']['mode']}/{r['config']['decode']}: {note}[/]")
         console.print(f"wrote {Path(r['file']).resolve()}")

@@ -15,6 +15,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ..decode.routes import Node, choose_routes, formats_of
     from ..meta.dataset import DatasetMeta
     from ..mixture import is_mixture_file
+    from .bench_cache import decoded_bytes
 
     if is_mixture_file(args.dataset):
         return _inspect_mixture(args)
@@ -35,7 +36,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
-        "decoded_bytes": sum(c.height * c.width * 3 for c in meta.cameras.values()) * meta.total_frames,
+        "decoded_bytes": decoded_bytes(meta),
         "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
     }
     if args.json:
