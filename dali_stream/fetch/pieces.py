@@ -157,8 +157,8 @@ class Pieces:
     def cut_ahead(self, asks: list[tuple[Hashable, int, str, Callable[[dict], Any]]]) -> None:
         """Begin cutting, on a piece thread, the pieces a batch's samples will ask for: per (key, pos, camera,
         query_of) the piece of episode `pos`'s `camera` for the file times `query_of(rows)` (rows: the episode's
-        table rows; None: no piece wanted), for `take(key)`. One task for the batch, its reads coalesced and, on a remote store, in flight
-        together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its episode is fetched
+        table rows; None: no piece wanted), for `take(key)`. One task for the batch, its reads coalesced and, on a
+        remote store, in flight together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its episode is fetched
         (without piece threads: never)."""
         if self._pool is None:
             return

@@ -361,8 +361,8 @@ class EpisodeStore:
                 entry.long.add(camera)
             else:
                 entry.rows_ready.wait()
-                if entry.error is None and not (self.held is not None and self._indexed(pos, camera)
-                                                and self.held(pos, camera, entry.rows)):
+                if entry.error is None and not (self.held is not None and self.held(pos, camera, entry.rows)
+                                                and self._indexed(pos, camera)):
                     entry.segments[camera] = self._cut(pos, camera, entry.rows)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
             entry.error = entry.error or exc

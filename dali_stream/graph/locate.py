@@ -58,25 +58,27 @@ class Locator:
         member, local = self.catalog.locate(int(plan.episodes[j]))
         return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][sel]
 
-    def names(self, plan: BatchPlan, j: int, key: str, rows: dict) -> list[tuple[str, int]]:
+    def names(self, plan: BatchPlan, j: int, key: str, rows: dict) -> list[tuple[str, int]] | None:
         """The decoded-frame cache's names of the frames of camera `key` sample `j` shows: its video file and the
-        file times it asks for, whatever segment or piece serves them (the cache is on; the member has the camera)."""
+        file times it asks for, whatever segment or piece serves them (the cache is on); None: its member lacks
+        the camera."""
         member, local = self.catalog.locate(int(plan.episodes[j]))
-        path = member.meta.video_file(local, self.fields[key].own[member.index])
+        own = self.fields[key].own[member.index]
+        if own is None:
+            return None
         assert self.frames is not None
-        return self.frames.names(path, self.query_s(plan, j, key, rows))
+        return self.frames.names(member.meta.video_file(local, own), self.query_s(plan, j, key, rows))
 
     def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
-        """Per sample, `names` (None: its member lacks the camera)."""
-        f = self.fields[key]
-        return [None if f.own[self.catalog.locate(int(pos))[0].index] is None else self.names(plan, j, key, r)
-                for j, (pos, r) in enumerate(zip(plan.episodes, rows))]
+        """Per sample, `names`."""
+        return [self.names(plan, j, key, r) for j, r in enumerate(rows)]
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
-        if self.frames is not None and route_of(self.routes[key]).torchcodec and \
-                self.frames.holds(self.names(plan, j, key, rows)):
-            return None
+        if self.frames is not None and route_of(self.routes[key]).torchcodec:
+            names = self.names(plan, j, key, rows)  # the member has the camera: `cut_ahead` asks for no other
+            if names is not None and self.frames.holds(names):
+                return None
         return self.query_s(plan, j, key, rows)
 
     def cut_ahead(self, plan: BatchPlan) -> None:

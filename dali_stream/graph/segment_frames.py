@@ -18,9 +18,7 @@ from .imageops import ImageOps
 class Held:
     """Stands in for a sample's segment when the decoded-frame cache holds each frame it shows (`held_samples`):
     nothing to fetch, cut or decode. `pictures`: its frames in order, (H, W, 3) uint8 each; the sample's frame
-    indices are then 0..T-1 (`BatchBuilder.locate`)."""
-
-    piece = False
+    indices are then 0..T-1 (`Locator.locate`)."""
 
     def __init__(self, pictures: list[np.ndarray]) -> None:
         self.pictures = pictures
