@@ -147,7 +147,8 @@ class LoaderConfig:
                                                  "footer's size on disk); least recently used files are reopened "
                                                  "when needed (docs/memory.md)")
     frame_cache_bytes: int = _s(0, "bound of decoded frames kept in memory for later epochs (0: off): each "
-                                   "(video file, frame) torchcodec decodes is kept while there is room, as decoded "
+                                   "(video file, frame) decoded on the CPU (routes torchcodec, cpu-open) is kept "
+                                   "while there is room, as decoded "
                                    "(before resize, dtype, normalisation, augment), and read instead of decoded "
                                    "again: bit for bit the same batches (docs/memory.md#decoded-frames)")
     frame_cache_dir: Optional[str] = _s(None, "a local folder where decoded frames past frame_cache_bytes are kept, "

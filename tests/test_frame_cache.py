@@ -33,20 +33,27 @@ def assert_same(got, want):
                 assert a[key] == b[key], key
 
 
+WINDOWS = {"observation.images.front": [-0.1, 0.0], "observation.images.wrist": [-0.1, 0.0]}
+
+
 @pytest.mark.parametrize("setup", [
     dict(),  # host frames: laid out by the workers
     dict(resize=(40, 48)),  # through the DALI graph, resized there
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, joined per batch
-    dict(delta_timestamps={"observation.images.front": [-0.1, 0.0], "observation.images.wrist": [-0.1, 0.0]}),
-], ids=["host", "graph-resize", "global-pieces", "windows"])
+    dict(delta_timestamps=WINDOWS),
+    dict(decode="cpu-open", delta_timestamps=WINDOWS),  # the open engine's FFmpeg decoders, into the graph
+], ids=["host", "graph-resize", "global-pieces", "windows", "cpu-open-windows"])
 def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     """Two epochs with the cache equal two without, every key and pixel, on H.264 (B-frames), HEVC, AV1 and VP9
-    through torchcodec; the second epoch decodes (almost) nothing: each frame the first one decoded is read. Windows
-    whose frames overlap reuse them within the first epoch too."""
-    plain = StreamLoader(str(four_codec_dataset), **ARGS, **setup)
+    through torchcodec and through the open engine's FFmpeg decoders; the second epoch decodes (almost) nothing:
+    each frame the first one decoded is read. Windows whose frames overlap reuse them within the first epoch too
+    (torchcodec decodes a frame once per batch; the engine once per sample)."""
+    args = {**ARGS, **setup}
+    plain = StreamLoader(str(four_codec_dataset), **args)
     want = epochs(plain)
     plain.close()
-    cached = StreamLoader(str(four_codec_dataset), **ARGS, **setup, frame_cache_bytes=1 << 30)
+    cached = StreamLoader(str(four_codec_dataset), **args, frame_cache_bytes=1 << 30)
+    assert set(cached.routes.values()) == {"cpu-open" if setup.get("decode") else "torchcodec"}
     got = epochs(cached)
     for (g, _), (w, _) in zip(got, want):
         assert_same(g, w)
@@ -177,7 +184,8 @@ def test_two_ranks_fill_one_folder_at_once_and_a_later_run_reads_it(small_datase
 @pytest.mark.parametrize("setup", [
     dict(),  # pool 16, episodes fetched whole
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, cut ahead
-], ids=["whole", "global-pieces"])
+    dict(decode="cpu-open"),  # the open engine's FFmpeg decoders
+], ids=["whole", "global-pieces", "cpu-open"])
 def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_codec_dataset, tmp_path, setup):
     """Frames are named by the file times samples ask for, known from the plan and the table rows: a sample whose
     frames are all held needs no segment, and the store fetches no camera of an episode whose frames are all held.
@@ -198,3 +206,23 @@ def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_cod
     assert decoded == 0 and {k: fetched[k] for k in video} == dict.fromkeys(video, 0), fetched
     assert fetched["table_reads"] > 0
     later.close()
+
+
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+def test_a_mixture_with_the_cache_gives_the_uncached_batches(embodiments, decode):
+    """A mixture whose members differ in cameras (arm7 lacks the wrist camera: zeros there) and in fps: two epochs
+    with the cache equal two without, the second decoding (almost) nothing, on torchcodec and the open engine."""
+    from dali_stream import Member, Mixture
+
+    front, top = "observation.images.front", "observation.images.top"
+    mixture = Mixture((Member(str(embodiments["arm6"]), name="arm6"),
+                       Member(str(embodiments["arm7"]), name="arm7", keys={top: front})))
+    args = dict(ARGS, decode=decode, episode_pool_size=3, drop_last=False,
+                delta_timestamps={front: [-0.1, 0.0]})
+    want = epochs(StreamLoader(mixture, **args))
+    cached = StreamLoader(mixture, **args, frame_cache_bytes=1 << 30)
+    got = epochs(cached)
+    for (g, _), (w, _) in zip(got, want):
+        assert_same(g, w)
+    assert got[0][1] > 0 and got[1][1] == 0, [n for _, n in got]
+    cached.close()

@@ -5,7 +5,7 @@ frame's `timestamp`, whose nearest frame every route decodes): `(file, time in m
 plan and the episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
 its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
-no time) and of the route that decoded it and this module's `FORMAT`, so a video file rewritten in place, or
+no time), of the route that decodes it (routes may convert to RGB differently) and of this module's `FORMAT`, so a video file rewritten in place, or
 frames decoded by another route, are other names: a stale frame is never served.
 
 Frames are the route's decoded pixels, (H, W, 3) uint8, before anything the graph or the caller does with them
@@ -90,17 +90,14 @@ def stamper(filesystems: list) -> Callable[[str], tuple]:
 class FrameCache:
     """Decoded frames by (file, pts): `get` / `put`, bounded in memory, spilled to a folder past the bound.
 
-    `stamp(path)`: the file's identity (`file_stamp` on its file system), asked once per file. `route`: the
-    decoding route's name, part of every file's name."""
+    `stamp(path)`: the file's identity (`file_stamp` on its file system), asked once per file."""
 
-    def __init__(self, memory_bytes: int, folder: str | None, route: str,
-                 stamp: Callable[[str], tuple]) -> None:
+    def __init__(self, memory_bytes: int, folder: str | None, stamp: Callable[[str], tuple]) -> None:
         self.memory_bytes = int(memory_bytes)
-        self.route = route
         self._stamp = stamp
         self._lock = threading.Lock()
         self._frames: dict[Hashable, np.ndarray] = {}
-        self._files: dict[str, str] = {}  # path -> its digest
+        self._files: dict[tuple[str, str], str] = {}  # (path, route) -> their digest
         self.bytes = 0
         self.hits = 0  # frames served from memory
         self.disk_hits = 0  # frames served from the folder
@@ -113,14 +110,15 @@ class FrameCache:
             except OSError as exc:
                 self._spill_failed(exc)
 
-    def names(self, path: str, times_s: np.ndarray) -> list[tuple[str, int]]:
-        """The names of the frames shown at file times `times_s` in the video file at `path`."""
-        digest = self._files.get(path)
+    def names(self, path: str, times_s: np.ndarray, route: str) -> list[tuple[str, int]]:
+        """The names of the frames shown at file times `times_s` in the video file at `path`, decoded by the route
+        named `route` (`decode.route`)."""
+        digest = self._files.get((path, route))
         if digest is None:
-            text = repr((FORMAT, self.route, path, self._stamp(path)))
+            text = repr((FORMAT, route, path, self._stamp(path)))
             digest = hashlib.sha1(text.encode()).hexdigest()[:20]
             with self._lock:
-                self._files[path] = digest
+                self._files[(path, route)] = digest
         return [(digest, t) for t in np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64).tolist()]
 
     def _path(self, key: tuple[str, int]) -> str:

@@ -44,8 +44,15 @@ class Route:
 
     @property
     def torchcodec(self) -> bool:
-        """torchcodec on the workers' threads: the route the decoded-frame cache and host frames serve."""
+        """torchcodec on the workers' threads: the route host frames serve."""
         return self.decoder == "torchcodec"
+
+    @property
+    def cached(self) -> bool:
+        """Its pictures come to the workers as host arrays (torchcodec, or the open engine's FFmpeg decoders): the
+        decoded-frame cache (`decode.frames`) keeps them. DALI's decoders hand theirs to the graph only, NVDEC's
+        are CUDA memory."""
+        return self.device == "cpu" and self.decoder != "dali"
 
 
 NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",

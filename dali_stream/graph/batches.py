@@ -239,9 +239,9 @@ class BatchBuilder:
                 values[f"{key}_dim_is_pad"] = [np.arange(f.shape[0]) >= (f.own_shapes[m.index] or (0,))[0]
                                                for m in members]
         host: dict[str, np.ndarray] = {}
-        # torchcodec cameras' frames by the cache's names: a sample whose frames are all held is not located
+        # frames the decoded-frame cache keeps, by its names: a sample whose frames are all held is not located
         cached = {k: self.frames.look(self.locator.cache_names(plan, rows, k)) for k, r in self.routes.items()
-                  if self.frames is not None and route_of(r).torchcodec}
+                  if self.frames is not None and route_of(r).cached}
         located = {key: self.locate(plan, rows, key, held_samples(cached.get(key))) for key in self.routes}
         groups, streams = self.group_streams(located, plan.size)
         for key, inputs in streams.items():
@@ -257,7 +257,7 @@ class BatchBuilder:
             t0 = time.perf_counter()
             names = cached.get(key)
             if route_of(route).engine:
-                pictures, frames_decoded = self._decode_engine(route, key, segs, idx, member_index)
+                pictures, frames_decoded = self._engine_frames(route, key, segs, idx, member_index, names)
                 span = groups * len(idx[0])  # every sample of a camera has the same steps
                 engine_values[f"{key}@decoded"] = [pictures[g:g + span] for g in range(0, len(pictures), span)]
             elif key in self.host_keys:
@@ -295,6 +295,33 @@ class BatchBuilder:
         zeroes them again after the graph's image ops (mean/std would move them off 0)."""
         h, w = self.fields[key].shape[:2]
         return np.zeros((steps, h, w, 3), np.uint8)
+
+    def _engine_frames(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,
+                       cached: list | None):
+        """`_decode_engine`, with the decoded-frame cache (`cached`: per sample, `FrameCache.look`; None: off): a
+        `Held` sample's frames are taken as they are, the other samples decoded and their frames kept."""
+        todo = [j for j, seg in enumerate(segs) if not isinstance(seg, Held)]
+        if self.frames is None or cached is None or len(todo) == len(segs) and not any(cached):
+            return self._decode_engine(route, key, segs, idx, member_index)
+        steps = len(idx[0])
+        decoded, n = None, 0
+        if todo:
+            decoded, n = self._decode_engine(route, key, [segs[j] for j in todo], [idx[j] for j in todo],
+                                             member_index[todo])
+            kept = [(name, decoded[k * steps + t]) for k, j in enumerate(todo) if cached[j] is not None
+                    for t, name in enumerate(cached[j][0])]
+            self.frames.put([name for name, _ in kept], [picture for _, picture in kept])
+            if len(todo) == len(segs):
+                return decoded, n
+        held = sorted(set(range(len(segs))) - set(todo))
+        out = np.empty((len(segs) * steps, *segs[held[0]].pictures[0].shape), np.uint8)
+        if decoded is not None:
+            for k, j in enumerate(todo):
+                out[j * steps:(j + 1) * steps] = decoded[k * steps:(k + 1) * steps]
+        for j in held:
+            for t, picture in enumerate(segs[j].pictures):
+                out[j * steps + t] = picture
+        return out, n
 
     def _decode_engine(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray):
         """Camera `key`'s frames from the open-decoder engine of `route`, sample after sample: one call per member

@@ -67,7 +67,8 @@ class Locator:
         if own is None:
             return None
         assert self.frames is not None
-        return self.frames.names(member.meta.video_file(local, own), self.query_s(plan, j, key, rows))
+        return self.frames.names(member.meta.video_file(local, own), self.query_s(plan, j, key, rows),
+                                 self.routes[key])
 
     def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
         """Per sample, `names`."""
@@ -75,7 +76,7 @@ class Locator:
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
-        if self.frames is not None and route_of(self.routes[key]).torchcodec:
+        if self.frames is not None and route_of(self.routes[key]).cached:
             names = self.names(plan, j, key, rows)  # the member has the camera: `cut_ahead` asks for no other
             if names is not None and self.frames.holds(names):
                 return None

@@ -22,7 +22,7 @@ from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
 from ..decode.frames import FrameCache, stamper
-from ..decode.route import TORCHCODEC, keys_where, route
+from ..decode.route import keys_where, route
 from ..decode.routes import Node, choose_routes, nvdec_engine
 from ..decode.speed import gpu_slower, unmeasured
 from ..errors import InstallError
@@ -128,13 +128,13 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
     frames = None  # decoded frames kept for later epochs (decode.frames)
     if cfg.frame_cache_bytes or cfg.frame_cache_dir:
-        frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir, TORCHCODEC.name,
-                            stamper([m.meta.data_fs for m in catalog.members]))
-        uncached = {k: r for k, r in routes.items() if not route(r).torchcodec}
+        frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir, stamper([m.meta.data_fs for m in catalog.members]))
+        uncached = {k: r for k, r in routes.items() if not route(r).cached}
         if uncached:
             named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
-            warnings.warn(f"the decoded-frame cache keeps what torchcodec decodes: cameras {named} are decoded "
-                          "every epoch. decode='cpu' routes every camera through torchcodec", stacklevel=3)
+            warnings.warn(f"the decoded-frame cache keeps frames decoded on the workers (routes torchcodec, cpu-open): "
+                          f"cameras {named} are decoded every epoch. decode='cpu' routes every camera through "
+                          "torchcodec", stacklevel=3)
         store.held = episode_held(frames, catalog, routes)
     builder = BatchBuilder(catalog, store, decoders, routes, plan_config.delta_indices, cfg.tolerance_s,
                            catalog.table_keys, table_dtypes, augment_seed=cfg.seed if cfg.augment is not None else None,
@@ -161,16 +161,17 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
 
 def episode_held(frames: FrameCache, catalog: Catalog, routes: Mapping[str, str]):
     """(pos, camera, rows) -> whether `frames` holds every frame of the episode's camera (the file times of all its
-    rows), for torchcodec cameras (the ones the cache serves): the store then fetches none of it."""
-    cameras = {(m.index, catalog.fields[k].own[m.index]) for k, r in routes.items() if route(r).torchcodec
+    rows), for the cameras whose route the cache serves (`Route.cached`): the store then fetches none of it."""
+    cameras = {(m.index, catalog.fields[k].own[m.index]): r for k, r in routes.items() if route(r).cached
                for m in catalog.members}
 
     def held(pos: int, camera: str, rows: dict) -> bool:
         member, local = catalog.locate(pos)
-        if (member.index, camera) not in cameras:
+        name = cameras.get((member.index, camera))
+        if name is None:
             return False
         start = float(member.meta.cameras[camera].from_timestamp[local])
-        return frames.holds(frames.names(member.meta.video_file(local, camera), start + rows[FRAME_TIME_S]))
+        return frames.holds(frames.names(member.meta.video_file(local, camera), start + rows[FRAME_TIME_S], name))
     return held
 
 
