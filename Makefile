@@ -15,10 +15,11 @@ STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist), each given whole files: two run the suite in ~22 minutes on 2 cores where one
-# process took ~31 (a fresh-clone `.ci/run` under two: green, 30 minutes with the machine busy besides). 0: one process.
+# Test processes (pytest-xdist), each given whole files, the longest first (tests/conftest.py `LONG_FIRST`; xdist's
+# own reordering by test count would start the longest file last): two run the suite in ~20 minutes on 2 cores
+# where one process took ~31. 0: one process.
 PYTEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # The floors: setup.cfg's lowest allowed versions (constraints/floors.txt) in their own venv, on a smoke subset.
 FLOORS_VENV := .venv-floors
 # (the CLI's tests run the same loader in child processes: not repeated here)
