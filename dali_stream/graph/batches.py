@@ -279,8 +279,9 @@ class BatchBuilder:
         if self.mixed:
             stacked += ["dataset_index", *(f"{k}_is_missing" for k in self.masks),
                         *(f"{k}_dim_is_pad" for k in self.dim_masks)]
-        for key in stacked:
-            values[key] = [np.stack(values[key][g:g + groups]) for g in range(0, plan.size, groups)]
+        for key in stacked:  # a group of one sample: a view with the group's axis (DALI and `Delivery` copy it)
+            values[key] = [np.stack(values[key][g:g + groups]) for g in range(0, plan.size, groups)] if groups > 1 \
+                else [a[None] if a.flags.c_contiguous else np.stack([a]) for a in values[key]]
         if self.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.routes):
                 rng = np.random.default_rng([self.augment_seed, plan.epoch, plan.index, k, salts.AUGMENT])
