@@ -61,6 +61,9 @@ def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     assert 0 < first <= want[0][1]  # fewer where windows overlap: a frame two samples show is decoded once
     stats = cached.stats()["frames"]
     assert stats["hits"] > 0 and second <= 0.1 * first, (first, second, stats)
+    if "resize" in setup:  # kept resized by the workers, not resized again by the graph
+        assert cached.resolved.resized_on_workers == tuple(cached.routes)
+        assert stats["held"] == stats["frames"] * 40 * 48 * 3, stats
     assert cached.stats()["bounded"]["decoded_frames"]["held"] == stats["held"] <= 1 << 30
     cached.close()
 
@@ -208,16 +211,19 @@ def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_cod
     later.close()
 
 
-@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
-def test_a_mixture_with_the_cache_gives_the_uncached_batches(embodiments, decode):
+@pytest.mark.parametrize("decode,resize", [("cpu", None), ("cpu-open", None), ("cpu", (40, 48)), ("cpu-open", (40, 48))])
+def test_a_mixture_with_the_cache_gives_the_uncached_batches(embodiments, decode, resize):
     """A mixture whose members differ in cameras (arm7 lacks the wrist camera: zeros there) and in fps: two epochs
-    with the cache equal two without, the second decoding (almost) nothing, on torchcodec and the open engine."""
+    with the cache equal two without, the second decoding nothing, on torchcodec and the open engine, and with
+    frames resized by the workers before they are kept (with a third member whose front camera is larger: resized,
+    the members' frames are one size)."""
     from dali_stream import Member, Mixture
 
     front, top = "observation.images.front", "observation.images.top"
+    larger = (Member(str(embodiments["big"]), name="big"),) if resize else ()
     mixture = Mixture((Member(str(embodiments["arm6"]), name="arm6"),
-                       Member(str(embodiments["arm7"]), name="arm7", keys={top: front})))
-    args = dict(ARGS, decode=decode, episode_pool_size=3, drop_last=False,
+                       Member(str(embodiments["arm7"]), name="arm7", keys={top: front}), *larger))
+    args = dict(ARGS, decode=decode, episode_pool_size=3, drop_last=False, resize=resize,
                 delta_timestamps={front: [-0.1, 0.0]})
     want = epochs(StreamLoader(mixture, **args))
     cached = StreamLoader(mixture, **args, frame_cache_bytes=1 << 30)

@@ -5,12 +5,14 @@ frame's `timestamp`, whose nearest frame every route decodes): `(file, time in m
 plan and the episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
 its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
-no time), of the route that decodes it (routes may convert to RGB differently) and of this module's `FORMAT`, so a video file rewritten in place, or
+no time), of how its frames are kept (`kept_as`: the route that decodes them, the size they are resized to) and
+of this module's `FORMAT`, so a video file rewritten in place, or
 frames decoded by another route, are other names: a stale frame is never served.
 
 Frames are the route's decoded pixels, (H, W, 3) uint8, before anything the graph or the caller does with them
-(resize, crop, dtype, normalisation, `augment`, `image_transforms`): a cached batch is the uncached batch of the
-same plan, bit for bit, and augmentation stays random per epoch.
+(crop, dtype, normalisation, `augment`, `image_transforms`) — resized first where `resize` is set and the workers
+resize them (`Resolved.resized_on_workers`: DALI's own resize on the CPU, the graph's pixels): a cached batch is the
+uncached batch of the same plan, bit for bit, and augmentation stays random per epoch.
 
 Where they are kept:
 - in memory, up to `frame_cache_bytes`. A frame is admitted while there is room and never evicted: over a
@@ -30,7 +32,7 @@ import os
 import re
 import threading
 import warnings
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -87,13 +89,22 @@ def stamper(filesystems: list) -> Callable[[str], tuple]:
     return stamp
 
 
+def kept_as(route: str, size: tuple[int, int] | None) -> str:
+    """How a camera's frames are kept, part of their names: the route that decodes them (routes may convert to RGB
+    differently) and the size the workers resize them to first (`graph.resizer`), if any."""
+    return route if size is None else f"{route} resized to {size[0]}x{size[1]}"
+
+
 class FrameCache:
     """Decoded frames by (file, pts): `get` / `put`, bounded in memory, spilled to a folder past the bound.
 
-    `stamp(path)`: the file's identity (`file_stamp` on its file system), asked once per file."""
+    `stamp(path)`: the file's identity (`file_stamp` on its file system), asked once per file. `labels`: camera key
+    -> how its frames are kept (`kept_as`), for the cameras the cache serves."""
 
-    def __init__(self, memory_bytes: int, folder: str | None, stamp: Callable[[str], tuple]) -> None:
+    def __init__(self, memory_bytes: int, folder: str | None, stamp: Callable[[str], tuple],
+                 labels: Mapping[str, str]) -> None:
         self.memory_bytes = int(memory_bytes)
+        self.labels = dict(labels)
         self._stamp = stamp
         self._lock = threading.Lock()
         self._frames: dict[Hashable, np.ndarray] = {}
@@ -110,15 +121,15 @@ class FrameCache:
             except OSError as exc:
                 self._spill_failed(exc)
 
-    def names(self, path: str, times_s: np.ndarray, route: str) -> list[tuple[str, int]]:
-        """The names of the frames shown at file times `times_s` in the video file at `path`, decoded by the route
-        named `route` (`decode.route`)."""
-        digest = self._files.get((path, route))
+    def names(self, path: str, times_s: np.ndarray, label: str) -> list[tuple[str, int]]:
+        """The names of the frames shown at file times `times_s` in the video file at `path`, kept as `label` says
+        (`kept_as`)."""
+        digest = self._files.get((path, label))
         if digest is None:
-            text = repr((FORMAT, route, path, self._stamp(path)))
+            text = repr((FORMAT, label, path, self._stamp(path)))
             digest = hashlib.sha1(text.encode()).hexdigest()[:20]
             with self._lock:
-                self._files[(path, route)] = digest
+                self._files[(path, label)] = digest
         return [(digest, t) for t in np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64).tolist()]
 
     def _path(self, key: tuple[str, int]) -> str:

@@ -74,7 +74,7 @@ class BatchBuilder:
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
                  join_streams: int = 0, engines: Mapping[str, Any] | None = None, join_all: bool = False,
-                 frames: FrameCache | None = None) -> None:
+                 frames: FrameCache | None = None, resizers: Mapping[str, Any] | None = None) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions the plans name, and each key's feature
         in each member (`routes`, `table_keys`, `table_dtypes` and `delta_indices` are in the catalog's keys: a
         mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
@@ -89,8 +89,9 @@ class BatchBuilder:
         through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`). `join_all`: a torchcodec
         camera's clips of whole episodes are joined into one stream per batch too, not only long episodes' pieces
         (a global shuffle: a batch's samples come from as many episodes, and a decoder kept per episode would be
-        opened per sample). `frames`: the decoded-frame cache torchcodec cameras read before decoding
-        (`decode.frames`; None: every frame decoded)."""
+        opened per sample). `frames`: the decoded-frame cache the cameras it labels read before decoding
+        (`decode.frames`; None: every frame decoded); `resizers`: camera -> the `graph.resizer.Resizer` its frames
+        go through before the cache keeps them (the graph then does not resize them)."""
         self.catalog = catalog
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields
@@ -149,6 +150,7 @@ class BatchBuilder:
         self._slot = {o.name: i for i, o in enumerate(outputs)}
         self.join_all = join_all
         self.frames = frames
+        self.resizers = dict(resizers or {})
         self.locator = Locator(catalog, store, self.routes, tolerance_s, frames)
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
@@ -240,8 +242,8 @@ class BatchBuilder:
                                                for m in members]
         host: dict[str, np.ndarray] = {}
         # frames the decoded-frame cache keeps, by its names: a sample whose frames are all held is not located
-        cached = {k: self.frames.look(self.locator.cache_names(plan, rows, k)) for k, r in self.routes.items()
-                  if self.frames is not None and route_of(r).cached}
+        cached = {k: self.frames.look(self.locator.cache_names(plan, rows, k)) for k in self.routes
+                  if self.frames is not None and k in self.frames.labels}
         located = {key: self.locate(plan, rows, key, held_samples(cached.get(key))) for key in self.routes}
         groups, streams = self.group_streams(located, plan.size)
         for key, inputs in streams.items():
@@ -259,7 +261,8 @@ class BatchBuilder:
             if route_of(route).engine:
                 pictures, frames_decoded = self._engine_frames(route, key, segs, idx, member_index, names)
                 span = groups * len(idx[0])  # every sample of a camera has the same steps
-                engine_values[f"{key}@decoded"] = [pictures[g:g + span] for g in range(0, len(pictures), span)]
+                engine_values[f"{key}@decoded"] = pictures if isinstance(pictures, list) else [
+                    pictures[g:g + span] for g in range(0, len(pictures), span)]  # a list: per sample (a mixture)
             elif key in self.host_keys:
                 image_ops = cast(ImageOps, self.image_ops)
                 size = self.fields[key].shape[:2]
@@ -269,7 +272,7 @@ class BatchBuilder:
             else:
                 pixels, frames_decoded = self._decode_cpu(
                     key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders, self._blank(key, len(i[0])),
-                                                                self.frames, names))
+                                                                self.frames, names, self.resizers.get(key)))
                 values[f"{key}@pixels"] = pixels if groups == 1 else [
                     np.concatenate(pixels[g:g + groups]) for g in range(0, plan.size, groups)]
             with self._count_lock:
@@ -291,10 +294,16 @@ class BatchBuilder:
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays)
 
+    def release(self) -> None:
+        """Drop the host-frame buffers (batches the caller holds stay valid) and the resize pipelines."""
+        self.buffers.clear()
+        for resizer in self.resizers.values():
+            resizer.close()
+
     def _blank(self, key: str, steps: int) -> np.ndarray:
         """A mixture's frames for a sample whose member lacks camera `key`: zeros (steps, H, W, 3); the loader
         zeroes them again after the graph's image ops (mean/std would move them off 0)."""
-        h, w = self.fields[key].shape[:2]
+        h, w = self.resizers[key].size if key in self.resizers else self.fields[key].shape[:2]
         return np.zeros((steps, h, w, 3), np.uint8)
 
     def _engine_frames(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,
@@ -302,23 +311,33 @@ class BatchBuilder:
         """`_decode_engine`, with the decoded-frame cache (`cached`: per sample, `FrameCache.look`; None: off): a
         `Held` sample's frames are taken as they are, the other samples decoded and their frames kept."""
         todo = [j for j, seg in enumerate(segs) if not isinstance(seg, Held)]
-        if self.frames is None or cached is None or len(todo) == len(segs) and not any(cached):
+        if self.frames is None or cached is None:
             return self._decode_engine(route, key, segs, idx, member_index)
         steps = len(idx[0])
-        decoded, n = None, 0
+        decoded: Any = []
+        n = 0
         if todo:
             decoded, n = self._decode_engine(route, key, [segs[j] for j in todo], [idx[j] for j in todo],
                                              member_index[todo])
-            kept = [(name, decoded[k * steps + t]) for k, j in enumerate(todo) if cached[j] is not None
-                    for t, name in enumerate(cached[j][0])]
-            self.frames.put([name for name, _ in kept], [picture for _, picture in kept])
-            if len(todo) == len(segs):
-                return decoded, n
+        per_sample = decoded if isinstance(decoded, list) else [decoded[k * steps:(k + 1) * steps]
+                                                                for k in range(len(todo))]
+        kept = [(name, per_sample[k][t]) for k, j in enumerate(todo) if cached[j] is not None
+                for t, name in enumerate(cached[j][0])]
+        self.frames.put([name for name, _ in kept], [picture for _, picture in kept])
+        if len(todo) == len(segs):
+            return decoded, n
         held = sorted(set(range(len(segs))) - set(todo))
-        out = np.empty((len(segs) * steps, *segs[held[0]].pictures[0].shape), np.uint8)
-        if decoded is not None:
+        shapes = {segs[j].pictures[0].shape for j in held} | {frames.shape[1:] for frames in per_sample}
+        if len(shapes) > 1:  # a mixture's members of different sizes (the graph resizes each): per sample
+            samples: list[Any] = [None] * len(segs)
             for k, j in enumerate(todo):
-                out[j * steps:(j + 1) * steps] = decoded[k * steps:(k + 1) * steps]
+                samples[j] = per_sample[k]
+            for j in held:
+                samples[j] = np.stack(segs[j].pictures)
+            return samples, n
+        out = np.empty((len(segs) * steps, *shapes.pop()), np.uint8)
+        for k, j in enumerate(todo):
+            out[j * steps:(j + 1) * steps] = per_sample[k]
         for j in held:
             for t, picture in enumerate(segs[j].pictures):
                 out[j * steps + t] = picture
@@ -326,10 +345,12 @@ class BatchBuilder:
 
     def _decode_engine(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray):
         """Camera `key`'s frames from the open-decoder engine of `route`, sample after sample: one call per member
-        (its stream kind and size are its own: the engine keeps decoders per member camera, `engine_camera`)."""
-        engine = self.engines[route]
+        (its stream kind and size are its own: the engine keeps decoders per member camera, `engine_camera`),
+        each member's through the camera's resizer where the workers resize it (`resizers`)."""
+        engine, resize = self.engines[route], self.resizers.get(key)
         if not self.mixed:
-            return engine.decode(key, segs, idx)
+            frames, n = engine.decode(key, segs, idx)
+            return (frames, n) if resize is None else (resize(frames), n)
         by_sample: list[Any] = [None] * len(segs)
         decoded = 0
         lacking = []  # samples of members without the camera: zeros, in the decoded frames' kind and device
@@ -340,15 +361,16 @@ class BatchBuilder:
                 continue
             frames, n = engine.decode(engine_camera(key, self.catalog.members[m].name, True),
                                       [segs[j] for j in sel], [idx[j] for j in sel])
+            frames = frames if resize is None else resize(frames)
             steps = len(idx[sel[0]])
             for k, j in enumerate(sel):
                 by_sample[j] = frames[k * steps:(k + 1) * steps]
             decoded += n
         on_host = all(f is None or isinstance(f, np.ndarray) for f in by_sample)
-        if on_host:
+        if on_host:  # one array; per sample where the members' frames differ in size (the graph resizes each)
             for j in lacking:
                 by_sample[j] = self._blank(key, len(idx[j]))
-            return np.concatenate(by_sample), decoded
+            return (np.concatenate(by_sample) if len({f.shape[1:] for f in by_sample}) == 1 else by_sample), decoded
         # nvdec-open: CUDA tensors; the blanks made on the engine's hand-off stream, the samples joined there
         # (`OpenDecoders.hand_over`: no part's memory is reused before the join has read it)
         import torch

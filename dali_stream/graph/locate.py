@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from ..decode.frames import FrameCache
-from ..decode.route import route as route_of
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 
@@ -68,7 +67,7 @@ class Locator:
             return None
         assert self.frames is not None
         return self.frames.names(member.meta.video_file(local, own), self.query_s(plan, j, key, rows),
-                                 self.routes[key])
+                                 self.frames.labels[key])
 
     def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
         """Per sample, `names`."""
@@ -76,7 +75,7 @@ class Locator:
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
-        if self.frames is not None and route_of(self.routes[key]).cached:
+        if self.frames is not None and key in self.frames.labels:
             names = self.names(plan, j, key, rows)  # the member has the camera: `cut_ahead` asks for no other
             if names is not None and self.frames.holds(names):
                 return None

@@ -4,7 +4,7 @@ laid out straight into host-frame buffers (`graph.host`)."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 
@@ -32,11 +32,13 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
     return [Held(c[1]) if c is not None and all(f is not None for f in c[1]) else None for c in cached]
 
 
-def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None):
+def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
+                    resize: Callable | None = None):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
     under each: `FrameCache.look`), frames found there are not decoded and those decoded are kept there.
+    `resize`: frames decoded go through it first (`graph.resizer`; those held were kept resized).
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
@@ -52,7 +54,8 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
             continue
         wanted = np.unique(np.concatenate([idx[j] for j in members]))
         if frames is None or cached is None:
-            yield members, wanted, torchcodec_tensor(seg, wanted, cache).numpy(), len(wanted)
+            pixels = torchcodec_tensor(seg, wanted, cache).numpy()
+            yield members, wanted, pixels if resize is None else resize(pixels), len(wanted)
             continue
         names: dict[int, set] = {}  # frame index -> the names samples ask it by (their file times)
         found: dict[int, np.ndarray] = {}
@@ -65,6 +68,8 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         missing = [n for n, i in enumerate(order) if i not in found]
         if missing:
             decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy()
+            if resize is not None:
+                decoded = resize(decoded)
             kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
             frames.put([k for k, _ in kept], [picture for _, picture in kept])
             if len(missing) == len(wanted):
@@ -75,12 +80,12 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
 
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
-                   cached: list | None = None) -> tuple[list[np.ndarray], int]:
+                   cached: list | None = None, resize: Callable | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
-    for a sample without a segment; `frames`, `cached`: the decoded-frame cache (`decode_segments`)."""
+    for a sample without a segment; `frames`, `cached`, `resize`: the decoded-frame cache (`decode_segments`)."""
     out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, resize):
         decoded += n
         for j in members:
             at = np.searchsorted(wanted, idx[j])

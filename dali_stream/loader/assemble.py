@@ -21,7 +21,7 @@ from ..decode import proven
 from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
-from ..decode.frames import FrameCache, stamper
+from ..decode.frames import FrameCache, kept_as, stamper
 from ..decode.route import keys_where, route
 from ..decode.routes import Node, choose_routes, nvdec_engine
 from ..decode.speed import gpu_slower, unmeasured
@@ -30,6 +30,7 @@ from ..fetch.store import EpisodeStore
 from ..fetch.tables import FRAME_TIME_S
 from ..graph.batches import BatchBuilder, engine_camera
 from ..graph.imageops import ImageOps
+from ..graph.resizer import Resizer
 from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
 from ..pairing import check_dali
@@ -126,21 +127,25 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
         cfg.image_transforms, 0 if placement.torch_device.startswith("cuda") else processes)
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
-    frames = None  # decoded frames kept for later epochs (decode.frames)
+    frames = None  # decoded frames kept for later epochs (decode.frames), resized first by the workers where set
+    resizers = {k: Resizer(image_ops.resize) for k in resolved.resized_on_workers if image_ops.resize}
     if cfg.frame_cache_bytes or cfg.frame_cache_dir:
-        frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir, stamper([m.meta.data_fs for m in catalog.members]))
+        labels = {k: kept_as(r, resizers[k].size if k in resizers else None) for k, r in routes.items()
+                  if route(r).cached}
+        frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,
+                            stamper([m.meta.data_fs for m in catalog.members]), labels)
         uncached = {k: r for k, r in routes.items() if not route(r).cached}
         if uncached:
             named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
             warnings.warn(f"the decoded-frame cache keeps frames decoded on the workers (routes torchcodec, cpu-open): "
                           f"cameras {named} are decoded every epoch. decode='cpu' routes every camera through "
                           "torchcodec", stacklevel=3)
-        store.held = episode_held(frames, catalog, routes)
+        store.held = episode_held(frames, catalog)
     builder = BatchBuilder(catalog, store, decoders, routes, plan_config.delta_indices, cfg.tolerance_s,
                            catalog.table_keys, table_dtypes, augment_seed=cfg.seed if cfg.augment is not None else None,
                            image_ops=image_ops if resolved.host_frames else None,
                            lookahead=resolved.prefetch_batches, join_streams=resolved.join_streams, engines=engines,
-                           join_all=resolved.global_shuffle, frames=frames)
+                           join_all=resolved.global_shuffle, frames=frames, resizers=resizers)
     dali_cameras = keys_where(routes, "in_dali")
     if dali_cameras:
         log.info("cameras %s: %s", dali_cameras,
@@ -159,10 +164,10 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
 
 
-def episode_held(frames: FrameCache, catalog: Catalog, routes: Mapping[str, str]):
+def episode_held(frames: FrameCache, catalog: Catalog):
     """(pos, camera, rows) -> whether `frames` holds every frame of the episode's camera (the file times of all its
-    rows), for the cameras whose route the cache serves (`Route.cached`): the store then fetches none of it."""
-    cameras = {(m.index, catalog.fields[k].own[m.index]): r for k, r in routes.items() if route(r).cached
+    rows), for the cameras the cache serves (`FrameCache.labels`): the store then fetches none of it."""
+    cameras = {(m.index, catalog.fields[k].own[m.index]): label for k, label in frames.labels.items()
                for m in catalog.members}
 
     def held(pos: int, camera: str, rows: dict) -> bool:

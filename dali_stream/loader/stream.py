@@ -240,7 +240,7 @@ class StreamLoader:
         OPEN_LOADERS.discard(self)
         if self._samples is not None:
             self._samples.close()
-        self.builder.buffers.clear()
+        self.builder.release()
         if self._finalizer.detach() is not None:
             self.store.close(wait)
             for engine in self.engines.values():

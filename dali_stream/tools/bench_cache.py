@@ -10,9 +10,11 @@ from typing import Any
 VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video bytes read
 
 
-def decoded_bytes(meta) -> int:
-    """What every frame of every camera takes decoded, as the cache keeps it: (H, W, 3) uint8, before resize."""
-    return sum(c.height * c.width * 3 for c in meta.cameras.values()) * meta.total_frames
+def decoded_bytes(meta, size: tuple[int, int] | None = None) -> int:
+    """What every frame of every camera takes decoded, as the cache keeps it: (H, W, 3) uint8, at `size` (H, W)
+    where the workers resize them first (`Resolved.resized_on_workers`), else as decoded."""
+    return sum((size[0] * size[1] if size else c.height * c.width) * 3 for c in meta.cameras.values()) \
+        * meta.total_frames
 
 
 def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
@@ -21,6 +23,7 @@ def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
     from ..loader import StreamLoader
 
     loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
+    whole = decoded_bytes(meta, cfg.loader.resize if loader.resolved.resized_on_workers else None)
     epochs = []
     try:
         for epoch in (1, 2):
@@ -38,7 +41,6 @@ def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
         frames = loader.stats()["frames"]
     finally:
         loader.close()
-    whole = decoded_bytes(meta)
     first, second = epochs[0]["samples_per_s"], epochs[1]["samples_per_s"]
     return {"epochs": epochs, "epoch2_over_epoch1": second / first if first else None, "cache": frames,
             "decoded_bytes": whole, "frame_cache_bytes": cfg.loader.frame_cache_bytes,

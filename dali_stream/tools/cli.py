@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dali_stream.mixture.load_mixture)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... repository")
+    p.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"),
+                   help="the loader's resize: what the decoded-frame cache would hold is counted at this size (it "
+                        "keeps frames resized where batches are on the CPU)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="find damaged files (sizes, hashes against a reference, decode) and the "

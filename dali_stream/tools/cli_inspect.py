@@ -36,7 +36,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
-        "decoded_bytes": decoded_bytes(meta),
+        "decoded_bytes": decoded_bytes(meta, tuple(args.resize) if getattr(args, "resize", None) else None),
         "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
     }
     if args.json:
@@ -55,7 +55,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
     if meta.cameras:
-        console.print(f"decoded, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
+        sized = f" resized to {args.resize[0]}x{args.resize[1]}" if getattr(args, "resize", None) else ""
+        console.print(f"decoded{sized}, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
                       "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
     for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
