@@ -27,3 +27,45 @@ def gpu_test_dataset() -> Path:
                                       episodes_per_file=3, seed=3,
                                       cameras=parse_cameras("front:h264,side:hevc,wrist:av1,top:vp9")))
     return path
+
+
+# ---- the harness: configurations side by side ------------------------------------------------------------------
+# A 2-core VM's rates move ±30 % from one minute to the next: every comparison here runs each configuration once a
+# round, the rounds back to back, each run a process of its own (its peak RSS its own), and reports the median and
+# range over the rounds, ratios taken within a round.
+
+def spread(values) -> dict:
+    """The median and range of `values` (one per round)."""
+    import statistics
+
+    values = list(values)
+    return {"median": statistics.median(values), "range": [min(values), max(values)]}
+
+
+def within_rounds(over: list[dict], under: list[dict], key: str) -> dict:
+    """`spread` of over[r][key] / under[r][key], round by round (the runs of one round ran side by side)."""
+    return spread(a[key] / b[key] for a, b in zip(over, under))
+
+
+def alternate(configs, rounds: int, run, say=print) -> dict:
+    """`run(config)` for each of `configs` in turn, `rounds` times: configuration -> its results, one per round."""
+    got: dict = {c: [] for c in configs}
+    for r in range(rounds):
+        for c in configs:
+            got[c].append(run(c))
+            say(f"round {r + 1}/{rounds} {c}: {json.dumps(got[c][-1], default=str)[:200]}")
+    return got
+
+
+def child(code: str, *args: str, cwd: str | Path | None = None, env: dict | None = None) -> dict:
+    """Python `code` run in a process of its own with `args` as its sys.argv[1:]: the JSON its last line of
+    output prints, with the process's peak RSS in MB (`peak_rss_mb`)."""
+    import subprocess
+    import sys
+
+    wrapped = (f"{code}\nimport resource as _r, json as _j\n"
+               "print(_j.dumps({**RESULT, 'peak_rss_mb': _r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024}))")
+    done = subprocess.run([sys.executable, "-c", wrapped, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"benchmark child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """Decode once, train many epochs: the decoded-frame cache (`frame_cache_bytes`, `frame_cache_dir`) measured.
 
     .venv/bin/python benchmarks/frame_cache.py policy [--out policy.json]
-    .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--out epochs.json]
+    .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--resize H W] [--out epochs.json]
 
 `policy`: which frames to keep when the decoded dataset does not fit the bound, on the planner's own batches
 (no decoding: each epoch's (episode, frame) draws, 2,000 episodes of 30-90 frames, batch 64): the hit rate of
@@ -14,7 +14,9 @@ AV1 cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (
 by default); each configuration a process of
 its own, alternated over `--runs` rounds (median and range); each process's peak RSS. Then the spill: a memory
 bound of a quarter of the decoded dataset and `frame_cache_dir` in a temporary folder: epoch 2 (from memory and
-disk) against epoch 1.
+disk) against epoch 1. `--resize H W`: every loader resizes (the DataLoader does not: it decodes as before), and
+the cache keeps frames resized by the workers (`Resolved.resized_on_workers`); the bound is then 1.1x the resized
+frames.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +34,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import alternate, child, spread  # noqa: E402
 
 
 # ---- policy -----------------------------------------------------------------------------------------------
@@ -87,7 +89,8 @@ def policy(out: str | None) -> None:
 
 
 # ---- epochs -----------------------------------------------------------------------------------------------
-def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout: str = "contiguous") -> dict:
+def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout: str = "contiguous",
+           resize: tuple[int, int] | None = None) -> dict:
     """One configuration in this process: samples/s of its epochs (`kind`: plain, cached, spill, baseline)."""
     import torch
 
@@ -106,7 +109,8 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
         return {"epochs": [n / (time.perf_counter() - t0)]}
     from dali_stream import StreamLoader
 
-    args = dict(batch_size=16, num_workers=2, device="cpu", decode="cpu", image_dtype="uint8", memory_format=layout)
+    args = dict(batch_size=16, num_workers=2, device="cpu", decode="cpu", image_dtype="uint8", memory_format=layout,
+                resize=resize)
     if kind != "plain":
         args.update(frame_cache_bytes=cache_bytes, frame_cache_dir=folder)
     loader = StreamLoader(dataset, **args)
@@ -121,25 +125,20 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
     return {"epochs": rates, "frames": stats["frames"], "decoded_bytes": stats["bounded"]["decoded_frames"]["held"]}
 
 
-def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous") -> dict:
-    code = ("import json, resource, sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
-            f"r = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}); "
-            "r['peak_rss_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024; print(json.dumps(r))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous",
+         resize: tuple[int, int] | None = None) -> dict:
+    return child("import sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
+                 f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r})", cwd=ROOT)
 
 
-def _decoded_bytes(dataset: str) -> int:
-    from dali_stream import StreamLoader
+def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
+    from dali_stream.meta.dataset import DatasetMeta
+    from dali_stream.tools.bench_cache import decoded_bytes
 
-    loader = StreamLoader(dataset, batch_size=16, device="cpu")
-    meta = loader.meta
-    total = sum(int(np.prod(loader.catalog.fields[k].shape)) for k in meta.video_keys) * meta.total_frames
-    loader.close()
-    return total
+    return decoded_bytes(DatasetMeta.open(dataset), resize)
 
 
-def epochs(dataset: str | None, runs: int, out: str | None, layout: str) -> None:
+def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None) -> None:
     if dataset is None:
         dataset = str(ROOT / ".demo" / "bench-av1-quick")
         if not (Path(dataset) / "meta" / "info.json").exists():
@@ -147,21 +146,18 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str) -> None
             from dali_stream.tools.sample_data import write_sample
 
             write_sample(dataset, bench_sample_spec("av1-quick"))
-    decoded = _decoded_bytes(dataset)
+    decoded = _decoded_bytes(dataset, resize)
     bound = int(decoded * 1.1)
     print(f"{dataset}: decoded frames {decoded / 2**30:.2f} GiB; frame_cache_bytes {bound / 2**30:.2f} GiB", flush=True)
-    rows: dict[str, list[dict]] = {"plain": [], "cached": [], "baseline": [], "spill": []}
-    for r in range(runs):
-        for kind in ("plain", "cached", "baseline"):
-            rows[kind].append(_run(dataset, kind, bound, None, layout))
-            print(f"round {r + 1} {kind}: {rows[kind][-1]['epochs']} samples/s, "
-                  f"peak RSS {rows[kind][-1]['peak_rss_mb']:.0f} MB", flush=True)
-        with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
-            rows["spill"].append(_run(dataset, "spill", decoded // 4, folder, layout))
-        print(f"round {r + 1} spill: {rows['spill'][-1]['epochs']} samples/s", flush=True)
 
-    def med(values: list[float]) -> dict:
-        return {"median": statistics.median(values), "range": [min(values), max(values)]}
+    def run(kind: str) -> dict:
+        if kind != "spill":
+            return _run(dataset, kind, bound, None, layout, resize)
+        with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
+            return _run(dataset, "spill", decoded // 4, folder, layout, resize)
+
+    rows = alternate(("plain", "cached", "baseline", "spill"), runs, run, lambda line: print(line, flush=True))
+    med = spread
 
     plain = [x["epochs"][0] for x in rows["plain"]]
     base = [x["epochs"][0] for x in rows["baseline"]]
@@ -170,7 +166,7 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str) -> None
     s1 = [x["epochs"][0] for x in rows["spill"]]
     s2 = [x["epochs"][1] for x in rows["spill"]]
     summary = {
-        "dataset": dataset, "memory_format": layout, "decoded_bytes": decoded, "frame_cache_bytes": bound, "runs": runs,
+        "dataset": dataset, "memory_format": layout, "resize": resize, "decoded_bytes": decoded, "frame_cache_bytes": bound, "runs": runs,
         "plain_samples_per_s": med(plain), "baseline_samples_per_s": med(base),
         "epoch1_samples_per_s": med(e1), "epoch2_samples_per_s": med(e2),
         "epoch2_over_epoch1": med([b / a for a, b in zip(e1, e2)]),
@@ -194,12 +190,13 @@ def main() -> None:
     e.add_argument("dataset", nargs="?")
     e.add_argument("--runs", type=int, default=3)
     e.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
+    e.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"))
     e.add_argument("--out")
     args = ap.parse_args()
     if args.what == "policy":
         policy(args.out)
     else:
-        epochs(args.dataset, args.runs, args.out, args.memory_format)
+        epochs(args.dataset, args.runs, args.out, args.memory_format, tuple(args.resize) if args.resize else None)
 
 
 if __name__ == "__main__":

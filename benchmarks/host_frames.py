@@ -4,7 +4,8 @@ by a centre crop to the full frame, which changes no pixel).
 
     .venv/bin/python benchmarks/host_frames.py .demo/bench-av1 [--batches 300 --repeats 2 --out FILE]
 
-Each run is a process of its own (peak RSS is per process), alternated `repeats` times per dtype; single-frame
+Each run is a process of its own (peak RSS is per process, `peak_rss_mb`), alternated `repeats` times per dtype
+(`_common.alternate`); single-frame
 samples (one frame per camera), batch 16, pool 16, 2 workers. Reports samples/s over `batches` steady batches
 (after 10), peak RSS and the buffers the host path kept.
 """
@@ -12,16 +13,13 @@ samples (one frame per camera), batch 16, pool 16, 2 workers. Reports samples/s 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
 import time
 
-from _common import write_result
+from _common import alternate, child, spread, write_result
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from dali_stream.loader import StreamLoader
 ds, dtype, route, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 info = json.load(open(ds + "/meta/info.json"))
@@ -43,9 +41,8 @@ while k < n:
         continue
     k += 1
 seconds = time.perf_counter() - t0
-print(json.dumps({"route": route, "dtype": dtype, "samples_per_s": n * 16 / seconds,
-                  "host_frames": loader.builder.host_keys, "host_buffers_mb": loader.builder.buffers.nbytes / 2**20,
-                  "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))
+RESULT = {"route": route, "dtype": dtype, "samples_per_s": n * 16 / seconds,
+          "host_frames": loader.builder.host_keys, "host_buffers_mb": loader.builder.buffers.nbytes / 2**20}
 loader.close()
 """
 
@@ -57,21 +54,15 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    runs = []
-    for _ in range(args.repeats):
-        for dtype in ("float32", "uint8"):
-            for route in ("graph", "host"):
-                proc = subprocess.run([sys.executable, "-c", CHILD, args.dataset, dtype, route, str(args.batches)],
-                                      capture_output=True, text=True, check=True)
-                run = json.loads(proc.stdout.strip().splitlines()[-1])
-                runs.append(run)
-                print(f"{dtype:8s} {route:6s} {run['samples_per_s']:7.1f} samples/s  peak RSS {run['peak_rss_gb']:.2f} GB")
+    configs = [(dtype, route) for dtype in ("float32", "uint8") for route in ("graph", "host")]
+    got = alternate(configs, args.repeats, lambda c: child(CHILD, args.dataset, *c, str(args.batches)))
+    runs = [r for c in configs for r in got[c]]
     summary = {}
     for dtype in ("float32", "uint8"):
-        rate = {r: [x["samples_per_s"] for x in runs if x["dtype"] == dtype and x["route"] == r] for r in ("graph", "host")}
-        summary[dtype] = {"host_over_graph": sum(rate["host"]) / sum(rate["graph"]),
+        rate = {r: [x["samples_per_s"] for x in got[(dtype, r)]] for r in ("graph", "host")}
+        summary[dtype] = {"host_over_graph": spread(h / g for g, h in zip(rate["graph"], rate["host"])),
                           "graph_samples_per_s": rate["graph"], "host_samples_per_s": rate["host"]}
-        print(f"{dtype}: host / graph = {summary[dtype]['host_over_graph']:.2f}")
+        print(f"{dtype}: host / graph = {summary[dtype]['host_over_graph']['median']:.2f}")
     if args.out:
         write_result(args.out, {"dataset": args.dataset, "batches": args.batches, "runs": runs, "summary": summary,
                                 "cpu_count": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")})

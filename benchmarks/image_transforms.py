@@ -21,13 +21,14 @@ import json
 import math
 import multiprocessing as mp
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from _common import alternate, spread, within_rounds, write_result  # noqa: E402
 
 
 class Jitter:
@@ -102,22 +103,16 @@ def main() -> None:
         from dali_stream.tools.sample_data import write_sample
 
         write_sample(Path(args.dataset), bench_sample_spec("av1-quick"))
-    runs = []
-    for i in range(args.runs):  # alternated, side by side
-        for variant in ("thread", "processes"):
-            runs.append(run(args.dataset, variant, args.batches))
-            print(json.dumps(runs[-1]), flush=True)
-    rate = {v: [r["samples_per_s"] for r in runs if r["variant"] == v] for v in ("thread", "processes")}
-    ratios = [p / t for t, p in zip(rate["thread"], rate["processes"])]
-    summary = {"dataset": args.dataset, "runs": runs, "machine": platform.platform(),
-               "cpu_cores": len(__import__("os").sched_getaffinity(0)),
+    got = alternate(("thread", "processes"), args.runs, lambda v: run(args.dataset, v, args.batches))
+    rates = {v: spread(r["samples_per_s"] for r in runs) for v, runs in got.items()}
+    ratio = within_rounds(got["processes"], got["thread"], "samples_per_s")
+    summary = {"dataset": args.dataset, "runs": [r for pair in zip(*got.values()) for r in pair],
+               "machine": platform.platform(), "cpu_cores": len(__import__("os").sched_getaffinity(0)),
                "date": time.strftime("%Y-%m-%d"),
-               "samples_per_s_median": {v: statistics.median(x) for v, x in rate.items()},
-               "samples_per_s_range": {v: [min(x), max(x)] for v, x in rate.items()},
-               "processes_over_thread_median": statistics.median(ratios),
-               "processes_over_thread_range": [min(ratios), max(ratios)]}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
+               "samples_per_s_median": {v: s["median"] for v, s in rates.items()},
+               "samples_per_s_range": {v: s["range"] for v, s in rates.items()},
+               "processes_over_thread_median": ratio["median"], "processes_over_thread_range": ratio["range"]}
+    write_result(args.out, summary)
     print(json.dumps({k: summary[k] for k in ("samples_per_s_median", "processes_over_thread_median",
                                               "processes_over_thread_range")}))
 

@@ -4,7 +4,7 @@ laid out straight into host-frame buffers (`graph.host`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, cast
+from typing import Any, Callable, Iterable, cast
 
 import numpy as np
 
@@ -38,45 +38,56 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
     under each: `FrameCache.look`), frames found there are not decoded and those decoded are kept there.
-    `resize`: frames decoded go through it first (`graph.resizer`; those held were kept resized).
+    `resize`: the frames decoded go through it first, all of the batch's camera in one call (`graph.resizer`: a
+    call costs ~0.8 ms besides its frames; those held were kept resized).
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
     from the cache) and how many of them were decoded."""
     by_seg: dict[Any, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
-        if seg is None:
+        if seg is not None:
+            by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
+    parts: Iterable[tuple] = (_decode(seg, members, idx, cache, cached) for seg, members in by_seg.values())
+    if resize is not None:  # every segment decoded first, then one call resizes them all
+        parts = list(parts)
+        raw = [part[-1] for part in parts if part[-1] is not None]
+        if raw:
+            done = iter(np.split(resize([f for r in raw for f in r]), np.cumsum([len(r) for r in raw])[:-1]))
+            parts = [(*part[:-1], None if part[-1] is None else next(done)) for part in parts]
+    for members, wanted, names, found, missing, decoded in parts:
+        order = wanted.tolist()
+        if decoded is None:  # every frame held
+            yield members, wanted, [found[i] for i in order], 0
             continue
-        by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
-    for seg, members in by_seg.values():
-        if isinstance(seg, Held):
-            yield members, np.arange(len(seg.pictures)), seg.pictures, 0
+        if frames is not None and names is not None:
+            kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
+            frames.put([k for k, _ in kept], [picture for _, picture in kept])
+        if len(missing) == len(wanted):
+            yield members, wanted, decoded, len(missing)
             continue
-        wanted = np.unique(np.concatenate([idx[j] for j in members]))
-        if frames is None or cached is None:
-            pixels = torchcodec_tensor(seg, wanted, cache).numpy()
-            yield members, wanted, pixels if resize is None else resize(pixels), len(wanted)
-            continue
-        names: dict[int, set] = {}  # frame index -> the names samples ask it by (their file times)
-        found: dict[int, np.ndarray] = {}
+        found.update((order[n], picture) for n, picture in zip(missing, decoded))
+        yield members, wanted, [found[i] for i in order], len(missing)  # a list: the frames are not copied first
+
+
+def _decode(seg, members: list[int], idx, cache, cached: list | None):
+    """One segment's part of `decode_segments`: (members, wanted, the names each wanted frame is asked by (None
+    without the cache), the frames held by index, the positions in `wanted` decoded, their pixels or None)."""
+    if isinstance(seg, Held):
+        return members, np.arange(len(seg.pictures)), None, dict(enumerate(seg.pictures)), [], None
+    wanted = np.unique(np.concatenate([idx[j] for j in members]))
+    names: dict[int, set] | None = None
+    found: dict[int, np.ndarray] = {}
+    if cached is not None:
+        names = {}  # frame index -> the names samples ask it by (their file times)
         for j in members:
             for i, name, picture in zip(idx[j].tolist(), *cached[j]):
                 names.setdefault(i, set()).add(name)
                 if picture is not None:
                     found[i] = picture
-        order = wanted.tolist()
-        missing = [n for n, i in enumerate(order) if i not in found]
-        if missing:
-            decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy()
-            if resize is not None:
-                decoded = resize(decoded)
-            kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
-            frames.put([k for k, _ in kept], [picture for _, picture in kept])
-            if len(missing) == len(wanted):
-                yield members, wanted, decoded, len(missing)
-                continue
-            found.update((order[n], picture) for n, picture in zip(missing, decoded))
-        yield members, wanted, [found[i] for i in order], len(missing)  # a list: the frames are not copied first
+    missing = [n for n, i in enumerate(wanted.tolist()) if i not in found]
+    decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy() if missing else None
+    return members, wanted, names, found, missing, decoded
 
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
