@@ -15,7 +15,7 @@ by default); each configuration a process of
 its own, alternated over `--runs` rounds (median and range); each process's peak RSS. Then the spill: a memory
 bound of a quarter of the decoded dataset and `frame_cache_dir` in a temporary folder: epoch 2 (from memory and
 disk) against epoch 1. `--resize H W`: every loader resizes (the DataLoader does not: it decodes as before), and
-the cache keeps frames resized by the workers (`Resolved.resized_on_workers`); the bound is then 1.1x the resized
+the cache keeps frames resized by the workers (`Resolved.shaped_on_workers`); the bound is then 1.1x the resized
 frames.
 """
 

@@ -148,8 +148,8 @@ class LoaderConfig:
                                                  "when needed (docs/memory.md)")
     frame_cache_bytes: int = _s(0, "bound of decoded frames kept in memory for later epochs (0: off): each "
                                    "(video file, frame) decoded on the CPU (routes torchcodec, cpu-open) is kept "
-                                   "while there is room, as decoded (resized first where resize is set and batches "
-                                   "are on the CPU; before dtype, normalisation, augment), and read instead of "
+                                   "while there is room, as decoded (resized and cropped first where set and "
+                                   "batches are on the CPU; before dtype, normalisation, augment), and read instead of "
                                    "decoded again: bit for bit the same batches (docs/memory.md#decoded-frames)")
     frame_cache_dir: Optional[str] = _s(None, "a local folder where decoded frames past frame_cache_bytes are kept, "
                                               "one file each, read back memory-mapped; ranks of a node and later "

@@ -35,8 +35,8 @@ def test_make_sample_and_inspect(written):
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
     sizes = sum(c["height"] * c["width"] * 3 for c in report["cameras"].values())
     assert report["decoded_bytes"] == sizes * report["frames"] > 0  # what frame_cache_bytes would hold
-    resized = json.loads(_cli("inspect", written, "--json", "--resize", "40", "48").stdout)["decoded_bytes"]
-    assert resized == len(report["cameras"]) * 40 * 48 * 3 * report["frames"]  # kept resized on CPU batches
+    resized = json.loads(_cli("inspect", written, "--json", "--resize", "40", "48", "--crop", "30", "41").stdout)
+    assert resized["decoded_bytes"] == len(report["cameras"]) * 30 * 41 * 3 * report["frames"]  # kept cropped
     derived = report["derived"]  # the loader's defaults as resolved on this dataset and node (loader.resolve)
     assert derived["join_streams"] == {"value": 2, "why": "one stream per DALI thread"}  # the VP9 camera, 2 workers
     assert derived["prefetch_batches"]["value"] == 3 and derived["drop_last"]["value"] is True

@@ -38,11 +38,12 @@ WINDOWS = {"observation.images.front": [-0.1, 0.0], "observation.images.wrist": 
 
 @pytest.mark.parametrize("setup", [
     dict(),  # host frames: laid out by the workers
-    dict(resize=(40, 48)),  # through the DALI graph, resized there
+    dict(resize=(40, 48), crop=(30, 41)),  # through the DALI graph, resized and cropped by the workers first
+    dict(crop=(64, 90)),  # cropped by the workers first
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, joined per batch
     dict(delta_timestamps=WINDOWS),
     dict(decode="cpu-open", delta_timestamps=WINDOWS),  # the open engine's FFmpeg decoders, into the graph
-], ids=["host", "graph-resize", "global-pieces", "windows", "cpu-open-windows"])
+], ids=["host", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows"])
 def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     """Two epochs with the cache equal two without, every key and pixel, on H.264 (B-frames), HEVC, AV1 and VP9
     through torchcodec and through the open engine's FFmpeg decoders; the second epoch decodes (almost) nothing:
@@ -61,9 +62,9 @@ def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     assert 0 < first <= want[0][1]  # fewer where windows overlap: a frame two samples show is decoded once
     stats = cached.stats()["frames"]
     assert stats["hits"] > 0 and second <= 0.1 * first, (first, second, stats)
-    if "resize" in setup:  # kept resized by the workers, not resized again by the graph
-        assert cached.resolved.resized_on_workers == tuple(cached.routes)
-        assert stats["held"] == stats["frames"] * 40 * 48 * 3, stats
+    if "crop" in setup:  # kept resized and cropped by the workers, neither done again by the graph
+        assert cached.resolved.shaped_on_workers == tuple(cached.routes)
+        assert stats["held"] == stats["frames"] * setup["crop"][0] * setup["crop"][1] * 3, stats
     assert cached.stats()["bounded"]["decoded_frames"]["held"] == stats["held"] <= 1 << 30
     cached.close()
 

@@ -87,19 +87,22 @@ def test_nvdec_joins_before_routes_are_known():
 
 
 def test_the_cache_keeps_resized_frames_where_the_workers_can_resize_them():
-    """With the decoded-frame cache and `resize`, CPU-decoded cameras are resized on the workers and kept resized;
+    """With the decoded-frame cache and `resize` or `crop`, CPU-decoded cameras are resized and cropped on the
+    workers and kept so;
     not where batches land on a GPU (the graph resizes there) or an augment hook runs before the resize, nor for
     cameras DALI or NVDEC decode, nor without the cache."""
     routes = {"front": "torchcodec", "side": "cpu-open", "top": "dali-cpu"}
     cached = LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30)
-    assert resolve(cached, Facts(routes=routes)).resized_on_workers == ("front", "side")
+    assert resolve(cached, Facts(routes=routes)).shaped_on_workers == ("front", "side")
     assert resolve(LoaderConfig(resize=(96, 128), frame_cache_dir="frames"),
-                   Facts(routes=routes)).resized_on_workers == ("front", "side")
+                   Facts(routes=routes)).shaped_on_workers == ("front", "side")
+    assert resolve(LoaderConfig(crop=(64, 64), frame_cache_bytes=1),
+                   Facts(routes=routes)).shaped_on_workers == ("front", "side")
     for cfg, facts in [(cached, Facts(routes=routes, **H100)),
                        (LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30, augment=lambda v, k, r: v),
                         Facts(routes=routes)),
                        (LoaderConfig(resize=(96, 128)), Facts(routes=routes)),
                        (LoaderConfig(frame_cache_bytes=1 << 30), Facts(routes=routes))]:
         r = resolve(cfg, facts)
-        assert r.resized_on_workers == ()
-        assert ("resized_on_workers" in r.reasons) == (cfg.resize is not None and bool(cfg.frame_cache_bytes))
+        assert r.shaped_on_workers == ()
+        assert ("shaped_on_workers" in r.reasons) == (cfg.resize is not None and bool(cfg.frame_cache_bytes))

@@ -5,14 +5,15 @@ frame's `timestamp`, whose nearest frame every route decodes): `(file, time in m
 plan and the episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
 its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
-no time), of how its frames are kept (`kept_as`: the route that decodes them, the size they are resized to) and
-of this module's `FORMAT`, so a video file rewritten in place, or
-frames decoded by another route, are other names: a stale frame is never served.
+no time), of how its frames are kept (`kept_as`: the route that decodes them, the sizes they are resized and
+cropped to) and of this module's `FORMAT`, so a video file rewritten in place, or frames decoded by another route,
+are other names: a stale frame is never served.
 
 Frames are the route's decoded pixels, (H, W, 3) uint8, before anything the graph or the caller does with them
-(crop, dtype, normalisation, `augment`, `image_transforms`) — resized first where `resize` is set and the workers
-resize them (`Resolved.resized_on_workers`: DALI's own resize on the CPU, the graph's pixels): a cached batch is the
-uncached batch of the same plan, bit for bit, and augmentation stays random per epoch.
+(dtype, normalisation, `augment`, `image_transforms`) — resized and cropped first where `resize` or `crop` is set
+and the workers do it (`Resolved.shaped_on_workers`: DALI's own operators on the CPU, the graph's pixels), else
+before resize and crop: a cached batch is the uncached batch of the same plan, bit for bit, and augmentation stays
+random per epoch.
 
 Where they are kept:
 - in memory, up to `frame_cache_bytes`. A frame is admitted while there is room and never evicted: over a
@@ -89,10 +90,10 @@ def stamper(filesystems: list) -> Callable[[str], tuple]:
     return stamp
 
 
-def kept_as(route: str, size: tuple[int, int] | None) -> str:
+def kept_as(route: str, shaped: str | None) -> str:
     """How a camera's frames are kept, part of their names: the route that decodes them (routes may convert to RGB
-    differently) and the size the workers resize them to first (`graph.resizer`), if any."""
-    return route if size is None else f"{route} resized to {size[0]}x{size[1]}"
+    differently) and what the workers do to them first (`graph.resizer.Resizer.label`: resized, cropped), if any."""
+    return route if shaped is None else f"{route} {shaped}"
 
 
 class FrameCache:

@@ -303,7 +303,7 @@ class BatchBuilder:
     def _blank(self, key: str, steps: int) -> np.ndarray:
         """A mixture's frames for a sample whose member lacks camera `key`: zeros (steps, H, W, 3); the loader
         zeroes them again after the graph's image ops (mean/std would move them off 0)."""
-        h, w = self.resizers[key].size if key in self.resizers else self.fields[key].shape[:2]
+        h, w = self.resizers[key].out if key in self.resizers else self.fields[key].shape[:2]
         return np.zeros((steps, h, w, 3), np.uint8)
 
     def _engine_frames(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,

@@ -45,7 +45,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
                    image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False,
                    augment: Callable | None = None, engine_outputs: Mapping[str, Sequence[Output]] | None = None,
                    engine_sources: Mapping[str, Callable] | None = None,
-                   engine_streams: Mapping[str, Any] | None = None, resized: Collection[str] = ()):
+                   engine_streams: Mapping[str, Any] | None = None, shaped: Collection[str] = ()):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order).
 
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
@@ -55,8 +55,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
     frames of an open-decoder engine route (`decode.engine`), on the GPU for nvdec-open. DALI copies GPU frames on
     `engine_streams[route]`, the engine's hand-off stream (a torch.cuda.Stream the frames were joined on), without
     blocking and without the legacy default stream: the engine's `hand_over` keeps their memory from reuse until
-    the copy, queued on that stream, has run. `resized`: cameras whose frames come resized (the workers resized
-    them before the decoded-frame cache kept them, `graph.resizer`): the graph does not resize them again."""
+    the copy, queued on that stream, has run. `shaped`: cameras whose frames come resized and cropped (the workers
+    did it before the decoded-frame cache kept them, `graph.resizer`): the graph does neither again."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
@@ -101,9 +101,9 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
                 video = video.gpu()
             if augment is not None:
                 video = augment(video, key, by_name[f"{key}@rand"])
-            if image_ops.resize and key not in resized:
+            if image_ops.resize and key not in shaped:
                 video = fn.resize(video, size=list(image_ops.resize), antialias=True)
-            crop = {"crop": list(image_ops.crop)} if image_ops.crop else {}
+            crop = {"crop": list(image_ops.crop)} if image_ops.crop and key not in shaped else {}
             layout = "FHWC" if image_ops.channels_last else "FCHW"  # channels_last: the loader permutes a view
             video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout=layout, dtype=out_type, **crop)
             results.append(video)

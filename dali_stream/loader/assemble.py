@@ -128,9 +128,9 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
     frames = None  # decoded frames kept for later epochs (decode.frames), resized first by the workers where set
-    resizers = {k: Resizer(image_ops.resize) for k in resolved.resized_on_workers if image_ops.resize}
+    resizers = {k: Resizer(image_ops.resize, image_ops.crop) for k in resolved.shaped_on_workers}
     if cfg.frame_cache_bytes or cfg.frame_cache_dir:
-        labels = {k: kept_as(r, resizers[k].size if k in resizers else None) for k, r in routes.items()
+        labels = {k: kept_as(r, resizers[k].label() if k in resizers else None) for k, r in routes.items()
                   if route(r).cached}
         frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,
                             stamper([m.meta.data_fs for m in catalog.members]), labels)

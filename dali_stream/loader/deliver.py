@@ -130,7 +130,7 @@ class Delivery:
                                      prefetch_queue_depth=queue_depth, engine_outputs=builder.engine_outputs,
                                      engine_sources={r: schedule.engine_source(r) for r in builder.engine_outputs},
                                      engine_streams={r: st.engines[r].stream for r in builder.engine_outputs},
-                                     resized=builder.resizers)
+                                     shaped=builder.resizers)
         with self._dali_errors(schedule):  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:

@@ -64,7 +64,7 @@ class Resolved:
     epoch_episodes: int | None  # the store keeps retired episodes where a rank's epoch fits (None: always)
     cut_ahead: int
     engine_threads: Mapping[str, int] = field(default_factory=dict)  # open-decoder engine route -> threads
-    resized_on_workers: tuple[str, ...] = ()  # cameras resized before the decoded-frame cache keeps them
+    shaped_on_workers: tuple[str, ...] = ()  # cameras resized and cropped before the decoded-frame cache keeps them
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, dict[str, object]]:
@@ -198,23 +198,23 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     if engine_threads:
         why["engine_threads"] = given if cfg.decode_threads else \
             "nvdec-open: one per NVDEC engine; cpu-open: num_workers, at least 1"
-    # The decoded-frame cache keeps a resized camera's frames resized (smaller: more of them fit, and epoch 2 does
-    # not resize again): the workers resize them with DALI's own resize on the CPU (`graph.resizer`), the pixels
-    # the graph's resize gives on the CPU. Batches on a GPU resize there (kept as decoded); an augment hook runs
-    # before the resize (kept as decoded).
-    resized_on_workers: tuple[str, ...] = ()
-    if cfg.resize is not None and (cfg.frame_cache_bytes or cfg.frame_cache_dir):
+    # The decoded-frame cache keeps a resized or cropped camera's frames at the batch's size (smaller: more of them
+    # fit, and later epochs neither resize nor crop again): the workers resize and crop them with DALI's own
+    # operators on the CPU (`graph.resizer`), the pixels the graph gives on the CPU. Batches on a GPU resize there
+    # (kept as decoded); an augment hook runs before the resize (kept as decoded).
+    shaped_on_workers: tuple[str, ...] = ()
+    if (cfg.resize is not None or cfg.crop is not None) and (cfg.frame_cache_bytes or cfg.frame_cache_dir):
         if facts.cuda_batches:
-            why["resized_on_workers"] = "batches on a GPU resize there: the cache keeps frames as decoded"
+            why["shaped_on_workers"] = "batches on a GPU resize and crop there: the cache keeps frames as decoded"
         elif cfg.augment is not None:
-            why["resized_on_workers"] = "augment= runs before the resize: the cache keeps frames as decoded"
+            why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded"
         else:
-            resized_on_workers = tuple(k for k, r in routes.items() if route(r).cached)
-            why["resized_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized: the workers " \
-                                        "resize them (DALI's resize on the CPU, as the graph's)"
+            shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached)
+            why["shaped_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized and cropped: the " \
+                                       "workers do it (DALI's operators on the CPU, as the graph's)"
     return Resolved(drop_last=drop_last, pool=pool, global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
                     dali_threads=dali_threads, join_streams=join_streams, host_frames=host_frames,
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
                     max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,
                     epoch_episodes=epoch_episodes, cut_ahead=cut_ahead, engine_threads=engine_threads,
-                    resized_on_workers=resized_on_workers, reasons=why)
+                    shaped_on_workers=shaped_on_workers, reasons=why)

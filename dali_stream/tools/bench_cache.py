@@ -12,7 +12,7 @@ VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video
 
 def decoded_bytes(meta, size: tuple[int, int] | None = None) -> int:
     """What every frame of every camera takes decoded, as the cache keeps it: (H, W, 3) uint8, at `size` (H, W)
-    where the workers resize them first (`Resolved.resized_on_workers`), else as decoded."""
+    where the workers resize and crop them first (`Resolved.shaped_on_workers`), else as decoded."""
     return sum((size[0] * size[1] if size else c.height * c.width) * 3 for c in meta.cameras.values()) \
         * meta.total_frames
 
@@ -23,7 +23,8 @@ def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
     from ..loader import StreamLoader
 
     loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
-    whole = decoded_bytes(meta, cfg.loader.resize if loader.resolved.resized_on_workers else None)
+    shaped = loader.resolved.shaped_on_workers
+    whole = decoded_bytes(meta, (cfg.loader.crop or cfg.loader.resize) if shaped else None)
     epochs = []
     try:
         for epoch in (1, 2):

@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", help="branch, tag or commit of an hf://datasets/... repository")
     p.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"),
                    help="the loader's resize: what the decoded-frame cache would hold is counted at this size (it "
-                        "keeps frames resized where batches are on the CPU)")
+                        "keeps frames resized and cropped where batches are on the CPU)")
+    p.add_argument("--crop", nargs=2, type=int, metavar=("H", "W"), help="the loader's crop, as --resize")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="find damaged files (sizes, hashes against a reference, decode) and the "

@@ -36,7 +36,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
-        "decoded_bytes": decoded_bytes(meta, tuple(args.resize) if getattr(args, "resize", None) else None),
+        "decoded_bytes": decoded_bytes(meta, _kept_size(args)),
         "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
     }
     if args.json:
@@ -55,7 +55,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
     if meta.cameras:
-        sized = f" resized to {args.resize[0]}x{args.resize[1]}" if getattr(args, "resize", None) else ""
+        kept = _kept_size(args)
+        sized = f" at {kept[0]}x{kept[1]}" if kept else ""
         console.print(f"decoded{sized}, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
                       "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
@@ -69,6 +70,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(name, str(d["value"]), str(d["why"]))
     console.print(table)
     return 0
+
+
+def _kept_size(args: argparse.Namespace) -> tuple[int, int] | None:
+    """The (H, W) the decoded-frame cache keeps frames at with `--crop`/`--resize` (None: as decoded)."""
+    size = getattr(args, "crop", None) or getattr(args, "resize", None)
+    return (int(size[0]), int(size[1])) if size else None
 
 
 def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
