@@ -212,7 +212,7 @@ def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_cod
     later.close()
 
 
-@pytest.mark.parametrize("decode,resize", [("cpu", None), ("cpu-open", None), ("cpu", (40, 48)), ("cpu-open", (40, 48))])
+@pytest.mark.parametrize("decode,resize", [("cpu", None), ("cpu", (40, 48)), ("cpu-open", (40, 48))])
 def test_a_mixture_with_the_cache_gives_the_uncached_batches(embodiments, decode, resize):
     """A mixture whose members differ in cameras (arm7 lacks the wrist camera: zeros there) and in fps: two epochs
     with the cache equal two without, the second decoding nothing, on torchcodec and the open engine, and with

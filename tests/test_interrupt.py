@@ -145,7 +145,7 @@ def test_ctrl_c_at_random_moments_of_the_start_ends_the_process_promptly(dataset
     seed = random.randrange(1 << 30)
     print(f"seed {seed}: random.Random({seed}) replays these tries")
     rng = random.Random(seed)
-    tries = [(tmp_path / f"t{n}", random.Random(rng.random())) for n in range(8)]
+    tries = [(tmp_path / f"t{n}", random.Random(rng.random())) for n in range(6)]
     with ThreadPoolExecutor(2) as lanes:  # two children at a time
         done = list(lanes.map(lambda t: _one_try(dataset, *t), tries))
     assert len(done) == len(tries), f"seed {seed}"
