@@ -40,9 +40,9 @@ def _gpu_node():
         return None
 
 
-# The files that take longest, longest first (seconds on a 2-core machine): `make test` hands whole files to its two
+# The files that take longest, longest first (seconds on a 2-core machine): `make test` hands whole files to its
 # processes in collection order (`--dist loadfile --no-loadscope-reorder`), so these start first and short files
-# fill the end, instead of one long file starting last while the other process idles.
+# fill the end, instead of one long file starting last while the other processes idle.
 LONG_FIRST = ("test_readme_install",  # 178: a fresh environment from the README's install line
               "test_boundaries", "test_loader", "test_multirank", "test_diagnose", "test_interrupt", "test_docs",
               "test_train", "test_sample_data", "test_wild_encodings", "test_bench", "test_slurm", "test_frame_cache",

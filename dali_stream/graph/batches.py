@@ -91,7 +91,7 @@ class BatchBuilder:
         (a global shuffle: a batch's samples come from as many episodes, and a decoder kept per episode would be
         opened per sample). `frames`: the decoded-frame cache the cameras it labels read before decoding
         (`decode.frames`; None: every frame decoded); `resizers`: camera -> the `graph.resizer.Resizer` its frames
-        go through before the cache keeps them (the graph then does not resize them)."""
+        go through before the cache keeps them (the graph then neither resizes nor crops them)."""
         self.catalog = catalog
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields

@@ -22,7 +22,7 @@ from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
 from ..decode.frames import FrameCache, kept_as, stamper
-from ..decode.route import keys_where, route
+from ..decode.route import ROUTES, keys_where, route
 from ..decode.routes import Node, choose_routes, nvdec_engine
 from ..decode.speed import gpu_slower, unmeasured
 from ..errors import InstallError
@@ -137,9 +137,10 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
         uncached = {k: r for k, r in routes.items() if not route(r).cached}
         if uncached:
             named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
-            warnings.warn(f"the decoded-frame cache keeps frames decoded on the workers (routes torchcodec, cpu-open): "
-                          f"cameras {named} are decoded every epoch. decode='cpu' routes every camera through "
-                          "torchcodec", stacklevel=3)
+            served = ", ".join(n for n, r in ROUTES.items() if r.cached)
+            warnings.warn(f"the decoded-frame cache keeps frames decoded on the workers (routes {served}): cameras "
+                          f"{named} are decoded every epoch. decode='cpu' routes every camera through torchcodec",
+                          stacklevel=3)
         store.held = episode_held(frames, catalog)
     builder = BatchBuilder(catalog, store, decoders, routes, plan_config.delta_indices, cfg.tolerance_s,
                            catalog.table_keys, table_dtypes, augment_seed=cfg.seed if cfg.augment is not None else None,

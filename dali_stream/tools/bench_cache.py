@@ -10,11 +10,13 @@ from typing import Any
 VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video bytes read
 
 
-def decoded_bytes(meta, size: tuple[int, int] | None = None) -> int:
-    """What every frame of every camera takes decoded, as the cache keeps it: (H, W, 3) uint8, at `size` (H, W)
-    where the workers resize and crop them first (`Resolved.shaped_on_workers`), else as decoded."""
-    return sum((size[0] * size[1] if size else c.height * c.width) * 3 for c in meta.cameras.values()) \
-        * meta.total_frames
+def decoded_bytes(meta, image_ops=None) -> int:
+    """What every frame of every camera takes decoded, as the cache keeps it: (H, W, 3) uint8, at the size
+    `image_ops` (`graph.imageops.ImageOps`) gives where the workers resize and crop them first
+    (`Resolved.shaped_on_workers`), else (None) as decoded."""
+    sizes = [image_ops.out_shape(c.height, c.width)[1:] if image_ops else (c.height, c.width)
+             for c in meta.cameras.values()]
+    return sum(h * w * 3 for h, w in sizes) * meta.total_frames
 
 
 def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
@@ -23,8 +25,7 @@ def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
     from ..loader import StreamLoader
 
     loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
-    shaped = loader.resolved.shaped_on_workers
-    whole = decoded_bytes(meta, (cfg.loader.crop or cfg.loader.resize) if shaped else None)
+    whole = decoded_bytes(meta, loader.stages.image_ops if loader.resolved.shaped_on_workers else None)
     epochs = []
     try:
         for epoch in (1, 2):

@@ -36,7 +36,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
-        "decoded_bytes": decoded_bytes(meta, _kept_size(args)),
+        "decoded_bytes": decoded_bytes(meta, _kept_ops(args)),
         "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
     }
     if args.json:
@@ -55,8 +55,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
     if meta.cameras:
-        kept = _kept_size(args)
-        sized = f" at {kept[0]}x{kept[1]}" if kept else ""
+        kept = _kept_ops(args)
+        sized = " at {1}x{2}".format(*kept.out_shape(0, 0)) if kept else ""
         console.print(f"decoded{sized}, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
                       "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
@@ -72,10 +72,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kept_size(args: argparse.Namespace) -> tuple[int, int] | None:
-    """The (H, W) the decoded-frame cache keeps frames at with `--crop`/`--resize` (None: as decoded)."""
-    size = getattr(args, "crop", None) or getattr(args, "resize", None)
-    return (int(size[0]), int(size[1])) if size else None
+def _kept_ops(args: argparse.Namespace):
+    """The image ops `--resize`/`--crop` give, whose output size the decoded-frame cache keeps frames at (None:
+    neither, frames as decoded)."""
+    from ..graph.imageops import ImageOps
+
+    resize, crop = getattr(args, "resize", None), getattr(args, "crop", None)
+    return ImageOps.make(resize=resize, crop=crop) if resize or crop else None
 
 
 def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
