@@ -132,10 +132,11 @@ def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = Non
 
 
 def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
+    from dali_stream.graph.imageops import ImageOps
     from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.tools.bench_cache import decoded_bytes
 
-    return decoded_bytes(DatasetMeta.open(dataset), resize)
+    return decoded_bytes(DatasetMeta.open(dataset), ImageOps.make(resize=resize) if resize else None)
 
 
 def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None) -> None:
