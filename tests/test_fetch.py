@@ -260,6 +260,7 @@ def test_remote_resume_fetches_nothing_for_skipped_episodes(bulky_dataset):
             if i + 1 == k:
                 break
         state = first.state_dict()
+        first.close()  # its run-ahead would go on fetching while the second loader's bytes are counted
         second = StreamLoader(url, **ARGS)
         second.load_state_dict(state)
         rest, ours, theirs = _fetched_during(second, server, lambda: [b for b in second])
