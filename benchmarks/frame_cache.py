@@ -1,7 +1,8 @@
 """Decode once, train many epochs: the decoded-frame cache (`frame_cache_bytes`, `frame_cache_dir`) measured.
 
     .venv/bin/python benchmarks/frame_cache.py policy [--out policy.json]
-    .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--resize H W] [--out epochs.json]
+    .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--resize H W] [--decode cpu]
+                                                  [--out epochs.json]
 
 `policy`: which frames to keep when the decoded dataset does not fit the bound, on the planner's own batches
 (no decoding: each epoch's (episode, frame) draws, 2,000 episodes of 30-90 frames, batch 64): the hit rate of
@@ -16,7 +17,8 @@ its own, alternated over `--runs` rounds (median and range); each process's peak
 bound of a quarter of the decoded dataset and `frame_cache_dir` in a temporary folder: epoch 2 (from memory and
 disk) against epoch 1. `--resize H W`: every loader resizes (the DataLoader does not: it decodes as before), and
 the cache keeps frames resized by the workers (`Resolved.shaped_on_workers`); the bound is then 1.1x the resized
-frames.
+frames. `--decode`: the loaders' `decode=` (default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in
+the graph without the cache and on the workers with it).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def policy(out: str | None) -> None:
 
 # ---- epochs -----------------------------------------------------------------------------------------------
 def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout: str = "contiguous",
-           resize: tuple[int, int] | None = None) -> dict:
+           resize: tuple[int, int] | None = None, decode: str = "cpu") -> dict:
     """One configuration in this process: samples/s of its epochs (`kind`: plain, cached, spill, baseline)."""
     import torch
 
@@ -109,7 +111,7 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
         return {"epochs": [n / (time.perf_counter() - t0)]}
     from dali_stream import StreamLoader
 
-    args = dict(batch_size=16, num_workers=2, device="cpu", decode="cpu", image_dtype="uint8", memory_format=layout,
+    args = dict(batch_size=16, num_workers=2, device="cpu", decode=decode, image_dtype="uint8", memory_format=layout,
                 resize=resize)
     if kind != "plain":
         args.update(frame_cache_bytes=cache_bytes, frame_cache_dir=folder)
@@ -122,13 +124,15 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
         rates.append(n / (time.perf_counter() - t0))
     stats = loader.stats()
     loader.close()
-    return {"epochs": rates, "frames": stats["frames"], "decoded_bytes": stats["bounded"]["decoded_frames"]["held"]}
+    return {"epochs": rates, "frames": stats["frames"], "decoded_bytes": stats["bounded"]["decoded_frames"]["held"],
+            "routes": dict(loader.routes)}
 
 
 def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous",
-         resize: tuple[int, int] | None = None) -> dict:
+         resize: tuple[int, int] | None = None, decode: str = "cpu") -> dict:
     return child("import sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
-                 f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r})", cwd=ROOT)
+                 f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r}, "
+                 f"{decode!r})", cwd=ROOT)
 
 
 def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
@@ -139,7 +143,8 @@ def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
     return decoded_bytes(DatasetMeta.open(dataset), ImageOps.make(resize=resize) if resize else None)
 
 
-def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None) -> None:
+def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None,
+           decode: str = "cpu") -> None:
     if dataset is None:
         dataset = str(ROOT / ".demo" / "bench-av1-quick")
         if not (Path(dataset) / "meta" / "info.json").exists():
@@ -153,9 +158,9 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
 
     def run(kind: str) -> dict:
         if kind != "spill":
-            return _run(dataset, kind, bound, None, layout, resize)
+            return _run(dataset, kind, bound, None, layout, resize, decode)
         with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
-            return _run(dataset, "spill", decoded // 4, folder, layout, resize)
+            return _run(dataset, "spill", decoded // 4, folder, layout, resize, decode)
 
     rows = alternate(("plain", "cached", "baseline", "spill"), runs, run, lambda line: print(line, flush=True))
     med = spread
@@ -167,7 +172,8 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
     s1 = [x["epochs"][0] for x in rows["spill"]]
     s2 = [x["epochs"][1] for x in rows["spill"]]
     summary = {
-        "dataset": dataset, "memory_format": layout, "resize": resize, "decoded_bytes": decoded, "frame_cache_bytes": bound, "runs": runs,
+        "dataset": dataset, "memory_format": layout, "resize": resize, "decode": decode, "decoded_bytes": decoded,
+        "frame_cache_bytes": bound, "runs": runs, "routes": rows["cached"][0].get("routes"),
         "plain_samples_per_s": med(plain), "baseline_samples_per_s": med(base),
         "epoch1_samples_per_s": med(e1), "epoch2_samples_per_s": med(e2),
         "epoch2_over_epoch1": med([b / a for a, b in zip(e1, e2)]),
@@ -192,12 +198,14 @@ def main() -> None:
     e.add_argument("--runs", type=int, default=3)
     e.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
     e.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"))
+    e.add_argument("--decode", default="cpu", choices=("cpu", "auto", "cpu-open"))
     e.add_argument("--out")
     args = ap.parse_args()
     if args.what == "policy":
         policy(args.out)
     else:
-        epochs(args.dataset, args.runs, args.out, args.memory_format, tuple(args.resize) if args.resize else None)
+        epochs(args.dataset, args.runs, args.out, args.memory_format, tuple(args.resize) if args.resize else None,
+               args.decode)
 
 
 if __name__ == "__main__":

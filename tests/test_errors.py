@@ -144,17 +144,18 @@ def test_truncated_video_file(copy):
         _loop(copy)
 
 
-@pytest.mark.parametrize("decode", ["auto", "cpu"])
-def test_corrupt_segment(copy, decode):
-    """The container index is intact but the VP9 frames are garbage: DALI and torchcodec both refuse."""
+@pytest.mark.parametrize("decode,cache", [("auto", 0), ("auto", 1 << 24), ("cpu", 0)])
+def test_corrupt_segment(copy, decode, cache):
+    """The container index is intact but the VP9 frames are garbage: DALI (in the graph, or on the workers with the
+    decoded-frame cache) and torchcodec all refuse."""
     meta = DatasetMeta.open(str(copy))
     scramble_keyframes(copy / meta.video_file(0, TOP))
     # DALI's route demuxes the segment to cut per-sample clips, which already fails on these packets.
-    pattern = (r"(DALI's video decoder failed .* on|the clip cutter \(DALI routes\) could not decode) episode \d, "
-               r"camera 'observation.images.top'"
+    pattern = (r"(DALI's video decoder failed .* on|the clip cutter \(DALI routes\) could not decode|dali-cpu could "
+               r"not decode) episode \d, camera 'observation.images.top'"
                if decode == "auto" else r"torchcodec could not decode episode \d, camera 'observation.images.top'")
     with pytest.raises(DecodeError, match=pattern + r".*re-download the file"):
-        _loop(copy, decode=decode)
+        _loop(copy, decode=decode, frame_cache_bytes=cache)
 
 
 def test_state_from_another_configuration(small_dataset):

@@ -34,6 +34,7 @@ def assert_same(got, want):
 
 
 WINDOWS = {"observation.images.front": [-0.1, 0.0], "observation.images.wrist": [-0.1, 0.0]}
+TOP_WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.front": [-0.1, 0.0]}
 
 
 @pytest.mark.parametrize("setup", [
@@ -43,23 +44,34 @@ WINDOWS = {"observation.images.front": [-0.1, 0.0], "observation.images.wrist": 
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, joined per batch
     dict(delta_timestamps=WINDOWS),
     dict(decode="cpu-open", delta_timestamps=WINDOWS),  # the open engine's FFmpeg decoders, into the graph
-], ids=["host", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows"])
+    # VP9 through DALI's CPU decoder (on the workers with the cache, in the graph without), the rest torchcodec:
+    # (host frames: test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing)
+    dict(decode="auto", resize=(40, 48), crop=(30, 41)),  # through the graph, resized and cropped by the workers
+    dict(decode="auto", delta_timestamps=TOP_WINDOWS),  # windows: in the graph, joined into streams per batch
+    dict(decode="auto", episode_pool_size="all", segment_bytes=1),  # long episodes' pieces
+], ids=["host", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows",
+        "dali-resize-crop", "dali-windows", "dali-global-pieces"])
 def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     """Two epochs with the cache equal two without, every key and pixel, on H.264 (B-frames), HEVC, AV1 and VP9
-    through torchcodec and through the open engine's FFmpeg decoders; the second epoch decodes (almost) nothing:
-    each frame the first one decoded is read. Windows whose frames overlap reuse them within the first epoch too
-    (torchcodec decodes a frame once per batch; the engine once per sample)."""
+    through torchcodec, through the open engine's FFmpeg decoders and (VP9) through DALI's CPU decoder; the second
+    epoch decodes (almost) nothing: each frame the first one decoded is read. Windows whose frames overlap reuse
+    them within the first epoch too (torchcodec decodes a frame once per batch; the engine once per sample)."""
     args = {**ARGS, **setup}
     plain = StreamLoader(str(four_codec_dataset), **args)
     want = epochs(plain)
+    # frames the graph's DALI decoder was asked for in the first epoch (the cache's count includes them)
+    steps = len(args.get("delta_timestamps", {}).get("observation.images.top", [0]))
+    in_graph = sum(c[0] for c in plain.builder.dali_counts.values()) // 2 * steps
     plain.close()
     cached = StreamLoader(str(four_codec_dataset), **args, frame_cache_bytes=1 << 30)
-    assert set(cached.routes.values()) == {"cpu-open" if setup.get("decode") else "torchcodec"}
+    routes = {"cpu-open"} if setup.get("decode") == "cpu-open" else {"torchcodec"}
+    assert set(cached.routes.values()) == (routes | {"dali-cpu"} if setup.get("decode") == "auto" else routes)
+    assert cached.resolved.dali_on_workers == tuple(k for k, r in cached.routes.items() if r == "dali-cpu")
     got = epochs(cached)
     for (g, _), (w, _) in zip(got, want):
         assert_same(g, w)
     first, second = got[0][1], got[1][1]
-    assert 0 < first <= want[0][1]  # fewer where windows overlap: a frame two samples show is decoded once
+    assert 0 < first <= want[0][1] + in_graph  # fewer where windows overlap: a frame two samples show is decoded once
     stats = cached.stats()["frames"]
     assert stats["hits"] > 0 and second <= 0.1 * first, (first, second, stats)
     if "crop" in setup:  # kept resized and cropped by the workers, neither done again by the graph
@@ -149,12 +161,21 @@ def test_the_bound_is_a_byte_count(small_dataset, value):
         StreamLoader(str(small_dataset), frame_cache_bytes=value)
 
 
-def test_cameras_off_torchcodec_are_named(small_dataset):
-    """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='auto': the cache says it is not
-    kept there."""
-    with pytest.warns(UserWarning, match=r"cameras 'observation.images.top' \(route dali-cpu\) are decoded every "
-                                         "epoch"):
-        StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20).close()
+def test_dali_cpu_cameras_decode_in_the_graph_without_the_cache(small_dataset):
+    """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='auto': in the graph without the
+    cache, on the workers with it (kept, no warning)."""
+    import warnings
+
+    plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu")
+    assert plain.routes["observation.images.top"] == "dali-cpu" and plain.resolved.dali_on_workers == ()
+    assert plain.builder.dali_keys == ["observation.images.top"]
+    plain.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cached = StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20)
+    assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.builder.dali_keys == []
+    assert "observation.images.top" in cached.frames.labels
+    cached.close()
 
 
 def test_two_ranks_fill_one_folder_at_once_and_a_later_run_reads_it(small_dataset, tmp_path):
@@ -189,7 +210,8 @@ def test_two_ranks_fill_one_folder_at_once_and_a_later_run_reads_it(small_datase
     dict(),  # pool 16, episodes fetched whole
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, cut ahead
     dict(decode="cpu-open"),  # the open engine's FFmpeg decoders
-], ids=["whole", "global-pieces", "cpu-open"])
+    dict(decode="auto"),  # VP9 through DALI's CPU decoder on the workers
+], ids=["whole", "global-pieces", "cpu-open", "dali-cpu"])
 def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_codec_dataset, tmp_path, setup):
     """Frames are named by the file times samples ask for, known from the plan and the table rows: a sample whose
     frames are all held needs no segment, and the store fetches no camera of an episode whose frames are all held.

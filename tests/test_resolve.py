@@ -90,14 +90,16 @@ def test_the_cache_keeps_resized_frames_where_the_workers_can_resize_them():
     """With the decoded-frame cache and `resize` or `crop`, CPU-decoded cameras are resized and cropped on the
     workers and kept so;
     not where batches land on a GPU (the graph resizes there) or an augment hook runs before the resize, nor for
-    cameras DALI or NVDEC decode, nor without the cache."""
-    routes = {"front": "torchcodec", "side": "cpu-open", "top": "dali-cpu"}
+    cameras NVDEC decodes, nor without the cache. DALI's CPU decoder runs on the workers with the cache."""
+    routes = {"front": "torchcodec", "side": "cpu-open", "top": "dali-cpu", "wrist": "nvdec"}
     cached = LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30)
-    assert resolve(cached, Facts(routes=routes)).shaped_on_workers == ("front", "side")
+    kept = ("front", "side", "top")
+    assert resolve(cached, Facts(routes=routes)).shaped_on_workers == kept
     assert resolve(LoaderConfig(resize=(96, 128), frame_cache_dir="frames"),
-                   Facts(routes=routes)).shaped_on_workers == ("front", "side")
-    assert resolve(LoaderConfig(crop=(64, 64), frame_cache_bytes=1),
-                   Facts(routes=routes)).shaped_on_workers == ("front", "side")
+                   Facts(routes=routes)).shaped_on_workers == kept
+    assert resolve(LoaderConfig(crop=(64, 64), frame_cache_bytes=1), Facts(routes=routes)).shaped_on_workers == kept
+    assert resolve(cached, Facts(routes=routes)).dali_on_workers == ("top",)
+    assert resolve(LoaderConfig(), Facts(routes=routes)).dali_on_workers == ()
     for cfg, facts in [(cached, Facts(routes=routes, **H100)),
                        (LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30, augment=lambda v, k, r: v),
                         Facts(routes=routes)),

@@ -79,6 +79,14 @@ def classify(text: str) -> DaliFailure:
     return DaliFailure("unknown", _telling_line(text))
 
 
+def reason(text: str) -> str:
+    """DALI's reason for a failed operator: the line after its "encountered:" (the rest is its pipeline's traceback),
+    else the most telling line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    after = next((lines[n + 1] for n, line in enumerate(lines[:-1]) if line == "encountered:"), None)
+    return (after or classify(text).line)[:300]
+
+
 def stream_format(data: bytes):
     """The `decode.routes.StreamFormat` of an encoded stream in memory, as its container says (None if unreadable)."""
     import io

@@ -9,7 +9,8 @@ no time), of how its frames are kept (`kept_as`: the route that decodes them, th
 cropped to) and of this module's `FORMAT`, so a video file rewritten in place, or frames decoded by another route,
 are other names: a stale frame is never served.
 
-Frames are the route's decoded pixels, (H, W, 3) uint8, before anything the graph or the caller does with them
+Frames are the route's decoded pixels (a CPU route's: `Route.cached`; DALI's CPU decoder then runs on the workers,
+`Resolved.dali_on_workers`), (H, W, 3) uint8, before anything the graph or the caller does with them
 (dtype, normalisation, `augment`, `image_transforms`) — resized and cropped first where `resize` or `crop` is set
 and the workers do it (`Resolved.shaped_on_workers`: DALI's own operators on the CPU, the graph's pixels), else
 before resize and crop: a cached batch is the uncached batch of the same plan, bit for bit, and augmentation stays

@@ -49,10 +49,10 @@ class Route:
 
     @property
     def cached(self) -> bool:
-        """Its pictures come to the workers as host arrays (torchcodec, or the open engine's FFmpeg decoders): the
-        decoded-frame cache (`decode.frames`) keeps them. DALI's decoders hand theirs to the graph only, NVDEC's
-        are CUDA memory."""
-        return self.device == "cpu" and self.decoder != "dali"
+        """The decoded-frame cache (`decode.frames`) keeps its pictures: they come to the workers as host arrays
+        (torchcodec, the open engine's FFmpeg decoders, and DALI's CPU decoder, which then runs on the workers
+        instead of the graph: `graph.dali_frames`). NVDEC's pictures are CUDA memory."""
+        return self.device == "cpu"
 
 
 NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",

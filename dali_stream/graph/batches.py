@@ -31,6 +31,7 @@ from ..plan import salts
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
 from .clips import DaliInput, dali_input
+from .engine_frames import EngineFrames
 from .imageops import ImageOps
 from .joined import group_sizes, join_group, join_pieces
 from .locate import Locator
@@ -74,7 +75,8 @@ class BatchBuilder:
                  tolerance_s: float, table_keys: list[str], table_dtypes: Mapping[str, tuple[np.dtype, int]],
                  augment_seed: int | None = None, image_ops: ImageOps | None = None, lookahead: int = 0,
                  join_streams: int = 0, engines: Mapping[str, Any] | None = None, join_all: bool = False,
-                 frames: FrameCache | None = None, resizers: Mapping[str, Any] | None = None) -> None:
+                 frames: FrameCache | None = None, resizers: Mapping[str, Any] | None = None,
+                 dali_workers: Mapping[str, Any] | None = None) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions the plans name, and each key's feature
         in each member (`routes`, `table_keys`, `table_dtypes` and `delta_indices` are in the catalog's keys: a
         mixture's). A mixture's batch also carries `dataset_index`, `<key>_is_missing` for keys some member lacks
@@ -91,7 +93,9 @@ class BatchBuilder:
         (a global shuffle: a batch's samples come from as many episodes, and a decoder kept per episode would be
         opened per sample). `frames`: the decoded-frame cache the cameras it labels read before decoding
         (`decode.frames`; None: every frame decoded); `resizers`: camera -> the `graph.resizer.Resizer` its frames
-        go through before the cache keeps them (the graph then neither resizes nor crops them)."""
+        go through before the cache keeps them (the graph then neither resizes nor crops them); `dali_workers`:
+        DALI-routed camera -> the decoder that decodes it on the workers instead of the graph (`graph.dali_frames`:
+        the cache keeps its pictures)."""
         self.catalog = catalog
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields
@@ -110,7 +114,11 @@ class BatchBuilder:
         self.join_streams = join_streams
         if image_ops is not None and augment_seed is not None:
             raise ValueError("host frames skip the graph, where augmentation runs")  # `resolve` rules it out
-        self.host_keys = keys_where(self.routes, "torchcodec") if image_ops is not None else []
+        self.dali_workers = dict(dali_workers or {})
+        # cameras DALI decodes in the graph (the others' pictures come decoded, by the workers or an engine)
+        self.dali_keys = [k for k in keys_where(self.routes, "in_dali") if k not in self.dali_workers]
+        self.host_keys = [k for k, r in self.routes.items() if route_of(r).torchcodec or k in self.dali_workers] \
+            if image_ops is not None else []
         self.image_ops = image_ops
         # Host-frame buffers alive at once: the batches built ahead (`lookahead` + 1), the one DALI holds and the
         # one the caller holds, per host camera (cameras of one shape share them).
@@ -123,7 +131,7 @@ class BatchBuilder:
             if route_of(route).engine:
                 self.engine_outputs.setdefault(route, []).append(
                     Output(f"{key}@decoded", "decoded", key, np.dtype(np.uint8), 4))
-            elif route_of(route).in_dali:
+            elif key in self.dali_keys:
                 outputs.append(Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1))
                 outputs.append(Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1))
                 outputs.append(Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
@@ -152,11 +160,12 @@ class BatchBuilder:
         self.frames = frames
         self.resizers = dict(resizers or {})
         self.locator = Locator(catalog, store, self.routes, tolerance_s, frames)
+        self.engine_frames = EngineFrames(catalog, self.engines, self.resizers, frames, self._blank)
         self.decode_s = 0.0  # seconds spent in CPU (torchcodec) decoding (and host frames' layout), summed over threads
         self.decoded_frames = 0
         # per DALI-routed camera: [samples, streams (decoders DALI opened: one per joined stream or per sample),
         # frames DALI's decoder works through (clip frames up to the last asked)]
-        self.dali_counts = {k: [0, 0, 0] for k in keys_where(self.routes, "in_dali")}
+        self.dali_counts = {k: [0, 0, 0] for k in self.dali_keys}
         self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode (`_decode_cpu`)
         self._count_lock = threading.Lock()
 
@@ -253,13 +262,13 @@ class BatchBuilder:
             self._count(key, plan.size, len(inputs), sum(d.frames_fed for d in inputs))
         engine_values: dict[str, list] = {}
         for key, route in self.routes.items():
-            if route_of(route).in_dali:
+            if key in self.dali_keys:
                 continue
             segs, idx = located[key]
             t0 = time.perf_counter()
             names = cached.get(key)
             if route_of(route).engine:
-                pictures, frames_decoded = self._engine_frames(route, key, segs, idx, member_index, names)
+                pictures, frames_decoded = self.engine_frames(route, key, segs, idx, member_index, names)
                 span = groups * len(idx[0])  # every sample of a camera has the same steps
                 engine_values[f"{key}@decoded"] = pictures if isinstance(pictures, list) else [
                     pictures[g:g + span] for g in range(0, len(pictures), span)]  # a list: per sample (a mixture)
@@ -268,11 +277,12 @@ class BatchBuilder:
                 size = self.fields[key].shape[:2]
                 host[key], frames_decoded = self._decode_cpu(
                     key, segs, idx, lambda s, i: decode_host(s, i, self.decoders, self.buffers, image_ops, size,
-                                                             self.frames, names))
+                                                             self.frames, names, self.dali_workers.get(key)))
             else:
                 pixels, frames_decoded = self._decode_cpu(
                     key, segs, idx, lambda s, i: decode_grouped(s, i, self.decoders, self._blank(key, len(i[0])),
-                                                                self.frames, names, self.resizers.get(key)))
+                                                                self.frames, names, self.resizers.get(key),
+                                                                self.dali_workers.get(key)))
                 values[f"{key}@pixels"] = pixels if groups == 1 else [
                     np.concatenate(pixels[g:g + groups]) for g in range(0, plan.size, groups)]
             with self._count_lock:
@@ -295,10 +305,10 @@ class BatchBuilder:
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays)
 
     def release(self) -> None:
-        """Drop the host-frame buffers (batches the caller holds stay valid) and the resize pipelines."""
+        """Drop the host-frame buffers (batches the caller holds stay valid) and the workers' DALI pipelines."""
         self.buffers.clear()
-        for resizer in self.resizers.values():
-            resizer.close()
+        for pipelines in [*self.resizers.values(), *self.dali_workers.values()]:
+            pipelines.close()
 
     def _blank(self, key: str, steps: int) -> np.ndarray:
         """A mixture's frames for a sample whose member lacks camera `key`: zeros (steps, H, W, 3); the loader
@@ -306,89 +316,14 @@ class BatchBuilder:
         h, w = self.resizers[key].out if key in self.resizers else self.fields[key].shape[:2]
         return np.zeros((steps, h, w, 3), np.uint8)
 
-    def _engine_frames(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,
-                       cached: list | None):
-        """`_decode_engine`, with the decoded-frame cache (`cached`: per sample, `FrameCache.look`; None: off): a
-        `Held` sample's frames are taken as they are, the other samples decoded and their frames kept."""
-        todo = [j for j, seg in enumerate(segs) if not isinstance(seg, Held)]
-        if self.frames is None or cached is None:
-            return self._decode_engine(route, key, segs, idx, member_index)
-        steps = len(idx[0])
-        decoded: Any = []
-        n = 0
-        if todo:
-            decoded, n = self._decode_engine(route, key, [segs[j] for j in todo], [idx[j] for j in todo],
-                                             member_index[todo])
-        per_sample = decoded if isinstance(decoded, list) else [decoded[k * steps:(k + 1) * steps]
-                                                                for k in range(len(todo))]
-        kept = [(name, per_sample[k][t]) for k, j in enumerate(todo) if cached[j] is not None
-                for t, name in enumerate(cached[j][0])]
-        self.frames.put([name for name, _ in kept], [picture for _, picture in kept])
-        if len(todo) == len(segs):
-            return decoded, n
-        held = sorted(set(range(len(segs))) - set(todo))
-        shapes = {segs[j].pictures[0].shape for j in held} | {frames.shape[1:] for frames in per_sample}
-        if len(shapes) > 1:  # a mixture's members of different sizes (the graph resizes each): per sample
-            samples: list[Any] = [None] * len(segs)
-            for k, j in enumerate(todo):
-                samples[j] = per_sample[k]
-            for j in held:
-                samples[j] = np.stack(segs[j].pictures)
-            return samples, n
-        out = np.empty((len(segs) * steps, *shapes.pop()), np.uint8)
-        for k, j in enumerate(todo):
-            out[j * steps:(j + 1) * steps] = per_sample[k]
-        for j in held:
-            for t, picture in enumerate(segs[j].pictures):
-                out[j * steps + t] = picture
-        return out, n
-
-    def _decode_engine(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray):
-        """Camera `key`'s frames from the open-decoder engine of `route`, sample after sample: one call per member
-        (its stream kind and size are its own: the engine keeps decoders per member camera, `engine_camera`),
-        each member's through the camera's resizer where the workers resize it (`resizers`)."""
-        engine, resize = self.engines[route], self.resizers.get(key)
-        if not self.mixed:
-            frames, n = engine.decode(key, segs, idx)
-            return (frames, n) if resize is None else (resize(frames), n)
-        by_sample: list[Any] = [None] * len(segs)
-        decoded = 0
-        lacking = []  # samples of members without the camera: zeros, in the decoded frames' kind and device
-        for m in np.unique(member_index).tolist():
-            sel = np.flatnonzero(member_index == m).tolist()
-            if segs[sel[0]] is None:
-                lacking += sel
-                continue
-            frames, n = engine.decode(engine_camera(key, self.catalog.members[m].name, True),
-                                      [segs[j] for j in sel], [idx[j] for j in sel])
-            frames = frames if resize is None else resize(frames)
-            steps = len(idx[sel[0]])
-            for k, j in enumerate(sel):
-                by_sample[j] = frames[k * steps:(k + 1) * steps]
-            decoded += n
-        on_host = all(f is None or isinstance(f, np.ndarray) for f in by_sample)
-        if on_host:  # one array; per sample where the members' frames differ in size (the graph resizes each)
-            for j in lacking:
-                by_sample[j] = self._blank(key, len(idx[j]))
-            return (np.concatenate(by_sample) if len({f.shape[1:] for f in by_sample}) == 1 else by_sample), decoded
-        # nvdec-open: CUDA tensors; the blanks made on the engine's hand-off stream, the samples joined there
-        # (`OpenDecoders.hand_over`: no part's memory is reused before the join has read it)
-        import torch
-
-        device = next(f for f in by_sample if f is not None).device
-        with torch.cuda.stream(engine.stream):
-            for j in lacking:
-                by_sample[j] = torch.zeros((len(idx[j]), *self.fields[key].shape[:2], 3), dtype=torch.uint8,
-                                           device=device)
-        return engine.hand_over(by_sample), decoded
-
     def _decode_cpu(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any]) -> Any:
-        """`decode(segs, idx)` of a torchcodec camera, its pieces of long episodes (one per sample) joined into one
-        stream first (`join_pieces`): one decoder opened for them instead of one per piece. Should a joined stream
-        fail (its frames are checked like any), the camera's pieces are decoded one by one from then on, said once."""
+        """`decode(segs, idx)` of a camera decoded on the workers; a torchcodec camera's pieces of long episodes (one
+        per sample) joined into one stream first (`join_pieces`): one decoder opened for them instead of one per
+        piece. Should a joined stream fail (its frames are checked like any), the camera's pieces are decoded one by
+        one from then on, said once."""
         pieces = [j for j, seg in enumerate(segs) if seg is not None and not isinstance(seg, Held)
                   and (seg.piece or self.join_all)] \
-            if key not in self._join_failed else []
+            if key not in self._join_failed and key not in self.dali_workers else []
         joined = join_pieces([segs[j] for j in pieces], [idx[j] for j in pieces]) if len(pieces) > 1 else None
         if joined is not None:
             one, steps = joined
@@ -410,7 +345,7 @@ class BatchBuilder:
         """Samples per group and, per DALI-routed camera, one stream per group (`graph.joined`): groups of
         `group_sizes(size, join_streams)`, or of one sample (a clip each) when joining is off or some group of
         some camera cannot be one stream."""
-        keys = [k for k in located if route_of(self.routes[k]).in_dali]
+        keys = [k for k in located if k in self.dali_keys]
         if self.join_streams and keys:
             members = group_sizes(size, self.join_streams)
             streams: dict[str, list[DaliInput]] = {}
@@ -439,9 +374,3 @@ class BatchBuilder:
         from .forensics import explain
 
         return explain(self, pending, exc, node)
-
-
-def engine_camera(key: str, member: str, mixed: bool) -> str:
-    """The open-decoder engine's name for a camera (its decoders are kept per name): a mixture's member cameras
-    under one key may differ in codec and size, so each member's is its own."""
-    return f"{key}@{member}" if mixed else key

@@ -3,7 +3,8 @@
 The graph's batch is the batch's samples in groups (`graph.batches`, `graph.joined`). Per camera: DALI-routed
 cameras decode one stream per group with `fn.decoders.video` (device "mixed" for NVDEC, "cpu" for DALI's CPU
 decoder) at its distinct frame indices, laid out member by member, step by step by `fn.sequence_rearrange`;
-torchcodec-routed cameras arrive as decoded frames in that layout (unless they skip the graph as host frames,
+cameras decoded on the workers (torchcodec, or DALI's CPU decoder there for the decoded-frame cache,
+`graph.dali_frames`) arrive as decoded frames in that layout (unless they skip the graph as host frames,
 `graph.host`: `routes` then leaves them out), and cameras of the open-decoder engine (`decode.engine`) through an
 external source of their own per engine route, on the device the engine decoded them on (the GPU for nvdec-open:
 no host copy). Both then get the `ImageOps` (resize, centre crop, CHW layout,
@@ -90,9 +91,9 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
             by_name.update(zip((o.name for o in outs), frames))
         results = []
         for key, route in routes.items():
-            if route_of(route).torchcodec:
+            if f"{key}@pixels" in by_name:  # decoded on the workers (torchcodec, or DALI's CPU decoder there)
                 video = by_name[f"{key}@pixels"]
-            elif route_of(route).engine:
+            elif f"{key}@decoded" in by_name:
                 video = by_name[f"{key}@decoded"]
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)

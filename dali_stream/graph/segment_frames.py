@@ -1,6 +1,6 @@
-"""A batch camera's frames decoded on the CPU from its segments (torchcodec through `decode.cpu`): each distinct
-segment once, frames the decoded-frame cache holds read instead of decoded, as one array per group of samples or
-laid out straight into host-frame buffers (`graph.host`)."""
+"""A batch camera's frames decoded on the CPU from its segments (torchcodec through `decode.cpu`, or DALI's CPU
+decoder on the workers, `graph.dali_frames`): each distinct segment once, frames the decoded-frame cache holds read
+instead of decoded, as one array per group of samples or laid out straight into host-frame buffers (`graph.host`)."""
 
 from __future__ import annotations
 
@@ -33,13 +33,15 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
 
 
 def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
-                    resize: Callable | None = None):
+                    resize: Callable | None = None, decode: Callable | None = None):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
     under each: `FrameCache.look`), frames found there are not decoded and those decoded are kept there.
     `resize`: the frames decoded go through it first, all of the batch's camera in one call (`graph.resizer`: a
-    call costs ~0.8 ms besides its frames; those held were kept resized).
+    call costs ~0.8 ms besides its frames; those held were kept resized). `decode`: the decoder, called once with
+    every segment's (segment, frame indices) and giving their frames (DALI's CPU decoder on the workers,
+    `graph.dali_frames`); None: torchcodec, segment after segment (`cache`: its idle decoders).
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
@@ -48,13 +50,19 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     for j, seg in enumerate(segs):
         if seg is not None:
             by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
-    parts: Iterable[tuple] = (_decode(seg, members, idx, cache, cached) for seg, members in by_seg.values())
+    asks = [_ask(seg, members, idx, cached) for seg, members in by_seg.values()]
+    parts: Iterable[tuple]
+    if decode is not None:  # every segment's frames in one call
+        done = iter(decode([(a[0], a[2][a[5]]) for a in asks if a[5]]))
+        parts = [(*a[1:], next(done) if a[5] else None) for a in asks]
+    else:
+        parts = ((*a[1:], torchcodec_tensor(a[0], a[2][a[5]], cache).numpy() if a[5] else None) for a in asks)
     if resize is not None:  # every segment decoded first, then one call resizes them all
         parts = list(parts)
         raw = [part[-1] for part in parts if part[-1] is not None]
         if raw:
-            done = iter(np.split(resize([f for r in raw for f in r]), np.cumsum([len(r) for r in raw])[:-1]))
-            parts = [(*part[:-1], None if part[-1] is None else next(done)) for part in parts]
+            resized = iter(np.split(resize([f for r in raw for f in r]), np.cumsum([len(r) for r in raw])[:-1]))
+            parts = [(*part[:-1], None if part[-1] is None else next(resized)) for part in parts]
     for members, wanted, names, found, missing, decoded in parts:
         order = wanted.tolist()
         if decoded is None:  # every frame held
@@ -70,11 +78,11 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         yield members, wanted, [found[i] for i in order], len(missing)  # a list: the frames are not copied first
 
 
-def _decode(seg, members: list[int], idx, cache, cached: list | None):
-    """One segment's part of `decode_segments`: (members, wanted, the names each wanted frame is asked by (None
-    without the cache), the frames held by index, the positions in `wanted` decoded, their pixels or None)."""
+def _ask(seg, members: list[int], idx, cached: list | None):
+    """What `decode_segments` asks of one segment: (the segment, members, wanted, the names each wanted frame is
+    asked by (None without the cache), the frames held by index, the positions in `wanted` to decode)."""
     if isinstance(seg, Held):
-        return members, np.arange(len(seg.pictures)), None, dict(enumerate(seg.pictures)), [], None
+        return seg, members, np.arange(len(seg.pictures)), None, dict(enumerate(seg.pictures)), []
     wanted = np.unique(np.concatenate([idx[j] for j in members]))
     names: dict[int, set] | None = None
     found: dict[int, np.ndarray] = {}
@@ -85,18 +93,18 @@ def _decode(seg, members: list[int], idx, cache, cached: list | None):
                 names.setdefault(i, set()).add(name)
                 if picture is not None:
                     found[i] = picture
-    missing = [n for n, i in enumerate(wanted.tolist()) if i not in found]
-    decoded = torchcodec_tensor(seg, wanted[missing], cache).numpy() if missing else None
-    return members, wanted, names, found, missing, decoded
+    return seg, members, wanted, names, found, [n for n, i in enumerate(wanted.tolist()) if i not in found]
 
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
-                   cached: list | None = None, resize: Callable | None = None) -> tuple[list[np.ndarray], int]:
+                   cached: list | None = None, resize: Callable | None = None,
+                   decode: Callable | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
-    for a sample without a segment; `frames`, `cached`, `resize`: the decoded-frame cache (`decode_segments`)."""
+    for a sample without a segment; `frames`, `cached`, `resize`: the decoded-frame cache, `decode` the decoder
+    (`decode_segments`)."""
     out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, resize):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, resize, decode):
         decoded += n
         for j in members:
             at = np.searchsorted(wanted, idx[j])
@@ -105,16 +113,16 @@ def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: Fr
 
 
 def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
-                frames: FrameCache | None = None, cached: list | None = None):
+                frames: FrameCache | None = None, cached: list | None = None, decode: Callable | None = None):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
     none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `cached`: the
-    decoded-frame cache (`decode_segments`)."""
+    decoded-frame cache, `decode` the decoder (`decode_segments`)."""
     out = None
     if size is not None and all(seg is None for seg in segs):
         out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, decode=decode):
         if out is None:
             h, w, _ = pixels[0].shape
             out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))

@@ -28,7 +28,9 @@ from ..decode.speed import gpu_slower, unmeasured
 from ..errors import InstallError
 from ..fetch.store import EpisodeStore
 from ..fetch.tables import FRAME_TIME_S
-from ..graph.batches import BatchBuilder, engine_camera
+from ..graph.batches import BatchBuilder
+from ..graph.dali_frames import DaliFrames
+from ..graph.engine_frames import engine_camera
 from ..graph.imageops import ImageOps
 from ..graph.resizer import Resizer
 from ..graph.transforms import TransformPool
@@ -129,6 +131,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
     frames = None  # decoded frames kept for later epochs (decode.frames), resized first by the workers where set
     resizers = {k: Resizer(image_ops.resize, image_ops.crop) for k in resolved.shaped_on_workers}
+    dali_frames = DaliFrames()  # DALI's CPU decoder on the workers, for the cameras the cache keeps
+    dali_workers = {k: dali_frames for k in resolved.dali_on_workers}
     if cfg.frame_cache_bytes or cfg.frame_cache_dir:
         labels = {k: kept_as(r, resizers[k].label() if k in resizers else None) for k, r in routes.items()
                   if route(r).cached}
@@ -146,8 +150,9 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                            catalog.table_keys, table_dtypes, augment_seed=cfg.seed if cfg.augment is not None else None,
                            image_ops=image_ops if resolved.host_frames else None,
                            lookahead=resolved.prefetch_batches, join_streams=resolved.join_streams, engines=engines,
-                           join_all=resolved.global_shuffle, frames=frames, resizers=resizers)
-    dali_cameras = keys_where(routes, "in_dali")
+                           join_all=resolved.global_shuffle, frames=frames, resizers=resizers,
+                           dali_workers=dali_workers)
+    dali_cameras = builder.dali_keys
     if dali_cameras:
         log.info("cameras %s: %s", dali_cameras,
                  f"a batch in at most {resolved.join_streams} groups, each group's clips joined into one stream "

@@ -65,6 +65,7 @@ class Resolved:
     cut_ahead: int
     engine_threads: Mapping[str, int] = field(default_factory=dict)  # open-decoder engine route -> threads
     shaped_on_workers: tuple[str, ...] = ()  # cameras resized and cropped before the decoded-frame cache keeps them
+    dali_on_workers: tuple[str, ...] = ()  # dali-cpu cameras decoded on the workers (the decoded-frame cache keeps them)
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, dict[str, object]]:
@@ -115,10 +116,16 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     why["dali_threads"] = (f"one per NVDEC engine ({nvdec_engines}), at least num_workers" if dali_nvdec
                            else "num_workers, at least 1")
 
+    # The decoded-frame cache keeps the pictures the workers hold: DALI's CPU decoder then runs there
+    # (graph.dali_frames: the same decoder on the same clips as the graph's, the same pixels), not in the graph.
+    cache_on = bool(cfg.frame_cache_bytes or cfg.frame_cache_dir)
+    dali_on_workers = tuple(k for k, r in routes.items() if route(r).in_dali and route(r).cached) if cache_on else ()
+    why["dali_on_workers"] = ("the decoded-frame cache keeps their pictures: DALI's CPU decoder runs on the workers"
+                              if dali_on_workers else "no dali-cpu camera" if cache_on else "no decoded-frame cache")
     # DALI-decoded cameras: a batch as at most this many groups, each group's clips joined into one stream, one
-    # decoder each (graph.joined). A mixture's cameras, an augment hook (it draws per sample) or no DALI-decoded
-    # camera: one clip per sample.
-    dali_decoded = any_where(routes.values(), "in_dali")
+    # decoder each (graph.joined). A mixture's cameras, an augment hook (it draws per sample) or no camera decoded in
+    # the graph: one clip per sample.
+    dali_decoded = any_where((r for k, r in routes.items() if k not in dali_on_workers), "in_dali")
     if facts.mixture:
         join_streams, why["join_streams"] = 0, "a mixture decodes one clip per sample"
     elif not dali_decoded:
@@ -217,4 +224,4 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
                     max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,
                     epoch_episodes=epoch_episodes, cut_ahead=cut_ahead, engine_threads=engine_threads,
-                    shaped_on_workers=shaped_on_workers, reasons=why)
+                    shaped_on_workers=shaped_on_workers, dali_on_workers=dali_on_workers, reasons=why)
