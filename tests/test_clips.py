@@ -83,3 +83,24 @@ def test_dali_work_per_sample_is_flat_in_frame_depth(long_episodes):
     builder = loader.builder
     assert np.mean(depths) > 200
     assert builder.dali_samples >= 16 * 4 and builder.dali_frames_fed / builder.dali_samples <= GOP + 2  # built ahead too
+
+
+def test_dali_on_the_workers_decodes_runs_of_nearby_frames_in_one_clip(long_episodes):
+    """DALI's CPU decoder on the workers (`graph.dali_frames`, the decoded-frame cache's VP9 route): a segment's
+    frames asked for in one batch go as one clip per run of nearby frames, so the work stays a GOP plus the span
+    per run at any depth, and every frame shows its ids."""
+    from dali_stream.graph.dali_frames import DaliFrames, runs
+
+    key = "observation.images.top"
+    meta, start, seg = _segment(long_episodes, 1, key, indexed=True)
+    episode, length = meta.episode_index(1), int(meta.lengths[1])
+    wanted = np.array([5, 6, 7, 9, 400, 401, 470, length - 1])
+    idx = seg.frame_indices(start + wanted / meta.fps, 1e-4, "test")
+    assert [r.tolist() for r in runs(seg, idx)] == [idx[:4].tolist(), idx[4:6].tolist(), [idx[6]], [idx[7]]]
+    decoder = DaliFrames(max_clips=2)  # two pipeline calls
+    other = np.array([0, 450])
+    got, again = decoder([(seg, idx), (seg, seg.frame_indices(start + other / meta.fps, 1e-4, "test"))])
+    assert [read_ids(f) for f in got] == [(episode, int(w)) for w in wanted]
+    assert [read_ids(f) for f in again] == [(episode, int(w)) for w in other]
+    assert decoder.clips == 6 and decoder.frames_fed <= 6 * (GOP + 4), decoder.frames_fed
+    decoder.close()
