@@ -77,7 +77,10 @@ def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
     top = "observation.images.top"
     decoder = result["dali_decoder"][top]
     assert decoder["join_streams"] == 2 and 0 < decoder["streams"] < decoder["samples"]  # 2 worker threads: 2 groups
-    assert decoder["frames_fed"] >= decoder["samples"] * 8  # camera-window: 8 frames asked per sample, at least
+    # camera-window: 8 frames asked per sample; samples joined in one stream share the frames their windows
+    # overlap on (which batches are counted depends on how far ahead the workers built: a 2-core run under load
+    # counted 7.2 a sample), so more than 4 a sample, not 8
+    assert decoder["frames_fed"] > decoder["samples"] * 4
     limit = result["stream_limits"]["dali-cpu"]
     assert limit["cameras"] == [top] and 1 <= limit["files"] <= 4 and limit["frames"] > 0
     assert limit["frames_per_sample"] == pytest.approx(decoder["frames_fed"] / decoder["samples"])
