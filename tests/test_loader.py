@@ -330,7 +330,7 @@ def test_bad_selections(small_dataset, kwargs, match):
 
 # ---- lifecycle and logging -------------------------------------------------------------------------------
 def _threads_of(loader) -> list:
-    threads = list(loader.store._pool._threads)
+    threads = list(loader.store.fetcher.pool._threads)
     assert threads and all(t.name.startswith("dali-stream-fetch") for t in threads)
     return threads
 
@@ -370,7 +370,7 @@ def test_a_loader_collected_on_its_own_fetch_thread_ends_cleanly(small_dataset, 
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    pool = box[0].store._pool
+    pool = box[0].store.fetcher.pool
     pool.submit(lambda: None).result()  # the pool's thread exists now
     threads = _threads_of(box[0])
     done = threading.Event()
@@ -394,7 +394,7 @@ def test_a_loader_collected_on_a_thread_its_fetches_wait_for_does_not_deadlock(s
     import threading
 
     box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    pool = box[0].store._pool
+    pool = box[0].store.fetcher.pool
     loop_free, done = threading.Event(), threading.Event()
     pool.submit(loop_free.wait)  # the fetch thread now waits for the "loop" thread below
     threads = _threads_of(box[0])
@@ -421,7 +421,7 @@ def test_a_loader_collected_while_its_store_lock_is_held_does_not_deadlock(small
 
     box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
     store = box[0].store
-    store._pool.submit(lambda: None).result()
+    store.fetcher.pool.submit(lambda: None).result()
     threads = _threads_of(box[0])
     done = threading.Event()
 
@@ -433,7 +433,7 @@ def test_a_loader_collected_while_its_store_lock_is_held_does_not_deadlock(small
 
     threading.Thread(target=locked_section, daemon=True).start()
     assert done.wait(30), "the finalizer waited for a lock its own thread holds"
-    assert _ended(threads) and store._pool is None
+    assert _ended(threads) and store.fetcher.pool is None
 
 
 def test_routes_and_settings_are_logged_not_printed(small_dataset, caplog, capsys):

@@ -7,7 +7,8 @@ own). The threads that close a collected loader's stages are `fetch.closer`'s.
 An episode is fetched whole (its rows, and a segment per camera, in parallel) by the first of: the
 background fetch threads after `pin` (the loader pins an episode when the plan admits it to the pool, so
 it arrives before its first batch), or a batch builder that needs it and finds it missing (counted in
-`demand_fetches`). Others wait for that fetch. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
+`demand_fetches`). Others wait for that fetch. The fetch's parts, threads and claims are `fetch.episode_fetch`'s;
+what each part reads, and what its end counts, are here. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
 refcounted: `unpin` (the plan retired the episode and every batch drawing it was built) makes an entry
 evictable, least recently used first, or drops it at once where a pool's epoch does not fit the capacity
 (`epoch_episodes`: it would be evicted unused before the next epoch came back to it). Pinned entries are never evicted; when they alone exceed the
@@ -21,12 +22,12 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Protocol
 
 from ..config import DEFAULT_FOOTER_BYTES, DEFAULT_INDEX_BYTES
 from ..errors import DaliStreamError, RemoteError, VideoFileError
+from .episode_fetch import Fetch, Fetcher
 from .pieces import Pieces, named
 from .segments import Segment, cut_segment
 from .tables import FRAME_TIME_S, TableReader
@@ -54,16 +55,11 @@ class StoreStats:
 
 
 @dataclass
-class _Episode:
-    done: threading.Event = field(default_factory=threading.Event)
-    rows_ready: threading.Event = field(default_factory=threading.Event)
-    started: bool = False
-    pending: int = 0  # parts (rows, one per camera) not fetched yet
-    claimed: set = field(default_factory=set)  # parts begun (None: the rows), each ends exactly once (`_part`)
-    rows: dict = field(default_factory=dict)  # filled by the fetch, before rows_ready is set
+class _Episode(Fetch):
+    """An episode's entry: its fetch (`fetch.episode_fetch`), what it fetched and who holds it."""
+
     segments: dict = field(default_factory=dict)
     long: set = field(default_factory=set)  # cameras whose episode is read in pieces (`segment_for`), not whole
-    error: BaseException | None = None
     nbytes: int = 0
     refs: int = 0
 
@@ -128,8 +124,7 @@ class EpisodeStore:
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()
         self._warned = False
-        self._pool = ThreadPoolExecutor(fetch_workers, thread_name_prefix="dali-stream-fetch") \
-            if fetch_workers > 0 else None
+        self.fetcher = Fetcher(fetch_workers, self._lock, self._read_rows, self._work, self._ended)
         self.files: list[_Files] = []
         for member in catalog.members:
             self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes))
@@ -153,9 +148,7 @@ class EpisodeStore:
         # finishes on its own (its result is dropped: the entry has failed).
         self._fail_pending()
         self.pieces.close(wait)
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=wait, cancel_futures=True)
+        self.fetcher.close(wait)
         self._fail_pending()  # fetches cancelled above never finish: nobody may wait for them
         if wait:
             self.pieces.drop_ahead()
@@ -170,9 +163,7 @@ class EpisodeStore:
         with self._lock:
             for entry in self._entries.values():
                 if not entry.done.is_set():
-                    entry.error = entry.error or DaliStreamError("the loader was closed while this episode was fetched")
-                    entry.rows_ready.set()
-                    entry.done.set()
+                    entry.fail(DaliStreamError("the loader was closed while this episode was fetched"))
 
     # ---- refcounts -------------------------------------------------------------------------------------
     def pin(self, positions: list[int]) -> None:
@@ -184,11 +175,11 @@ class EpisodeStore:
             for pos in positions:
                 entry = self._entry(pos)
                 entry.refs += 1
-                if self._pool is not None and not entry.started:
+                if self.fetcher.pool is not None and not entry.started:
                     entry.started = True
-                    starting.append((pos, entry))
+                    starting.append((pos, entry, self.catalog.locate(pos)[0].cameras))
         if starting:
-            self._fill_together(starting)
+            self.fetcher.fill_together(starting)
 
     def unpin(self, pos: int) -> None:
         with self._lock:
@@ -267,7 +258,7 @@ class EpisodeStore:
         if not entry.done.is_set():
             t0 = time.perf_counter()
             if owner:
-                self._fill(pos, entry)
+                self.fetcher.fill(pos, entry, self.catalog.locate(pos)[0].cameras)
             else:
                 entry.done.wait()
             with self._lock:
@@ -276,100 +267,32 @@ class EpisodeStore:
             raise entry.error
         return entry
 
-    # ---- fetching --------------------------------------------------------------------------------------
-    def _fill(self, pos: int, entry: _Episode) -> None:
-        """Fetch the rows and each camera's segment one after another in this thread (a builder's demand fetch)."""
-        parts = [None, *self.catalog.locate(pos)[0].cameras]  # None: the table rows; the member's cameras
-        entry.pending = len(parts)
-        for camera in parts:
-            self._part(pos, entry, camera, False)
-
-    def _fill_together(self, starting: list[tuple[int, _Episode]]) -> None:
-        """Fetch episodes in the background: their rows in one task (`_rows_together`), each camera in a task of its
-        own (the cameras whose segments are cut whole wait for the rows, which start first)."""
-        tasks: list[tuple[Callable[..., None], tuple]] = [(self._rows_together, (starting,))]
-        for pos, entry in starting:
-            cameras = self.catalog.locate(pos)[0].cameras
-            entry.pending = 1 + len(cameras)
-            tasks += [(self._part, (pos, entry, camera, True)) for camera in cameras]
-        for n, (fn, args) in enumerate(tasks):
-            try:
-                assert self._pool is not None  # background fetches need the pool
-                self._pool.submit(fn, *args)
-            except BaseException as exc:  # the pool closed, or an interrupt (Ctrl-C) landed here: the parts not
-                # handed over end failed, so nobody waits for these episodes forever
-                why = DaliStreamError(f"the fetch of this episode was stopped before it began ({type(exc).__name__})")
-                for rest, rest_args in tasks[n:]:
-                    if rest == self._rows_together:
-                        for pos, entry in starting:
-                            self._part(pos, entry, None, True, failed=why)
-                    else:
-                        pos, entry, camera, _ = rest_args
-                        self._part(pos, entry, camera, True, failed=why)
-                raise
-
-    def _rows_together(self, starting: list[tuple[int, _Episode]]) -> None:
-        """The rows part (`_part`) of each of `starting`, read together per member (`TableReader.episodes`)."""
-        claimed = [(pos, entry) for pos, entry in starting if self._claim(entry, None)]
-        t0 = time.perf_counter()
-        ended: set[int] = set()
+    # ---- fetching (the parts' work; `fetch.episode_fetch` runs them) ------------------------------------
+    def _read_rows(self, items: list[tuple[int, _Episode]]):
+        """The rows of each of `items` (position, entry), read together per member (`TableReader.episodes`): per
+        episode, (position, entry, its rows or the error reading them)."""
         by_member: dict[int, list[tuple[int, _Episode, int]]] = {}
-        for pos, entry in claimed:
+        for pos, entry in items:
             member, local = self.catalog.locate(pos)
             by_member.setdefault(member.index, []).append((pos, entry, local))
-        try:
-            for index, items in by_member.items():
-                got = self.files[index].tables.episodes([local for *_, local in items])
-                for (pos, entry, _), rows in zip(items, got):
-                    if isinstance(rows, BaseException):
-                        entry.error = entry.error or rows
-                    else:
-                        entry.rows = rows
-                    entry.rows_ready.set()
-                    ended.add(pos)
-                    self._ended(pos, entry, True, t0)
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for these episodes
-            for pos, entry in claimed:
-                if pos not in ended:
-                    entry.error = entry.error or exc
-                    entry.rows_ready.set()
-                    self._ended(pos, entry, True, t0)
-            raise
+        for index, members in by_member.items():
+            got = self.files[index].tables.episodes([local for *_, local in members])
+            for (pos, entry, _), rows in zip(members, got):
+                yield pos, entry, rows
 
-    def _claim(self, entry: _Episode, camera: str | None) -> bool:
-        """Whether this caller fetches part `camera` (None: the rows) of the entry: each part begins once."""
-        with self._lock:
-            if camera in entry.claimed:
-                return False
-            entry.claimed.add(camera)
-            return True
-
-    def _part(self, pos: int, entry: _Episode, camera: str | None, background: bool,
-              failed: BaseException | None = None) -> None:
-        """Fetch one part of the episode (`camera`'s segment, or None: its rows); `failed`: end it failed with that
-        error instead. Each part ends once: a part already begun (or ended failed) is not done again."""
-        if not self._claim(entry, camera):
-            return
-        t0 = time.perf_counter()
-        try:
-            if failed is not None:
-                raise failed
-            if camera is None:
-                member, local = self.catalog.locate(pos)
-                entry.rows = self.files[member.index].tables.episode(local)
-            elif self.pieces.in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
-                entry.long.add(camera)
-            else:
-                entry.rows_ready.wait()
-                if entry.error is None and not (self.held is not None and self.held(pos, camera, entry.rows)
-                                                and self._indexed(pos, camera)):
-                    entry.segments[camera] = self._cut(pos, camera, entry.rows)
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for this episode
-            entry.error = entry.error or exc
-        finally:
-            if camera is None:
-                entry.rows_ready.set()
-        self._ended(pos, entry, background, t0)
+    def _work(self, pos: int, entry: _Episode, camera: str | None) -> None:
+        """One part of the episode's fetch alone: its rows (None), or `camera`'s segment once the rows are there —
+        none for a long episode's camera (read in pieces) or one whose frames the decoded-frame cache all holds."""
+        if camera is None:
+            member, local = self.catalog.locate(pos)
+            entry.rows = self.files[member.index].tables.episode(local)
+        elif self.pieces.in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
+            entry.long.add(camera)
+        else:
+            entry.rows_ready.wait()
+            if entry.error is None and not (self.held is not None and self.held(pos, camera, entry.rows)
+                                            and self._indexed(pos, camera)):
+                entry.segments[camera] = self._cut(pos, camera, entry.rows)
 
     def _ended(self, pos: int, entry: _Episode, background: bool, t0: float) -> None:
         """A part of the entry ended (begun at `t0`); after its last one the entry is done, counted and bounded."""
