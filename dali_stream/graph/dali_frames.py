@@ -18,6 +18,7 @@ from ..decode.errors import reason
 from ..decode.route import DALI_CPU
 from ..fetch.segments import decode_error
 from .clips import dali_input, packets_of
+from .cpu_pipelines import PipelinePool
 
 # Frames between two asked frames that one clip would decode needlessly and a clip of their own would not, past
 # which the later frame starts a clip of its own: a clip costs a demuxer and a decoder opened (~a frame's decode)
@@ -36,13 +37,13 @@ def runs(seg, frames: np.ndarray) -> list[np.ndarray]:
 
 
 class DaliFrames:
-    """Decodes segments' frames with DALI's CPU decoder through small pipelines made on first use, one per thread at
-    a time, kept for reuse (`close` drops them); `max_clips`: clips a pipeline call takes."""
+    """Decodes segments' frames with DALI's CPU decoder through small pipelines, one per thread at a time, kept for
+    reuse (`graph.cpu_pipelines`; `close` drops them); `max_clips`: clips a pipeline call takes."""
 
     def __init__(self, max_clips: int = 64) -> None:
         self.max_clips = max_clips
-        self._free: list[Any] = []
-        self._lock = threading.Lock()
+        self.pipelines = PipelinePool(self._pipeline)
+        self._lock = threading.Lock()  # the counts
         self.clips = 0  # clips decoded
         self.frames_fed = 0  # frames the decoder worked through (each clip up to its last frame asked)
 
@@ -66,14 +67,13 @@ class DaliFrames:
         clips = []  # (ask, DaliInput)
         for n, (seg, frames) in enumerate(asks):
             clips += [(n, dali_input(seg, run)) for run in runs(seg, np.asarray(frames, np.int64))]
-        parts: list[list[np.ndarray]] = [[] for _ in asks]
+        if not clips:
+            return [np.empty((0, 0, 0, 3), np.uint8) for _ in asks]
         with self._lock:
-            pipe = self._free.pop() if self._free else None
             self.clips += len(clips)
             self.frames_fed += sum(c.frames_fed for _, c in clips)
-        try:
-            if pipe is None:
-                pipe = self._pipeline()
+        parts: list[list[np.ndarray]] = [[] for _ in asks]
+        with self.pipelines.take() as pipe:
             for start in range(0, len(clips), self.max_clips):
                 part = clips[start:start + self.max_clips]
                 pipe.feed_input("encoded", [c.data for _, c in part])
@@ -81,14 +81,9 @@ class DaliFrames:
                 try:
                     (done,) = pipe.run()
                 except Exception as exc:
-                    pipe = None  # a failed pipeline is not reused
                     raise self._culprit(asks, part, exc) from exc
                 for k, (n, _) in enumerate(part):
                     parts[n].append(np.array(done.at(k)))  # copied out: DALI reuses its buffers
-        finally:
-            if pipe is not None:
-                with self._lock:
-                    self._free.append(pipe)
         return [p[0] if len(p) == 1 else np.concatenate(p) for p in parts]
 
     def _culprit(self, asks, part: list, exc: BaseException):
@@ -104,5 +99,4 @@ class DaliFrames:
         return decode_error(asks[part[0][0]][0], DALI_CPU.name, RuntimeError(reason(str(exc))))
 
     def close(self) -> None:
-        with self._lock:
-            self._free.clear()
+        self.pipelines.close()

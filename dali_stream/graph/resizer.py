@@ -7,15 +7,16 @@ alike)."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
+
+from .cpu_pipelines import PipelinePool
 
 
 class Resizer:
     """Frames (H, W, 3) uint8 resized to `size` (H, W) and then centre-cropped to `crop` (H, W), either may be None,
-    through small CPU pipelines made on first use, one per thread at a time, kept for reuse (`close` drops them)."""
+    through small CPU pipelines, one per thread at a time, kept for reuse (`graph.cpu_pipelines`; `close` drops them)."""
 
     def __init__(self, size: tuple[int, int] | None, crop: tuple[int, int] | None = None,
                  max_frames: int = 64) -> None:
@@ -24,8 +25,7 @@ class Resizer:
         self.size = None if size is None else (int(size[0]), int(size[1]))
         self.crop = None if crop is None else (int(crop[0]), int(crop[1]))
         self.max_frames = max_frames
-        self._free: list[Any] = []
-        self._lock = threading.Lock()
+        self.pipelines = PipelinePool(self._pipeline)
 
     @property
     def out(self) -> tuple[int, int]:
@@ -55,23 +55,15 @@ class Resizer:
 
     def __call__(self, frames: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
         """`frames` brought to `out`: (N, h, w, 3) uint8, an array of its own."""
-        with self._lock:
-            pipe = self._free.pop() if self._free else None
-        if pipe is None:
-            pipe = self._pipeline()
-        try:
-            out = np.empty((len(frames), *self.out, 3), np.uint8)
+        out = np.empty((len(frames), *self.out, 3), np.uint8)
+        with self.pipelines.take() as pipe:
             for start in range(0, len(frames), self.max_frames):
                 part = [np.ascontiguousarray(f) for f in frames[start:start + self.max_frames]]
                 pipe.feed_input("frames", part)
                 (done,) = pipe.run()
                 for n in range(len(part)):
                     out[start + n] = np.asarray(done.at(n))  # copied out: DALI reuses its buffers
-            return out
-        finally:
-            with self._lock:
-                self._free.append(pipe)
+        return out
 
     def close(self) -> None:
-        with self._lock:
-            self._free.clear()
+        self.pipelines.close()

@@ -4,7 +4,7 @@ instead of decoded, as one array per group of samples or laid out straight into 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, cast
+from typing import Any, Callable, Iterable, NamedTuple, cast
 
 import numpy as np
 
@@ -53,10 +53,11 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     asks = [_ask(seg, members, idx, cached) for seg, members in by_seg.values()]
     parts: Iterable[tuple]
     if decode is not None:  # every segment's frames in one call
-        done = iter(decode([(a[0], a[2][a[5]]) for a in asks if a[5]]))
-        parts = [(*a[1:], next(done) if a[5] else None) for a in asks]
+        done = iter(decode([(a.seg, a.wanted[a.missing]) for a in asks if a.missing]))
+        parts = [(*a[1:], next(done) if a.missing else None) for a in asks]
     else:
-        parts = ((*a[1:], torchcodec_tensor(a[0], a[2][a[5]], cache).numpy() if a[5] else None) for a in asks)
+        parts = ((*a[1:], torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy() if a.missing else None)
+                 for a in asks)
     if resize is not None:  # every segment decoded first, then one call resizes them all
         parts = list(parts)
         raw = [part[-1] for part in parts if part[-1] is not None]
@@ -78,11 +79,20 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         yield members, wanted, [found[i] for i in order], len(missing)  # a list: the frames are not copied first
 
 
-def _ask(seg, members: list[int], idx, cached: list | None):
-    """What `decode_segments` asks of one segment: (the segment, members, wanted, the names each wanted frame is
-    asked by (None without the cache), the frames held by index, the positions in `wanted` to decode)."""
+class _Ask(NamedTuple):
+    """What `decode_segments` asks of one segment."""
+
+    seg: Any
+    members: list[int]  # the batch positions using it
+    wanted: np.ndarray  # the sorted distinct frame indices they show
+    names: dict[int, set] | None  # frame index -> the names samples ask it by (None: without the cache)
+    found: dict[int, np.ndarray]  # the frames the cache holds, by index
+    missing: list[int]  # the positions in `wanted` to decode
+
+
+def _ask(seg, members: list[int], idx, cached: list | None) -> _Ask:
     if isinstance(seg, Held):
-        return seg, members, np.arange(len(seg.pictures)), None, dict(enumerate(seg.pictures)), []
+        return _Ask(seg, members, np.arange(len(seg.pictures)), None, dict(enumerate(seg.pictures)), [])
     wanted = np.unique(np.concatenate([idx[j] for j in members]))
     names: dict[int, set] | None = None
     found: dict[int, np.ndarray] = {}
@@ -93,7 +103,7 @@ def _ask(seg, members: list[int], idx, cached: list | None):
                 names.setdefault(i, set()).add(name)
                 if picture is not None:
                     found[i] = picture
-    return seg, members, wanted, names, found, [n for n, i in enumerate(wanted.tolist()) if i not in found]
+    return _Ask(seg, members, wanted, names, found, [n for n, i in enumerate(wanted.tolist()) if i not in found])
 
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
