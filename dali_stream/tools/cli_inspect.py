@@ -23,6 +23,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
     node = Node.probe()
     routes = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
+    named = {k: c.route for k, c in routes.items()}
+    kept = _kept_ops(args, named, node)  # the size the decoded-frame cache keeps frames at (None: as decoded)
     report = {
         "source": meta.source,
         "revision": args.revision,
@@ -36,8 +38,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
-        "decoded_bytes": decoded_bytes(meta, _kept_ops(args)),
-        "derived": _derived(meta, {k: c.route for k, c in routes.items()}, node),
+        "decoded_bytes": decoded_bytes(meta, kept),
+        "derived": _derived(meta, named, node),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -55,8 +57,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
     if meta.cameras:
-        kept = _kept_ops(args)
-        sized = " at {1}x{2}".format(*kept.out_shape(0, 0)) if kept else ""
+        sized = " at {1}x{2}".format(*kept.out_shape(0, 0)) if kept else \
+            " (as decoded: batches on this node's GPU resize there)" if _kept_ops(args) else ""
         console.print(f"decoded{sized}, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
                       "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
@@ -72,13 +74,21 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kept_ops(args: argparse.Namespace):
+def _kept_ops(args: argparse.Namespace, routes: dict[str, str] | None = None, node=None):
     """The image ops `--resize`/`--crop` give, whose output size the decoded-frame cache keeps frames at (None:
-    neither, frames as decoded)."""
+    neither, or, given the `routes` and `node`, where a loader keeps them as decoded: `Resolved.shaped_on_workers`)."""
+    from ..config import LoaderConfig
     from ..graph.imageops import ImageOps
+    from ..loader.resolve import Facts, resolve
 
     resize, crop = getattr(args, "resize", None), getattr(args, "crop", None)
-    return ImageOps.make(resize=resize, crop=crop) if resize or crop else None
+    if not (resize or crop):
+        return None
+    if routes is not None and node is not None and not resolve(
+            LoaderConfig(resize=resize, crop=crop, frame_cache_bytes=1),
+            Facts(routes=routes, cuda_batches=node.gpus > 0)).shaped_on_workers:
+        return None
+    return ImageOps.make(resize=resize, crop=crop)
 
 
 def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
