@@ -18,7 +18,8 @@ bound of a quarter of the decoded dataset and `frame_cache_dir` in a temporary f
 disk) against epoch 1. `--resize H W`: every loader resizes (the DataLoader does not: it decodes as before), and
 the cache keeps frames resized by the workers (`Resolved.shaped_on_workers`); the bound is then 1.1x the resized
 frames. `--decode`: the loaders' `decode=` (default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in
-the graph without the cache and on the workers with it).
+the graph without the cache and on the workers with it). `--partial`: a dataset that does not fit: the loader
+without the cache against one whose bound holds a quarter of the frames and no folder, epochs 1 and 2.
 """
 
 from __future__ import annotations
@@ -143,8 +144,12 @@ def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
     return decoded_bytes(DatasetMeta.open(dataset), ImageOps.make(resize=resize) if resize else None)
 
 
+ALL = ("plain", "cached", "baseline", "spill")
+PARTIAL = ("plain", "partial")
+
+
 def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None,
-           decode: str = "cpu") -> None:
+           decode: str = "cpu", configs: tuple[str, ...] = ALL) -> None:
     if dataset is None:
         dataset = str(ROOT / ".demo" / "bench-av1-quick")
         if not (Path(dataset) / "meta" / "info.json").exists():
@@ -157,13 +162,27 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
     print(f"{dataset}: decoded frames {decoded / 2**30:.2f} GiB; frame_cache_bytes {bound / 2**30:.2f} GiB", flush=True)
 
     def run(kind: str) -> dict:
+        if kind == "partial":  # a quarter of the frames fit, no folder: the rest decoded every epoch
+            return _run(dataset, kind, decoded // 4, None, layout, resize, decode)
         if kind != "spill":
             return _run(dataset, kind, bound, None, layout, resize, decode)
         with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
             return _run(dataset, "spill", decoded // 4, folder, layout, resize, decode)
 
-    rows = alternate(("plain", "cached", "baseline", "spill"), runs, run, lambda line: print(line, flush=True))
+    rows = alternate(configs, runs, run, lambda line: print(line, flush=True))
     med = spread
+    if configs == PARTIAL:
+        plain, part = [x["epochs"][0] for x in rows["plain"]], rows["partial"]
+        summary = {"dataset": dataset, "memory_format": layout, "resize": resize, "decode": decode,
+                   "decoded_bytes": decoded, "frame_cache_bytes": decoded // 4, "runs": runs,
+                   "plain_samples_per_s": med(plain),
+                   "partial_epoch1_over_plain": med([x["epochs"][0] / a for a, x in zip(plain, part)]),
+                   "partial_epoch2_over_plain": med([x["epochs"][1] / a for a, x in zip(plain, part)]),
+                   "peak_rss_mb": {k: med([x["peak_rss_mb"] for x in v]) for k, v in rows.items()}, "rows": rows}
+        print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
+        if out:
+            Path(out).write_text(json.dumps(summary, indent=2))
+        return
 
     plain = [x["epochs"][0] for x in rows["plain"]]
     base = [x["epochs"][0] for x in rows["baseline"]]
@@ -199,13 +218,15 @@ def main() -> None:
     e.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
     e.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"))
     e.add_argument("--decode", default="cpu", choices=("cpu", "auto", "cpu-open"))
+    e.add_argument("--partial", action="store_true", help="only the loader without the cache against one whose "
+                   "bound holds a quarter of the frames (no folder): the dataset does not fit")
     e.add_argument("--out")
     args = ap.parse_args()
     if args.what == "policy":
         policy(args.out)
     else:
         epochs(args.dataset, args.runs, args.out, args.memory_format, tuple(args.resize) if args.resize else None,
-               args.decode)
+               args.decode, PARTIAL if args.partial else ALL)
 
 
 if __name__ == "__main__":
