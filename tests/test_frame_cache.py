@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from dali_stream import ConfigError, StreamLoader
+from dali_stream.augment import random_resized_crop_and_jitter
 from dali_stream.tools.paint import read_ids
 
 ARGS = dict(batch_size=4, device="cpu", decode="cpu", image_dtype="uint8", seed=11)
@@ -49,8 +50,10 @@ TOP_WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.
     dict(decode="auto", resize=(40, 48), crop=(30, 41)),  # through the graph, resized and cropped by the workers
     dict(decode="auto", delta_timestamps=TOP_WINDOWS),  # windows: in the graph, joined into streams per batch
     dict(decode="auto", episode_pool_size="all", segment_bytes=1),  # long episodes' pieces
+    # augment= in the graph on the kept frames (kept as decoded: the hook runs before resize), seeded per sample
+    dict(decode="auto", augment=random_resized_crop_and_jitter, resize=(40, 48)),
 ], ids=["host", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows",
-        "dali-resize-crop", "dali-windows", "dali-global-pieces"])
+        "dali-resize-crop", "dali-windows", "dali-global-pieces", "dali-augment"])
 def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     """Two epochs with the cache equal two without, every key and pixel, on H.264 (B-frames), HEVC, AV1 and VP9
     through torchcodec, through the open engine's FFmpeg decoders and (VP9) through DALI's CPU decoder; the second
