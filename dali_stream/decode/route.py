@@ -44,7 +44,8 @@ class Route:
 
     @property
     def torchcodec(self) -> bool:
-        """torchcodec on the workers' threads: the route host frames serve."""
+        """torchcodec on the workers' threads: the route host frames serve (with DALI's CPU decoder where it runs on
+        the workers, `Resolved.dali_on_workers`)."""
         return self.decoder == "torchcodec"
 
     @property

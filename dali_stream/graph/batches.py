@@ -85,8 +85,9 @@ class BatchBuilder:
         joined into one stream (`graph.joined`); 0: one clip per sample (`graph.clips`); the loader's
         `resolve` says which (0 for a mixture, with an augmentation hook, or without a DALI-decoded camera). `augment_seed`: ship each camera AUGMENT_RANDOMS uniform numbers per sample, a pure function of
         (seed, epoch, batch, sample, camera), for an augmentation hook in the graph (None: no hook).
-        `image_ops`: given, torchcodec cameras skip the graph (host frames, `graph.host`): their frames are laid
-        out as these ops say into `Prepared.host`, `lookahead` batches ahead of the one handed over. `engines`: route ->
+        `image_ops`: given, the cameras decoded on the workers (torchcodec, `dali_workers`) skip the graph (host
+        frames, `graph.host`): their frames are laid out as these ops say into `Prepared.host`, `lookahead` batches
+        ahead of the one handed over. `engines`: route ->
         the open-decoder engine (`decode.engine`) that decodes that route's cameras; their frames go to the graph
         through a source of their own per route (`engine_outputs`, `Prepared.engine_arrays`). `join_all`: a torchcodec
         camera's clips of whole episodes are joined into one stream per batch too, not only long episodes' pieces
