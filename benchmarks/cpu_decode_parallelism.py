@@ -1,6 +1,7 @@
 """Threads or processes for the CPU (torchcodec) route? Same decode work, both ways, one run.
 
-    .venv/bin/python benchmarks/cpu_decode_parallelism.py [DATASET] [--batches 40] [--workers 2] [--out FILE]
+    .venv/bin/python benchmarks/cpu_decode_parallelism.py [DATASET] [--batches 40] [--workers 2] [--rounds 3]
+        [--out FILE]
 
 The work is StreamLoader's own: the first `--batches` batch plans (batch 16, pool 16, mode single) of
 every camera, each (batch, camera) decoded as the loader does (one `get_frames_at` per segment per batch).
@@ -10,7 +11,9 @@ every camera, each (batch, camera) decoded as the loader does (one `get_frames_a
 - processes: a spawn-started process pool; each worker process keeps its own decoders per segment (sent
   once per worker: segments are routed to a fixed worker) and returns the frames pickled.
 
-Decoders are opened before timing in both cases; the process pool's start-up is reported separately.
+Decoders are opened before timing in both cases; the process pool's start-up is reported separately. One
+thread, the threads and the processes alternate, `--rounds` times (`_common.alternate`): frames/s and the
+processes' rate over the threads' of the same round, median and range over the rounds.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import os
 import platform
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
+from _common import alternate, spread, within_rounds, write_result
 
 _WORKER_DECODERS: dict = {}
 
@@ -97,24 +100,31 @@ def main(argv=None) -> int:
     ap.add_argument("dataset", nargs="?", default=".demo/bench-g2")
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=None, help="append the result as JSON to this file")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the three runs, alternated (default %(default)s)")
+    ap.add_argument("--out", default=None, help="write the result as JSON to this file")
     args = ap.parse_args(argv)
-    _, items = _work(args.dataset, args.batches)
+    loader, items = _work(args.dataset, args.batches)
     frames = int(sum(len(ix) for _, ix in items))
-    single = run_threads(items, 1)
-    threads = run_threads(items, args.workers)
-    procs, startup = run_processes(items, args.workers)
+    configs = {"1 thread": lambda: run_threads(items, 1), f"{args.workers} threads": lambda: run_threads(
+        items, args.workers), f"{args.workers} processes": lambda: run_processes(items, args.workers)}
+
+    def run(name: str) -> dict:
+        got = configs[name]()
+        seconds, startup = got if isinstance(got, tuple) else (got, None)
+        return {"frames_per_s": frames / seconds, **({} if startup is None else {"pool_startup_s": startup})}
+
+    got = alternate(list(configs), args.rounds, run)
+    threads, procs = got[f"{args.workers} threads"], got[f"{args.workers} processes"]
     result = {"dataset": args.dataset, "batches": args.batches, "workers": args.workers, "frames": frames,
-              "cpu_cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
-              "frames_per_s": {"1 thread": frames / single, f"{args.workers} threads": frames / threads,
-                               f"{args.workers} processes": frames / procs},
-              "process_pool_startup_s": startup,
-              "processes_over_threads": threads / procs}
-    print(json.dumps(result, indent=2))
+              "rounds": args.rounds, "cpu_cores": len(os.sched_getaffinity(0)), "machine": platform.machine(),
+              "date": time.strftime("%Y-%m-%d"),
+              "frames_per_s": {k: spread(r["frames_per_s"] for r in rs) for k, rs in got.items()},
+              "process_pool_startup_s": spread(r["pool_startup_s"] for r in procs),
+              "processes_over_threads": within_rounds(procs, threads, "frames_per_s"), "runs": got}
+    loader.close()
+    print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
     if args.out:
-        path = Path(args.out)
-        old = json.loads(path.read_text()) if path.exists() else []
-        path.write_text(json.dumps(old + [result], indent=2))
+        write_result(args.out, result)
     return 0
 
 

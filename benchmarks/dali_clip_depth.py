@@ -3,10 +3,11 @@
 One VP9 episode of 1800 frames (GOP 30, 320x240, the sample writer's painted frames) through DALI's CPU
 decoder (`fn.decoders.video(device="cpu")`, the `dali-cpu` route), batches of 4 samples, one frame each at
 a given depth: fed the whole episode segment (what the loader did before clips) or the sample's clip
-(`dali_stream.graph.clips`, what it does now). Each batch is timed warm, `--repeat` times; the ratio deep/shallow
-is the claim: flat with clips.
+(`dali_stream.graph.clips`, what it does now). Each batch is timed warm, `--repeat` times, every (depth, feed) once
+a round, `--rounds` rounds back to back (`_common.alternate`); the ratio deep/shallow within a round, median and
+range, is the claim: flat with clips.
 
-    .venv/bin/python benchmarks/dali_clip_depth.py [--out benchmarks/results/cpu-2core-480p/dali_clip_depth.json]
+    .venv/bin/python benchmarks/dali_clip_depth.py [--rounds 3] [--out benchmarks/results/cpu-2core-480p/dali_clip_depth.json]
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import write_result
+from _common import alternate, spread, within_rounds, write_result
 
 DEPTHS = (1, 300, 900, 1500, 1790)
 
@@ -50,6 +51,11 @@ def _pipeline(feed, batch: int):
     return pipe
 
 
+def _feed(data: list, frames: list):
+    """DALI's source: the same batch every run (a callable of no arguments)."""
+    return lambda: (data, frames)
+
+
 def main() -> None:
     from dali_stream.graph.clips import dali_input
     from dali_stream.tools.paint import read_ids
@@ -60,6 +66,7 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/cpu-2core-480p/dali_clip_depth.json")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     root = Path(args.dataset)
     if not (root / "meta/info.json").exists():
@@ -68,7 +75,7 @@ def main() -> None:
                                       cameras=parse_cameras("top:vp9"), seed=0), overwrite=True)
     meta, seg = _segment(root)
     start = float(meta.cameras[meta.video_keys[0]].from_timestamp[0])
-    rows = []
+    feeds = {}  # (mode, depth) -> (pipeline, frames fed, bytes fed)
     for depth in DEPTHS:
         idx = seg.frame_indices([start + depth / meta.fps], 1e-4, "bench")
         for mode in ("segment", "clip"):
@@ -77,21 +84,27 @@ def main() -> None:
             else:
                 d = dali_input(seg, idx)
                 data, frames, fed = d.data, d.frames, d.frames_fed
-            pipe = _pipeline(lambda: ([data] * args.batch, [frames] * args.batch), args.batch)
+            pipe = _pipeline(_feed([data] * args.batch, [frames] * args.batch), args.batch)
             (out,) = pipe.run()  # warm-up
             assert read_ids(np.asarray(out.at(0))[0]) == (0, depth), (mode, depth)
-            t0 = time.perf_counter()
-            for _ in range(args.repeat):
-                pipe.run()
-            ms = 1e3 * (time.perf_counter() - t0) / (args.repeat * args.batch)
-            rows.append({"depth": depth, "mode": mode, "ms_per_sample": round(ms, 2), "frames_fed": fed,
-                         "bytes_fed": int(data.nbytes)})
-            print(f"depth {depth:5d} {mode:8s} {ms:8.2f} ms/sample  frames fed {fed:5d}  bytes {data.nbytes}")
-    by = {(r["mode"], r["depth"]): r["ms_per_sample"] for r in rows}
+            feeds[(mode, depth)] = pipe, fed, int(data.nbytes)
+
+    def run(way) -> dict:
+        t0 = time.perf_counter()
+        for _ in range(args.repeat):
+            feeds[way][0].run()
+        return {"ms_per_sample": 1e3 * (time.perf_counter() - t0) / (args.repeat * args.batch)}
+
+    got = alternate(list(feeds), args.rounds, run, say=lambda _: None)
+    rows = []
+    for (mode, depth), (_, fed, nbytes) in feeds.items():
+        ms = spread(r["ms_per_sample"] for r in got[(mode, depth)])
+        rows.append({"depth": depth, "mode": mode, "ms_per_sample": ms, "frames_fed": fed, "bytes_fed": nbytes})
+        print(f"depth {depth:5d} {mode:8s} {ms['median']:8.2f} ms/sample  frames fed {fed:5d}  bytes {nbytes}")
     result = {"what": __doc__.splitlines()[0], "dataset": "1 VP9 episode, 1800 frames, GOP 30, 320x240",
-              "route": "dali-cpu", "batch": args.batch, "repeat": args.repeat, "rows": rows,
-              "deep_over_shallow": {mode: round(by[(mode, DEPTHS[-1])] / by[(mode, DEPTHS[0])], 2)
-                                    for mode in ("segment", "clip")},
+              "route": "dali-cpu", "batch": args.batch, "repeat": args.repeat, "rounds": args.rounds, "rows": rows,
+              "deep_over_shallow": {mode: within_rounds(got[(mode, DEPTHS[-1])], got[(mode, DEPTHS[0])],
+                                                        "ms_per_sample") for mode in ("segment", "clip")},
               "machine": f"{platform.processor() or platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
               "date": time.strftime("%Y-%m-%d")}
     write_result(args.out, result)

@@ -1,14 +1,15 @@
 """A global shuffle (episode_pool_size='all') against the default pool of 16, local and over HTTP, in one run.
 
     .venv/bin/python benchmarks/global_shuffle.py [DATASET] [--batches 150] [--warmup 250] [--delay-ms 50]
-        [--out benchmarks/results/cpu-2core-global-shuffle/global_shuffle.json]
+        [--rounds 2] [--out benchmarks/results/cpu-2core-global-shuffle/global_shuffle.json]
 
 DATASET defaults to .demo/global-2000: 2,000 episodes of 40-80 frames, one 320x240 H.264 camera at GOP 2, crf 30,
 written as lerobot's recorder writes them (`dali-stream make-sample --recorder lerobot`; ~15 min on 2 cores, once).
 Each run is a child process of its own (its peak RSS is its own): batch 64, 2 workers, uint8 frames on the CPU,
-`--warmup` batches, then `--batches` batches timed. Local runs alternate, twice, pool 16, 'all' (this dataset's
+`--warmup` batches, then `--batches` batches timed. Three loaders, pool 16, 'all' (this dataset's
 episodes fit in half of cache_bytes: held whole) and 'all' with every sample's GOPs read alone (as for a share
-that does not fit, forced by segment_bytes=1); each reports
+that does not fit, forced by segment_bytes=1), each from local disk and over HTTP, the six runs alternated
+`--rounds` times (`_common.alternate`), ratios taken within a round, median and range; each run reports
 samples/s (over the warm-up too), the first batch's latency, peak RSS, and how the batches mix (distinct episodes
 per batch, episodes touched per 100 batches, repeats within pool/batch batches: `dali_stream.tools.mixing_stats`)
 beside a shuffled DataLoader's on the same episodes. The remote runs (pool 16, 'all', 'all' in pieces) read the
@@ -16,7 +17,7 @@ same dataset from a loopback HTTP store that answers every GET after `--delay-ms
 process of its own on the same cores), and report the requests and bytes read against the bytes of the GOPs the
 timed batches need. Every run reports the loader's CPU time per sample (all its threads): the store shares the 2
 cores, so over HTTP the rate measures the two together, the CPU per sample the loader alone.
-Ratios within one run are what to read: absolute rates move +-20 % on a shared 2-core VM.
+Ratios within a round are what to read: absolute rates move +-20 % on a shared 2-core VM.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _common import alternate, spread, within_rounds, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = dict(episodes=2000, min_length=40, max_length=80, cameras="front:h264", height=240, width=320, gop=2,
@@ -93,6 +96,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=150)
     ap.add_argument("--warmup", type=int, default=250)
     ap.add_argument("--delay-ms", type=float, default=50.0)
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the six runs, alternated (default %(default)s)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/cpu-2core-global-shuffle/global_shuffle.json"))
     args = ap.parse_args()
     if not Path(args.dataset).exists():
@@ -100,50 +104,41 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "dali_stream", "make-sample", args.dataset, *flags], check=True)
     # 'all' in pieces: a share larger than half of cache_bytes, every sample reads its GOPs alone (forced here by
     # segment_bytes=1)
-    runs = [(16, None), ("all", None), ("all", 1)]
-    local = []
-    for pool, segment_bytes in runs * 2:
-        local.append(run(args.dataset, pool, args.warmup, args.batches, segment_bytes))
-        print(json.dumps({k: v for k, v in local[-1].items() if k != "batch_mixing"}), flush=True)
+    runs = {16: None, "all": None, "all, in pieces": 1}  # the run's name -> segment_bytes
     server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/far_store.py"), args.dataset,
                                f"--delay-ms={args.delay_ms}"], stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip() if server.stdout else ""
-        remote = [run(url, pool, args.warmup, args.batches, segment_bytes) for pool, segment_bytes in runs]
+        configs = [(where, name) for name in runs for where in ("local", "remote")]
+        got = alternate(configs, args.rounds, lambda c: run(
+            args.dataset if c[0] == "local" else url, "all" if c[1] != 16 else 16, args.warmup, args.batches,
+            runs[c[1]]), say=lambda line: print(line[:300], flush=True))
     finally:
         server.kill()
-    for r in remote:
-        print(json.dumps({k: v for k, v in r.items() if k != "batch_mixing"}), flush=True)
+    local = {name: got[("local", name)] for name in runs}
+    remote = {name: got[("remote", name)] for name in runs}
 
-    def rate(pool, runs):
-        got = [r["samples_per_s"] for r in runs if r["pool"] == pool]
-        return sum(got) / len(got)
-
-    def cpu(pool, runs):
-        got = [r["cpu_ms_per_sample"] for r in runs if r["pool"] == pool]
-        return sum(got) / len(got)
-
-    def peak(pool):
-        return max(r["peak_rss_gb"] for r in local if r["pool"] == pool)
+    def ratio(over: list[dict], under: list[dict], key: str = "samples_per_s") -> dict:
+        return within_rounds(over, under, key)
 
     summary = {
-        "global_over_pool16_samples_per_s": rate("all", local) / rate(16, local),
-        "global_over_pool16_peak_rss": peak("all") / peak(16),
-        "global_first_batch_s": max(r["first_batch_s"] for r in local if r["pool"] == "all"),
-        "global_in_pieces_over_pool16_samples_per_s": rate("all, in pieces", local) / rate(16, local),
-        "remote_global_over_local_global": rate("all", remote) / rate("all", local),
-        "remote_global_in_pieces_over_local_in_pieces": rate("all, in pieces", remote) / rate("all, in pieces", local),
+        "global_over_pool16_samples_per_s": ratio(local["all"], local[16]),
+        "global_over_pool16_peak_rss": ratio(local["all"], local[16], "peak_rss_gb"),
+        "global_first_batch_s": spread(r["first_batch_s"] for r in local["all"]),
+        "global_in_pieces_over_pool16_samples_per_s": ratio(local["all, in pieces"], local[16]),
+        "remote_global_over_local_global": ratio(remote["all"], local["all"]),
+        "remote_global_in_pieces_over_local_in_pieces": ratio(remote["all, in pieces"], local["all, in pieces"]),
         # the loader's CPU per sample over HTTP against locally: where the store is another machine (not a process
         # on the same 2 cores), this, not the rate, is what remote reads cost
         "remote_over_local_cpu_per_sample": {
-            str(pool): cpu(pool, remote) / cpu(pool, local) for pool in (16, "all", "all, in pieces")},
-        "remote_pool16_over_local_pool16": rate(16, remote) / rate(16, local),
+            str(name): ratio(remote[name], local[name], "cpu_ms_per_sample") for name in runs},
+        "remote_pool16_over_local_pool16": ratio(remote[16], local[16]),
     }
     report = {"dataset": args.dataset, "sample": SAMPLE, "batch_size": 64, "num_workers": 2, "warmup": args.warmup,
-              "batches": args.batches, "delay_ms": args.delay_ms, "host": platform.node(), "cpus": os.cpu_count(),
-              "date": time.strftime("%Y-%m-%d"), "summary": summary, "local": local, "remote": remote}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+              "batches": args.batches, "delay_ms": args.delay_ms, "rounds": args.rounds, "host": platform.node(),
+              "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"), "summary": summary,
+              "local": {str(k): v for k, v in local.items()}, "remote": {str(k): v for k, v in remote.items()}}
+    write_result(args.out, report)
     print(json.dumps(summary, indent=2))
     print(f"wrote {args.out}")
     return 0

@@ -3,9 +3,10 @@ CHW float32 or uint8 out, the loader's graph for torchcodec frames on a CPU node
 doing the same, the loader's own write today (`scatter_frames`, per layout and dtype), and the floor of a
 float32 output (filling the frame's 3.7 MB, nothing read).
 
-    .venv/bin/python benchmarks/layout_cost.py [--out FILE]
+    .venv/bin/python benchmarks/layout_cost.py [--repeats 20] [--rounds 3] [--out FILE]
 
-One thread each (the loader's DALI threads and workers share the node's cores with decoding). The
+One thread each (the loader's DALI threads and workers share the node's cores with decoding). Every way is timed
+once a round (`--repeats` batches of 16), the rounds back to back (`_common.alternate`): median and range. The
 ≥85 %-of-the-decode-limit target is missed on 2 cores by about this step's share (benchmarks/README.md).
 """
 
@@ -15,7 +16,7 @@ import argparse
 import platform
 import time
 
-from _common import write_result
+from _common import alternate, spread, write_result
 
 
 def main(argv=None) -> int:
@@ -27,11 +28,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=None)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     B, H, W = 16, 480, 640
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 255, (1, H, W, 3), dtype=np.uint8) for _ in range(B)]
-    res = {}
+    ways = {}  # name -> one batch's work
+    pipes = []
     for dtype, out_t, std in (("float32", types.FLOAT, 255.0), ("uint8", types.UINT8, 1.0)):
         for layout in ("FCHW", "FHWC"):
             pipe = Pipeline(batch_size=B, num_threads=1, device_id=None, prefetch_queue_depth=1, exec_dynamic=True)
@@ -39,21 +42,17 @@ def main(argv=None) -> int:
                 x = fn.external_source(source=lambda: frames, batch=True, dtype=types.UINT8, layout="FHWC", ndim=4)
                 pipe.set_outputs(fn.crop_mirror_normalize(x, mean=[0.0], std=[std], output_layout=layout, dtype=out_t))
             pipe.build()
-            pipe.run()
-            t = time.perf_counter()
-            for _ in range(args.repeats):
-                pipe.run()
-            res[f"dali_cmn_{dtype}_{layout}_ms"] = (time.perf_counter() - t) / args.repeats / B * 1e3
-            del pipe
+            pipes.append(pipe)
+            ways[f"dali_cmn_{dtype}_{layout}_ms"] = pipe.run
     torch.set_num_threads(1)
     xs = [torch.from_numpy(f[0]) for f in frames]
 
-    def timed(fn_):
-        fn_()
+    def timed(name: str) -> dict:
+        ways[name]()  # warm
         t = time.perf_counter()
         for _ in range(args.repeats):
-            fn_()
-        return (time.perf_counter() - t) / args.repeats / B * 1e3
+            ways[name]()
+        return {"ms": (time.perf_counter() - t) / args.repeats / B * 1e3}
 
     def to_float():
         for x in xs:
@@ -65,8 +64,8 @@ def main(argv=None) -> int:
         for x in xs:
             x.permute(2, 0, 1).contiguous()
 
-    res["torch_float32_FCHW_ms"] = timed(to_float)
-    res["torch_uint8_FCHW_ms"] = timed(to_uint8)
+    ways["torch_float32_FCHW_ms"] = to_float
+    ways["torch_uint8_FCHW_ms"] = to_uint8
 
     # The loader's own write on a CPU node (host frames: `graph.host.scatter_frames`, numpy, into reused
     # batch buffers as its BufferPool hands them out), per layout and dtype; and the floor of any float32
@@ -81,15 +80,19 @@ def main(argv=None) -> int:
             ops = ImageOps.make(dtype, channels_last=channels_last)
             bufs = [np.ones(host_shape(ops, B, 1, H, W), host_dtype(ops)) for _ in range(4)]  # touched: no page faults
             turn = iter(range(10**9))
-            res[f"loader_{dtype}_{'FHWC' if channels_last else 'FCHW'}_ms"] = timed(lambda: scatter_frames(
-                bufs[next(turn) % 4], decoded, list(range(B)), wanted, [np.array([j]) for j in range(B)], ops))
+            ways[f"loader_{dtype}_{'FHWC' if channels_last else 'FCHW'}_ms"] = (
+                lambda bufs=bufs, turn=turn, ops=ops: scatter_frames(
+                    bufs[next(turn) % 4], decoded, list(range(B)), wanted, [np.array([j]) for j in range(B)], ops))
     fill_bufs = [np.ones((B, 3, H, W), np.float32) for _ in range(4)]
     turn = iter(range(10**9))
-    res["float32_fill_floor_ms"] = timed(lambda: fill_bufs[next(turn) % 4].fill(0.5))
-    result = {"what": "milliseconds per 480x640 frame, one thread", "results": res,
+    ways["float32_fill_floor_ms"] = lambda: fill_bufs[next(turn) % 4].fill(0.5)
+    got = alternate(list(ways), args.rounds, timed, say=lambda _: None)
+    res = {name: spread(r["ms"] for r in rs) for name, rs in got.items()}
+    result = {"what": "milliseconds per 480x640 frame, one thread: median and range over the rounds",
+              "rounds": args.rounds, "repeats": args.repeats, "results": res,
               "machine": {"cpu_count": __import__("os").cpu_count(), "platform": platform.platform()}}
     for k, v in res.items():
-        print(f"{k:28s} {v:6.2f}")
+        print(f"{k:28s} {v['median']:6.2f}  ({v['range'][0]:.2f}-{v['range'][1]:.2f})")
     if args.out:
         write_result(args.out, result)
     return 0

@@ -1,12 +1,13 @@
 """Our own code or a well-kept library's? The measurements behind the choices docs/architecture.md states.
 
-    .venv/bin/python benchmarks/library_choices.py [DATASET] [--episodes 20] [--out FILE]
+    .venv/bin/python benchmarks/library_choices.py [DATASET] [--episodes 20] [--rounds 5] [--out FILE]
 
 DATASET defaults to the H.264 bench sample (`dali-stream bench --sample h264` writes it to .demo/bench-h264):
 two 640x480 cameras, episodes of 10-20 s packed 10 to a file. In one run:
 
 - **MP4 sample table**: `fetch.mp4index` (numpy over the `moov` bytes) against PyAV's `Stream.index_entries`
-  (one Python object per sample) on the same file: equal offsets, sizes, dts and keyframes? how long each takes?
+  (one Python object per sample) on the same file: equal offsets, sizes, dts and keyframes? how long each takes
+  (the two alternated `--rounds` times, `_common.alternate`: median and range)?
   PyAV gives no pts (`ctts`), so adopting it would still leave the ctts and edit-list parsing here.
 - **Parquet rows per episode over HTTP** (the test suite's Range server on loopback): `fetch.tables.TableReader`
   against `fsspec.parquet.open_parquet_file(..., row_groups=[g])` per episode (what a user of fsspec would
@@ -27,12 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import write_result
+from _common import alternate, spread, within_rounds, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: the Range HTTP server
 
 
-def mp4_index(video: Path, repeat: int = 10) -> dict:
+def mp4_index(video: Path, repeat: int = 10, rounds: int = 5) -> dict:
     import av
     import numpy as np
 
@@ -40,26 +41,40 @@ def mp4_index(video: Path, repeat: int = 10) -> dict:
 
     data = video.read_bytes()
     moov = next(data[s:e] for kind, s, e in _boxes(data) if kind == b"moov")
-    t0 = time.perf_counter()
-    for _ in range(repeat):
+    arrays: dict = {}
+
+    def ours() -> None:
         _, offsets, sizes, dts, _pts, _dur, sync, _stsd = _track_arrays(moov)
-    ours = (time.perf_counter() - t0) / repeat
-    with av.open(str(video)) as container:
-        stream = container.streams.video[0]
+        arrays["ours"] = offsets, sizes, dts, sync
+
+    container = av.open(str(video))  # PyAV's index is read with the container: open once, as ours reads moov once
+    stream = container.streams.video[0]
+
+    def pyav() -> None:
+        entries = stream.index_entries
+        n = len(entries)
+        arrays["pyav"] = (np.fromiter((e.pos for e in entries), np.int64, n),
+                          np.fromiter((e.size for e in entries), np.int64, n),
+                          np.fromiter((e.timestamp for e in entries), np.int64, n),
+                          np.fromiter((e.is_keyframe for e in entries), bool, n))
+
+    ways = {"ours": ours, "pyav_index_entries": pyav}
+
+    def run(name: str) -> dict:
         t0 = time.perf_counter()
         for _ in range(repeat):
-            entries = stream.index_entries
-            n = len(entries)
-            pos = np.fromiter((e.pos for e in entries), np.int64, n)
-            size = np.fromiter((e.size for e in entries), np.int64, n)
-            ts = np.fromiter((e.timestamp for e in entries), np.int64, n)
-            key = np.fromiter((e.is_keyframe for e in entries), bool, n)
-        theirs = (time.perf_counter() - t0) / repeat
-    return {"file": str(video), "samples": int(n), "ours_ms": ours * 1e3, "pyav_index_entries_ms": theirs * 1e3,
-            "pyav_over_ours": theirs / ours,
-            "equal": {"offsets": bool((pos == offsets).all()), "sizes": bool((size == sizes).all()),
-                      "dts": bool((ts == dts).all()), "keyframes": bool((key == sync).all())},
-            "pyav_gives_pts": False}
+            ways[name]()
+        return {"ms": (time.perf_counter() - t0) / repeat * 1e3}
+
+    got = alternate(list(ways), rounds, run, say=lambda _: None)
+    container.close()
+    equal = {name: bool((a == b).all()) for name, a, b in zip(("offsets", "sizes", "dts", "keyframes"),
+                                                               arrays["pyav"], arrays["ours"])}
+    return {"file": str(video), "samples": len(arrays["ours"][0]), "rounds": rounds,
+            "ours_ms": spread(r["ms"] for r in got["ours"]),
+            "pyav_index_entries_ms": spread(r["ms"] for r in got["pyav_index_entries"]),
+            "pyav_over_ours": within_rounds(got["pyav_index_entries"], got["ours"], "ms"),
+            "equal": equal, "pyav_gives_pts": False}
 
 
 def _counted(server, fn) -> dict:
@@ -159,6 +174,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", nargs="?", default=".demo/bench-h264")
     ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the two MP4 indexers, alternated")
     ap.add_argument("--out", default="benchmarks/results/cpu-2core-480p/library_choices.json")
     args = ap.parse_args(argv)
     root = Path(args.dataset)
@@ -167,7 +183,7 @@ def main(argv=None) -> int:
               f"--num-batches 1` (or pass a LeRobot v3 dataset)", file=sys.stderr)
         return 2
     video = sorted((root / "videos").rglob("*.mp4"))[0]
-    result = {"dataset": str(root), "python": platform.python_version(), "mp4_index": mp4_index(video),
+    result = {"dataset": str(root), "python": platform.python_version(), "mp4_index": mp4_index(video, rounds=args.rounds),
               "parquet_rows": parquet_rows(root, args.episodes), "video_bytes": video_bytes(root)}
     print(write_result(args.out, result))
     return 0

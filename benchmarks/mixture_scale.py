@@ -1,6 +1,7 @@
 """A 50-member mixture's construction time and memory against one dataset of the same episodes.
 
-    python3 benchmarks/mixture_scale.py [--members 50] [--batches 150] [--out benchmarks/results/cpu-2core-mixture/scale.json]
+    python3 benchmarks/mixture_scale.py [--members 50] [--batches 150] [--rounds 2]
+        [--out benchmarks/results/cpu-2core-mixture/scale.json]
 
 The members are small sample datasets of alternating embodiments (written once under .demo/mixture-scale/):
 even members 30 fps with a 6-dof state and a front camera, odd ones 10 fps, 7-dof, their camera named `top`
@@ -9,7 +10,8 @@ episodes and cameras (`members x 3` episodes, one front camera). Each measuremen
 (`--child`): the loader's construction time (median of 3, after one untimed construction that loads the
 libraries), the process's resident memory after construction and after streaming `--batches` batches (batch 16,
 2 workers), and the loader's `memory_budget()` peaks against their bounds (cache, parquet footers, MP4 indexes:
-one of each however many members).
+one of each however many members). The two alternate, `--rounds` times (`_common.alternate`): the mixture's
+construction time over the single dataset's within a round, median and range.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import write_result
+from _common import alternate, spread, within_rounds, write_result
 
 ROOT = Path(".demo/mixture-scale")
 EPISODES = 3
@@ -95,6 +97,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", type=int, default=50)
     ap.add_argument("--batches", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of the two, alternated (default %(default)s)")
     ap.add_argument("--out", default="benchmarks/results/cpu-2core-mixture/scale.json")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "SOURCE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -105,14 +108,19 @@ def main() -> None:
     mixture = ROOT / f"mixture-{args.members}.json"
     mixture.write_text(json.dumps({"members": members}, indent=2))
     single = write_single(args.members)
-    out = {"members": args.members, "episodes_per_member": EPISODES, "batches": args.batches}
-    for kind, source in (("single", single), ("mixture", str(mixture))):
-        proc = subprocess.run([sys.executable, __file__, "--child", kind, source, "--batches", str(args.batches)],
-                              capture_output=True, text=True, check=True)
-        out[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
-        print(kind, json.dumps(out[kind]), flush=True)
-    out["construct_ratio"] = out["mixture"]["construct_s_median"] / out["single"]["construct_s_median"]
-    out["rss_growth_mb"] = {k: out[k]["rss_after_batches_mb"] - out[k]["rss_before_mb"] for k in ("single", "mixture")}
+    out: dict = {"members": args.members, "episodes_per_member": EPISODES, "batches": args.batches,
+                 "rounds": args.rounds}
+    sources = {"single": single, "mixture": str(mixture)}
+
+    def run(kind: str) -> dict:
+        proc = subprocess.run([sys.executable, __file__, "--child", kind, sources[kind], "--batches",
+                               str(args.batches)], capture_output=True, text=True, check=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    got = alternate(list(sources), args.rounds, run)
+    out.update(got)
+    out["construct_ratio"] = within_rounds(got["mixture"], got["single"], "construct_s_median")
+    out["rss_growth_mb"] = {k: spread(r["rss_after_batches_mb"] - r["rss_before_mb"] for r in got[k]) for k in sources}
     print(write_result(args.out, out))
 
 

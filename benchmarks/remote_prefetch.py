@@ -1,25 +1,27 @@
 """Does decode wait on the network? The same epoch from local disk and over HTTP behind added latency,
 with prefetch on admit (background fetch threads) and without (fetch on demand), in one run.
 
-    .venv/bin/python benchmarks/remote_prefetch.py [DATASET] [--delay-ms 30] [--batches 120] [--out FILE]
+    .venv/bin/python benchmarks/remote_prefetch.py [DATASET] [--delay-ms 30] [--batches 120] [--rounds 3] [--out FILE]
 
 The HTTP server and latency proxy are the test suite's (tests/httpserver.py, tests/faultproxy.py) on
 loopback: every GET waits `--delay-ms` before it is answered, like a store far away. Each run streams the
 first `--batches` batches (batch 16, pool 16, mode single, 2 workers) after one warm-up batch and reports
 samples/s, the time builders waited for fetches (`wait_s`; in total and after the first 20 batches, once the
 first pool is in), and how many episodes were fetched on demand.
-Ratios against the local run are what to read; absolute rates vary ±30 % on a shared 2-core VM.
+The three runs alternate, `--rounds` times (`_common.alternate`); what to read is each HTTP run's rate over the
+local run's of the same round, median and range over the rounds (absolute rates move ±30 % on a shared 2-core VM).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
 import time
 from pathlib import Path
+
+from _common import alternate, spread, within_rounds, write_result  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: server and proxy
 STEADY_AFTER = 20  # batches after which the run counts as steady state (the first pool is fetched)
@@ -53,7 +55,8 @@ def _run(source: str, batches: int, fetch_workers: int) -> dict:
            "fetched_on_demand": stats["demand_fetches"], "prefetched": stats["prefetches"]}
     if loader.remote_stats:
         out["remote"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in loader.remote_stats.items()}
-    del it
+    it.close()
+    loader.close()
     return out
 
 
@@ -62,6 +65,7 @@ def main() -> int:
     ap.add_argument("dataset", nargs="?", default=".demo/sample")
     ap.add_argument("--delay-ms", type=float, default=30.0)
     ap.add_argument("--batches", type=int, default=120)
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of the three runs, alternated (default %(default)s)")
     ap.add_argument("--out", default="benchmarks/results/cpu-2core/remote_prefetch.json")
     args = ap.parse_args()
     if not Path(args.dataset).exists():
@@ -71,17 +75,16 @@ def main() -> int:
     from tests.faultproxy import FaultProxy
     from tests.httpserver import Server
 
-    runs = {"local": _run(args.dataset, args.batches, 4)}
     with Server(args.dataset) as upstream, FaultProxy(upstream, delay_s=args.delay_ms / 1000) as url:
-        runs["http_prefetch"] = _run(url, args.batches, 4)
-        runs["http_on_demand"] = _run(url, args.batches, 0)
-    local = runs["local"]["samples_per_s"]
-    report = {"dataset": args.dataset, "delay_ms": args.delay_ms, "host": platform.node(),
-              "cpus": os.cpu_count(), "runs": runs,
-              "ratio_vs_local": {k: round(r["samples_per_s"] / local, 3) for k, r in runs.items()}}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+        runs = {"local": (args.dataset, 4), "http_prefetch": (url, 4), "http_on_demand": (url, 0)}
+        got = alternate(list(runs), args.rounds, lambda name: _run(runs[name][0], args.batches, runs[name][1]))
+    report = {"dataset": args.dataset, "delay_ms": args.delay_ms, "rounds": args.rounds, "host": platform.node(),
+              "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+              "samples_per_s": {k: spread(r["samples_per_s"] for r in rs) for k, rs in got.items()},
+              "ratio_vs_local": {k: within_rounds(rs, got["local"], "samples_per_s") for k, rs in got.items()
+                                 if k != "local"},
+              "runs": got}
+    print(write_result(args.out, report))
     return 0
 
 

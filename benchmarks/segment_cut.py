@@ -1,6 +1,6 @@
 """What one episode's segment and one sample's clip cost to make, by each way the code can make them, in one run.
 
-    .venv/bin/python benchmarks/segment_cut.py [DATASET] [--episodes 16] [--clips 200] [--out FILE]
+    .venv/bin/python benchmarks/segment_cut.py [DATASET] [--episodes 16] [--clips 200] [--rounds 5] [--out FILE]
 
 DATASET defaults to the H.264 bench sample (`dali-stream bench --sample h264` writes it to .demo/bench-h264).
 - segment: the demuxing cut (a demuxer opened, seeking and reading, then a PyAV remux: what files the index
@@ -8,7 +8,8 @@ DATASET defaults to the H.264 bench sample (`dali-stream bench --sample h264` wr
   packets, `fetch/mp4write.py`), for the first camera's first `--episodes` episodes;
 - clip (DALI routes, per sample): `mp4write` from the segment's sample table against a PyAV remux of the
   same packets, for `--clips` one-frame samples at random depths.
-Milliseconds per item; the ratios are what to read on a shared VM.
+The four ways alternate, `--rounds` times (`_common.alternate`): milliseconds per item, median and range over the
+rounds, and each pair's ratio within a round (what to read on a shared VM).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import write_result
+from _common import alternate, spread, within_rounds, write_result
 
 
 def main(argv=None) -> int:
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("dataset", nargs="?", default=".demo/bench-h264")
     ap.add_argument("--episodes", type=int, default=16)
     ap.add_argument("--clips", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the four ways, alternated (default %(default)s)")
     ap.add_argument("--out", default="benchmarks/results/cpu-2core-480p/segment_cut.json")
     args = ap.parse_args(argv)
     if not (Path(args.dataset) / "meta/info.json").exists():
@@ -61,20 +63,31 @@ def main(argv=None) -> int:
         cut(pos, True)
     result: dict = {"dataset": args.dataset, "camera": key, "codec": cam.codec, "python": platform.python_version(),
                     "frames_per_episode": [int(meta.lengths[p]) for p in episodes]}
-    for name, indexed in (("demux_and_pyav_remux_ms", False), ("index_and_mp4write_ms", True)):
-        t0 = time.perf_counter()
-        for pos in episodes:
-            cut(pos, indexed)
-        result[name] = (time.perf_counter() - t0) / len(episodes) * 1e3
     seg = cut(0, True)
     index = seg.packets()
     shown = np.sort(index.pts)
     picks = np.random.default_rng(0).integers(0, len(shown), args.clips)
-    for name, table in (("clip_mp4write_ms", index), ("clip_pyav_remux_ms", dataclasses.replace(index, stsd=None))):
-        t0 = time.perf_counter()
+
+    def clips_by(table) -> None:
         for f in picks:
             clips.cut_clip(seg.data, table, clips.clip_packets(table, int(shown[f]), int(shown[f])))
-        result[name] = (time.perf_counter() - t0) / len(picks) * 1e3
+
+    ways = {"demux_and_pyav_remux_ms": (lambda: [cut(pos, False) for pos in episodes], len(episodes)),
+            "index_and_mp4write_ms": (lambda: [cut(pos, True) for pos in episodes], len(episodes)),
+            "clip_mp4write_ms": (lambda: clips_by(index), len(picks)),
+            "clip_pyav_remux_ms": (lambda: clips_by(dataclasses.replace(index, stsd=None)), len(picks))}
+
+    def run(name: str) -> dict:
+        work, items = ways[name]
+        t0 = time.perf_counter()
+        work()
+        return {"ms": (time.perf_counter() - t0) / items * 1e3}
+
+    got = alternate(list(ways), args.rounds, run)
+    result.update({name: spread(r["ms"] for r in rs) for name, rs in got.items()})
+    result["rounds"] = args.rounds
+    result["demux_over_index"] = within_rounds(got["demux_and_pyav_remux_ms"], got["index_and_mp4write_ms"], "ms")
+    result["clip_pyav_over_mp4write"] = within_rounds(got["clip_pyav_remux_ms"], got["clip_mp4write_ms"], "ms")
     indexes.close()
     print(write_result(args.out, result))
     return 0
