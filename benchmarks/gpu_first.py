@@ -158,7 +158,7 @@ class Rig:
         from dali_stream.decode.engine import make_engine
         from dali_stream.fetch.store import EpisodeStore
         from dali_stream.graph.batches import BatchBuilder
-        from dali_stream.loader.mixing import open_source, windows
+        from dali_stream.loader.source_setup import open_source, windows
 
         self.root, self.route = root, route
         _, meta = open_source(str(root), LoaderConfig())

@@ -12,7 +12,7 @@ members when a `StreamLoader` is built.
     loader = StreamLoader(mix, batch_size=32, resize=(224, 224))
 
 Weights: member m's share of an epoch's samples is proportional to its frames times its weight (weight 1
-everywhere: every frame once, as if the members were one dataset; `plan.mix`). Shares (`Member(share=0.5)`, given
+everywhere: every frame once, as if the members were one dataset; `plan.mixture_epoch`). Shares (`Member(share=0.5)`, given
 to every member): the parts of the epoch's samples themselves, whatever the members' frames. `samples_per_epoch`: the epoch's
 samples over all ranks (default: the members' frames).
 """

@@ -1,4 +1,4 @@
-"""The planner over a mixture's episodes (`plan.mix`): weights, epoch size, per-member windows. No files."""
+"""The planner over a mixture's episodes (`plan.mixture_epoch`): weights, epoch size, per-member windows. No files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from dali_stream.errors import ConfigError
 from dali_stream.plan.epoch import EpochPlan, PlanConfig, consumed_by, resume_plan
-from dali_stream.plan.mix import Mix, draws, member_targets, quotas
+from dali_stream.plan.mixture_epoch import Mix, draws, member_targets, quotas
 from dali_stream.plan.world import World
 
 # member 0: 6 long episodes (240 frames); member 1: 4 short ones (40 frames); member 2: 5 episodes (100 frames)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from dali_stream import ConfigError, Member, Mixture, StreamLoader
-from dali_stream.loader.mixing import epoch_shares
-from dali_stream.plan.mix import member_targets
+from dali_stream.loader.source_setup import epoch_shares
+from dali_stream.plan.mixture_epoch import member_targets
 from dali_stream.tools.paint import read_ids
 
 from .reference import Reference

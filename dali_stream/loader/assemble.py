@@ -37,12 +37,12 @@ from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
 from ..pairing import check_dali
 from ..plan.epoch import PlanConfig
-from ..plan.mix import Mix
+from ..plan.mixture_epoch import Mix
 from ..plan.world import World, resolve_world
 from ..source.storage import is_local
 from .lifecycle import IMPORT_ERRORS
-from .mixing import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 from .resolve import Facts, Resolved, nvdec_joins, resolve
+from .source_setup import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 
 log = logging.getLogger("dali_stream")
 

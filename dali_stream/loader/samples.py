@@ -15,7 +15,7 @@ import operator
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..config import LoaderConfig
-from .mixing import OPENING
+from .source_setup import OPENING
 
 if TYPE_CHECKING:
     from . import StreamLoader

@@ -31,18 +31,18 @@ from ..meta.catalog import Catalog, MixtureMeta
 from ..meta.dataset import DatasetMeta
 from ..mixture import Member, Mixture
 from ..plan.epoch import EpochPlan, PlanConfig
-from ..plan.mix import Mix
+from ..plan.mixture_epoch import Mix
 from ..plan.world import World
 from ..source.lerobot import lerobot_source
 from .assemble import Stages, assemble
 from .deliver import Delivery
 from .lifecycle import OPEN_LOADERS, shut
 from .memory import TRIM_EVERY, release_freed
-from .mixing import open_meta as _open_meta
 from .position import Position
 from .resolve import Resolved
 from .samples import Samples
 from .schedule import Schedule
+from .source_setup import open_meta as _open_meta
 from .stats import loader_stats, memory_budget
 from .wait import DataWait
 

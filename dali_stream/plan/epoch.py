@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from . import salts
-from .mix import Mix, draws, quotas, windows_by_member
+from .mixture_epoch import Mix, draws, quotas, windows_by_member
 from .partition import partition_episodes, partition_in_order
 from .passes import GlobalPass, Lanes
 from .world import World
@@ -117,7 +117,7 @@ class EpochPlan:
                  consumed: Mapping[int, np.ndarray] | None = None, segment: int = 0, mix: Mix | None = None) -> None:
         """`consumed` (episode position -> how many times each frame was drawn, or a bool mask) and `segment` > 0
         describe the rest of an epoch resumed on another world size: only the draws not made yet are planned (see
-        `resume_plan`). `mix`: the episodes are a mixture's (`plan.mix`): with weights, each episode draws its
+        `resume_plan`). `mix`: the episodes are a mixture's (`plan.mixture_epoch`): with weights, each episode draws its
         quota of the epoch (repeats or a subset of its frames), and windows use each member's frame offsets."""
         if epoch < 0:
             raise ConfigError(f"`epoch` must be >= 0. Found: {epoch}")
@@ -133,7 +133,7 @@ class EpochPlan:
         # Frames an episode may hand out: [first, first + count), without the dropped first/last frames.
         self._first = np.minimum(config.drop_n_first_frames, self.lengths)
         self._count = np.maximum(self.lengths - config.drop_n_first_frames - config.drop_n_last_frames, 0)
-        # Draws of each episode this epoch: each of its frames once, or a weighted mixture's quota (`plan.mix`);
+        # Draws of each episode this epoch: each of its frames once, or a weighted mixture's quota (`plan.mixture_epoch`);
         # an evaluation pass (shuffle=False) draws every frame once whatever the weights.
         self._quota = quotas(self._count, mix, config.seed, epoch) \
             if mix is not None and mix.reweights and config.shuffle else None
@@ -169,7 +169,7 @@ class EpochPlan:
 
     def _draws(self, pos: int):
         """The frames episode `pos` draws this epoch, ascending (before any were consumed): its frames once (a
-        range), or its weighted quota of them (`plan.mix.draws`: repeats, or a subset)."""
+        range), or its weighted quota of them (`plan.mixture_epoch.draws`: repeats, or a subset)."""
         first, count = int(self._first[pos]), int(self._count[pos])
         if self._quota is None:
             return range(first, first + count)

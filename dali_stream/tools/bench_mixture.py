@@ -10,7 +10,7 @@ mixing cost nothing it would deliver
 
 samples/s (the members' rates weighted by their shares: each sample costs what it costs in its own member).
 `ratio` = the mixture's rate / expected, per round and as the median; `share_m` is what the mixture's window
-drew (its `dataset_index`), beside the epoch's target (frames x weight, `plan.mix`).
+drew (its `dataset_index`), beside the epoch's target (frames x weight, `plan.mixture_epoch`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
     """Bench the mixture file `cfg.dataset` against its members (module doc); the result dict has the usual
     `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates."""
     from ..loader import StreamLoader
-    from ..loader.mixing import epoch_shares
+    from ..loader.source_setup import epoch_shares
     from ..meta.catalog import Catalog
     from ..mixture import load_mixture
     from ..plan.selection import select

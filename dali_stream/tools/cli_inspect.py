@@ -110,7 +110,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
     from ..decode import proven
     from ..decode.routes import Node, choose_routes, nvdec_engine
-    from ..loader.mixing import camera_routes, epoch_shares
+    from ..loader.source_setup import camera_routes, epoch_shares
     from ..meta.catalog import Catalog
     from ..mixture import load_mixture
     from ..plan.selection import select

@@ -45,7 +45,7 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
     from rich.table import Table
 
     from ..loader import StreamLoader
-    from ..loader.mixing import epoch_shares
+    from ..loader.source_setup import epoch_shares
     from ..mixture import load_mixture
     from .paint import UnreadableIds, read_ids
     from .sample_defaults import painted_offset

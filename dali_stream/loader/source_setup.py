@@ -2,7 +2,7 @@
 
 `open_source` opens the source into a catalog and the `loader.meta` users see; `windows` turns
 `delta_timestamps` (seconds) into each member's frame offsets at its own fps; `planner_mix` the planner's view
-of a mixture (`plan.mix.Mix`); `camera_routes` one route per camera key from each member's own choice;
+of a mixture (`plan.mixture_epoch.Mix`); `camera_routes` one route per camera key from each member's own choice;
 `table_kinds` the batch's dtype and dimensions per table key; `check_camera_sizes` refuses cameras of
 different sizes under one key without `resize=`/`crop=`. For a single dataset each does what the loader did
 before mixtures existed.
@@ -22,7 +22,7 @@ from ..meta.catalog import Catalog, MixtureMeta
 from ..meta.dataset import DatasetMeta
 from ..mixture import as_mixture
 from ..plan.epoch import delta_indices
-from ..plan.mix import Mix, member_mass
+from ..plan.mixture_epoch import Mix, member_mass
 from ..plan.selection import select
 
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
@@ -140,7 +140,7 @@ def _shares(catalog: Catalog) -> tuple[float, ...] | None:
 
 
 def epoch_shares(catalog: Catalog) -> np.ndarray:
-    """Each member's part of an epoch's samples, summing to 1 (`plan.mix.member_mass` of its selected frames,
+    """Each member's part of an epoch's samples, summing to 1 (`plan.mixture_epoch.member_mass` of its selected frames,
     normalised: what `member_targets` rounds)."""
     mass = member_mass(np.array([m.frames for m in catalog.members]), tuple(m.weight for m in catalog.members),
                        _shares(catalog))
