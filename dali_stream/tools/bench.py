@@ -211,7 +211,7 @@ def batch_mixing(loader) -> dict[str, Any]:
     from epoch 0's plans on this rank."""
     from .mixing_stats import compare
 
-    plan = loader._plan(0)
+    plan = loader.position.plan(0)
     pool = len(plan.admission_order) if plan.is_global else loader.plan_config.pool_size
     return compare(lambda i: plan.batch(i).episodes, plan.num_batches, loader.plan_lengths, pool,
                    loader.config.batch_size, loader.config.seed, loader.world.rank, loader.world.world_size)
