@@ -153,7 +153,8 @@ class LoaderConfig:
                                    "decoded again: bit for bit the same batches (docs/memory.md#decoded-frames)")
     frame_cache_dir: Optional[str] = _s(None, "a local folder where decoded frames past frame_cache_bytes are kept, "
                                               "one file each, read back memory-mapped; ranks of a node and later "
-                                              "runs share it (a changed video file is a new name: never stale)")
+                                              "runs share it (a changed video file is a new name: never stale); "
+                                              "the spill leaves the drive 5% free (at least 1 GiB)")
     max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
                                            "closed first (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     # the job

@@ -140,6 +140,32 @@ def test_an_unwritable_folder_warns_once_and_the_epoch_goes_on(small_dataset, tm
     loader.close()
 
 
+def test_the_spill_stops_at_the_drives_free_space_floor_and_still_reads_what_it_wrote(small_dataset, tmp_path,
+                                                                                       monkeypatch):
+    """The spill leaves its drive's last `SPILL_FREE_MIN_BYTES` free: past that floor (here set above the drive's
+    free space) nothing more is written, one warning says so, and the frames written before are still read."""
+    from dali_stream.decode import frames
+
+    want = list(StreamLoader(str(small_dataset), **ARGS))
+    args = dict(ARGS, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+    first = StreamLoader(str(small_dataset), **args)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    it.close()
+    assert first.stats()["frames"]["spilled"] > 0
+    first.close()
+    monkeypatch.setattr(frames, "SPILL_FREE_MIN_BYTES", shutil.disk_usage(tmp_path).total + 1)
+    with pytest.warns(UserWarning, match="frame_cache_dir: its drive has .* GiB free, and the spill leaves") as caught:
+        later = StreamLoader(str(small_dataset), **args)
+        got = list(later)
+    assert_same(got, want)
+    stats = later.stats()["frames"]
+    assert stats["spilled"] == 0 and not stats["spilling"] and stats["disk_hits"] > 0 and stats["misses"] > 0
+    assert sum("frame_cache_dir" in str(w.message) for w in caught) == 1
+    later.close()
+
+
 def test_resume_with_the_cache_on_gives_the_uninterrupted_batches(small_dataset):
     """The cache is a speed-up, not state: a loader resumed mid-epoch 2, its cache cold, gives what the warm one
     gave."""

@@ -23,8 +23,11 @@ Where they are kept:
   (`benchmarks/frame_cache.py` measures both on the planner's own batches); keeping the first frames admitted
   hits bound/dataset under both, with no churn.
 - past that bound, in `frame_cache_dir` (a local folder), one `.npy` file a frame, written once (a temporary
-  file renamed: ranks of a node and later runs share the folder safely) and read back memory-mapped. A folder
-  that cannot be written (full, read-only) turns the spill off with one warning; the epoch goes on decoding.
+  file renamed: ranks of a node and later runs share the folder safely) and read back memory-mapped. The spill
+  leaves the folder's file system at least `SPILL_FREE` of its size free (and `SPILL_FREE_MIN_BYTES`): the
+  checkpoints and logs a job writes to the same drive keep their room. A folder that cannot be written (full,
+  read-only) or whose drive reached that floor stops being written to, with one warning; frames already there are
+  still read, and the rest are decoded each epoch.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import threading
 import warnings
 from typing import Any, Callable, Hashable, Mapping
@@ -41,6 +45,8 @@ import numpy as np
 from ..source.storage import is_local
 
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
+SPILL_FREE = 0.05  # the share of the spill folder's file system the spill leaves free
+SPILL_FREE_MIN_BYTES = 1 << 30  # and at least this many bytes
 
 
 _SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
@@ -117,11 +123,12 @@ class FrameCache:
         self.misses = 0
         self.spilled = 0  # frames written to the folder
         self.folder = None if folder is None else os.path.join(os.path.abspath(folder), FORMAT)
+        self.spilling = self.folder is not None  # frames past the bound are written to the folder
         if self.folder is not None:
             try:
                 os.makedirs(self.folder, exist_ok=True)
             except OSError as exc:
-                self._spill_failed(exc)
+                self._stop_spilling(f"could not write decoded frames under {self.folder} ({exc})")
 
     def names(self, path: str, times_s: np.ndarray, label: str) -> list[tuple[str, int]]:
         """The names of the frames shown at file times `times_s` in the video file at `path`, kept as `label` says
@@ -181,16 +188,24 @@ class FrameCache:
             whole = len(admitted) == len(keys)
             for n in admitted:
                 self._frames[keys[n]] = frames[n] if whole else np.array(frames[n], copy=True)
-        if self.folder is not None:
-            for n in room[len(admitted):]:
-                self._spill(keys[n], frames[n])
+        for n in room[len(admitted):]:
+            if not self.spilling:
+                break
+            self._spill(keys[n], frames[n])
 
     def _spill(self, key: tuple[str, int], frame: np.ndarray) -> None:
         path = self._path(key)
-        if self.folder is None or os.path.exists(path):
+        if os.path.exists(path):
             return
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
+            disk = shutil.disk_usage(self.folder or "")
+            floor = max(SPILL_FREE * disk.total, SPILL_FREE_MIN_BYTES)
+            if disk.free - frame.nbytes < floor:
+                self._stop_spilling(f"its drive has {disk.free / 2**30:.1f} GiB free, and the spill leaves "
+                                    f"{floor / 2**30:.1f} GiB free ({SPILL_FREE:.0%} of {disk.total / 2**30:.0f} "
+                                    f"GiB, at least {SPILL_FREE_MIN_BYTES / 2**30:.0f} GiB)")
+                return
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
                 np.save(f, np.ascontiguousarray(frame))
@@ -200,20 +215,23 @@ class FrameCache:
                 os.unlink(tmp)
             except OSError:
                 pass
-            self._spill_failed(exc)
+            self._stop_spilling(f"could not write decoded frames under {self.folder} ({exc})")
             return
         with self._lock:
             self.spilled += 1
 
-    def _spill_failed(self, exc: OSError) -> None:
-        folder, self.folder = self.folder, None
-        if folder is not None:
-            warnings.warn(f"frame_cache_dir: could not write decoded frames under {folder} ({exc}); frames past "
-                          f"frame_cache_bytes={self.memory_bytes} are no longer kept (decoded again each epoch). "
-                          "Free space there or point frame_cache_dir at a writable local folder", stacklevel=3)
+    def _stop_spilling(self, why: str) -> None:
+        """No more frames written to the folder (those there are still read), said once."""
+        with self._lock:
+            was, self.spilling = self.spilling, False
+        if was:
+            warnings.warn(f"frame_cache_dir: {why}; decoded frames past frame_cache_bytes={self.memory_bytes} are no "
+                          "longer written there (frames already there are still read, the rest decoded each epoch). "
+                          "Free space there or point frame_cache_dir at a local folder with room for the decoded "
+                          "dataset", stacklevel=3)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"held": self.bytes, "bound": self.memory_bytes, "frames": len(self._frames), "hits": self.hits,
                     "disk_hits": self.disk_hits, "misses": self.misses, "spilled": self.spilled,
-                    "folder": self.folder}
+                    "folder": self.folder, "spilling": self.spilling}
