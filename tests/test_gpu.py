@@ -187,6 +187,41 @@ def test_resume_on_gpu(gpu_dataset):
     assert [b["index"].tolist() for b in second] == full[4:]
 
 
+def _on_host(loader) -> list[dict]:
+    """One epoch of `loader`, each tensor copied to the host as it comes (DALI reuses its output buffers)."""
+    return [{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in loader]
+
+
+def test_the_frame_cache_keeps_the_cpu_camera_while_nvdec_decodes_its_own_each_epoch(gpu_dataset):
+    """The decoded-frame cache on a GPU node: NVDEC's pictures are CUDA memory and not kept, so its cameras (H.264,
+    HEVC, VP9 here) are fetched and decoded every epoch (a warning names them), while the AV1 camera (torchcodec)
+    comes from the cache in epoch 2 — and both epochs' batches equal the uncached loader's, every key and pixel."""
+    # drop_last=False: every frame asked every epoch (a dropped remainder differs by epoch: frames epoch 1 never saw)
+    args = dict(batch_size=4, episode_pool_size=3, seed=5, delta_timestamps=DELTAS, image_dtype="uint8",
+                drop_last=False, decode={FRONT: "gpu", SIDE: "gpu", TOP: "gpu", WRIST: "cpu"})
+    plain = StreamLoader(str(gpu_dataset), **args)
+    want = [_on_host(plain) for _ in range(2)]
+    plain.close()
+    with pytest.warns(UserWarning, match="are decoded every epoch"):
+        cached = StreamLoader(str(gpu_dataset), frame_cache_bytes=1 << 30, **args)
+    assert set(cached.frames.labels) == {WRIST}, cached.routes
+    misses = []
+    for epoch in range(2):
+        got = _on_host(cached)
+        misses.append(cached.stats()["frames"]["misses"])
+        assert len(got) == len(want[epoch])
+        for a, b in zip(got, want[epoch]):
+            assert a.keys() == b.keys()
+            for key in a:
+                if isinstance(a[key], torch.Tensor):
+                    assert torch.equal(a[key], b[key]), (epoch, key, cached.routes.get(key))
+                else:
+                    assert a[key] == b[key], (epoch, key)
+    stats = cached.stats()["frames"]
+    assert misses[0] > 0 and misses[1] == misses[0] and stats["hits"] >= misses[0], stats  # epoch 2: all held
+    cached.close()
+
+
 def test_the_make_demo_sample_decodes_on_this_gpu(small_dataset):
     """128x96 (the demo's size): too small for VP9/HEVC NVDEC, so auto routes them to CPU instead of failing."""
     loader = StreamLoader(str(small_dataset), batch_size=4, image_dtype="uint8")
