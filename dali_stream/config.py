@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import (
@@ -237,6 +239,13 @@ class LoaderConfig:
                               f"torchvision.transforms.v2.Compose([...])). Found: {self.image_transforms!r}")
         if self.augment is not None and not callable(self.augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {self.augment!r}")
+        if isinstance(self.frame_cache_dir, os.PathLike):
+            fix(self, "frame_cache_dir", os.fspath(self.frame_cache_dir))
+        if self.frame_cache_dir is not None and (not isinstance(self.frame_cache_dir, str) or not self.frame_cache_dir
+                                                 or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", self.frame_cache_dir)):
+            raise ConfigError(f"`frame_cache_dir` must be a local folder's path: decoded frames are written there and "
+                              f"read back memory-mapped. Found: {self.frame_cache_dir!r}. Point it at a local drive "
+                              "(e.g. $TMPDIR/frame-cache or a node's scratch disk); the dataset itself may stay remote")
         if self.device is not None:  # a torch.device reads as "cpu", "cpu:0", "cuda:1" (checked by decode.device)
             fix(self, "device", str(self.device))
 

@@ -190,6 +190,13 @@ def test_the_bound_is_a_byte_count(small_dataset, value):
         StreamLoader(str(small_dataset), frame_cache_bytes=value)
 
 
+@pytest.mark.parametrize("value", ["s3://bucket/frames", "hf://datasets/x/frames", "", 3])
+def test_the_spill_folder_is_a_local_path(small_dataset, value):
+    """A URL would be written as a local folder named after its scheme: refused, with what to give instead."""
+    with pytest.raises(ConfigError, match=r"`frame_cache_dir` must be a local folder's path.*Found: .*local drive"):
+        StreamLoader(str(small_dataset), frame_cache_dir=value)
+
+
 def test_dali_cpu_cameras_decode_in_the_graph_without_the_cache(small_dataset):
     """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='auto': in the graph without the
     cache, on the workers with it (kept, no warning)."""
