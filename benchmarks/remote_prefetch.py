@@ -3,8 +3,8 @@ with prefetch on admit (background fetch threads) and without (fetch on demand),
 
     .venv/bin/python benchmarks/remote_prefetch.py [DATASET] [--delay-ms 30] [--batches 120] [--rounds 3] [--out FILE]
 
-The HTTP server and latency proxy are the test suite's (tests/httpserver.py, tests/faultproxy.py) on
-loopback: every GET waits `--delay-ms` before it is answered, like a store far away. Each run streams the
+The store is `benchmarks/far_store.py` on loopback, a process of its own: every GET waits `--delay-ms` before
+it is answered, like a store far away (a timer, not a thread: the delay costs no CPU). Each run streams the
 first `--batches` batches (batch 16, pool 16, mode single, 2 workers) after one warm-up batch and reports
 samples/s, the time builders waited for fetches (`wait_s`; in total and after the first 20 batches, once the
 first pool is in), and how many episodes were fetched on demand.
@@ -17,13 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from _common import alternate, spread, within_rounds, write_result  # noqa: E402
+from _common import alternate, spread, within_rounds, write_result
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: server and proxy
+ROOT = Path(__file__).resolve().parents[1]
 STEADY_AFTER = 20  # batches after which the run counts as steady state (the first pool is fetched)
 
 
@@ -72,12 +73,14 @@ def main() -> int:
         from dali_stream.tools.sample_data import write_sample
 
         write_sample(args.dataset)
-    from tests.faultproxy import FaultProxy
-    from tests.httpserver import Server
-
-    with Server(args.dataset) as upstream, FaultProxy(upstream, delay_s=args.delay_ms / 1000) as url:
+    server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/far_store.py"), args.dataset,
+                               f"--delay-ms={args.delay_ms}"], stdout=subprocess.PIPE, text=True)
+    try:
+        url = server.stdout.readline().strip() if server.stdout else ""
         runs = {"local": (args.dataset, 4), "http_prefetch": (url, 4), "http_on_demand": (url, 0)}
         got = alternate(list(runs), args.rounds, lambda name: _run(runs[name][0], args.batches, runs[name][1]))
+    finally:
+        server.kill()
     report = {"dataset": args.dataset, "delay_ms": args.delay_ms, "rounds": args.rounds, "host": platform.node(),
               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
               "samples_per_s": {k: spread(r["samples_per_s"] for r in rs) for k, rs in got.items()},
