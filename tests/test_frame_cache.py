@@ -190,6 +190,30 @@ def test_the_bound_is_a_byte_count(small_dataset, value):
         StreamLoader(str(small_dataset), frame_cache_bytes=value)
 
 
+def test_a_bound_the_nodes_memory_cannot_hold_is_said_at_construction(small_dataset, monkeypatch):
+    """The bound times the node's ranks against the memory available: where the decoded frames would not fit, the
+    loader says so before the cache fills (here 10^6 ranks of a node); where they fit, nothing is said."""
+    import warnings
+
+    from dali_stream.decode.frames import room_warning
+    from dali_stream.loader.memory import available_bytes
+
+    free = available_bytes()
+    assert free is not None and 0 < free
+    assert room_warning(1 << 40, 10 << 20, 8, 1 << 30) is None  # the dataset's 10 MiB is what a rank keeps
+    assert room_warning(1 << 40, 10 << 20, 8, None) is None  # memory not known: nothing to say
+    why = room_warning(4 << 30, 64 << 30, 8, 16 << 30)
+    assert why is not None and "x 8 rank(s) on this node = 32.00 GiB" in why and "at most 1717986918 " in why
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        StreamLoader(str(small_dataset), **ARGS, frame_cache_bytes=1 << 40).close()
+    assert not [w for w in caught if "frame_cache_bytes=" in str(w.message)]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1000000")
+    with pytest.warns(UserWarning, match=r"frame_cache_bytes=1099511627776: this rank may keep .* GiB of decoded "
+                                         r"frames .* x 1000000 rank\(s\) on this node .* available now"):
+        StreamLoader(str(small_dataset), **ARGS, frame_cache_bytes=1 << 40).close()
+
+
 @pytest.mark.parametrize("value", ["s3://bucket/frames", "hf://datasets/x/frames", "", 3])
 def test_the_spill_folder_is_a_local_path(small_dataset, value):
     """A URL would be written as a local folder named after its scheme: refused, with what to give instead."""

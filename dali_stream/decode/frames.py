@@ -103,6 +103,21 @@ def kept_as(route: str, shaped: str | None) -> str:
     return route if shaped is None else f"{route} {shaped}"
 
 
+def room_warning(bound: int, decoded: int, ranks: int, available: int | None) -> str | None:
+    """Why `frame_cache_bytes` may not fit this node: what a rank would keep (the bound, or the decoded frames of the
+    cameras it caches where fewer) times the node's ranks, against the memory available when the loader starts
+    (`loader.memory.available_bytes`); None where that fits in 90 % of it, or where it is not known."""
+    keep = min(bound, decoded)
+    if available is None or keep * ranks <= 0.9 * available:
+        return None
+    fits = int(0.8 * available / ranks)
+    return (f"frame_cache_bytes={bound}: this rank may keep {keep / 2**30:.2f} GiB of decoded frames (the decoded "
+            f"dataset takes {decoded / 2**30:.2f} GiB), x {ranks} rank(s) on this node = {keep * ranks / 2**30:.2f} "
+            f"GiB, more than the {available / 2**30:.2f} GiB of memory available now: the job may be killed as the "
+            f"cache fills. Set frame_cache_bytes to at most {fits} ({fits / 2**30:.2f} GiB) a rank, and "
+            "frame_cache_dir to a local drive for the rest")
+
+
 class FrameCache:
     """Decoded frames by (file, pts): `get` / `put`, bounded in memory, spilled to a folder past the bound.
 

@@ -11,6 +11,7 @@ nothing was held. `malloc_trim(0)` every `TRIM_EVERY` batches returns those free
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from typing import Callable
 
@@ -29,3 +30,50 @@ def _trim() -> Callable[[], None]:
 
 
 release_freed = _trim()
+
+
+def available_bytes() -> int | None:
+    """Memory this process may still take: /proc/meminfo's MemAvailable, lowered to what its cgroup's limit leaves
+    (a SLURM job's or a container's allocation: the limit less the usage, cgroup v2 or v1, for its group and each
+    one above it); None where none of them can be read."""
+    got = []
+    try:
+        with open("/proc/meminfo") as f:
+            got += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    groups = []  # (folder of the hierarchy, limit file, usage file, this process's group in it)
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                number, controllers, path = line.rstrip("\n").split(":", 2)
+                if number == "0" and not controllers:
+                    groups.append(("/sys/fs/cgroup", "memory.max", "memory.current", path))
+                elif "memory" in controllers.split(","):
+                    groups.append(("/sys/fs/cgroup/memory", "memory.limit_in_bytes", "memory.usage_in_bytes", path))
+    except (OSError, ValueError):
+        pass
+    for folder, limit_file, used_file, path in groups:
+        while True:  # the group, then its parents: the tightest limit holds
+            here = folder + path.rstrip("/")
+            try:
+                with open(f"{here}/{limit_file}") as f:
+                    limit = f.read().strip()
+                with open(f"{here}/{used_file}") as f:
+                    used = int(f.read())
+                if limit.isdigit() and int(limit) < 1 << 62:  # v1 writes "no limit" as a huge number, v2 as "max"
+                    got.append(max(int(limit) - used, 0))
+            except (OSError, ValueError):
+                pass
+            if path in ("/", ""):
+                break
+            path = path.rstrip("/").rsplit("/", 1)[0] or "/"
+    return min(got) if got else None
+
+
+def local_ranks() -> int:
+    """The ranks of this job on this node (torchrun's LOCAL_WORLD_SIZE; 1 where it is not set)."""
+    try:
+        return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        return 1
