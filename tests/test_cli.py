@@ -35,6 +35,7 @@ def test_make_sample_and_inspect(written):
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
     sizes = sum(c["height"] * c["width"] * 3 for c in report["cameras"].values())
     assert report["decoded_bytes"] == sizes * report["frames"] > 0  # what frame_cache_bytes would hold
+    assert report["memory_available_bytes"] > report["decoded_bytes"]  # and what this node has for it
     resized = json.loads(_cli("inspect", written, "--json", "--resize", "40", "48", "--crop", "30", "41").stdout)
     assert resized["decoded_bytes"] == len(report["cameras"]) * 30 * 41 * 3 * report["frames"]  # kept cropped
     derived = report["derived"]  # the loader's defaults as resolved on this dataset and node (loader.resolve)
@@ -42,6 +43,7 @@ def test_make_sample_and_inspect(written):
     assert derived["prefetch_batches"]["value"] == 3 and derived["drop_last"]["value"] is True
     table = _cli("inspect", written).stdout
     assert "decoded, every frame of every camera takes" in table and "one stream per DALI thread" in table
+    assert "GiB of memory available now" in " ".join(table.split()), table
     assert "observation.images.side" in table and "hevc" in table
     state = next(line for line in table.splitlines() if "observation.state" in line)
     action = next(line for line in table.splitlines() if "│ action " in line)

@@ -13,6 +13,7 @@ from typing import Any
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..decode import proven
     from ..decode.routes import Node, choose_routes, formats_of
+    from ..loader.memory import available_bytes
     from ..meta.dataset import DatasetMeta
     from ..mixture import is_mixture_file
     from .bench_cache import decoded_bytes
@@ -39,6 +40,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
         "decoded_bytes": decoded_bytes(meta, kept),
+        "memory_available_bytes": available_bytes(),  # this node's, now (MemAvailable, or the cgroup's limit's room)
         "derived": _derived(meta, named, node),
     }
     if args.json:
@@ -59,8 +61,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if meta.cameras:
         sized = " at {1}x{2}".format(*kept.out_shape(0, 0)) if kept else \
             " (as decoded: batches on this node's GPU resize there)" if _kept_ops(args) else ""
-        console.print(f"decoded{sized}, every frame of every camera takes {report['decoded_bytes'] / 2**30:.2f} GiB: "
-                      "frame_cache_bytes (and frame_cache_dir) that large decode each frame once, in epoch 1")
+        free, need = report["memory_available_bytes"], report["decoded_bytes"]
+        room = "" if free is None else f"; this node has {free / 2**30:.2f} GiB of memory available now" + (
+            ": more than that, give frame_cache_bytes what fits (per rank) and frame_cache_dir a local drive for the "
+            "rest" if need > 0.9 * free else "")
+        console.print(f"decoded{sized}, every frame of every camera takes {need / 2**30:.2f} GiB: frame_cache_bytes "
+                      f"(and frame_cache_dir) that large decode each frame once, in epoch 1{room}")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
     for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
         names = meta.features[k].get("names")
