@@ -1,4 +1,5 @@
-"""Hand memory that the loader's threads freed back to the operating system.
+"""Hand memory that the loader's threads freed back to the operating system; read what memory the node has left
+(`available_bytes`, `local_ranks`: the decoded-frame cache's bound is checked against them).
 
 glibc's malloc gives each thread that allocates an arena of its own (up to 8 per core) and keeps what is freed
 there for reuse. The loader's threads allocate and free many buffers of varied sizes (pieces, joined streams,
