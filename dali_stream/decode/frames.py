@@ -103,6 +103,20 @@ def kept_as(route: str, shaped: str | None) -> str:
     return route if shaped is None else f"{route} {shaped}"
 
 
+def frame_bytes(height: int, width: int, image_ops=None) -> int:
+    """What one frame of a `height` x `width` camera takes as the cache keeps it: (H, W, 3) uint8, at the size
+    `image_ops` (`graph.imageops.ImageOps`) gives where the workers resize and crop first, else (None) as decoded."""
+    h, w = image_ops.out_shape(height, width)[1:] if image_ops else (height, width)
+    return 3 * h * w
+
+
+def kept_bytes(catalog, keys, image_ops=None) -> int:
+    """What every selected frame of the cameras `keys` of `catalog` (`meta.catalog.Catalog`) takes as the cache keeps
+    it (`frame_bytes`), over every member that has them."""
+    return sum(frame_bytes(m.camera(k).height, m.camera(k).width, image_ops) * m.frames
+               for m in catalog.members for k in keys if m.own.get(k) in m.meta.cameras)
+
+
 def room_warning(bound: int, decoded: int, ranks: int, available: int | None) -> str | None:
     """Why `frame_cache_bytes` may not fit this node: what a rank would keep (the bound, or the decoded frames of the
     cameras it caches where fewer) times the node's ranks, against the memory available when the loader starts

@@ -21,7 +21,7 @@ from ..decode import proven
 from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
-from ..decode.frames import FrameCache, kept_as, room_warning, stamper
+from ..decode.frames import FrameCache, kept_as, kept_bytes, room_warning, stamper
 from ..decode.route import ROUTES, keys_where, route
 from ..decode.routes import Node, choose_routes, nvdec_engine
 from ..decode.speed import gpu_slower, unmeasured
@@ -173,19 +173,6 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                   member_routes=member_routes, resolved=resolved, decoders=decoders, store=store, engines=engines,
                   frames=frames, transforms=transforms, builder=builder, host_batches=host_batches,
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
-
-
-def kept_bytes(catalog: Catalog, keys, image_ops: ImageOps | None) -> int:
-    """What every selected frame of the cameras `keys` takes as the cache keeps it: (H, W, 3) uint8, at the size
-    `image_ops` gives where the workers resize and crop first (else None: as decoded), over every member."""
-    total = 0
-    for m in catalog.members:
-        for k in keys:
-            if m.own.get(k) in m.meta.cameras:
-                cam = m.camera(k)
-                h, w = image_ops.out_shape(cam.height, cam.width)[1:] if image_ops else (cam.height, cam.width)
-                total += 3 * h * w * m.frames
-    return total
 
 
 def episode_held(frames: FrameCache, catalog: Catalog):

@@ -11,12 +11,12 @@ VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video
 
 
 def decoded_bytes(meta, image_ops=None) -> int:
-    """What every frame of every camera takes decoded, as the cache keeps it: (H, W, 3) uint8, at the size
-    `image_ops` (`graph.imageops.ImageOps`) gives where the workers resize and crop them first
-    (`Resolved.shaped_on_workers`), else (None) as decoded."""
-    sizes = [image_ops.out_shape(c.height, c.width)[1:] if image_ops else (c.height, c.width)
-             for c in meta.cameras.values()]
-    return sum(h * w * 3 for h, w in sizes) * meta.total_frames
+    """What every frame of every camera takes decoded, as the cache keeps it (`decode.frames.frame_bytes`: at the
+    size `image_ops` gives where the workers resize and crop them first, `Resolved.shaped_on_workers`, else (None) as
+    decoded)."""
+    from ..decode.frames import frame_bytes
+
+    return sum(frame_bytes(c.height, c.width, image_ops) for c in meta.cameras.values()) * meta.total_frames
 
 
 def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:

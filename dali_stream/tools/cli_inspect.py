@@ -12,6 +12,7 @@ from typing import Any
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..decode import proven
+    from ..decode.frames import room_warning
     from ..decode.routes import Node, choose_routes, formats_of
     from ..loader.memory import available_bytes
     from ..meta.dataset import DatasetMeta
@@ -64,7 +65,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         free, need = report["memory_available_bytes"], report["decoded_bytes"]
         room = "" if free is None else f"; this node has {free / 2**30:.2f} GiB of memory available now" + (
             ": more than that, give frame_cache_bytes what fits (per rank) and frame_cache_dir a local drive for the "
-            "rest" if need > 0.9 * free else "")
+            "rest" if room_warning(need, need, 1, free) else "")
         console.print(f"decoded{sized}, every frame of every camera takes {need / 2**30:.2f} GiB: frame_cache_bytes "
                       f"(and frame_cache_dir) that large decode each frame once, in epoch 1{room}")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
