@@ -104,35 +104,34 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "dali_stream", "make-sample", args.dataset, *flags], check=True)
     # 'all' in pieces: a share larger than half of cache_bytes, every sample reads its GOPs alone (forced here by
     # segment_bytes=1)
-    runs = {16: None, "all": None, "all, in pieces": 1}  # the run's name -> segment_bytes
+    runs = {16: (16, None), "all": ("all", None), "all, in pieces": ("all", 1)}  # name -> pool, segment_bytes
     server = subprocess.Popen([sys.executable, str(ROOT / "benchmarks/far_store.py"), args.dataset,
                                f"--delay-ms={args.delay_ms}"], stdout=subprocess.PIPE, text=True)
     try:
         url = server.stdout.readline().strip() if server.stdout else ""
         configs = [(where, name) for name in runs for where in ("local", "remote")]
         got = alternate(configs, args.rounds, lambda c: run(
-            args.dataset if c[0] == "local" else url, "all" if c[1] != 16 else 16, args.warmup, args.batches,
-            runs[c[1]]), say=lambda line: print(line[:300], flush=True))
+            args.dataset if c[0] == "local" else url, runs[c[1]][0], args.warmup, args.batches, runs[c[1]][1]),
+            say=lambda line: print(line[:300], flush=True))
     finally:
         server.kill()
     local = {name: got[("local", name)] for name in runs}
     remote = {name: got[("remote", name)] for name in runs}
 
-    def ratio(over: list[dict], under: list[dict], key: str = "samples_per_s") -> dict:
-        return within_rounds(over, under, key)
-
     summary = {
-        "global_over_pool16_samples_per_s": ratio(local["all"], local[16]),
-        "global_over_pool16_peak_rss": ratio(local["all"], local[16], "peak_rss_gb"),
+        "global_over_pool16_samples_per_s": within_rounds(local["all"], local[16], "samples_per_s"),
+        "global_over_pool16_peak_rss": within_rounds(local["all"], local[16], "peak_rss_gb"),
         "global_first_batch_s": spread(r["first_batch_s"] for r in local["all"]),
-        "global_in_pieces_over_pool16_samples_per_s": ratio(local["all, in pieces"], local[16]),
-        "remote_global_over_local_global": ratio(remote["all"], local["all"]),
-        "remote_global_in_pieces_over_local_in_pieces": ratio(remote["all, in pieces"], local["all, in pieces"]),
+        "global_in_pieces_over_pool16_samples_per_s": within_rounds(local["all, in pieces"], local[16],
+                                                                    "samples_per_s"),
+        "remote_global_over_local_global": within_rounds(remote["all"], local["all"], "samples_per_s"),
+        "remote_global_in_pieces_over_local_in_pieces": within_rounds(remote["all, in pieces"],
+                                                                      local["all, in pieces"], "samples_per_s"),
         # the loader's CPU per sample over HTTP against locally: where the store is another machine (not a process
         # on the same 2 cores), this, not the rate, is what remote reads cost
         "remote_over_local_cpu_per_sample": {
-            str(name): ratio(remote[name], local[name], "cpu_ms_per_sample") for name in runs},
-        "remote_pool16_over_local_pool16": ratio(remote[16], local[16]),
+            str(name): within_rounds(remote[name], local[name], "cpu_ms_per_sample") for name in runs},
+        "remote_pool16_over_local_pool16": within_rounds(remote[16], local[16], "samples_per_s"),
     }
     report = {"dataset": args.dataset, "sample": SAMPLE, "batch_size": 64, "num_workers": 2, "warmup": args.warmup,
               "batches": args.batches, "delay_ms": args.delay_ms, "rounds": args.rounds, "host": platform.node(),

@@ -33,8 +33,7 @@ def main(argv=None) -> int:
     B, H, W = 16, 480, 640
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 255, (1, H, W, 3), dtype=np.uint8) for _ in range(B)]
-    ways = {}  # name -> one batch's work
-    pipes = []
+    ways = {}  # name -> one batch's work (a pipeline's bound `run` keeps the pipeline)
     for dtype, out_t, std in (("float32", types.FLOAT, 255.0), ("uint8", types.UINT8, 1.0)):
         for layout in ("FCHW", "FHWC"):
             pipe = Pipeline(batch_size=B, num_threads=1, device_id=None, prefetch_queue_depth=1, exec_dynamic=True)
@@ -42,7 +41,6 @@ def main(argv=None) -> int:
                 x = fn.external_source(source=lambda: frames, batch=True, dtype=types.UINT8, layout="FHWC", ndim=4)
                 pipe.set_outputs(fn.crop_mirror_normalize(x, mean=[0.0], std=[std], output_layout=layout, dtype=out_t))
             pipe.build()
-            pipes.append(pipe)
             ways[f"dali_cmn_{dtype}_{layout}_ms"] = pipe.run
     torch.set_num_threads(1)
     xs = [torch.from_numpy(f[0]) for f in frames]
