@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 
@@ -55,6 +56,17 @@ def alternate(configs, rounds: int, run, say=print) -> dict:
             got[c].append(run(c))
             say(f"round {r + 1}/{rounds} {c}: {json.dumps(got[c][-1], default=str)[:200]}")
     return got
+
+
+def ms_per(work, items: int = 1, repeat: int = 1, warm: bool = False) -> dict:
+    """`work()` timed `repeat` times in a row (after one untimed call where `warm`): `{"ms": milliseconds per item}`,
+    what an in-process configuration's `run` hands `alternate`."""
+    if warm:
+        work()
+    t0 = time.perf_counter()
+    for _ in range(repeat):
+        work()
+    return {"ms": (time.perf_counter() - t0) / (repeat * items) * 1e3}
 
 
 def child(code: str, *args: str, cwd: str | Path | None = None, env: dict | None = None) -> dict:

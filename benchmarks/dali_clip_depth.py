@@ -7,7 +7,8 @@ a given depth: fed the whole episode segment (what the loader did before clips) 
 a round, `--rounds` rounds back to back (`_common.alternate`); the ratio deep/shallow within a round, median and
 range, is the claim: flat with clips.
 
-    .venv/bin/python benchmarks/dali_clip_depth.py [--rounds 3] [--out benchmarks/results/cpu-2core-480p/dali_clip_depth.json]
+    .venv/bin/python benchmarks/dali_clip_depth.py [--rounds 3]
+        [--out benchmarks/results/cpu-2core-480p/dali_clip_depth.json]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import alternate, spread, within_rounds, write_result
+from _common import alternate, ms_per, spread, within_rounds, write_result
 
 DEPTHS = (1, 300, 900, 1500, 1790)
 
@@ -89,22 +90,17 @@ def main() -> None:
             assert read_ids(np.asarray(out.at(0))[0]) == (0, depth), (mode, depth)
             feeds[(mode, depth)] = pipe, fed, int(data.nbytes)
 
-    def run(way) -> dict:
-        t0 = time.perf_counter()
-        for _ in range(args.repeat):
-            feeds[way][0].run()
-        return {"ms_per_sample": 1e3 * (time.perf_counter() - t0) / (args.repeat * args.batch)}
-
-    got = alternate(list(feeds), args.rounds, run, say=lambda _: None)
+    got = alternate(list(feeds), args.rounds, lambda way: ms_per(feeds[way][0].run, args.batch, args.repeat),
+                    say=lambda _: None)
     rows = []
     for (mode, depth), (_, fed, nbytes) in feeds.items():
-        ms = spread(r["ms_per_sample"] for r in got[(mode, depth)])
+        ms = spread(r["ms"] for r in got[(mode, depth)])
         rows.append({"depth": depth, "mode": mode, "ms_per_sample": ms, "frames_fed": fed, "bytes_fed": nbytes})
         print(f"depth {depth:5d} {mode:8s} {ms['median']:8.2f} ms/sample  frames fed {fed:5d}  bytes {nbytes}")
     result = {"what": __doc__.splitlines()[0], "dataset": "1 VP9 episode, 1800 frames, GOP 30, 320x240",
               "route": "dali-cpu", "batch": args.batch, "repeat": args.repeat, "rounds": args.rounds, "rows": rows,
               "deep_over_shallow": {mode: within_rounds(got[(mode, DEPTHS[-1])], got[(mode, DEPTHS[0])],
-                                                        "ms_per_sample") for mode in ("segment", "clip")},
+                                                        "ms") for mode in ("segment", "clip")},
               "machine": f"{platform.processor() or platform.machine()}, {len(__import__('os').sched_getaffinity(0))} cores",
               "date": time.strftime("%Y-%m-%d")}
     write_result(args.out, result)

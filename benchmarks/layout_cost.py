@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 
-from _common import alternate, spread, write_result
+from _common import alternate, ms_per, spread, write_result
 
 
 def main(argv=None) -> int:
@@ -44,13 +43,6 @@ def main(argv=None) -> int:
             ways[f"dali_cmn_{dtype}_{layout}_ms"] = pipe.run
     torch.set_num_threads(1)
     xs = [torch.from_numpy(f[0]) for f in frames]
-
-    def timed(name: str) -> dict:
-        ways[name]()  # warm
-        t = time.perf_counter()
-        for _ in range(args.repeats):
-            ways[name]()
-        return {"ms": (time.perf_counter() - t) / args.repeats / B * 1e3}
 
     def to_float():
         for x in xs:
@@ -84,7 +76,8 @@ def main(argv=None) -> int:
     fill_bufs = [np.ones((B, 3, H, W), np.float32) for _ in range(4)]
     turn = iter(range(10**9))
     ways["float32_fill_floor_ms"] = lambda: fill_bufs[next(turn) % 4].fill(0.5)
-    got = alternate(list(ways), args.rounds, timed, say=lambda _: None)
+    got = alternate(list(ways), args.rounds, lambda name: ms_per(ways[name], B, args.repeats, warm=True),
+                    say=lambda _: None)
     res = {name: spread(r["ms"] for r in rs) for name, rs in got.items()}
     result = {"what": "milliseconds per 480x640 frame, one thread: median and range over the rounds",
               "rounds": args.rounds, "repeats": args.repeats, "results": res,

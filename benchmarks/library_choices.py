@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import alternate, spread, within_rounds, write_result
+from _common import alternate, ms_per, spread, within_rounds, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: the Range HTTP server
 
@@ -60,13 +60,7 @@ def mp4_index(video: Path, repeat: int = 10, rounds: int = 5) -> dict:
 
     ways = {"ours": ours, "pyav_index_entries": pyav}
 
-    def run(name: str) -> dict:
-        t0 = time.perf_counter()
-        for _ in range(repeat):
-            ways[name]()
-        return {"ms": (time.perf_counter() - t0) / repeat * 1e3}
-
-    got = alternate(list(ways), rounds, run, say=lambda _: None)
+    got = alternate(list(ways), rounds, lambda name: ms_per(ways[name], repeat=repeat), say=lambda _: None)
     container.close()
     equal = {name: bool((a == b).all()) for name, a, b in zip(("offsets", "sizes", "dts", "keyframes"),
                                                                arrays["pyav"], arrays["ours"])}
@@ -183,7 +177,8 @@ def main(argv=None) -> int:
               f"--num-batches 1` (or pass a LeRobot v3 dataset)", file=sys.stderr)
         return 2
     video = sorted((root / "videos").rglob("*.mp4"))[0]
-    result = {"dataset": str(root), "python": platform.python_version(), "mp4_index": mp4_index(video, rounds=args.rounds),
+    result = {"dataset": str(root), "python": platform.python_version(),
+              "mp4_index": mp4_index(video, rounds=args.rounds),
               "parquet_rows": parquet_rows(root, args.episodes), "video_bytes": video_bytes(root)}
     print(write_result(args.out, result))
     return 0

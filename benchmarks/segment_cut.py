@@ -18,10 +18,9 @@ import argparse
 import dataclasses
 import platform
 import sys
-import time
 from pathlib import Path
 
-from _common import alternate, spread, within_rounds, write_result
+from _common import alternate, ms_per, spread, within_rounds, write_result
 
 
 def main(argv=None) -> int:
@@ -77,13 +76,7 @@ def main(argv=None) -> int:
             "clip_mp4write_ms": (lambda: clips_by(index), len(picks)),
             "clip_pyav_remux_ms": (lambda: clips_by(dataclasses.replace(index, stsd=None)), len(picks))}
 
-    def run(name: str) -> dict:
-        work, items = ways[name]
-        t0 = time.perf_counter()
-        work()
-        return {"ms": (time.perf_counter() - t0) / items * 1e3}
-
-    got = alternate(list(ways), args.rounds, run)
+    got = alternate(list(ways), args.rounds, lambda name: ms_per(*ways[name]))
     result.update({name: spread(r["ms"] for r in rs) for name, rs in got.items()})
     result["rounds"] = args.rounds
     result["demux_over_index"] = within_rounds(got["demux_and_pyav_remux_ms"], got["index_and_mp4write_ms"], "ms")
