@@ -3,6 +3,7 @@
     multirank_worker.py DATASET OUT STOP             # full epoch, then stop after STOP batches + resume
     multirank_worker.py DATASET OUT STOP save STATE  # stop after STOP batches, rank 0 writes the state
     multirank_worker.py DATASET OUT 0 load STATE     # load STATE (any world size) and finish the epoch
+    multirank_worker.py DATASET OUT STOP load STATE NEXT  # load STATE, stop after STOP batches, rank 0 writes NEXT
 
 Each rank writes what it saw to OUT/rank<r>.json: each sample's `index`, or for a mixture (DATASET a mixture
 file, `dali_stream.mixture.load_mixture`) dataset_index * 1_000_000 + index.
@@ -28,7 +29,7 @@ def _indices(loader, stop=None):
     return out
 
 
-def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = "") -> None:
+def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = "", next_path: str = "") -> None:
     dist.init_process_group("gloo")
     dataset = load_mixture(dataset) if is_mixture_file(dataset) else dataset
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -45,7 +46,10 @@ def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = ""
             loader.load_state_dict(json.load(fh))
         report["len"] = len(loader)
         report["own"] = loader._plan(loader.state_dict()["epoch"]).num_frames  # its own draws; then padding
-        report["tail"] = _indices(loader)
+        report["tail"] = _indices(loader, stop or None)
+        if next_path and rank == 0:
+            with open(next_path, "w") as fh:
+                json.dump(loader.state_dict(), fh)
     else:
         full = StreamLoader(dataset, **ARGS)
         report["epoch0"] = _indices(full)
