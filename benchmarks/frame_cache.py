@@ -9,17 +9,20 @@
 epochs 2 and 3 for a least-recently-used cache and for the cache's policy (admit while there is room, never
 evict), at bounds of 1/4, 1/2 and 9/10 of the dataset's frames, for a pool of 16 and for a global shuffle.
 
-`epochs`: samples/s of epoch 1 and epoch 2 with the cache, against the loader without it (epoch 1's draws) and a
+`epochs`: samples/s of epochs 1, 2 and 3 with the cache (epoch 2 also decodes the frames of epoch 1's dropped last
+batch, `drop_last`: epoch 3 reads every frame it shows), against the loader without it (epoch 1's draws) and a
 lerobot-style DataLoader (`tools/baseline.py`), on DATASET (default: the bench's `av1-quick` sample, two 640x480
 AV1 cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (`--memory-format`: the layout, CHW
-by default); each configuration a process of
-its own, alternated over `--runs` rounds (median and range); each process's peak RSS. Then the spill: a memory
-bound of a quarter of the decoded dataset and `frame_cache_dir` in a temporary folder: epoch 2 (from memory and
-disk) against epoch 1. `--resize H W`: every loader resizes (the DataLoader does not: it decodes as before), and
-the cache keeps frames resized by the workers (`Resolved.shaped_on_workers`); the bound is then 1.1x the resized
-frames. `--decode`: the loaders' `decode=` (default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in
-the graph without the cache and on the workers with it). `--partial`: a dataset that does not fit: the loader
-without the cache against one whose bound holds a quarter of the frames and no folder, epochs 1 and 2.
+by default); each configuration a process of its own, alternated over `--runs` rounds (median and range); each
+process's peak RSS. Then the spill: a memory bound of a quarter of the decoded dataset and `frame_cache_dir` in a
+temporary folder: epoch 2 (from memory and disk) against epoch 1. With them, what a new 4 KB page costs this
+machine (`first_touch_us`) and the CPU seconds epoch 1 spends on the kept frames' pages, against epoch 1's CPU
+without the cache (which reuses its pages where the cache keeps them). `--resize H W`: every loader resizes (the
+DataLoader does not: it decodes as before), and the cache keeps frames resized by the workers
+(`Resolved.shaped_on_workers`); the bound is then 1.1x the resized frames. `--decode`: the loaders' `decode=`
+(default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without the cache and on the
+workers with it). `--partial`: a dataset that does not fit: the loader without the cache against one whose bound
+holds a quarter of the frames and no folder, epochs 1 and 2.
 """
 
 from __future__ import annotations
@@ -117,15 +120,17 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
     if kind != "plain":
         args.update(frame_cache_bytes=cache_bytes, frame_cache_dir=folder)
     loader = StreamLoader(dataset, **args)
-    rates = []
-    for _ in range(1 if kind == "plain" else 2):
+    rates, samples = [], 0
+    for _ in range(1 if kind == "plain" else 3 if kind == "cached" else 2):
         t0, n = time.perf_counter(), 0
         for batch in loader:
             n += len(batch["index"])
         rates.append(n / (time.perf_counter() - t0))
+        samples = samples or n
     stats = loader.stats()
     loader.close()
-    return {"epochs": rates, "frames": stats["frames"], "decoded_bytes": stats["bounded"]["decoded_frames"]["held"],
+    return {"epochs": rates, "samples": samples, "frames": stats["frames"],
+            "decoded_bytes": stats["bounded"]["decoded_frames"]["held"],
             "routes": dict(loader.routes)}
 
 
@@ -134,6 +139,24 @@ def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = Non
     return child("import sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
                  f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r}, "
                  f"{decode!r})", cwd=ROOT)
+
+
+def first_touch_us(size: int = 1 << 30, runs: int = 3) -> float:
+    """Microseconds this machine takes to give a process a new 4 KB page of memory (the kernel's fault, its zeroing,
+    on a VM the host's): the median of `runs` fresh `size`-byte anonymous mappings written once a page. The cache's
+    epoch 1 pays it for every page of frames it keeps; the loader without the cache reuses its pages."""
+    import mmap
+
+    times = []
+    for _ in range(runs):
+        m = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        view = np.frombuffer(m, np.uint8)
+        t0 = time.perf_counter()
+        view[::4096] = 1
+        times.append((time.perf_counter() - t0) / (size // 4096) * 1e6)
+        del view
+        m.close()
+    return float(np.median(times))
 
 
 def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
@@ -186,8 +209,10 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
 
     plain = [x["epochs"][0] for x in rows["plain"]]
     base = [x["epochs"][0] for x in rows["baseline"]]
+    touch, cores = first_touch_us(), len(os.sched_getaffinity(0))
     e1 = [x["epochs"][0] for x in rows["cached"]]
     e2 = [x["epochs"][1] for x in rows["cached"]]
+    e3 = [x["epochs"][2] for x in rows["cached"]]
     s1 = [x["epochs"][0] for x in rows["spill"]]
     s2 = [x["epochs"][1] for x in rows["spill"]]
     summary = {
@@ -196,10 +221,16 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
         "plain_samples_per_s": med(plain), "baseline_samples_per_s": med(base),
         "epoch1_samples_per_s": med(e1), "epoch2_samples_per_s": med(e2),
         "epoch2_over_epoch1": med([b / a for a, b in zip(e1, e2)]),
+        "epoch3_samples_per_s": med(e3), "epoch3_over_epoch1": med([b / a for a, b in zip(e1, e3)]),
         "epoch2_over_baseline": med([b / a for a, b in zip(base, e2)]),
         "epoch1_over_plain": med([b / a for a, b in zip(plain, e1)]),
         "peak_rss_mb": {k: med([x["peak_rss_mb"] for x in v]) for k, v in rows.items()},
         "spill_epoch2_over_epoch1": med([b / a for a, b in zip(s1, s2)]),
+        # the CPU seconds epoch 1 spends on the kept frames' new pages, and that against epoch 1's CPU seconds
+        # without the cache (2 workers on every core of the machine: the loader's CPU-bound epoch)
+        "first_touch_us_per_page": touch, "first_touch_cpu_s": touch * decoded / 4096 / 1e6,
+        "first_touch_share_of_plain_epoch1": med([touch * decoded / 4096 / 1e6
+                                                  / (x["samples"] / x["epochs"][0] * cores) for x in rows["plain"]]),
         "rows": rows,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
