@@ -209,7 +209,8 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
 
     plain = [x["epochs"][0] for x in rows["plain"]]
     base = [x["epochs"][0] for x in rows["baseline"]]
-    touch, cores = first_touch_us(), len(os.sched_getaffinity(0))
+    touch = first_touch_us()
+    touch_cpu_s, cores = touch * decoded / 4096 / 1e6, len(os.sched_getaffinity(0))
     e1 = [x["epochs"][0] for x in rows["cached"]]
     e2 = [x["epochs"][1] for x in rows["cached"]]
     e3 = [x["epochs"][2] for x in rows["cached"]]
@@ -228,9 +229,9 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
         "spill_epoch2_over_epoch1": med([b / a for a, b in zip(s1, s2)]),
         # the CPU seconds epoch 1 spends on the kept frames' new pages, and that against epoch 1's CPU seconds
         # without the cache (2 workers on every core of the machine: the loader's CPU-bound epoch)
-        "first_touch_us_per_page": touch, "first_touch_cpu_s": touch * decoded / 4096 / 1e6,
-        "first_touch_share_of_plain_epoch1": med([touch * decoded / 4096 / 1e6
-                                                  / (x["samples"] / x["epochs"][0] * cores) for x in rows["plain"]]),
+        "first_touch_us_per_page": touch, "first_touch_cpu_s": touch_cpu_s,
+        "first_touch_share_of_plain_epoch1": med([touch_cpu_s / (x["samples"] / x["epochs"][0] * cores)
+                                                  for x in rows["plain"]]),
         "rows": rows,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 TRAIN = [sys.executable, "-m", "dali_stream", "train"]  # as torchrun -m and SLURM run it
 
 
