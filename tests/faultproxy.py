@@ -2,8 +2,9 @@
 
 Each request is forwarded to the upstream (method, path, headers, body) unless the seeded dice inject a
 fault instead: 503, a connection reset before any answer, or a truncated body (full Content-Length, half
-the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `stall_paths` makes it
-hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store).
+the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `short_paths` makes it
+answer half the bytes asked for as a whole response (a short body: its Content-Length says half);
+`stall_paths` makes it hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store).
 `counts` records forwarded requests and faults, and the most requests it was answering at once."""
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ _HOP = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te
 
 class _Proxy(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # headers and body leave in separate writes: with Nagle on, each answer of a kept-alive connection waited
+    # ~40 ms for the client's delayed ACK
+    disable_nagle_algorithm = True
     upstream: tuple[str, int] = ("127.0.0.1", 0)
     fault_rate = 0.0
     fail_paths: str | None = None
+    short_paths: str | None = None
     stall_paths: str | None = None
     delay_s = 0.0
     rng = random.Random(0)
@@ -46,6 +51,9 @@ class _Proxy(BaseHTTPRequestHandler):
             if self.fail_paths and re.search(self.fail_paths, self.path):
                 self.counts["faults"] += 1
                 return "503"
+            if self.short_paths and re.search(self.short_paths, self.path):
+                self.counts["faults"] += 1
+                return "short"
             if self.rng.random() < self.fault_rate:
                 self.counts["faults"] += 1
                 return self.rng.choice(["503", "reset", "truncate"])
@@ -86,6 +94,8 @@ class _Proxy(BaseHTTPRequestHandler):
         resp = conn.getresponse()
         data = resp.read()
         conn.close()
+        if fault == "short":
+            data = data[: len(data) // 2]
         self.send_response(resp.status, resp.reason)
         for k, v in resp.getheaders():
             if k.lower() not in _HOP and (k.lower() != "content-length" or self.command == "HEAD"):
@@ -109,11 +119,13 @@ class FaultProxy(Loopback):
     """`with FaultProxy(upstream_url, fault_rate=0.1) as url:` proxies `url` to `upstream_url`."""
 
     def __init__(self, upstream: str, fault_rate: float = 0.0, fail_paths: str | None = None,
-                 stall_paths: str | None = None, seed: int = 0, delay_s: float = 0.0) -> None:
+                 stall_paths: str | None = None, seed: int = 0, delay_s: float = 0.0,
+                 short_paths: str | None = None) -> None:
         parts = urlsplit(upstream)
         self.handler = type("Proxy", (_Proxy,), {
             "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
-            "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed), "lock": threading.Lock(),
+            "short_paths": short_paths, "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed),
+            "lock": threading.Lock(),
             "counts": {"requests": 0, "faults": 0, "in_flight": 0, "in_flight_peak": 0}})
         super().__init__(self.handler)
 

@@ -382,30 +382,18 @@ def test_a_mixture_file_and_plain_sources(embodiments, tmp_path):
 def test_remote_members_read_as_local_ones(embodiments, tmp_path):
     """A local member, one on the Hub (hf://, through huggingface_hub's HfFileSystem against the emulator) and one
     in S3 (moto's server) in one mixture: the same batches as the all-local mixture."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
     from .hubserver import Hub
+    from .s3server import S3
 
-    keys = {"key": "AKIDTESTING", "secret": "s3cr3t-key"}
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=keys["key"],
-                              aws_secret_access_key=keys["secret"])
-        client.create_bucket(Bucket="robots")
-        for path in sorted(p for p in embodiments["big"].rglob("*") if p.is_file()):
-            client.upload_file(str(path), "robots", f"big/{path.relative_to(embodiments['big'])}")
+    with S3() as s3:
+        s3.upload(embodiments["big"], "robots/big")
         with Hub("hf_TESTtoken0123456789") as hub:
             hub.add_dataset("lab/arm7", {"main": embodiments["arm7"]})
             remote = Mixture((
                 Member(str(embodiments["arm6"]), name="arm6"),
                 Member("hf://datasets/lab/arm7", name="arm7", keys={TOP: FRONT}, weight=2.0,
                        storage_options={"endpoint": hub.endpoint, "token": "hf_TESTtoken0123456789"}),
-                Member("s3://robots/big", name="big", storage_options={
-                    **keys, "endpoint_url": endpoint, "client_kwargs": {"region_name": "us-east-1"}})))
+                Member("s3://robots/big", name="big", storage_options=s3.options())))
             args = {**ARGS, "resize": (96, 128)}
             loader = StreamLoader(remote, decode="cpu", **args)
             got = [b for b in loader]
@@ -413,8 +401,6 @@ def test_remote_members_read_as_local_ones(embodiments, tmp_path):
         assert hub.unknown == [], "requests the emulator does not know"
         local = StreamLoader(_mix(embodiments, "arm6", "arm7", "big", weights=[1.0, 2.0, 1.0]), decode="cpu", **args)
         want = [b for b in local]
-    finally:
-        server.stop()
     _same(got, want)
     assert {int(d) for b in got for d in b["dataset_index"]} == {0, 1, 2}
 

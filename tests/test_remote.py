@@ -14,10 +14,11 @@ from dali_stream import ConfigError, RemoteError, StreamLoader
 
 from .faultproxy import FaultProxy
 from .httpserver import Server
+from .s3server import KEYS, S3
+from .s3server import options as s3_options
 
 ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers=2, drop_last=False,
             delta_timestamps={"action": [0.0, 1 / 30], "observation.images.top": [-1 / 30, 0.0]})
-S3_KEYS = {"key": "AKIDTESTING", "secret": "s3cr3t-key"}
 
 
 def _epoch(loader):
@@ -42,25 +43,10 @@ def local_epoch(small_dataset):
 
 @pytest.fixture(scope="module")
 def s3(small_dataset):
-    """moto's S3 server on loopback holding the small dataset under s3://robots/small."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id=S3_KEYS["key"],
-                          aws_secret_access_key=S3_KEYS["secret"])
-    client.create_bucket(Bucket="robots")
-    for path in sorted(p for p in small_dataset.rglob("*") if p.is_file()):
-        client.upload_file(str(path), "robots", f"small/{path.relative_to(small_dataset)}")
-    yield url
-    server.stop()
-
-
-def s3_options(endpoint: str) -> dict:
-    return {**S3_KEYS, "endpoint_url": endpoint, "client_kwargs": {"region_name": "us-east-1"}}
+    """moto's S3 server on loopback holding the small dataset under s3://robots/small; its endpoint."""
+    with S3() as server:
+        server.upload(small_dataset, "robots/small")
+        yield server.url
 
 
 def test_http_epoch_equals_local(small_dataset, local_epoch):
@@ -79,8 +65,8 @@ def test_s3_epoch_equals_local(s3, local_epoch):
 
 def test_s3_credentials_and_endpoint_from_the_aws_environment(s3, local_epoch, monkeypatch):
     """No storage_options: keys, region and endpoint come from the AWS environment as botocore reads it."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", S3_KEYS["key"])
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", S3_KEYS["secret"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEYS["key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", KEYS["secret"])
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3)
     loader = StreamLoader("s3://robots/small", **ARGS)
@@ -151,7 +137,7 @@ def test_stalled_server_times_out_with_a_clear_error(small_dataset):
 def test_s3_errors_never_show_the_secret_key(s3):
     with pytest.raises(Exception) as info:
         StreamLoader("s3://robots/absent", storage_options=s3_options(s3), **ARGS)
-    assert S3_KEYS["secret"] not in str(info.value) and "robots/absent" in str(info.value)
+    assert KEYS["secret"] not in str(info.value) and "robots/absent" in str(info.value)
 
 
 def test_redact_removes_credentials_and_tokens():

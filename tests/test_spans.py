@@ -89,7 +89,7 @@ def test_a_failed_remote_span_is_named_after_its_retries(small_dataset):
     spans = _video_spans(small_dataset, 4, seed=3)
     with Server(small_dataset) as upstream, FaultProxy(upstream, fail_paths=r"\.mp4") as url:
         fs, _ = open_fs(url, max_retries=1)
-        with pytest.raises(RemoteError, match=r"reading http://127\.0\.0\.1:\d+/videos/.*\.mp4 failed 2 times"):
+        with pytest.raises(RemoteError, match=r"reading bytes \d+-\d+ of http://127\.0\.0\.1:\d+/videos/.*\.mp4 failed 2 times .*retry policy: remote_max_retries=1"):
             fs.read_ranges([(f"{url}/{p}", s, e) for p, s, e in spans])
 
 

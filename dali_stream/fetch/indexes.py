@@ -66,7 +66,8 @@ class IndexCache:
         except ImportError:  # a node without PyAV (NVDEC's open engine needs no FFmpeg): our index alone
             return IndexedFile(dataclasses.replace(index, pieces=()))
         try:
-            container = av.open(self.rfs.open(path, "rb", pieces=index.pieces), "r")
+            # short reads: FFmpeg reads the pieces indexing fetched and skips the mdat between them
+            container = av.open(self.rfs.open(path, "rb", pieces=index.pieces, short_reads=True), "r")
         except av.error.FFmpegError as exc:  # the demuxing cut reports what is wrong with the file
             self.unsupported[path] = f"{type(exc).__name__}: {exc}"
             return None

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
-from ..source.storage import lerobot_home, open_fs, read_parquet, resolve_source
+from ..source.storage import lerobot_home, open_fs, parquet_errors, parquet_file, read_parquet, resolve_source
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -226,10 +226,11 @@ class DatasetMeta(LerobotMetadata):
                 "a v3 dataset keeps them as meta/episodes/chunk-XXX/file-XXX.parquet: re-download meta/"
             )
         tables = []
-        for path in files:
-            table = read_parquet(fs, path)
-            keep = [c for c in table.column_names if not c.startswith("stats/")]
-            tables.append(table.select(keep))
+        for path in files:  # lerobot's per-episode stats columns (most of a table's bytes) are not read
+            with parquet_errors(path):
+                pf = parquet_file(fs, path)
+                keep = [c for c in pf.schema_arrow.names if not c.startswith("stats/")]
+                tables.append(pf.read(columns=keep, use_threads=False))
         table = pa.concat_tables(tables, promote_options="default")
         required = ["episode_index", "length", "dataset_from_index", "dataset_to_index",
                     "data/chunk_index", "data/file_index"]

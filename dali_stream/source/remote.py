@@ -54,9 +54,12 @@ _TRANSIENT_NAMES = frozenset({
     "TimeoutException", "ReadTimeout", "ConnectTimeout", "WriteTimeout", "PoolTimeout", "NetworkError",
     "ConnectError", "ReadError", "WriteError", "CloseError", "RemoteProtocolError",
 })
-# A plain OSError is transient only for these errnos (a reset or unreachable peer), never as a class.
+# A plain OSError is transient only for these errnos (a reset or unreachable peer), never as a class. s3fs raises
+# S3's 503 SlowDown / ServiceUnavailable as OSError(EBUSY) and its 500 InternalError as OSError(EREMOTEIO) once
+# botocore's own retries are spent: throttling and server faults that a later attempt gets past.
 _TRANSIENT_ERRNO = frozenset({errno.ECONNRESET, errno.ECONNABORTED, errno.ECONNREFUSED, errno.ETIMEDOUT,
-                              errno.EPIPE, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EAGAIN})
+                              errno.EPIPE, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EAGAIN,
+                              errno.EBUSY, errno.EREMOTEIO})
 
 
 def _status(exc: BaseException) -> int | None:
@@ -107,6 +110,12 @@ class RetryPolicy:
         sleeps = sum(self.JITTER[1] * min(self.max_backoff_s, self.backoff_s * 2 ** k) for k in range(self.max_retries))
         worst = (self.max_retries + 1) * self.timeout_s + sleeps
         return worst if self.deadline_s is None else min(worst, self.deadline_s)
+
+    def describe(self) -> str:
+        """The policy as the settings that set it, for error messages."""
+        deadline = "none" if self.deadline_s is None else f"{self.deadline_s:g}s"
+        return (f"retry policy: remote_max_retries={self.max_retries}, remote_timeout_s={self.timeout_s:g}, "
+                f"remote_deadline_s={deadline}")
 
     def sleep_s(self, attempt: int, rng) -> float:
         """The pause after failed attempt `attempt` (0-based): exponential, capped, jittered by `rng`."""
@@ -213,7 +222,8 @@ class RemoteFS:
                     if isinstance(exc, FileNotFoundError):
                         raise FileNotFoundError(f"{redact(self._url(path))} does not exist") from None
                     raise RemoteError(f"{what} {redact(self._url(path))} failed: {type(exc).__name__}: "
-                                      f"{redact(str(exc))}") from None
+                                      f"{redact(str(exc))} (not retried: the error is not transient; "
+                                      f"{policy.describe()})") from None
                 pause = policy.sleep_s(attempt, self._rng)
                 spent = time.perf_counter() - t0
                 past_deadline = policy.deadline_s is not None and spent + pause >= policy.deadline_s
@@ -223,8 +233,8 @@ class RemoteFS:
                            f"allow more retries ({ENV_MAX_RETRIES} or remote_max_retries=)")
                     raise RemoteError(
                         f"{what} {redact(self._url(path))} failed {attempt + 1} times over {spent:.1f}s; last "
-                        f"error {type(exc).__name__}: {redact(str(exc))}. Check the network and credentials, or "
-                        f"{why}") from None
+                        f"error {type(exc).__name__}: {redact(str(exc))} ({policy.describe()}). The file itself "
+                        f"may be whole: check the network and credentials, or {why}") from None
                 with self.stats.lock:
                     self.stats.retries += 1
                 log.warning("%s %s failed (%s: %s), retry %d of %d in %.2f s", what, redact(self._url(path)),
@@ -259,7 +269,7 @@ class RemoteFS:
                 raise _Truncated(f"got {len(data)} of {end - start} bytes")
             return data
 
-        data = self.call("reading", path, fetch)
+        data = self.call(f"reading bytes {start}-{end - 1} of", path, fetch)
         with self.stats.lock:
             self.stats.bytes += len(data)
         return data
@@ -297,27 +307,37 @@ class RemoteFS:
             out.append(self.read_range(path, start, end))
         return out
 
-    def open(self, path: str, mode: str = "rb", pieces=()) -> "RangeFile":
-        """A RangeFile over `path`; `pieces` = (offset, bytes) already fetched, served without requests."""
+    def open(self, path: str, mode: str = "rb", pieces=(), short_reads: bool = False) -> "RangeFile":
+        """A RangeFile over `path`; `pieces` = (offset, bytes) already fetched, served without requests;
+        `short_reads` for FFmpeg's demuxer alone (see RangeFile)."""
         if mode != "rb":
             raise ValueError(f"remote sources are read-only; mode {mode!r}")
-        return RangeFile(self, path, self.size(path), pieces)
+        return RangeFile(self, path, self.size(path), pieces, short_reads=short_reads)
 
 
 class RangeFile(io.RawIOBase):
     """Seekable read-only view of a remote file that serves reads from pieces of it already fetched.
 
     `preload(offset, data)` adds a piece the caller fetched in one request (an episode's packets, a row
-    group). A read inside a piece returns at most up to the piece's end (a short read, which PyAV and
-    pyarrow handle), so a demuxer never pulls bytes past what was planned; a read outside every piece fetches
-    exactly what it asks for (at least `min_read` bytes) and keeps it among the last `keep` such pieces."""
+    group). A read returns every byte asked for up to the end of the file, as a local file does (pyarrow treats
+    a short read as a truncated file): it is assembled from the pieces that cover it, and the gaps between them
+    are fetched, all of one read's gaps at once (`RemoteFS.read_ranges`), each exactly as far as the next piece
+    begins. A gap that runs to the end of the read is fetched at least `min_read` bytes long (read-ahead for the
+    small reads of demuxers and parquet readers), never into a piece already held, so a read inside preloaded
+    pieces makes no request. Fetched gaps are kept among the last `keep` such pieces.
 
-    def __init__(self, rfs: RemoteFS, path: str, size: int, pieces=(), keep: int = 8, min_read: int = 1 << 16) -> None:
+    `short_reads=True` ends a read at the end of the piece (or the fetched gap) it begins in instead, as a raw
+    file may: only for FFmpeg's demuxer, which asks again for what it needs and no more, so checking a file's
+    index with FFmpeg reads only the pieces indexing fetched (a whole read would pull the `mdat` bytes that
+    follow the head). pyarrow takes a short read for a truncated file."""
+
+    def __init__(self, rfs: RemoteFS, path: str, size: int, pieces=(), keep: int = 8, min_read: int = 1 << 16,
+                 short_reads: bool = False) -> None:
         super().__init__()
         self.rfs, self.path, self.size, self.pos = rfs, path, size, 0
         self._fixed = [(int(o), bytes(b)) for o, b in pieces]
         self._extra: OrderedDict[int, bytes] = OrderedDict()
-        self._keep, self._min_read = keep, min_read
+        self._keep, self._min_read, self._short_reads = keep, min_read, short_reads
 
     def readable(self) -> bool:
         return True
@@ -353,18 +373,39 @@ class RangeFile(io.RawIOBase):
         want = min(len(buffer), max(0, self.size - self.pos))
         if want == 0:
             return 0
-        hit = self._piece(self.pos)
-        if hit is None:
-            starts = [o for o, _ in self._fixed] + list(self._extra)
-            stop = min([self.size, self.pos + max(want, self._min_read)] + [o for o in starts if o > self.pos])
-            data = self.rfs.read_range(self.path, self.pos, stop)
-            self.preload(self.pos, data)
-            hit = (self.pos, data)
-        offset, data = hit
-        chunk = data[self.pos - offset:self.pos - offset + want]
-        buffer[:len(chunk)] = chunk
-        self.pos += len(chunk)
-        return len(chunk)
+        out = memoryview(buffer).cast("B")
+        start, end = self.pos, self.pos + want
+        gaps: list[tuple[int, int]] = []  # (start, end) of each stretch no piece covers
+        pos = start
+        while pos < end:
+            hit = self._piece(pos)
+            if hit is not None:
+                offset, data = hit
+                n = min(offset + len(data), end) - pos
+                out[pos - start:pos - start + n] = data[pos - offset:pos - offset + n]
+                pos += n
+            else:
+                stop = self._next_start(pos, end)
+                gaps.append((pos, stop))
+                pos = stop
+            if self._short_reads:  # one piece, or one gap, a read
+                end = pos
+                break
+        if gaps:
+            spans = [(self.path, a, b) for a, b in gaps]
+            a, b = gaps[-1]
+            if b == end:  # read ahead past the end of the read, up to the next piece held or the file's end
+                spans[-1] = (self.path, a, min(self.size, max(b, a + self._min_read), self._next_start(a, self.size)))
+            for (a, b), data in zip(gaps, self.rfs.read_ranges(spans)):
+                out[a - start:b - start] = data[:b - a]
+                self.preload(a, data)
+        self.pos = end
+        return end - start
+
+    def _next_start(self, pos: int, limit: int) -> int:
+        """Where the first piece beginning after `pos` begins, or `limit` where none does before it."""
+        starts = [o for o, _ in self._fixed] + list(self._extra)
+        return min([limit] + [o for o in starts if pos < o < limit])
 
     def read(self, size: int = -1) -> bytes:
         if size is None or size < 0:

@@ -163,8 +163,8 @@ class LocalRanges:
         """The bytes of each (path, start, end) of `spans` (`fetch.spans`), one after another."""
         return [self.read_range(path, start, end) for path, start, end in spans]
 
-    def open(self, path: str, mode: str = "rb", pieces=()):
-        """The file itself (`pieces`, bytes a remote reader already fetched, are not needed locally)."""
+    def open(self, path: str, mode: str = "rb", pieces=(), short_reads: bool = False):
+        """The file itself (`pieces` and `short_reads`, a remote view's, mean nothing locally)."""
         return self.fs.open(path, mode)
 
 

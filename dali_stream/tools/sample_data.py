@@ -38,6 +38,8 @@ CODECS = ("h264", "hevc", "av1", "vp9")
 TASKS = ("pick up the red cube", "stack the blue block on the green one", "open the top drawer",
          "push the button twice", "wipe the table")
 STATE_DIM = 6
+QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)  # lerobot's per-episode stats: q01, q10, q50, q90, q99
+EPISODES_ROW_GROUP = 10  # lerobot's recorder writes its episodes table 10 episodes a row group (its metadata buffer)
 
 
 @dataclass(frozen=True)
@@ -207,12 +209,30 @@ def _tasks_table(names: Sequence[str]):
     return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
-def _stats(values: np.ndarray) -> dict[str, list]:
+def _stats(values: np.ndarray, quantiles: bool = False) -> dict[str, list]:
     v = values.astype(np.float64)
     if v.ndim == 1:
         v = v[:, None]
-    return {"min": v.min(0).tolist(), "max": v.max(0).tolist(), "mean": v.mean(0).tolist(),
-            "std": v.std(0).tolist(), "count": [int(len(v))]}
+    out = {"min": v.min(0).tolist(), "max": v.max(0).tolist(), "mean": v.mean(0).tolist(),
+           "std": v.std(0).tolist(), "count": [int(len(v))]}
+    return out | ({f"q{round(q * 100):02d}": np.quantile(v, q, axis=0).tolist() for q in QUANTILES} if quantiles else {})
+
+
+def _episode_stats(spec: SampleSpec, e: int, table, length: int) -> dict[str, list]:
+    """lerobot's per-episode stats columns of episode `e` (`stats/<feature>/<stat>`, as lerobot's recorder writes
+    them into the episodes table): every numeric feature of its rows `table`, and each camera per channel (shape
+    (3, 1, 1), in [0, 1]) over up to 4 of its frames."""
+    out: dict[str, list] = {}
+    for key in table.column_names:
+        values = np.asarray(table[key].to_pylist(), dtype=np.float64)
+        out |= {f"stats/{key}/{k}": v for k, v in _stats(values, quantiles=True).items()}
+    picks = sorted({0, length // 3, 2 * length // 3, length - 1})
+    for c, cam in enumerate(spec.cameras):
+        px = np.stack(list(spec.frames([(e, f) for f in picks], c))).reshape(-1, 3) / 255.0
+        channels = _stats(px, quantiles=True)
+        out |= {f"stats/{cam.key}/{k}": ([len(picks)] if k == "count" else [[[x]] for x in v])
+                for k, v in channels.items()}
+    return out
 
 
 # Below this many pixels of video in all (~650 frames at 640x480) files are encoded one after another: the
@@ -278,6 +298,7 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
     ep_cols["data/chunk_index"] = [0] * spec.episodes
     ep_cols["data/file_index"] = [0] * spec.episodes
     all_state, all_action = [], []
+    episode_stats: list[dict[str, list]] = []  # recorder "lerobot": each episode's stats columns
     for n, group in enumerate(data_groups):
         chunk, file = _chunk_file(n, spec.chunks_size)
         path = out / "data" / f"chunk-{chunk:03d}" / f"file-{file:03d}.parquet"
@@ -302,6 +323,8 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
             })
             writer = writer or pq.ParquetWriter(path, table.schema)
             writer.write_table(table)  # one row group per episode
+            if spec.recorder == "lerobot":
+                episode_stats.append(_episode_stats(spec, e, table, L))
             ep_cols["data/chunk_index"][e], ep_cols["data/file_index"][e] = chunk, file
         if writer is not None:
             writer.close()
@@ -336,16 +359,23 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
             ep_cols[p + "from_timestamp"][e], ep_cols[p + "to_timestamp"][e] = start, end
 
     # ---- meta ----------------------------------------------------------------------------------------
-    half = max(1, spec.episodes // 2)
+    # two files (a reader must join them); lerobot's recorder starts a new file only past 100 MB: one
+    half = spec.episodes if spec.recorder == "lerobot" else max(1, spec.episodes // 2)
     for n, rows in enumerate((range(0, half), range(half, spec.episodes))):
         if not len(rows):
             continue
         cols = {k: [v[i] for i in rows] for k, v in ep_cols.items()}
         cols["meta/episodes/chunk_index"] = [0] * len(rows)
         cols["meta/episodes/file_index"] = [n] * len(rows)
+        if episode_stats:
+            cols |= {k: [episode_stats[i][k] for i in rows] for k in episode_stats[0]}
         path = out / "meta" / "episodes" / "chunk-000" / f"file-{n:03d}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(cols), path)
+        if spec.recorder == "lerobot":  # as lerobot writes it: snappy, dictionaries, 10 episodes a row group
+            pq.write_table(pa.table(cols), path, row_group_size=EPISODES_ROW_GROUP, compression="snappy",
+                           use_dictionary=True)
+        else:
+            pq.write_table(pa.table(cols), path)
     pq.write_table(_tasks_table(TASKS[:spec.tasks]), out / "meta" / "tasks.parquet")
 
     total = int(lengths.sum())

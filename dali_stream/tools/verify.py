@@ -26,7 +26,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RemoteError
 from .sample_defaults import painted_offset
 
 TOP_FOLDERS = ("meta", "data", "videos")
@@ -169,7 +169,7 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     """Relative file -> what goes wrong reading its episodes as the loader does (see the module doc)."""
 
     from ..decode.cpu import DecoderCache, torchcodec_frames
-    from ..errors import DaliStreamError
+    from ..errors import DaliStreamError, RemoteError
     from ..fetch.store import EpisodeStore
     from ..fetch.tables import FRAME_TIME_S
     from ..meta.catalog import Catalog
@@ -203,6 +203,8 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                         raise DaliStreamError(f"{len(misread)} of {len(idx)} frames of episode {episode}, "
                                               f"camera {key!r} show other painted ids (first: frame "
                                               f"{misread[0]})")
+                except RemoteError:
+                    raise  # the remote read failed, not the file: no finding about its bytes
                 except DaliStreamError as exc:
                     found.setdefault(rel, []).append(f"loader: {type(exc).__name__}: {exc}")
             if progress:
@@ -255,6 +257,8 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     try:
         meta = DatasetMeta.open(source, storage_options=storage_options, revision=revision)
         holders, meta_error = episodes_of(meta), None
+    except RemoteError:
+        raise  # a remote read that failed says nothing of the files' bytes: not a finding
     except Exception as exc:  # a damaged meta file is itself a finding; keep going without the episode map
         meta, holders, meta_error = None, {}, f"{type(exc).__name__}: {exc}"
     damaged: dict[str, list[str]] = {}
