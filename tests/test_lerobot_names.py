@@ -20,8 +20,9 @@ def test_root_and_repo_id_name_the_dataset_as_lerobot_does(small_dataset, tmp_pa
     by_root = StreamLoader(root=small_dataset, batch_size=4, device="cpu")
     assert by_root.meta.total_frames > 0 and len(by_root) > 0
     # repo_id with a root that holds the dataset: the root is read
-    assert StreamLoader(repo_id="someone/else", root=str(small_dataset), device="cpu").meta.source == \
-        by_root.meta.source
+    named = StreamLoader(repo_id="someone/else", root=str(small_dataset), device="cpu")
+    assert named.meta.source == by_root.meta.source and named.meta.repo_id == "someone/else"
+    assert open_meta(repo_id="someone/else", root=str(small_dataset)).repo_id == "someone/else"
     # repo_id with a root that does not hold it: lerobot would download; the loader streams the repo_id instead
     # (a Hub id is a local folder of that name where one exists, which stands in for the Hub here)
     monkeypatch.chdir(tmp_path)
@@ -108,6 +109,27 @@ def test_sample_i_is_lerobots_dataset_i(small_dataset):
     loader.close()
 
 
+def test_a_dataloader_around_the_loader_is_refused_and_around_its_dataset_covers_every_frame(small_dataset):
+    """torch's DataLoader around the loader would take its batches for samples (len(loader) counts batches) and
+    cover one frame in batch_size, silently: refused, at construction or first fetch, naming `loader.dataset`; around
+    `loader.dataset` it draws every frame once an epoch."""
+    import torch
+
+    loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", delta_timestamps=DELTAS)
+    n = loader.meta.total_frames
+    with pytest.raises(ConfigError, match=rf"already the DataLoader.*cover {len(loader)} of the {n} frames.*"
+                                          r"loader\.dataset"):
+        torch.utils.data.DataLoader(loader, batch_size=8, shuffle=True)
+    for batch_size in (8, None):  # a sequential sampler sizes it when iterated
+        with pytest.raises(ConfigError, match="already the DataLoader"):
+            next(iter(torch.utils.data.DataLoader(loader, batch_size=batch_size)))
+    assert len(loader) > 0  # the caller's own len() still counts batches
+    wrapped = torch.utils.data.DataLoader(loader.dataset, batch_size=8, shuffle=True)
+    seen = torch.cat([b["index"] for b in wrapped])
+    assert sorted(seen.tolist()) == list(range(n))
+    loader.close()
+
+
 def test_an_episode_selection_indexes_its_own_frames(small_dataset):
     loader = StreamLoader(str(small_dataset), episodes=[2, 5], device="cpu", batch_size=2)
     lengths = {int(e): int(n) for e, n in zip(loader.meta.episodes["episode_index"], loader.meta.lengths)}
@@ -118,3 +140,16 @@ def test_an_episode_selection_indexes_its_own_frames(small_dataset):
     second_rank = StreamLoader(str(small_dataset), episodes=[2, 5], device="cpu", batch_size=2, rank=1,
                                world_size=2)  # samples are the whole selection's, whatever the loader's rank
     assert len(second_rank.dataset) == len(loader.dataset) and int(second_rank[0]["episode_index"]) == 2
+
+
+def test_a_wrong_batch_key_names_the_keys_there_are(small_dataset):
+    import pickle
+
+    with StreamLoader(str(small_dataset), batch_size=2, device="cpu") as loader:
+        batch = next(iter(loader))
+    assert isinstance(batch, dict) and "observation.images.front" in batch
+    with pytest.raises(KeyError, match=r"'observation.image' is not a key of this batch \(did you mean "
+                                       r"'observation.images.top' or 'observation.images.front'.*its keys: \[.*'action'"):
+        batch["observation.image"]
+    assert batch.get("observation.image") is None  # dict's own ways of asking are unchanged
+    assert set(pickle.loads(pickle.dumps(batch))) == set(batch)

@@ -17,6 +17,18 @@ from .assemble import Stages
 from .schedule import Schedule
 
 
+class Batch(dict):
+    """A batch as the caller gets it: a plain dict of lerobot's keys (tensors, and `task`), whose missing key is a
+    KeyError naming the keys it has and the nearest ones."""
+
+    def __missing__(self, key: Any) -> Any:
+        import difflib
+
+        near = difflib.get_close_matches(str(key), [str(k) for k in self], n=2)
+        raise KeyError(f"{key!r} is not a key of this batch" + (f" (did you mean {' or '.join(map(repr, near))}?)"
+                                                               if near else "") + f"; its keys: {sorted(self)}")
+
+
 class Delivery:
     """Batches handed to the caller, from `stages` (`loader.assemble`)."""
 
@@ -62,8 +74,8 @@ class Delivery:
                 if bool(missing.any()):
                     tensors[k][missing.to(tensors[k].device)] = 0
         order = [*routes, *(k for k in got if k not in routes)]
-        batch: dict[str, Any] = {k: tensors[k] if str(tensors[k].device) == st.device else tensors[k].to(st.device)
-                                 for k in order}
+        batch = Batch({k: tensors[k] if str(tensors[k].device) == st.device else tensors[k].to(st.device)
+                       for k in order})
         if self.cfg.image_transforms is not None:
             self._transform(batch, prepared)
         batch["task"] = prepared.tasks

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..config import LoaderConfig
+from ..errors import ConfigError
+from .deliver import Batch
 from .source_setup import OPENING
 
 if TYPE_CHECKING:
@@ -46,7 +49,7 @@ class Samples:
             batch = next(batches)
         finally:
             batches.close()  # type: ignore[attr-defined]
-        return {k: v[0] for k, v in batch.items()}
+        return Batch({k: v[0] for k, v in batch.items()})
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for i in range(len(self)):
@@ -67,3 +70,21 @@ class Samples:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+
+
+def asked_by_torch_data(depth: int = 2) -> bool:
+    """Whether the caller `depth` frames up is torch.utils.data's code (a sampler sizing the loader as a dataset)."""
+    return sys._getframe(depth).f_globals.get("__name__", "").startswith("torch.utils.data")
+
+
+def wrapped(loader: "StreamLoader", *_: Any) -> ConfigError:
+    """The error for a loader handed to torch's DataLoader as its dataset: it would take the loader's batches for
+    samples and cover one frame in batch_size, silently."""
+    batches, frames = loader.position.next_len(), len(loader.dataset)
+    return ConfigError(
+        f"a StreamLoader is already the DataLoader: `for batch in loader` gives shuffled batches of "
+        f"batch_size={loader.config.batch_size} ({batches} a rank this epoch). torch's DataLoader around it would "
+        f"take len(loader) = {batches} batches for {batches} samples and cover {batches} of the {frames} frames. "
+        f"Iterate the loader itself; for lerobot's map-style samples use loader.dataset ({frames} samples, "
+        "loader.dataset[i] as LeRobotDataset's dataset[i]), e.g. DataLoader(loader.dataset, batch_size=8, "
+        "shuffle=True): slower, one sample at a time")

@@ -33,14 +33,14 @@ from ..mixture import Member, Mixture
 from ..plan.epoch import EpochPlan, PlanConfig
 from ..plan.mixture_epoch import Mix
 from ..plan.world import World
-from ..source.lerobot import lerobot_source
+from ..source.lerobot import lerobot_source, named
 from .assemble import Stages, assemble
 from .deliver import Delivery
 from .lifecycle import OPEN_LOADERS, shut
 from .memory import TRIM_EVERY, release_freed
 from .position import Position
 from .resolve import Resolved
-from .samples import Samples
+from .samples import Samples, asked_by_torch_data, wrapped
 from .schedule import Schedule
 from .source_setup import open_meta as _open_meta
 from .stats import loader_stats, memory_budget
@@ -66,7 +66,7 @@ def open_meta(source: str | Mixture | Sequence[str | Member] | None = None, *, c
     mixture's a `MixtureMeta`. Pass it to `StreamLoader` in place of the source and the dataset is not opened
     again (the settings that open one, `revision`, `data_files_root`, `storage_options` and the `remote_*`
     ones, then go here, not to the loader). lerobot's `repo_id=`/`root=` name the source as in `StreamLoader`."""
-    return _open_meta(lerobot_source(source, repo_id, root), LoaderConfig.make(config, **settings))
+    return named(_open_meta(lerobot_source(source, repo_id, root), LoaderConfig.make(config, **settings)), repo_id)
 
 
 class StreamLoader:
@@ -114,21 +114,15 @@ class StreamLoader:
                  root: str | os.PathLike | None = None, **settings: Unpack[LoaderSettings]) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
         self.stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
+        named(stages.meta, repo_id)
         for name in STAGE_NAMES:  # each stage under its own name (`Stages`)
             setattr(self, name, getattr(stages, name))
         self.plan_lengths = stages.plan_lengths
         self.delivery = Delivery(stages)
         self._closed = False
         self._samples: Samples | None = None  # `dataset`, opened on first use
-        # Threads end with the loader, even unclosed. Garbage collection runs the finalizer on whatever thread
-        # allocates at that moment: one of the fetch threads, one holding a lock the close takes, or fsspec's
-        # event-loop thread while a fetch thread waits for that loop (joining it there never returned). So a
-        # collected loader is closed on a thread of its own, which tells the fetch threads to end and does not wait
-        # for them; `close()` waits. Not at interpreter exit: a thread closing the store then races the interpreter's
-        # teardown (killed inside pyarrow's ParquetReader dealloc: "terminate called without an active exception",
-        # 1 exit in 5 of benchmarks/epoch_profile.py), so loaders open at exit are closed on the main thread
-        # (`lifecycle.close_open_loaders`). The closing thread is started here, never from the finalizer
-        # (`fetch.closer._Closer`: a thread started inside the garbage collector can deadlock every thread start).
+        # Threads end with the loader, even unclosed: a collected loader is closed on a thread of its own, one open
+        # at interpreter exit on the main thread (why: `loader.lifecycle`'s docstring)
         CLOSER.start()
         self._finalizer = weakref.finalize(self, in_background, shut, self.store, list(self.engines.values()),
                                            self.transforms)
@@ -209,8 +203,13 @@ class StreamLoader:
         return self.dataset[i]
 
     def __len__(self) -> int:
-        """Batches in the epoch the next `for` runs, on this rank."""
+        """Batches in the epoch the next `for` runs, on this rank (torch's DataLoader sizing it: `samples.wrapped`)."""
+        if asked_by_torch_data():
+            raise wrapped(self)
         return self.position.next_len()
+
+    def __getitems__(self, indices) -> list:  # torch's DataLoader fetching samples of the loader: refused
+        raise wrapped(self)
 
     def state_dict(self) -> dict[str, Any]:
         """The resume point, identical on every rank. `elastic` lists the (world_size, batches) segments this

@@ -31,3 +31,10 @@ def lerobot_source(source: Any, repo_id: str | None, root: Any) -> Any:
         return repo_id
     raise ConfigError("StreamLoader needs a dataset: its folder, an fsspec URL or a Hub id as the first argument, "
                       "e.g. StreamLoader('lerobot/pusht', batch_size=32) (or lerobot's repo_id=... / root=...)")
+
+
+def named(meta: Any, repo_id: str | None) -> Any:
+    """`meta` with lerobot's `repo_id` where one was given (read from `root=`, it would otherwise be the folder)."""
+    if repo_id is not None:
+        meta.repo_id = repo_id
+    return meta
