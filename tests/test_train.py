@@ -36,7 +36,9 @@ def test_sigkill_and_resume_continue_with_the_uninterrupted_batches(small_datase
                           text=True, timeout=600, env=_env())
     assert full.returncode == 0, full.stderr[-3000:]
     expected = _steps(tmp_path / "full")
-    assert len(expected) > 12
+    assert len(expected) > 12 and len(expected) % 4, "the run's last step falls between periodic checkpoints"
+    last = (tmp_path / "ckpt-full" / "latest").read_text().strip()
+    assert int(last.split("-")[1].split(".")[0]) == len(expected), "the run's last step is checkpointed"
 
     run = subprocess.Popen(_args(small_dataset, tmp_path / "killed", tmp_path / "ckpt"), stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, env=_env())

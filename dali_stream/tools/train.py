@@ -15,8 +15,8 @@ the max over ranks; the last line reports samples/s of all ranks together.
 The loader is NOT passed to `accelerator.prepare` (that would shard it again and drop (W-1)/W of each
 rank's batches): StreamLoader already gives every rank its own share, with equal batch counts. Rank and
 world size come from Accelerate. Rank 0 writes checkpoints (model, optimizer, step and the loader state,
-which is the same on every rank) every `--checkpoint-every` steps; `--resume-from` continues exactly with
-the batches the uninterrupted run would have seen next, on any number of ranks.
+which is the same on every rank) every `--checkpoint-every` steps and at the run's last step; `--resume-from`
+continues exactly with the batches the uninterrupted run would have seen next, on any number of ranks.
 """
 
 from __future__ import annotations
@@ -218,6 +218,19 @@ def main(argv=None) -> int:
         Path(args.sample_log).mkdir(parents=True, exist_ok=True)
         log = open(Path(args.sample_log) / f"rank{rank}.jsonl", "a")
     start_epoch = loader.state_dict()["epoch"]
+    saved = step  # the step the newest checkpoint holds (a resumed run's own)
+
+    def checkpoint(at: int) -> int:
+        """Rank 0 writes the checkpoint of step `at` (lerobot's layout for lerobot's policies); `at`."""
+        if accelerator.is_main_process and trainer is not None:
+            save_lerobot_checkpoint(Path(args.checkpoint_dir), at, trainer, loader.state_dict(), accelerator)
+        elif accelerator.is_main_process:
+            payload = {"step": at, "loader": loader.state_dict(),
+                       "model": accelerator.unwrap_model(model).state_dict() if model is not None else None,
+                       "optimizer": optimizer.state_dict() if optimizer is not None else None}
+            save_checkpoint(Path(args.checkpoint_dir), at, payload)
+        return at
+
     t0, samples = time.perf_counter(), 0
     for _ in range(start_epoch, args.epochs):
         if args.steps is not None and step >= args.steps:
@@ -248,15 +261,12 @@ def main(argv=None) -> int:
                 print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
                       f"{'' if loss_value is None else f'loss {loss_value:.4f} '}{rate:.1f} samples/s, "
                       f"data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
-            if step % args.checkpoint_every == 0 and accelerator.is_main_process and trainer is not None:
-                save_lerobot_checkpoint(Path(args.checkpoint_dir), step, trainer, loader.state_dict(), accelerator)
-            elif step % args.checkpoint_every == 0 and accelerator.is_main_process:
-                payload = {"step": step, "loader": loader.state_dict(),
-                           "model": accelerator.unwrap_model(model).state_dict() if model is not None else None,
-                           "optimizer": optimizer.state_dict() if optimizer is not None else None}
-                save_checkpoint(Path(args.checkpoint_dir), step, payload)
+            if step % args.checkpoint_every == 0:
+                saved = checkpoint(step)
             if args.steps is not None and step >= args.steps:
                 break
+    if saved != step:  # the run's last step, so that --resume-from goes on from where it ended
+        saved = checkpoint(step)
     elapsed = time.perf_counter() - t0
     total = accelerator.reduce(torch.tensor([float(samples)], device=accelerator.device), reduction="sum")
     accelerator.wait_for_everyone()
