@@ -154,7 +154,8 @@ def test_corrupt_segment(copy, decode, cache):
     pattern = (r"(DALI's video decoder failed .* on|the clip cutter \(DALI routes\) could not decode|dali-cpu could "
                r"not decode) episode \d, camera 'observation.images.top'"
                if decode == "auto" else r"torchcodec could not decode episode \d, camera 'observation.images.top'")
-    with pytest.raises(DecodeError, match=pattern + r".*re-download the file"):
+    with pytest.raises(DecodeError, match=pattern + r".*re-download the file.*`dali-stream verify DATASET --decode` "
+                                                    "lists every damaged file"):
         _loop(copy, decode=decode, frame_cache_bytes=cache)
 
 

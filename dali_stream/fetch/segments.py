@@ -29,7 +29,8 @@ import numpy as np
 from ..errors import DecodeError, FrameTimestampError, VideoFileError
 from .mp4write import write_mp4
 
-FIX_FILE = "re-download the file, or re-encode the camera with lerobot"
+FIX_FILE = ("re-download the file, or re-encode the camera with lerobot; `dali-stream verify DATASET --decode` lists "
+            "every damaged file of the dataset and the episodes each holds")
 _serials = itertools.count()  # Segment.uid: never reused in a process (an id() is, once its object is freed)
 
 

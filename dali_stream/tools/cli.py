@@ -108,7 +108,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return report["exit_code"]
     out = Console()
     checks = ", ".join(filter(None, [f"against {report['reference']}" if report["reference"] else "",
-                                     "every frame decoded" if report["decoded"] else ""]))
+                                     "every frame decoded" if report["decoded"] else "",
+                                     report["decoded_why"] if report["decoded_why"] not in (None, "asked (--decode)")
+                                     else ""]))
     if report["meta_error"]:
         out.print(f"[red]the dataset's metadata does not load: {report['meta_error']}[/]")
     if not report["damaged"]:
@@ -158,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("verify", help="find damaged files (sizes, hashes against a reference, decode) and the "
                                       "episodes they hold",
-                       description="Exit status: 0 every file matches, 1 damaged files found (listed with their "
-                                   "episodes), 2 nothing to compare with or a bad argument.")
+                       description="Without --against a dataset with no published hashes is decoded (--decode). "
+                                   "Exit status: 0 every file matches, 1 damaged files found (listed with their "
+                                   "episodes), 2 a bad argument.")
     p.add_argument("dataset", help="dataset root (path or fsspec URL; hf://datasets/... is checked against its "
                                    "published hashes)")
     p.add_argument("--against", help="reference: hf://datasets/<org>/<name> (published hashes) or a mirror folder")

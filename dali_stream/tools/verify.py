@@ -250,8 +250,9 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     if not fs.exists(root):
         raise ConfigError(f"dataset folder {source!r} does not exist")
     mine = _files(_raw(fs), root)
-    if against is None and not decode and not _is_hub(fs):
-        reference_of(None, source, fs, root, storage_options)  # raises: nothing to compare with
+    decoded_why = "asked (--decode)" if decode else None
+    if against is None and not decode and not _is_hub(fs):  # no hashes to compare with: decoding needs none
+        decode, decoded_why = True, "no published hashes to compare with (--against DIR or hf://... compares)"
     what, published, mirror = (reference_of(against, source, fs, root, storage_options)
                                if against is not None or _is_hub(fs) else ("", {}, None))
     try:
@@ -310,6 +311,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     files: list[dict[str, Any]] = [{"file": rel, "problems": problems, "episodes": holders.get(rel, [])}
              for rel, problems in sorted(damaged.items())]
     episodes = sorted({e for f in files for e in f["episodes"]})
-    return {"source": source, "reference": what or None, "decoded": decode, "files_here": len(mine),
+    return {"source": source, "reference": what or None, "decoded": decode, "decoded_why": decoded_why,
+            "files_here": len(mine),
             "files_compared": checked, "damaged": files, "damaged_episodes": episodes, "meta_error": meta_error,
             "exit_code": 1 if files or meta_error else 0}
