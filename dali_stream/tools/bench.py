@@ -28,6 +28,7 @@ import numpy as np
 
 from ..config import LoaderConfig, as_dict
 from ..decode.route import NVDEC, NVDEC_OPEN, any_where
+from ..errors import ConfigError
 from .bench_limit import raw_limit
 from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
@@ -225,6 +226,19 @@ def loader_decode(decode: str | Mapping[str, str], formats: dict, node) -> str |
     return {key: "gpu" if node.nvdec_refuses(fmt) is None else "auto" for key, fmt in formats.items()}
 
 
+def whole_batches(cfg: BenchConfig, meta) -> None:
+    """Bench times whole batches (it sets drop_last=True): a --batch-size larger than the selected episodes' frames
+    would leave none, said here in bench's words rather than the loader's (which would call drop_last given)."""
+    chosen = meta.lengths if cfg.loader.episodes is None else \
+        meta.lengths[np.isin(meta.episodes["episode_index"], list(cfg.loader.episodes))]
+    frames = int(np.sum(chosen))
+    if cfg.loader.batch_size > frames:
+        raise ConfigError(f"--batch-size {cfg.loader.batch_size} is more than the {frames} frames of "
+                          f"{'the selected episodes' if cfg.loader.episodes is not None else cfg.dataset}: bench "
+                          "times whole batches (it drops a partial one), so there would be none; use a --batch-size "
+                          f"of at most {frames}, or a larger dataset")
+
+
 def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
     told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
@@ -238,6 +252,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     cameras = list(meta.video_keys)
     deltas = mode_deltas(cfg.mode, cameras, meta.features)
     decode = loader_decode(cfg.loader.decode, formats_of(meta), Node.probe())
+    whole_batches(cfg, meta)
     from .bench_gpu import GpuLoad, NvdecUtilisation
 
     with RssSampler() as rss:
