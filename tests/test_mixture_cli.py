@@ -5,6 +5,7 @@ members of different embodiments."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -74,6 +75,9 @@ def test_demo_streams_a_mixture_of_two_embodiments(tmp_path):
     proc = dali_stream("demo", tmp_path / "mix", "--mixture", "--batches", 12, "--batch-size", 8, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "show their sample's painted" in proc.stdout and "observation.images.wrist_is_missing" in proc.stdout
+    said = " ".join(proc.stdout.split())  # what the two figures are, and how weight and share set them
+    assert "weight 2)" in said and "part = frames x weight" in said and "share= gives it" in said
+    assert re.search(r"arm7: [01]\.\d\d here, [01]\.\d\d an epoch", said), said
     mixture = json.loads((tmp_path / "mix/mixture.json").read_text())
     assert [m["name"] for m in mixture["members"]] == ["arm6", "arm7"]
     info = json.loads((tmp_path / "mix/arm7/meta/info.json").read_text())

@@ -3,7 +3,8 @@
 With `--mixture`, two sample datasets are written under the demo folder (once) with a mixture file beside them:
 `arm6`, a 30 fps arm with a front (H.264) and a wrist (AV1) camera and a 6-dof state, and `arm7`, a 10 fps arm
 with one top camera (AV1, mapped onto the mixture's front camera) and a 7-dof state, weighted 2 (its frames
-drawn twice as often). The summary shows each member's share of the samples against the epoch's target, the
+drawn twice as often). The summary shows each member's part of the samples streamed against its part of an epoch
+(what `share=` sets, or frames x weight over the members' sum), the
 route of each camera key, the masks (arm7 has no wrist camera; arm6's vectors are padded to 7), and the
 painted ids of the last batch's frames, member by member.
 """
@@ -74,14 +75,16 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
                     break
         stream_s = time.perf_counter() - t_stream
     summary = Table(title="dali_stream mixture demo", show_header=False)
+    target = epoch_shares(loader.catalog)
     summary.add_row("mixture", f"{path}: " + ", ".join(
-        f"{m.name} ({len(m.episodes)} episodes, {m.frames} frames, {m.meta.fps:g} fps, weight {m.weight:g})"
-        for m in loader.catalog.members))
+        f"{m.name} ({len(m.episodes)} episodes, {m.frames} frames, {m.meta.fps:g} fps, "
+        + (f"share {m.share:g})" if m.share is not None else f"weight {m.weight:g})") for m in loader.catalog.members))
+    summary.add_row("how a member's part of an epoch is set", "share= gives it outright; weight= (default 1) counts "
+                    "each frame that many times: part = frames x weight / the sum over members (docs/mixtures.md)")
     summary.add_row("batches x batch size", f"{done} x {settings['batch_size']} on {loader.device}")
     summary.add_row("throughput", f"{samples / stream_s:.0f} samples/s (loader set-up {setup_s:.2f} s)")
-    target = epoch_shares(loader.catalog)
-    summary.add_row("shares (seen / epoch target)", ", ".join(
-        f"{n}: {c / max(1, samples):.2f} / {t:.2f}" for n, c, t in zip(names, counts, target)))
+    summary.add_row(f"part of the samples: in these {done} batches, and each epoch's", ", ".join(
+        f"{n}: {c / max(1, samples):.2f} here, {t:.2f} an epoch" for n, c, t in zip(names, counts, target)))
     for key, route in loader.routes.items():
         summary.add_row(f"decode {key}", f"{route} (members alone: " + ", ".join(
             f"{n}: {r.get(key, '-')}" for n, r in loader.member_routes.items()) + ")")
