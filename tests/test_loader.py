@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -564,6 +565,39 @@ def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dat
     for a, b, c in zip(spread, here, unpicklable):
         for key in ("observation.images.front", "observation.images.top"):
             assert torch.equal(a[key], b[key]) and torch.equal(a[key], c[key]), key
+
+
+def _stuck(frames):
+    """A transform that does not return for a minute (a hung one, or a machine too loaded to run it)."""
+    time.sleep(60)
+    return frames
+
+
+def test_closing_the_transform_pool_joins_what_it_terminates():
+    """A worker that does not end when asked (here: mid-transform) is terminated and joined before close returns."""
+    import threading
+
+    from dali_stream.graph.transforms import TransformPool
+
+    pool = TransformPool(_stuck, 1)
+    pool.END_S = 0.5
+    def transform():
+        try:
+            pool(torch.zeros(2, 3, 4, 4), [1, 2])
+        except Exception:  # noqa: BLE001 - the pool closed under it: what this test does
+            pass
+
+    busy = threading.Thread(target=transform, daemon=True)
+    busy.start()
+    deadline = time.time() + 60
+    while not pool._workers and time.time() < deadline:
+        time.sleep(0.05)
+    workers = list(pool._workers)
+    time.sleep(1.0)  # the worker has taken the job
+    t0 = time.perf_counter()
+    pool.close()
+    assert workers and not any(w.is_alive() for w in workers), "close returned with a worker alive"
+    assert time.perf_counter() - t0 < 30 and all(w.exitcode is not None for w in workers)
 
 
 def test_closing_a_loader_with_transforms_in_flight_returns(small_dataset):

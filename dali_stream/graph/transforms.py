@@ -19,6 +19,7 @@ import logging
 import multiprocessing
 import pickle
 import threading
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -90,6 +91,8 @@ _SPAWN_LOCK = threading.Lock()
 
 class TransformPool:
     """`processes` worker processes that transform CPU tensors in parallel, each sample under its own seed."""
+
+    END_S = 10.0  # seconds `close` gives the workers to end before it terminates them
 
     def __init__(self, transform: Callable[[Any], Any], processes: int) -> None:
         self.transform, self.processes = transform, processes
@@ -178,10 +181,20 @@ class TransformPool:
             workers, self._workers = self._workers, []
         for _ in workers:
             self._jobs.put(None)
+        # asked to end; those that have not within END_S (a loaded machine, a transform mid-call) are terminated,
+        # and joined: close does not return with a worker alive (wait=False, at exit or collection: terminated at
+        # once, not joined)
+        deadline = time.monotonic() + (self.END_S if wait else 0)
         for worker in workers:
-            worker.join(timeout=10 if wait else 0)
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
+        for worker in workers:
             if worker.is_alive():
                 worker.terminate()
+        for worker in workers if wait else ():
+            worker.join(timeout=5)
+            if worker.is_alive():  # SIGTERM ignored or blocked: SIGKILL cannot be
+                worker.kill()
+                worker.join()
 
 
 def _picklable(transform: Callable[[Any], Any]) -> bool:
