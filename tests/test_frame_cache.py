@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -316,3 +317,17 @@ def test_a_mixture_with_the_cache_gives_the_uncached_batches(embodiments, decode
         assert_same(g, w)
     assert got[0][1] > 0 and got[1][1] == 0, [n for _, n in got]
     cached.close()
+
+
+def test_a_spilled_frame_is_read_into_memory_of_its_own_and_a_torn_one_is_none(tmp_path):
+    """Frames read back from the folder are arrays of their own, not mappings whose pages would count in the
+    process's RSS while they lived; a file shorter than its header says (a torn write) is no frame."""
+    from dali_stream.decode.frames import read_frame
+
+    frame = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
+    np.save(tmp_path / "f.npy", frame)
+    got = read_frame(str(tmp_path / "f.npy"))
+    assert type(got) is np.ndarray and got.base is None and np.array_equal(got, frame)
+    data = (tmp_path / "f.npy").read_bytes()
+    (tmp_path / "torn.npy").write_bytes(data[:-5])
+    assert read_frame(str(tmp_path / "torn.npy")) is None and read_frame(str(tmp_path / "absent.npy")) is None

@@ -23,7 +23,8 @@ Where they are kept:
   (`benchmarks/frame_cache.py` measures both on the planner's own batches); keeping the first frames admitted
   hits bound/dataset under both, with no churn.
 - past that bound, in `frame_cache_dir` (a local folder), one `.npy` file a frame, written once (a temporary
-  file renamed: ranks of a node and later runs share the folder safely) and read back memory-mapped. The spill
+  file renamed: ranks of a node and later runs share the folder safely) and read back into an array of its own
+  (a mapping's pages would count in the process's RSS for as long as it lived). The spill
   leaves the folder's file system at least `SPILL_FREE` of its size free (and `SPILL_FREE_MIN_BYTES`): the
   checkpoints and logs a job writes to the same drive keep their room. A folder that cannot be written (full,
   read-only) or whose drive reached that floor stops being written to, with one warning; frames already there are
@@ -53,21 +54,24 @@ _SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
 
 
 def read_frame(path: str) -> np.ndarray | None:
-    """The (H, W, 3) uint8 frame `np.save` wrote to `path`, memory-mapped; None where there is none or the file is
-    not one. Its header is read here, not by `np.load`, which parses it with `ast.literal_eval`: CPython 3.11's
+    """The (H, W, 3) uint8 frame `np.save` wrote to `path`, read into an array of its own; None where there is none
+    or the file is not one (or is shorter than its header says). Its header is read here, not by `np.load`, which parses it with `ast.literal_eval`: CPython 3.11's
     parser keeps its recursion depth in shared state, and two builder threads loading at once raised
     `SystemError: AST constructor recursion depth mismatch`."""
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb", buffering=0) as f:
             head = f.read(10)
             if len(head) < 10 or head[:6] != b"\x93NUMPY" or head[6] != 1:
                 return None
             size = int.from_bytes(head[8:10], "little")
             header = f.read(size)
-        shape = _SHAPE.search(header)
-        if shape is None or b"'|u1'" not in header or b"'fortran_order': False" not in header:
-            return None
-        return np.memmap(path, np.uint8, "r", offset=10 + size, shape=tuple(int(n) for n in shape.groups()))
+            shape = _SHAPE.search(header)
+            if shape is None or b"'|u1'" not in header or b"'fortran_order': False" not in header:
+                return None
+            frame = np.empty(tuple(int(n) for n in shape.groups()), np.uint8)
+            if f.readinto(frame.data.cast("B")) != frame.nbytes:
+                return None  # torn: shorter than its header says
+            return frame
     except (OSError, ValueError):
         return None
 
@@ -174,7 +178,7 @@ class FrameCache:
         return os.path.join(self.folder or "", key[0], f"{key[1]}.npy")
 
     def _load(self, key: tuple[str, int]) -> np.ndarray | None:
-        """The spilled frame `key`, memory-mapped; None if the folder has none (or a torn or foreign file)."""
+        """The spilled frame `key`, read from the folder; None if the folder has none (or a torn or foreign file)."""
         return None if self.folder is None else read_frame(self._path(key))
 
     def look(self, samples: list[list[tuple[str, int]] | None]) -> list[tuple[list, list] | None]:
