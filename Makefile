@@ -9,8 +9,10 @@ SET ?= $(shell $(PYTHON) dali_stream/pairing.py constraint-set)
 # a CUDA 13 build); cpu: PyPI or a local wheel (set TORCH_INDEX=https://download.pytorch.org/whl/cpu for the
 # small CPU build on a machine with the internet).
 TORCH_INDEX ?= $(if $(filter cu12,$(SET)),https://download.pytorch.org/whl/cu128,)
-# Each set has the extra of its name: [cpu], [cu12], [cu13].
-EXTRAS := $(SET),remote,bench,docs,test
+# Each set has the extra of its name: [cpu], [cu12], [cu13]; the cpu set adds [dali] (DALI's CPU operators: the
+# suite tests DALI's CPU decoder and graph; the README's CPU line leaves it out).
+COMMA := ,
+EXTRAS := $(SET),remote,bench,docs,test$(if $(filter cpu,$(SET)),$(COMMA)dali,)
 STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
@@ -29,8 +31,11 @@ SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/te
 # ... less the loader's process-lifecycle tests (exit, fork, finalizers, transform processes: ~87 s on 2 cores),
 # which exercise CPython and torch's multiprocessing rather than the floors of the libraries pinned
 SMOKE_SKIP := not transforms and not at_exit and not fork and not finalizer
+NEWEST_VENV := .venv-newest
+NEWEST_SMOKE := tests/test_pairing.py tests/test_routes.py tests/test_segments.py tests/test_golden.py \
+                tests/test_colour.py tests/test_lerobot_names.py
 
-.PHONY: demo demo-mixture test lint typecheck docs test-floors install sysdeps clean gpu-check gpu-datasets test-lerobot \
+.PHONY: demo demo-mixture test lint typecheck docs test-floors test-newest install sysdeps clean gpu-check gpu-datasets test-lerobot \
 	gpu-first-prepare gpu-first
 
 demo: $(STAMP)
@@ -125,5 +130,16 @@ test-floors: sysdeps
 	$(FLOORS_VENV)/bin/pip freeze | grep -iE '^(numpy|pyarrow|fsspec|huggingface.hub|av|rich|aiohttp|s3fs|nvidia-dali-cuda120|torch|torchcodec)=='
 	$(FLOORS_VENV)/bin/python -m pytest -q --timeout=600 $(XDIST) $(SMOKE) -k "$(SMOKE_SKIP)"
 
+# The newest releases, a second tested set (constraints/newest.txt: torch 2.15 from PyPI, a CUDA 13 build, with
+# torchcodec 0.17 and DALI's CUDA 13 flavour), in their own venv, on a smoke subset: decoding against the painted
+# ids and FFmpeg's colours, the golden batches, routing and the version pairing. PIP_CONSTRAINT=/dev/null sets aside
+# a machine-wide pip constraint where one caps torch below the set's (CI's machine has one); the set's own file
+# still pins every version.
+test-newest: sysdeps
+	test -x $(NEWEST_VENV)/bin/python || $(PYTHON) -m venv $(NEWEST_VENV)
+	PIP_CONSTRAINT=/dev/null $(NEWEST_VENV)/bin/pip install -q -c constraints/newest.txt -e '.[cu13,remote,test]'
+	$(NEWEST_VENV)/bin/pip freeze | grep -iE '^(torch|torchcodec|nvidia-dali-cuda130)=='
+	$(NEWEST_VENV)/bin/python -m pytest -q --timeout=600 $(XDIST) $(NEWEST_SMOKE)
+
 clean:
-	rm -rf $(VENV) $(FLOORS_VENV) $(LEROBOT_VENV) .demo .docs-site *.egg-info
+	rm -rf $(VENV) $(FLOORS_VENV) $(NEWEST_VENV) $(LEROBOT_VENV) .demo .docs-site *.egg-info

@@ -27,9 +27,15 @@ CUDA_MIN_DRIVER = {12: 525, 13: 580}
 TORCHCODEC_TORCH = {(0, 8): ((2, 9), (2, 9)), (0, 9): ((2, 9), (2, 9)), (0, 10): ((2, 10), (2, 10)),
                     (0, 11): ((2, 11), (2, 11))}
 STABLE_ABI_FROM = (0, 12)  # torchcodec >= 0.12: any torch >= 2.11
-# The versions every constraint set pins (constraints/{cpu,cu12,cu13}.txt; tests/test_pairing.py keeps them equal):
-# the set CI runs the suite on. `dali-stream diagnose` fails where the installed ones differ.
-TESTED = {"torch": "2.13.0", "torchcodec": "0.13.0", "nvidia-dali": "2.4.0"}
+# The sets of versions tested together, each pinned by constraint files (tests/test_pairing.py keeps them equal):
+# constraints/{cpu,cu12,cu13}.txt, the set CI runs the suite on, and constraints/newest.txt (the newest releases, as
+# lerobot's next release pins them), which CI runs a smoke subset on. `dali-stream diagnose` fails where the
+# installed versions are none of them.
+TESTED_SETS = {
+    "cpu, cu12, cu13": {"torch": "2.13.0", "torchcodec": "0.13.0", "nvidia-dali": "2.4.0"},
+    "newest": {"torch": "2.15.0", "torchcodec": "0.17.0", "nvidia-dali": "2.4.0"},
+}
+TESTED = TESTED_SETS["cpu, cu12, cu13"]
 # The README's install line for each set, run in a checkout (tests/test_readme_install.py runs the cpu line in a
 # fresh environment; make install uses the same constraint set and index).
 TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cu12": "https://download.pytorch.org/whl/cu128",
@@ -98,10 +104,12 @@ def cuda_driver_problem(what: str, cuda: str | None, driver: str | None) -> str 
 
 
 def dali_flavour_problem(flavours: list[str], driver: str | None) -> str | None:
-    """Why the installed DALI distributions do not work here; None when exactly one fits the driver."""
+    """Why the installed DALI distributions do not work here; None when exactly one fits the driver, or when none
+    is installed on a node without an NVIDIA driver (the CPU install: DALI is optional there, `dali_missing`)."""
     if not flavours:
-        return ("no NVIDIA DALI is installed: pip install 'dali-stream[cu12]' (NVIDIA driver >= 525, or no GPU) "
-                "or 'dali-stream[cu13]' (driver >= 580)")
+        return None if driver is None else (
+            "no NVIDIA DALI is installed, so this node's GPUs are not used (the CPU install): pip install "
+            "'dali-stream[cu12]' (NVIDIA driver 525 to 579) or 'dali-stream[cu13]' (driver >= 580)")
     if len(flavours) > 1:
         return (f"{' and '.join(flavours)} are installed together; they share the nvidia/dali folder and "
                 f"overwrite each other's files: pip uninstall -y {' '.join(flavours)}, then install one "
@@ -127,17 +135,34 @@ def installed_dali() -> list[str]:
     return found
 
 
-def check_dali() -> None:
-    """Raise `InstallError` unless exactly one DALI flavour is installed (or DALI imports from elsewhere, e.g.
-    a source build): called before the loader first imports nvidia.dali."""
+def dali_present() -> bool:
+    """Whether NVIDIA DALI is installed: a flavour's distribution, or `nvidia.dali` importable from elsewhere (a
+    source build). Without it (the CPU install) the loader runs on its host routes (`dali_missing`)."""
     import importlib.util
 
-    flavours = installed_dali()
+    if installed_dali():
+        return True
     try:
-        elsewhere = importlib.util.find_spec("nvidia.dali") is not None
+        return importlib.util.find_spec("nvidia.dali") is not None
     except ModuleNotFoundError:  # no `nvidia` package at all: find_spec raises for the parent
-        elsewhere = False
-    if len(flavours) == 1 or (not flavours and elsewhere):
+        return False
+
+
+# What needs DALI, for the InstallError a CPU install raises when asked for it
+DALI_EXTRA_LINE = ("add the [dali] extra: the CPU install line with '.[cpu,dali]' (DALI's CPU operators, ~955 MB with "
+                   "NVIDIA's libraries), or a GPU node's line (docs/install.md)")
+
+
+def dali_missing(what: str) -> str:
+    """The InstallError's text for `what` (e.g. "resize="), asked of an install without DALI."""
+    return f"{what} runs on NVIDIA DALI, which this install does not have (the CPU install); {DALI_EXTRA_LINE}"
+
+
+def check_dali() -> None:
+    """Raise `InstallError` where two DALI flavours are installed together: called before the loader first
+    imports nvidia.dali. None installed is the CPU install (`dali_present`)."""
+    flavours = installed_dali()
+    if len(flavours) <= 1:
         return
     from .errors import InstallError
 
@@ -166,17 +191,24 @@ def _base(version: str | None) -> str | None:
 
 
 def untested(torch: str | None, torchcodec: str | None, dali: str | None) -> list[str]:
-    """Each of torch, torchcodec and DALI whose installed version is not the tested one (`TESTED`), as
-    "torch 2.14.1 (tested: 2.13.0)"; a package not installed is not listed here (other checks name it)."""
-    found = {"torch": torch, "torchcodec": torchcodec, "nvidia-dali": dali}
-    return [f"{name} {version} (tested: {TESTED[name]})" for name, version in found.items()
-            if version is not None and _base(version) != TESTED[name]]
+    """Each of torch, torchcodec and DALI whose installed version differs from the tested set (`TESTED_SETS`) the
+    installed ones come closest to, as "torch 2.14.1 (tested: 2.15.0)"; nothing where they are one of the sets. A
+    package not installed is not listed here (other checks name it)."""
+    found = {name: _base(v) for name, v in (("torch", torch), ("torchcodec", torchcodec), ("nvidia-dali", dali))
+             if v is not None}
+    sets = list(TESTED_SETS.values())
+    closest = max(sets, key=lambda tested: sum(tested[k] == v for k, v in found.items()))  # ties: the first set
+    shown = {"torch": torch, "torchcodec": torchcodec, "nvidia-dali": dali}
+    return [f"{name} {shown[name]} (tested: {closest[name]})" for name, version in found.items()
+            if version != closest[name]]
 
 
-def cpu_node_cuda_problem(torch: str | None, cuda: str | None, driver: str | None) -> str | None:
+def cpu_node_cuda_problem(torch: str | None, cuda: str | None, driver: str | None,
+                          torchcodec: str | None = None) -> str | None:
     """A CUDA build of torch on a node without an NVIDIA driver: gigabytes of CUDA libraries that cannot run here
-    (PyPI's Linux torch is a CUDA build); None otherwise."""
-    if driver is not None or cuda is None:
+    (PyPI's Linux torch is a CUDA build), which diagnose warns of; None otherwise, and where `torchcodec` (>= 0.14
+    from PyPI: it links CUDA 13) needs that build to import (the newest tested set)."""
+    if driver is not None or cuda is None or (_minor(torchcodec) or (0, 0)) >= (0, 14):
         return None
     return (f"torch {torch} is a CUDA {cuda} build, and this node has no NVIDIA driver: its CUDA libraries (~4 GB) "
             "cannot run here")

@@ -58,7 +58,8 @@ def test_cuda_builds_against_the_driver():
 
 
 def test_dali_flavours():
-    assert "no NVIDIA DALI is installed" in dali_flavour_problem([], None)
+    assert dali_flavour_problem([], None) is None  # the CPU install: DALI is optional without a GPU
+    assert "no NVIDIA DALI is installed, so this node's GPUs are not used" in dali_flavour_problem([], "580.1")
     both = dali_flavour_problem(["nvidia-dali-cuda120", "nvidia-dali-cuda130"], None)
     assert "installed together" in both and "pip uninstall -y nvidia-dali-cuda120 nvidia-dali-cuda130" in both
     assert "driver >= 580" in dali_flavour_problem(["nvidia-dali-cuda130"], "550.54.15")
@@ -83,11 +84,18 @@ def _software(torch="2.13.0", cuda="13.0", torchcodec="0.13.0", dali=("nvidia-da
     (None, _software(torch="2.13.0+cpu", cuda=None, torchcodec="0.17.0"), ["links CUDA 13"], [],
      ["torchcodec 0.17.0 (tested: 0.13.0)"], "constraints/cpu.txt"),
     # what plain `pip install '.[cu12]'` brought on a CPU-only machine: a CUDA 13 torch, 4 GB it cannot use
-    (None, _software(torch="2.14.1+cu130", cuda="13.0", torchcodec="0.17.0+cu130"),
-     ["a CUDA 13.0 build, and this node has no NVIDIA driver"], [],
-     ["torch 2.14.1+cu130 (tested: 2.13.0)", "torchcodec 0.17.0+cu130 (tested: 0.13.0)"],
+    (None, _software(torch="2.14.1+cu130", cuda="13.0", torchcodec="0.13.0"), [],
+     ["a CUDA 13.0 build, and this node has no NVIDIA driver"], ["torch 2.14.1+cu130 (tested: 2.13.0)"],
      "--extra-index-url https://download.pytorch.org/whl/cpu -c constraints/cpu.txt '.[cpu]'"),
+    # ... unless its torchcodec (0.17, CUDA 13) needs it: the newest set's torch is the one next to 0.17
+    (None, _software(torch="2.14.1+cu130", cuda="13.0", torchcodec="0.17.0+cu130"), [], [],
+     ["torch 2.14.1+cu130 (tested: 2.15.0)"], "constraints/cpu.txt"),
     ("580.159.04", _software(torch="2.14.1"), [], [], ["torch 2.14.1 (tested: 2.13.0)"], "constraints/cu13.txt"),
+    # the newest tested set (lerobot's next release), on a GPU node and on a CPU node: tested, nothing to fix
+    ("580.159.04", _software(torch="2.15.0", torchcodec="0.17.0", dali=("nvidia-dali-cuda130",)), [], [], [], None),
+    (None, _software(torch="2.15.0", torchcodec="0.17.0", dali=("nvidia-dali-cuda130",)), [], [], [], None),
+    # the CPU install: no DALI at all on a node without a GPU is no problem
+    (None, _software(torch="2.13.0+cpu", cuda=None, dali=()), [], [], [], None),
     ("580.159.04", _software(), [], [], [], None),
     (None, _software(torch="2.13.0+cpu", cuda=None), [], [], [], None),
 ])
@@ -104,14 +112,16 @@ def test_diagnose_names_the_set_that_fixes_a_mismatch(driver, software, broken, 
 
 
 def test_the_tested_versions_are_the_constraint_sets():
-    """pairing.TESTED (what diagnose calls tested) is what every constraint set pins."""
-    from dali_stream.pairing import TESTED
+    """pairing.TESTED_SETS (what diagnose calls tested) are what the constraint sets pin: cpu, cu12 and cu13 the
+    suite's, newest.txt the newest releases'."""
+    from dali_stream.pairing import TESTED_SETS
 
-    for name in ("cpu", "cu12", "cu13"):
+    for name in ("cpu", "cu12", "cu13", "newest"):
         pins = dict(ln.split("==") for ln in (REPO / f"constraints/{name}.txt").read_text().splitlines()
                     if "==" in ln and not ln.startswith("#"))
         dali = next(v for k, v in pins.items() if k.startswith("nvidia-dali"))
-        assert {"torch": pins["torch"], "torchcodec": pins["torchcodec"], "nvidia-dali": dali} == TESTED, name
+        tested = TESTED_SETS["newest" if name == "newest" else "cpu, cu12, cu13"]
+        assert {"torch": pins["torch"], "torchcodec": pins["torchcodec"], "nvidia-dali": dali} == tested, name
 
 
 def test_the_readme_gives_the_install_line_of_every_set():
@@ -154,9 +164,12 @@ def test_constraint_sets_pin_the_same_shared_versions():
 
 def test_two_dali_flavours_stop_the_loader_with_the_fix(small_dataset, tmp_path):
     """A second flavour's dist-info on the path (as `pip install dali-stream[cu13]` over [cu12] leaves it)."""
-    info = tmp_path / "site" / "nvidia_dali_cuda130-2.4.0.dist-info"
+    from dali_stream.pairing import installed_dali
+
+    other = "nvidia-dali-cuda120" if installed_dali() == ["nvidia-dali-cuda130"] else "nvidia-dali-cuda130"
+    info = tmp_path / "site" / f"{other.replace('-', '_')}-2.4.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvidia-dali-cuda130\nVersion: 2.4.0\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {other}\nVersion: 2.4.0\n")
     code = ("from dali_stream import StreamLoader, InstallError\n"
             f"try:\n    StreamLoader({str(small_dataset)!r})\nexcept InstallError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -164,16 +177,17 @@ def test_two_dali_flavours_stop_the_loader_with_the_fix(small_dataset, tmp_path)
     assert "nvidia-dali-cuda120 and nvidia-dali-cuda130 are installed together" in out.stdout, out.stderr
 
 
-def test_no_dali_at_all_is_an_install_error_naming_the_fix():
-    """No `nvidia` package on the path (a fresh environment without DALI): InstallError with the pip command,
-    not find_spec's raw ModuleNotFoundError for the parent package."""
+def test_no_dali_at_all_is_the_cpu_install():
+    """No `nvidia` package on the path (the README's CPU line installs none): DALI is absent, which is no error
+    (`check_dali` passes; the loader runs its host routes), and no raw ModuleNotFoundError for the parent package."""
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
     code = ("import sys\nsys.path = [p for p in sys.path if 'site-packages' not in p and 'dist-packages' not in p]\n"
             f"sys.path.insert(0, {str(repo)!r})\n"
-            "from dali_stream.errors import InstallError\nfrom dali_stream.pairing import check_dali\n"
-            "try:\n    check_dali()\nexcept InstallError as exc:\n    print('InstallError:', exc)\n")
+            "from dali_stream.pairing import check_dali, dali_missing, dali_present\n"
+            "check_dali()\nprint('present:', dali_present())\nprint(dali_missing('resize='))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "InstallError: no NVIDIA DALI is installed: pip install 'dali-stream[cu12]'" in out.stdout
+    assert "present: False" in out.stdout and "resize= runs on NVIDIA DALI" in out.stdout
+    assert "'.[cpu,dali]'" in out.stdout

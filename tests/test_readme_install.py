@@ -9,6 +9,7 @@ and not to compile every module of torch to bytecode (`PIP_NO_COMPILE=1`: Python
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -69,7 +70,7 @@ def run_blocks(text: str, cwd: Path, bin_dir: Path, env: dict) -> None:
                                      f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
 
 
-@pytest.mark.timeout(2400)  # the fixture installs torch, DALI and the rest into a new environment
+@pytest.mark.timeout(2400)  # the fixture installs torch and the rest into a new environment
 def test_the_readmes_blocks_run_after_its_install_line(fresh, tmp_path):
     """Quickstart (make-sample, the first batch), Training (train, then resume) and Mixtures (the demo members,
     then the snippet), in that order, with nothing from the development environment."""
@@ -77,16 +78,41 @@ def test_the_readmes_blocks_run_after_its_install_line(fresh, tmp_path):
     for name in FRESH_SECTIONS:  # tests/test_docs.py runs the README's other blocks
         run_blocks(section(name), tmp_path, bin_dir, env)
     assert (tmp_path / "ckpt").is_dir() and (tmp_path / ".demo" / "mixture").is_dir()
-    where = subprocess.run([str(bin_dir / "python"), "-c", "import dali_stream, torch, torchcodec, nvidia.dali as d; "
-                            "print(dali_stream.__file__, torch.__version__, torchcodec.__version__, d.__version__)"],
+    where = subprocess.run([str(bin_dir / "python"), "-c", "import dali_stream, torch, torchcodec; "
+                            "print(dali_stream.__file__, torch.__version__, torchcodec.__version__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert where.returncode == 0, where.stderr
-    path, torch_version, codec_version, dali_version = where.stdout.split()
+    path, torch_version, codec_version = where.stdout.split()
     assert str(REPO) not in path, "the fresh environment must hold its own install, not the checkout"
-    assert (torch_version.split("+")[0], codec_version.split("+")[0], dali_version) == ("2.13.0", "0.13.0", "2.4.0")
+    assert (torch_version.split("+")[0], codec_version.split("+")[0]) == ("2.13.0", "0.13.0")
     diagnose = subprocess.run([str(bin_dir / "dali-stream"), "diagnose", "--json"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
     assert diagnose.returncode == 0, diagnose.stdout[-2000:] + diagnose.stderr[-2000:]
+    assert json.loads(diagnose.stdout)["software"]["nvidia.dali"]["installed"] is False
+
+
+def test_the_cpu_line_brings_no_nvidia_library_and_runs_without_dali(fresh, tmp_path):
+    """The CPU install: no NVIDIA package, at most 1.4 GB; the loader decodes every camera (VP9 too) with torchcodec
+    and lays batches out without a DALI graph; what only DALI does is an InstallError naming the extra."""
+    bin_dir, env = fresh
+    venv_dir = bin_dir.parent
+    site = next(venv_dir.glob("lib/python3*/site-packages"))
+    nvidia = sorted(p.name for p in site.iterdir() if p.name.lower().startswith(("nvidia", "cuda")))
+    assert not nvidia, f"NVIDIA packages in the CPU install: {nvidia}"
+    size = sum(f.stat().st_size for f in venv_dir.rglob("*") if f.is_file() and not f.is_symlink())
+    assert size <= 1.4e9, f"the CPU install takes {size / 1e9:.2f} GB"
+    subprocess.run([str(bin_dir / "dali-stream"), "make-sample", ".demo/small", "--episodes", "3", "--min-length", "8",
+                    "--max-length", "12"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)
+    code = ("from dali_stream import StreamLoader, InstallError\n"
+            "loader = StreamLoader('.demo/small', batch_size=4, device='cpu')\n"
+            "print(sorted(set(loader.routes.values())), loader.host_batches, len(next(iter(loader))['task']))\n"
+            "try:\n    StreamLoader('.demo/small', batch_size=4, device='cpu', resize=(48, 64))\n"
+            "except InstallError as exc:\n    print('InstallError:', exc)\n")
+    proc = subprocess.run([str(bin_dir / "python"), "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "['torchcodec'] True 4" in proc.stdout, proc.stdout
+    assert "InstallError: resize= runs on NVIDIA DALI" in proc.stdout and "'.[cpu,dali]'" in proc.stdout
 
 
 def test_the_blocks_named_here_are_the_readmes():

@@ -41,6 +41,8 @@ OLD_DRIVER = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0), torch_devices=0, torch_v
                        torch_cuda="13.0")
 NO_NVCUVID = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0),
                        nvcuvid_error="libnvcuvid.so.1: cannot open shared object file: No such file or directory")
+NO_DALI = Node.from_facts(NodeFacts(dali=False))  # the CPU install
+NO_DALI_GPU = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0), dali_devices=0, dali=False)
 
 
 @pytest.mark.parametrize("node,expected", [
@@ -51,6 +53,8 @@ NO_NVCUVID = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0),
     (A100_MIG_1G, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
     (DALI_ONLY, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
     (NO_NVCUVID, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
+    (NO_DALI, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
+    (NO_DALI_GPU, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
 ])
 def test_auto_per_camera_per_node(node, expected):
     assert resolve_routes(CAMERAS, "auto", node) == expected
@@ -89,6 +93,14 @@ def test_container_without_nvcuvid_and_mig_without_nvdec_name_the_fix():
     assert A100_MIG_1G.gpus == 1 and A100_MIG_1G.gpu.mig == "1g.5gb"
     with pytest.raises(DeviceError, match=r"MIG slice \(1g\.5gb\) with no NVDEC engine.*1g\.5gb\+me"):
         resolve_routes({"front": CAMERAS["front"]}, "gpu", A100_MIG_1G)
+
+
+def test_without_dali_every_camera_is_torchcodec_and_the_reason_says_why():
+    reasons = choose_routes(CAMERAS, "auto", NO_DALI)
+    assert "NVIDIA DALI is not installed (the CPU install): torchcodec" in reasons["top"].reason
+    assert NO_DALI_GPU.gpus == 0 and "NVIDIA DALI is not installed" in NO_DALI_GPU.gpu_problem
+    with pytest.raises(DeviceError, match="NVIDIA DALI is not installed"):
+        choose_routes(CAMERAS, "gpu", NO_DALI_GPU)
 
 
 def test_cpu_only_switch():

@@ -65,6 +65,7 @@ class NodeFacts:
     capability: tuple[int, int] | None = None
     nvcuvid_error: str | None = None  # why libnvcuvid (NVDEC's driver library) does not load; None: it loads
     cpu_only: bool = False  # DALI_STREAM_CPU_ONLY=1
+    dali: bool = True  # NVIDIA DALI is installed (False: the CPU install, `pairing.dali_present`)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Node:
     gpu_problem: str | None = None
     nvdec_problem: str | None = None
     facts: NodeFacts | None = field(default=None, compare=False)
+    dali: bool = True  # NVIDIA DALI is installed: its CPU decoder can take VP8/VP9/MJPEG cameras
 
     @classmethod
     def probe(cls, device_index: int = 0) -> "Node":
@@ -87,7 +89,11 @@ class Node:
     @classmethod
     def from_facts(cls, f: NodeFacts) -> "Node":
         if f.cpu_only:
-            return cls(0, gpu_problem=f"{ENV_CPU_ONLY}=1 is set: GPUs are not used", facts=f)
+            return cls(0, gpu_problem=f"{ENV_CPU_ONLY}=1 is set: GPUs are not used", facts=f, dali=f.dali)
+        if not f.dali:
+            return cls(0, gpu_problem=(f"torch sees {f.torch_devices} CUDA device(s), but NVIDIA DALI is not installed "
+                                       "(the CPU install): pip install 'dali-stream[cu12]' or '[cu13]' (docs/install.md)"
+                                       if f.torch_devices else None), facts=f, dali=False)
         if f.dali_devices == 0:
             problem = None
             if f.torch_devices:
@@ -120,7 +126,8 @@ class Node:
     def nvdec_refuses(self, fmt: StreamFormat) -> str | None:
         """Why NVDEC cannot take this stream on this node; None when it can."""
         if self.gpus == 0 or self.gpu is None:
-            return self.gpu_problem or "no CUDA GPU visible to DALI"
+            return self.gpu_problem or ("no CUDA GPU visible to DALI" if self.dali else
+                                        "no GPU decoding without NVIDIA DALI (the CPU install)")
         if self.nvdec_problem:
             return self.nvdec_problem
         return self.gpu.refuses(fmt.codec, fmt.width, fmt.height, fmt.pix_fmt)
@@ -168,13 +175,16 @@ def nvcuvid_error() -> str | None:
 
 
 def probe_facts(device_index: int = 0) -> NodeFacts:
+    from ..pairing import dali_present
+
+    present = dali_present()
     cpu_only = os.environ.get(ENV_CPU_ONLY, "").strip().lower() in ("1", "true", "yes")
     if cpu_only:
-        return NodeFacts(cpu_only=True)
-    dali = _dali_device_count()
+        return NodeFacts(cpu_only=True, dali=present)
+    dali = _dali_device_count() if present else 0
     torch_devices, torch_version, torch_cuda = _torch_cuda()
     if dali == 0:
-        return NodeFacts(0, torch_devices, torch_version, torch_cuda)
+        return NodeFacts(0, torch_devices, torch_version, torch_cuda, dali=present)
     name, capability = gpu_identity(device_index if device_index < dali else 0)
     return NodeFacts(dali, torch_devices, torch_version, torch_cuda, name, capability, nvcuvid_error())
 
@@ -217,9 +227,12 @@ class RouteChoice:
     reason: str  # one line: why this route on this node
 
 
-def _fallback(fmt: StreamFormat, why_not_nvdec: str) -> RouteChoice:
-    if fmt.codec in DALI_CPU_CODECS:
+def _fallback(fmt: StreamFormat, why_not_nvdec: str, dali: bool = True) -> RouteChoice:
+    if fmt.codec in DALI_CPU_CODECS and dali:
         return RouteChoice(DALI_CPU.name, f"{why_not_nvdec}; DALI's CPU decoder handles {fmt.codec}")
+    if fmt.codec in DALI_CPU_CODECS:
+        return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; NVIDIA DALI is not installed (the CPU install): "
+                                         "torchcodec")
     return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; DALI's CPU decoder has no {fmt.codec} "
                                      f"(only {', '.join(sorted(DALI_CPU_CODECS))}): torchcodec")
 
@@ -262,7 +275,7 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         doubt = unproven(key) if unproven is not None and want == "auto" and refused is None else None
         slower, note = measured(key) if measured is not None and want == "auto" else (None, "")
         if doubt is not None:
-            out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}")
+            out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}", node.dali)
         elif refused is None and slower is not None:
             out[key] = RouteChoice(TORCHCODEC.name, f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
                                                  f"these samples: {slower}; decode='gpu' insists on NVDEC")
@@ -270,7 +283,7 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
             out[key] = RouteChoice(NVDEC.name, f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
                                             f"{fmt.describe()}{f' ({note})' if note else ''}")
         elif want == "auto":
-            out[key] = _fallback(fmt, refused)
+            out[key] = _fallback(fmt, refused, node.dali)
         elif node.gpus == 0:
             raise DeviceError(
                 f"decode='gpu' for camera {key!r} ({fmt.codec}) but this node has no CUDA GPU that DALI and torch "

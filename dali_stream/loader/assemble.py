@@ -35,7 +35,7 @@ from ..graph.imageops import ImageOps
 from ..graph.resizer import Resizer
 from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
-from ..pairing import check_dali
+from ..pairing import check_dali, dali_missing, dali_present
 from ..plan.epoch import PlanConfig
 from ..plan.mixture_epoch import Mix
 from ..plan.world import World, resolve_world
@@ -86,6 +86,7 @@ class Stages:
 
 def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     check_dali()
+    without_dali(cfg)
     if "nvidia.dali.plugin.pytorch" in IMPORT_ERRORS:
         exc = IMPORT_ERRORS["nvidia.dali.plugin.pytorch"]
         raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
@@ -175,6 +176,16 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
 
 
+def without_dali(cfg: LoaderConfig) -> None:
+    """On an install without NVIDIA DALI (the CPU install) every camera decodes on the workers and batches skip the
+    graph; what only DALI's graph does is refused here, naming the extra that brings it."""
+    if dali_present():
+        return
+    asked = [f"{name}=" for name in ("resize", "crop", "augment") if getattr(cfg, name) is not None]
+    if asked:
+        raise InstallError(dali_missing(" and ".join(asked)))
+
+
 def episode_held(frames: FrameCache, catalog: Catalog):
     """(pos, camera, rows) -> whether `frames` holds every frame of the episode's camera (the file times of all its
     rows), for the cameras the cache serves (`FrameCache.labels`): the store then fetches none of it."""
@@ -206,8 +217,7 @@ def measured_speed(cfg: LoaderConfig, deltas: Mapping[str, Any], dali_version: s
 def _routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mapping[str, Any]):
     """Each camera key's route and why (`decode.routes`), a mixture's members' own choices, and the install check
     of the routes chosen."""
-    from nvidia.dali import __version__ as dali_version
-
+    dali_version = proven.installed_dali()  # "0" without DALI: no GPU route then
     # NVDEC cameras: DALI's fn.decoders.video, or the open-decoder engine (decode.engine)
     engine, engine_why = nvdec_engine(cfg.nvdec_engine, proven.open_unproven(node.gpu.name if node.gpu else None))
     measured, joined = measured_speed(cfg, deltas, dali_version), nvdec_joins(cfg)

@@ -24,13 +24,15 @@ if TYPE_CHECKING:
 
 
 def _import_runtime() -> dict[str, BaseException]:
-    """DALI's torch plugin and torchcodec (1.7 s of torch._dynamo imports) load with this module, so neither a
-    loader's constructor nor its first batch pays for them; a failure is kept and raised, named, by the
-    constructor (after the DALI flavour check, which explains the commonest one)."""
+    """DALI's torch plugin (where DALI is installed) and torchcodec (1.7 s of torch._dynamo imports) load with this
+    module, so neither a loader's constructor nor its first batch pays for them; a failure is kept and raised,
+    named, by the constructor (after the DALI flavour check, which explains the commonest one)."""
     import importlib
 
+    from ..pairing import dali_present
+
     failed: dict[str, BaseException] = {}
-    for name in ("nvidia.dali.plugin.pytorch", "torchcodec.decoders"):
+    for name in ("nvidia.dali.plugin.pytorch",) * dali_present() + ("torchcodec.decoders",):
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - reported by `loader.assemble`

@@ -108,6 +108,17 @@ def _dali() -> dict[str, Any]:
     return {"version": dali.__version__, "packages": flavours, "cuda_devices": devices, "gpu_operators": devices > 0}
 
 
+def _dali_probe() -> dict[str, Any]:
+    """DALI's probe; not installed (the CPU install) is no failure: `installed` False, and what it would add."""
+    from ..pairing import DALI_EXTRA_LINE, dali_present
+
+    if not dali_present():
+        return {"ok": False, "installed": False,
+                "error": "not installed (the CPU install: every camera decodes through torchcodec, batches without a "
+                         f"DALI graph; resize=, crop=, augment= and DALI's VP9 decoder need it: {DALI_EXTRA_LINE})"}
+    return _guard(_dali)
+
+
 def _torchcodec() -> dict[str, Any]:
     import torchcodec
     from torchcodec._core import get_ffmpeg_library_versions
@@ -143,7 +154,7 @@ def probe_software() -> dict[str, Any]:
     return {
         "python": {"ok": True, "version": platform.python_version(), "executable": sys.executable},
         "torch": _guard(_torch),
-        "nvidia.dali": _guard(_dali),
+        "nvidia.dali": _dali_probe(),
         "torchcodec": _guard(_torchcodec),
         "av": _guard(_pyav),
         "system_ffmpeg": _guard(_system_ffmpeg_decoders),
@@ -209,7 +220,8 @@ def _distributions() -> dict[str, Any]:
 
 
 def broken_packages(software: dict[str, Any]) -> list[str]:
-    return [name for name in CORE_PACKAGES if not software[name]["ok"]]
+    """Packages that are installed and fail (DALI not installed at all is the CPU install, not a break)."""
+    return [name for name in CORE_PACKAGES if not software[name]["ok"] and software[name].get("installed", True)]
 
 
 # ---- the whole report ----------------------------------------------------------------------------------
@@ -240,7 +252,8 @@ def routing_node(node: dict[str, Any], software: dict[str, Any]):
         torch_devices=torch.get("cuda_devices", 0) if torch["ok"] else 0,
         torch_version=torch.get("version"), torch_cuda=torch.get("cuda_build"), gpu_name=str(first["name"]),
         capability=tuple(cap) if cap else None, nvcuvid_error=None if nvcuvid in (None, "loads") else nvcuvid,
-        cpu_only=os.environ.get(ENV_CPU_ONLY, "").strip().lower() in ("1", "true", "yes"))
+        cpu_only=os.environ.get(ENV_CPU_ONLY, "").strip().lower() in ("1", "true", "yes"),
+        dali=dali.get("installed", True))
     return Node.from_facts(facts)
 
 
@@ -263,8 +276,9 @@ def gpu_verdict(node_report: dict[str, Any], routing) -> dict[str, Any]:
 
 def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> dict[str, Any]:
     """Do the installed versions load together here: torch with torchcodec, torch's and DALI's CUDA builds with
-    the driver, one DALI flavour, and are they the tested set (`pairing.TESTED`). `broken`: a pair that does not
-    load, or a CUDA build this node's driver cannot run; `idle`: a DALI built for a newer driver (GPUs unused);
+    the driver, one DALI flavour, and are they a tested set (`pairing.TESTED_SETS`). `broken`: a pair that does not
+    load, or a CUDA build this node's driver cannot run; `idle`: what runs but wastes the node (a DALI built for a
+    newer driver leaving GPUs unused, none at all on a GPU node, CUDA libraries on a node without a GPU);
     `untested`: versions CI never ran together. `fix` is the install line for this node's driver."""
     from ..pairing import (
         constraint_set,
@@ -290,10 +304,12 @@ def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> di
     if flavour:
         (idle if "driver" in flavour and "installed together" not in flavour else broken).append(flavour)
     if torch["ok"]:
-        for cuda in (cuda_driver_problem(f"torch {torch['version']}", torch.get("cuda_build"), driver),
-                     cpu_node_cuda_problem(torch["version"], torch.get("cuda_build"), driver)):
-            if cuda:
-                broken.append(cuda)
+        cuda = cuda_driver_problem(f"torch {torch['version']}", torch.get("cuda_build"), driver)
+        if cuda:
+            broken.append(cuda)
+        heavy = cpu_node_cuda_problem(torch["version"], torch.get("cuda_build"), driver, codec_version)
+        if heavy:  # runs, on the CPU: a warning, not a break
+            idle.append(heavy)
     versions = untested(torch.get("version") if torch["ok"] else None, codec_version, dali.get("version"))
     out = {"driver": driver, "constraint_set": constraint_set(driver), "broken": broken, "idle": idle,
            "untested": versions}

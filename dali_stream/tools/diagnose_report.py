@@ -11,7 +11,7 @@ def _software_rows(software: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = []
     for name, info in software.items():
         if not info["ok"]:
-            rows.append((name, "FAILED", info["error"]))
+            rows.append((name, "FAILED" if info.get("installed", True) else "not installed", info["error"]))
             continue
         details = {k: v for k, v in info.items() if k not in ("ok", "version")}
         rows.append((name, str(info.get("version", "")), ", ".join(f"{k}={v}" for k, v in details.items())))

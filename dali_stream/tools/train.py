@@ -161,6 +161,7 @@ def main(argv=None) -> int:
 
     from dali_stream import StreamLoader
     from dali_stream.meta.catalog import MixtureMeta
+    from dali_stream.pairing import dali_present
     from dali_stream.tools.sources import dataset_meta
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank and run (resume compares equal)
@@ -179,7 +180,8 @@ def main(argv=None) -> int:
     else:
         state_dim, action_dim = (feature_size(meta, k, args.dataset) for k in ("observation.state", "action"))
         deltas = {"action": [i / fps for i in range(args.chunk)]} if args.chunk > 1 else {}
-        resize = (48, 64)
+        # small images for the small policy, where DALI resizes them (not on the CPU install: frames as recorded)
+        resize = (48, 64) if dali_present() else None
     source = meta
     if trainer is None and args.chunk > 1 and isinstance(meta, MixtureMeta):  # a mixture: each member's chunk is
         source = per_member_chunks(meta.catalog.mixture, meta, args.chunk)  # --chunk steps at its own fps
