@@ -31,8 +31,17 @@ def test_cpu_defaults_and_their_reasons():
     assert r.engine_threads == {}
     described = r.describe()
     assert set(described) == set(r.reasons) and described["prefetch_batches"] == {
-        "value": 3, "why": "num_workers + 1 (host frames)"}
+        "value": 3, "what": "batches built ahead of the training loop", "why": "num_workers + 1 (host frames)"}
     assert all(why for why in r.reasons.values())
+
+
+def test_every_derived_setting_says_what_it_is():
+    """inspect and bench print each derived setting's name: each comes with what it is, in plain words."""
+    from dataclasses import fields
+
+    from dali_stream.loader.resolve import MEANING, Resolved
+
+    assert set(MEANING) == {f.name for f in fields(Resolved)} - {"reasons"} and all(MEANING.values())
 
 
 def test_given_settings_win_and_say_so():

@@ -44,9 +44,33 @@ class Facts:
     mixture: bool = False
 
 
+# What each derived setting is, in plain words: `describe()` hands it to inspect and bench beside the value and why.
+MEANING = {
+    "drop_last": "an epoch's partial last batch is dropped",
+    "pool": "episodes a rank keeps open and draws samples from (None: every episode, a global shuffle)",
+    "global_shuffle": "every batch drawn from all of a rank's episodes",
+    "nvdec_engines": "the GPU's video decoding engines the loader plans for",
+    "dali_threads": "threads of the DALI graph",
+    "join_streams": "groups a batch's clips are decoded in, one decoder each, for cameras DALI decodes (0: a clip a "
+                    "sample)",
+    "host_frames": "frames decoded on the CPU go straight into the batch, skipping DALI's graph",
+    "prefetch_batches": "batches built ahead of the training loop",
+    "fetch_ahead": "batches ahead of those being built whose episodes are already fetched",
+    "fetch_workers": "threads reading episodes' bytes",
+    "max_decoders": "CPU decoders kept open between batches",
+    "rank_episodes": "episodes a rank holds, at most",
+    "segment_bytes": "an episode's camera larger than this is read one sample's frames at a time",
+    "epoch_episodes": "episodes a rank's epoch keeps fetched where they fit the cache",
+    "cut_ahead": "batches ahead whose frames' bytes are read ahead of decoding (remote sources)",
+    "engine_threads": "decode threads of the open-decoder engine, per route",
+    "shaped_on_workers": "cameras resized and cropped by the decoding threads, before the decoded-frame cache",
+    "dali_on_workers": "cameras DALI's CPU decoder decodes on the decoding threads (for the decoded-frame cache)",
+}
+
+
 @dataclass(frozen=True)
 class Resolved:
-    """The derived settings (module doc); `reasons[name]` says why each has its value."""
+    """The derived settings (module doc); `reasons[name]` says why each has its value, `MEANING[name]` what it is."""
 
     drop_last: bool
     pool: int | None  # the planner's pool size; None: a global shuffle draws from every episode
@@ -69,11 +93,12 @@ class Resolved:
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, dict[str, object]]:
-        """Each derived setting with its value and reason, for `inspect` and `bench`."""
+        """Each derived setting with its value, what it is and why it has that value, for `inspect` and `bench`."""
         out: dict[str, dict[str, object]] = {}
         for name, reason in self.reasons.items():
             value = getattr(self, name)
-            out[name] = {"value": dict(value) if isinstance(value, Mapping) else value, "why": reason}
+            out[name] = {"value": dict(value) if isinstance(value, Mapping) else value, "what": MEANING[name],
+                         "why": reason}
         return out
 
 

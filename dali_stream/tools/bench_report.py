@@ -66,13 +66,14 @@ HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first 
 
 
 def mixing_text(m: dict[str, Any] | None) -> str:
-    """A run's batch mixing beside a shuffled DataLoader's (`tools.mixing_stats`): distinct episodes per batch /
-    batch, episodes touched per 100 batches, share of a batch's episodes in the previous pool/batch batches."""
+    """A run's batch mixing beside a shuffled DataLoader's, in brackets (`tools.mixing_stats`; the words: README's
+    "Words used here"): distinct episodes in a batch ÷ batch size, episodes touched per 100 batches, and the recent
+    share: a batch's episodes also in the previous pool ÷ batch batches."""
     if not m:
         return "-"
     ours, theirs = m["loader"], m["shuffled_dataloader"]
-    return (f"distinct episodes/batch {ours['distinct_frac']:.2f} ({theirs['distinct_frac']:.2f}), episodes per 100 "
-            f"batches {ours['touched_per_100']:.0f} ({theirs['touched_per_100']:.0f}), seen in recent batches "
+    return (f"distinct episodes ÷ batch {ours['distinct_frac']:.2f} ({theirs['distinct_frac']:.2f}), episodes per 100 "
+            f"batches {ours['touched_per_100']:.0f} ({theirs['touched_per_100']:.0f}), recent share "
             f"{ours['recent_frac']:.2f} ({theirs['recent_frac']:.2f})")
 
 

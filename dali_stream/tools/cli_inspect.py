@@ -74,9 +74,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         shown = ", ".join(map(str, names)) if isinstance(names, list) else "" if names is None else str(names)
         table.add_row(k, str(f["dtype"]), str(tuple(f["shape"] or ())), shown)
     console.print(table)
-    table = keyed_table(("derived setting (defaults, one rank, this node)", "value", "why"), list(report["derived"]))
+    table = keyed_table(("derived setting (defaults, one rank, this node)", "value", "what it is", "why"),
+                        list(report["derived"]))
     for name, d in report["derived"].items():
-        table.add_row(name, str(d["value"]), str(d["why"]))
+        table.add_row(name, str(d["value"]), str(d["what"]), str(d["why"]))
     console.print(table)
     return 0
 
