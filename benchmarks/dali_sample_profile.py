@@ -42,7 +42,7 @@ def clips(loader, key: str, pictures: int, count: int, whole: bool = False, seed
     from dali_stream.graph.clips import dali_input
 
     rng = np.random.default_rng(seed)
-    segs = [loader.store.segment(p, key) for p in range(len(loader.meta.lengths))]
+    segs = [loader.stages.store.segment(p, key) for p in range(len(loader.meta.lengths))]
     out = []
     while len(out) < count:
         seg = segs[int(rng.integers(len(segs)))]
@@ -108,7 +108,7 @@ def open_engine_ms(loader, key: str, pictures: int, count: int) -> float | None:
     route = "cpu-open" if DEV == "cpu" else "nvdec-open"
     engine = make_engine(route, 1, None if DEV == "cpu" else 0, {})
     rng = np.random.default_rng(1)
-    segs = [loader.store.segment(p, key) for p in range(len(loader.meta.lengths))]
+    segs = [loader.stages.store.segment(p, key) for p in range(len(loader.meta.lengths))]
     parts = []
     while len(parts) < count:
         seg = segs[int(rng.integers(len(segs)))]

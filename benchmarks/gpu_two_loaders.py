@@ -50,7 +50,7 @@ def redecode(loader, prepared):
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
-    slot = loader.builder._slot
+    slot = loader.stages.builder._slot
     enc, fr = prepared.arrays[slot[f"{CK}@encoded"]], prepared.arrays[slot[f"{CK}@frames"]]
     print("  batch", prepared.plan.index, "episodes", prepared.plan.episodes.tolist(), "frames",
           prepared.plan.frames.tolist(), "clip bytes", [len(e) for e in enc], "indices", [f.tolist() for f in fr])
@@ -71,13 +71,13 @@ def redecode(loader, prepared):
 def run(label, with_cpu, gpu_keys, nb=6):
     gpu = StreamLoader(str(p), decode={k: G for k in gpu_keys}, **args)
     kept = {}
-    build = gpu.builder.build
+    build = gpu.stages.builder.build
 
     def keep(plan, build=build):
         kept[plan.index] = out = build(plan)
         return out
 
-    gpu.builder.build = keep
+    gpu.stages.builder.build = keep
     it_cpu = iter(StreamLoader(str(p), decode="cpu", **args)) if with_cpu else None
     bad = []
     for n, a in enumerate(gpu):
@@ -87,7 +87,7 @@ def run(label, with_cpu, gpu_keys, nb=6):
         if n == nb:
             break
     print(label, "routes", {k.rsplit(".", 1)[-1]: v for k, v in gpu.routes.items()}, "bad", bad, flush=True)
-    if f"{CK}@encoded" in gpu.builder._slot:
+    if f"{CK}@encoded" in gpu.stages.builder._slot:
         for n, _ in bad[:2]:
             redecode(gpu, kept[n])
 

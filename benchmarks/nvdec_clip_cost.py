@@ -23,7 +23,7 @@ from dali_stream.graph.clips import dali_input
 root = sys.argv[1]
 DEV = os.environ.get("DEV", "mixed")
 L = StreamLoader(root, batch_size=4, decode="cpu", image_dtype="uint8", device="cpu")
-store = L.builder.store
+store = L.stages.builder.store
 key = os.environ.get("KEY", "observation.images.front")
 rng = np.random.default_rng(0)
 lengths = L.meta.lengths.tolist()

@@ -21,7 +21,7 @@ from dali_stream.tools.paint import UnreadableIds, read_ids
 DEV = os.environ.get("DEV", "mixed")
 p = gpu_test_dataset()
 L = StreamLoader(str(p), batch_size=4, decode="cpu", image_dtype="uint8", device="cpu")
-store = L.builder.store
+store = L.stages.builder.store
 eps = L.meta.episodes["episode_index"].tolist()
 lengths = L.meta.lengths.tolist()
 cams = {"front": "observation.images.front", "side": "observation.images.side", "top": "observation.images.top"}

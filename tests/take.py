@@ -1,4 +1,5 @@
-"""The first batches of a loader's next epoch, for tests that compare loaders batch by batch."""
+"""The first batches of a loader's next epoch, and batches compared key by key, for tests that compare loaders batch by
+batch."""
 
 from __future__ import annotations
 
@@ -10,3 +11,15 @@ def take(loader, n: int) -> list[dict]:
         if len(out) == n:
             break
     return out
+
+
+def same_batches(got, want) -> None:
+    """Assert two lists of batches are equal: as many, the same keys, every tensor equal, the same tasks."""
+    import torch
+
+    assert len(got) == len(want) > 0
+    for x, y in zip(got, want):
+        assert set(x) == set(y) and x["task"] == y["task"]
+        for k in y:
+            if k != "task":
+                assert torch.equal(x[k], y[k]), k

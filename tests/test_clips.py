@@ -80,7 +80,7 @@ def test_dali_work_per_sample_is_flat_in_frame_depth(long_episodes):
             depths.append(fr)
         if n == 15:
             break
-    builder = loader.builder
+    builder = loader.stages.builder
     assert np.mean(depths) > 200
     assert builder.dali_samples >= 16 * 4 and builder.dali_frames_fed / builder.dali_samples <= GOP + 2  # built ahead too
 

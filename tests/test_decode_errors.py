@@ -55,7 +55,7 @@ def test_classify_dali_messages(kind):
 
 def _prepared(dataset, routes_override=None, **settings):
     loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0, **settings)
-    builder = loader.builder
+    builder = loader.stages.builder
     if routes_override:
         builder.routes.update(routes_override)
     return loader, builder, builder.build(loader.batch_plan(0, 0))
@@ -65,7 +65,7 @@ def _dali_failure(loader, builder, prepared):
     """Run `prepared` through the loader's graph; DALI must refuse an out-of-bounds index: the loader's reading
     of that failure."""
     pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
-                             loader.image_ops)
+                             loader.stages.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
         pipe.run()
@@ -77,7 +77,7 @@ def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(sm
     loader, builder, prepared = _prepared(small_dataset, join_streams=0)
     assert loader.routes[TOP] == "dali-cpu"
     slot = [o.name for o in builder.outputs].index(f"{TOP}@frames")
-    seg = loader.store.segment(int(prepared.plan.episodes[1]), TOP)
+    seg = loader.stages.store.segment(int(prepared.plan.episodes[1]), TOP)
     bad = len(seg.pts_s) + 3
     prepared.arrays[slot][1] = np.array([bad], dtype=np.int32)
     err = _dali_failure(loader, builder, prepared)
@@ -150,17 +150,17 @@ def test_an_unknown_failure_checks_only_the_frames_the_batch_asked_for(small_dat
     monkeypatch.setattr(forensics, "torchcodec_frames", recording)
     builder.explain_dali_failure([prepared], RuntimeError(WRAP.format("something new went wrong")))
     want: dict[int, set[int]] = {}
-    for pos, idx in zip(prepared.plan.episodes, builder.locate(prepared.plan, [loader.store.rows(int(p)) for p in
+    for pos, idx in zip(prepared.plan.episodes, builder.locate(prepared.plan, [loader.stages.store.rows(int(p)) for p in
                                                                                prepared.plan.episodes], TOP)[1]):
-        want.setdefault(loader.store.segment(int(pos), TOP).uid, set()).update(int(i) for i in idx)
+        want.setdefault(loader.stages.store.segment(int(pos), TOP).uid, set()).update(int(i) for i in idx)
     assert {uid: set(i) for uid, i in asked} == want
-    assert sum(len(i) for _, i in asked) < sum(len(loader.store.segment(int(p), TOP).pts_s)
+    assert sum(len(i) for _, i in asked) < sum(len(loader.stages.store.segment(int(p), TOP).pts_s)
                                                 for p in set(prepared.plan.episodes.tolist()))
 
 
 def _run_graph(loader, builder, prepared):
     pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
-                             loader.image_ops)
+                             loader.stages.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError) as raised:
         pipe.run()
@@ -174,7 +174,7 @@ def test_a_stream_dali_cannot_open_is_named_from_dalis_real_failure(small_datase
 
     loader, builder, prepared = _prepared(small_dataset, join_streams=0)
     slot = [o.name for o in builder.outputs].index(f"{TOP}@encoded")
-    front = loader.store.segment(int(prepared.plan.episodes[1]), FRONT)
+    front = loader.stages.store.segment(int(prepared.plan.episodes[1]), FRONT)
     prepared.arrays[slot][1] = dali_input(front, np.array([0])).data
     exc = _run_graph(loader, builder, prepared)
     assert classify(str(exc)).kind == "unopened", str(exc)

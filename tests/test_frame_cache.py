@@ -19,8 +19,8 @@ ARGS = dict(batch_size=4, device="cpu", decode="cpu", image_dtype="uint8", seed=
 def epochs(loader, n=2):
     out = []
     for _ in range(n):
-        decoded = loader.builder.decoded_frames
-        out.append(([dict(b) for b in loader], loader.builder.decoded_frames - decoded))
+        decoded = loader.stages.builder.decoded_frames
+        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - decoded))
     return out
 
 
@@ -66,7 +66,7 @@ def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     want = epochs(plain)
     # frames the graph's DALI decoder was asked for in the first epoch (the cache's count includes them)
     steps = len(args.get("delta_timestamps", {}).get("observation.images.top", [0]))
-    in_graph = sum(c[0] for c in plain.builder.dali_counts.values()) // 2 * steps
+    in_graph = sum(c[0] for c in plain.stages.builder.dali_counts.values()) // 2 * steps
     plain.close()
     cached = StreamLoader(str(four_codec_dataset), **args, frame_cache_bytes=1 << 30)
     routes = {"cpu-open"} if setup.get("decode") == "cpu-open" else {"torchcodec"}
@@ -230,13 +230,13 @@ def test_dali_cpu_cameras_decode_in_the_graph_without_the_cache(small_dataset):
 
     plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu")
     assert plain.routes["observation.images.top"] == "dali-cpu" and plain.resolved.dali_on_workers == ()
-    assert plain.builder.dali_keys == ["observation.images.top"]
+    assert plain.stages.builder.dali_keys == ["observation.images.top"]
     plain.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cached = StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20)
-    assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.builder.dali_keys == []
-    assert "observation.images.top" in cached.frames.labels
+    assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.stages.builder.dali_keys == []
+    assert "observation.images.top" in cached.stages.frames.labels
     cached.close()
 
 

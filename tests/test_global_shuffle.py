@@ -28,10 +28,10 @@ def test_an_epoch_draws_every_frame_once_from_everywhere(small_dataset, cache_by
     with StreamLoader(str(small_dataset), **settings) as loader:
         got = np.concatenate([b["index"] for b in batches(loader, len(loader))])
         total, episodes = int(loader.meta.total_frames), loader.meta.num_episodes
-        stats = loader.store.stats
+        stats = loader.stages.store.stats
         if cache_bytes is None:
             assert stats.segments_cut == 2 * episodes and stats.pieces_cut == 0, vars(stats)
-            assert loader.decoders.opened <= 2 * len(loader), loader.decoders.opened
+            assert loader.stages.decoders.opened <= 2 * len(loader), loader.stages.decoders.opened
         else:
             assert stats.segments_cut == 0 and stats.pieces_cut >= 2 * total, vars(stats)
     assert sorted(got.tolist()) == list(range(total))

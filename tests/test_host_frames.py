@@ -27,7 +27,7 @@ FULL = (96, 128)  # the sample's frame size: a centre crop to it changes nothing
 def test_host_frames_equal_the_graphs(small_dataset, options):
     host = StreamLoader(str(small_dataset), **BASE, **options)
     graph = StreamLoader(str(small_dataset), crop=FULL, **BASE, **options)
-    assert host.builder.host_keys == [FRONT] and graph.builder.host_keys == []
+    assert host.stages.builder.host_keys == [FRONT] and graph.stages.builder.host_keys == []
     # output-sized prepared batches: one batch ahead per worker plus one by default, against 2 per worker
     assert host.resolved.prefetch_batches == BASE["num_workers"] + 1 and graph.resolved.prefetch_batches == 2 * BASE["num_workers"]
     for a, b in zip(take(host, 3), take(graph, 3)):
@@ -85,7 +85,7 @@ def test_a_batch_the_caller_holds_is_never_overwritten(small_dataset):
     for _ in range(12):  # many times the buffers in flight
         next(it)
     assert torch.equal(held, want) and torch.equal(view, want[1:3])
-    pool = loader.builder.buffers
+    pool = loader.stages.builder.buffers
     kept_before = pool.nbytes
     del held, view
     gc.collect()
@@ -124,7 +124,7 @@ def test_with_every_camera_on_host_frames_there_is_no_graph_and_the_first_batch_
     for decode, graph in (("cpu", []), ("auto", [TOP])):
         loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", num_workers=2,
                               decode=decode, delta_timestamps={"action": [0.0, 1 / 30]})
-        assert list(loader.builder.graph_routes) == graph and loader.host_batches == (not graph)
+        assert list(loader.stages.builder.graph_routes) == graph and loader.host_batches == (not graph)
         it = iter(loader)
         try:
             first = next(it)
@@ -154,7 +154,7 @@ def test_host_buffers_stay_within_the_memory_budget(small_dataset, prefetch):
     budget = loader.memory_budget()
     frame_bytes = 4 * 3 * 96 * 128  # batch x C x H x W, uint8, one step
     assert budget["prepared_batches"] == (loader.resolved.prefetch_batches + 2) * 2 * frame_bytes
-    pool = loader.builder.buffers
+    pool = loader.stages.builder.buffers
     assert pool.allocated * frame_bytes == budget["host_buffers_peak"] <= budget["prepared_batches"]
     loader.close()
 

@@ -11,6 +11,7 @@ from dali_stream import StreamLoader
 
 from .console import dali_stream
 from .hubserver import Hub
+from .take import same_batches
 
 TOKEN = "hf_TESTtoken0123456789"
 ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers=2, drop_last=False,
@@ -45,13 +46,7 @@ def _indices(loader) -> list[torch.Tensor]:
 
 
 def _same_epoch(remote, local) -> None:
-    a, b = [x for x in remote], [x for x in local]
-    assert len(a) == len(b) > 0
-    for x, y in zip(a, b):
-        assert x["task"] == y["task"]
-        for k in y:
-            if k != "task":
-                assert torch.equal(x[k], y[k]), k
+    same_batches([x for x in remote], [x for x in local])
 
 
 def test_dataset_repository_at_main_and_at_a_pinned_revision(hub, small_dataset, older_dataset):

@@ -170,6 +170,6 @@ def test_ctrl_c_while_an_epoch_ends_is_not_swallowed(dataset):
         failed = Future()
         failed.set_running_or_notify_cancel()
         failed.set_exception(ValueError("a piece's own error: nobody asked for it"))
-        loader.store.pieces._ahead.update({"failed": (failed, 0), "interrupted": (running, 0)})  # (a batch's task, place)
+        loader.stages.store.pieces._ahead.update({"failed": (failed, 0), "interrupted": (running, 0)})  # (a batch's task, place)
         with pytest.raises(KeyboardInterrupt):
-            loader.store.drop_ahead()
+            loader.stages.store.drop_ahead()

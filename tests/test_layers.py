@@ -204,3 +204,46 @@ def test_modules_stay_small():
     sizes = {p.relative_to(PACKAGE).as_posix(): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
     assert {p: n for p, n in sizes.items() if n > 450} == {}
     assert sizes["loader/stream.py"] <= 300
+
+
+def test_no_route_is_told_by_its_name_outside_decode():
+    """What differs by route is on `decode.route.Route` (its decoder, device, codecs, thread rule): no code outside
+    decode/ compares a camera's route with a route's name (a constant's `.name` or the name spelt out), so adding a
+    route is decode/'s business. Route names as keys of results (diagnose's per-route tests) are no comparison."""
+    import re
+
+    from dali_stream.decode.route import ROUTES
+
+    constants = r"\b(?:NVDEC|NVDEC_OPEN|DALI_CPU|TORCHCODEC|CPU_OPEN)\.name\b"
+    names = "|".join(re.escape(n) for n in ROUTES)
+    spelt = rf"""["'](?:{names})["']"""
+    compared = re.compile(rf"(?:==|!=|\bin\b|\bnot in\b)\s*\(?\s*(?:{constants}|{spelt})|"
+                          rf"(?:{constants}|{spelt})\s*(?:==|!=|\bin\b|\bnot in\b)")
+
+
+    def compares(line: str) -> bool:
+        code = re.sub(r"\bfor\s+[\w\s,()]+?\s+in\b", "for_in", line.split("#", 1)[0])  # a loop's `in` compares nothing
+        return bool(compared.search(code))
+
+    assert all(compares(line) for line in ("if r == NVDEC.name}", "gpu = route == 'nvdec'", "x in ('dali-cpu', 'nvdec')",
+                                           "dali_nvdec = NVDEC.name in routes.values()",
+                                           "for k, r in builder.routes.items() if r == NVDEC.name}"))
+    assert not compares('for name in ("torchcodec", "pynvvideocodec"):')
+    found = [f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+             for path in PACKAGE.rglob("*.py") if path.relative_to(PACKAGE).parts[0] != "decode"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if compares(line)]
+    assert not found, "route names compared outside decode/ (ask the Route's properties):\n" + "\n".join(found)
+
+
+def test_the_loaders_insides_are_read_through_its_stages():
+    """Outside dali_stream/loader/, nothing reads a loader's store or builder as its own attributes: tools,
+    benchmarks and tests read `loader.stats()` or `loader.stages` (`StreamLoader` shows only its public stages)."""
+    import re
+
+    repo = PACKAGE.parent
+    pattern = re.compile(r"\bloader\.(?:store|builder)\b")
+    found = [f"{path.relative_to(repo)}:{n}: {line.strip()}"
+             for folder in ("dali_stream", "tests", "benchmarks", "pipelines") for path in (repo / folder).rglob("*.py")
+             if "loader" not in path.relative_to(repo).parts[1:2] and path.name != "test_layers.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not found, "\n".join(found)

@@ -153,3 +153,13 @@ def test_a_wrong_batch_key_names_the_keys_there_are(small_dataset):
         batch["observation.image"]
     assert batch.get("observation.image") is None  # dict's own ways of asking are unchanged
     assert set(pickle.loads(pickle.dumps(batch))) == set(batch)
+
+
+def test_the_loader_shows_its_public_parts_and_names_where_the_rest_is(small_dataset):
+    with StreamLoader(str(small_dataset), batch_size=2, device="cpu") as loader:
+        assert loader.meta is loader.stages.meta and loader.routes == loader.stages.routes
+        assert loader.resolved is loader.stages.resolved and loader.device == "cpu" and loader.world.world_size == 1
+        with pytest.raises(AttributeError, match=r"the loader's store is loader\.stages\.store.*loader\.stats\(\)"):
+            getattr(loader, "store")  # noqa: B009 - the attribute the loader no longer shows
+        with pytest.raises(AttributeError, match=r"has no attribute 'nonsense'$"):
+            getattr(loader, "nonsense")  # noqa: B009

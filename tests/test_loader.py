@@ -166,7 +166,7 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
         assert rest == epoch0[k:]
         # Nothing consumed before the resume point was fetched unless a later batch needs its episode.
         needed = {int(p) for b in range(k, len(epoch0)) for p in second._plan(0).batch(b).episodes}
-        assert second.store.stats.episodes == needed
+        assert second.stages.store.stats.episodes == needed
     assert _run(second) == epoch1
 
 
@@ -267,9 +267,9 @@ def test_cpu_decoders_alive_are_bounded(small_dataset):
     want = [b["index"].tolist() for b in free]
     tight = StreamLoader(str(small_dataset), max_decoders=2, **args)
     assert [b["index"].tolist() for b in tight] == want
-    cache = tight.store.decoders
+    cache = tight.stages.store.decoders
     assert cache.peak <= 2 + 2 and cache.closed > 0 and cache.alive == 0
-    assert free.store.decoders.peak > cache.peak
+    assert free.stages.store.decoders.peak > cache.peak
 
 
 # ---- lerobot's habits -------------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_episode_subset_trimming_and_exact_resume(small_dataset):
     pairs = [(e, f) for b in full for e, f in zip(b["episode_index"].tolist(), b["frame_index"].tolist())]
     want = {(e, f) for e in (1, 3, 4, 6) for f in range(1, lengths[e] - 2)}
     assert set(pairs) <= want and len(pairs) == len(set(pairs)) and len(want) - len(pairs) < 3  # drop_last
-    assert loader.store.stats.episodes <= {p for p, e in enumerate(loader.meta.episodes["episode_index"].tolist())
+    assert loader.stages.store.stats.episodes <= {p for p, e in enumerate(loader.meta.episodes["episode_index"].tolist())
                                            if e in (1, 3, 4, 6)}, "only the subset is fetched"
     first = StreamLoader(str(small_dataset), **args)
     for i, _ in enumerate(first):
@@ -331,7 +331,7 @@ def test_bad_selections(small_dataset, kwargs, match):
 
 # ---- lifecycle and logging -------------------------------------------------------------------------------
 def _threads_of(loader) -> list:
-    threads = list(loader.store.fetcher.pool._threads)
+    threads = list(loader.stages.store.fetcher.pool._threads)
     assert threads and all(t.name.startswith("dali-stream-fetch") for t in threads)
     return threads
 
@@ -349,7 +349,7 @@ def test_close_and_with_end_the_threads_and_the_loader(small_dataset):
                       fetch_workers=2) as loader:
         next(iter(loader))
         threads = _threads_of(loader)
-    assert _ended(threads) and loader.store.decoders.alive == 0
+    assert _ended(threads) and loader.stages.store.decoders.alive == 0
     with pytest.raises(ConfigError, match="closed"):
         iter(loader)
     other = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=2)
@@ -549,17 +549,17 @@ def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dat
     args = dict(batch_size=6, episode_pool_size=3, seed=5, device="cpu", image_transforms=_jitter,
                 delta_timestamps={"observation.images.front": [-2 / 30, 0.0]})
     with StreamLoader(str(small_dataset), num_workers=2, **args) as loader:
-        assert loader.transforms.in_processes
+        assert loader.stages.transforms.in_processes
         spread = take(loader, 3)
-        workers = loader.transforms._workers
+        workers = loader.stages.transforms._workers
         assert len(workers) == 2 and all(w.is_alive() and w.pid != os.getpid() for w in workers)
     assert not any(w.is_alive() for w in workers), "the processes end with the loader"
     with StreamLoader(str(small_dataset), num_workers=0, **args) as loader:
-        assert not loader.transforms.in_processes
+        assert not loader.stages.transforms.in_processes
         here = take(loader, 3)
     with caplog.at_level("WARNING", logger="dali_stream"):
         lam = StreamLoader(str(small_dataset), num_workers=2, **{**args, "image_transforms": lambda f: _jitter(f)})
-    assert not lam.transforms.in_processes and "cannot go to worker processes" in caplog.text
+    assert not lam.stages.transforms.in_processes and "cannot go to worker processes" in caplog.text
     with lam:
         unpicklable = take(lam, 3)
     for a, b, c in zip(spread, here, unpicklable):
@@ -623,7 +623,7 @@ def test_closing_a_loader_with_transforms_in_flight_returns(small_dataset):
 def test_transform_workers_zero_keeps_them_in_the_iterating_thread(small_dataset):
     loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", num_workers=2, image_transforms=_jitter,
                           transform_workers=0)
-    assert not loader.transforms.in_processes
+    assert not loader.stages.transforms.in_processes
     with pytest.raises(ConfigError, match="transform_workers"):
         StreamLoader(str(small_dataset), device="cpu", transform_workers=-1)
 

@@ -18,7 +18,7 @@ from dali_stream.plan.mixture_epoch import member_targets
 from dali_stream.tools.paint import read_ids
 
 from .reference import Reference
-from .take import take
+from .take import same_batches, take
 
 FRONT, WRIST, TOP = "observation.images.front", "observation.images.wrist", "observation.images.top"
 STATE, ACTION = "observation.state", "action"
@@ -146,7 +146,7 @@ def test_shares_follow_the_weights(embodiments, samples_per_epoch):
     for batch in loader:
         counts.update(batch["dataset_index"].tolist())
         per_frame.update(zip(batch["dataset_index"].tolist(), batch["index"].tolist()))
-    frames = np.array([loader.catalog.members[m].frames for m in range(2)])
+    frames = np.array([loader.stages.catalog.members[m].frames for m in range(2)])
     total = samples_per_epoch or int(frames.sum())
     assert [counts[0], counts[1]] == member_targets(frames, tuple(weights), total).tolist()
     # arm7 is smaller than its share: its frames repeat (each the floor or ceiling of the ratio); arm6 is subsampled
@@ -165,9 +165,9 @@ def test_shares_are_the_epochs_parts_whatever_the_frames(embodiments):
     records the shares, and other shares refuse it."""
     mix = _shared(embodiments, (0.5, 0.5), samples_per_epoch=120)
     loader = StreamLoader(mix, decode="cpu", **{**ARGS, "delta_timestamps": {}, "drop_last": False})
-    frames = [m.frames for m in loader.catalog.members]
+    frames = [m.frames for m in loader.stages.catalog.members]
     assert frames[0] != frames[1]
-    assert epoch_shares(loader.catalog).tolist() == [0.5, 0.5]
+    assert epoch_shares(loader.stages.catalog).tolist() == [0.5, 0.5]
     counts = Counter(i for batch in loader for i in batch["dataset_index"].tolist())
     assert [counts[0], counts[1]] == [60, 60]
     state = loader.state_dict()
@@ -194,22 +194,13 @@ def test_a_mixture_loader_on_open_meta(embodiments):
     meta = open_meta(mix)
     assert isinstance(meta, MixtureMeta) and meta.member_names == ["arm6", "arm7"]
     with StreamLoader(mix, decode="cpu", **ARGS) as a, StreamLoader(meta, decode="cpu", **ARGS) as b:
-        _same(take(a, 3), take(b, 3))
+        same_batches(take(a, 3), take(b, 3))
     with pytest.raises(ConfigError, match=r"\['episodes'\] apply to one dataset"):
         StreamLoader(meta, episodes=[0, 1], **ARGS)
 
 
 def _flat(batches):
     return [(k, b[k]) for b in batches for k in sorted(b) if k != "task"]
-
-
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.keys() == y.keys() and x["task"] == y["task"]
-        for k in x:
-            if k != "task":
-                assert torch.equal(x[k], y[k]), k
 
 
 @pytest.mark.parametrize("weights", [None, [1.0, 2.5]])
@@ -222,7 +213,7 @@ def test_resume_continues_pixel_for_pixel(embodiments, weights):
     assert state["dataset"]["mixture"][1]["name"] == "arm7"
     again = StreamLoader(mix, decode="cpu", **{**ARGS, "num_workers": 0})
     again.load_state_dict(state)
-    _same(head + [b for b in again], whole)
+    same_batches(head + [b for b in again], whole)
     other = StreamLoader(_mix(embodiments, "arm6", "arm7", weights=[1.0, 9.0]), decode="cpu", **ARGS)
     with pytest.raises(Exception, match="dataset"):
         other.load_state_dict(state)
@@ -263,7 +254,7 @@ def test_an_evaluation_pass_goes_member_by_member(embodiments):
     loader = StreamLoader(_mix(embodiments, "arm6", "arm7", weights=[1.0, 5.0]), decode="cpu", shuffle=False,
                           **{**ARGS, "drop_last": None})
     pairs = [(int(d), int(i)) for b in loader for d, i in zip(b["dataset_index"], b["index"])]
-    frames = [m.frames for m in loader.catalog.members]
+    frames = [m.frames for m in loader.stages.catalog.members]
     assert pairs == [(0, i) for i in range(frames[0])] + [(1, i) for i in range(frames[1])]
 
 
@@ -353,11 +344,11 @@ def test_mixture_errors_name_the_members_and_the_fix(embodiments):
 
 def test_members_share_the_loaders_bounds(embodiments):
     loader = StreamLoader(_mix(embodiments, "arm6", "arm7", "big"), decode="cpu", resize=(96, 128), **ARGS)
-    files = loader.store.files
+    files = loader.stages.store.files
     assert len(files) == 3
     assert all(f.tables.files is files[0].tables.files for f in files), "one bound for every member's footers"
     assert all(f.indexes.files is files[0].indexes.files for f in files), "one bound for every member's indexes"
-    assert all(f.indexes.unsupported is loader.store.indexes.unsupported for f in files), "one list of unindexed files"
+    assert all(f.indexes.unsupported is loader.stages.store.indexes.unsupported for f in files), "one list of unindexed files"
     take(loader, 6)
     budget = loader.memory_budget()
     assert budget["cache_peak"] <= budget["cache_bound"]
@@ -401,7 +392,7 @@ def test_remote_members_read_as_local_ones(embodiments, tmp_path):
         assert hub.unknown == [], "requests the emulator does not know"
         local = StreamLoader(_mix(embodiments, "arm6", "arm7", "big", weights=[1.0, 2.0, 1.0]), decode="cpu", **args)
         want = [b for b in local]
-    _same(got, want)
+    same_batches(got, want)
     assert {int(d) for b in got for d in b["dataset_index"]} == {0, 1, 2}
 
 
@@ -423,7 +414,7 @@ def test_the_open_decoder_engine_in_a_mixture(embodiments, refs):
         for s in _samples(batch):
             seen[_check_sample(s, names, refs, OWN)] += 1
     assert set(seen) == {"arm6", "arm7"}
-    assert loader.engines["cpu-open"].stats()["decoders_opened"] >= 3  # front per member, and arm6's wrist
+    assert loader.stages.engines["cpu-open"].stats()["decoders_opened"] >= 3  # front per member, and arm6's wrist
 
 
 def test_two_features_under_one_key_are_refused(embodiments):

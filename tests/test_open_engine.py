@@ -36,8 +36,8 @@ def episode_segments(loader, key):
     meta = loader.meta
     for pos in range(len(meta.lengths)):
         ep = int(meta.episodes["episode_index"][pos])
-        query = float(meta.cameras[key].from_timestamp[ep]) + loader.store.rows(pos)[FRAME_TIME_S].astype(np.float64)
-        seg = loader.store.segment_for(pos, key, query)
+        query = float(meta.cameras[key].from_timestamp[ep]) + loader.stages.store.rows(pos)[FRAME_TIME_S].astype(np.float64)
+        seg = loader.stages.store.segment_for(pos, key, query)
         yield ep, seg, seg.frame_indices(query, loader.config.tolerance_s, "test")
 
 
@@ -119,7 +119,7 @@ def test_decoders_stay_open_for_the_loaders_life(wild):
         for _ in range(2):
             for _ in loader:
                 pass
-        stats = loader.engines["cpu-open"].stats()
+        stats = loader.stages.engines["cpu-open"].stats()
     assert stats["threads"] == 2
     assert stats["decoders_opened"] <= 2 * len(CAMERAS)
     assert stats["feeds"] >= 10 * stats["decoders_opened"]
@@ -199,4 +199,4 @@ def test_cpu_open_needs_no_gpu_and_says_so_in_its_reason(wild):
     with StreamLoader(str(root), batch_size=2, decode={"observation.images.front": "cpu-open"}, device="cpu") as loader:
         assert loader.routes["observation.images.front"] == "cpu-open"
         assert "open-decoder engine on the CPU" in loader.route_reasons["observation.images.front"]
-        assert set(loader.engines) == {"cpu-open"}
+        assert set(loader.stages.engines) == {"cpu-open"}

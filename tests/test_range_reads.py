@@ -16,7 +16,6 @@ import random
 from pathlib import Path
 
 import pytest
-import torch
 
 from dali_stream import RemoteError, StreamLoader, open_meta
 from dali_stream.source.remote import RangeFile, RetryPolicy
@@ -26,6 +25,7 @@ from .faultproxy import FaultProxy
 from .httpserver import Server
 from .hubserver import Hub
 from .s3server import S3
+from .take import same_batches
 
 TOKEN = "hf_TESTtoken0123456789"
 # the retries' pauses cut to milliseconds: a tenth of the requests through the fault proxy fail
@@ -198,12 +198,7 @@ def test_a_lerobot_written_dataset_streams_as_it_reads_locally(kind, lerobot_wri
         loader = StreamLoader(source, storage_options=options, **ARGS)
         got = [b for b in loader]
         assert loader.remote_stats["bytes"] > 0
-    assert len(got) == len(local_batches) > 0
-    for x, y in zip(got, local_batches):
-        assert x["task"] == y["task"]
-        for k in y:
-            if k != "task":
-                assert torch.equal(x[k], y[k]), k
+    same_batches(got, local_batches)
 
 
 def test_a_remote_read_that_fails_is_named_as_one_not_as_a_damaged_file(lerobot_written):

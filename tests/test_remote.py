@@ -8,7 +8,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from dali_stream import ConfigError, RemoteError, StreamLoader
 
@@ -16,6 +15,7 @@ from .faultproxy import FaultProxy
 from .httpserver import Server
 from .s3server import KEYS, S3
 from .s3server import options as s3_options
+from .take import same_batches
 
 ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers=2, drop_last=False,
             delta_timestamps={"action": [0.0, 1 / 30], "observation.images.top": [-1 / 30, 0.0]})
@@ -23,17 +23,6 @@ ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers
 
 def _epoch(loader):
     return [b for b in loader]
-
-
-def _same(a, b):
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert set(x) == set(y)
-        for k in x:
-            if k == "task":
-                assert x[k] == y[k]
-            else:
-                assert torch.equal(x[k], y[k]), k
 
 
 @pytest.fixture(scope="module")
@@ -52,14 +41,14 @@ def s3(small_dataset):
 def test_http_epoch_equals_local(small_dataset, local_epoch):
     with Server(small_dataset) as url:
         loader = StreamLoader(f"{url}/", **ARGS)
-        _same(_epoch(loader), local_epoch)
+        same_batches(_epoch(loader), local_epoch)
         stats = loader.remote_stats
     assert stats["requests"] > 0 and stats["bytes"] > 0 and stats["retries"] == 0
 
 
 def test_s3_epoch_equals_local(s3, local_epoch):
     loader = StreamLoader("s3://robots/small", storage_options=s3_options(s3), **ARGS)
-    _same(_epoch(loader), local_epoch)
+    same_batches(_epoch(loader), local_epoch)
     assert loader.remote_stats["bytes"] > 0 and loader.remote_stats["retries"] == 0
 
 
@@ -70,7 +59,7 @@ def test_s3_credentials_and_endpoint_from_the_aws_environment(s3, local_epoch, m
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3)
     loader = StreamLoader("s3://robots/small", **ARGS)
-    _same(_epoch(loader), local_epoch)
+    same_batches(_epoch(loader), local_epoch)
 
 
 def test_http_faults_cost_retries_not_samples(small_dataset, local_epoch):
@@ -83,7 +72,7 @@ def test_http_faults_cost_retries_not_samples(small_dataset, local_epoch):
         with proxy as url:
             loader = StreamLoader(url, remote_max_retries=8, **ARGS)
             got = _epoch(loader)
-    _same(got, local_epoch)
+    same_batches(got, local_epoch)
     assert proxy.counts["faults"] > 0
     assert 0 < loader.remote_stats["retries"] <= proxy.counts["faults"], (loader.remote_stats, proxy.counts)
 
@@ -94,7 +83,7 @@ def test_s3_faults_cost_retries_not_samples(s3, local_epoch):
     with proxy as url:
         loader = StreamLoader("s3://robots/small", storage_options=s3_options(url), remote_max_retries=8, **ARGS)
         got = _epoch(loader)
-    _same(got, local_epoch)
+    same_batches(got, local_epoch)
     assert proxy.counts["faults"] > 0
 
 
@@ -177,7 +166,7 @@ def test_meta_local_bulk_files_over_http(small_dataset, tmp_path, local_epoch):
     shutil.copytree(small_dataset / "meta", meta_only / "meta")
     with Server(small_dataset) as url:
         loader = StreamLoader(str(meta_only), data_files_root=url, **ARGS)
-        _same(_epoch(loader), local_epoch)
+        same_batches(_epoch(loader), local_epoch)
         assert loader.remote_stats["bytes"] > 0
     with pytest.raises(Exception, match="data_files_root"):
         StreamLoader(str(meta_only), data_files_root=str(tmp_path / "nowhere"), **ARGS)

@@ -109,12 +109,12 @@ def test_a_batchs_pieces_are_read_in_fewer_reads_than_pieces(long_dataset):
 
     with StreamLoader(str(long_dataset), batch_size=16, episode_pool_size=2, segment_bytes=1, device="cpu",
                       num_workers=1, image_dtype="uint8", seed=2) as loader:
-        counting = loader.store.files[0].ranges = Counting(loader.store.files[0].ranges)
+        counting = loader.stages.store.files[0].ranges = Counting(loader.stages.store.files[0].ranges)
         for _, batch in zip(range(6), loader):
             for image, ep, fr in zip(batch["observation.images.front"], batch["episode_index"], batch["frame_index"]):
                 assert read_ids(image.numpy()) == (int(ep), int(fr))
-        pieces = loader.store.stats.pieces_cut
-        assert pieces >= 6 * 16 and loader.store.stats.pieces_ahead > 0, vars(loader.store.stats)
+        pieces = loader.stages.store.stats.pieces_cut
+        assert pieces >= 6 * 16 and loader.stages.store.stats.pieces_ahead > 0, vars(loader.stages.store.stats)
         assert counting.reads < pieces / 2, (counting.reads, pieces)
 
 
@@ -129,10 +129,10 @@ def test_a_piece_written_alone_is_the_mp4_of_its_samples(long_dataset):
     key = "observation.images.front"
     with StreamLoader(str(long_dataset), batch_size=2, segment_bytes=1, device="cpu", num_workers=0) as loader:
         cam = loader.meta.cameras[key]
-        rows = loader.store.rows(1)
+        rows = loader.stages.store.rows(1)
         frames = np.array([101, 102, 103])
         query = float(cam.from_timestamp[1]) + rows[FRAME_TIME_S][frames]
-        piece = loader.store.segment_for(1, key, query)
+        piece = loader.stages.store.segment_for(1, key, query)
         assert piece.piece and "data" not in vars(piece)  # not written yet
         index, written = piece.packets(), packet_index(piece.data)
         assert len(piece.data) > len(piece.body)

@@ -41,7 +41,7 @@ def test_one_row_group_for_many_episodes(small_dataset, collapsed):
         for key in ("index", "action", "action_is_pad", "observation.state"):
             assert torch.equal(a[key], b[key]), key
     # each file's single group decoded a few times at most (kept while its episodes are read), not per episode
-    assert loader.store.tables.groups_read <= 2 * len(files) < loader.meta.num_episodes
+    assert loader.stages.store.tables.groups_read <= 2 * len(files) < loader.meta.num_episodes
 
 
 def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset):
@@ -51,7 +51,7 @@ def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset)
         for _ in loader:
             pass
     # one group per episode, and the first episode's once more at construction (it gives the feature dtypes)
-    assert loader.store.tables.groups_read == loader.meta.num_episodes + 1
+    assert loader.stages.store.tables.groups_read == loader.meta.num_episodes + 1
 
 
 def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset):
@@ -59,7 +59,7 @@ def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset):
     1.4 GB per rank): with a bound smaller than two footers, one stays open at a time, the others are read again
     when their episodes come back, and every batch is the same."""
     bounded = StreamLoader(str(small_dataset), **ARGS, footer_bytes=1)
-    footers = bounded.store.tables.files
+    footers = bounded.stages.store.tables.files
     got = [b for b in bounded]
     assert footers.capacity_bytes == 1 and footers.evictions > 0 and len(footers._values) == 1
     assert footers.peak_bytes <= 2 * max(8 * pq.ParquetFile(p).metadata.serialized_size

@@ -29,3 +29,18 @@ def test_bad_values_name_the_variable():
         resolve_world(env={"RANK": "x", "WORLD_SIZE": "2"})
     with pytest.raises(ConfigError, match=r"`rank` must be in \[0, world_size=2\). Found: 2"):
         resolve_world(env={"RANK": "2", "WORLD_SIZE": "2"})
+
+
+def test_ranks_per_node_from_torchrun_slurm_or_the_argument():
+    """`local_world_size`: what a node's ranks share (memory, disk, cores), read by everything that needs it."""
+    assert resolve_world(env={"RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}).local_world_size == 4
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "7", "SLURM_LOCALID": "0", "SLURM_NODEID": "2",
+             "SLURM_TASKS_PER_NODE": "3(x2),1"}
+    assert resolve_world(env=slurm).local_world_size == 1  # node 2 of "3,3,1"
+    assert resolve_world(env={**slurm, "SLURM_NODEID": "1"}).local_world_size == 3
+    assert resolve_world(local_world_size=2, env=slurm).local_world_size == 2
+    assert resolve_world(env={}).local_world_size == 1
+    assert resolve_world(env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "garbled"}
+                         ).local_world_size == 1
+    with pytest.raises(ConfigError, match="LOCAL_WORLD_SIZE"):
+        resolve_world(env={"RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "x"})

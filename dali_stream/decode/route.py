@@ -17,7 +17,9 @@ class Route:
     fn.decoders.video inside the graph ("dali"), torchcodec on the workers' threads ("torchcodec"), or the
     open-decoder engine's decoders kept open and fed packets (`decode.engine`, "engine"); `needs`: the module it
     imports to decode; `choice`: the `decode=` setting that gives a camera this route where its stream allows
-    (`nvdec-open` with nvdec_engine='open'; `dali-cpu` is what `auto` takes for VP8/VP9 off NVDEC)."""
+    (`nvdec-open` with nvdec_engine='open'; `dali-cpu` is what `auto` takes for VP8/VP9 off NVDEC); `codecs`: the
+    codecs it decodes where its decoder limits them (None: every codec its device takes: the capability table
+    decides NVDEC's, `decode.gpus`)."""
 
     name: str
     device: Literal["gpu", "cpu"]
@@ -25,6 +27,21 @@ class Route:
     needs: str
     choice: str
     about: str
+    codecs: frozenset[str] | None = None
+
+    def takes(self, codec: str) -> bool:
+        """Whether its decoder decodes `codec` at all (NVDEC's per-GPU limits: `decode.routes.Node`)."""
+        return self.codecs is None or codec in self.codecs
+
+    def threads(self, nvdec_engines: int, num_workers: int) -> int:
+        """Decode threads an open-decoder engine on this route runs: one per NVDEC engine on the GPU (one decoder
+        instance cannot use more than one engine), else one per worker; at least 1."""
+        return max(1, nvdec_engines if self.on_gpu else num_workers)
+
+    @property
+    def dali_gpu(self) -> bool:
+        """DALI's decoder on NVDEC, inside the graph: a thread per NVDEC engine, one sample's clip per decode."""
+        return self.on_gpu and self.in_dali
 
     @property
     def on_gpu(self) -> bool:
@@ -61,7 +78,8 @@ NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
 NVDEC_OPEN = Route("nvdec-open", "gpu", "engine", "PyNvVideoCodec", "gpu",
                    "NVDEC through PyNvVideoCodec's decoders kept open and fed packets")
 DALI_CPU = Route("dali-cpu", "cpu", "dali", "nvidia.dali", "auto",
-                 "DALI's fn.decoders.video(device='cpu'), inside the DALI graph (VP8/VP9/MJPEG only)")
+                 "DALI's fn.decoders.video(device='cpu'), inside the DALI graph (VP8/VP9/MJPEG only)",
+                 frozenset({"vp8", "vp9", "mjpeg"}))
 TORCHCODEC = Route("torchcodec", "cpu", "torchcodec", "torchcodec", "cpu",
                    "torchcodec on the workers' threads")
 CPU_OPEN = Route("cpu-open", "cpu", "engine", "av", "cpu-open",

@@ -32,7 +32,7 @@ from ..errors import ConfigError, DeviceError
 from .gpus import GpuCaps, lookup
 from .route import CPU_OPEN, DALI_CPU, NVDEC, NVDEC_OPEN, TORCHCODEC, route
 
-DALI_CPU_CODECS = frozenset({"vp8", "vp9", "mjpeg"})
+DALI_CPU_CODECS: frozenset[str] = DALI_CPU.codecs or frozenset()  # what DALI's CPU decoder takes (`Route.codecs`)
 ENV_CPU_ONLY = "DALI_STREAM_CPU_ONLY"  # "1": behave as on a node without GPU (CPU routes, batches on CPU)
 NVDEC_CAPABILITY_FIX = ("in a container, expose the driver's video capability: NVIDIA_DRIVER_CAPABILITIES="
                         "compute,video,utility (or all), e.g. "
@@ -228,9 +228,9 @@ class RouteChoice:
 
 
 def _fallback(fmt: StreamFormat, why_not_nvdec: str, dali: bool = True) -> RouteChoice:
-    if fmt.codec in DALI_CPU_CODECS and dali:
+    if DALI_CPU.takes(fmt.codec) and dali:
         return RouteChoice(DALI_CPU.name, f"{why_not_nvdec}; DALI's CPU decoder handles {fmt.codec}")
-    if fmt.codec in DALI_CPU_CODECS:
+    if DALI_CPU.takes(fmt.codec):
         return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; NVIDIA DALI is not installed (the CPU install): "
                                          "torchcodec")
     return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; DALI's CPU decoder has no {fmt.codec} "

@@ -10,9 +10,8 @@ import numpy as np
 
 from ..decode.cpu import torchcodec_frames
 from ..decode.errors import classify, explain_device, stream_format
-from ..decode.route import DALI_CPU, NVDEC, keys_where
+from ..decode.route import keys_where
 from ..decode.route import route as route_of
-from ..decode.routes import DALI_CPU_CODECS
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
 
@@ -26,7 +25,7 @@ def explain(builder, pending: list[Prepared], exc: BaseException, node=None) -> 
     failure = classify(str(exc))
     dali_keys = keys_where(builder.routes, "in_dali")
     nvdec = {k: [seg for b in pending for seg in b.asked.get(k, ([], []))[0]]
-             for k, r in builder.routes.items() if r == NVDEC.name}
+             for k in keys_where(builder.routes, "dali_gpu")}
     found = explain_device(failure, nvdec, node)
     if found is not None:
         return found
@@ -65,12 +64,13 @@ def _unopened(builder, pending: list[Prepared], failure) -> DecodeError | None:
                         f"FFmpeg cannot open it either: the cut is wrong, not the file. Decode the camera with "
                         f"torchcodec, decode={{{key!r}: 'cpu'}}, and report it with "
                         "`dali-stream diagnose DATASET --decode-test --json`")
-                if builder.routes[key] == DALI_CPU.name and fmt.codec not in DALI_CPU_CODECS:
+                decoder = route_of(builder.routes[key])
+                if not decoder.takes(fmt.codec):
                     member = builder.catalog.locate(int(prepared.plan.episodes[g * n]))[0]
                     claimed = member.camera(key).codec
                     return DecodeError(
                         f"DALI's CPU decoder could not open {where}: the stream is {fmt.describe()}, and it "
-                        f"decodes only {', '.join(sorted(DALI_CPU_CODECS))} ({failure.line}); meta/info.json "
+                        f"decodes only {', '.join(sorted(decoder.codecs or ()))} ({failure.line}); meta/info.json "
                         f"says {claimed!r}. Fix info.json's video.codec for the camera, or decode it with "
                         f"torchcodec: decode={{{key!r}: 'cpu'}}")
     return None

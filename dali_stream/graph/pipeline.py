@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from ..decode.route import NVDEC
 from ..decode.route import route as route_of
 from .batches import Output
 from .imageops import ImageOps
@@ -128,7 +127,7 @@ def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
 
     encoded = np.frombuffer(data, dtype=np.uint8)
     wanted = np.asarray(frames, dtype=np.int32)
-    gpu = route == NVDEC.name
+    gpu = route_of(route).on_gpu
     pipe = Pipeline(batch_size=1, num_threads=1, device_id=device_id if gpu else None, prefetch_queue_depth=1)
     with pipe:
         enc, idx = fn.external_source(source=lambda: ([encoded], [wanted]), num_outputs=2, batch=True,

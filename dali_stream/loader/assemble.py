@@ -41,7 +41,7 @@ from ..plan.mixture_epoch import Mix
 from ..plan.world import World, resolve_world
 from ..source.storage import is_local
 from .lifecycle import IMPORT_ERRORS
-from .memory import available_bytes, local_ranks
+from .memory import available_bytes
 from .resolve import Facts, Resolved, nvdec_joins, resolve
 from .source_setup import camera_routes, check_camera_sizes, open_source, planner_mix, table_kinds, windows
 
@@ -141,7 +141,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
         frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,
                             stamper([m.meta.data_fs for m in catalog.members]), labels)
         decoded = kept_bytes(catalog, labels, image_ops if resolved.shaped_on_workers else None)
-        why = room_warning(cfg.frame_cache_bytes, decoded, local_ranks(), available_bytes())
+        why = room_warning(cfg.frame_cache_bytes, decoded, world.local_world_size, available_bytes())
         if why:
             warnings.warn(why, stacklevel=3)
         uncached = {k: r for k, r in routes.items() if not route(r).cached}

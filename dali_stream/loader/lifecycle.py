@@ -69,11 +69,11 @@ else:  # an interpreter without it: at least close them at exit
     atexit.register(close_open_loaders)
 
 
-def shut(store: Any, engines: list[Any], transforms: Any) -> None:
-    """A collected loader's close (on a thread of its own): the store's threads, the engines' threads and the
-    transform processes end, without waiting for them."""
-    store.close(False)
+def shut(store: Any, engines: list[Any], transforms: Any, wait: bool = False) -> None:
+    """A loader's close: the store's threads, the engines' threads and the transform processes end, waited for
+    with `wait` (`close()`); a collected loader's on a thread of its own, without waiting."""
+    store.close(wait)
     for engine in engines:
-        engine.close(False)
+        engine.close(wait)
     if transforms is not None:
-        transforms.close(False)
+        transforms.close(wait)

@@ -1,5 +1,6 @@
 """Hand memory that the loader's threads freed back to the operating system; read what memory the node has left
-(`available_bytes`, `local_ranks`: the decoded-frame cache's bound is checked against them).
+(`available_bytes`: the decoded-frame cache's bound, times the node's ranks (`World.local_world_size`), is checked
+against it).
 
 glibc's malloc gives each thread that allocates an arena of its own (up to 8 per core) and keeps what is freed
 there for reuse. The loader's threads allocate and free many buffers of varied sizes (pieces, joined streams,
@@ -12,7 +13,6 @@ nothing was held. `malloc_trim(0)` every `TRIM_EVERY` batches returns those free
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 from typing import Callable
 
@@ -70,11 +70,3 @@ def available_bytes() -> int | None:
                 break
             path = path.rstrip("/").rsplit("/", 1)[0] or "/"
     return min(got) if got else None
-
-
-def local_ranks() -> int:
-    """The ranks of this job on this node (torchrun's LOCAL_WORLD_SIZE; 1 where it is not set)."""
-    try:
-        return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
-    except ValueError:
-        return 1

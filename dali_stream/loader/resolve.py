@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..config import LoaderConfig, pool_size
-from ..decode.route import NVDEC, NVDEC_OPEN, any_where, route
+from ..decode.route import any_where, route
 
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 REMOTE_CUT_AHEAD = 16  # batches whose pieces are cut ahead from a remote source (reads in flight hide its latency)
@@ -136,7 +136,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # NVDEC engine: a thread per engine (H100: 7), not just num_workers. Measured on an H100 with DALI 2.4, the
     # decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16 threads cost the same
     # (benchmarks/results/NVIDIA-H100-80GB-HBM3/).
-    dali_nvdec = NVDEC.name in routes.values()
+    dali_nvdec = any_where(routes.values(), "dali_gpu")
     dali_threads = max(1, cfg.num_workers, nvdec_engines if dali_nvdec else 0)
     why["dali_threads"] = (f"one per NVDEC engine ({nvdec_engines}), at least num_workers" if dali_nvdec
                            else "num_workers, at least 1")
@@ -225,8 +225,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # the open-decoder engine: one thread per NVDEC engine (one decoder instance cannot use more than one engine)
     engine_threads = {}
     for name in sorted({r for r in routes.values() if route(r).engine}):
-        engine_threads[name] = cfg.decode_threads or (max(1, nvdec_engines) if name == NVDEC_OPEN.name
-                                                       else max(1, cfg.num_workers))
+        engine_threads[name] = cfg.decode_threads or route(name).threads(nvdec_engines, cfg.num_workers)
     if engine_threads:
         why["engine_threads"] = given if cfg.decode_threads else \
             "nvdec-open: one per NVDEC engine; cpu-open: num_workers, at least 1"

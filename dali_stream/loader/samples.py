@@ -32,7 +32,7 @@ class Samples:
         self._reader: "StreamLoader | None" = None
 
     def __len__(self) -> int:
-        return int(self._owner.catalog.lengths.sum())
+        return int(self._owner.stages.catalog.lengths.sum())
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         n = len(self)

@@ -17,21 +17,12 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..config import LoaderConfig
-from ..decode.cpu import DecoderCache
-from ..decode.engine import OpenDecoders
-from ..decode.frames import FrameCache
-from ..decode.routes import Node
 from ..errors import ConfigError, StateError
 from ..fetch.closer import CLOSER, in_background
-from ..fetch.store import EpisodeStore
-from ..graph.batches import BatchBuilder
-from ..graph.imageops import ImageOps
-from ..graph.transforms import TransformPool
-from ..meta.catalog import Catalog, MixtureMeta
+from ..meta.catalog import MixtureMeta
 from ..meta.dataset import DatasetMeta
 from ..mixture import Member, Mixture
-from ..plan.epoch import EpochPlan, PlanConfig
-from ..plan.mixture_epoch import Mix
+from ..plan.epoch import EpochPlan
 from ..plan.world import World
 from ..source.lerobot import lerobot_source, named
 from .assemble import Stages, assemble
@@ -51,9 +42,10 @@ if TYPE_CHECKING:
 
     from ..config import LoaderSettings
 
-STAGE_NAMES = ("image_ops", "catalog", "meta", "world", "plan_config", "mix", "node", "device", "dali_device",
-               "routes", "route_reasons", "member_routes", "resolved", "decoders", "store", "engines", "frames",
-               "transforms", "builder", "host_batches")
+# The parts of its stages a loader shows as its own (`loader.meta`, `loader.routes`, ...: the public surface); the
+# others (the store, the builder, the decoders, ...) are `loader.stages.<name>`, their counters `loader.stats()`
+PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "route_reasons", "member_routes", "resolved",
+                           "host_batches"})
 log = logging.getLogger("dali_stream")
 
 
@@ -86,27 +78,15 @@ class StreamLoader:
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
     """
 
-    # the stages (`loader.assemble.Stages`: what each is), each also under its own name
+    # the stages (`loader.assemble.Stages`: what each is); the public ones also under their own name (`__getattr__`)
     stages: Stages
-    image_ops: ImageOps
-    catalog: Catalog
     meta: Any
     world: World
-    plan_config: PlanConfig
-    mix: Mix | None
-    node: Node
     device: str
-    dali_device: int | None
     routes: dict[str, str]
     route_reasons: dict[str, str]
     member_routes: Any
     resolved: Resolved
-    decoders: DecoderCache
-    store: EpisodeStore
-    engines: dict[str, OpenDecoders]
-    frames: FrameCache | None
-    transforms: TransformPool | None
-    builder: BatchBuilder
     host_batches: bool
 
     def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta | None = None, *,
@@ -115,8 +95,6 @@ class StreamLoader:
         self.config = cfg = LoaderConfig.make(config, **settings)
         self.stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
         named(stages.meta, repo_id)
-        for name in STAGE_NAMES:  # each stage under its own name (`Stages`)
-            setattr(self, name, getattr(stages, name))
         self.plan_lengths = stages.plan_lengths
         self.delivery = Delivery(stages)
         self._closed = False
@@ -124,8 +102,8 @@ class StreamLoader:
         # Threads end with the loader, even unclosed: a collected loader is closed on a thread of its own, one open
         # at interpreter exit on the main thread (why: `loader.lifecycle`'s docstring)
         CLOSER.start()
-        self._finalizer = weakref.finalize(self, in_background, shut, self.store, list(self.engines.values()),
-                                           self.transforms)
+        self._finalizer = weakref.finalize(self, in_background, shut, stages.store, list(stages.engines.values()),
+                                           stages.transforms)
         self._finalizer.atexit = False
         OPEN_LOADERS.add(self)
         self.position = Position(stages)
@@ -134,6 +112,14 @@ class StreamLoader:
         self._waits = DataWait()  # how long the loop waited for each batch (`data_wait`)
         self.position.check_first_epoch()
 
+    def __getattr__(self, name: str) -> Any:
+        """The public stages (`PUBLIC_STAGES`) under their own names; the others are `loader.stages.<name>`."""
+        if name in PUBLIC_STAGES and "stages" in self.__dict__:
+            return getattr(self.stages, name)
+        inner = name in Stages.__dataclass_fields__
+        raise AttributeError(f"'StreamLoader' object has no attribute {name!r}" + (
+            f": the loader's {name} is loader.stages.{name} (what it holds: loader.stats())" if inner else ""))
+
     def _plan(self, epoch: int) -> EpochPlan:
         """This rank's plan of `epoch` (`Position.plan`)."""
         return self.position.plan(epoch)
@@ -141,7 +127,7 @@ class StreamLoader:
     @property
     def remote_stats(self) -> dict | None:
         """Requests, retries, bytes and seconds of remote reads (None for a local dataset)."""
-        metas = [m.meta for m in self.catalog.members]
+        metas = [m.meta for m in self.stages.catalog.members]
         found = [fs.stats.as_dict() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
                  if getattr(fs, "stats", None) is not None]
         if not found:
@@ -172,7 +158,8 @@ class StreamLoader:
         """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
         cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
         cache's hits (`frames`), the fetch counters and the decoders opened (`loader/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
-        return loader_stats(self.store, self.decoders, self.builder.buffers, self.resolved.segment_bytes, self.frames)
+        st = self.stages
+        return loader_stats(st.store, st.decoders, st.builder.buffers, st.resolved.segment_bytes, st.frames)
 
     def data_wait(self) -> dict[str, Any]:
         """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:
@@ -239,13 +226,10 @@ class StreamLoader:
         OPEN_LOADERS.discard(self)
         if self._samples is not None:
             self._samples.close()
-        self.builder.release()
+        st = self.stages
+        st.builder.release()
         if self._finalizer.detach() is not None:
-            self.store.close(wait)
-            for engine in self.engines.values():
-                engine.close(wait)
-            if self.transforms is not None:
-                self.transforms.close(wait)
+            shut(st.store, list(st.engines.values()), st.transforms, wait)
 
     def __enter__(self) -> "StreamLoader":
         return self
@@ -269,10 +253,10 @@ class StreamLoader:
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
-        host_transforms = (self.transforms is not None and self.transforms.in_processes
-                           and not self.device.startswith("cuda"))
-        r = self.resolved
-        producer = Schedule(self.builder, plan, start, self.config.num_workers, r.prefetch_batches, r.fetch_ahead,
+        st = self.stages
+        host_transforms = st.transforms is not None and st.transforms.in_processes and not st.device.startswith("cuda")
+        r = st.resolved
+        producer = Schedule(st.builder, plan, start, self.config.num_workers, r.prefetch_batches, r.fetch_ahead,
                             r.cut_ahead, self.delivery.transform_host if host_transforms else None)
         t0 = time.perf_counter()
         first_s = None

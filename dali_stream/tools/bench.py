@@ -213,7 +213,7 @@ def batch_mixing(loader) -> dict[str, Any]:
     from .mixing_stats import compare
 
     plan = loader.position.plan(0)
-    pool = len(plan.admission_order) if plan.is_global else loader.plan_config.pool_size
+    pool = len(plan.admission_order) if plan.is_global else loader.stages.plan_config.pool_size
     return compare(lambda i: plan.batch(i).episodes, plan.num_batches, loader.plan_lengths, pool,
                    loader.config.batch_size, loader.config.seed, loader.world.rank, loader.world.world_size)
 
@@ -268,7 +268,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         if progress:
             progress("loader")
         nvdec = any_where(loader.routes.values(), "on_gpu")
-        with NvdecUtilisation(loader.dali_device if nvdec else None) as utilisation, \
+        with NvdecUtilisation(loader.stages.dali_device if nvdec else None) as utilisation, \
                 (load if load is not None else contextlib.nullcontext()):
             got = stream(loader, cfg, cameras)
         if load is not None and gpu_load is not None:
@@ -300,7 +300,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
             f"{', '.join(careful[:3])}{' ...' if len(careful) > 3 else ''}; another size or codec avoids it")
     now = loader.stats()  # the loader's counters (`StreamLoader.stats`)
     stats, bounded = now["fetch"], now["bounded"]
-    builder = loader.builder
+    builder = loader.stages.builder
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
                                        "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
                                        "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms",
@@ -309,7 +309,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     # ours counts decoded camera frames delivered (samples x cameras x steps), also under its plain name.
     result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
-                  image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
+                  image_shape={k: [*loader.stages.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
                   sample=sample)
     result["batch_mixing"] = batch_mixing(loader)
     result.update(
@@ -347,9 +347,9 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
                                   "join_streams": loader.resolved.join_streams}
                               for k, c in builder.dali_counts.items()}
-    result["open_engine"] = {route: engine.stats() for route, engine in loader.engines.items()} or None
+    result["open_engine"] = {route: engine.stats() for route, engine in loader.stages.engines.items()} or None
     result["engine_limits"] = None
-    if cfg.limit and loader.engines:
+    if cfg.limit and loader.stages.engines:
         if progress:
             progress("engine limit")
         from .bench_gpu import engine_limits
@@ -420,8 +420,8 @@ def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[st
 
 
 def _device(loader) -> str:
-    if loader.node.gpus and loader.node.gpu is not None:
-        return f"{loader.node.gpu.name} ({loader.node.gpus} GPUs)"
+    if loader.stages.node.gpus and loader.stages.node.gpu is not None:
+        return f"{loader.stages.node.gpu.name} ({loader.stages.node.gpus} GPUs)"
     return f"CPU only: {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores"
 
 
@@ -434,6 +434,6 @@ def gop_bytes_needed(loader, pieces) -> int:
     for epoch, index, j, key in pieces:
         plan = plans.get((epoch, index)) or plans.setdefault((epoch, index), loader.batch_plan(epoch, index))
         pos, frame = int(plan.episodes[j]), int(plan.frames[j])
-        indexed = loader.store.indexes.get(loader.meta.video_file(pos, key))
+        indexed = loader.stages.store.indexes.get(loader.meta.video_file(pos, key))
         total += indexed.index.gop_bytes(float(loader.meta.cameras[key].from_timestamp[pos]) + frame / loader.meta.fps)
     return total

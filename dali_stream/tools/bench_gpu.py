@@ -44,7 +44,7 @@ LOAD_SIZE = 8192  # the GPU load's square matrices (bfloat16): ~1.1 TFLOP per pr
 
 def window_work(loader, window, keys):
     """(key, segments, frame indices) per camera in `keys` and batch of the window, and the window's samples."""
-    store, builder = loader.store, loader.builder
+    store, builder = loader.stages.store, loader.stages.builder
     work, samples = [], 0
     for epoch, index in window:
         plan = loader.batch_plan(epoch, index)
@@ -58,7 +58,7 @@ def window_work(loader, window, keys):
 
 def _frames_per_sample(loader, keys) -> float:
     """Frames DALI's decoder works through per sample for cameras `keys`, over everything the loader built."""
-    counts = [loader.builder.dali_counts.get(k, [0, 0, 0]) for k in keys]
+    counts = [loader.stages.builder.dali_counts.get(k, [0, 0, 0]) for k in keys]
     samples = max((c[0] for c in counts), default=0)
     return sum(c[2] for c in counts) / samples if samples else 0.0
 
@@ -78,7 +78,7 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
                 data = fh.read()
             count = min(len(packet_index(data).pts), FILE_FRAMES)
             streams.append((np.frombuffer(data, np.uint8), np.arange(count, dtype=np.int32)))
-        seconds = _decode_files(streams, route, loader.dali_device)
+        seconds = _decode_files(streams, route, loader.stages.dali_device)
         frames = sum(len(f) for _, f in streams)
         per_sample = _frames_per_sample(loader, keys)
         fps = frames / seconds if seconds else 0.0
@@ -93,7 +93,7 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
 def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
     """Per open-decoder engine route of the loader: its engine on whole segments (see the module doc)."""
     out: dict[str, dict[str, Any]] = {}
-    for route, engine in loader.engines.items():
+    for route, engine in loader.stages.engines.items():
         keys = [k for k, r in loader.routes.items() if r == route]
         used = engine.stats()
         work, _ = window_work(loader, window[:8], keys)

@@ -56,7 +56,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         keys = Catalog.open(mixture, select).fields
         deltas = mode_deltas(cfg.mode, [k for k, f in keys.items() if f.visual], keys)
         probe = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
-        catalog = probe.catalog
+        catalog = probe.stages.catalog
         members = catalog.members
         targets = epoch_shares(catalog)
         # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`;

@@ -92,7 +92,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     summary.add_row("first-batch latency", f"{first_s:.2f} s (loader set-up {setup_s:.2f} s)")
     for key, route in loader.routes.items():
         summary.add_row(f"decode {key}", f"{loader.meta.cameras[key].codec} -> {route}")
-    summary.add_row("GPU", demo_gpu_note(loader.node, loader.routes, loader.route_reasons))
+    summary.add_row("GPU", demo_gpu_note(loader.stages.node, loader.routes, loader.route_reasons))
     summary.add_row("distinct frames seen", f"{len(seen)} of {loader.meta.total_frames}")
     summary.add_row("last sample check", f"{first_key} shows painted (episode, frame) = {ids}, table says "
                     f"({int(batch['episode_index'][0])}, {int(batch['frame_index'][0])})")
