@@ -371,7 +371,7 @@ def test_a_loader_collected_on_its_own_fetch_thread_ends_cleanly(small_dataset, 
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
     box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    pool = box[0].store.fetcher.pool
+    pool = box[0].stages.store.fetcher.pool
     pool.submit(lambda: None).result()  # the pool's thread exists now
     threads = _threads_of(box[0])
     done = threading.Event()
@@ -395,7 +395,7 @@ def test_a_loader_collected_on_a_thread_its_fetches_wait_for_does_not_deadlock(s
     import threading
 
     box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    pool = box[0].store.fetcher.pool
+    pool = box[0].stages.store.fetcher.pool
     loop_free, done = threading.Event(), threading.Event()
     pool.submit(loop_free.wait)  # the fetch thread now waits for the "loop" thread below
     threads = _threads_of(box[0])
@@ -421,7 +421,7 @@ def test_a_loader_collected_while_its_store_lock_is_held_does_not_deadlock(small
     import threading
 
     box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    store = box[0].store
+    store = box[0].stages.store
     store.fetcher.pool.submit(lambda: None).result()
     threads = _threads_of(box[0])
     done = threading.Event()
