@@ -66,7 +66,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         fail(f"torch {torch.__version__} (CUDA {built}) sees no GPU though nvidia-smi does (driver {driver}, "
              f"CUDA {cuda}); check CUDA_VISIBLE_DEVICES and the container's GPU access")
-    from dali_stream.decode.routes import Node
+    from dali_stream.decode.node import Node
 
     node = Node.probe()
     if node.gpu_problem or node.nvdec_problem:

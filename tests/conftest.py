@@ -33,7 +33,7 @@ def _gpu_node():
     """The routing node of this machine, probed before any test pins CPU routes (None: probing failed).
     With DALI_STREAM_CPU_ONLY=1 in the environment the `gpu` tests skip."""
     try:
-        from dali_stream.decode.routes import Node
+        from dali_stream.decode.node import Node
 
         return Node.probe()
     except Exception:

@@ -8,7 +8,7 @@ import pytest
 
 from dali_stream import DecodeError, DeviceError, StreamLoader
 from dali_stream.decode.errors import classify, explain_device
-from dali_stream.decode.routes import Node, NodeFacts
+from dali_stream.decode.node import Node, NodeFacts
 from dali_stream.graph.pipeline import build_pipeline
 
 TOP, FRONT = "observation.images.top", "observation.images.front"

@@ -84,7 +84,7 @@ def test_unknown_decode_choice(small_dataset):
 
 
 def test_gpu_decode_without_gpu(small_dataset):
-    from dali_stream.decode.routes import Node
+    from dali_stream.decode.node import Node
 
     if Node.probe().gpus:
         pytest.skip("this machine has a GPU")

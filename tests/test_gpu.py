@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from dali_stream import DeviceError, StreamLoader
-from dali_stream.decode.routes import Node, formats_of
+from dali_stream.decode.node import Node
+from dali_stream.decode.routes import formats_of
 from dali_stream.tools.paint import read_ids
 
 pytestmark = pytest.mark.gpu

@@ -9,14 +9,8 @@ import pytest
 from dali_stream import ConfigError, DeviceError
 from dali_stream.decode.device import Placement, resolve_device
 from dali_stream.decode.gpus import _ENGINES, board, lookup
-from dali_stream.decode.routes import (
-    Node,
-    NodeFacts,
-    StreamFormat,
-    choose_routes,
-    resolve_routes,
-    warn_once,
-)
+from dali_stream.decode.node import Node, NodeFacts, StreamFormat, warn_once
+from dali_stream.decode.routes import choose_routes, resolve_routes
 from dali_stream.tools.bench import loader_decode
 
 VGA = dict(width=640, height=480, pix_fmt="yuv420p")
@@ -284,7 +278,7 @@ def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
     import torch
     from nvidia.dali import backend
 
-    from dali_stream.decode import routes
+    from dali_stream.decode import node as node_module
     from dali_stream.decode.device import place
 
     cuda = {"initialised": False, "current": 0}
@@ -297,7 +291,7 @@ def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
 
     monkeypatch.delenv("DALI_STREAM_CPU_ONLY", raising=False)
     monkeypatch.setattr(backend, "GetCUDADeviceCount", lambda: 2)
-    monkeypatch.setattr(routes, "nvcuvid_error", lambda: None)
+    monkeypatch.setattr(node_module, "nvcuvid_error", lambda: None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML: initialises nothing
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda["initialised"])

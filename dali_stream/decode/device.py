@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..errors import DeviceError
 
 if TYPE_CHECKING:
-    from .routes import Node
+    from .node import Node
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def place(device: str | None, local_rank: int) -> tuple["Node", Placement]:
     placement. torch's current device is read FIRST: naming a GPU (`Node.probe`, through
     `torch.cuda.get_device_name`) initialises CUDA in this process, after which torch reports device 0 as current
     and every rank of a torchrun job that had not called `set_device` would land on GPU 0."""
-    from .routes import Node, warn_once
+    from .node import Node, warn_once
 
     current = torch_current_device()
     node = Node.probe()

@@ -94,7 +94,7 @@ def stream_format(data: bytes):
     import av
 
     from ..meta.dataset import normalise_codec
-    from .routes import StreamFormat
+    from .node import StreamFormat
 
     try:
         with av.open(io.BytesIO(data)) as container:
@@ -113,7 +113,7 @@ def explain_device(failure: DaliFailure, cameras: dict[str, list], node) -> Dali
     gpu = node.gpu.name if node is not None and node.gpu is not None else "this GPU"
     keys = sorted(cameras)
     if failure.kind == "nvcuvid":
-        from .routes import NVDEC_CAPABILITY_FIX
+        from .node import NVDEC_CAPABILITY_FIX
 
         return DeviceError(f"NVDEC is not usable in this process ({failure.line}): libnvcuvid, the driver's video "
                            f"library, is missing; {NVDEC_CAPABILITY_FIX}; or decode on CPU with decode='cpu'")

@@ -22,8 +22,9 @@ from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
 from ..decode.frames import FrameCache, kept_as, kept_bytes, room_warning, stamper
+from ..decode.node import Node
 from ..decode.route import ROUTES, keys_where, route
-from ..decode.routes import Node, choose_routes, nvdec_engine
+from ..decode.routes import choose_routes, nvdec_engine
 from ..decode.speed import gpu_slower, unmeasured
 from ..errors import InstallError
 from ..fetch.store import EpisodeStore

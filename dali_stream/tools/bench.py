@@ -243,7 +243,8 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
     told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
     the limits and the baseline."""
-    from ..decode.routes import Node, formats_of
+    from ..decode.node import Node
+    from ..decode.routes import formats_of
     from ..loader import StreamLoader
     from ..meta.dataset import DatasetMeta
 

@@ -48,7 +48,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..decode.routes import Node
+    from ..decode.node import Node
     from ..mixture import is_mixture_file
     from . import bench, bench_mixture, bench_report, bench_samples
 

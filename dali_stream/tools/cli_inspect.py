@@ -13,7 +13,8 @@ from typing import Any
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..decode import proven
     from ..decode.frames import room_warning
-    from ..decode.routes import Node, choose_routes, formats_of
+    from ..decode.node import Node
+    from ..decode.routes import choose_routes, formats_of
     from ..loader.memory import available_bytes
     from ..meta.dataset import DatasetMeta
     from ..mixture import is_mixture_file
@@ -117,7 +118,8 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     """`inspect MIXTURE.json`: each member (episodes, frames, fps, weight, its cameras' routes alone), and the
     mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
     from ..decode import proven
-    from ..decode.routes import Node, choose_routes, nvdec_engine
+    from ..decode.node import Node
+    from ..decode.routes import choose_routes, nvdec_engine
     from ..loader.source_setup import camera_routes, epoch_shares
     from ..meta.catalog import Catalog
     from ..mixture import load_mixture

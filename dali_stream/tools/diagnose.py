@@ -79,7 +79,7 @@ def probe_node() -> dict[str, Any]:
         gpu.update(generation=caps.generation, nvdec_engines=caps.nvdec_engines,
                    nvdec_codecs=sorted(caps.nvdec_codecs))
     node["gpus"] = gpus
-    from ..decode.routes import nvcuvid_error
+    from ..decode.node import nvcuvid_error
 
     node["nvcuvid"] = "loads" if gpus and nvcuvid_error() is None else (nvcuvid_error() if gpus else None)
     return node
@@ -241,7 +241,7 @@ GPU_LAYER_FIXES = {
 
 def routing_node(node: dict[str, Any], software: dict[str, Any]):
     """The `decode.routes.Node` routing sees here, from the probes' results (the same rules as the loader's)."""
-    from ..decode.routes import ENV_CPU_ONLY, Node, NodeFacts
+    from ..decode.node import ENV_CPU_ONLY, Node, NodeFacts
 
     dali, torch = software["nvidia.dali"], software["torch"]
     first = node["gpus"][0] if node.get("gpus") else {"name": "unknown", "compute_capability": None}

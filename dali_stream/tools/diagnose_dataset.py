@@ -186,7 +186,8 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
     import numpy as np
 
     from ..decode import proven
-    from ..decode.routes import StreamFormat, choose_routes, formats_of
+    from ..decode.node import StreamFormat
+    from ..decode.routes import choose_routes, formats_of
     from ..meta.dataset import DatasetMeta
 
     try:
