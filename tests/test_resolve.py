@@ -117,3 +117,15 @@ def test_the_cache_keeps_resized_frames_where_the_workers_can_resize_them():
         r = resolve(cfg, facts)
         assert r.shaped_on_workers == ()
         assert ("shaped_on_workers" in r.reasons) == (cfg.resize is not None and bool(cfg.frame_cache_bytes))
+
+
+def test_the_frame_cache_and_the_transform_processes_are_decided_here():
+    cpu = Facts(routes=CPU, cpu_count=2, episodes=10)
+    plain = resolve(LoaderConfig(num_workers=3), cpu)
+    assert not plain.frame_cache and plain.transform_processes == 0
+    assert resolve(LoaderConfig(frame_cache_dir="/tmp/frames"), cpu).frame_cache
+    hook = dict(image_transforms=abs, num_workers=3)
+    assert resolve(LoaderConfig(**hook), cpu).transform_processes == 3  # one per worker
+    assert resolve(LoaderConfig(**hook, transform_workers=1), cpu).transform_processes == 1
+    on_gpu = resolve(LoaderConfig(**hook), Facts(routes=CPU, cuda_batches=True))
+    assert on_gpu.transform_processes == 0 and "GPU" in on_gpu.reasons["transform_processes"]

@@ -126,17 +126,15 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
              "rank %d of %d", placement.torch_device, cfg.num_workers, resolved.fetch_workers, resolved.max_decoders,
              cfg.cache_bytes >> 20, world.rank, world.world_size)
-    # image_transforms: in transform_workers processes for batches on the CPU, else in the calling thread
-    processes = cfg.num_workers if cfg.transform_workers is None else cfg.transform_workers
-    transforms = None if cfg.image_transforms is None else TransformPool(
-        cfg.image_transforms, 0 if placement.torch_device.startswith("cuda") else processes)
+    transforms = None if cfg.image_transforms is None else TransformPool(cfg.image_transforms,
+                                                                          resolved.transform_processes)
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
     frames = None  # decoded frames kept for later epochs (decode.frames), resized first by the workers where set
     resizers = {k: Resizer(image_ops.resize, image_ops.crop) for k in resolved.shaped_on_workers}
     dali_frames = DaliFrames()  # DALI's CPU decoder on the workers, for the cameras the cache keeps
     dali_workers = {k: dali_frames for k in resolved.dali_on_workers}
-    if cfg.frame_cache_bytes or cfg.frame_cache_dir:
+    if resolved.frame_cache:
         labels = {k: kept_as(r, resizers[k].label() if k in resizers else None) for k, r in routes.items()
                   if route(r).cached}
         frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,

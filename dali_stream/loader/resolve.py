@@ -63,6 +63,8 @@ MEANING = {
     "epoch_episodes": "episodes a rank's epoch keeps fetched where they fit the cache",
     "cut_ahead": "batches ahead whose frames' bytes are read ahead of decoding (remote sources)",
     "engine_threads": "decode threads of the open-decoder engine, per route",
+    "frame_cache": "decoded frames are kept for later epochs (frame_cache_bytes, frame_cache_dir)",
+    "transform_processes": "processes lerobot's image_transforms run in (0: the thread iterating the loader)",
     "shaped_on_workers": "cameras resized and cropped by the decoding threads, before the decoded-frame cache",
     "dali_on_workers": "cameras DALI's CPU decoder decodes on the decoding threads (for the decoded-frame cache)",
 }
@@ -88,6 +90,8 @@ class Resolved:
     epoch_episodes: int | None  # the store keeps retired episodes where a rank's epoch fits (None: always)
     cut_ahead: int
     engine_threads: Mapping[str, int] = field(default_factory=dict)  # open-decoder engine route -> threads
+    frame_cache: bool = False  # decoded frames kept for later epochs (`decode.frames`)
+    transform_processes: int = 0  # processes lerobot's image_transforms run in (0: the iterating thread)
     shaped_on_workers: tuple[str, ...] = ()  # cameras resized and cropped before the decoded-frame cache keeps them
     dali_on_workers: tuple[str, ...] = ()  # dali-cpu cameras decoded on the workers (the decoded-frame cache keeps them)
     reasons: Mapping[str, str] = field(default_factory=dict)
@@ -143,7 +147,10 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
 
     # The decoded-frame cache keeps the pictures the workers hold: DALI's CPU decoder then runs there
     # (graph.dali_frames: the same decoder on the same clips as the graph's, the same pixels), not in the graph.
-    cache_on = bool(cfg.frame_cache_bytes or cfg.frame_cache_dir)
+    frame_cache = bool(cfg.frame_cache_bytes or cfg.frame_cache_dir)
+    why["frame_cache"] = ("frame_cache_bytes or frame_cache_dir given" if frame_cache
+                          else "neither frame_cache_bytes nor frame_cache_dir")
+    cache_on = frame_cache
     dali_on_workers = tuple(k for k, r in routes.items() if route(r).in_dali and route(r).cached) if cache_on else ()
     why["dali_on_workers"] = ("the decoded-frame cache keeps their pictures: DALI's CPU decoder runs on the workers"
                               if dali_on_workers else "no dali-cpu camera" if cache_on else "no decoded-frame cache")
@@ -234,7 +241,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # operators on the CPU (`graph.resizer`), the pixels the graph gives on the CPU. Batches on a GPU resize there
     # (kept as decoded); an augment hook runs before the resize (kept as decoded).
     shaped_on_workers: tuple[str, ...] = ()
-    if (cfg.resize is not None or cfg.crop is not None) and (cfg.frame_cache_bytes or cfg.frame_cache_dir):
+    if (cfg.resize is not None or cfg.crop is not None) and frame_cache:
         if facts.cuda_batches:
             why["shaped_on_workers"] = "batches on a GPU resize and crop there: the cache keeps frames as decoded"
         elif cfg.augment is not None:
@@ -243,7 +250,16 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
             shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached)
             why["shaped_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized and cropped: the " \
                                        "workers do it (DALI's operators on the CPU, as the graph's)"
-    return Resolved(drop_last=drop_last, pool=pool, global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
+    # lerobot's image_transforms: in processes of their own for batches on the CPU, else in the iterating thread
+    if cfg.image_transforms is None:
+        transform_processes, why["transform_processes"] = 0, "no image_transforms"
+    elif facts.cuda_batches:
+        transform_processes, why["transform_processes"] = 0, "batches on a GPU: transformed there, in the loop's thread"
+    elif cfg.transform_workers is not None:
+        transform_processes, why["transform_processes"] = cfg.transform_workers, given
+    else:
+        transform_processes, why["transform_processes"] = cfg.num_workers, "num_workers"
+    return Resolved(drop_last=drop_last, frame_cache=frame_cache, transform_processes=transform_processes, pool=pool, global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
                     dali_threads=dali_threads, join_streams=join_streams, host_frames=host_frames,
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
                     max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,
