@@ -54,10 +54,11 @@ def test_classify_dali_messages(kind):
 
 
 def _prepared(dataset, routes_override=None, **settings):
+    """A built batch; `routes_override`: camera -> the route its source then claims (NVDEC's, on this CPU node)."""
     loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0, **settings)
     builder = loader.stages.builder
-    if routes_override:
-        builder.routes.update(routes_override)
+    for key, route in (routes_override or {}).items():
+        builder.sources[key].route = route
     return loader, builder, builder.build(loader.batch_plan(0, 0))
 
 

@@ -247,3 +247,22 @@ def test_the_loaders_insides_are_read_through_its_stages():
              if "loader" not in path.relative_to(repo).parts[1:2] and path.name != "test_layers.py"
              for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_the_batch_builder_loops_over_its_cameras_sources():
+    """Each camera's frames come from one `graph.sources.FrameSource` (DALI's decoder in the graph, an open-decoder
+    engine, the workers' decoders, host frames), chosen from its route in one place (`loader.assemble.
+    camera_sources`): `BatchBuilder` takes at most 6 parameters and its `build()` asks every source the same way,
+    never which route or kind of source a camera has."""
+    import inspect
+    import re
+
+    from dali_stream.graph import batches
+    from dali_stream.graph.batches import BatchBuilder
+
+    params = [p for p in inspect.signature(BatchBuilder.__init__).parameters if p != "self"]
+    assert len(params) <= 6, params
+    build = inspect.getsource(BatchBuilder.build)
+    assert "frames_for(" in build
+    assert not re.search(r"route_of|\.torchcodec\b|\.engine\b.*:|isinstance\(", build), build
+    assert "route_of" not in inspect.getsource(batches)

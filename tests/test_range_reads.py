@@ -19,7 +19,7 @@ import pytest
 
 from dali_stream import RemoteError, StreamLoader, open_meta
 from dali_stream.source.remote import RangeFile, RetryPolicy
-from dali_stream.source.storage import open_fs
+from dali_stream.source.storage import RemoteOptions, open_fs
 
 from .faultproxy import FaultProxy
 from .httpserver import Server
@@ -76,7 +76,7 @@ def _served(kind: str, folders: dict[str, Path]):
             roots = {name: (f"hf://datasets/lab/{name}", {"endpoint": hub.endpoint, "token": TOKEN}) for name in folders}
         out = {}
         for name, (url, options) in roots.items():
-            rfs, root = open_fs(url, storage_options=options)
+            rfs, root = open_fs(url, RemoteOptions(options))
             rfs.policy = FAST_RETRIES
             out[name] = (rfs, root)
         yield out, faults

@@ -129,3 +129,18 @@ def test_the_frame_cache_and_the_transform_processes_are_decided_here():
     assert resolve(LoaderConfig(**hook, transform_workers=1), cpu).transform_processes == 1
     on_gpu = resolve(LoaderConfig(**hook), Facts(routes=CPU, cuda_batches=True))
     assert on_gpu.transform_processes == 0 and "GPU" in on_gpu.reasons["transform_processes"]
+
+
+def test_which_cameras_skip_the_graph_and_whether_there_is_one():
+    """Host frames: on a CPU node without image ops the workers lay out the torchcodec cameras (and, with the
+    decoded-frame cache, DALI's CPU decoder's); no graph at all where every camera is laid out so."""
+    r = resolve(LoaderConfig(), Facts(routes=CPU))
+    assert r.host_cameras == ("front",) and not r.host_batches and "DALI graph" in r.reasons["host_batches"]
+    r = resolve(LoaderConfig(frame_cache_bytes=1 << 20), Facts(routes=CPU))
+    assert r.dali_on_workers == ("top",) and r.host_cameras == ("front", "top") and r.host_batches
+    r = resolve(LoaderConfig(), Facts(routes={"front": "torchcodec"}))
+    assert r.host_batches and r.reasons["host_batches"] == "every camera on host frames, batches on the CPU"
+    r = resolve(LoaderConfig(resize=(32, 32)), Facts(routes={"front": "torchcodec"}))
+    assert r.host_cameras == () and not r.host_batches
+    r = resolve(LoaderConfig(), Facts(routes={"front": "torchcodec"}, cuda_batches=True))
+    assert r.host_cameras == () and not r.host_batches and r.reasons["host_batches"] == "batches on a GPU"

@@ -257,7 +257,7 @@ def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
     from nvidia.dali import __version__ as dali_version
 
     from dali_stream.decode.speed import gpu_slower
-    from dali_stream.loader.assemble import measured_speed
+    from dali_stream.loader.routing import measured_speed
 
     front = "observation.images.front"
     plain_speed = measured_speed(plain.config, plain.stages.plan_config.delta_indices, dali_version)(front)

@@ -11,7 +11,7 @@ import pytest
 
 from dali_stream import StreamLoader
 from dali_stream.fetch.spans import coalesce, read_spans
-from dali_stream.source.storage import LocalRanges, open_fs
+from dali_stream.source.storage import LocalRanges, RemoteOptions, open_fs
 
 from .faultproxy import FaultProxy
 from .httpserver import Server
@@ -73,7 +73,7 @@ def test_remote_reads_go_out_together_and_faults_cost_retries_not_bytes(small_da
     with Server(small_dataset) as upstream:
         proxy = FaultProxy(upstream, fault_rate=0.2, seed=7, delay_s=0.2)
         with proxy as url:
-            fs, _ = open_fs(url, max_retries=8)
+            fs, _ = open_fs(url, RemoteOptions(max_retries=8))
             got = fs.read_ranges([(f"{url}/{p}", s, e) for p, s, e in spans])
     for (path, start, end), data in zip(spans, got):
         assert data == (small_dataset / path).read_bytes()[start:end]
@@ -88,7 +88,7 @@ def test_a_failed_remote_span_is_named_after_its_retries(small_dataset):
 
     spans = _video_spans(small_dataset, 4, seed=3)
     with Server(small_dataset) as upstream, FaultProxy(upstream, fail_paths=r"\.mp4") as url:
-        fs, _ = open_fs(url, max_retries=1)
+        fs, _ = open_fs(url, RemoteOptions(max_retries=1))
         with pytest.raises(RemoteError, match=r"reading bytes \d+-\d+ of http://127\.0\.0\.1:\d+/videos/.*\.mp4 failed 2 times .*retry policy: remote_max_retries=1"):
             fs.read_ranges([(f"{url}/{p}", s, e) for p, s, e in spans])
 

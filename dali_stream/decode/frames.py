@@ -43,6 +43,7 @@ from typing import Any, Callable, Hashable, Mapping
 
 import numpy as np
 
+from ..fetch.tables import FRAME_TIME_S
 from ..source.storage import is_local
 
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
@@ -268,3 +269,20 @@ class FrameCache:
             return {"held": self.bytes, "bound": self.memory_bytes, "frames": len(self._frames), "hits": self.hits,
                     "disk_hits": self.disk_hits, "misses": self.misses, "spilled": self.spilled,
                     "folder": self.folder, "spilling": self.spilling}
+
+
+def episode_held(frames: FrameCache, catalog) -> Callable[[int, str, dict], bool]:
+    """(pos, camera, rows) -> whether `frames` holds every frame of the episode's camera (the file times of all its
+    rows), for the cameras the cache serves (`FrameCache.labels`): the store then fetches none of it (`fetch.store`'s
+    `held`). `catalog`: `meta.catalog.Catalog`."""
+    cameras = {(m.index, catalog.fields[k].own[m.index]): label for k, label in frames.labels.items()
+               for m in catalog.members}
+
+    def held(pos: int, camera: str, rows: dict) -> bool:
+        member, local = catalog.locate(pos)
+        name = cameras.get((member.index, camera))
+        if name is None:
+            return False
+        start = float(member.meta.cameras[camera].from_timestamp[local])
+        return frames.holds(frames.names(member.meta.video_file(local, camera), start + rows[FRAME_TIME_S], name))
+    return held

@@ -7,7 +7,7 @@ so a batch's episodes are normally fetched before it is built. An episode is unp
 the one that retired it has been built; the store may then evict it. A run starting mid-epoch pins the
 pool as it stands at that batch: episodes retired before it are never fetched.
 
-Each batch's plan is drawn once (`Plans`): the prefetcher draws it first, when its admissions come into view; the
+Each batch's plan is drawn once (`loader.schedule.Plans`, handed in): the prefetcher draws it first, when its admissions come into view; the
 run-ahead that cuts and builds the batch reads the same plan; the prefetcher releases it once the batch is built and
 its retirements are read.
 """
@@ -16,39 +16,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any
-
-
-class Plans:
-    """The batch plans of an epoch (`plan.epoch.EpochPlan`), each drawn once and kept until `release`: `plans(i)`
-    is batch i's plan. Thread-safe (an EpochPlan draws lazily: one thread at a time, under `lock`)."""
-
-    def __init__(self, plan) -> None:
-        self.plan = plan
-        self.lock = threading.Lock()
-        self._drawn: dict[int, Any] = {}
-        self.draws = 0  # batches drawn (each once)
-
-    def __call__(self, index: int):
-        with self.lock:
-            got = self._drawn.get(index)
-            if got is None:
-                got = self._drawn[index] = self.plan.batch(index)
-                self.draws += 1
-            return got
-
-    def release(self, index: int) -> None:
-        """Batch `index` is built and its retirements read: nobody asks for its plan again."""
-        with self.lock:
-            self._drawn.pop(index, None)
-
-    def __len__(self) -> int:
-        """Plans kept now."""
-        return len(self._drawn)
 
 
 class Prefetcher:
-    def __init__(self, store, plans: Plans, start: int, ahead: int) -> None:
+    def __init__(self, store, plans, start: int, ahead: int) -> None:
         self.store, self.plans, self.ahead = store, plans, max(0, ahead)
         self._lock = threading.Lock()
         self._next = start  # the next batch whose admissions get pinned

@@ -97,14 +97,21 @@ class _Files:
 class EpisodeStore:
     def __init__(self, catalog, tolerance_s: float, capacity_bytes: int, decoders: SegmentDecoders,
                  fetch_workers: int = 4, segment_bytes_limit: int | None = None, *,
-                 index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES) -> None:
+                 index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES,
+                 epoch_episodes: int | None = None, held: Callable[[int, str, dict], bool] | None = None) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions and, per member, its metadata and the
         own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
         store's bounds. `tolerance_s`: the loader's, unless a member sets its own. `segment_bytes_limit`: an
         episode's camera whose segment would be larger (an hour-long recording) is not fetched whole: each sample
         gets a piece cut for its frames (`segment_for`), from the keyframe before them through the last packet
         they need, read from the file's index; None: always whole. `index_bytes`, `footer_bytes`: the bounds of the
-        video files' MP4 indexes and the data files' parsed footers kept (every member's together)."""
+        video files' MP4 indexes and the data files' parsed footers kept (every member's together).
+        `epoch_episodes`: the episodes in this rank's epoch where the plan retires an episode for the rest of it (a
+        pool): a retired episode comes back only next epoch, after every other one, so where the epoch's episodes do
+        not fit `capacity_bytes` an LRU would evict it first and it is dropped at once (`unpin`); None: kept (a
+        global shuffle draws an episode's frames all along its epoch). `held(pos, camera, rows)`: whether the
+        decoded-frame cache holds every frame of the episode's camera (`decode.frames.episode_held`): its segment
+        is then not fetched (a frame the cache lost is cut alone: `segment_for`); None: always fetched."""
         self.catalog = catalog
         self.segment_bytes_limit = segment_bytes_limit
         self.tolerance_s = tolerance_s
@@ -112,14 +119,7 @@ class EpisodeStore:
         self.stats = StoreStats()
         self.decoders = decoders  # the CPU decoders of fetched segments, bounded by their owner
         self.bytes = 0  # bytes held by fetched entries
-        # Episodes in this rank's epoch when the plan retires an episode for the rest of it (a pool): a retired
-        # episode comes back only next epoch, after every other one, so where the epoch's episodes do not fit
-        # `capacity_bytes` an LRU would evict it first and it is dropped at once (`unpin`). None: kept (a global
-        # shuffle draws an episode's frames all along its epoch).
-        self.epoch_episodes: int | None = None
-        # (pos, camera, rows) -> whether the decoded-frame cache holds every frame of the episode's camera: its
-        # segment is then not fetched (a frame the cache lost is cut alone: `segment_for`). None: always fetched
-        self.held: Callable[[int, str, dict], bool] | None = None
+        self.epoch_episodes, self.held = epoch_episodes, held
         self._fetched = [0, 0]  # bytes and episodes fetched so far: the mean an epoch's bytes are estimated by
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()

@@ -23,7 +23,7 @@ def explain(builder, pending: list[Prepared], exc: BaseException, node=None) -> 
     """DALI's decoder failed on one of `pending` (in flight, oldest first) without naming a sample: say what
     failed (this GPU, or one stream), which camera and which episode, and the fix."""
     failure = classify(str(exc))
-    dali_keys = keys_where(builder.routes, "in_dali")
+    dali_keys = builder.dali_keys
     nvdec = {k: [seg for b in pending for seg in b.asked.get(k, ([], []))[0]]
              for k in keys_where(builder.routes, "dali_gpu")}
     found = explain_device(failure, nvdec, node)
@@ -95,9 +95,7 @@ def _check_asked_frames(builder, pending: list[Prepared], failure) -> DecodeErro
 def _out_of_bounds(builder, pending: list[Prepared], failure) -> DecodeError | None:
     """The sample that asked DALI for frame `failure.frame` of a stream DALI found shorter."""
     for prepared in pending:
-        for key, route in builder.routes.items():
-            if not route_of(route).in_dali:
-                continue
+        for key in builder.dali_keys:
             frames = prepared.arrays[builder._slot[f"{key}@frames"]]
             for j, idx in enumerate(frames):
                 if failure.frame is not None and failure.frame in np.asarray(idx).tolist():

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from ..decode.route import route as route_of
-from .batches import Output
 from .imageops import ImageOps
+from .sources import Output
 
 _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": "FLOAT", "float64": "FLOAT64",
                "bool": "BOOL"}

@@ -38,7 +38,7 @@ class Delivery:
 
     def batches(self, schedule: Schedule, plan, start: int) -> Generator[dict[str, Any], None, None]:
         """Batches `start`, `start + 1`, ... of `plan`, as the schedule builds them."""
-        if self.stages.host_batches:
+        if self.stages.resolved.host_batches:
             return self._host_batches(schedule, plan, start)
         return self._graph_batches(schedule)
 
@@ -142,7 +142,7 @@ class Delivery:
                                      prefetch_queue_depth=queue_depth, engine_outputs=builder.engine_outputs,
                                      engine_sources={r: schedule.engine_source(r) for r in builder.engine_outputs},
                                      engine_streams={r: st.engines[r].stream for r in builder.engine_outputs},
-                                     shaped=builder.resizers)
+                                     shaped=st.resolved.shaped_on_workers)
         with self._dali_errors(schedule):  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:

@@ -13,9 +13,37 @@ from typing import Any
 import numpy as np
 
 from ..fetch.closer import in_background
-from ..fetch.prefetch import Plans, Prefetcher
+from ..fetch.prefetch import Prefetcher
 from ..graph.batches import BatchBuilder, Prepared
 from ..plan.epoch import BatchPlan, EpochPlan
+
+
+class Plans:
+    """The batch plans of an epoch (`plan.epoch.EpochPlan`), each drawn once and kept until `release`: `plans(i)`
+    is batch i's plan. Thread-safe (an EpochPlan draws lazily: one thread at a time, under `lock`)."""
+
+    def __init__(self, plan) -> None:
+        self.plan = plan
+        self.lock = threading.Lock()
+        self._drawn: dict[int, Any] = {}
+        self.draws = 0  # batches drawn (each once)
+
+    def __call__(self, index: int):
+        with self.lock:
+            got = self._drawn.get(index)
+            if got is None:
+                got = self._drawn[index] = self.plan.batch(index)
+                self.draws += 1
+            return got
+
+    def release(self, index: int) -> None:
+        """Batch `index` is built and its retirements read: nobody asks for its plan again."""
+        with self.lock:
+            self._drawn.pop(index, None)
+
+    def __len__(self) -> int:
+        """Plans kept now."""
+        return len(self._drawn)
 
 
 class Schedule:

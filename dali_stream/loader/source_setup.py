@@ -2,7 +2,7 @@
 
 `open_source` opens the source into a catalog and the `loader.meta` users see; `windows` turns
 `delta_timestamps` (seconds) into each member's frame offsets at its own fps; `planner_mix` the planner's view
-of a mixture (`plan.mixture_epoch.Mix`); `camera_routes` one route per camera key from each member's own choice;
+of a mixture (`plan.mixture_epoch.Mix`);
 `table_kinds` the batch's dtype and dimensions per table key; `check_camera_sizes` refuses cameras of
 different sizes under one key without `resize=`/`crop=`. For a single dataset each does what the loader did
 before mixtures existed.
@@ -16,7 +16,6 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..config import LoaderConfig
-from ..decode.routes import RouteChoice, formats_of, mixture_routes, open_routes
 from ..errors import ConfigError
 from ..meta.catalog import Catalog, MixtureMeta
 from ..meta.dataset import DatasetMeta
@@ -24,6 +23,7 @@ from ..mixture import as_mixture
 from ..plan.epoch import delta_indices
 from ..plan.mixture_epoch import Mix, member_mass
 from ..plan.selection import select
+from ..source.storage import RemoteOptions
 
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
 
@@ -40,18 +40,20 @@ def _per_member_only(cfg: LoaderConfig) -> None:
                           f"Member(source, {given[0]}=...)")
 
 
+def remote_options(cfg: LoaderConfig) -> RemoteOptions:
+    """The settings that say how remote files are opened and read, as one value (`source.storage.RemoteOptions`)."""
+    return RemoteOptions(dict(cfg.storage_options or {}), cfg.remote_max_retries, cfg.remote_timeout_s,
+                         cfg.remote_deadline_s)
+
+
 def open_meta(source: Any, cfg: LoaderConfig) -> Any:
     """`dali_stream.open_meta`: a source's metadata as `loader.meta` will be, before any loader (a DatasetMeta, or
     a MixtureMeta for a Mixture or a list of sources/members)."""
     mixture = as_mixture(source)
     if mixture is None:
-        return DatasetMeta.open(source, cfg.remote_max_retries, cfg.data_files_root,
-                                remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
-                                storage_options=dict(cfg.storage_options), revision=cfg.revision)
+        return DatasetMeta.open(source, cfg.data_files_root, remote=remote_options(cfg), revision=cfg.revision)
     _per_member_only(cfg)
-    catalog = Catalog.open(mixture, select, remote_max_retries=cfg.remote_max_retries,
-                           remote_timeout_s=cfg.remote_timeout_s, remote_deadline_s=cfg.remote_deadline_s,
-                           storage_options=cfg.storage_options)
+    catalog = Catalog.open(mixture, select, remote_options(cfg))
     return MixtureMeta(catalog, cfg.crop or cfg.resize)
 
 
@@ -145,30 +147,6 @@ def epoch_shares(catalog: Catalog) -> np.ndarray:
     mass = member_mass(np.array([m.frames for m in catalog.members]), tuple(m.weight for m in catalog.members),
                        _shares(catalog))
     return mass / mass.sum() if mass.sum() > 0 else mass
-
-
-def camera_routes(catalog: Catalog, decode, choose: Callable[[dict, Any], dict[str, RouteChoice]], engine: str,
-                  engine_why: str) -> tuple[dict[str, RouteChoice], dict[str, dict[str, str]]]:
-    """(mixture key -> route and reason, member name -> {key: the route it would take alone}). `choose(formats,
-    decode)` is `decode.routes.choose_routes` bound to the node; a mixture's `decode` dict names mixture keys."""
-    if not catalog.is_mixture:
-        member = catalog.members[0]
-        choices = open_routes(choose(formats_of(member.meta), decode), engine, engine_why)
-        return choices, {member.name: {k: c.route for k, c in choices.items()}}
-    if not isinstance(decode, str):
-        unknown = sorted(set(decode) - set(catalog.video_keys))
-        if unknown:
-            raise ConfigError(f"decode= names cameras {unknown} that no member of the mixture has; cameras: "
-                              f"{catalog.video_keys}")
-    per_member = []
-    for member in catalog.members:
-        own = formats_of(member.meta)
-        formats = {key: own[member.own[key]] for key in catalog.video_keys if key in member.own}
-        mine = decode if isinstance(decode, str) else {k: v for k, v in decode.items() if k in formats}
-        per_member.append(open_routes(choose(formats, mine), engine, engine_why))
-    names = [m.name for m in catalog.members]
-    return (mixture_routes(per_member, names, catalog.video_keys, decode),
-            {n: {k: c.route for k, c in choices.items()} for n, choices in zip(names, per_member)})
 
 
 def check_camera_sizes(catalog: Catalog, image_ops) -> None:

@@ -64,7 +64,7 @@ def memory_budget(st: Any) -> dict[str, Any]:
 
     decoded = sum(b * steps[k] * size[k][0] * size[k][1] * 3
                   for k in keys_where(routes, "torchcodec") if k not in host)
-    host_batches_alive = resolved.prefetch_batches + (2 if st.host_batches else 3)
+    host_batches_alive = resolved.prefetch_batches + (2 if resolved.host_batches else 3)
     prepared = (resolved.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
     footers, indexes = store.tables.files, store.indexes.files
     return {"cache_peak": store.stats.peak_bytes, "cache_bound": store.capacity_bytes,

@@ -1,5 +1,5 @@
 """StreamLoader: a LeRobot v3 dataset streamed through the planner, the fetchers and one DALI graph (none on a CPU
-node where every camera is laid out by the workers: `Stages.host_batches`), as a thin facade: its stages are built
+node where every camera is laid out by the workers: `Resolved.host_batches`), as a thin facade: its stages are built
 by `loader.assemble` from the settings `loader.resolve` derives, each epoch runs ahead in `loader.schedule` and
 reaches the caller through `loader.deliver`.
 
@@ -44,8 +44,7 @@ if TYPE_CHECKING:
 
 # The parts of its stages a loader shows as its own (`loader.meta`, `loader.routes`, ...: the public surface); the
 # others (the store, the builder, the decoders, ...) are `loader.stages.<name>`, their counters `loader.stats()`
-PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "route_reasons", "member_routes", "resolved",
-                           "host_batches"})
+PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "route_reasons", "member_routes", "resolved"})
 log = logging.getLogger("dali_stream")
 
 
@@ -87,7 +86,6 @@ class StreamLoader:
     route_reasons: dict[str, str]
     member_routes: Any
     resolved: Resolved
-    host_batches: bool
 
     def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta | None = None, *,
                  config: LoaderConfig | None = None, repo_id: str | None = None,
@@ -119,6 +117,11 @@ class StreamLoader:
         inner = name in Stages.__dataclass_fields__
         raise AttributeError(f"'StreamLoader' object has no attribute {name!r}" + (
             f": the loader's {name} is loader.stages.{name} (what it holds: loader.stats())" if inner else ""))
+
+    @property
+    def host_batches(self) -> bool:
+        """Whether batches skip DALI's graph: every camera laid out by the workers, batches on the CPU (`resolved`)."""
+        return self.stages.resolved.host_batches
 
     def _plan(self, epoch: int) -> EpochPlan:
         """This rank's plan of `epoch` (`Position.plan`)."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import ConfigError, DaliStreamError
 from ..mixture import Member, Mixture, default_name
+from ..source.storage import RemoteOptions
 from .dataset import Camera, DatasetMeta, LerobotMetadata
 from .schema import APPROXIMATE_STATS, Field, merge_features, merge_stats
 
@@ -98,18 +99,16 @@ class Catalog:
         return cls.single(meta, meta.lengths, meta.episodes["episode_index"])
 
     @classmethod
-    def open(cls, mixture: Mixture, select, *, remote_max_retries: int | None = None,
-             remote_timeout_s: float | None = None, remote_deadline_s: float | None = None,
-             storage_options: Mapping[str, Any] | None = None) -> "Catalog":
+    def open(cls, mixture: Mixture, select, remote: RemoteOptions | None = None) -> "Catalog":
         """Open every member (`select(episode_index, lengths, episodes, max_episodes)` -> (lengths, episodes): the
-        planner's selection, `plan.selection.select`) and merge their features."""
+        planner's selection, `plan.selection.select`) and merge their features; `remote`: the loader's remote
+        options, each member's `storage_options` merged over them."""
+        remote = remote or RemoteOptions()
+
         def one(member: Member) -> DatasetMeta:
             try:
-                return DatasetMeta.open(member.source, remote_max_retries, member.data_files_root,
-                                        remote_timeout_s=remote_timeout_s, remote_deadline_s=remote_deadline_s,
-                                        storage_options={**dict(storage_options or {}),
-                                                         **dict(member.storage_options or {})},
-                                        revision=member.revision)
+                return DatasetMeta.open(member.source, member.data_files_root,
+                                        remote=remote.over(member.storage_options), revision=member.revision)
             except DaliStreamError as exc:
                 raise type(exc)(f"mixture member {member.name!r}: {exc}") from None
 

@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from ..errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
-from ..source.storage import lerobot_home, open_fs, parquet_errors, parquet_file, read_parquet, resolve_source
+from ..source.storage import (
+    RemoteOptions,
+    lerobot_home,
+    open_fs,
+    parquet_errors,
+    parquet_file,
+    read_parquet,
+    resolve_source,
+)
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -124,15 +132,12 @@ class DatasetMeta(LerobotMetadata):
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, source: str, remote_max_retries: int | None = None,
-             data_files_root: str | None = None, *, remote_timeout_s: float | None = None,
-             remote_deadline_s: float | None = None,
-             storage_options: dict | None = None, revision: str | None = None) -> "DatasetMeta":
+    def open(cls, source: str, data_files_root: str | None = None, *, remote: RemoteOptions | None = None,
+             revision: str | None = None) -> "DatasetMeta":
         """Metadata from `source`; data/ and videos/ from `data_files_root` when given (e.g. meta from a Hub
         dataset, bulk files from a bucket), else from `source`. `revision` applies to `source` (an hf://
-        repository); `storage_options` (fsspec's) to both roots."""
-        fs, root = open_fs(source, remote_max_retries, remote_timeout_s, storage_options, revision,
-                           remote_deadline_s)
+        repository); `remote` (fsspec's storage options, the retry policy) to both roots."""
+        fs, root = open_fs(source, remote, revision)
         try:
             info = cls._read_info(source, fs, root)
         except RemoteError as exc:
@@ -163,8 +168,7 @@ class DatasetMeta(LerobotMetadata):
         tasks = cls._read_tasks(source, fs, root)
         meta = cls(resolve_source(source, revision), fs, root, info, episodes, tasks)
         if data_files_root is not None:
-            meta.data_fs, meta.data_root = open_fs(data_files_root, remote_max_retries, remote_timeout_s,
-                                                   storage_options, deadline_s=remote_deadline_s)
+            meta.data_fs, meta.data_root = open_fs(data_files_root, remote)
             if not meta.data_fs.exists(meta.data_root):
                 raise DatasetNotFoundError(f"data_files_root {data_files_root!r} does not exist; it must hold the "
                                            "dataset's data/ and videos/ folders")

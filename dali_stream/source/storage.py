@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -71,20 +73,37 @@ def local_copy(repo_id: str) -> str | None:
     return path if os.path.isfile(os.path.join(path, "meta", "info.json")) else None
 
 
-def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None = None,
-            storage_options: dict | None = None, revision: str | None = None, deadline_s: float | None = None):
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How remote files are opened and read, one value from the loader's settings to every file system it opens:
+    fsspec's `storage_options` (an endpoint, keys), and the retry policy's `max_retries`, `timeout_s` (per attempt)
+    and `deadline_s` (all attempts of one read); None: the environment's, else the defaults
+    (`remote.RetryPolicy.from_env`). Local files ignore it."""
+
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    max_retries: int | None = None
+    timeout_s: float | None = None
+    deadline_s: float | None = None
+
+    def over(self, storage_options: Mapping[str, Any] | None) -> "RemoteOptions":
+        """These options with `storage_options` (a mixture member's) merged over them."""
+        return replace(self, storage_options={**dict(self.storage_options), **dict(storage_options or {})})
+
+
+def open_fs(source: str, remote: RemoteOptions | None = None, revision: str | None = None):
     """(filesystem, root path without trailing slash) for a local path or an fsspec URL.
 
-    Remote filesystems come wrapped in `remote.RemoteFS` (range reads, retries, timeouts, counters);
-    credentials come from fsspec's usual places (HF token, AWS environment) or `storage_options`, never
-    from the URL into logs or errors. `revision` pins an hf:// repository to a branch, tag or commit."""
+    Remote filesystems come wrapped in `remote.RemoteFS` (range reads, retries, timeouts, counters: `remote`'s
+    policy); credentials come from fsspec's usual places (HF token, AWS environment) or `remote.storage_options`,
+    never from the URL into logs or errors. `revision` pins an hf:// repository to a branch, tag or commit."""
+    remote = remote or RemoteOptions()
     import fsspec
 
     source = resolve_source(source, revision)
     if revision is not None:
         source = with_revision(str(source), revision)
     try:
-        fs, root = fsspec.core.url_to_fs(str(source), **(storage_options or {}))
+        fs, root = fsspec.core.url_to_fs(str(source), **dict(remote.storage_options))
     except (ImportError, ValueError) as exc:
         from ..errors import ConfigError
         from .remote import redact
@@ -95,7 +114,7 @@ def open_fs(source: str, max_retries: int | None = None, timeout_s: float | None
     if not is_local(fs):
         from .remote import RemoteFS, RetryPolicy
 
-        fs = RemoteFS(fs, RetryPolicy.from_env(max_retries, timeout_s, deadline_s))
+        fs = RemoteFS(fs, RetryPolicy.from_env(remote.max_retries, remote.timeout_s, remote.deadline_s))
     return fs, root.rstrip("/") or "/"
 
 

@@ -83,7 +83,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     total = 0.0
     for route in sorted({loader.routes[key] for key, _, _ in work}):
         # The same streams the loader feeds DALI (joined per group, or a clip per sample), cut before timing.
-        items = [loader.stages.builder.group_streams({key: (segs, idx)}, len(segs))[1][key]
+        items = [loader.stages.builder.streams_of(key, segs, idx)
                  for key, segs, idx in work if loader.routes[key] == route]
         batch_size = max(len(inputs) for inputs in items)
         feed = iter(items)

@@ -11,11 +11,12 @@ from typing import Any
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ..decode import proven
+    from ..config import LoaderConfig
     from ..decode.frames import room_warning
     from ..decode.node import Node
-    from ..decode.routes import choose_routes, formats_of
     from ..loader.memory import available_bytes
+    from ..loader.routing import camera_routes
+    from ..loader.source_setup import open_source, windows
     from ..meta.dataset import DatasetMeta
     from ..mixture import is_mixture_file
     from .bench_cache import decoded_bytes
@@ -23,10 +24,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if is_mixture_file(args.dataset):
         return _inspect_mixture(args)
     meta = DatasetMeta.open(args.dataset, revision=args.revision)
-    formats = formats_of(meta)  # auto as the loader's defaults take it: joined streams on NVDEC
     node = Node.probe()
-    routes = choose_routes(formats, "auto", node, unproven=proven.rule(formats))
-    named = {k: c.route for k, c in routes.items()}
+    cfg = LoaderConfig()  # the routes a loader with the default settings takes here (`loader.routing`)
+    catalog, _ = open_source(meta, cfg)
+    chosen = camera_routes(cfg, catalog, node, windows(catalog, cfg)[0])
+    named = chosen.routes
     kept = _kept_ops(args, named, node)  # the size the decoded-frame cache keeps frames at (None: as decoded)
     report = {
         "source": meta.source,
@@ -37,7 +39,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "frames": meta.total_frames,
         "tasks": len(meta.tasks),
         "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
-                        "route_auto": routes[k].route, "reason": routes[k].reason} for k, c in meta.cameras.items()},
+                        "route_auto": named[k], "reason": chosen.reasons[k]} for k, c in meta.cameras.items()},
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in meta.table_keys},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
@@ -75,10 +77,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         shown = ", ".join(map(str, names)) if isinstance(names, list) else "" if names is None else str(names)
         table.add_row(k, str(f["dtype"]), str(tuple(f["shape"] or ())), shown)
     console.print(table)
-    table = keyed_table(("derived setting (defaults, one rank, this node)", "value", "what it is", "why"),
+    table = keyed_table(("derived setting", "value", "what it is", "why (defaults, one rank, this node)"),
                         list(report["derived"]))
+    table.columns[1].max_width = 24  # a list of cameras folds rather than squeezing what and why
     for name, d in report["derived"].items():
-        table.add_row(name, str(d["value"]), str(d["what"]), str(d["why"]))
+        value = d["value"]  # cameras as a list that wraps between names
+        shown = ", ".join(map(str, value)) or "none" if isinstance(value, (tuple, list)) else str(value)
+        table.add_row(name, shown, str(d["what"]), str(d["why"]))
     console.print(table)
     return 0
 
@@ -117,10 +122,10 @@ def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
 def _inspect_mixture(args: argparse.Namespace) -> int:
     """`inspect MIXTURE.json`: each member (episodes, frames, fps, weight, its cameras' routes alone), and the
     mixture's keys (which members lack them, padded vectors, sizes, the route each camera key takes here)."""
-    from ..decode import proven
+    from ..config import LoaderConfig
     from ..decode.node import Node
-    from ..decode.routes import choose_routes, nvdec_engine
-    from ..loader.source_setup import camera_routes, epoch_shares
+    from ..loader.routing import camera_routes
+    from ..loader.source_setup import epoch_shares, windows
     from ..meta.catalog import Catalog
     from ..mixture import load_mixture
     from ..plan.selection import select
@@ -133,9 +138,9 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
     node = Node.probe()
     names = [m.name for m in catalog.members]
     # as a loader with decode="auto" routes them (each member alone, then one route per key)
-    routes, alone = camera_routes(catalog, "auto", lambda formats, decode: choose_routes(
-        formats, decode, node, unproven=proven.rule(formats)),
-        *nvdec_engine("auto", proven.open_unproven(node.gpu.name if node.gpu else None)))
+    cfg = LoaderConfig()
+    chosen = camera_routes(cfg, catalog, node, windows(catalog, cfg)[0])
+    routes, alone = chosen.routes, chosen.members
     members: dict[str, dict[str, Any]] = {}
     for m, part in zip(catalog.members, epoch_shares(catalog).tolist()):
         members[m.name] = {"source": m.meta.source, "weight": m.weight, "share": m.share, "epoch_share": part,
@@ -153,7 +158,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
                      **({"sizes": {names[i]: list(hw) for i, hw in f.sizes.items()}} if f.visual else
                         {"padded": f.padded, "lengths": {names[i]: list(s) for i, s in enumerate(f.own_shapes)
                                                          if s is not None}}),
-                     **({"route_auto": routes[key].route, "reason": routes[key].reason} if f.visual else {})}
+                     **({"route_auto": routes[key], "reason": chosen.reasons[key]} if f.visual else {})}
     report = {"source": args.dataset, "members": members, "samples_per_epoch": catalog.mixture.samples_per_epoch
               if catalog.mixture else None, "episodes": int(sum(len(m.episodes) for m in catalog.members)),
               "frames": int(sum(m.frames for m in catalog.members)), "keys": keys}

@@ -150,6 +150,7 @@ def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[st
     from ..decode.routes import RouteChoice, mixture_routes
     from ..meta.dataset import DatasetMeta
     from ..mixture import load_mixture
+    from ..source.storage import RemoteOptions
 
     try:
         mixture = load_mixture(path)
@@ -158,8 +159,7 @@ def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[st
     members, cameras, choices = {}, {}, []
     for member in mixture.members:
         report = probe_dataset(member.source, software, node, decode_test, lambda m=member: DatasetMeta.open(
-            m.source, data_files_root=m.data_files_root, storage_options=dict(m.storage_options or {}),
-            revision=m.revision))
+            m.source, m.data_files_root, remote=RemoteOptions(dict(m.storage_options or {})), revision=m.revision))
         if not report["ok"]:
             return {**report, "error": f"mixture member {member.name!r}: {report['error']}"}
         members[str(member.name)] = {k: report[k] for k in ("source", "codebase_version", "episodes", "frames", "fps")}

@@ -90,14 +90,14 @@ def _is_hub(fs) -> bool:
 
 def reference_of(against: str | None, source: str, fs, root: str, storage_options: dict | None):
     """(what the reference is, relative path -> Published, filesystem and root to hash, or None)."""
-    from ..source.storage import open_fs
+    from ..source.storage import RemoteOptions, open_fs
 
     if against is None:
         if _is_hub(fs):
             return f"published hashes of {source}", _hub_published(_raw(fs), root), None
         raise ConfigError(f"{source!r} has no published hashes to compare with: pass --against DIR (a mirror) or "
                           "--against hf://datasets/<org>/<name>, or --decode to decode every file")
-    ref_fs, ref_root = open_fs(against, storage_options=storage_options)
+    ref_fs, ref_root = open_fs(against, RemoteOptions(dict(storage_options or {})))
     if not ref_fs.exists(ref_root):
         raise ConfigError(f"--against {against!r} does not exist; pass the root of the reference copy")
     if _is_hub(ref_fs):
@@ -244,9 +244,9 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     `progress(stage, done, total)` is called as files are hashed (bytes), decoded (files) and read as the loader
     reads them (episodes, stage "episodes"); `tolerance_s` as the loader's."""
     from ..meta.dataset import DatasetMeta
-    from ..source.storage import open_fs
+    from ..source.storage import RemoteOptions, open_fs
 
-    fs, root = open_fs(source, storage_options=storage_options, revision=revision)
+    fs, root = open_fs(source, RemoteOptions(dict(storage_options or {})), revision)
     if not fs.exists(root):
         raise ConfigError(f"dataset folder {source!r} does not exist")
     mine = _files(_raw(fs), root)
@@ -256,7 +256,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     what, published, mirror = (reference_of(against, source, fs, root, storage_options)
                                if against is not None or _is_hub(fs) else ("", {}, None))
     try:
-        meta = DatasetMeta.open(source, storage_options=storage_options, revision=revision)
+        meta = DatasetMeta.open(source, remote=RemoteOptions(dict(storage_options or {})), revision=revision)
         holders, meta_error = episodes_of(meta), None
     except RemoteError:
         raise  # a remote read that failed says nothing of the files' bytes: not a finding

@@ -1,0 +1,228 @@
+"""Each camera's frames behind one protocol: `FrameSource.frames_for(batch) -> CameraFrames`, and `close()`.
+
+A batch's builder (`graph.batches`) locates each camera's samples (their segments, pieces or frames the decoded-frame
+cache holds, `graph.locate`) and hands them to the camera's source, which returns what the batch takes of that
+camera: the DALI graph's inputs (`values`, one list per output, per group of samples) or, on host frames, the
+camera's batch tensor laid out already (`host`). Which source a camera gets is its route's business
+(`loader.assemble`); the builder loops over its sources and knows none of them:
+
+- `DaliClips`: DALI's decoder decodes the camera in the graph (`nvdec`, `dali-cpu`): per group one stream, the
+  members' clips joined (`graph.joined`), or a clip per sample (`graph.clips`);
+- `EngineSource`: an open-decoder engine (`nvdec-open`, `cpu-open`) decodes it, its pictures fed to the graph
+  through the engine route's own external source (`engine_outputs`);
+- `WorkerPixels`: decoded on the workers (torchcodec, or DALI's CPU decoder there) and fed to the graph as pixels;
+- `HostFrames`: decoded on the workers and laid out straight into the batch (`graph.host`), no graph.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from ..decode.cpu import DecoderCache
+from ..decode.frames import FrameCache
+from ..errors import DecodeError
+from ..plan.epoch import BatchPlan
+from .buffers import BufferPool
+from .clips import DaliInput, dali_input
+from .imageops import ImageOps
+from .joined import join_group, join_pieces
+from .segment_frames import Held, decode_grouped, decode_host
+
+
+@dataclass(frozen=True)
+class Output:
+    """One external-source output: what it carries and for which key."""
+
+    name: str  # unique output name inside the graph
+    kind: str  # "encoded" | "frames" | "order" | "pixels" | "decoded" | "rand" | "table"
+    key: str  # feature key (or "<key>_is_pad") it belongs to
+    dtype: np.dtype
+    ndim: int
+
+
+@dataclass
+class CameraBatch:
+    """One camera of one batch, located: per sample its segment (an episode's, a long episode's piece, a `Held`
+    sample's cached frames, or None for a mixture's member lacking the camera) and the frame indices in it to show;
+    per sample what the decoded-frame cache names and holds (`names`, `FrameCache.look`; None: not cached); the
+    samples' members; `groups` samples per group of the graph's batch, and a DALI camera's joined streams."""
+
+    plan: BatchPlan
+    segs: list
+    idx: list[np.ndarray]
+    names: list | None
+    member_index: np.ndarray
+    groups: int = 1
+    streams: list[DaliInput] | None = None
+
+
+@dataclass
+class CameraFrames:
+    """What a source gives of its camera: graph output name -> per group; or the host-frame tensor; and how many
+    frames it decoded on the workers."""
+
+    values: dict[str, list] = field(default_factory=dict)
+    host: np.ndarray | None = None
+    decoded: int = 0
+
+
+class FrameSource(Protocol):
+    key: str
+    route: str
+    outputs: tuple[Output, ...]  # the graph's inputs it fills (on its engine's source when `engine`)
+    engine: str | None  # the open-decoder engine route whose external source takes `outputs`, else None
+    in_graph: bool  # False: host frames, the camera never enters the graph
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames: ...
+
+    def close(self) -> None: ...
+
+
+class DaliClips:
+    """DALI's decoder in the graph: per group a stream of encoded bytes, its distinct frames and their order.
+    `counts`: [samples, streams DALI opened a decoder for, frames its decoder works through]."""
+
+    engine: str | None = None
+    in_graph = True
+
+    def __init__(self, key: str, route: str) -> None:
+        self.key, self.route = key, route
+        self.outputs: tuple[Output, ...] = (Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1),
+                        Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1),
+                        Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
+        self.counts = [0, 0, 0]
+        self._lock = threading.Lock()
+
+    def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
+        """One stream per group of `members` samples, or None where some group's clips cannot share one."""
+        joined = [join_group(segs[g:g + members], idx[g:g + members]) for g in range(0, len(segs), members)]
+        return None if any(j is None for j in joined) else joined  # type: ignore[return-value]
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames:
+        inputs = batch.streams if batch.streams is not None else [dali_input(s, i) for s, i in zip(batch.segs,
+                                                                                                    batch.idx)]
+        with self._lock:
+            self.counts[0] += len(batch.segs)
+            self.counts[1] += len(inputs)
+            self.counts[2] += sum(d.frames_fed for d in inputs)
+        return CameraFrames({f"{self.key}@encoded": [d.data for d in inputs],
+                             f"{self.key}@frames": [d.frames for d in inputs],
+                             f"{self.key}@order": [d.order for d in inputs]})
+
+    def close(self) -> None:
+        pass
+
+
+class EngineSource:
+    """An open-decoder engine's pictures (`graph.engine_frames.EngineFrames`, shared by the route's cameras), per
+    group, for the external source of the engine's route."""
+
+    in_graph = True
+
+    def __init__(self, key: str, route: str, pictures: Any) -> None:
+        self.key, self.route, self.pictures = key, route, pictures
+        self.engine: str | None = route
+        self.outputs: tuple[Output, ...] = (Output(f"{key}@decoded", "decoded", key, np.dtype(np.uint8), 4),)
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames:
+        pictures, decoded = self.pictures(self.route, self.key, batch.segs, batch.idx, batch.member_index,
+                                          batch.names)
+        span = batch.groups * len(batch.idx[0])  # every sample of a camera has the same steps
+        per_group = pictures if isinstance(pictures, list) else [  # a list: per sample (a mixture's sizes)
+            pictures[g:g + span] for g in range(0, len(pictures), span)]
+        return CameraFrames({self.outputs[0].name: per_group}, decoded=decoded)
+
+    def close(self) -> None:
+        pass
+
+
+class Workers:
+    """What the cameras decoded on the workers share: the CPU decoders kept, the decoded-frame cache, and whether a
+    batch's clips of whole episodes are joined into one stream too (a global shuffle), not only long episodes'
+    pieces."""
+
+    def __init__(self, decoders: DecoderCache, frames: FrameCache | None = None, join_all: bool = False) -> None:
+        self.decoders, self.frames, self.join_all = decoders, frames, join_all
+        self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode
+
+    def decode(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any],
+               joinable: bool = True) -> Any:
+        """`decode(segs, idx)`, a camera's pieces of long episodes (one per sample) joined into one stream first
+        (`join_pieces`): one decoder opened for them instead of one per piece. Should a joined stream fail (its
+        frames are checked like any), the camera's pieces are decoded one by one from then on, said once."""
+        pieces = [j for j, seg in enumerate(segs) if seg is not None and not isinstance(seg, Held)
+                  and (seg.piece or self.join_all)] if joinable and key not in self._join_failed else []
+        joined = join_pieces([segs[j] for j in pieces], [idx[j] for j in pieces]) if len(pieces) > 1 else None
+        if joined is not None:
+            one, steps = joined
+            segs_j, idx_j = list(segs), list(idx)
+            for j, part in zip(pieces, steps):
+                segs_j[j], idx_j[j] = one, part
+            try:
+                return decode(segs_j, idx_j)
+            except DecodeError as exc:
+                self._join_failed.add(key)
+                warnings.warn(f"camera {key!r}: the pieces of long episodes joined into one stream did not decode "
+                              f"({exc}); its pieces are decoded one by one from now on (one decoder opened per "
+                              "piece: slower). Please report it with the output of `dali-stream verify DATASET "
+                              "--decode`", stacklevel=3)
+        return decode(segs, idx)
+
+
+class WorkerPixels:
+    """Decoded on the workers (torchcodec; DALI's CPU decoder where `dali` is given), through `resizer` where the
+    workers resize, and fed to the graph as (members x steps, H, W, 3) pixels per group. `blank(steps)`: a sample's
+    zeros for a mixture's member lacking the camera."""
+
+    engine: str | None = None
+    in_graph = True
+
+    def __init__(self, key: str, route: str, workers: Workers, blank: Callable[[int], np.ndarray],
+                 resizer: Any = None, dali: Any = None) -> None:
+        self.key, self.route, self.workers, self.blank, self.resizer, self.dali = key, route, workers, blank, resizer, dali
+        self.outputs: tuple[Output, ...] = (Output(f"{key}@pixels", "pixels", key, np.dtype(np.uint8), 4),)
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames:
+        w = self.workers
+        pixels, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_grouped(
+            s, i, w.decoders, self.blank(len(i[0])), w.frames, batch.names, self.resizer, self.dali),
+            joinable=self.dali is None)
+        g = batch.groups
+        return CameraFrames({self.outputs[0].name: pixels if g == 1 else [
+            np.concatenate(pixels[k:k + g]) for k in range(0, len(pixels), g)]}, decoded=decoded)
+
+    def close(self) -> None:
+        for pipelines in (self.resizer, self.dali):
+            if pipelines is not None:
+                pipelines.close()
+
+
+class HostFrames:
+    """Decoded on the workers and laid out as `image_ops` says straight into a buffer of `buffers` (host frames,
+    `graph.host`): the camera's (B, T, 3, H, W) batch tensor, no graph. `size`: the camera's (H, W)."""
+
+    engine: str | None = None
+    in_graph = False
+    outputs: tuple[Output, ...] = ()
+
+    def __init__(self, key: str, route: str, workers: Workers, buffers: BufferPool, image_ops: ImageOps,
+                 size: tuple[int, int], dali: Any = None) -> None:
+        self.key, self.route, self.workers, self.buffers = key, route, workers, buffers
+        self.image_ops, self.size, self.dali = image_ops, size, dali
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames:
+        w = self.workers
+        host, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_host(
+            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali),
+            joinable=self.dali is None)
+        return CameraFrames(host=host, decoded=decoded)
+
+    def close(self) -> None:
+        self.buffers.clear()  # batches the caller holds stay valid
+        if self.dali is not None:
+            self.dali.close()

@@ -1,0 +1,85 @@
+"""Each camera's route, chosen in one place: `camera_routes(config, catalog, node, deltas)`.
+
+For one dataset, each camera's route is `decode.routes.choose_routes` on this node: the `decode=` setting, what the
+node's NVDEC takes (`decode.node`), what has been proven on a GPU (`decode.proven`) and whether a measurement says
+torchcodec is faster for the sample's shape (`decode.speed`); NVDEC cameras then go to DALI's decoder or the
+open-decoder engine (`nvdec_engine`). A mixture's members choose each as they would alone, and a key takes one
+route for all of them (`decode.routes.mixture_routes`). The loader (`loader.assemble`) and `dali-stream inspect`
+both call this: what one shows is what the other does.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..config import LoaderConfig
+from ..decode import proven
+from ..decode.node import Node
+from ..decode.routes import RouteChoice, choose_routes, formats_of, mixture_routes, nvdec_engine, open_routes
+from ..decode.speed import gpu_slower, unmeasured
+from ..errors import ConfigError
+from ..meta.catalog import Catalog
+from .resolve import nvdec_joins
+
+log = logging.getLogger("dali_stream")
+
+
+@dataclass(frozen=True)
+class CameraRoutes:
+    """`routes`: camera key -> route name (`decode.route`); `reasons`: why; `members`: member name -> {key: the route
+    it would take alone} (one dataset: itself)."""
+
+    routes: dict[str, str]
+    reasons: dict[str, str]
+    members: dict[str, dict[str, str]]
+
+
+def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mapping[str, Any]) -> CameraRoutes:
+    """Each camera key's route and why (module doc); `deltas`: key -> its window's frame offsets (the frames a sample
+    shows, which the speed measurement depends on)."""
+    dali_version = proven.installed_dali()  # "0" without DALI: no GPU route then
+    # NVDEC cameras: DALI's fn.decoders.video, or the open-decoder engine (decode.engine)
+    engine, engine_why = nvdec_engine(cfg.nvdec_engine, proven.open_unproven(node.gpu.name if node.gpu else None))
+    measured, joined = measured_speed(cfg, deltas, dali_version), nvdec_joins(cfg)
+
+    def choose(formats: dict, decode: Any) -> dict[str, RouteChoice]:
+        return open_routes(choose_routes(formats, decode, node, measured, proven.rule(formats, joined)), engine,
+                           engine_why)
+
+    decode = cfg.decode
+    if not catalog.is_mixture:
+        member = catalog.members[0]
+        choices = choose(formats_of(member.meta), decode)
+        alone = {member.name: {k: c.route for k, c in choices.items()}}
+    else:
+        if not isinstance(decode, str):
+            unknown = sorted(set(decode) - set(catalog.video_keys))
+            if unknown:
+                raise ConfigError(f"decode= names cameras {unknown} that no member of the mixture has; cameras: "
+                                  f"{catalog.video_keys}")
+        per_member = []
+        for m in catalog.members:
+            own = formats_of(m.meta)
+            formats = {key: own[m.own[key]] for key in catalog.video_keys if key in m.own}
+            mine = decode if isinstance(decode, str) else {k: v for k, v in decode.items() if k in formats}
+            per_member.append(choose(formats, mine))
+        names = [m.name for m in catalog.members]
+        choices = mixture_routes(per_member, names, catalog.video_keys, decode)
+        alone = {n: {k: c.route for k, c in mine.items()} for n, mine in zip(names, per_member)}
+    for key, choice in choices.items():
+        log.info("camera %s: %s (%s)", key, choice.route, choice.reason)
+    return CameraRoutes({k: c.route for k, c in choices.items()}, {k: c.reason for k, c in choices.items()}, alone)
+
+
+def measured_speed(cfg: LoaderConfig, deltas: Mapping[str, Any], dali_version: str):
+    """For `decode="auto"`: camera key -> (why a measurement says torchcodec beats NVDEC for its samples, or None;
+    a note otherwise), from `decode.speed`: one clip per sample or joined streams (`nvdec_joins`), frames per
+    sample (`deltas`)."""
+    joined = nvdec_joins(cfg)
+
+    def measured(key: str) -> tuple[str | None, str]:
+        return gpu_slower(dali_version, joined, len(deltas.get(key, (0,)))), unmeasured(joined)
+
+    return measured
