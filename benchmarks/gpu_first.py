@@ -3,8 +3,8 @@
     python benchmarks/gpu_first.py prepare [--data .demo/gpu-first] [--small]     # on the CPU machine, once
     python benchmarks/gpu_first.py measure --out DIR [--route nvdec-open|cpu-open] [--data ...] [--window-s 3]
 
-`prepare` (the CPU machine, with FFmpeg and PyAV): two datasets written as lerobot's recorder writes them, two
-640x480 cameras each at GOP 2 and crf 30, one H.264 and one HEVC; FFmpeg's pictures of a few samples of every
+`prepare` (the CPU machine, with FFmpeg and PyAV): three datasets written as lerobot's recorder writes them, two
+cameras each at GOP 2 and crf 30: 640x480 H.264, 640x480 HEVC, and 256x256 H.264 (LIBERO's frame size); FFmpeg's pictures of a few samples of every
 camera (`reference.npz`, the colour check's reference) and the colour FFmpeg reads each video file with
 (`colours.json`: the device has no PyAV to read it); the PyNvVideoCodec wheel (`.devwheels-first/`, for Python 3.12; apart from tier 2's `.devwheels/`, which its staging tool empties);
 and the size of what one device call carries (the tree, the wheel, the datasets), printed against the 60 MiB
@@ -16,7 +16,7 @@ it got:
 1. preflight: the driver (nvidia-smi), PyNvVideoCodec's import and the driver libraries it needs
    (libnvcuvid, libnvidia-encode), CUDA's start and the first conversion kernel's launch (PTX compiled on first
    use) timed apart from the second;
-2. per dataset (H.264, HEVC) and mode (one frame per camera; an 8-step window of consecutive frames per camera),
+2. per dataset (H.264, HEVC, H.264 at 256x256) and mode (one frame per camera; an 8-step window of consecutive frames per camera),
    at 1, 2, 4 and 7 decode threads: batches of 64 planned as the loader plans them (pool of 16), fetched from the
    dataset (fetch stage), fed as packets (`decode.feed`) to the engine's decoders kept open, frames out as tensors
    on the device; two builder threads keep it fed, as the loader's workers do. Reported: samples/s over a
@@ -73,7 +73,10 @@ DATA = ROOT / ".demo/gpu-first"
 WHEELS = ROOT / ".devwheels-first"
 WHEEL = "pynvvideocodec==2.2.4"
 BUDGET_MIB = 60
-CODECS = ("h264", "hevc")
+# dataset name -> (codec, sizes over FULL/SMALL): 640x480 H.264 and HEVC, and LIBERO's 256x256 (small frames: does
+# NVDEC's per-frame cost stay below the CPU route's where decode is cheap, or does the host path bind first?)
+DATASETS = {"h264": ("h264", {}), "hevc": ("hevc", {}), "h264-256": ("h264", {"height": 256, "width": 256})}
+SMALL_SQUARE = {"height": 64, "width": 64}  # the 256x256 dataset's stand-in in the CI dry run
 THREADS = (1, 2, 4, 7)
 MODES = {"single": 1, "window8": 8}  # frames per camera per sample
 BATCH, POOL, BUILDERS = 64, 16, 2
@@ -89,16 +92,17 @@ def prepare(data: Path, small: bool) -> dict[str, Any]:
 
     sizes = SMALL if small else FULL
     written = {}
-    for codec in CODECS:
-        root = data / codec
+    for name, (codec, shape) in DATASETS.items():
+        root = data / name
+        own = {**sizes, **(SMALL_SQUARE if small and shape else shape)}
         spec = SampleSpec(cameras=parse_cameras(f"front:{codec},wrist:{codec}"), gop=2, crf=30, recorder="lerobot",
-                          content="pattern" if small else "scene", seed=3, **sizes)
+                          content="pattern" if small else "scene", seed=3, **own)
         if not (root / "meta/info.json").exists():
             t0 = time.perf_counter()
             write_sample(root, spec)
             print(f"wrote {root} in {time.perf_counter() - t0:.0f} s", flush=True)
         _reference(root)
-        written[codec] = _bytes(root)
+        written[name] = _bytes(root)
     wheel = None if small else _wheel()
     tree = sum(os.path.getsize(ROOT / f) for f in subprocess.run(
         ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split() if (ROOT / f).is_file())
@@ -157,7 +161,9 @@ class Rig:
         from dali_stream.decode.cpu import DecoderCache
         from dali_stream.decode.engine import make_engine
         from dali_stream.fetch.store import EpisodeStore
-        from dali_stream.graph.batches import BatchBuilder
+        from dali_stream.graph.batches import BatchBuilder, BuildSpec
+        from dali_stream.graph.engine_frames import EngineFrames
+        from dali_stream.graph.sources import EngineSource
         from dali_stream.loader.source_setup import open_source, windows
 
         self.root, self.route = root, route
@@ -181,8 +187,9 @@ class Rig:
                     if rel in known:
                         colours[path] = Colour(int(known[rel]["matrix"]), bool(known[rel]["full_range"]))
         self.engine = make_engine(route, threads, device_index, sizes, colours)
-        self.builder = BatchBuilder(self.catalog, self.store, DecoderCache(1, True), {k: route for k in self.cameras},
-                                    self.deltas, cfg.tolerance_s, [], {}, engines={route: self.engine})
+        pictures = EngineFrames(self.catalog, {route: self.engine}, {}, None, lambda key, steps: None)
+        self.builder = BatchBuilder(self.catalog, self.store, {k: EngineSource(k, route, pictures) for k in self.cameras},
+                                    BuildSpec(self.deltas, cfg.tolerance_s))
         # builder-thread seconds: episodes' rows and segments from the fetch stage, the engine's decode call, the
         # painted-id check (the engine's own phases: `OpenDecoders.seconds`)
         self.seconds = dict.fromkeys(("fetch", "engine", "check"), 0.0)
@@ -450,17 +457,17 @@ def measure(args) -> int:
         return 2
     device_index = 0 if args.route == "nvdec-open" else None
     threads = [int(t) for t in args.threads.split(",")]
-    for codec in CODECS:
-        root = Path(args.data) / codec
+    for name in DATASETS:
+        root = Path(args.data) / name
         for mode, steps in MODES.items():
             for n in threads:
                 run = measure_one(root, args.route, n, steps, args.window_s, device_index)
-                run.update(dataset=codec, mode=mode)
+                run.update(dataset=name, mode=mode)
                 report["runs"].append(run)
                 save()
-                print(f"{codec} {mode} threads {n}: {run['samples_per_s']:.0f} samples/s, "
+                print(f"{name} {mode} threads {n}: {run['samples_per_s']:.0f} samples/s, "
                       f"{run['cpu_ms_per_sample']:.2f} CPU ms/sample, wrong {run['wrong_frames']}", flush=True)
-        report["colour"][codec] = colour_check(root, args.route, device_index)
+        report["colour"][name] = colour_check(root, args.route, device_index)
         save()
     print(summary(report), flush=True)
     bad = any(r["wrong_frames"] for r in report["runs"]) or not all(c["passed"] for c in report["colour"].values())

@@ -83,6 +83,8 @@ def measure(args) -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     _run("open_vs_cpu", [*dali_stream, "bench", str(data / "h264"), *decode, "--batch-size", "64",
                          "--cpu-all-cores", *short, "--out-dir", str(out / "open_vs_cpu")], out, report, env)
+    _run("open_vs_cpu_256", [*dali_stream, "bench", str(data / "h264-256"), *decode, "--batch-size", "64",
+                             "--cpu-all-cores", *short, "--out-dir", str(out / "open_vs_cpu_256")], out, report, env)
     _run("mixture_beside_kernel", [*dali_stream, "bench", str(mixture), *decode, "--batch-size", "64",
                                    *(["--gpu-load"] if gpu else []), *short, "--no-limit",
                                    "--out-dir", str(out / "mixture")], out, report, env)

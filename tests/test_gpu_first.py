@@ -27,11 +27,13 @@ def prepared(tmp_path_factory):
 
 
 def test_prepare_writes_what_the_node_cannot_make(prepared):
-    for codec in ("h264", "hevc"):
-        root = prepared / codec
-        from dali_stream.meta.dataset import DatasetMeta
+    from dali_stream.meta.dataset import DatasetMeta
 
-        assert {c.codec for c in DatasetMeta.open(str(root)).cameras.values()} == {codec}
+    for name, codec in (("h264", "h264"), ("hevc", "hevc"), ("h264-256", "h264")):
+        root = prepared / name
+        cameras = DatasetMeta.open(str(root)).cameras.values()
+        assert {c.codec for c in cameras} == {codec}
+        assert {(c.height, c.width) for c in cameras} == ({(64, 64)} if name == "h264-256" else {(96, 128)})
         colours = json.loads((root / "colours.json").read_text())
         assert colours and all(set(c) == {"matrix", "full_range"} for c in colours.values())
         import numpy as np
@@ -51,7 +53,7 @@ def test_the_first_call_runs_as_on_the_node(prepared, tmp_path):
     assert report["preflight"]["ok"] and report["route"] == "cpu-open"
     runs = report["runs"]
     assert {(r["dataset"], r["mode"], r["threads"]) for r in runs} == {
-        (c, m, t) for c in ("h264", "hevc") for m in ("single", "window8") for t in (1, 2)}
+        (c, m, t) for c in ("h264", "hevc", "h264-256") for m in ("single", "window8") for t in (1, 2)}
     for r in runs:
         assert r["samples_per_s"] > 0 and r["cpu_ms_per_sample"] > 0 and r["wrong_frames"] == 0, r
         assert r["frames_checked"] == r["samples"] * r["frames_per_camera"] * 2
@@ -89,15 +91,16 @@ def test_a_wrong_frame_is_counted_not_hidden(prepared):
 
 
 def test_the_second_tier_runs_as_on_the_node(prepared, tmp_path):
-    """Tier 2's measuring call on the CPU: the loader on `cpu-open` against the CPU route on every core, the
-    mixture of both datasets, and the boundary tests of that route collected, each step's status and files written."""
+    """Tier 2's measuring call on the CPU: the loader on `cpu-open` against the CPU route on every core (640x480 and
+    256x256), the mixture of two datasets, and the boundary tests of that route collected, each step's status and
+    files written."""
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "OUT": str(out)}
     proc = subprocess.run(["bash", "benchmarks/gpu_second.sh", "--route", "cpu-open", "--data", str(prepared),
                            "--window-s", "0.5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     report = json.loads((out / "gpu_second.json").read_text())
     assert proc.returncode == 0 and report["failed"] == [], (report, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert list(report["steps"]) == ["open_vs_cpu", "mixture_beside_kernel", "boundaries"]
+    assert list(report["steps"]) == ["open_vs_cpu", "open_vs_cpu_256", "mixture_beside_kernel", "boundaries"]
     (bench,) = (out / "open_vs_cpu").glob("bench-*.json")
     result = json.loads(bench.read_text())
     assert set(result["routes"].values()) == {"cpu-open"} and result["gpu_over_cpu_all_cores"] > 0
