@@ -336,3 +336,31 @@ def test_load_state_dict_while_iterating_is_refused(small_dataset):
     loader.load_state_dict(saved)
     fresh = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu")
     assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in fresh]
+
+
+@pytest.mark.parametrize("denied,decode,words", [
+    ("torchcodec", "cpu", "decode with torchcodec, which does not import"),
+    ("nvidia.dali.plugin", "auto", "NVIDIA DALI does not import"),
+])
+def test_a_runtime_library_that_does_not_import_is_named_by_the_constructor(small_dataset, denied, decode, words):
+    """torchcodec failing to import stops a loader whose cameras decode with it, DALI's torch plugin one that builds
+    a DALI graph (the VP9 camera on DALI's CPU decoder): each an InstallError that names it and the tool that
+    finds the fix, raised by the constructor, not by the first batch."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+class Deny:
+    def find_spec(self, name, path=None, target=None):
+        if name == {denied!r} or name.startswith({denied!r} + "."):
+            raise ImportError(name + " is broken here")
+sys.meta_path.insert(0, Deny())
+from dali_stream import InstallError, StreamLoader
+try:
+    StreamLoader({str(small_dataset)!r}, batch_size=2, device="cpu", decode={decode!r})
+except InstallError as exc:
+    print("InstallError:", exc)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("InstallError:") and words in out and "dali-stream diagnose" in out, out

@@ -158,3 +158,19 @@ def test_host_buffers_stay_within_the_memory_budget(small_dataset, prefetch):
     assert pool.allocated * frame_bytes == budget["host_buffers_peak"] <= budget["prepared_batches"]
     loader.close()
 
+
+
+def test_a_loader_without_a_graph_never_imports_dali(small_dataset):
+    """Batches that skip the graph (every camera on host frames, on the CPU) need nothing of DALI: the loader neither
+    imports it to read its version or count its devices nor loads its torch plugin (~0.5-0.7 s of a start); a
+    loader with a graph (the VP9 camera on DALI's CPU decoder) imports both."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from dali_stream import StreamLoader; "
+            f"loader = StreamLoader({str(small_dataset)!r}, batch_size=2, device='cpu', decode=sys.argv[1]); "
+            "next(iter(loader)); loader.close(); "
+            "print(loader.host_batches, 'nvidia.dali' in sys.modules, 'nvidia.dali.plugin.pytorch' in sys.modules)")
+    seen = {decode: subprocess.run([sys.executable, "-c", code, decode], capture_output=True, text=True,
+                                   check=True).stdout.split() for decode in ("cpu", "auto")}
+    assert seen == {"cpu": ["True", "False", "False"], "auto": ["False", "True", "True"]}, seen

@@ -291,6 +291,7 @@ def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
 
     monkeypatch.delenv("DALI_STREAM_CPU_ONLY", raising=False)
     monkeypatch.setattr(backend, "GetCUDADeviceCount", lambda: 2)
+    monkeypatch.setattr(node_module, "_driver_present", lambda: True)
     monkeypatch.setattr(node_module, "nvcuvid_error", lambda: None)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)  # NVML: initialises nothing

@@ -116,7 +116,16 @@ class Node:
 
 
 # ---- probes (the only IO here) ----------------------------------------------------------------------------
+def _driver_present() -> bool:
+    """Whether the node has an NVIDIA driver loaded (its /proc entry, or the control device a container gets)."""
+    return os.path.exists("/proc/driver/nvidia/version") or os.path.exists("/dev/nvidiactl")
+
+
 def _dali_device_count() -> int:
+    """CUDA devices DALI's backend sees; 0 without asking it (and without importing DALI) where the node has no
+    NVIDIA driver at all."""
+    if not _driver_present():
+        return 0
     try:
         from nvidia.dali import backend
 

@@ -56,7 +56,15 @@ def rule(formats: Mapping, joined: bool = True, dali_version: str | None = None,
 
 
 def installed_dali() -> str:
-    """The installed DALI's version ("0" when it does not import: nothing is proven for it)."""
+    """The installed DALI's version ("0" without one: nothing is proven for it): its flavour's distribution's, read
+    without importing DALI (a loader that builds no graph never imports it); else, for a build from source, the
+    imported module's."""
+    import importlib.metadata as md
+
+    from ..pairing import installed_dali as flavours
+
+    for name in flavours():
+        return md.version(name)
     try:
         from nvidia.dali import __version__
     except Exception:

@@ -119,13 +119,14 @@ class DaliClips:
 
 
 class EngineSource:
-    """An open-decoder engine's pictures (`graph.engine_frames.EngineFrames`, shared by the route's cameras), per
-    group, for the external source of the engine's route."""
+    """An open-decoder engine's pictures (`graph.engine_frames.EngineFrames`, shared by the route's cameras, resized
+    there by `resizer` where the workers resize the camera), per group, for the external source of the engine's
+    route."""
 
     in_graph = True
 
-    def __init__(self, key: str, route: str, pictures: Any) -> None:
-        self.key, self.route, self.pictures = key, route, pictures
+    def __init__(self, key: str, route: str, pictures: Any, resizer: Any = None) -> None:
+        self.key, self.route, self.pictures, self.resizer = key, route, pictures, resizer  # resizer: closed here
         self.engine: str | None = route
         self.outputs: tuple[Output, ...] = (Output(f"{key}@decoded", "decoded", key, np.dtype(np.uint8), 4),)
 
@@ -138,7 +139,8 @@ class EngineSource:
         return CameraFrames({self.outputs[0].name: per_group}, decoded=decoded)
 
     def close(self) -> None:
-        pass
+        if self.resizer is not None:
+            self.resizer.close()
 
 
 class Workers:

@@ -40,7 +40,7 @@ from ..plan.epoch import PlanConfig
 from ..plan.mixture_epoch import Mix
 from ..plan.world import World, resolve_world
 from ..source.storage import is_local
-from .lifecycle import IMPORT_ERRORS
+from .lifecycle import runtime_error
 from .memory import available_bytes
 from .resolve import Facts, Resolved, resolve
 from .routing import camera_routes
@@ -86,10 +86,6 @@ class Stages:
 def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     check_dali()
     without_dali(cfg)
-    if "nvidia.dali.plugin.pytorch" in IMPORT_ERRORS:
-        exc = IMPORT_ERRORS["nvidia.dali.plugin.pytorch"]
-        raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
-                           "names the broken layer and the constraint set that fixes it")
     image_ops = ImageOps.make(cfg.image_dtype, resize=cfg.resize, crop=cfg.crop, mean=cfg.mean, std=cfg.std,
                               channels_last=cfg.memory_format == "channels_last")
     # One dataset, or a mixture's members as one list of episode positions (`catalog`); `meta`: a DatasetMeta, or a
@@ -110,6 +106,11 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
                              drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames)
+    if not resolved.host_batches:  # a DALI graph: DALI and its torch plugin must import
+        exc = runtime_error("nvidia.dali.plugin.pytorch")
+        if exc is not None:
+            raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
+                               "names the broken layer and the constraint set that fixes it")
     check_camera_sizes(catalog, image_ops)
     decoders = DecoderCache(resolved.max_decoders, cfg.check_frames)
     engines = {}
@@ -202,7 +203,7 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
             h, w = catalog.fields[key].shape[:2]
             sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali)
         elif route(name).engine:
-            sources[key] = EngineSource(key, name, pictures)
+            sources[key] = EngineSource(key, name, pictures, resizers.get(key))
         elif route(name).in_dali and dali is None:
             sources[key] = DaliClips(key, name)
         else:
@@ -223,8 +224,8 @@ def without_dali(cfg: LoaderConfig) -> None:
 def check_installed(routes: dict[str, str]) -> None:
     """The routes chosen can run here: torchcodec's cameras need torchcodec to import."""
     cpu = keys_where(routes, "torchcodec")
-    if cpu and "torchcodec.decoders" in IMPORT_ERRORS:
-        exc = IMPORT_ERRORS["torchcodec.decoders"]
+    exc = runtime_error("torchcodec.decoders") if cpu else None
+    if exc is not None:
         raise InstallError(f"cameras {sorted(cpu)} decode with torchcodec, which does not import ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0] if str(exc) else ''}); torchcodec must match torch and "
                            "find FFmpeg 4-7 (apt-get install -y ffmpeg): `dali-stream diagnose` names the fix")

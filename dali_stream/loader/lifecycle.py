@@ -23,24 +23,24 @@ if TYPE_CHECKING:
     from .stream import StreamLoader
 
 
-def _import_runtime() -> dict[str, BaseException]:
-    """DALI's torch plugin (where DALI is installed) and torchcodec (1.7 s of torch._dynamo imports) load with this
-    module, so neither a loader's constructor nor its first batch pays for them; a failure is kept and raised,
-    named, by the constructor (after the DALI flavour check, which explains the commonest one)."""
-    import importlib
+def runtime_error(name: str) -> BaseException | None:
+    """Import runtime module `name` once (torchcodec's decoders, DALI's torch plugin) and keep its failure: None when
+    it imports. torchcodec (1.7 s of torch._dynamo imports) loads with this module, so neither a loader's
+    constructor nor its first batch pays for it; DALI's torch plugin when a loader first builds a DALI graph (a
+    loader whose batches skip the graph never imports DALI). A failure is raised, named, by the constructor."""
+    if name not in _TRIED:
+        import importlib
 
-    from ..pairing import dali_present
-
-    failed: dict[str, BaseException] = {}
-    for name in ("nvidia.dali.plugin.pytorch",) * dali_present() + ("torchcodec.decoders",):
         try:
             importlib.import_module(name)
+            _TRIED[name] = None
         except Exception as exc:  # noqa: BLE001 - reported by `loader.assemble`
-            failed[name] = exc
-    return failed
+            _TRIED[name] = exc
+    return _TRIED[name]
 
 
-IMPORT_ERRORS = _import_runtime()
+_TRIED: dict[str, BaseException | None] = {}
+runtime_error("torchcodec.decoders")
 OPEN_LOADERS: "weakref.WeakSet[StreamLoader]" = weakref.WeakSet()
 
 
