@@ -106,8 +106,11 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
                              drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames)
-    if not resolved.host_batches:  # a DALI graph: DALI and its torch plugin must import
-        exc = runtime_error("nvidia.dali.plugin.pytorch")
+    # DALI must import where it runs: its torch plugin for a graph, DALI itself for its CPU decoder on the workers
+    needs = "nvidia.dali.plugin.pytorch" if not resolved.host_batches else "nvidia.dali" if resolved.dali_on_workers \
+        else None
+    if needs is not None:
+        exc = runtime_error(needs)
         if exc is not None:
             raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
                                "names the broken layer and the constraint set that fixes it")
@@ -185,7 +188,7 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
                    resolved: Resolved) -> dict[str, FrameSource]:
     """Each camera's frame source (`graph.sources`), from its route: an open-decoder engine's, DALI's decoder in the
     graph, or the workers' decoders (torchcodec; DALI's CPU decoder where `dali_workers` names the camera) feeding
-    the graph, or laying out host frames where `host_ops` is given (batches on the CPU, no DALI image ops).
+    the graph, or laying out host frames (`resolved.host_cameras`: batches on the CPU, no DALI image ops).
     `resizers`: the cameras the workers resize and crop before the decoded-frame cache keeps them."""
 
     def blank(key: str, steps: int) -> np.ndarray:  # a sample's frames where its member lacks the camera
