@@ -74,6 +74,14 @@ def _cpu_routes_unless_gpu_test(request, monkeypatch):
         monkeypatch.setenv("DALI_STREAM_CPU_ONLY", "1")
 
 
+@pytest.fixture(autouse=True)
+def _spill_whatever_the_drive_has_free(monkeypatch):
+    """The decoded-frame cache's folder stops being written where its drive is nearly full (5 % of it by default):
+    tests that spill frames are not about the drive the tests run on, so they leave no floor (the test of the floor
+    sets its own). The setting reaches subprocesses."""
+    monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", "0")
+
+
 @pytest.fixture(scope="session")
 def four_codec_dataset(tmp_path_factory):
     """h264 (B-frames), hevc, av1, vp9 cameras; episodes start mid-GOP; several files and chunks per camera."""

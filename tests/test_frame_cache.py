@@ -144,10 +144,9 @@ def test_an_unwritable_folder_warns_once_and_the_epoch_goes_on(small_dataset, tm
 
 def test_the_spill_stops_at_the_drives_free_space_floor_and_still_reads_what_it_wrote(small_dataset, tmp_path,
                                                                                        monkeypatch):
-    """The spill leaves its drive's last `SPILL_FREE_MIN_BYTES` free: past that floor (here set above the drive's
-    free space) nothing more is written, one warning says so, and the frames written before are still read."""
-    from dali_stream.decode import frames
-
+    """The spill leaves its drive's last bytes free (`DALI_STREAM_SPILL_KEEP_FREE_BYTES`, else 5 % of the drive):
+    past that floor (here set above the drive's free space) nothing more is written, one warning says so, and the
+    frames written before are still read."""
     want = list(StreamLoader(str(small_dataset), **ARGS))
     args = dict(ARGS, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
     first = StreamLoader(str(small_dataset), **args)
@@ -157,8 +156,9 @@ def test_the_spill_stops_at_the_drives_free_space_floor_and_still_reads_what_it_
     it.close()
     assert first.stats()["frames"]["spilled"] > 0
     first.close()
-    monkeypatch.setattr(frames, "SPILL_FREE_MIN_BYTES", shutil.disk_usage(tmp_path).total + 1)
-    with pytest.warns(UserWarning, match="frame_cache_dir: its drive has .* GiB free, and the spill leaves") as caught:
+    monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", str(shutil.disk_usage(tmp_path).total + 1))
+    with pytest.warns(UserWarning, match="frame_cache_dir: its drive has .* GiB free, and the spill leaves .* "
+                                         "GiB free \\(DALI_STREAM_SPILL_KEEP_FREE_BYTES=") as caught:
         later = StreamLoader(str(small_dataset), **args)
         got = list(later)
     assert_same(got, want)
@@ -166,6 +166,23 @@ def test_the_spill_stops_at_the_drives_free_space_floor_and_still_reads_what_it_
     assert stats["spilled"] == 0 and not stats["spilling"] and stats["disk_hits"] > 0 and stats["misses"] > 0
     assert sum("frame_cache_dir" in str(w.message) for w in caught) == 1
     later.close()
+
+
+def test_the_spill_floor_is_a_share_of_the_drive_unless_set_and_a_malformed_one_is_said_at_construction(
+        small_dataset, tmp_path, monkeypatch):
+    """Unset, the floor is 5 % of the drive and at least 1 GiB; `DALI_STREAM_SPILL_KEEP_FREE_BYTES` replaces it
+    (0 on a drive kept for the cache); a value that is not a byte count is refused by the constructor, named."""
+    from dali_stream.decode.frames import spill_floor
+
+    monkeypatch.delenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES")
+    assert spill_floor(100 << 30)[0] == 5 << 30 and spill_floor(4 << 30)[0] == 1 << 30
+    assert "DALI_STREAM_SPILL_KEEP_FREE_BYTES sets it" in spill_floor(100 << 30)[1]
+    monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", "0")
+    assert spill_floor(100 << 30)[0] == 0
+    for bad in ("2G", "-1"):
+        monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", bad)
+        with pytest.raises(ConfigError, match=f"DALI_STREAM_SPILL_KEEP_FREE_BYTES='{bad}' is not a number of bytes"):
+            StreamLoader(str(small_dataset), **ARGS, frame_cache_dir=str(tmp_path / "frames"))
 
 
 def test_resume_with_the_cache_on_gives_the_uninterrupted_batches(small_dataset):

@@ -26,7 +26,8 @@ Where they are kept:
   file renamed: ranks of a node and later runs share the folder safely) and read back into an array of its own
   (a mapping's pages would count in the process's RSS for as long as it lived). The spill
   leaves the folder's file system at least `SPILL_FREE` of its size free (and `SPILL_FREE_MIN_BYTES`): the
-  checkpoints and logs a job writes to the same drive keep their room. A folder that cannot be written (full,
+  checkpoints and logs a job writes to the same drive keep their room. `DALI_STREAM_SPILL_KEEP_FREE_BYTES` sets
+  that floor instead (0 on a drive kept for the cache alone). A folder that cannot be written (full,
   read-only) or whose drive reached that floor stops being written to, with one warning; frames already there are
   still read, and the rest are decoded each epoch.
 """
@@ -49,6 +50,26 @@ from ..source.storage import is_local
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
 SPILL_FREE = 0.05  # the share of the spill folder's file system the spill leaves free
 SPILL_FREE_MIN_BYTES = 1 << 30  # and at least this many bytes
+ENV_KEEP_FREE = "DALI_STREAM_SPILL_KEEP_FREE_BYTES"  # the floor in bytes, in place of the two above
+
+
+def spill_floor(total_bytes: int) -> tuple[int, str]:
+    """The bytes the spill leaves free on a drive of `total_bytes`, and how that floor was set (for its warning)."""
+    raw = os.environ.get(ENV_KEEP_FREE)
+    if raw is None:
+        floor = max(int(SPILL_FREE * total_bytes), SPILL_FREE_MIN_BYTES)
+        return floor, (f"{SPILL_FREE:.0%} of {total_bytes / 2**30:.0f} GiB, at least "
+                       f"{SPILL_FREE_MIN_BYTES / 2**30:.0f} GiB; {ENV_KEEP_FREE} sets it")
+    try:
+        floor = int(raw)
+    except ValueError:
+        floor = -1
+    if floor < 0:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{ENV_KEEP_FREE}={raw!r} is not a number of bytes >= 0; set it to e.g. {1 << 30} "
+                          f"(1 GiB), or unset it for {SPILL_FREE:.0%} of the drive (at least 1 GiB)")
+    return floor, f"{ENV_KEEP_FREE}={floor}"
 
 
 _SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
@@ -159,6 +180,7 @@ class FrameCache:
         self.folder = None if folder is None else os.path.join(os.path.abspath(folder), FORMAT)
         self.spilling = self.folder is not None  # frames past the bound are written to the folder
         if self.folder is not None:
+            spill_floor(0)  # a malformed floor is said by the constructor, not by the first spill
             try:
                 os.makedirs(self.folder, exist_ok=True)
             except OSError as exc:
@@ -234,11 +256,10 @@ class FrameCache:
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             disk = shutil.disk_usage(self.folder or "")
-            floor = max(SPILL_FREE * disk.total, SPILL_FREE_MIN_BYTES)
+            floor, why = spill_floor(disk.total)
             if disk.free - frame.nbytes < floor:
                 self._stop_spilling(f"its drive has {disk.free / 2**30:.1f} GiB free, and the spill leaves "
-                                    f"{floor / 2**30:.1f} GiB free ({SPILL_FREE:.0%} of {disk.total / 2**30:.0f} "
-                                    f"GiB, at least {SPILL_FREE_MIN_BYTES / 2**30:.0f} GiB)")
+                                    f"{floor / 2**30:.1f} GiB free ({why})")
                 return
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as f:
