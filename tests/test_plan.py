@@ -355,3 +355,30 @@ def test_frames_drawn_in_closed_form_are_the_batches_frames(world_size, drop_las
                 b = plan.batch(cut)
                 for p, f in zip(b.episodes.tolist(), b.frames.tolist()):
                     seen.setdefault(p, set()).add(f)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_a_pass_span_is_what_each_position_gives(shuffle):
+    """`Lanes.span` finds a batch's samples for all its positions at once: the same (episode, frame, place) as
+    `Lanes.at` position after position, over pools of 1 to 20 lanes, episodes without frames among them, spans
+    anywhere in the pass (lanes running dry at different times)."""
+    from dali_stream.plan.passes import Lanes
+
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        counts = [int(c) for c in rng.integers(0, 40, size=int(rng.integers(1, 30)))]
+        if not any(counts):
+            continue
+        lanes = Lanes(counts, lambda e: np.arange(counts[e]), int(rng.integers(1, 21)), shuffle, (3, 1))
+        v = int(rng.integers(0, lanes.frames))
+        stop = int(rng.integers(v + 1, lanes.frames + 1))
+        want: tuple[list, list, list] = ([], [], [])
+        n = lanes.stream_index(v)
+        while len(want[0]) < stop - v:
+            at = lanes.at(n)
+            n += 1
+            if at is not None:
+                want[0].append(at[0])
+                want[1].append(at[2])
+                want[2].append(at[1])
+        assert lanes.span(v, stop) == want

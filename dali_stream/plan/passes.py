@@ -33,6 +33,8 @@ class Lanes:
         """`like`: a pass over the same episodes whose lane assignment this one reuses (only the random seed differs)."""
         self.counts, self.frames_of, self.shuffle, self.seed_words = counts, frames_of, shuffle, seed_words
         self._perms: dict[int, np.ndarray] = {}
+        self._flat_lanes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `_flat`, made on first use
+        self._stride = 0
         if like is not None:
             self.lanes, self.members, self.starts = like.lanes, like.members, like.starts
             self.totals, self.frames = like.totals, like.frames
@@ -107,19 +109,35 @@ class Lanes:
         return out
 
     def span(self, v: int, stop: int) -> tuple[list[int], list[int], list[int]]:
-        """Samples [v, stop) of the pass: (episode, frame, place in its frame order) each."""
-        eps: list[int] = []
-        frames: list[int] = []
-        places: list[int] = []
-        n = self.stream_index(v)
-        while len(eps) < stop - v:
-            found = self.at(n)
-            n += 1
-            if found is not None:
-                eps.append(found[0])
-                places.append(found[1])
-                frames.append(found[2])
-        return eps, frames, places
+        """Samples [v, stop) of the pass: (episode, frame, place in its frame order) each; what `at` gives at
+        the stream positions from `stream_index(v)` on that are samples, found for all of them at once (a batch's
+        plan is drawn on the caller's thread)."""
+        want = stop - v
+        if want <= 0:
+            return [], [], []
+        n, taken, found = self.stream_index(v), 0, []
+        size = want + self.lanes
+        while taken < want:  # the positions are samples where their lane still has frames at their offset
+            ns = np.arange(n, n + size, dtype=np.int64)
+            ns = ns[ns // self.lanes < self.totals[ns % self.lanes]][:want - taken]
+            found.append(ns)
+            taken, n, size = taken + len(ns), n + size, size * 2
+        ns = np.concatenate(found)
+        keys, firsts, members = self._flat()
+        lane, offset = ns % self.lanes, ns // self.lanes
+        k = np.searchsorted(keys, lane * self._stride + offset, side="right") - 1
+        eps, places = members[k].tolist(), (offset - firsts[k]).tolist()
+        return eps, [int(self._order(e)[p]) for e, p in zip(eps, places)], places
+
+    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every lane's episodes in one sorted array for `span`: (lane x stride + start, start, episode) each."""
+        if self._flat_lanes is None:
+            self._stride = int(self.totals.max()) + 1
+            lanes = np.repeat(np.arange(self.lanes, dtype=np.int64), [len(st) for st in self.starts])
+            firsts = np.concatenate(self.starts) if self.starts else np.zeros(0, np.int64)
+            members = np.concatenate(self.members) if self.members else np.zeros(0, np.int64)
+            self._flat_lanes = (lanes * self._stride + firsts, firsts, members)
+        return self._flat_lanes
 
     def drawn(self, end: int) -> dict[int, np.ndarray]:
         """Frames handed out by the pass's first `end` samples (0 < end < frames), per episode (local index)."""
