@@ -67,6 +67,15 @@ class Pieces:
         self.ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
         self.log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
 
+    def may_cut(self, positions: list[int]) -> set[int]:
+        """Those of `positions` whose episode `cut_ahead` may cut pieces of: piece threads, and the episode's fetch
+        begun and either still running or done with some camera read in pieces (`cut_ahead` skips the others)."""
+        if self._pool is None:
+            return set()
+        entries = self.entries_of(positions)
+        return {pos for pos, e in entries.items()
+                if e.started and (not e.done.is_set() or (e.error is None and e.long))}
+
     def close(self, wait: bool) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:

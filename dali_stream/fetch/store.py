@@ -232,6 +232,10 @@ class EpisodeStore:
         """Begin cutting the pieces a batch's samples will ask for (`Pieces.cut_ahead`)."""
         self.pieces.cut_ahead(asks)
 
+    def may_cut(self, positions: list[int]) -> set[int]:
+        """Those of `positions` whose pieces `cut_ahead` may cut (`Pieces.may_cut`)."""
+        return self.pieces.may_cut(positions)
+
     def drop_ahead(self) -> None:
         """Forget the pieces cut ahead that nobody took (`Pieces.drop_ahead`)."""
         self.pieces.drop_ahead()

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.frames import FrameCache
+from ..decode.frames import FrameCache, micros
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 
@@ -70,8 +70,26 @@ class Locator:
                                  self.frames.labels[key])
 
     def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
-        """Per sample, `names`."""
-        return [self.names(plan, j, key, r) for j, r in enumerate(rows)]
+        """Per sample, `names`: the batch's file times gathered first and named in one go."""
+        assert self.frames is not None
+        label, own = self.frames.labels[key], self.fields[key].own
+        window = plan.windows[key].rows if key in plan.windows else None
+        digests: list[str | None] = []
+        times = []
+        for j, (pos, r) in enumerate(zip(plan.episodes.tolist(), rows)):
+            member, local = self.catalog.locate(pos)
+            camera = own[member.index]
+            if camera is None:
+                digests.append(None)
+                continue
+            digests.append(self.frames.digest(member.meta.video_file(local, camera), label))
+            start = float(member.meta.cameras[camera].from_timestamp[local])
+            times.append(start + (r[FRAME_TIME_S][window[j]] if window is not None
+                                  else r[FRAME_TIME_S][int(plan.frames[j])]))
+        if not times:
+            return digests
+        rows_us = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
+        return [None if d is None else [(d, t) for t in next(rows_us)] for d in digests]
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
@@ -84,13 +102,18 @@ class Locator:
     def cut_ahead(self, plan: BatchPlan) -> None:
         """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),
         before a builder takes the batch up: one task for the batch, its reads coalesced."""
+        # asked on the caller's thread for every batch: asks only for the episodes that may have pieces
+        positions = plan.episodes.tolist()
+        candidates = self.store.may_cut(positions)
+        if not candidates:
+            return
         asks = []
         for key in self.routes:
             f = self.fields[key]
-            for j, pos in enumerate(plan.episodes):
-                own = f.own[self.catalog.locate(int(pos))[0].index]
+            for j, pos in enumerate(positions):
+                own = f.own[self.catalog.locate(pos)[0].index] if pos in candidates else None
                 if own is not None:
-                    asks.append((piece_key(plan, j, key), int(pos), own,
+                    asks.append((piece_key(plan, j, key), pos, own,
                                  functools.partial(self._ahead_query, plan, j, key)))
         self.store.cut_ahead(asks)
 
