@@ -41,6 +41,8 @@ TOP_WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.
 
 @pytest.mark.parametrize("setup", [
     dict(),  # host frames: laid out by the workers
+    dict(memory_format="channels_last"),  # host frames as decoded (HWC): a held batch is one copy
+    dict(image_dtype="float32", mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3)),  # host frames scaled and normalized
     dict(resize=(40, 48), crop=(30, 41)),  # through the DALI graph, resized and cropped by the workers first
     dict(crop=(64, 90)),  # cropped by the workers first
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, joined per batch
@@ -53,7 +55,7 @@ TOP_WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.
     dict(decode="auto", episode_pool_size="all", segment_bytes=1),  # long episodes' pieces
     # augment= in the graph on the kept frames (kept as decoded: the hook runs before resize), seeded per sample
     dict(decode="auto", augment=random_resized_crop_and_jitter, resize=(40, 48)),
-], ids=["host", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows",
+], ids=["host", "host-channels-last", "host-float-mean-std", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows",
         "dali-resize-crop", "dali-windows", "dali-global-pieces", "dali-augment"])
 def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     """Two epochs with the cache equal two without, every key and pixel, on H.264 (B-frames), HEVC, AV1 and VP9

@@ -72,6 +72,11 @@ def spill_floor(total_bytes: int) -> tuple[int, str]:
     return floor, f"{ENV_KEEP_FREE}={floor}"
 
 
+def micros(times_s: np.ndarray) -> np.ndarray:
+    """File times in seconds as the whole microseconds a frame's name carries."""
+    return np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64)
+
+
 _SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
 
 
@@ -189,13 +194,19 @@ class FrameCache:
     def names(self, path: str, times_s: np.ndarray, label: str) -> list[tuple[str, int]]:
         """The names of the frames shown at file times `times_s` in the video file at `path`, kept as `label` says
         (`kept_as`)."""
+        digest = self.digest(path, label)
+        return [(digest, t) for t in micros(times_s).tolist()]
+
+    def digest(self, path: str, label: str) -> str:
+        """What names the video file at `path` kept as `label` in a frame's name: its path, size and modification
+        time (ETag or version remote: `stamp`), so a rewritten file's frames are never read stale."""
         digest = self._files.get((path, label))
         if digest is None:
             text = repr((FORMAT, label, path, self._stamp(path)))
             digest = hashlib.sha1(text.encode()).hexdigest()[:20]
             with self._lock:
                 self._files[(path, label)] = digest
-        return [(digest, t) for t in np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64).tolist()]
+        return digest
 
     def _path(self, key: tuple[str, int]) -> str:
         return os.path.join(self.folder or "", key[0], f"{key[1]}.npy")

@@ -39,7 +39,9 @@ class BuildSpec:
     (dtype, ndim) and windows (`delta_indices`), the frame-time tolerance, `augment_seed` (ship each camera
     AUGMENT_RANDOMS uniform numbers per sample, a pure function of (seed, epoch, batch, sample, camera), for an
     augmentation hook in the graph; None: no hook) and `join_streams` (DALI-decoded cameras decode a batch as at most
-    this many groups, each group's clips joined into one stream, `graph.joined`; 0: one clip per sample)."""
+    this many groups, each group's clips joined into one stream, `graph.joined`; 0: one clip per sample).
+    `one_group`: no graph takes the batch (`host_batches`): its tables come as one group of every sample, stacked
+    here on the worker that builds it, not by the caller."""
 
     delta_indices: Mapping[str, tuple[int, ...]]
     tolerance_s: float
@@ -47,6 +49,7 @@ class BuildSpec:
     table_dtypes: Mapping[str, tuple[np.dtype, int]] = field(default_factory=dict)
     augment_seed: int | None = None
     join_streams: int = 0
+    one_group: bool = False
 
 
 @dataclass
@@ -237,7 +240,8 @@ class BatchBuilder:
             stacked += ["dataset_index", *(f"{k}_is_missing" for k in self.masks),
                         *(f"{k}_dim_is_pad" for k in self.dim_masks)]
         for key in stacked:  # a group of one sample: a view with the group's axis (DALI and `Delivery` copy it)
-            values[key] = [np.stack(values[key][g:g + groups]) for g in range(0, plan.size, groups)] if groups > 1 \
+            values[key] = [np.stack(values[key])] if self.spec.one_group else \
+                [np.stack(values[key][g:g + groups]) for g in range(0, plan.size, groups)] if groups > 1 \
                 else [a[None] if a.flags.c_contiguous else np.stack([a]) for a in values[key]]
         if self.spec.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.sources):

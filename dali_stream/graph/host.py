@@ -47,30 +47,50 @@ def scatter_frames(out: np.ndarray, frames: np.ndarray | list[np.ndarray], membe
     `wanted` (sorted, distinct);
     `members`: the batch positions whose frames come from this segment; `idx[j]`: sample j's frame indices (T
     of them, repeats allowed)."""
+    put = _putter(out.dtype, image_ops)
+    for j in members:
+        for t, k in enumerate(np.searchsorted(wanted, idx[j])):
+            put(out[j, t], frames[k])
+
+
+def lay_out(out: np.ndarray, pictures: list[np.ndarray], image_ops: ImageOps) -> None:
+    """Write a whole batch's frames into `out` (`host_shape`) as `scatter_frames` does: `pictures` (H, W, 3) uint8,
+    sample after sample, step after step (a batch whose frames the decoded-frame cache all holds). uint8 HWC is
+    one copy of them all; other layouts a copy a frame, each scaled while in cache."""
+    flat = out.reshape(-1, *out.shape[2:])
+    if image_ops.channels_last and out.dtype == np.uint8:
+        np.stack(pictures, out=flat)
+        return
+    put = _putter(out.dtype, image_ops)
+    for dst, picture in zip(flat, pictures):
+        put(dst, picture)
+
+
+def _putter(dtype: np.dtype, image_ops: ImageOps):
+    """(dst, frame) -> None: one (H, W, 3) uint8 frame written into one frame of a host buffer of `dtype`."""
     # CHW from HWC is a strided copy of single bytes (~0.21 ms a 480p frame on one core, a fifth of an AV1
     # decode); channels_last keeps the decoder's HWC order, a plain copy (~0.03 ms).
-    src = frames if image_ops.channels_last else [f.transpose(2, 0, 1) for f in frames] \
-        if isinstance(frames, list) else frames.transpose(0, 3, 1, 2)
+    chw = not image_ops.channels_last
     per_channel = (-1,) if image_ops.channels_last else (-1, 1, 1)  # a channel's value, broadcast over a frame
     scale = shift = None
-    if out.dtype != np.uint8:
+    if dtype != np.uint8:
         if image_ops.mean is not None and image_ops.std is not None:  # x / 255 / std - mean / std, per channel
             std = np.asarray(image_ops.std, np.float32).reshape(per_channel)
             scale = np.float32(1.0 / 255.0) / std
             shift = np.asarray(image_ops.mean, np.float32).reshape(per_channel) / std
         else:
             scale = np.float32(1.0 / 255.0)
-    for j in members:
-        for t, k in enumerate(np.searchsorted(wanted, idx[j])):
-            dst = out[j, t]
-            # Into float32: a cast copy, then scaling in place: 0.30 ms a 480p frame (one thread, destination not
-            # in cache) against 0.44 for one multiply casting its strided uint8 input, which numpy buffers; in
-            # the loader +1-5 % samples/s (AV1, 3 alternated pairs).
-            dst[...] = src[k]
-            if scale is not None:
-                np.multiply(dst, scale, out=dst)
-            if shift is not None:
-                np.subtract(dst, shift, out=dst)
+
+    def put(dst: np.ndarray, frame: np.ndarray) -> None:
+        # Into float32: a cast copy, then scaling in place: 0.30 ms a 480p frame (one thread, destination not in
+        # cache) against 0.44 for one multiply casting its strided uint8 input, which numpy buffers; in the loader
+        # +1-5 % samples/s (AV1, 3 alternated pairs).
+        dst[...] = frame.transpose(2, 0, 1) if chw else frame
+        if scale is not None:
+            np.multiply(dst, scale, out=dst)
+        if shift is not None:
+            np.subtract(dst, shift, out=dst)
+    return put
 
 
 def to_output(frames: np.ndarray, squeeze: bool, channels_last: bool = False):

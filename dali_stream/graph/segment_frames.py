@@ -11,7 +11,7 @@ import numpy as np
 from ..decode.cpu import torchcodec_tensor
 from ..decode.frames import FrameCache
 from .buffers import BufferPool
-from .host import host_dtype, host_shape, scatter_frames
+from .host import host_dtype, host_shape, lay_out, scatter_frames
 from .imageops import ImageOps
 
 
@@ -131,6 +131,11 @@ def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: t
     out = None
     if size is not None and all(seg is None for seg in segs):
         out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
+    if segs and all(isinstance(seg, Held) for seg in segs):  # every frame from the cache: laid out in one go
+        pictures = [picture for seg in segs for picture in seg.pictures]
+        out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *pictures[0].shape[:2]), host_dtype(image_ops))
+        lay_out(out, pictures, image_ops)
+        return out, 0
     decoded = 0
     for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, decode=decode):
         if out is None:

@@ -145,7 +145,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
                                      table_dtypes, cfg.seed if cfg.augment is not None else None,
-                                     resolved.join_streams), frames)
+                                     resolved.join_streams, one_group=resolved.host_batches), frames)
     dali_cameras = builder.dali_keys
     if dali_cameras:
         log.info("cameras %s: %s", dali_cameras,

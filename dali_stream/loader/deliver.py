@@ -1,13 +1,11 @@
 """The caller's batches of one epoch, from the run-ahead (`loader.schedule`): through the DALI graph, or without one
-(`host_batches`: the workers' host frames and the tables stacked here), each laid out as lerobot's batch
+(`host_batches`: the workers' host frames and tables), each laid out as lerobot's batch
 (`Delivery.batch`) with `image_transforms` applied."""
 
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Generator, Mapping
-
-import numpy as np
 
 from ..decode.errors import classify
 from ..graph.batches import Prepared
@@ -110,13 +108,14 @@ class Delivery:
                                                                           k, len(frames)))
 
     def _host_batches(self, schedule: Schedule, plan, start: int):
-        """Batches without a DALI graph (`host_batches`): the workers' host frames, and the tables stacked here."""
+        """Batches without a DALI graph (`host_batches`): the workers' host frames and tables."""
         import torch
 
         keys = [o.key for o in self.stages.builder.outputs]  # only tables: no camera goes through a graph here
         for index in range(start, plan.num_batches):
             prepared = schedule.take(index)
-            tables = {k: torch.from_numpy(np.stack(values)) for k, values in zip(keys, prepared.arrays)}  # (B, 1, ...)
+            # one group of the batch's samples each (`BuildSpec.one_group`): (1, B, ...), stacked by the builder
+            tables = {k: torch.from_numpy(values[0][None]) for k, values in zip(keys, prepared.arrays)}
             batch = self.batch(tables, prepared)
             # Only now are the next batches drawn and handed to the workers. Woken workers take the GIL, and every
             # torch call above gives it up (torch releases the GIL in each op): after a wake each would wait out
