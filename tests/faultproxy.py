@@ -4,7 +4,8 @@ Each request is forwarded to the upstream (method, path, headers, body) unless t
 fault instead: 503, a connection reset before any answer, or a truncated body (full Content-Length, half
 the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `short_paths` makes it
 answer half the bytes asked for as a whole response (a short body: its Content-Length says half);
-`stall_paths` makes it hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store).
+`stall_paths` makes it hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store);
+`throttle_rate` answers that share of GETs 429 with `Retry-After: retry_after` (a rate-limiting store).
 `counts` records forwarded requests and faults, and the most requests it was answering at once."""
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class _Proxy(BaseHTTPRequestHandler):
     short_paths: str | None = None
     stall_paths: str | None = None
     delay_s = 0.0
+    throttle_rate = 0.0
+    retry_after = "1"
     rng = random.Random(0)
     lock = threading.Lock()
     counts: dict = {}
@@ -54,6 +57,10 @@ class _Proxy(BaseHTTPRequestHandler):
             if self.short_paths and re.search(self.short_paths, self.path):
                 self.counts["faults"] += 1
                 return "short"
+            if self.throttle_rate and self.rng.random() < self.throttle_rate:
+                self.counts["faults"] += 1
+                self.counts["throttled"] += 1
+                return "429"
             if self.rng.random() < self.fault_rate:
                 self.counts["faults"] += 1
                 return self.rng.choice(["503", "reset", "truncate"])
@@ -81,9 +88,11 @@ class _Proxy(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.close()
             return
-        if fault == "503":
+        if fault in ("503", "429"):
             payload = b"injected fault"
-            self.send_response(503)
+            self.send_response(int(fault))
+            if fault == "429":
+                self.send_header("Retry-After", self.retry_after)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
@@ -120,13 +129,13 @@ class FaultProxy(Loopback):
 
     def __init__(self, upstream: str, fault_rate: float = 0.0, fail_paths: str | None = None,
                  stall_paths: str | None = None, seed: int = 0, delay_s: float = 0.0,
-                 short_paths: str | None = None) -> None:
+                 short_paths: str | None = None, throttle_rate: float = 0.0, retry_after: str = "1") -> None:
         parts = urlsplit(upstream)
         self.handler = type("Proxy", (_Proxy,), {
             "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
             "short_paths": short_paths, "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed),
-            "lock": threading.Lock(),
-            "counts": {"requests": 0, "faults": 0, "in_flight": 0, "in_flight_peak": 0}})
+            "throttle_rate": throttle_rate, "retry_after": retry_after, "lock": threading.Lock(),
+            "counts": {"requests": 0, "faults": 0, "throttled": 0, "in_flight": 0, "in_flight_peak": 0}})
         super().__init__(self.handler)
 
     @property

@@ -77,6 +77,55 @@ def test_http_faults_cost_retries_not_samples(small_dataset, local_epoch):
     assert 0 < loader.remote_stats["retries"] <= proxy.counts["faults"], (loader.remote_stats, proxy.counts)
 
 
+def test_a_429_storm_waits_as_the_server_asks_and_loses_nothing(small_dataset, local_epoch, caplog):
+    """Half the GETs answered 429 with `Retry-After: 0.2` (a rate-limiting store): the epoch completes with the
+    local batches, and each such retry waited at least what the server asked (counted as `throttled`)."""
+    import logging
+    import re
+
+    with Server(small_dataset) as upstream:
+        proxy = FaultProxy(upstream, throttle_rate=0.5, retry_after="0.2", seed=7)
+        with proxy as url, caplog.at_level(logging.WARNING, logger="dali_stream"):
+            loader = StreamLoader(url, remote_max_retries=20, **ARGS)
+            got = _epoch(loader)
+    same_batches(got, local_epoch)
+    assert proxy.counts["throttled"] > 10
+    assert 0 < loader.remote_stats["throttled"] <= proxy.counts["throttled"], (loader.remote_stats, proxy.counts)
+    waits = [float(m.group(1)) for r in caplog.records
+             if (m := re.search(r"in ([0-9.]+) s \(the server's Retry-After: 0.2 s\)", r.getMessage()))]
+    assert len(waits) == loader.remote_stats["throttled"] and min(waits) >= 0.2
+
+
+def test_retry_after_is_read_from_each_client_as_seconds_or_a_date():
+    """aiohttp's (fsspec http), httpx's (huggingface_hub) and botocore's errors carry the header differently; a date
+    counts from now; a wait past 300 s is cut to 300; a 404, or a 503 without the header, asks for nothing."""
+    import email.utils
+
+    import aiohttp
+    from multidict import CIMultiDict
+
+    try:
+        import httpx2
+    except ImportError:
+        import httpx as httpx2
+
+    from dali_stream.source.remote import RETRY_AFTER_MAX_S, retry_after_s
+
+    def aio(status, headers):
+        return aiohttp.ClientResponseError(None, (), status=status, headers=CIMultiDict(headers))  # type: ignore[arg-type]
+
+    request = httpx2.Request("GET", "https://hub.example/x")
+    assert retry_after_s(aio(429, {"Retry-After": "2"})) == 2.0
+    assert retry_after_s(httpx2.HTTPStatusError("503", request=request, response=httpx2.Response(
+        503, headers={"retry-after": "7"}, request=request))) == 7.0
+    soon = email.utils.format_datetime(email.utils.localtime() + __import__("datetime").timedelta(seconds=30),
+                                       usegmt=True)
+    assert 25 <= retry_after_s(aio(503, {"Retry-After": soon})) <= 30
+    assert retry_after_s(aio(429, {"Retry-After": "86400"})) == RETRY_AFTER_MAX_S
+    assert retry_after_s(aio(429, {"Retry-After": "soon"})) is None
+    assert retry_after_s(aio(404, {"Retry-After": "2"})) is None and retry_after_s(aio(503, {})) is None
+
+
 def test_s3_faults_cost_retries_not_samples(s3, local_epoch):
     """The same proxy in front of S3 (botocore retries some faults itself; ours catch the rest)."""
     proxy = FaultProxy(s3, fault_rate=0.1, seed=5)

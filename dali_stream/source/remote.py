@@ -6,7 +6,7 @@ caller fetched in one request each (an episode's packets located by `mp4index`, 
 the parquet footer) and fetching anything else with exact `cat_file(path, start, end)` requests, so a
 file is never downloaded whole. Transient failures (timeouts, resets, truncated bodies,
 HTTP 408/429/5xx) are retried with exponential backoff up to `max_retries`
-(`DALI_STREAM_REMOTE_MAX_RETRIES`, default 5); then `RemoteError` names the URL (credentials removed)
+(`DALI_STREAM_REMOTE_MAX_RETRIES`, default 5), waiting at least what a 429/503's Retry-After asks; then `RemoteError` names the URL (credentials removed)
 and the last error.
 """
 
@@ -71,6 +71,31 @@ def _status(exc: BaseException) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return None
+
+
+RETRY_AFTER_MAX_S = 300.0  # the longest wait a server's Retry-After is honoured for
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The wait a 429/503 answer asks for in its Retry-After header (seconds, or an HTTP date), at most
+    RETRY_AFTER_MAX_S; None without one (aiohttp's .headers, httpx's .response.headers, botocore's response)."""
+    if _status(exc) not in (429, 503):
+        return None
+    response = getattr(exc, "response", None)
+    headers = getattr(exc, "headers", None) or getattr(response, "headers", None) or (
+        response.get("ResponseMetadata", {}).get("HTTPHeaders") if isinstance(response, dict) else None)
+    if (raw := headers.get("Retry-After", headers.get("retry-after")) if headers else None) is None:
+        return None
+    try:
+        wait = float(raw)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            wait = parsedate_to_datetime(str(raw)).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(max(wait, 0.0), RETRY_AFTER_MAX_S)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -167,12 +192,14 @@ async def _gather_ranges(cat_file, spans: list[tuple[str, int, int]], timeout_s:
 class RemoteStats:
     requests: int = 0
     retries: int = 0
+    throttled: int = 0  # retries that waited as the server's Retry-After asked (429/503)
     bytes: int = 0
     seconds: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def as_dict(self) -> dict:
-        return {"requests": self.requests, "retries": self.retries, "bytes": self.bytes, "seconds": self.seconds}
+        return {"requests": self.requests, "retries": self.retries, "throttled": self.throttled, "bytes": self.bytes,
+                "seconds": self.seconds}
 
 
 class RemoteFS:
@@ -224,7 +251,8 @@ class RemoteFS:
                     raise RemoteError(f"{what} {redact(self._url(path))} failed: {type(exc).__name__}: "
                                       f"{redact(str(exc))} (not retried: the error is not transient; "
                                       f"{policy.describe()})") from None
-                pause = policy.sleep_s(attempt, self._rng)
+                asked = retry_after_s(exc)  # a throttling server's own wait, where longer than the backoff
+                pause = max(policy.sleep_s(attempt, self._rng), asked or 0.0)
                 spent = time.perf_counter() - t0
                 past_deadline = policy.deadline_s is not None and spent + pause >= policy.deadline_s
                 if attempt == policy.max_retries or past_deadline:
@@ -237,13 +265,17 @@ class RemoteFS:
                         f"may be whole: check the network and credentials, or {why}") from None
                 with self.stats.lock:
                     self.stats.retries += 1
-                log.warning("%s %s failed (%s: %s), retry %d of %d in %.2f s", what, redact(self._url(path)),
-                            type(exc).__name__, redact(str(exc))[:200], attempt + 1, policy.max_retries, pause)
+                    self.stats.throttled += asked is not None
+                log.warning("%s %s failed (%s: %s), retry %d of %d in %.2f s%s", what, redact(self._url(path)),
+                            type(exc).__name__, redact(str(exc))[:200], attempt + 1, policy.max_retries, pause,
+                            "" if asked is None else f" (the server's Retry-After: {asked:g} s)")
                 time.sleep(pause)
 
     # ---- the filesystem surface the loader uses ---------------------------------------------------------
     def exists(self, path: str) -> bool:
-        return self.call("checking", path, self.invoke, "exists", path)
+        # fsspec's http answers False for any failed check (a 429, a 503) unless strict: those are retried here
+        return self.call("checking", path, lambda: self.invoke("exists", path, **(
+            {"strict": True} if "http" in self.protocol else {})))
 
     def glob(self, pattern: str) -> list[str]:
         return self.call("listing", pattern, self.invoke, "glob", pattern)
