@@ -5,6 +5,12 @@ window rows to the episode, and decodes every camera from the packed MP4 with to
 `VideoDecoder(file, seek_mode="approximate")` per file per worker, `get_frames_at(round(t * fps))`, as
 lerobot 0.6's `decode_video_frames_torchcodec`. A plain `torch.utils.data.DataLoader` batches it. The
 samples are the ones the loader delivered in its measured window, in the same order.
+
+One difference: where a file's frames run slightly ahead of k/fps (episodes concatenated as lerobot's recorder
+does: an H.264 file of the sample writer's lerobot mode, 553 frames whose last shows at 18.399 s, not 552/30 =
+18.400 s), an approximate seek for the last frame asks for a time no frame reaches and torchcodec raises "no more
+frames left to decode" (lerobot 0.6 would raise there too); the baseline then reopens that file in exact seek mode
+and decodes the same frames, so it times the work instead of failing.
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ class LeRobotStyleDataset:
     def __len__(self) -> int:
         return len(self.columns["index"])
 
-    def _decoder(self, path: str):
+    def _decoder(self, path: str, exact: bool = False):
+        """This worker's decoder of `path` (lerobot's approximate seek mode; exact where it cannot reach a frame)."""
         from torchcodec.decoders import VideoDecoder
 
         dec = self._decoders.get(path)
-        if dec is None:
-            dec = self._decoders[path] = VideoDecoder(self.meta.data_fs.open(path, "rb"), seek_mode="approximate")
+        if dec is None or (exact and dec.metadata.num_frames_from_content is None):
+            mode = "exact" if exact else "approximate"
+            dec = self._decoders[path] = VideoDecoder(self.meta.data_fs.open(path, "rb"), seek_mode=mode)
         return dec
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -60,7 +68,12 @@ class LeRobotStyleDataset:
             ts = self.columns["timestamp"][rows[key]] if key in rows else [self.columns["timestamp"][index]]
             dec = self._decoder(meta.video_file(pos, key))
             shifted = [float(meta.cameras[key].from_timestamp[pos]) + float(t) for t in ts]
-            frames = dec.get_frames_at(indices=[round(t * dec.metadata.average_fps) for t in shifted]).data
+            indices = [round(t * dec.metadata.average_fps) for t in shifted]
+            try:
+                frames = dec.get_frames_at(indices=indices).data
+            except RuntimeError:  # an approximate seek past the file's last frame (module doc): exact mode
+                dec = self._decoder(meta.video_file(pos, key), exact=True)
+                frames = dec.get_frames_at(indices=indices).data
             frames = frames.float() / 255.0
             item[key] = frames if key in rows else frames[0]
         item["task"] = meta.tasks.get(int(self.columns["task_index"][index]), "")
