@@ -160,6 +160,21 @@ def test_host_buffers_stay_within_the_memory_budget(small_dataset, prefetch):
 
 
 
+def test_torchcodec_is_imported_only_by_a_loader_whose_cameras_decode_through_it(small_dataset):
+    """torchcodec's import (~1.4 s: torch._dynamo) is paid by a loader with a camera on it, not by `import
+    dali_stream` nor by a loader whose cameras decode elsewhere (the open engine's FFmpeg decoders, DALI's)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, json; from dali_stream import StreamLoader; imported = 'torchcodec' in sys.modules; "
+            f"loader = StreamLoader({str(small_dataset)!r}, batch_size=2, device='cpu', decode=json.loads(sys.argv[1])); "
+            "next(iter(loader)); loader.close(); print(imported, 'torchcodec' in sys.modules)")
+    elsewhere = '{"observation.images.front": "cpu-open", "observation.images.top": "auto"}'
+    seen = {decode: subprocess.run([sys.executable, "-c", code, decode], capture_output=True, text=True,
+                                   check=True).stdout.split() for decode in (elsewhere, '"cpu"')}
+    assert seen == {elsewhere: ["False", "False"], '"cpu"': ["False", "True"]}, seen
+
+
 def test_a_loader_without_a_graph_never_imports_dali(small_dataset):
     """Batches that skip the graph (every camera on host frames, on the CPU) need nothing of DALI: the loader neither
     imports it to read its version or count its devices nor loads its torch plugin (~0.5-0.7 s of a start); a

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
 def runtime_error(name: str) -> BaseException | None:
     """Import runtime module `name` once (torchcodec's decoders, DALI's torch plugin) and keep its failure: None when
-    it imports. torchcodec (1.7 s of torch._dynamo imports) loads with this module, so neither a loader's
-    constructor nor its first batch pays for it; DALI's torch plugin when a loader first builds a DALI graph (a
-    loader whose batches skip the graph never imports DALI). A failure is raised, named, by the constructor."""
+    it imports. Each loads only where a loader's routes use it: torchcodec (~1.4 s, nearly all torch._dynamo, which
+    its ops module pulls in) by the constructor of a loader with a camera decoded through it; DALI's torch plugin
+    when a loader first builds a DALI graph. A failure is raised, named, by the constructor."""
     if name not in _TRIED:
         import importlib
 
@@ -40,7 +40,6 @@ def runtime_error(name: str) -> BaseException | None:
 
 
 _TRIED: dict[str, BaseException | None] = {}
-runtime_error("torchcodec.decoders")
 OPEN_LOADERS: "weakref.WeakSet[StreamLoader]" = weakref.WeakSet()
 
 
