@@ -80,8 +80,15 @@ def test_http_faults_cost_retries_not_samples(small_dataset, local_epoch):
 def test_a_429_storm_waits_as_the_server_asks_and_loses_nothing(small_dataset, local_epoch, caplog):
     """Half the GETs answered 429 with `Retry-After: 0.2` (a rate-limiting store): the epoch completes with the
     local batches, and each such retry waited at least what the server asked (counted as `throttled`)."""
+    import inspect
     import logging
     import re
+
+    from fsspec.implementations.http import HTTPFileSystem
+
+    if "strict" not in inspect.signature(HTTPFileSystem._exists).parameters:
+        pytest.skip("this fsspec's http answers a throttled existence check False (no `strict`): a 429 on the "
+                    "dataset's root reads as a missing dataset")
 
     with Server(small_dataset) as upstream:
         proxy = FaultProxy(upstream, throttle_rate=0.5, retry_after="0.2", seed=7)
@@ -109,7 +116,7 @@ def test_retry_after_is_read_from_each_client_as_seconds_or_a_date():
     except ImportError:
         import httpx as httpx2
 
-    from dali_stream.source.remote import RETRY_AFTER_MAX_S, retry_after_s
+    from dali_stream.source.transient import RETRY_AFTER_MAX_S, retry_after_s
 
     def aio(status, headers):
         return aiohttp.ClientResponseError(None, (), status=status, headers=CIMultiDict(headers))  # type: ignore[arg-type]
@@ -228,7 +235,7 @@ def test_timeouts_are_transient_on_every_python():
 
     from fsspec.exceptions import FSTimeoutError
 
-    from dali_stream.source.remote import is_transient
+    from dali_stream.source.transient import is_transient
 
     assert is_transient(asyncio.TimeoutError()) and is_transient(FSTimeoutError()) and is_transient(TimeoutError())
     assert not is_transient(FileNotFoundError())
@@ -244,7 +251,7 @@ def test_what_is_transient():
     except ImportError:
         import httpx as httpx2
 
-    from dali_stream.source.remote import is_transient
+    from dali_stream.source.transient import is_transient
 
     request = httpx2.Request("GET", "https://hub.example/x")
     for exc in (httpx2.ReadTimeout("slow", request=request), httpx2.ConnectError("refused", request=request),
