@@ -68,13 +68,11 @@ class Pieces:
         self.log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
 
     def may_cut(self, positions: list[int]) -> set[int]:
-        """Those of `positions` whose episode `cut_ahead` may cut pieces of: piece threads, and the episode's fetch
-        begun and either still running or done with some camera read in pieces (`cut_ahead` skips the others)."""
+        """Those of `positions` whose episode `cut_ahead` may cut pieces of (`_may_cut`, any camera); none without
+        piece threads."""
         if self._pool is None:
             return set()
-        entries = self.entries_of(positions)
-        return {pos for pos, e in entries.items()
-                if e.started and (not e.done.is_set() or (e.error is None and e.long))}
+        return {pos for pos, entry in self.entries_of(positions).items() if _may_cut(entry)}
 
     def close(self, wait: bool) -> None:
         pool, self._pool = self._pool, None
@@ -171,14 +169,8 @@ class Pieces:
         (without piece threads: never)."""
         if self._pool is None:
             return
-        wanted = []
         entries = self.entries_of([ask[1] for ask in asks])
-        for ask in asks:
-            entry = entries.get(ask[1])
-            if entry is None or not entry.started or \
-                    (entry.done.is_set() and (entry.error is not None or ask[2] not in entry.long)):
-                continue
-            wanted.append(ask)
+        wanted = [ask for ask in asks if _may_cut(entries.get(ask[1]), ask[2])]
         if not wanted:
             return
         with self._lock:
@@ -249,3 +241,13 @@ class Pieces:
             with self._lock:
                 self.ahead_bytes -= piece.nbytes
                 self.stats.pieces_dropped += 1
+
+
+def _may_cut(entry, camera: str | None = None) -> bool:
+    """Whether pieces of `entry`'s episode (of `camera`; None: of any camera) may be cut ahead: its fetch begun, and
+    either still running or done without error with that camera (some camera) read in pieces."""
+    if entry is None or not entry.started:
+        return False
+    if not entry.done.is_set():
+        return True
+    return entry.error is None and (camera in entry.long if camera is not None else bool(entry.long))

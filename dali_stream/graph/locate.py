@@ -59,37 +59,31 @@ class Locator:
 
     def names(self, plan: BatchPlan, j: int, key: str, rows: dict) -> list[tuple[str, int]] | None:
         """The decoded-frame cache's names of the frames of camera `key` sample `j` shows: its video file and the
-        file times it asks for, whatever segment or piece serves them (the cache is on); None: its member lacks
-        the camera."""
-        member, local = self.catalog.locate(int(plan.episodes[j]))
-        own = self.fields[key].own[member.index]
-        if own is None:
-            return None
-        assert self.frames is not None
-        return self.frames.names(member.meta.video_file(local, own), self.query_s(plan, j, key, rows),
-                                 self.frames.labels[key])
+        file times it asks for (`query_s`), whatever segment or piece serves them (the cache is on); None: its
+        member lacks the camera."""
+        return self._names(plan, [(j, rows)], key)[0]
 
     def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
-        """Per sample, `names`: the batch's file times gathered first and named in one go."""
+        """Per sample, `names`."""
+        return self._names(plan, list(enumerate(rows)), key)
+
+    def _names(self, plan: BatchPlan, samples: list[tuple[int, dict]], key: str) -> list:
+        """`names` of (sample, rows) `samples`: their file times gathered first, turned into names in one go."""
         assert self.frames is not None
         label, own = self.frames.labels[key], self.fields[key].own
-        window = plan.windows[key].rows if key in plan.windows else None
         digests: list[str | None] = []
         times = []
-        for j, (pos, r) in enumerate(zip(plan.episodes.tolist(), rows)):
-            member, local = self.catalog.locate(pos)
+        for j, rows in samples:
+            member, local = self.catalog.locate(int(plan.episodes[j]))
             camera = own[member.index]
-            if camera is None:
-                digests.append(None)
-                continue
-            digests.append(self.frames.digest(member.meta.video_file(local, camera), label))
-            start = float(member.meta.cameras[camera].from_timestamp[local])
-            times.append(start + (r[FRAME_TIME_S][window[j]] if window is not None
-                                  else r[FRAME_TIME_S][int(plan.frames[j])]))
+            digests.append(None if camera is None else
+                           self.frames.digest(member.meta.video_file(local, camera), label))
+            if camera is not None:
+                times.append(self.query_s(plan, j, key, rows))
         if not times:
             return digests
-        rows_us = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
-        return [None if d is None else [(d, t) for t in next(rows_us)] for d in digests]
+        per_sample = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
+        return [None if d is None else [(d, t) for t in next(per_sample)] for d in digests]
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""

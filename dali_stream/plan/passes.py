@@ -33,8 +33,7 @@ class Lanes:
         """`like`: a pass over the same episodes whose lane assignment this one reuses (only the random seed differs)."""
         self.counts, self.frames_of, self.shuffle, self.seed_words = counts, frames_of, shuffle, seed_words
         self._perms: dict[int, np.ndarray] = {}
-        self._flat_lanes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # `_flat`, made on first use
-        self._stride = 0
+        self._flat_lanes: tuple[int, np.ndarray, np.ndarray, np.ndarray] | None = None  # `_flat`, made on first use
         if like is not None:
             self.lanes, self.members, self.starts = like.lanes, like.members, like.starts
             self.totals, self.frames = like.totals, like.frames
@@ -123,20 +122,21 @@ class Lanes:
             found.append(ns)
             taken, n, size = taken + len(ns), n + size, size * 2
         ns = np.concatenate(found)
-        keys, firsts, members = self._flat()
+        stride, keys, firsts, members = self._flat()
         lane, offset = ns % self.lanes, ns // self.lanes
-        k = np.searchsorted(keys, lane * self._stride + offset, side="right") - 1
+        k = np.searchsorted(keys, lane * stride + offset, side="right") - 1
         eps, places = members[k].tolist(), (offset - firsts[k]).tolist()
         return eps, [int(self._order(e)[p]) for e, p in zip(eps, places)], places
 
-    def _flat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Every lane's episodes in one sorted array for `span`: (lane x stride + start, start, episode) each."""
+    def _flat(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """Every lane's episodes in one sorted array for `span`: the stride (more than any lane offset), and per
+        episode lane x stride + start, start, episode."""
         if self._flat_lanes is None:
-            self._stride = int(self.totals.max()) + 1
+            stride = int(self.totals.max()) + 1
             lanes = np.repeat(np.arange(self.lanes, dtype=np.int64), [len(st) for st in self.starts])
             firsts = np.concatenate(self.starts) if self.starts else np.zeros(0, np.int64)
             members = np.concatenate(self.members) if self.members else np.zeros(0, np.int64)
-            self._flat_lanes = (lanes * self._stride + firsts, firsts, members)
+            self._flat_lanes = (stride, lanes * stride + firsts, firsts, members)
         return self._flat_lanes
 
     def drawn(self, end: int) -> dict[int, np.ndarray]:

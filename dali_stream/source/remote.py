@@ -5,9 +5,9 @@ read_range, open). `open` returns a `RangeFile`: a seekable read-only file servi
 caller fetched in one request each (an episode's packets located by `mp4index`, a row group located by
 the parquet footer) and fetching anything else with exact `cat_file(path, start, end)` requests, so a
 file is never downloaded whole. Transient failures (timeouts, resets, truncated bodies,
-HTTP 408/429/5xx) are retried with exponential backoff up to `max_retries`
-(`DALI_STREAM_REMOTE_MAX_RETRIES`, default 5), waiting at least what a 429/503's Retry-After asks; then `RemoteError` names the URL (credentials removed)
-and the last error.
+HTTP 408/429/5xx: `transient`) are retried with exponential backoff up to `max_retries`
+(`DALI_STREAM_REMOTE_MAX_RETRIES`, default 5), waiting at least what a 429/503's Retry-After asks; then
+`RemoteError` names the URL (credentials removed) and the last error.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ log = logging.getLogger("dali_stream")
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
 ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
 ENV_DEADLINE = "DALI_STREAM_REMOTE_DEADLINE_S"
+
+
 def redact(url: str) -> str:
     """The URL without user:password@ and without token/signature query parameters."""
     url = re.sub(r"(?<=://)[^/@]+@", "", str(url))

@@ -36,6 +36,7 @@ class LeRobotStyleDataset:
         self.episode_of = {int(e): p for p, e in enumerate(meta.episodes["episode_index"])}
         self.delta = {k: [round(d * meta.fps) for d in v] for k, v in deltas.items()}
         self._decoders: dict[str, Any] = {}
+        self._exact: set[str] = set()  # files reopened in exact seek mode (module doc)
 
     def __len__(self) -> int:
         return len(self.columns["index"])
@@ -45,9 +46,11 @@ class LeRobotStyleDataset:
         from torchcodec.decoders import VideoDecoder
 
         dec = self._decoders.get(path)
-        if dec is None or (exact and dec.metadata.num_frames_from_content is None):
+        if dec is None or (exact and path not in self._exact):
             mode = "exact" if exact else "approximate"
             dec = self._decoders[path] = VideoDecoder(self.meta.data_fs.open(path, "rb"), seek_mode=mode)
+            if exact:
+                self._exact.add(path)
         return dec
 
     def __getitem__(self, index: int) -> dict[str, Any]:
