@@ -134,10 +134,12 @@ test-floors: sysdeps
 # torchcodec 0.17 and DALI's CUDA 13 flavour), in their own venv, on a smoke subset: decoding against the painted
 # ids and FFmpeg's colours, the golden batches, routing and the version pairing. PIP_CONSTRAINT=/dev/null sets aside
 # a machine-wide pip constraint where one caps torch below the set's (CI's machine has one); the set's own file
-# still pins every version.
+# still pins every version. Installed less triton and cuSOLVER (1.3 GB that no test loads), one heavy wheel at a
+# time: constraints/lean_install.py says why.
 test-newest: sysdeps
 	test -x $(NEWEST_VENV)/bin/python || $(PYTHON) -m venv $(NEWEST_VENV)
-	PIP_CONSTRAINT=/dev/null $(NEWEST_VENV)/bin/pip install -q -c constraints/newest.txt -e '.[cu13,remote,test]'
+	PIP_CONSTRAINT=/dev/null $(NEWEST_VENV)/bin/python constraints/lean_install.py --skip triton,nvidia-cusolver \
+		-- -c constraints/newest.txt -e '.[cu13,remote,test]'
 	$(NEWEST_VENV)/bin/pip freeze | grep -iE '^(torch|torchcodec|nvidia-dali-cuda130)=='
 	$(NEWEST_VENV)/bin/python -m pytest -q --timeout=600 $(XDIST) $(NEWEST_SMOKE)
 
