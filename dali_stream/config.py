@@ -174,6 +174,12 @@ class LoaderConfig:
                                                  "DALI_STREAM_REMOTE_TIMEOUT_S or 60)")
     remote_deadline_s: Optional[float] = _s(None, "limit of all attempts of one remote read together (default: "
                                                   "env DALI_STREAM_REMOTE_DEADLINE_S, else none)")
+    disk_cache_dir: Optional[str] = _s(None, "a node-local folder where the bytes read from a remote dataset are "
+                                             "kept, read from there on every later use (in this run and the next, "
+                                             "by every rank of the node): each byte fetched once a node "
+                                             "(docs/remote.md#the-node-local-disk-tier); None: off")
+    disk_cache_bytes: Optional[int] = _s(None, "bound of disk_cache_dir, least recently read blocks deleted past "
+                                               "it (default: 80% of the drive's free space when the loader starts)")
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -209,7 +215,7 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 0)
         for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("max_episodes", 1), ("segment_bytes", 1),
-                          ("rank", 0), ("world_size", 1), ("remote_max_retries", 0)):
+                          ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1)):
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)
         for name in ("drop_last", "shuffle", "check_frames"):
@@ -239,13 +245,16 @@ class LoaderConfig:
                               f"torchvision.transforms.v2.Compose([...])). Found: {self.image_transforms!r}")
         if self.augment is not None and not callable(self.augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {self.augment!r}")
-        if isinstance(self.frame_cache_dir, os.PathLike):
-            fix(self, "frame_cache_dir", os.fspath(self.frame_cache_dir))
-        if self.frame_cache_dir is not None and (not isinstance(self.frame_cache_dir, str) or not self.frame_cache_dir
-                                                 or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", self.frame_cache_dir)):
-            raise ConfigError(f"`frame_cache_dir` must be a local folder's path: decoded frames are written there and "
-                              f"read back memory-mapped. Found: {self.frame_cache_dir!r}. Point it at a local drive "
-                              "(e.g. $TMPDIR/frame-cache or a node's scratch disk); the dataset itself may stay remote")
+        for name, kept in (("frame_cache_dir", "decoded frames are written there and read back memory-mapped"),
+                           ("disk_cache_dir", "a remote dataset's bytes are kept there")):
+            value = getattr(self, name)
+            if isinstance(value, os.PathLike):
+                fix(self, name, value := os.fspath(value))
+            if value is not None and (not isinstance(value, str) or not value
+                                      or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value)):
+                raise ConfigError(f"`{name}` must be a local folder's path: {kept}. Found: {value!r}. Point it at a "
+                                  f"local drive (e.g. $TMPDIR/{name.replace('_dir', '').replace('_', '-')} or a node's "
+                                  "scratch disk); the dataset itself may stay remote")
         if self.device is not None:  # a torch.device reads as "cpu", "cpu:0", "cuda:1" (checked by decode.device)
             fix(self, "device", str(self.device))
 
@@ -325,6 +334,8 @@ class LoaderSettings(TypedDict, total=False):
     remote_max_retries: Optional[int]
     remote_timeout_s: Optional[float]
     remote_deadline_s: Optional[float]
+    disk_cache_dir: Optional[str]
+    disk_cache_bytes: Optional[int]
 
 
 def _settings_doc() -> str:

@@ -2,8 +2,8 @@
 
 `Loopback` is what every test server shares (a threaded server on 127.0.0.1 at a free port, started and
 stopped by `with`); `file_range` answers a `Range` header from a local file. `Server` serves a folder with
-Range requests and directory listings and counts GETs and the bytes it sent; faults are injected by
-`faultproxy.FaultProxy` in front of it, and `hubserver.Hub` emulates the Hugging Face Hub."""
+Range requests, an ETag and directory listings, and counts GETs, the bytes it sent and each range it served;
+faults are injected by `faultproxy.FaultProxy` in front of it, and `hubserver.Hub` emulates the Hugging Face Hub."""
 
 from __future__ import annotations
 
@@ -55,12 +55,29 @@ class Loopback:
         self.httpd.server_close()
 
 
+def etag(path) -> str:
+    """The file's version tag as a real server derives one: changed by replacing or rewriting the file."""
+    st = os.stat(path)
+    return f'"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"'
+
+
 class _Handler(SimpleHTTPRequestHandler):
     lock = threading.Lock()
-    counts = {"get": 0, "bytes": 0}
+    counts: dict = {"get": 0, "bytes": 0, "ranges": []}
 
     def log_message(self, *args):  # keep test output clean
         pass
+
+    def do_HEAD(self):
+        path = self.translate_path(self.path)
+        if os.path.isdir(path) or not os.path.exists(path):
+            return super().do_HEAD()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(os.path.getsize(path)))
+        self.send_header("ETag", etag(path))
+        self.end_headers()
 
     def do_GET(self):
         with self.lock:
@@ -73,6 +90,7 @@ class _Handler(SimpleHTTPRequestHandler):
         self.send_response(206 if rng else 200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", etag(path))
         if rng:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
         self.send_header("Content-Length", str(len(body)))
@@ -80,13 +98,15 @@ class _Handler(SimpleHTTPRequestHandler):
         self.wfile.write(body)
         with self.lock:
             self.counts["bytes"] += len(body)
+            self.counts["ranges"].append((self.path, start, start + len(body)))
 
 
 class Server(Loopback):
     """`with Server(root) as url:` serves `root` at `url` until the block ends."""
 
     def __init__(self, root) -> None:
-        self.handler = type("Handler", (_Handler,), {"lock": threading.Lock(), "counts": {"get": 0, "bytes": 0}})
+        self.handler = type("Handler", (_Handler,), {"lock": threading.Lock(),
+                                                     "counts": {"get": 0, "bytes": 0, "ranges": []}})
         super().__init__(partial(self.handler, directory=str(root)))
 
     @property

@@ -29,7 +29,7 @@ PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # sett
 
 
 OPENING = ("revision", "data_files_root", "storage_options", "remote_max_retries", "remote_timeout_s",
-           "remote_deadline_s")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
+           "remote_deadline_s", "disk_cache_dir", "disk_cache_bytes")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
 
 
 def _per_member_only(cfg: LoaderConfig) -> None:
@@ -43,7 +43,7 @@ def _per_member_only(cfg: LoaderConfig) -> None:
 def remote_options(cfg: LoaderConfig) -> RemoteOptions:
     """The settings that say how remote files are opened and read, as one value (`source.storage.RemoteOptions`)."""
     return RemoteOptions(dict(cfg.storage_options or {}), cfg.remote_max_retries, cfg.remote_timeout_s,
-                         cfg.remote_deadline_s)
+                         cfg.remote_deadline_s, cfg.disk_cache_dir, cfg.disk_cache_bytes)
 
 
 def open_meta(source: Any, cfg: LoaderConfig) -> Any:

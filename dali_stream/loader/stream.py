@@ -129,10 +129,11 @@ class StreamLoader:
 
     @property
     def remote_stats(self) -> dict | None:
-        """Requests, retries, bytes and seconds of remote reads (None for a local dataset)."""
+        """Requests, retries, bytes and seconds of remote reads, and the disk tier's reads and writes (`disk_*`,
+        docs/remote.md); None for a local dataset."""
         metas = [m.meta for m in self.stages.catalog.members]
-        found = [fs.stats.as_dict() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
-                 if getattr(fs, "stats", None) is not None]
+        found = [fs.counts() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
+                 if hasattr(fs, "counts")]
         if not found:
             return None
         return {k: sum(s[k] for s in found) for k in found[0]}

@@ -31,6 +31,7 @@ log = logging.getLogger("dali_stream")
 ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
 ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
 ENV_DEADLINE = "DALI_STREAM_REMOTE_DEADLINE_S"
+VERSION_TAGS = ("ETag", "blob_id", "VersionId", "Content-MD5", "Digest", "Last-Modified", "LastModified", "mtime")
 
 
 def redact(url: str) -> str:
@@ -130,14 +131,21 @@ class RemoteStats:
 class RemoteFS:
     """The calls the loader makes on a remote filesystem, each retried on transient errors."""
 
-    def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None) -> None:
+    def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None, disk=None) -> None:
         self.fs = fs
         self.policy = policy
         self.stats = stats or RemoteStats()
+        self.disk = disk  # a `disk_tier.DiskTier` under the reads, or None
         self._rng = random.Random()  # jitter: seeded from the OS, different on every rank
         self._attempt = threading.local()  # this thread's current attempt's time limit
         self.protocol = fs.protocol
-        self._sizes: dict[str, int] = {}  # files of a dataset do not change while it is read
+        self._sizes: dict[str, tuple[int, str]] = {}  # files of a dataset do not change while it is read
+
+    def counts(self) -> dict:
+        """`stats` and, with or without a disk tier, the tier's (`disk_tier.DiskStats`: zeros where none)."""
+        from .disk_tier import DiskStats
+
+        return {**self.stats.as_dict(), **(self.disk.stats if self.disk is not None else DiskStats()).as_dict()}
 
     def _url(self, path: str) -> str:
         return path if "://" in path else f"{self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol}://{path}"
@@ -198,8 +206,17 @@ class RemoteFS:
 
     # ---- the filesystem surface the loader uses ---------------------------------------------------------
     def exists(self, path: str) -> bool:
-        """Whether `path` exists. fsspec's http answers False for any failed check (a 429, a 503) unless asked to be
+        """Whether `path` exists: True where its size and version are known or can be read (fsspec's http checks
+        existence with a GET, which a server answers with the whole file: with a HEAD, no byte is sent twice); else
+        fsspec's answer. fsspec's http answers False for any failed check (a 429, a 503) unless asked to be
         strict (fsspec 2024 and later), which raises them to be retried here; an older fsspec's answer is taken."""
+        if path in self._sizes:
+            return True
+        try:
+            self._info(path)
+            return True
+        except Exception:  # noqa: BLE001 - missing, a folder some stores cannot describe: fsspec's own check says
+            pass
         check = getattr(self.fs, "_exists", None) or self.fs.exists
         strict = {"strict": True} if "strict" in inspect.signature(check).parameters else {}
         return self.call("checking", path, lambda: self.invoke("exists", path, **strict))
@@ -208,15 +225,28 @@ class RemoteFS:
         return self.call("listing", pattern, self.invoke, "glob", pattern)
 
     def size(self, path: str) -> int:
-        size = self._sizes.get(path)
-        if size is None:
-            size = self._sizes[path] = int(self.call("sizing", path, self.invoke, "size", path))
-        return size
+        return self._info(path)[0]
+
+    def _info(self, path: str) -> tuple[int, str]:
+        """(size, version tag) of `path`: the tag is what the store says changes with the content (HTTP's ETag or
+        Last-Modified, S3's ETag, the Hub's blob id; '' where it says none), read once."""
+        known = self._sizes.get(path)
+        if known is None:
+            info = self.call("sizing", path, self.invoke, "info", path)
+            tag = next((str(info[k]) for k in VERSION_TAGS if info.get(k)), "")
+            known = self._sizes[path] = (int(info["size"]), tag)
+        return known
 
     def du(self, path: str) -> int:
         return int(self.call("sizing", path, self.invoke, "du", path))
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
+        """The bytes [start, end) of `path`: from the disk tier where one is set and holds them, else fetched."""
+        if self.disk is not None:
+            return self.read_ranges([(path, start, end)])[0]
+        return self._fetch_range(path, start, end)
+
+    def _fetch_range(self, path: str, start: int, end: int) -> bytes:
         def fetch():
             if getattr(self.fs, "async_impl", False):
                 data = self.invoke("cat_file", path, start=start, end=end)
@@ -237,9 +267,27 @@ class RemoteFS:
         """The bytes of each (path, start, end) of `spans` (`fetch.spans`): on an asynchronous file system (http,
         s3, gcs) every first attempt at once, in one call on fsspec's event loop, so their latencies overlap; a span
         whose attempt failed or came back short is read again by `read_range` (retried by the policy, or its error
-        named). Elsewhere one `read_range` after another."""
+        named). Elsewhere one `read_range` after another. With a disk tier, each file's spans go through it: what
+        the node's disk holds is read there, the rest fetched so and written."""
+        if self.disk is None:
+            return self._fetch_ranges(spans)
+        out: list[bytes | None] = [None] * len(spans)
+        by_path: dict[str, list[int]] = {}
+        for i, (path, _, _) in enumerate(spans):
+            by_path.setdefault(path, []).append(i)
+        for path, order in by_path.items():
+            size, tag = self._info(path)
+            identity = f"{self._url(path)}\n{size}\n{tag}"
+            got = self.disk.read_ranges(identity, size, [spans[i][1:] for i in order],
+                                        lambda wanted, p=path: self._fetch_ranges([(p, a, b) for a, b in wanted]))
+            for i, data in zip(order, got):
+                out[i] = data
+        return out  # type: ignore[return-value]
+
+    def _fetch_ranges(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
+        """`read_ranges` from the remote itself."""
         if len(spans) < 2 or not (getattr(self.fs, "async_impl", False) and getattr(self.fs, "loop", None)):
-            return [self.read_range(path, start, end) for path, start, end in spans]
+            return [self._fetch_range(path, start, end) for path, start, end in spans]
         from fsspec.asyn import sync
 
         t0 = time.perf_counter()
@@ -263,7 +311,7 @@ class RemoteFS:
                 self.stats.retries += 1
             log.warning("reading %s bytes %d-%d failed (%s), read again alone", redact(self._url(path)), start, end,
                         why)
-            out.append(self.read_range(path, start, end))
+            out.append(self._fetch_range(path, start, end))
         return out
 
     def open(self, path: str, mode: str = "rb", pieces=(), short_reads: bool = False) -> "RangeFile":

@@ -78,12 +78,15 @@ class RemoteOptions:
     """How remote files are opened and read, one value from the loader's settings to every file system it opens:
     fsspec's `storage_options` (an endpoint, keys), and the retry policy's `max_retries`, `timeout_s` (per attempt)
     and `deadline_s` (all attempts of one read); None: the environment's, else the defaults
-    (`remote.RetryPolicy.from_env`). Local files ignore it."""
+    (`remote.RetryPolicy.from_env`); the node-local disk tier's folder and bound (`disk_tier`; None: no tier, and
+    80 % of the drive's free space). Local files ignore it."""
 
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     max_retries: int | None = None
     timeout_s: float | None = None
     deadline_s: float | None = None
+    disk_dir: str | None = None
+    disk_bytes: int | None = None
 
     def over(self, storage_options: Mapping[str, Any] | None) -> "RemoteOptions":
         """These options with `storage_options` (a mixture member's) merged over them."""
@@ -114,7 +117,12 @@ def open_fs(source: str, remote: RemoteOptions | None = None, revision: str | No
     if not is_local(fs):
         from .remote import RemoteFS, RetryPolicy
 
-        fs = RemoteFS(fs, RetryPolicy.from_env(remote.max_retries, remote.timeout_s, remote.deadline_s))
+        disk = None
+        if remote.disk_dir is not None:
+            from .disk_tier import DiskTier
+
+            disk = DiskTier(remote.disk_dir, remote.disk_bytes)
+        fs = RemoteFS(fs, RetryPolicy.from_env(remote.max_retries, remote.timeout_s, remote.deadline_s), disk=disk)
     return fs, root.rstrip("/") or "/"
 
 

@@ -1,0 +1,229 @@
+"""The node-local disk tier (`disk_cache_dir`, `source/disk_tier.py`) against a real HTTP server on loopback: later
+epochs and later runs read the node's disk, not the remote; two ranks of a node (real processes) fetch each byte once,
+counted at the server; a rank killed with SIGKILL mid-fetch, a damaged block, a file replaced on the remote, a
+folder that cannot be written and a 429 storm all end in the local batches, never a wrong frame."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dali_stream import ConfigError, StreamLoader
+
+from .faultproxy import FaultProxy
+from .httpserver import Server
+from .take import same_batches
+
+ARGS = dict(batch_size=3, episode_pool_size=2, seed=4, device="cpu", num_workers=2, drop_last=False,
+            delta_timestamps={"action": [0.0, 1 / 30], "observation.images.top": [-1 / 30, 0.0]})
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """40 short episodes of two cameras (H.264, VP9), 3 a file: 4x the memory cache the tests give the loader."""
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=40, min_length=8, max_length=20, gop=8, episodes_per_file=3,
+                      cameras=parse_cameras("front:h264,top:vp9"), seed=6)
+    return write_sample(tmp_path_factory.mktemp("ds") / "tier", spec)
+
+
+def _size(root) -> int:
+    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+
+
+@pytest.fixture(scope="module")
+def local(dataset):
+    """Two epochs of the dataset read from the local drive: what every remote run must give."""
+    loader = StreamLoader(str(dataset), **ARGS)
+    return [list(loader), list(loader)]
+
+
+def _cache_bytes(dataset) -> int:
+    return _size(dataset) // 4
+
+
+def test_later_epochs_and_runs_read_the_disk_not_the_remote(dataset, local, tmp_path):
+    """A dataset 4x the memory cache: epoch 1 fetches each byte, epoch 2 and a second run fetch nothing."""
+    disk = tmp_path / "disk"
+    with Server(dataset) as url:
+        loader = StreamLoader(url, cache_bytes=_cache_bytes(dataset), disk_cache_dir=str(disk), **ARGS)
+        first = list(loader)
+        one = dict(loader.remote_stats)
+        second = list(loader)
+        two = dict(loader.remote_stats)
+        again = StreamLoader(url, cache_bytes=_cache_bytes(dataset), disk_cache_dir=str(disk), **ARGS)
+        rerun = list(again)
+        three = again.remote_stats
+    same_batches(first, local[0])
+    same_batches(second, local[1])
+    same_batches(rerun, local[0])
+    assert one["bytes"] > 0 and one["disk_bytes_written"] == one["bytes"]
+    assert two["bytes"] - one["bytes"] <= 0.01 * one["bytes"], (one, two)
+    assert two["disk_bytes_read"] > one["disk_bytes_read"]
+    assert three["bytes"] == 0 and three["disk_blocks_fetched"] == 0 and three["disk_bytes_read"] > 0, three
+
+
+WORKER = """
+import json, sys
+from dali_stream import StreamLoader
+url, disk, rank, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+args = json.loads(sys.argv[5])
+loader = StreamLoader(url, rank=rank, world_size=2, disk_cache_dir=disk, **args)
+seen = [b["index"].tolist() for b in loader]
+json.dump({"seen": seen, "stats": loader.remote_stats}, open(out, "w"))
+"""
+
+
+def _worker(url, disk, rank, out, **extra):
+    args = {**ARGS, **extra}
+    args["delta_timestamps"] = {k: list(v) for k, v in args["delta_timestamps"].items()}
+    return subprocess.Popen([sys.executable, "-c", WORKER, url, str(disk), str(rank), str(out), json.dumps(args)])
+
+
+@pytest.fixture
+def served(dataset):
+    """The dataset served on loopback: (url, the server's counts)."""
+    server = Server(dataset)
+    with server as url:
+        yield url, server.counts
+
+
+def _overlaps(ranges) -> list:
+    """Pairs of ranges of the same file that the server sent twice (or more) some byte of."""
+    by_path: dict = {}
+    for path, start, end in ranges:
+        by_path.setdefault(path, []).append((start, end))
+    twice = []
+    for path, spans in by_path.items():
+        spans.sort()
+        for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+            if b0 < a1:
+                twice.append((path, (a0, a1), (b0, b1)))
+    return twice
+
+
+def test_two_ranks_of_a_node_fetch_each_byte_once(served, tmp_path):
+    """Two ranks started together share one disk folder: the server sends no byte of any file twice."""
+    url, counts = served
+    ranks = [_worker(url, tmp_path / "disk", r, tmp_path / f"rank{r}.json") for r in range(2)]
+    assert [p.wait(timeout=300) for p in ranks] == [0, 0]
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert all(r["seen"] for r in reports)
+    assert counts["ranges"] and _overlaps(counts["ranges"]) == []
+    fetched = sum(r["stats"]["bytes"] for r in reports)
+    assert fetched == sum(b - a for _, a, b in counts["ranges"])
+
+
+def test_a_rank_killed_mid_fetch_leaves_nothing_wrong(dataset, local, tmp_path):
+    """SIGKILL while the rank holds claims and writes blocks; one block then cut short by hand (a torn disk): the
+    next run takes the dead rank's claims over, refetches the damaged block and gives the local batches."""
+    disk = tmp_path / "disk"
+    with Server(dataset) as upstream, FaultProxy(upstream, delay_s=0.05) as url:
+        victim = _worker(url, disk, 0, tmp_path / "victim.json", cache_bytes=_cache_bytes(dataset))
+        deadline = time.monotonic() + 120
+        while not list(disk.rglob("*.claim")) or len(list(disk.rglob("*.blk"))) < 2:
+            assert victim.poll() is None and time.monotonic() < deadline, "the rank ended before it was killed"
+            time.sleep(0.005)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait()
+        blocks = sorted(disk.rglob("*.blk"))
+        torn = blocks[0].read_bytes()
+        blocks[0].write_bytes(torn[: len(torn) // 2])
+        loader = StreamLoader(url, cache_bytes=_cache_bytes(dataset), disk_cache_dir=str(disk), **ARGS)
+        got = list(loader)
+    same_batches(got, local[0])
+    assert loader.remote_stats["disk_damaged"] >= 1
+    assert not list(disk.rglob("*.claim")), "a claim outlived the runs"
+
+
+def test_a_file_replaced_on_the_remote_is_fetched_again(tmp_path):
+    """Same path, same size, new bytes (a new ETag): a new run reads the new bytes, not the disk's old copy."""
+    from dali_stream.source.storage import RemoteOptions, open_fs
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    with Server(root) as url:
+        for version in (b"a", b"b"):
+            (root / "blob.bin").write_bytes(version * 300_000)
+            fs, base = open_fs(url, RemoteOptions(disk_dir=str(tmp_path / "disk")))
+            assert fs.read_range(f"{base}/blob.bin", 1000, 280_000) == version * 279_000
+            assert fs.read_range(f"{base}/blob.bin", 0, 10) == version * 10
+    assert len([p for p in (tmp_path / "disk").rglob("identity")]) == 2
+
+
+def test_a_damaged_block_is_never_served(tmp_path):
+    """Every byte of a block flipped in turn is caught by its check: refetched, the right bytes returned."""
+    from dali_stream.source.storage import RemoteOptions, open_fs
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    payload = os.urandom(600_000)
+    (root / "blob.bin").write_bytes(payload)
+    with Server(root) as url:
+        fs, base = open_fs(url, RemoteOptions(disk_dir=str(tmp_path / "disk")))
+        assert fs.read_range(f"{base}/blob.bin", 0, len(payload)) == payload
+        for block in sorted((tmp_path / "disk").rglob("*.blk")):
+            raw = bytearray(block.read_bytes())
+            raw[len(raw) // 3] ^= 0x40
+            block.write_bytes(bytes(raw))
+        assert fs.read_range(f"{base}/blob.bin", 5, len(payload) - 5) == payload[5:-5]
+        assert fs.counts()["disk_damaged"] == 3
+
+
+def test_an_unwritable_folder_reads_the_remote_with_one_warning(dataset, local, tmp_path, caplog):
+    """disk_cache_dir under a plain file (as a read-only or full drive would): one warning, the local batches."""
+    (tmp_path / "file").write_text("not a folder")
+    with Server(dataset) as url, caplog.at_level(logging.WARNING, logger="dali_stream"):
+        loader = StreamLoader(url, disk_cache_dir=str(tmp_path / "file" / "disk"), **ARGS)
+        got = list(loader)
+    same_batches(got, local[0])
+    warned = [r for r in caplog.records if "cannot be written" in r.getMessage()]
+    assert 1 <= len(warned) <= 2, [r.getMessage() for r in warned]  # one a file system: dataset root and data
+    assert loader.remote_stats["bytes"] > 0 and loader.remote_stats["disk_bytes_written"] == 0
+
+
+def test_the_bound_evicts_least_recently_read_blocks(tmp_path):
+    from dali_stream.source.storage import RemoteOptions, open_fs
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    payload = os.urandom(4_000_000)
+    (root / "blob.bin").write_bytes(payload)
+    limit = 1_200_000
+    with Server(root) as url:
+        fs, base = open_fs(url, RemoteOptions(disk_dir=str(tmp_path / "disk"), disk_bytes=limit))
+        for start in range(0, len(payload), 500_000):
+            assert fs.read_range(f"{base}/blob.bin", start, start + 500_000) == payload[start:start + 500_000]
+    held = sum(p.stat().st_size for p in (tmp_path / "disk").rglob("*.blk"))
+    assert 0 < held <= limit and fs.counts()["disk_bytes_evicted"] > 0
+
+
+def test_a_429_storm_completes_with_the_tier(dataset, local, tmp_path):
+    """Half the GETs answered 429 (Retry-After 0.1 s): the epoch completes with the local batches."""
+    import inspect
+
+    from fsspec.implementations.http import HTTPFileSystem
+
+    if "strict" not in inspect.signature(HTTPFileSystem._exists).parameters:
+        pytest.skip("this fsspec's http answers a throttled existence check False (no `strict`)")
+    with Server(dataset) as upstream, FaultProxy(upstream, throttle_rate=0.5, retry_after="0.1", seed=3) as url:
+        loader = StreamLoader(url, remote_max_retries=20, disk_cache_dir=str(tmp_path / "disk"), **ARGS)
+        got = list(loader)
+    same_batches(got, local[0])
+    assert loader.remote_stats["throttled"] > 0
+
+
+@pytest.mark.parametrize("setting, value", [("disk_cache_dir", "s3://bucket/cache"), ("disk_cache_dir", ""),
+                                            ("disk_cache_bytes", 0), ("disk_cache_bytes", "1G")])
+def test_bad_settings_are_refused_by_name(setting, value):
+    with pytest.raises(ConfigError, match=setting):
+        StreamLoader("unused", **{setting: value})
