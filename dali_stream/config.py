@@ -80,6 +80,10 @@ class LoaderConfig:
     seed: int = _s(0, "shuffling seed; plans depend only on (seed, epoch, rank, position)")
     shuffle: bool = _s(True, "False for an evaluation pass: every frame once, episodes and frames in order (ranks "
                              "get contiguous blocks of episodes)")
+    partition: str = _s("rank", "how a shuffled epoch's episodes split over ranks: 'rank' (afresh each epoch over "
+                                "all ranks) or 'node' (each node keeps the same share every epoch, split afresh over "
+                                "its ranks: with disk_cache_dir a node's drive holds ~1/nodes of a remote dataset; "
+                                "docs/sampling.md#node-partition)")
     episodes: Optional[Tuple[int, ...]] = _s(None, "episode indices to use (a train/val split); the others are "
                                                    "never drawn or fetched")
     max_episodes: Optional[int] = _s(None, "use at most this many episodes (the first ones of `episodes`, or of "
@@ -194,6 +198,11 @@ class LoaderConfig:
         elif self.decode not in DECODE_CHOICES:
             raise ConfigError(f"decode={self.decode!r} is not one of {DECODE_CHOICES} (or a dict camera key -> one "
                               "of those)")
+        from .plan.partition import PARTITIONS
+
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"`partition` must be one of {sorted(PARTITIONS)}: 'rank' splits each epoch over all "
+                              f"ranks, 'node' keeps each node's share. Found: {self.partition!r}")
         if self.nvdec_engine not in NVDEC_ENGINES:
             raise ConfigError(f"`nvdec_engine` must be one of {NVDEC_ENGINES}. Found: {self.nvdec_engine!r}")
         if not isinstance(self.image_dtype, str):  # torch.uint8 / torch.float32, by name
@@ -298,6 +307,7 @@ class LoaderSettings(TypedDict, total=False):
     episode_pool_size: Union[int, str]  # or "all": a global shuffle
     seed: int
     shuffle: bool
+    partition: str  # "rank" | "node"
     episodes: Optional[Sequence[int]]
     max_episodes: Optional[int]
     drop_n_first_frames: int

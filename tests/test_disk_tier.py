@@ -227,3 +227,41 @@ def test_a_429_storm_completes_with_the_tier(dataset, local, tmp_path):
 def test_bad_settings_are_refused_by_name(setting, value):
     with pytest.raises(ConfigError, match=setting):
         StreamLoader("unused", **{setting: value})
+
+
+def test_node_partition_over_four_nodes_then_a_resume_on_two(dataset, monkeypatch):
+    """partition='node', four simulated nodes of two ranks, three epochs: each node's ranks draw the same episodes
+    every epoch (what its disk tier holds), disjoint from other nodes'; stopped mid-epoch and resumed on two nodes
+    of two ranks from one checkpoint, every frame of the epoch once."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    args = dict(ARGS, partition="node", delta_timestamps={})
+    shares: dict = {}
+    for rank in range(8):
+        loader = StreamLoader(str(dataset), rank=rank, world_size=8, **args)
+        for epoch in range(3):
+            drawn = {e for b in loader for e in b["episode_index"].tolist()}
+            shares.setdefault((rank // 2, epoch), set()).update(drawn)
+    nodes = [shares[(n, 0)] for n in range(4)]
+    assert all(shares[(n, e)] == nodes[n] for n in range(4) for e in range(3)), "a node keeps its episodes"
+    assert all(a.isdisjoint(b) for i, a in enumerate(nodes) for b in nodes[i + 1:])
+    seen, state = [], None
+    for rank in range(8):
+        loader = StreamLoader(str(dataset), rank=rank, world_size=8, **args)
+        for i, batch in enumerate(loader):
+            seen += batch["index"].tolist()
+            if i == 3:
+                break
+        state = state or json.loads(json.dumps(loader.state_dict()))
+    assert state["ranks_per_node"] == 2 and state["selection"]["partition"] == "node"
+    with pytest.raises(Exception, match="selection"):
+        StreamLoader(str(dataset), rank=0, world_size=4, **{**args, "partition": "rank"}).load_state_dict(state)
+    rest = []
+    for rank in range(4):
+        loader = StreamLoader(str(dataset), rank=rank, world_size=4, **args)
+        loader.load_state_dict(state)
+        assert loader.state_dict()["elastic"] == [[8, 4, 2]]
+        rest.append(list(dict.fromkeys(i for b in loader for i in b["index"].tolist())))  # own frames, then padding
+    after = [i for r in rest for i in r]
+    total = loader.meta.total_frames
+    assert len(after) == len(set(after)) and not set(after) & set(seen)
+    assert sorted(set(after) | set(seen)) == list(range(total)), "no frame lost or repeated"

@@ -12,9 +12,9 @@ from dali_stream.plan.epoch import (
     EpochPlan,
     PlanConfig,
     delta_indices,
-    partition_episodes,
     window,
 )
+from dali_stream.plan.partition import partition_episodes
 from dali_stream.plan.world import World
 
 LENGTHS = np.array([30, 5, 0, 48, 17, 22, 60, 9, 41, 12, 33, 27, 50, 8, 19, 25], dtype=np.int64)
@@ -382,3 +382,75 @@ def test_a_pass_span_is_what_each_position_gives(shuffle):
                 want[1].append(at[2])
                 want[2].append(at[1])
         assert lanes.span(v, stop) == want
+
+
+NODE_LENGTHS = np.random.default_rng(11).integers(5, 60, size=64)
+
+
+def _node_epoch(cfg, nodes, per_node, epoch):
+    """{node: set of episodes its ranks drew}, {rank: set of episodes}, and all (episode, frame) pairs drawn."""
+    by_node: dict = {}
+    by_rank: dict = {}
+    pairs = []
+    for rank in range(nodes * per_node):
+        world = World(rank=rank, world_size=nodes * per_node, local_world_size=per_node, node_rank=rank // per_node)
+        plan, got = epoch_samples(NODE_LENGTHS, cfg, world, epoch)
+        own = got[:plan.num_frames]
+        pairs += own
+        by_rank[rank] = {e for e, _ in own}
+        by_node.setdefault(rank // per_node, set()).update(by_rank[rank])
+    return by_node, by_rank, pairs
+
+
+@pytest.mark.parametrize("pool", [3, None], ids=["pool", "global"])
+def test_node_partition_keeps_each_nodes_share_across_epochs(pool):
+    """Four nodes of two ranks, three epochs: each node's ranks draw the same episodes every epoch, the nodes'
+    shares are disjoint and cover the dataset, the split between a node's two ranks changes, every frame once."""
+    cfg = PlanConfig(batch_size=4, pool_size=pool, seed=5, drop_last=False, partition="node")
+    epochs = [_node_epoch(cfg, 4, 2, e) for e in range(3)]
+    shares = epochs[0][0]
+    assert [len(shares[n]) for n in range(4)] and set().union(*shares.values()) == set(range(len(NODE_LENGTHS)))
+    assert sum(len(v) for v in shares.values()) == len(NODE_LENGTHS), "a node's share is its own"
+    for by_node, _, pairs in epochs:
+        assert by_node == shares, "each node keeps its episodes"
+        assert len(pairs) == len(set(pairs)) and set(pairs) == all_frames(NODE_LENGTHS), "every frame once"
+    assert any(epochs[0][1][r] != epochs[1][1][r] or epochs[1][1][r] != epochs[2][1][r] for r in range(8)), \
+        "a node's ranks split its share afresh"
+    frames = [sum(int(NODE_LENGTHS[e]) for e in shares[n]) for n in range(4)]
+    assert max(frames) - min(frames) <= max(NODE_LENGTHS), "nodes balanced by frames"
+    by_rank = PlanConfig(batch_size=4, pool_size=pool, seed=5, drop_last=False)
+    assert _node_epoch(by_rank, 4, 2, 1)[0] != _node_epoch(by_rank, 4, 2, 2)[0], "partition='rank' moves episodes"
+
+
+def test_node_partition_elastic_resume_on_two_nodes_is_exact():
+    """Five batches on four nodes of two ranks, the rest of the epoch on two nodes of two: no frame lost or
+    repeated; on two nodes, each node's ranks draw only that node's share of the two-node split."""
+    from dali_stream.plan.epoch import consumed_by, resume_plan
+
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=5, drop_last=False, partition="node")
+    drawn = []
+    for rank in range(8):
+        plan = EpochPlan(NODE_LENGTHS, cfg, World(rank=rank, world_size=8, local_world_size=2), 1)
+        for i in range(5):
+            b = plan.batch(i)
+            drawn += list(zip(b.episodes.tolist(), b.frames.tolist()))
+    consumed = consumed_by(NODE_LENGTHS, cfg, 8, 1, 5, ranks_per_node=2)
+    assert sum(int(m.sum()) for m in consumed.values()) == len(drawn) == len(set(drawn))
+    rest, by_node = [], {}
+    for rank in range(4):
+        plan = resume_plan(NODE_LENGTHS, cfg, World(rank=rank, world_size=4, local_world_size=2), 1, [(8, 5, 2)])
+        _, pairs = epoch_samples_of(plan)
+        rest += pairs[:plan.num_frames]
+        by_node.setdefault(rank // 2, set()).update(e for e, _ in pairs[:plan.num_frames])
+    assert len(rest) == len(set(rest)) and set(rest).isdisjoint(drawn)
+    assert set(rest) | set(drawn) == all_frames(NODE_LENGTHS)
+    two_nodes = _node_epoch(cfg, 2, 2, 2)[0]
+    assert all(by_node[n] <= two_nodes[n] for n in range(2)), "the rest of the epoch stays on the new nodes' shares"
+
+
+def test_node_partition_needs_whole_nodes():
+    cfg = PlanConfig(batch_size=4, pool_size=3, seed=5, partition="node")
+    with pytest.raises(ConfigError, match="multiple of the ranks on this node"):
+        EpochPlan(NODE_LENGTHS, cfg, World(rank=0, world_size=6, local_world_size=4), 0)
+    with pytest.raises(ConfigError, match="partition"):
+        PlanConfig(batch_size=4, pool_size=3, partition="cluster")

@@ -105,7 +105,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture))
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
-                             drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames)
+                             drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames,
+                             partition=cfg.partition)
     # DALI must import where it runs: its torch plugin for a graph, DALI itself for its CPU decoder on the workers
     needs = "nvidia.dali.plugin.pytorch" if not resolved.host_batches else "nvidia.dali" if resolved.dali_on_workers \
         else None

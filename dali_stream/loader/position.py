@@ -19,15 +19,15 @@ UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction 
 
 class Position:
     """The run's position over `stages` (`loader.assemble`): `epoch`, `consumed` (batches the caller received of
-    it), `chain` ((world_size, batches) runs of this epoch on other world sizes), `continues` (the next `for`
-    goes on at (epoch, consumed) instead of a new epoch)."""
+    it), `chain` ((world_size, batches[, ranks_per_node]) runs of this epoch on other worlds), `continues` (the next
+    `for` goes on at (epoch, consumed) instead of a new epoch)."""
 
     def __init__(self, stages: Stages) -> None:
         self.st = stages
         self.epoch = 0
         self.consumed = 0
         self.continues = True
-        self.chain: list[tuple[int, int]] = []
+        self.chain: list[tuple[int, ...]] = []
         self._plans: dict[tuple, EpochPlan] = {}
 
     def plan(self, epoch: int) -> EpochPlan:
@@ -88,15 +88,18 @@ class Position:
         epoch, consumed, chain = self.epoch, self.consumed, self.chain
         if consumed > 0 and consumed >= self.plan(epoch).num_batches:  # taken at an epoch's end
             epoch, consumed, chain = epoch + 1, 0, []
+        by_node = st.plan_config.partition == "node"  # its plans depend on the nodes: recorded (else as before)
         return {"version": STATE_VERSION, "seed": cfg.seed, "epoch": epoch, "batches_consumed": consumed,
                 "batch_size": cfg.batch_size, "episode_pool_size": cfg.episode_pool_size,
                 "drop_last": st.resolved.drop_last, "world_size": st.world.world_size,
+                **({"ranks_per_node": st.world.local_world_size} if by_node else {}),
                 "elastic": [list(seg) for seg in chain],
                 "delta_indices": self._saved_deltas(),
                 "dataset": st.catalog.fingerprint(),
                 "selection": {**self._selected(), "shuffle": cfg.shuffle,
                               "drop_n_first_frames": cfg.drop_n_first_frames,
-                              "drop_n_last_frames": cfg.drop_n_last_frames}}
+                              "drop_n_last_frames": cfg.drop_n_last_frames,
+                              **({"partition": "node"} if by_node else {})}}
 
     def _selected(self) -> dict[str, Any]:
         """The selected episodes a state records (their digest and count): one dataset's, or each member's."""
@@ -126,17 +129,19 @@ class Position:
                     "the loader with the saved values"
                 )
         epoch, consumed, chain = saved.epoch, saved.batches_consumed, list(saved.elastic)
-        saved_world = saved.world_size
-        same_world = saved_world == st.world.world_size
+        saved_world, per_node = saved.world_size, saved.ranks_per_node
+        by_node = st.plan_config.partition == "node"
+        same_world = saved_world == st.world.world_size and (not by_node or per_node == st.world.local_world_size)
         # Every rank of a world has the same batch count, so this rank's plan validates a same-world state
         # and is kept for the iteration; an elastic state is checked against a rank of the saved world.
-        world = st.world if same_world else World(rank=0, world_size=saved_world)
+        world = st.world if same_world else World(rank=0, world_size=saved_world, local_world_size=per_node)
         plan = resume_plan(st.plan_lengths, st.plan_config, world, epoch, chain, st.mix)
         if consumed > plan.num_batches:
             raise StateError(f"state position epoch={epoch}, batches_consumed={consumed} is outside the epoch "
                              f"({plan.num_batches} batches on {saved_world} ranks): the state was edited or comes "
                              f"from another run; {FIX}, or start afresh without load_state_dict")
         if not same_world and consumed > 0:
-            chain, consumed = chain + [(saved_world, consumed)], 0  # elastic: the rest of the epoch on this world
+            segment = (saved_world, consumed, per_node) if by_node else (saved_world, consumed)
+            chain, consumed = chain + [segment], 0  # elastic: the rest of the epoch on this world
         self.epoch, self.consumed, self.chain, self.continues = epoch, consumed, chain, True
         self._plans = {(epoch, tuple(chain)): plan} if same_world else {}

@@ -8,7 +8,8 @@ How an epoch is drawn, per rank (the consumer; loader workers only parallelise f
 batch sequence does not depend on `num_workers`):
 
 1. Episodes are partitioned over ranks: a seeded shuffle, then longest-first onto the least-loaded rank,
-   so ranks get near-equal frame counts. The partition changes every epoch.
+   so ranks get near-equal frame counts. The partition changes every epoch (with `partition="node"`, each node
+   keeps its share every epoch and only its ranks' split changes: `plan.partition`).
 2. The rank's episodes get a seeded admission order. A pool of `pool_size` whole episodes is open at a
    time, one per lane: in admission order each episode goes to the lane with the fewest frames so far (the
    one that frees first), and each episode hands out its frames in a seeded random order (`Lanes`).
@@ -43,7 +44,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import salts
 from .mixture_epoch import Mix, draws, quotas, windows_by_member
-from .partition import partition_episodes, partition_in_order
+from .partition import PARTITIONS, partition_in_order
 from .passes import GlobalPass, Lanes
 from .world import World
 
@@ -60,8 +61,11 @@ class PlanConfig:
     shuffle: bool = True  # False: every frame once, episodes and frames in order (evaluation)
     drop_n_first_frames: int = 0  # never draw an episode's first n frames (lerobot's EpisodeAwareSampler)
     drop_n_last_frames: int = 0  # ... nor its last n (they still serve as window context)
+    partition: str = "rank"  # how a shuffled epoch's episodes split over ranks (`plan.partition.PARTITIONS`)
 
     def __post_init__(self) -> None:
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"`partition` must be one of {sorted(PARTITIONS)}. Found: {self.partition!r}")
         for name in ("drop_n_first_frames", "drop_n_last_frames"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -143,7 +147,8 @@ class EpochPlan:
             remaining[p] = len(frames)
         salt = (segment,) if segment else ()
         if config.shuffle:
-            shares = partition_episodes(remaining, world.world_size, config.seed, epoch, *salt)
+            shares = PARTITIONS[config.partition](remaining, self._count, world.world_size, world.local_world_size,
+                                                  config.seed, epoch, *salt)
             mine = shares[world.rank]
             rng = np.random.default_rng([config.seed, epoch, world.rank, salts.ADMISSION, *salt])
             self.admission_order = mine[rng.permutation(len(mine))]
@@ -328,14 +333,15 @@ def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
 
 def consumed_by(lengths: np.ndarray, config: PlanConfig, world_size: int, epoch: int, batches: int,
                 consumed: dict[int, np.ndarray] | None = None, segment: int = 0,
-                mix: Mix | None = None) -> dict[int, np.ndarray]:
-    """Frames every rank of `world_size` drew in the first `batches` batches of a plan segment, added to
-    `consumed` (episode position -> how many times each frame was drawn). Pure: computed from the plans' closed
-    form, nothing decoded."""
+                mix: Mix | None = None, ranks_per_node: int = 1) -> dict[int, np.ndarray]:
+    """Frames every rank of `world_size` (`ranks_per_node` a node) drew in the first `batches` batches of a plan
+    segment, added to `consumed` (episode position -> how many times each frame was drawn). Pure: computed from the
+    plans' closed form, nothing decoded."""
     lengths = np.asarray(lengths, dtype=np.int64)
     out = {p: np.asarray(m, dtype=np.int64).copy() for p, m in (consumed or {}).items()}
     for rank in range(world_size):
-        plan = EpochPlan(lengths, config, World(rank=rank, world_size=world_size), epoch, consumed, segment, mix)
+        world = World(rank=rank, world_size=world_size, local_world_size=ranks_per_node)
+        plan = EpochPlan(lengths, config, world, epoch, consumed, segment, mix)
         for p, frames in plan.frames_drawn(min(batches, plan.num_batches)).items():
             counts = out.get(p)
             if counts is None:
@@ -345,11 +351,12 @@ def consumed_by(lengths: np.ndarray, config: PlanConfig, world_size: int, epoch:
 
 
 def resume_plan(lengths: np.ndarray, config: PlanConfig, world: World, epoch: int,
-                chain: list[tuple[int, int]], mix: Mix | None = None) -> EpochPlan:
-    """The plan of this rank for the rest of `epoch` after the job ran `chain` = [(world_size, batches), ...]
-    segments of it on other world sizes (elastic resume). Draws made in those segments are not made again;
-    every other draw of the epoch is, exactly once (padding aside). Without a chain: the epoch plan."""
+                chain: Sequence[Sequence[int]], mix: Mix | None = None) -> EpochPlan:
+    """The plan of this rank for the rest of `epoch` after the job ran `chain` = [(world_size, batches[,
+    ranks_per_node]), ...] segments of it on other worlds (elastic resume). Draws made in those segments are not
+    made again; every other draw of the epoch is, exactly once (padding aside). Without a chain: the epoch plan."""
     consumed: dict[int, np.ndarray] = {}
-    for k, (world_size, batches) in enumerate(chain):
-        consumed = consumed_by(lengths, config, world_size, epoch, batches, consumed, k, mix)
+    for k, (world_size, batches, *per_node) in enumerate(chain):
+        consumed = consumed_by(lengths, config, world_size, epoch, batches, consumed, k, mix,
+                               per_node[0] if per_node else 1)
     return EpochPlan(lengths, config, world, epoch, consumed if chain else None, len(chain), mix)

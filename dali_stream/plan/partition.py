@@ -1,5 +1,10 @@
 """Episodes split over ranks (`EpochPlan`'s first step): balanced by frames in a seeded order, or in order, in
-contiguous blocks, for an unshuffled pass. Pure functions of the lengths, the world size and the seed words."""
+contiguous blocks, for an unshuffled pass. Pure functions of the lengths, the world size and the seed words.
+
+A shuffled epoch's split is chosen by name (`PARTITIONS`, the `partition` setting): "rank" splits every epoch's
+episodes over all ranks afresh; "node" gives each node the same share every epoch (split once, by the seed and the
+node count) and splits the node's share over its ranks afresh each epoch, so a node reads about 1/nodes of the
+dataset, every epoch, from its own disk tier."""
 
 from __future__ import annotations
 
@@ -50,3 +55,38 @@ def partition_in_order(lengths: np.ndarray, world_size: int) -> list[np.ndarray]
         starts.append(min(max(first, starts[-1] + 1), len(sizes) - (world_size - rank)))  # no rank empty
     starts.append(len(sizes))
     return [candidates[starts[r]:starts[r + 1]] for r in range(world_size)]
+
+
+def partition_by_node(lengths: np.ndarray, stable: np.ndarray, world_size: int, ranks_per_node: int, seed: int,
+                      epoch: int, *salt: int) -> list[np.ndarray]:
+    """Split episode positions over ranks node by node (rank r on node r // ranks_per_node, as torchrun and SLURM
+    number them): each node's share balanced by `stable` (the frames each episode may hand out in any epoch) and
+    drawn from the seed and the node count alone, so it is the same every epoch; within a node, its episodes with
+    frames left (`lengths`) split over its ranks by `partition_episodes` for this epoch."""
+    from ..errors import ConfigError
+
+    if ranks_per_node < 1 or world_size % ranks_per_node:
+        raise ConfigError(f"partition='node' needs the same number of ranks on every node: world_size={world_size} "
+                          f"is not a multiple of the ranks on this node ({ranks_per_node}, from LOCAL_WORLD_SIZE or "
+                          "SLURM_TASKS_PER_NODE); launch as many ranks on each node, or use partition='rank'")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    nodes = world_size // ranks_per_node
+    shares = partition_episodes(np.asarray(stable, dtype=np.int64), nodes, seed, 0, salts.NODE)
+    out: list[np.ndarray] = []
+    for node, share in enumerate(shares):
+        mine = np.zeros_like(lengths)
+        mine[share] = lengths[share]
+        if np.count_nonzero(mine) < ranks_per_node:
+            raise ConfigError(f"partition='node': node {node} holds {np.count_nonzero(mine)} episodes with frames "
+                              f"to draw, fewer than its {ranks_per_node} ranks; use partition='rank' or fewer ranks")
+        out += partition_episodes(mine, ranks_per_node, seed, epoch, salts.NODE, node, *salt)
+    return out
+
+
+def partition_by_rank(lengths: np.ndarray, stable: np.ndarray, world_size: int, ranks_per_node: int, seed: int,
+                      epoch: int, *salt: int) -> list[np.ndarray]:
+    """`partition_episodes` over all ranks, afresh each epoch (the nodes play no part)."""
+    return partition_episodes(lengths, world_size, seed, epoch, *salt)
+
+
+PARTITIONS = {"rank": partition_by_rank, "node": partition_by_node}  # the `partition` setting's names

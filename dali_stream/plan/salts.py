@@ -3,6 +3,7 @@ plan, an augmentation or a transform is a pure function of the run's seed and it
 them: a word changed here changes every plan drawn after it, so `plan.state.STATE_VERSION` changes with it."""
 
 PARTITION = 0x9A27  # episodes split over ranks (`plan.partition`)
+NODE = 0x40DE  # episodes split over nodes, and a node's over its ranks (`plan.partition.partition_by_node`)
 ADMISSION = 0xAD  # the order a rank's episodes enter its pool (`EpochPlan.admission_order`)
 PASS = 0x5A  # a pass's lanes or global permutation (`plan.passes`)
 BATCH_ORDER = 0xB7  # a batch's samples in turn within each pass (`EpochPlan.batch`)

@@ -32,10 +32,11 @@ class SavedState:
     episode_pool_size: int | str  # or "all": a global shuffle
     drop_last: bool
     world_size: int
-    elastic: tuple[tuple[int, int], ...]
+    elastic: tuple[tuple[int, ...], ...]  # (world_size, batches[, ranks_per_node]) segments
     delta_indices: dict[str, list[int]]
     dataset: dict[str, Any]
-    selection: dict[str, Any]  # episodes subset digest, shuffle, dropped first/last frames
+    selection: dict[str, Any]  # episodes subset digest, shuffle, dropped first/last frames (and partition="node")
+    ranks_per_node: int = 1  # the saving world's, where its plans depended on it (partition="node")
 
 
 def _int(state: Mapping, key: str, low: int) -> int:
@@ -75,14 +76,17 @@ def parse_state(state: Any) -> SavedState:
                          f"{state['dataset']!r}; {FIX}")
     elastic = state.get("elastic", [])
     if not isinstance(elastic, list) or not all(
-            isinstance(seg, (list, tuple)) and len(seg) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                     for v in seg) and seg[0] >= 1 and seg[1] >= 0
-            for seg in elastic):
-        raise StateError(f"state['elastic'] must be a list of [world_size, batches] pairs. Found: {elastic!r}; {FIX}")
+            isinstance(seg, (list, tuple)) and len(seg) in (2, 3)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in seg)
+            and seg[0] >= 1 and seg[1] >= 0 and (len(seg) == 2 or seg[2] >= 1) for seg in elastic):
+        raise StateError(f"state['elastic'] must be a list of [world_size, batches] pairs (or [world_size, batches, "
+                         f"ranks_per_node]). Found: {elastic!r}; {FIX}")
     return SavedState(seed=_int(state, "seed", 0), epoch=_int(state, "epoch", 0),
                       batches_consumed=_int(state, "batches_consumed", 0), batch_size=_int(state, "batch_size", 1),
                       episode_pool_size=(state["episode_pool_size"] if state["episode_pool_size"] == "all"
                                          else _int(state, "episode_pool_size", 1)), drop_last=state["drop_last"],
-                      world_size=_int(state, "world_size", 1), elastic=tuple((int(w), int(n)) for w, n in elastic),
+                      world_size=_int(state, "world_size", 1), elastic=tuple(tuple(int(v) for v in seg)
+                                                                             for seg in elastic),
                       delta_indices=dict(deltas), dataset=dict(state["dataset"]),
-                      selection=dict(state["selection"]))
+                      selection=dict(state["selection"]),
+                      ranks_per_node=_int(state, "ranks_per_node", 1) if "ranks_per_node" in state else 1)
