@@ -178,6 +178,10 @@ class LoaderConfig:
                                                  "DALI_STREAM_REMOTE_TIMEOUT_S or 60)")
     remote_deadline_s: Optional[float] = _s(None, "limit of all attempts of one remote read together (default: "
                                                   "env DALI_STREAM_REMOTE_DEADLINE_S, else none)")
+    remote_concurrency: Optional[int] = _s(None, "remote requests in flight at once per node, split evenly over "
+                                                 "the node's ranks (at least 1 each; ranks per node from "
+                                                 "LOCAL_WORLD_SIZE or SLURM_TASKS_PER_NODE): a budget for a store that "
+                                                 "throttles; None: no limit but fetch_workers'")
     disk_cache_dir: Optional[str] = _s(None, "a node-local folder where the bytes read from a remote dataset are "
                                              "kept, read from there on every later use (in this run and the next, "
                                              "by every rank of the node): each byte fetched once a node "
@@ -224,7 +228,8 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 0)
         for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("max_episodes", 1), ("segment_bytes", 1),
-                          ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1)):
+                          ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1),
+                          ("remote_concurrency", 1)):
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)
         for name in ("drop_last", "shuffle", "check_frames"):
@@ -344,6 +349,7 @@ class LoaderSettings(TypedDict, total=False):
     remote_max_retries: Optional[int]
     remote_timeout_s: Optional[float]
     remote_deadline_s: Optional[float]
+    remote_concurrency: Optional[int]
     disk_cache_dir: Optional[str]
     disk_cache_bytes: Optional[int]
 

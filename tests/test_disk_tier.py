@@ -66,7 +66,7 @@ def test_later_epochs_and_runs_read_the_disk_not_the_remote(dataset, local, tmp_
     same_batches(first, local[0])
     same_batches(second, local[1])
     same_batches(rerun, local[0])
-    assert one["bytes"] > 0 and one["disk_bytes_written"] == one["bytes"]
+    assert one["bytes"] > 0 and one["disk_bytes_written"] == one["bytes"] and one["memory_hits"] > 0
     assert two["bytes"] - one["bytes"] <= 0.01 * one["bytes"], (one, two)
     assert two["disk_bytes_read"] > one["disk_bytes_read"]
     assert three["bytes"] == 0 and three["disk_blocks_fetched"] == 0 and three["disk_bytes_read"] > 0, three
@@ -265,3 +265,38 @@ def test_node_partition_over_four_nodes_then_a_resume_on_two(dataset, monkeypatc
     total = loader.meta.total_frames
     assert len(after) == len(set(after)) and not set(after) & set(seen)
     assert sorted(set(after) | set(seen)) == list(range(total)), "no frame lost or repeated"
+
+
+@pytest.mark.parametrize("budget, per_node, most", [(None, 1, None), (4, 1, 4), (4, 2, 2)])
+def test_remote_concurrency_bounds_the_requests_in_flight(dataset, local, monkeypatch, budget, per_node, most):
+    """A slow store (every request 50 ms): with remote_concurrency a node's budget, split over its ranks, the proxy
+    never sees more of this rank's requests at once than its part; without, prefetch has many in flight."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(per_node))
+    with Server(dataset) as upstream:
+        proxy = FaultProxy(upstream, delay_s=0.05)
+        with proxy as url:
+            loader = StreamLoader(url, remote_concurrency=budget, **ARGS)
+            got = list(loader)
+    same_batches(got, local[0])
+    peak = proxy.counts["in_flight_peak"]
+    assert peak > 4 if most is None else peak <= most, proxy.counts
+
+
+def test_s3_epoch_two_reads_the_disk(dataset, local, tmp_path):
+    """The same over moto's S3 server: blocks named by S3's ETag, epoch 2 fetches nothing."""
+    from .s3server import S3
+    from .s3server import options as s3_options
+
+    with S3() as server:
+        server.upload(dataset, "robots/tier")
+        loader = StreamLoader("s3://robots/tier", storage_options=s3_options(server.url),
+                              cache_bytes=_cache_bytes(dataset), disk_cache_dir=str(tmp_path / "disk"), **ARGS)
+        first = list(loader)
+        one = dict(loader.remote_stats)
+        second = list(loader)
+        two = loader.remote_stats
+    same_batches(first, local[0])
+    same_batches(second, local[1])
+    assert one["bytes"] > 0 and two["bytes"] == one["bytes"] and two["disk_bytes_read"] > one["disk_bytes_read"]
+    identities = [p.read_text() for p in (tmp_path / "disk").rglob("identity")]
+    assert identities and all(i.split("\n")[2] for i in identities), "each file named with its ETag"

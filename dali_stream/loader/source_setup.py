@@ -11,6 +11,7 @@ before mixtures existed.
 from __future__ import annotations
 
 import difflib
+import os
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -23,13 +24,14 @@ from ..mixture import as_mixture
 from ..plan.epoch import delta_indices
 from ..plan.mixture_epoch import Mix, member_mass
 from ..plan.selection import select
+from ..plan.world import resolve_world
 from ..source.storage import RemoteOptions
 
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
 
 
 OPENING = ("revision", "data_files_root", "storage_options", "remote_max_retries", "remote_timeout_s",
-           "remote_deadline_s", "disk_cache_dir", "disk_cache_bytes")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
+           "remote_deadline_s", "remote_concurrency", "disk_cache_dir", "disk_cache_bytes")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
 
 
 def _per_member_only(cfg: LoaderConfig) -> None:
@@ -42,8 +44,14 @@ def _per_member_only(cfg: LoaderConfig) -> None:
 
 def remote_options(cfg: LoaderConfig) -> RemoteOptions:
     """The settings that say how remote files are opened and read, as one value (`source.storage.RemoteOptions`)."""
+    concurrency = None
+    if cfg.remote_concurrency is not None:  # a node's budget, split over its ranks
+        import math
+
+        per_node = resolve_world(env=os.environ).local_world_size
+        concurrency = max(1, math.floor(cfg.remote_concurrency / per_node))
     return RemoteOptions(dict(cfg.storage_options or {}), cfg.remote_max_retries, cfg.remote_timeout_s,
-                         cfg.remote_deadline_s, cfg.disk_cache_dir, cfg.disk_cache_bytes)
+                         cfg.remote_deadline_s, cfg.disk_cache_dir, cfg.disk_cache_bytes, concurrency)
 
 
 def open_meta(source: Any, cfg: LoaderConfig) -> Any:

@@ -129,14 +129,15 @@ class StreamLoader:
 
     @property
     def remote_stats(self) -> dict | None:
-        """Requests, retries, bytes and seconds of remote reads, and the disk tier's reads and writes (`disk_*`,
-        docs/remote.md); None for a local dataset."""
+        """Where a remote dataset's bytes came from: requests, retries, bytes and seconds of remote reads, the disk
+        tier's reads and writes (`disk_*`, docs/remote.md), and `memory_hits`, the episode lookups the memory cache
+        answered (`stats()["fetch"]["hits"]`); None for a local dataset."""
         metas = [m.meta for m in self.stages.catalog.members]
         found = [fs.counts() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
                  if hasattr(fs, "counts")]
         if not found:
             return None
-        return {k: sum(s[k] for s in found) for k in found[0]}
+        return {**{k: sum(s[k] for s in found) for k in found[0]}, "memory_hits": self.stages.store.stats.hits}
 
     def memory_budget(self) -> dict[str, Any]:
         """Where this loader's host memory goes, in bytes, and the knob that bounds each part (docs/memory.md).

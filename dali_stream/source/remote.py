@@ -13,6 +13,7 @@ HTTP 408/429/5xx: `transient`) are retried with exponential backoff up to `max_r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import io
 import logging
@@ -102,15 +103,18 @@ class RetryPolicy:
                    deadline_s=None if deadline_s is None else float(deadline_s))
 
 
-async def _within(coro_fn, timeout_s: float, args, kwargs):
-    import asyncio
+async def _within(coro_fn, timeout_s: float, args, kwargs, slots=None):
+    """coro_fn(*args, **kwargs) cut off after `timeout_s`, started once one of `slots` (an asyncio.Semaphore: the
+    requests a rank may have in flight) is free; waiting for it is not part of the attempt's time."""
+    if slots is None:
+        return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout_s)  # cancels the request on timeout
+    async with slots:
+        return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout_s)
 
-    return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout_s)  # cancels the request on timeout
 
-
-async def _gather_ranges(cat_file, spans: list[tuple[str, int, int]], timeout_s: float) -> list:
+async def _gather_ranges(cat_file, spans: list[tuple[str, int, int]], timeout_s: float, slots=None) -> list:
     """One attempt at every (path, start, end) at once: its bytes, or the exception it raised."""
-    return await asyncio.gather(*(_within(cat_file, timeout_s, (path,), {"start": start, "end": end})
+    return await asyncio.gather(*(_within(cat_file, timeout_s, (path,), {"start": start, "end": end}, slots)
                                   for path, start, end in spans), return_exceptions=True)
 
 
@@ -131,11 +135,17 @@ class RemoteStats:
 class RemoteFS:
     """The calls the loader makes on a remote filesystem, each retried on transient errors."""
 
-    def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None, disk=None) -> None:
+    def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None, disk=None,
+                 concurrency: int | None = None) -> None:
         self.fs = fs
         self.policy = policy
         self.stats = stats or RemoteStats()
         self.disk = disk  # a `disk_tier.DiskTier` under the reads, or None
+        # at most `concurrency` requests in flight from this process (None: no limit): on fsspec's event loop for an
+        # asynchronous file system (http, s3, gcs), around each call otherwise
+        self.concurrency = concurrency
+        self._async_slots = asyncio.Semaphore(concurrency) if concurrency else None
+        self._thread_slots = threading.BoundedSemaphore(concurrency) if concurrency else None
         self._rng = random.Random()  # jitter: seeded from the OS, different on every rank
         self._attempt = threading.local()  # this thread's current attempt's time limit
         self.protocol = fs.protocol
@@ -158,11 +168,16 @@ class RemoteFS:
 
             limit = getattr(self._attempt, "timeout_s", self.policy.timeout_s)
             try:
-                return sync(self.fs.loop, _within, coro_fn, limit, args, kwargs)
+                return sync(self.fs.loop, _within, coro_fn, limit, args, kwargs, self._async_slots)
             except TIMEOUTS:  # fsspec re-raises it as its FSTimeoutError, without a message
                 raise TimeoutError(f"no answer within {limit:g}s (remote_timeout_s / {ENV_TIMEOUT}, or what "
                                    "was left of remote_deadline_s)") from None
-        return getattr(self.fs, name)(*args, **kwargs)
+        with self._slot():
+            return getattr(self.fs, name)(*args, **kwargs)
+
+    def _slot(self):
+        """One of this process's request slots for a synchronous call (a no-op without a limit)."""
+        return self._thread_slots if self._thread_slots is not None else contextlib.nullcontext()
 
     def call(self, what: str, path: str, fn, *args):
         policy = self.policy
@@ -251,7 +266,7 @@ class RemoteFS:
             if getattr(self.fs, "async_impl", False):
                 data = self.invoke("cat_file", path, start=start, end=end)
             else:  # fsspec's generic cat_file reads through a read-ahead cache (5 MB more per request)
-                with self.fs.open(path, "rb", cache_type="none") as f:
+                with self._slot(), self.fs.open(path, "rb", cache_type="none") as f:
                     f.seek(start)
                     data = f.read(end - start)
             if len(data) != end - start:
@@ -292,7 +307,8 @@ class RemoteFS:
 
         t0 = time.perf_counter()
         try:
-            got = sync(self.fs.loop, _gather_ranges, self.fs._cat_file, spans, self.policy.timeout_s)
+            got = sync(self.fs.loop, _gather_ranges, self.fs._cat_file, spans, self.policy.timeout_s,
+                       self._async_slots)
         except Exception as exc:  # noqa: BLE001 - the loop itself failed: every span is read again below
             got = [exc] * len(spans)
         with self.stats.lock:

@@ -79,7 +79,8 @@ class RemoteOptions:
     fsspec's `storage_options` (an endpoint, keys), and the retry policy's `max_retries`, `timeout_s` (per attempt)
     and `deadline_s` (all attempts of one read); None: the environment's, else the defaults
     (`remote.RetryPolicy.from_env`); the node-local disk tier's folder and bound (`disk_tier`; None: no tier, and
-    80 % of the drive's free space). Local files ignore it."""
+    80 % of the drive's free space); the requests each file system opened may have in flight (`concurrency`, this
+    rank's part of `remote_concurrency`). Local files ignore it."""
 
     storage_options: Mapping[str, Any] = field(default_factory=dict)
     max_retries: int | None = None
@@ -87,6 +88,7 @@ class RemoteOptions:
     deadline_s: float | None = None
     disk_dir: str | None = None
     disk_bytes: int | None = None
+    concurrency: int | None = None  # requests in flight at once from this process (None: no limit)
 
     def over(self, storage_options: Mapping[str, Any] | None) -> "RemoteOptions":
         """These options with `storage_options` (a mixture member's) merged over them."""
@@ -122,7 +124,8 @@ def open_fs(source: str, remote: RemoteOptions | None = None, revision: str | No
             from .disk_tier import DiskTier
 
             disk = DiskTier(remote.disk_dir, remote.disk_bytes)
-        fs = RemoteFS(fs, RetryPolicy.from_env(remote.max_retries, remote.timeout_s, remote.deadline_s), disk=disk)
+        fs = RemoteFS(fs, RetryPolicy.from_env(remote.max_retries, remote.timeout_s, remote.deadline_s), disk=disk,
+                      concurrency=remote.concurrency)
     return fs, root.rstrip("/") or "/"
 
 
