@@ -125,6 +125,26 @@ def test_with_the_frame_cache_bench_measures_epoch_1_and_epoch_2(small_dataset, 
     assert "decoded-frame cache: epoch 1 " in said and "100% of it fits" in said, proc.stderr
 
 
+def test_a_remote_dataset_with_the_disk_tier_and_the_baseline(small_dataset, tmp_path):
+    """bench of an HTTP dataset: the lerobot-style baseline reads it in forked DataLoader workers (each remakes the
+    file system: fsspec's asynchronous ones are not fork-safe), and `--disk-cache` measures two epochs of a loader
+    whose tier starts empty: epoch 1 fetches, epoch 2 reads the remote for nothing; the folder it used is removed."""
+    from .httpserver import Server
+
+    with Server(small_dataset) as url:
+        proc = _bench(url, "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1, "--no-limit",
+                      "--baseline-workers", "1", "--disk-cache", tmp_path / "disk", "--out-dir", tmp_path / "out")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = (tmp_path / "out").glob("bench-*.json")
+    report = json.loads(path.read_text())
+    assert report["baseline"]["runs"] and report["baseline_ratio"] > 0
+    one, two = report["disk_cache"]["epochs"]
+    assert one["samples"] == two["samples"] > 0 and one["remote_bytes"] > 0 and two["remote_bytes"] == 0
+    assert one["disk_bytes_written"] == one["remote_bytes"]
+    assert not list((tmp_path / "disk").glob("bench-*")), "the folder of the two epochs' tier is removed"
+    assert "disk tier: epoch 1 " in proc.stderr.replace("\n", " ")
+
+
 def test_bench_says_what_it_measures_for_how_long_and_where_it_wrote(tiny_run):
     """The time each part takes is said before it starts (the baseline's worker counts share --duration-s), and
     the results' folder is printed whole."""

@@ -36,6 +36,10 @@ def test_make_sample_and_inspect(written):
     sizes = sum(c["height"] * c["width"] * 3 for c in report["cameras"].values())
     assert report["decoded_bytes"] == sizes * report["frames"] > 0  # what frame_cache_bytes would hold
     assert report["memory_available_bytes"] > report["decoded_bytes"]  # and what this node has for it
+    stored = sum(p.stat().st_size for d in ("data", "videos") for p in (written / d).rglob("*") if p.is_file())
+    assert report["disk_tier"] == {"nodes": 1, "stored_bytes": stored, "per_node_bytes": stored, "node_share": 1.0}
+    two = json.loads(_cli("inspect", written, "--json", "--nodes", "2").stdout)["disk_tier"]
+    assert 0.5 <= two["node_share"] < 0.8 and two["per_node_bytes"] == int(stored * two["node_share"])
     resized = json.loads(_cli("inspect", written, "--json", "--resize", "40", "48", "--crop", "30", "41").stdout)
     assert resized["decoded_bytes"] == len(report["cameras"]) * 30 * 41 * 3 * report["frames"]  # kept cropped
     derived = report["derived"]  # the loader's defaults as resolved on this dataset and node (loader.resolve)

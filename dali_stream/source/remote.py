@@ -137,19 +137,32 @@ class RemoteFS:
 
     def __init__(self, fs, policy: RetryPolicy, stats: RemoteStats | None = None, disk=None,
                  concurrency: int | None = None) -> None:
-        self.fs = fs
+        self._fs, self._pid = fs, os.getpid()
         self.policy = policy
         self.stats = stats or RemoteStats()
         self.disk = disk  # a `disk_tier.DiskTier` under the reads, or None
         # at most `concurrency` requests in flight from this process (None: no limit): on fsspec's event loop for an
         # asynchronous file system (http, s3, gcs), around each call otherwise
         self.concurrency = concurrency
-        self._async_slots = asyncio.Semaphore(concurrency) if concurrency else None
-        self._thread_slots = threading.BoundedSemaphore(concurrency) if concurrency else None
+        self._slots_made()
         self._rng = random.Random()  # jitter: seeded from the OS, different on every rank
         self._attempt = threading.local()  # this thread's current attempt's time limit
         self.protocol = fs.protocol
         self._sizes: dict[str, tuple[int, str]] = {}  # files of a dataset do not change while it is read
+
+    def _slots_made(self) -> None:
+        self._async_slots = asyncio.Semaphore(self.concurrency) if self.concurrency else None
+        self._thread_slots = threading.BoundedSemaphore(self.concurrency) if self.concurrency else None
+
+    @property
+    def fs(self):
+        """The fsspec file system, made again in a forked process (a DataLoader's worker): an asynchronous one's
+        event loop and sessions belong to the parent ("This class is not fork-safe")."""
+        if os.getpid() != self._pid:
+            fs = self._fs
+            self._fs, self._pid = type(fs)(*fs.storage_args, **fs.storage_options), os.getpid()
+            self._slots_made()
+        return self._fs
 
     def counts(self) -> dict:
         """`stats` and, with or without a disk tier, the tier's (`disk_tier.DiskStats`: zeros where none)."""

@@ -401,6 +401,12 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
 
         loader.close()  # its frames held too: not beside the new loader's
         result["frame_cache"] = cache_epochs(cfg, meta, deltas, decode, progress)
+    result["disk_cache"] = None
+    if cfg.loader.disk_cache_dir:  # epochs 1 and 2 of a loader whose disk tier starts empty
+        from .bench_disk import disk_epochs
+
+        loader.close()
+        result["disk_cache"] = disk_epochs(cfg, deltas, decode, progress)
     result["wallclock_s"] = time.perf_counter() - t_run
     return result
 

@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the loader's resize: what the decoded-frame cache would hold is counted at this size (it "
                         "keeps frames resized and cropped where batches are on the CPU)")
     p.add_argument("--crop", nargs=2, type=int, metavar=("H", "W"), help="the loader's crop, as --resize")
+    p.add_argument("--nodes", type=int, default=1, help="nodes of the job: the disk each node's disk_cache_dir "
+                                                        "needs with partition='node' is counted for them")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("verify", help="find damaged files (sizes, hashes against a reference, decode) and the "

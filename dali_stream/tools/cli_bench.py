@@ -114,6 +114,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             from .bench_cache import cache_text
 
             console.print(f"bench {r['config']['mode']}/{r['config']['decode']}: {cache_text(r['frame_cache'])}")
+        if r.get("disk_cache"):
+            from .bench_disk import disk_text
+
+            console.print(f"bench {r['config']['mode']}/{r['config']['decode']}: {disk_text(r['disk_cache'])}")
         for note in r.get("notes", []):
             console.print(f"[yellow]bench {r['config']['mode']}/{r['config']['decode']}: {note}[/]")
         console.print(f"wrote {Path(r['file']).resolve()}")

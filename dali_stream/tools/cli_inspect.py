@@ -45,6 +45,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
         "decoded_bytes": decoded_bytes(meta, kept),
         "memory_available_bytes": available_bytes(),  # this node's, now (MemAvailable, or the cgroup's limit's room)
+        "disk_tier": _disk_need(meta, catalog.lengths, args.nodes),  # what disk_cache_dir holds (docs/remote.md)
         "derived": _derived(meta, named, node),
     }
     if args.json:
@@ -71,6 +72,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "rest" if room_warning(need, need, 1, free) else "")
         console.print(f"decoded{sized}, every frame of every camera takes {need / 2**30:.2f} GiB: frame_cache_bytes "
                       f"(and frame_cache_dir) that large decode each frame once, in epoch 1{room}")
+    disk = report["disk_tier"]
+    if disk["stored_bytes"] is None:
+        console.print(f"the store does not say how large data/ and videos/ are ({disk['why']})")
+    else:
+        console.print(f"data/ and videos/ take {_size(disk['stored_bytes'])} on the store: a node's disk_cache_dir "
+                      f"holds up to that (partition='rank': each epoch's share is new); with partition='node' over "
+                      f"{disk['nodes']} node(s), ~{_size(disk['per_node_bytes'])} a node (its share of the frames: "
+                      f"{disk['node_share']:.3f})")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
     for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
         names = meta.features[k].get("names")
@@ -86,6 +95,32 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         table.add_row(name, shown, str(d["what"]), str(d["why"]))
     console.print(table)
     return 0
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _disk_need(meta, lengths, nodes: int) -> dict[str, Any]:
+    """What the node-local disk tier holds of the dataset: the bytes of its data/ and videos/ on the store, and
+    with partition='node' over `nodes` nodes the largest node's part, by its share of the frames (nodes' shares are
+    balanced by frames, `plan.partition.partition_by_node`)."""
+    import posixpath
+
+    import numpy as np
+
+    from ..plan.partition import partition_by_node
+
+    lengths = np.asarray(lengths, dtype=np.int64)
+    shares = partition_by_node(lengths, lengths, nodes, 1, 0, 0) if nodes <= np.count_nonzero(lengths) else []
+    share = max((float(lengths[s].sum()) for s in shares), default=float(lengths.sum())) / max(1, int(lengths.sum()))
+    fs, root = meta.data_fs, meta.data_root
+    try:
+        stored = sum(int(fs.du(posixpath.join(root, d))) for d in ("data", "videos"))
+    except Exception as exc:  # noqa: BLE001 - a store that cannot list folders: said, not fatal
+        return {"nodes": nodes, "stored_bytes": None, "per_node_bytes": None, "node_share": share,
+                "why": f"{type(exc).__name__}: {exc}"}
+    return {"nodes": nodes, "stored_bytes": stored, "per_node_bytes": int(stored * share), "node_share": share}
 
 
 def _kept_ops(args: argparse.Namespace, routes: dict[str, str] | None = None, node=None):

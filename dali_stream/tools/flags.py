@@ -11,7 +11,7 @@ from typing import Any, Iterable, Literal, Union, get_args, get_origin
 from ..config import LoaderConfig
 
 # Older, shorter spellings kept working beside the generated `--episode-pool-size`.
-ALIASES = {"episode_pool_size": ("--pool", "--pool-size")}
+ALIASES = {"episode_pool_size": ("--pool", "--pool-size"), "disk_cache_dir": ("--disk-cache",)}
 
 
 def _scalar(annotation: Any) -> tuple[Any, tuple | None]:
