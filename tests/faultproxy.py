@@ -5,7 +5,8 @@ fault instead: 503, a connection reset before any answer, or a truncated body (f
 the bytes, then close). `fail_paths` (regex) makes every matching GET answer 503; `short_paths` makes it
 answer half the bytes asked for as a whole response (a short body: its Content-Length says half);
 `stall_paths` makes it hang without answering (for timeout tests); `delay_s` adds that latency to every GET (a far-away store);
-`throttle_rate` answers that share of GETs 429 with `Retry-After: retry_after` (a rate-limiting store).
+`throttle_rate` answers that share of GETs 429 with `Retry-After: retry_after` (a rate-limiting store);
+`bytes_per_s` sends all bodies together no faster than that (one link shared by every connection).
 `counts` records forwarded requests and faults, and the most requests it was answering at once."""
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class _Proxy(BaseHTTPRequestHandler):
     delay_s = 0.0
     throttle_rate = 0.0
     retry_after = "1"
+    bytes_per_s = 0.0
+    link = {"free_at": 0.0}  # when the link has sent every body queued so far
     rng = random.Random(0)
     lock = threading.Lock()
     counts: dict = {}
@@ -119,6 +122,10 @@ class _Proxy(BaseHTTPRequestHandler):
             self.wfile.flush()
             self.close_connection = True
             return
+        if self.bytes_per_s:  # the body leaves once the link has sent those queued before it, and it
+            with self.lock:
+                done = self.link["free_at"] = max(time.monotonic(), self.link["free_at"]) + len(data) / self.bytes_per_s
+            time.sleep(max(0.0, done - time.monotonic()))
         self.wfile.write(data)
 
     do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
@@ -129,12 +136,14 @@ class FaultProxy(Loopback):
 
     def __init__(self, upstream: str, fault_rate: float = 0.0, fail_paths: str | None = None,
                  stall_paths: str | None = None, seed: int = 0, delay_s: float = 0.0,
-                 short_paths: str | None = None, throttle_rate: float = 0.0, retry_after: str = "1") -> None:
+                 short_paths: str | None = None, throttle_rate: float = 0.0, retry_after: str = "1",
+                 bytes_per_s: float = 0.0) -> None:
         parts = urlsplit(upstream)
         self.handler = type("Proxy", (_Proxy,), {
             "upstream": (parts.hostname, parts.port), "fault_rate": fault_rate, "fail_paths": fail_paths,
             "short_paths": short_paths, "stall_paths": stall_paths, "delay_s": delay_s, "rng": random.Random(seed),
             "throttle_rate": throttle_rate, "retry_after": retry_after, "lock": threading.Lock(),
+            "bytes_per_s": bytes_per_s, "link": {"free_at": 0.0},
             "counts": {"requests": 0, "faults": 0, "throttled": 0, "in_flight": 0, "in_flight_peak": 0}})
         super().__init__(self.handler)
 

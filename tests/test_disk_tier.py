@@ -207,19 +207,25 @@ def test_the_bound_evicts_least_recently_read_blocks(tmp_path):
     assert 0 < held <= limit and fs.counts()["disk_bytes_evicted"] > 0
 
 
-def test_a_429_storm_completes_with_the_tier(dataset, local, tmp_path):
-    """Half the GETs answered 429 (Retry-After 0.1 s): the epoch completes with the local batches."""
+def test_a_429_storm_behind_a_slow_narrow_link_completes_with_the_tier(dataset, local, tmp_path):
+    """Half the GETs answered 429 (Retry-After 0.1 s), every GET 20 ms late, all bodies through a 4 MB/s link: two
+    epochs with the local batches, the second fetching nothing."""
     import inspect
 
     from fsspec.implementations.http import HTTPFileSystem
 
     if "strict" not in inspect.signature(HTTPFileSystem._exists).parameters:
         pytest.skip("this fsspec's http answers a throttled existence check False (no `strict`)")
-    with Server(dataset) as upstream, FaultProxy(upstream, throttle_rate=0.5, retry_after="0.1", seed=3) as url:
-        loader = StreamLoader(url, remote_max_retries=20, disk_cache_dir=str(tmp_path / "disk"), **ARGS)
-        got = list(loader)
-    same_batches(got, local[0])
-    assert loader.remote_stats["throttled"] > 0
+    with Server(dataset) as upstream, FaultProxy(upstream, throttle_rate=0.5, retry_after="0.1", seed=3,
+                                                 delay_s=0.02, bytes_per_s=4e6) as url:
+        loader = StreamLoader(url, remote_max_retries=20, cache_bytes=_cache_bytes(dataset),
+                              disk_cache_dir=str(tmp_path / "disk"), **ARGS)
+        first = list(loader)
+        one = dict(loader.remote_stats)
+        second = list(loader)
+    same_batches(first, local[0])
+    same_batches(second, local[1])
+    assert one["throttled"] > 0 and loader.remote_stats["bytes"] == one["bytes"]
 
 
 @pytest.mark.parametrize("setting, value", [("disk_cache_dir", "s3://bucket/cache"), ("disk_cache_dir", ""),
@@ -283,13 +289,14 @@ def test_remote_concurrency_bounds_the_requests_in_flight(dataset, local, monkey
 
 
 def test_s3_epoch_two_reads_the_disk(dataset, local, tmp_path):
-    """The same over moto's S3 server: blocks named by S3's ETag, epoch 2 fetches nothing."""
+    """The same over moto's S3 server behind 20 ms a GET and a 4 MB/s link: blocks named by S3's ETag, epoch 2
+    fetches nothing."""
     from .s3server import S3
     from .s3server import options as s3_options
 
-    with S3() as server:
+    with S3() as server, FaultProxy(server.url, delay_s=0.02, bytes_per_s=4e6) as url:
         server.upload(dataset, "robots/tier")
-        loader = StreamLoader("s3://robots/tier", storage_options=s3_options(server.url),
+        loader = StreamLoader("s3://robots/tier", storage_options=s3_options(url),
                               cache_bytes=_cache_bytes(dataset), disk_cache_dir=str(tmp_path / "disk"), **ARGS)
         first = list(loader)
         one = dict(loader.remote_stats)
