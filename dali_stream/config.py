@@ -202,11 +202,6 @@ class LoaderConfig:
         elif self.decode not in DECODE_CHOICES:
             raise ConfigError(f"decode={self.decode!r} is not one of {DECODE_CHOICES} (or a dict camera key -> one "
                               "of those)")
-        from .plan.partition import PARTITIONS
-
-        if self.partition not in PARTITIONS:
-            raise ConfigError(f"`partition` must be one of {sorted(PARTITIONS)}: 'rank' splits each epoch over all "
-                              f"ranks, 'node' keeps each node's share. Found: {self.partition!r}")
         if self.nvdec_engine not in NVDEC_ENGINES:
             raise ConfigError(f"`nvdec_engine` must be one of {NVDEC_ENGINES}. Found: {self.nvdec_engine!r}")
         if not isinstance(self.image_dtype, str):  # torch.uint8 / torch.float32, by name

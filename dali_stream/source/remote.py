@@ -26,12 +26,18 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ..errors import RemoteError
-from .transient import TIMEOUTS, Truncated, is_transient, retry_after_s
+from .transient import (  # noqa: F401 - RetryPolicy and the ENV_ names are read from here too
+    ENV_DEADLINE,
+    ENV_MAX_RETRIES,
+    ENV_TIMEOUT,
+    TIMEOUTS,
+    RetryPolicy,
+    Truncated,
+    is_transient,
+    retry_after_s,
+)
 
 log = logging.getLogger("dali_stream")
-ENV_MAX_RETRIES = "DALI_STREAM_REMOTE_MAX_RETRIES"
-ENV_TIMEOUT = "DALI_STREAM_REMOTE_TIMEOUT_S"
-ENV_DEADLINE = "DALI_STREAM_REMOTE_DEADLINE_S"
 VERSION_TAGS = ("ETag", "blob_id", "VersionId", "Content-MD5", "Digest", "Last-Modified", "LastModified", "mtime")
 
 
@@ -39,68 +45,6 @@ def redact(url: str) -> str:
     """The URL without user:password@ and without token/signature query parameters."""
     url = re.sub(r"(?<=://)[^/@]+@", "", str(url))
     return re.sub(r"(?i)([?&](?:token|access_token|sig|signature|x-amz-[a-z-]+|key)=)[^&]*", r"\1***", url)
-
-
-@dataclass
-class RetryPolicy:
-    """How hard a remote read tries: `max_retries` after the first attempt, exponential backoff from
-    `backoff_s` up to `max_backoff_s` with jitter (each sleep x0.5..1.5, so 64 ranks hit by the same outage
-    do not retry in lock-step), `timeout_s` per attempt (enforced for asynchronous fsspec filesystems: http,
-    s3; others use their client's own timeouts), and `deadline_s` for all attempts of one read together
-    (None: no limit but the retries'). The worst case before `RemoteError` (`worst_case_s`) is the deadline,
-    or (max_retries + 1) * timeout_s plus the longest backoff sleeps."""
-
-    max_retries: int = 5
-    timeout_s: float = 60.0
-    backoff_s: float = 0.1
-    max_backoff_s: float = 5.0
-    deadline_s: float | None = None
-    JITTER = (0.5, 1.5)
-
-    @property
-    def worst_case_s(self) -> float:
-        sleeps = sum(self.JITTER[1] * min(self.max_backoff_s, self.backoff_s * 2 ** k) for k in range(self.max_retries))
-        worst = (self.max_retries + 1) * self.timeout_s + sleeps
-        return worst if self.deadline_s is None else min(worst, self.deadline_s)
-
-    def describe(self) -> str:
-        """The policy as the settings that set it, for error messages."""
-        deadline = "none" if self.deadline_s is None else f"{self.deadline_s:g}s"
-        return (f"retry policy: remote_max_retries={self.max_retries}, remote_timeout_s={self.timeout_s:g}, "
-                f"remote_deadline_s={deadline}")
-
-    def sleep_s(self, attempt: int, rng) -> float:
-        """The pause after failed attempt `attempt` (0-based): exponential, capped, jittered by `rng`."""
-        return min(self.max_backoff_s, self.backoff_s * 2 ** attempt) * rng.uniform(*self.JITTER)
-
-    @classmethod
-    def from_env(cls, max_retries: int | None = None, timeout_s: float | None = None,
-                 deadline_s: float | None = None) -> "RetryPolicy":
-        from ..errors import ConfigError
-
-        def env(name: str, kind, default, example: str):
-            raw = os.environ.get(name)
-            if raw is None:
-                return default
-            try:
-                return kind(raw)
-            except ValueError:
-                raise ConfigError(f"{name}={raw!r} is not {example}") from None
-
-        if max_retries is None:
-            max_retries = env(ENV_MAX_RETRIES, int, 5, "an integer; set it to e.g. 5")
-        if timeout_s is None:
-            timeout_s = env(ENV_TIMEOUT, float, 60.0, "a number of seconds; set it to e.g. 60")
-        if not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigError(f"`remote_max_retries` must be an integer >= 0. Found: {max_retries!r}")
-        if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-            raise ConfigError(f"`remote_timeout_s` must be a number of seconds > 0. Found: {timeout_s!r}")
-        if deadline_s is None:
-            deadline_s = env(ENV_DEADLINE, float, None, "a number of seconds; set it to e.g. 600")
-        if deadline_s is not None and (not isinstance(deadline_s, (int, float)) or deadline_s <= 0):
-            raise ConfigError(f"`remote_deadline_s` must be a number of seconds > 0. Found: {deadline_s!r}")
-        return cls(max_retries=max_retries, timeout_s=float(timeout_s),
-                   deadline_s=None if deadline_s is None else float(deadline_s))
 
 
 async def _within(coro_fn, timeout_s: float, args, kwargs, slots=None):
@@ -157,7 +101,7 @@ class RemoteFS:
     @property
     def fs(self):
         """The fsspec file system, made again in a forked process (a DataLoader's worker): an asynchronous one's
-        event loop and sessions belong to the parent ("This class is not fork-safe")."""
+        event loop and connections are the parent's."""
         if os.getpid() != self._pid:
             fs = self._fs
             self._fs, self._pid = type(fs)(*fs.storage_args, **fs.storage_options), os.getpid()

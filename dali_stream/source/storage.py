@@ -78,7 +78,7 @@ class RemoteOptions:
     """How remote files are opened and read, one value from the loader's settings to every file system it opens:
     fsspec's `storage_options` (an endpoint, keys), and the retry policy's `max_retries`, `timeout_s` (per attempt)
     and `deadline_s` (all attempts of one read); None: the environment's, else the defaults
-    (`remote.RetryPolicy.from_env`); the node-local disk tier's folder and bound (`disk_tier`; None: no tier, and
+    (`transient.RetryPolicy.from_env`); the node-local disk tier's folder and bound (`disk_tier`; None: no tier, and
     80 % of the drive's free space); the requests each file system opened may have in flight (`concurrency`, this
     rank's part of `remote_concurrency`). Local files ignore it."""
 
