@@ -30,8 +30,9 @@ from ..source.storage import RemoteOptions
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
 
 
+# settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
 OPENING = ("revision", "data_files_root", "storage_options", "remote_max_retries", "remote_timeout_s",
-           "remote_deadline_s", "remote_concurrency", "disk_cache_dir", "disk_cache_bytes")  # settings that open a dataset: `open_meta`'s, not the loader's, for an opened one
+           "remote_deadline_s", "remote_concurrency", "disk_cache_dir", "disk_cache_bytes")
 
 
 def _per_member_only(cfg: LoaderConfig) -> None:
@@ -46,10 +47,7 @@ def remote_options(cfg: LoaderConfig) -> RemoteOptions:
     """The settings that say how remote files are opened and read, as one value (`source.storage.RemoteOptions`)."""
     concurrency = None
     if cfg.remote_concurrency is not None:  # a node's budget, split over its ranks
-        import math
-
-        per_node = resolve_world(env=os.environ).local_world_size
-        concurrency = max(1, math.floor(cfg.remote_concurrency / per_node))
+        concurrency = max(1, cfg.remote_concurrency // resolve_world(env=os.environ).local_world_size)
     return RemoteOptions(dict(cfg.storage_options or {}), cfg.remote_max_retries, cfg.remote_timeout_s,
                          cfg.remote_deadline_s, cfg.disk_cache_dir, cfg.disk_cache_bytes, concurrency)
 

@@ -98,19 +98,20 @@ class DiskTier:
         """The bytes of each (start, end) of `spans` of the file named by `identity` (`size` bytes long); `fetch`
         reads (start, end) spans from the remote, all at once."""
         folder = os.path.join(self.root, hashlib.sha256(identity.encode()).hexdigest()[:32])
-        wanted = sorted({b for start, end in spans if end > start
-                         for b in range(start // self.block, (end - 1) // self.block + 1)})
+        wanted = sorted({b for start, end in spans for b in self._blocks(start, end)})
         blocks = {b: data for b in wanted if (data := self._load(folder, b, size)) is not None}
         missing = [b for b in wanted if b not in blocks]
         if missing:
             blocks.update(self._obtain(folder, identity, size, missing, fetch))
         out = []
         for start, end in spans:
-            parts = [blocks[b] for b in range(start // self.block, (end - 1) // self.block + 1)] if end > start else []
-            joined = b"".join(parts)
-            skip = start - (start // self.block) * self.block
-            out.append(joined[skip:skip + end - start])
+            skip = start % self.block
+            out.append(b"".join(blocks[b] for b in self._blocks(start, end))[skip:skip + end - start])
         return out
+
+    def _blocks(self, start: int, end: int) -> range:
+        """The blocks [start, end) spans (none where it is empty)."""
+        return range(start // self.block, (end - 1) // self.block + 1) if end > start else range(0)
 
     def _length(self, b: int, size: int) -> int:
         return max(0, min(self.block, size - b * self.block))
@@ -136,10 +137,7 @@ class DiskTier:
         self.stats.add(damaged=1)
         log.warning("disk tier: block %s of %s is damaged (%d bytes, expected %d with its check): deleted and "
                     "fetched again", b, folder, len(raw), n + TRAILER.size)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        _unlink(path)
         return None
 
     # ---- fetching, once a node ----------------------------------------------------------------------------------
@@ -214,10 +212,7 @@ class DiskTier:
             except FileExistsError:
                 if not self._stale(path):
                     return False
-                try:
-                    os.unlink(path)  # its holder died: take it over (a race with another taker is settled by O_EXCL)
-                except OSError:
-                    pass
+                _unlink(path)  # its holder died: take it over (a race with another taker is settled by O_EXCL)
                 continue
             except OSError as exc:
                 self._stop_writing(exc)
@@ -242,16 +237,13 @@ class DiskTier:
                 os.kill(int(pid), 0)
             except ProcessLookupError:
                 return True
-            except PermissionError:
-                return False
+            except PermissionError:  # alive, another user's
+                pass
             return False
         return age > STALE_S or (not pid and age > 5.0)  # another host's, or an empty claim left by a crash
 
     def _release(self, folder: str, b: int) -> None:
-        try:
-            os.unlink(os.path.join(folder, f"{b}.claim"))
-        except OSError:
-            pass
+        _unlink(os.path.join(folder, f"{b}.claim"))
 
     # ---- writing and the bound ----------------------------------------------------------------------------------
     def _store(self, folder: str, b: int, data: bytes) -> None:
@@ -271,10 +263,7 @@ class DiskTier:
                 fh.write(payload)
             os.replace(tmp, path)
         except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _unlink(tmp)
             raise
 
     def _account(self, delta: int, reset: int | None = None) -> int:

@@ -50,10 +50,8 @@ def redact(url: str) -> str:
 async def _within(coro_fn, timeout_s: float, args, kwargs, slots=None):
     """coro_fn(*args, **kwargs) cut off after `timeout_s`, started once one of `slots` (an asyncio.Semaphore: the
     requests a rank may have in flight) is free; waiting for it is not part of the attempt's time."""
-    if slots is None:
+    async with slots if slots is not None else contextlib.nullcontext():
         return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout_s)  # cancels the request on timeout
-    async with slots:
-        return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout_s)
 
 
 async def _gather_ranges(cat_file, spans: list[tuple[str, int, int]], timeout_s: float, slots=None) -> list:
@@ -182,10 +180,8 @@ class RemoteFS:
         existence with a GET, which a server answers with the whole file: with a HEAD, no byte is sent twice); else
         fsspec's answer. fsspec's http answers False for any failed check (a 429, a 503) unless asked to be
         strict (fsspec 2024 and later), which raises them to be retried here; an older fsspec's answer is taken."""
-        if path in self._sizes:
-            return True
         try:
-            self._info(path)
+            self._info(path)  # read once
             return True
         except Exception:  # noqa: BLE001 - missing, a folder some stores cannot describe: fsspec's own check says
             pass
