@@ -112,10 +112,12 @@ def _overlaps(ranges) -> list:
 
 
 def test_two_ranks_of_a_node_fetch_each_byte_once(served, tmp_path):
-    """Two ranks started together share one disk folder: the server sends no byte of any file twice."""
-    url, counts = served
-    ranks = [_worker(url, tmp_path / "disk", r, tmp_path / f"rank{r}.json") for r in range(2)]
-    assert [p.wait(timeout=300) for p in ranks] == [0, 0]
+    """Two ranks started together share one disk folder, behind a store that answers each GET after 50 ms (so both
+    want the same blocks while the first fetch of each is in flight): the server sends no byte of any file twice."""
+    upstream, counts = served
+    with FaultProxy(upstream, delay_s=0.05) as url:
+        ranks = [_worker(url, tmp_path / "disk", r, tmp_path / f"rank{r}.json") for r in range(2)]
+        assert [p.wait(timeout=300) for p in ranks] == [0, 0]
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert all(r["seen"] for r in reports)
     assert counts["ranges"] and _overlaps(counts["ranges"]) == []
