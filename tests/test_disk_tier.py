@@ -237,41 +237,70 @@ def test_bad_settings_are_refused_by_name(setting, value):
         StreamLoader("unused", **{setting: value})
 
 
-def test_node_partition_over_four_nodes_then_a_resume_on_two(dataset, monkeypatch):
-    """partition='node', four simulated nodes of two ranks, three epochs: each node's ranks draw the same episodes
-    every epoch (what its disk tier holds), disjoint from other nodes'; stopped mid-epoch and resumed on two nodes
-    of two ranks from one checkpoint, every frame of the epoch once."""
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    args = dict(ARGS, partition="node", delta_timestamps={})
-    shares: dict = {}
-    for rank in range(8):
-        loader = StreamLoader(str(dataset), rank=rank, world_size=8, **args)
-        for epoch in range(3):
-            drawn = {e for b in loader for e in b["episode_index"].tolist()}
-            shares.setdefault((rank // 2, epoch), set()).update(drawn)
-    nodes = [shares[(n, 0)] for n in range(4)]
-    assert all(shares[(n, e)] == nodes[n] for n in range(4) for e in range(3)), "a node keeps its episodes"
-    assert all(a.isdisjoint(b) for i, a in enumerate(nodes) for b in nodes[i + 1:])
-    seen, state = [], None
-    for rank in range(8):
-        loader = StreamLoader(str(dataset), rank=rank, world_size=8, **args)
-        for i, batch in enumerate(loader):
-            seen += batch["index"].tolist()
-            if i == 3:
-                break
-        state = state or json.loads(json.dumps(loader.state_dict()))
-    assert state["ranks_per_node"] == 2 and state["selection"]["partition"] == "node"
-    with pytest.raises(Exception, match="selection"):
-        StreamLoader(str(dataset), rank=0, world_size=4, **{**args, "partition": "rank"}).load_state_dict(state)
-    rest = []
-    for rank in range(4):
-        loader = StreamLoader(str(dataset), rank=rank, world_size=4, **args)
-        loader.load_state_dict(state)
-        assert loader.state_dict()["elastic"] == [[8, 4, 2]]
-        rest.append(list(dict.fromkeys(i for b in loader for i in b["index"].tolist())))  # own frames, then padding
-    after = [i for r in rest for i in r]
-    total = loader.meta.total_frames
+NODE_RANK = """
+import json, sys
+from dali_stream import StreamLoader
+url, disk, rank, world, out, args = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], \\
+    json.loads(sys.argv[6])
+state = args.pop("state", None)
+stop = args.pop("stop", None)
+loader = StreamLoader(url, rank=rank, world_size=world, disk_cache_dir=disk, **args)
+elastic = None
+if state:
+    loader.load_state_dict(state)
+    elastic = loader.state_dict()["elastic"]
+epochs, bytes_ = [], []
+for epoch in range(1 if state else 3):
+    before = loader.remote_stats["bytes"]
+    seen = []
+    for i, batch in enumerate(loader):
+        seen.append({"episodes": batch["episode_index"].tolist(), "index": batch["index"].tolist()})
+        if stop is not None and epoch == 2 and i == stop:
+            break
+    epochs.append(seen)
+    bytes_.append(loader.remote_stats["bytes"] - before)
+json.dump({"epochs": epochs, "bytes": bytes_, "state": loader.state_dict(), "elastic": elastic}, open(out, "w"))
+"""
+
+
+def _node_ranks(url, tmp_path, world, per_node, tag, **args):
+    """`world` ranks, each a process of its own, `per_node` a node sharing the node's disk folder (LOCAL_WORLD_SIZE):
+    started together, their reports read back in rank order."""
+    env = {**os.environ, "LOCAL_WORLD_SIZE": str(per_node)}
+    args = {**ARGS, "delta_timestamps": {}, "partition": "node", **args}
+    outs = [tmp_path / f"{tag}-rank{r}.json" for r in range(world)]
+    ranks = [subprocess.Popen([sys.executable, "-c", NODE_RANK, url, str(tmp_path / f"{tag}-node{r // per_node}"),
+                               str(r), str(world), str(outs[r]), json.dumps(args)], env=env) for r in range(world)]
+    assert [p.wait(timeout=600) for p in ranks] == [0] * world
+    return [json.loads(o.read_text()) for o in outs]
+
+
+def test_four_nodes_of_two_ranks_keep_their_share_then_resume_on_two(dataset, tmp_path):
+    """partition='node' over HTTP, four nodes of two ranks (eight processes, a disk folder a node), three epochs: each
+    node's ranks draw the same episodes every epoch, disjoint from other nodes'; each node fetches its bytes in epoch
+    1 and none after (its disk holds its share); stopped mid-epoch 3 and resumed on two nodes of two ranks from one
+    checkpoint: every frame of that epoch exactly once."""
+    with Server(dataset) as url:
+        first = _node_ranks(url, tmp_path, 8, 2, "four", stop=2, cache_bytes=_cache_bytes(dataset) // 4)
+        node = [set() for _ in range(4)]
+        for rank, report in enumerate(first):
+            for epoch in report["epochs"]:
+                drawn = {e for b in epoch for e in b["episodes"]}
+                node[rank // 2] |= drawn
+        for rank, report in enumerate(first):  # every epoch of every rank inside its node's share
+            assert all({e for b in epoch for e in b["episodes"]} <= node[rank // 2] for epoch in report["epochs"])
+        assert all(a.isdisjoint(b) for i, a in enumerate(node) for b in node[i + 1:]), "nodes share no episode"
+        assert sorted(set().union(*node)) == list(range(40))
+        fetched = [[first[2 * n]["bytes"][e] + first[2 * n + 1]["bytes"][e] for e in range(3)] for n in range(4)]
+        assert all(f[0] > 0 and f[1:] == [0, 0] for f in fetched), f"a node's bytes fetched by epoch: {fetched}"
+        state = first[0]["state"]
+        assert state["ranks_per_node"] == 2 and state["selection"]["partition"] == "node"
+        seen = [i for r in first for b in r["epochs"][2] for i in b["index"]]
+        rest = _node_ranks(url, tmp_path, 4, 2, "two", state=state, cache_bytes=_cache_bytes(dataset) // 4)
+    assert all(r["elastic"] == [[8, 3, 2]] for r in rest)
+    after = [i for r in rest for i in dict.fromkeys(i for b in r["epochs"][0] for i in b["index"])]
     assert len(after) == len(set(after)) and not set(after) & set(seen)
+    total = int(json.loads((Path(dataset) / "meta/info.json").read_text())["total_frames"])
     assert sorted(set(after) | set(seen)) == list(range(total)), "no frame lost or repeated"
 
 
