@@ -5,6 +5,7 @@ folder that cannot be written and a 429 storm all end in the local batches, neve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -249,54 +250,61 @@ elastic = None
 if state:
     loader.load_state_dict(state)
     elastic = loader.state_dict()["elastic"]
-epochs, bytes_ = [], []
+epochs, stats = [], []
 for epoch in range(1 if state else 3):
-    before = loader.remote_stats["bytes"]
     seen = []
     for i, batch in enumerate(loader):
         seen.append({"episodes": batch["episode_index"].tolist(), "index": batch["index"].tolist()})
         if stop is not None and epoch == 2 and i == stop:
             break
     epochs.append(seen)
-    bytes_.append(loader.remote_stats["bytes"] - before)
-json.dump({"epochs": epochs, "bytes": bytes_, "state": loader.state_dict(), "elastic": elastic}, open(out, "w"))
+    stats.append(dict(loader.remote_stats))
+json.dump({"epochs": epochs, "stats": stats, "state": loader.state_dict(), "elastic": elastic}, open(out, "w"))
 """
 
 
-def _node_ranks(url, tmp_path, world, per_node, tag, **args):
-    """`world` ranks, each a process of its own, `per_node` a node sharing the node's disk folder (LOCAL_WORLD_SIZE):
-    started together, their reports read back in rank order."""
+def _node_ranks(urls, tmp_path, world, per_node, tag, **args):
+    """`world` ranks, each a process of its own, `per_node` a node sharing the node's disk folder (LOCAL_WORLD_SIZE)
+    and reading through the node's own server (`urls[node]`): started together, their reports read back in rank
+    order."""
     env = {**os.environ, "LOCAL_WORLD_SIZE": str(per_node)}
     args = {**ARGS, "delta_timestamps": {}, "partition": "node", **args}
     outs = [tmp_path / f"{tag}-rank{r}.json" for r in range(world)]
-    ranks = [subprocess.Popen([sys.executable, "-c", NODE_RANK, url, str(tmp_path / f"{tag}-node{r // per_node}"),
-                               str(r), str(world), str(outs[r]), json.dumps(args)], env=env) for r in range(world)]
+    ranks = [subprocess.Popen([sys.executable, "-c", NODE_RANK, urls[r // per_node],
+                               str(tmp_path / f"{tag}-node{r // per_node}"), str(r), str(world), str(outs[r]),
+                               json.dumps(args)], env=env) for r in range(world)]
     assert [p.wait(timeout=600) for p in ranks] == [0] * world
     return [json.loads(o.read_text()) for o in outs]
 
 
 def test_four_nodes_of_two_ranks_keep_their_share_then_resume_on_two(dataset, tmp_path):
-    """partition='node' over HTTP, four nodes of two ranks (eight processes, a disk folder a node), three epochs: each
-    node's ranks draw the same episodes every epoch, disjoint from other nodes'; each node fetches its bytes in epoch
-    1 and none after (its disk holds its share); stopped mid-epoch 3 and resumed on two nodes of two ranks from one
-    checkpoint: every frame of that epoch exactly once."""
-    with Server(dataset) as url:
-        first = _node_ranks(url, tmp_path, 8, 2, "four", stop=2, cache_bytes=_cache_bytes(dataset) // 4)
+    """partition='node' over HTTP, four nodes of two ranks (eight processes, a disk folder and a server a node),
+    three epochs: each node's ranks draw the same episodes every epoch, disjoint from other nodes'; each node's
+    server sends no byte twice over the three epochs (the node fetched its share once; later epochs read its disk);
+    stopped mid-epoch 3 and resumed on two nodes of two ranks from one checkpoint: every frame of that epoch once."""
+    with contextlib.ExitStack() as stack:
+        servers = [Server(dataset) for _ in range(4)]
+        urls = [stack.enter_context(server) for server in servers]
+        cache_bytes = _cache_bytes(dataset) // 4  # a sixteenth of the dataset: less than a node's share
+        first = _node_ranks(urls, tmp_path, 8, 2, "four", stop=2, cache_bytes=cache_bytes)
         node = [set() for _ in range(4)]
         for rank, report in enumerate(first):
             for epoch in report["epochs"]:
-                drawn = {e for b in epoch for e in b["episodes"]}
-                node[rank // 2] |= drawn
-        for rank, report in enumerate(first):  # every epoch of every rank inside its node's share
-            assert all({e for b in epoch for e in b["episodes"]} <= node[rank // 2] for epoch in report["epochs"])
+                node[rank // 2] |= {e for b in epoch for e in b["episodes"]}
         assert all(a.isdisjoint(b) for i, a in enumerate(node) for b in node[i + 1:]), "nodes share no episode"
         assert sorted(set().union(*node)) == list(range(40))
-        fetched = [[first[2 * n]["bytes"][e] + first[2 * n + 1]["bytes"][e] for e in range(3)] for n in range(4)]
-        assert all(f[0] > 0 and f[1:] == [0, 0] for f in fetched), f"a node's bytes fetched by epoch: {fetched}"
+        for n, server in enumerate(servers):
+            ranks = first[2 * n:2 * n + 2]
+            sent = server.counts["ranges"]
+            assert sent and _overlaps(sent) == [], f"node {n} was sent bytes twice"
+            assert sum(r["stats"][-1]["bytes"] for r in ranks) == sum(b - a for _, a, b in sent)
+            for e in (1, 2):  # later epochs: the node's drive (a rank may still fetch what its peer, an epoch
+                # behind, has not fetched yet; never what the node holds)
+                assert sum(r["stats"][e]["disk_bytes_read"] - r["stats"][e - 1]["disk_bytes_read"] for r in ranks) > 0
         state = first[0]["state"]
         assert state["ranks_per_node"] == 2 and state["selection"]["partition"] == "node"
         seen = [i for r in first for b in r["epochs"][2] for i in b["index"]]
-        rest = _node_ranks(url, tmp_path, 4, 2, "two", state=state, cache_bytes=_cache_bytes(dataset) // 4)
+        rest = _node_ranks(urls, tmp_path, 4, 2, "two", state=state, cache_bytes=cache_bytes)
     assert all(r["elastic"] == [[8, 3, 2]] for r in rest)
     after = [i for r in rest for i in dict.fromkeys(i for b in r["epochs"][0] for i in b["index"])]
     assert len(after) == len(set(after)) and not set(after) & set(seen)
