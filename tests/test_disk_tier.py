@@ -287,10 +287,13 @@ def test_four_nodes_of_two_ranks_keep_their_share_then_resume_on_two(dataset, tm
         urls = [stack.enter_context(server) for server in servers]
         cache_bytes = _cache_bytes(dataset) // 4  # a sixteenth of the dataset: less than a node's share
         first = _node_ranks(urls, tmp_path, 8, 2, "four", stop=2, cache_bytes=cache_bytes)
-        node = [set() for _ in range(4)]
+        drawn: dict = {}  # (node, epoch) -> the episodes its ranks drew
         for rank, report in enumerate(first):
-            for epoch in report["epochs"]:
-                node[rank // 2] |= {e for b in epoch for e in b["episodes"]}
+            for e, epoch in enumerate(report["epochs"]):
+                drawn.setdefault((rank // 2, e), set()).update(x for b in epoch for x in b["episodes"])
+        node = [drawn[(n, 0)] for n in range(4)]
+        assert all(drawn[(n, 1)] == node[n] and drawn[(n, 2)] <= node[n] for n in range(4)), \
+            "a node keeps its episodes (epoch 3 stops after three batches)"
         assert all(a.isdisjoint(b) for i, a in enumerate(node) for b in node[i + 1:]), "nodes share no episode"
         assert sorted(set().union(*node)) == list(range(40))
         for n, server in enumerate(servers):
@@ -303,6 +306,9 @@ def test_four_nodes_of_two_ranks_keep_their_share_then_resume_on_two(dataset, tm
                 assert sum(r["stats"][e]["disk_bytes_read"] - r["stats"][e - 1]["disk_bytes_read"] for r in ranks) > 0
         state = first[0]["state"]
         assert state["ranks_per_node"] == 2 and state["selection"]["partition"] == "node"
+        with pytest.raises(Exception, match="selection"):
+            StreamLoader(str(dataset), rank=0, world_size=4, **{**ARGS, "delta_timestamps": {}, "partition": "rank"}) \
+                .load_state_dict(state)
         seen = [i for r in first for b in r["epochs"][2] for i in b["index"]]
         rest = _node_ranks(urls, tmp_path, 4, 2, "two", state=state, cache_bytes=cache_bytes)
     assert all(r["elastic"] == [[8, 3, 2]] for r in rest)
