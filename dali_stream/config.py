@@ -161,6 +161,12 @@ class LoaderConfig:
                                               "one file each, read back memory-mapped; ranks of a node and later "
                                               "runs share it (a changed video file is a new name: never stale); "
                                               "the spill leaves the drive 5% free (at least 1 GiB)")
+    episode_frames_bytes: Optional[int] = _s(
+        None, "bound of the decoded frames of a pool's open episodes, held while they stay open: each camera decoded "
+              "on the CPU (torchcodec, dali-cpu) is decoded once per episode, front to back, instead of from a "
+              "keyframe for every sample (0: off; a segment that does not fit is decoded per sample; "
+              "docs/memory.md#open-episodes-frames; default derived: `dali-stream inspect` shows the value and why, "
+              "dali_stream/loader/resolve.py)")
     max_decoders: Optional[int] = _s(None, "CPU (torchcodec) decoders kept open for reuse, least recently used "
                                            "closed first (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     # the job
@@ -222,7 +228,7 @@ class LoaderConfig:
         for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames", "frame_cache_bytes"):
             _integer(name, getattr(self, name), 0)
         for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
-                          ("max_episodes", 1), ("segment_bytes", 1),
+                          ("episode_frames_bytes", 0), ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1),
                           ("remote_concurrency", 1)):
             if getattr(self, name) is not None:
@@ -335,6 +341,7 @@ class LoaderSettings(TypedDict, total=False):
     footer_bytes: int
     frame_cache_bytes: int
     frame_cache_dir: Optional[str]
+    episode_frames_bytes: Optional[int]
     max_decoders: Optional[int]
     rank: Optional[int]
     world_size: Optional[int]

@@ -19,8 +19,9 @@ def _bench(*args):
 @pytest.fixture(scope="module")
 def tiny_run(small_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
+    # every camera decoded per sample: the VP9 camera in the DALI graph (the held open episodes' run: below)
     proc = _bench(small_dataset, "--mode", "camera-window", "--batch-size", 4, "--pool", 3, "--duration-s", 0.5,
-                  "--warmup-batches", 2, "--baseline-workers", "0,1", "--out-dir", out)
+                  "--warmup-batches", 2, "--baseline-workers", "0,1", "--episode-frames-bytes", 0, "--out-dir", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = out.glob("bench-*-r0of1.json")
     return json.loads(path.read_text()), out, proc
@@ -63,10 +64,28 @@ def test_ratios_come_from_the_same_run(tiny_run):
     limit = result["limit"]
     assert limit["frames"] == result["window"]["frames"]  # the window's own frames, decoded again
     assert result["limit_ratio"] == pytest.approx(result["frames_per_s_node"] / limit["frames_per_s"])
+    assert result["limit_ratio_per_sample"] == result["limit_ratio"] and "whole_episodes" not in limit
     runs = result["baseline"]["runs"]
     assert [r["num_workers"] for r in runs] == [0, 1] and all(r["samples_per_s"] > 0 for r in runs)
     best = max(r["samples_per_s"] for r in runs)
     assert result["baseline_ratio"] == pytest.approx(result["samples_per_s"] / best)
+
+
+def test_with_the_open_episodes_frames_the_limit_is_each_episode_decoded_once(small_dataset, tmp_path):
+    """By default a pool's open episodes are decoded once each (VP9 through DALI's CPU decoder on the workers, no
+    graph): the limit the ratio is taken against is that work over the window's share of those episodes, beside
+    the frames as asked."""
+    proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--num-batches", 6, "--warmup-batches", 1,
+                  "--no-baseline", "--out-dir", tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (path,) = tmp_path.glob("bench-*.json")
+    result = json.loads(path.read_text())
+    assert result["dali_graph"] is False and result["derived"]["episode_frames"]["value"] == 1 << 30
+    limit, whole = result["limit"], result["limit"]["whole_episodes"]
+    assert whole["frames"] == limit["frames"] == result["window"]["frames"] and whole["decoded"] > 0
+    assert 0 < whole["share"] <= 1 and whole["frames_per_s"] > 0
+    assert result["limit_ratio"] == pytest.approx(result["frames_per_s_node"] / whole["frames_per_s"])
+    assert result["limit_ratio_per_sample"] == pytest.approx(result["frames_per_s_node"] / limit["frames_per_s"])
 
 
 def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
@@ -94,7 +113,8 @@ def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
 
 def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path):
     proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1,
-                  "--no-baseline", "--no-limit", "--cpu-all-cores", "--join-streams", "1", "--out-dir", tmp_path)
+                  "--no-baseline", "--no-limit", "--cpu-all-cores", "--join-streams", "1", "--episode-frames-bytes", 0,
+                  "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("bench-*.json")
     result = json.loads(path.read_text())

@@ -43,11 +43,13 @@ def test_make_sample_and_inspect(written):
     resized = json.loads(_cli("inspect", written, "--json", "--resize", "40", "48", "--crop", "30", "41").stdout)
     assert resized["decoded_bytes"] == len(report["cameras"]) * 30 * 41 * 3 * report["frames"]  # kept cropped
     derived = report["derived"]  # the loader's defaults as resolved on this dataset and node (loader.resolve)
-    assert derived["join_streams"]["value"] == 2 and derived["join_streams"]["why"] == "one stream per DALI thread"  # VP9
+    # the pool's open episodes decoded once each: VP9 through DALI's CPU decoder on the workers, no stream joined
+    assert derived["episode_frames"]["value"] == 1 << 30 and derived["dali_on_workers"]["value"]
+    assert derived["join_streams"]["value"] == 0 and derived["join_streams"]["why"] == "no camera decodes in DALI"
     assert all(d["what"] for d in derived.values())  # each says what it is
     assert derived["prefetch_batches"]["value"] == 3 and derived["drop_last"]["value"] is True
     table = _cli("inspect", written).stdout
-    assert "decoded, every frame of every camera takes" in table and "one stream per DALI thread" in table
+    assert "decoded, every frame of every camera takes" in table and "no camera decodes in DALI" in table
     assert "GiB of memory available now" in " ".join(table.split()), table
     assert "observation.images.side" in table and "hevc" in table
     state = next(line for line in table.splitlines() if "observation.state" in line)

@@ -338,17 +338,19 @@ def test_load_state_dict_while_iterating_is_refused(small_dataset):
     assert [b["index"].tolist() for b in loader] == [b["index"].tolist() for b in fresh]
 
 
-@pytest.mark.parametrize("denied,decode,cache,words", [
-    ("torchcodec", "cpu", 0, "decode with torchcodec, which does not import"),
-    ("nvidia.dali.plugin", "auto", 0, "NVIDIA DALI does not import"),
-    ("nvidia.dali", "auto", 1 << 20, "NVIDIA DALI does not import"),
+@pytest.mark.parametrize("denied,decode,settings,words", [
+    ("torchcodec", "cpu", "", "decode with torchcodec, which does not import"),
+    ("nvidia.dali.plugin", "auto", "episode_frames_bytes=0", "NVIDIA DALI does not import"),
+    ("nvidia.dali", "auto", "frame_cache_bytes=1 << 20", "NVIDIA DALI does not import"),
+    ("nvidia.dali", "auto", "", "NVIDIA DALI does not import"),
 ])
-def test_a_runtime_library_that_does_not_import_is_named_by_the_constructor(small_dataset, denied, decode, cache,
+def test_a_runtime_library_that_does_not_import_is_named_by_the_constructor(small_dataset, denied, decode, settings,
                                                                              words):
     """torchcodec failing to import stops a loader whose cameras decode with it, DALI's torch plugin one that builds
-    a DALI graph (the VP9 camera on DALI's CPU decoder), DALI one that runs its CPU decoder on the workers (the
-    decoded-frame cache keeps the VP9 camera's pictures; no graph): each an InstallError that names it and the tool
-    that finds the fix, raised by the constructor, not by the first batch."""
+    a DALI graph (the VP9 camera on DALI's CPU decoder, decoded per sample), DALI one that runs its CPU decoder on
+    the workers (the decoded-frame cache, or the open episodes' frames, keeps the VP9 camera's pictures; no graph):
+    each an InstallError that names it and the tool that finds the fix, raised by the constructor, not by the first
+    batch."""
     import subprocess
     import sys
 
@@ -361,7 +363,7 @@ class Deny:
 sys.meta_path.insert(0, Deny())
 from dali_stream import InstallError, StreamLoader
 try:
-    StreamLoader({str(small_dataset)!r}, batch_size=2, device="cpu", decode={decode!r}, frame_cache_bytes={cache})
+    StreamLoader({str(small_dataset)!r}, batch_size=2, device="cpu", decode={decode!r}, {settings})
 except InstallError as exc:
     print("InstallError:", exc)
 """

@@ -284,7 +284,7 @@ def test_cache_is_bounded_in_bytes_and_refcounted(small_dataset):
     assert big.stages.store.stats.evictions == 0
     entries = list(big.stages.store._entries.values())
     assert entries and all(e.refs == 0 for e in entries)
-    decoders = big.stages.store.decoders
+    decoders = big.stages.decoders
     assert decoders.opened > 0 and decoders.alive == 0, "retired decoders kept"
     fetched = big.stages.store.stats.segments_cut
     again = [b for b in big]

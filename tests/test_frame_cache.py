@@ -244,16 +244,17 @@ def test_the_spill_folder_is_a_local_path(small_dataset, value):
 
 def test_dali_cpu_cameras_decode_in_the_graph_without_the_cache(small_dataset):
     """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='auto': in the graph without the
-    cache, on the workers with it (kept, no warning)."""
+    cache (decoded per sample), on the workers with it (kept, no warning)."""
     import warnings
 
-    plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu")
+    plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu", episode_frames_bytes=0)
     assert plain.routes["observation.images.top"] == "dali-cpu" and plain.resolved.dali_on_workers == ()
     assert plain.stages.builder.dali_keys == ["observation.images.top"]
     plain.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        cached = StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20)
+        cached = StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20,
+                              episode_frames_bytes=0)
     assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.stages.builder.dali_keys == []
     assert "observation.images.top" in cached.stages.frames.labels
     cached.close()

@@ -67,13 +67,14 @@ def test_a_wrong_frame_raises_naming_episode_camera_and_times(lerobot_h264):
 
 
 def test_a_loader_reports_a_wrong_frame_instead_of_returning_it(lerobot_h264, monkeypatch):
-    """The whole loader over segments cut without the edit list: the first wrong frame stops the epoch."""
+    """The whole loader over segments cut without the edit list, decoding per sample (an episode decoded front to
+    back gets its last frames right without it): the first wrong frame stops the epoch."""
     import dali_stream.fetch.store as store
 
     cut = store.cut_segment
     monkeypatch.setattr(store, "cut_segment", lambda *a, **k: _without_edit_list(cut(*a, **k)))
     with StreamLoader(str(lerobot_h264), batch_size=8, episode_pool_size=3, decode="cpu", device="cpu",
-                      num_workers=2, drop_last=False) as loader:
+                      num_workers=2, drop_last=False, episode_frames_bytes=0) as loader:
         with pytest.raises(WrongFrameError, match="for frame"):
             for _ in loader:
                 pass

@@ -139,7 +139,13 @@ def uninterrupted(small_dataset):
     return [_run(loader), _run(loader)]  # epochs 0 and 1
 
 
-@pytest.mark.parametrize("decode", ["auto", "cpu"])  # cpu: no DALI graph at all (host_batches)
+# auto: VP9 through DALI's CPU decoder on the workers, each open episode's cameras decoded once (no DALI graph);
+# auto-graph: VP9 in the DALI graph, every camera decoded per sample; cpu: torchcodec alone (no graph)
+DECODES = {"auto": dict(decode="auto"), "auto-graph": dict(decode="auto", episode_frames_bytes=0),
+           "cpu": dict(decode="cpu")}
+
+
+@pytest.mark.parametrize("decode", list(DECODES))
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("stop", ["start", "one", "middle", "before_end", "epoch_end"])
 def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
@@ -147,8 +153,8 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
     assert epoch0 != epoch1, "epochs must be reshuffled"
     k = {"start": 0, "one": 1, "middle": len(epoch0) // 2, "before_end": len(epoch0) - 1,
          "epoch_end": len(epoch0)}[stop]
-    first = StreamLoader(str(small_dataset), num_workers=2, decode=decode, **RESUME_ARGS)
-    assert first.host_batches == (decode == "cpu")
+    first = StreamLoader(str(small_dataset), num_workers=2, **DECODES[decode], **RESUME_ARGS)
+    assert first.host_batches == (decode != "auto-graph")
     if k == len(epoch0):
         got = _run(first)  # ran to the end of the epoch
     else:
@@ -158,7 +164,7 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
     assert (state["epoch"], state["batches_consumed"]) == ((1, 0) if k == len(epoch0) else (0, k))
     del first
 
-    second = StreamLoader(str(small_dataset), num_workers=num_workers, decode=decode, **RESUME_ARGS)
+    second = StreamLoader(str(small_dataset), num_workers=num_workers, **DECODES[decode], **RESUME_ARGS)
     second.load_state_dict(state)
     if k < len(epoch0):
         assert len(second) == len(epoch0)
@@ -261,15 +267,17 @@ def test_uneven_rank_shares_warn(small_dataset):
 
 def test_cpu_decoders_alive_are_bounded(small_dataset):
     """max_decoders bounds the torchcodec decoders kept for reuse (plus one per worker thread decoding), not
-    pool x cameras x threads; the batches stay the same."""
-    args = dict(batch_size=4, episode_pool_size=4, seed=2, device="cpu", num_workers=2, decode="cpu")
+    pool x cameras x threads; the batches stay the same. (Per sample: with the open episodes' frames held, each
+    episode's camera opens one decoder once.)"""
+    args = dict(batch_size=4, episode_pool_size=4, seed=2, device="cpu", num_workers=2, decode="cpu",
+                episode_frames_bytes=0)
     free = StreamLoader(str(small_dataset), **args)
     want = [b["index"].tolist() for b in free]
     tight = StreamLoader(str(small_dataset), max_decoders=2, **args)
     assert [b["index"].tolist() for b in tight] == want
-    cache = tight.stages.store.decoders
+    cache = tight.stages.decoders
     assert cache.peak <= 2 + 2 and cache.closed > 0 and cache.alive == 0
-    assert free.stages.store.decoders.peak > cache.peak
+    assert free.stages.decoders.peak > cache.peak
 
 
 # ---- lerobot's habits -------------------------------------------------------------------------------------
@@ -349,7 +357,8 @@ def test_close_and_with_end_the_threads_and_the_loader(small_dataset):
                       fetch_workers=2) as loader:
         next(iter(loader))
         threads = _threads_of(loader)
-    assert _ended(threads) and loader.stages.store.decoders.alive == 0
+    assert _ended(threads) and loader.stages.decoders.alive == 0
+    assert loader.stages.episodes.stats()["held"] == 0  # the open episodes' frames dropped with the decoders
     with pytest.raises(ConfigError, match="closed"):
         iter(loader)
     other = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=2)

@@ -12,7 +12,7 @@ from dali_stream.tools.paint import read_ids
 from .test_frame_cache import assert_same
 
 BOUNDED = ("fetched_episodes", "pieces_ahead", "mp4_indexes", "table_footers", "shared_row_groups",
-           "cpu_decoders", "host_buffers", "decoded_frames")
+           "cpu_decoders", "host_buffers", "decoded_frames", "open_episode_frames")
 
 
 @pytest.mark.parametrize("pool", [2, "all"])
@@ -53,6 +53,9 @@ def test_stats_report_each_bound_from_its_setting(small_dataset):
     assert bounded["fetched_episodes"]["bound"] == 1 << 26 and bounded["fetched_episodes"]["setting"] == "cache_bytes"
     assert bounded["mp4_indexes"]["bound"] == 1 << 24 and bounded["table_footers"]["bound"] == 1 << 23
     assert bounded["cpu_decoders"]["bound"] == 3 and bounded["cpu_decoders"]["unit"] == "decoders"
+    held = bounded["open_episode_frames"]  # the pool's episodes, each camera decoded once (default bound)
+    assert held["setting"] == "episode_frames_bytes" and held["bound"] == loader.resolved.episode_frames == 1 << 30
+    assert held["held"] <= held["peak"] <= held["bound"] and held["peak"] > 0, held
     for name in ("fetched_episodes", "mp4_indexes", "table_footers"):
         part = bounded[name]
         assert 0 < part["held"] <= part["peak"] <= part["bound"], (name, part)

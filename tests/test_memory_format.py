@@ -15,7 +15,7 @@ from dali_stream.tools.paint import read_ids
 from .take import take
 
 FRONT, TOP = "observation.images.front", "observation.images.top"  # h264 via torchcodec, vp9 via DALI's CPU decoder
-BASE = dict(batch_size=4, episode_pool_size=2, seed=6, device="cpu", num_workers=2,
+BASE = dict(batch_size=4, episode_pool_size=2, seed=6, device="cpu", num_workers=2, episode_frames_bytes=0,
             delta_timestamps={FRONT: [-2 / 30, 0.0, 2 / 30], "action": [0.0, 1 / 30]})
 
 

@@ -8,7 +8,14 @@ import sys
 import pytest
 
 from dali_stream.config import LoaderConfig
-from dali_stream.loader.resolve import LONG_SEGMENT_FLOOR, REMOTE_CUT_AHEAD, Facts, nvdec_joins, resolve
+from dali_stream.loader.resolve import (
+    EPISODE_FRAMES_BYTES,
+    LONG_SEGMENT_FLOOR,
+    REMOTE_CUT_AHEAD,
+    Facts,
+    nvdec_joins,
+    resolve,
+)
 
 CPU = {"front": "torchcodec", "top": "dali-cpu"}
 H100 = dict(gpu=True, gpu_engines=7, cuda_batches=True)
@@ -24,7 +31,13 @@ def test_it_imports_without_dali_or_torch():
 def test_cpu_defaults_and_their_reasons():
     r = resolve(LoaderConfig(num_workers=2, batch_size=8), Facts(routes=CPU, cpu_count=2, episodes=10))
     assert (r.drop_last, r.pool, r.global_shuffle) == (True, 16, False)
-    assert (r.nvdec_engines, r.dali_threads, r.join_streams) == (0, 2, 2)  # one stream per DALI thread
+    # a pool's open episodes decoded once each, DALI's CPU decoder on the workers for them: no graph
+    assert r.episode_frames == EPISODE_FRAMES_BYTES and r.dali_on_workers == ("top",) and r.host_batches
+    assert r.episode_frames_each == EPISODE_FRAMES_BYTES // (16 * 2)  # the pool's episodes, two cameras each
+    assert (r.nvdec_engines, r.dali_threads, r.join_streams) == (0, 2, 0)
+    in_graph = resolve(LoaderConfig(num_workers=2, episode_frames_bytes=0), Facts(routes=CPU))
+    assert in_graph.episode_frames == 0 and in_graph.reasons["episode_frames"] == "episode_frames_bytes given"
+    assert in_graph.join_streams == 2 and in_graph.dali_on_workers == ()  # one stream per DALI thread
     assert r.host_frames and r.prefetch_batches == 3  # num_workers + 1 where frames skip the graph
     assert r.fetch_workers == 2 and r.cut_ahead == 0 and r.max_decoders == 2 * 1 * 8
     assert r.rank_episodes == 10 and r.epoch_episodes == 10 and r.segment_bytes == (4 << 30) // (2 * 16 * 2)
@@ -46,7 +59,7 @@ def test_every_derived_setting_says_what_it_is():
 
 def test_given_settings_win_and_say_so():
     cfg = LoaderConfig(prefetch_batches=5, fetch_workers=1, max_decoders=3, segment_bytes=123, join_streams=4,
-                       drop_last=False)
+                       drop_last=False, episode_frames_bytes=0)
     r = resolve(cfg, Facts(routes=CPU))
     assert (r.prefetch_batches, r.fetch_workers, r.max_decoders, r.segment_bytes, r.join_streams, r.drop_last) == \
         (5, 1, 3, 123, 4, False)
@@ -88,6 +101,10 @@ def test_global_shuffle_and_remote_sources():
     assert pool.fetch_workers == 4 and not pool.global_shuffle
     evaluation = resolve(LoaderConfig(shuffle=False), Facts(routes=CPU))
     assert evaluation.drop_last is False and "evaluation" in evaluation.reasons["drop_last"]
+    assert evaluation.episode_frames == EPISODE_FRAMES_BYTES  # episodes in order: each decoded once
+    assert r.episode_frames == 0 and "global shuffle" in r.reasons["episode_frames"]
+    nvdec = resolve(LoaderConfig(), Facts(routes={"front": "nvdec", "side": "cpu-open"}, **H100))
+    assert nvdec.episode_frames == 0 and "no camera decoded on the CPU" in nvdec.reasons["episode_frames"]
 
 
 def test_nvdec_joins_before_routes_are_known():
@@ -108,7 +125,7 @@ def test_the_cache_keeps_resized_frames_where_the_workers_can_resize_them():
                    Facts(routes=routes)).shaped_on_workers == kept
     assert resolve(LoaderConfig(crop=(64, 64), frame_cache_bytes=1), Facts(routes=routes)).shaped_on_workers == kept
     assert resolve(cached, Facts(routes=routes)).dali_on_workers == ("top",)
-    assert resolve(LoaderConfig(), Facts(routes=routes)).dali_on_workers == ()
+    assert resolve(LoaderConfig(episode_frames_bytes=0), Facts(routes=routes)).dali_on_workers == ()
     for cfg, facts in [(cached, Facts(routes=routes, **H100)),
                        (LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30, augment=lambda v, k, r: v),
                         Facts(routes=routes)),
@@ -134,9 +151,9 @@ def test_the_frame_cache_and_the_transform_processes_are_decided_here():
 def test_which_cameras_skip_the_graph_and_whether_there_is_one():
     """Host frames: on a CPU node without image ops the workers lay out the torchcodec cameras (and, with the
     decoded-frame cache, DALI's CPU decoder's); no graph at all where every camera is laid out so."""
-    r = resolve(LoaderConfig(), Facts(routes=CPU))
+    r = resolve(LoaderConfig(episode_frames_bytes=0), Facts(routes=CPU))
     assert r.host_cameras == ("front",) and not r.host_batches and "DALI graph" in r.reasons["host_batches"]
-    r = resolve(LoaderConfig(frame_cache_bytes=1 << 20), Facts(routes=CPU))
+    r = resolve(LoaderConfig(frame_cache_bytes=1 << 20, episode_frames_bytes=0), Facts(routes=CPU))
     assert r.dali_on_workers == ("top",) and r.host_cameras == ("front", "top") and r.host_batches
     r = resolve(LoaderConfig(), Facts(routes={"front": "torchcodec"}))
     assert r.host_batches and r.reasons["host_batches"] == "every camera on host frames, batches on the CPU"

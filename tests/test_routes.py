@@ -251,7 +251,7 @@ def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
     from dali_stream import StreamLoader
     from pipelines import augment
 
-    plain = StreamLoader(str(small_dataset), batch_size=2, device="cpu")
+    plain = StreamLoader(str(small_dataset), batch_size=2, device="cpu", episode_frames_bytes=0)
     hooked = augment.make_loader(str(small_dataset), batch_size=2, device="cpu")
     assert hooked.resolved.join_streams == 0 and plain.resolved.join_streams > 0
     from nvidia.dali import __version__ as dali_version

@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, NamedTuple, cast
 import numpy as np
 
 from ..decode.cpu import torchcodec_tensor
+from ..decode.episode_frames import EpisodeFrames
 from ..decode.frames import FrameCache
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out, scatter_frames
@@ -33,7 +34,8 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
 
 
 def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
-                    resize: Callable | None = None, decode: Callable | None = None):
+                    resize: Callable | None = None, decode: Callable | None = None,
+                    episodes: EpisodeFrames | None = None):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
@@ -41,7 +43,9 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     `resize`: the frames decoded go through it first, all of the batch's camera in one call (`graph.resizer`: a
     call costs ~0.8 ms besides its frames; those held were kept resized). `decode`: the decoder, called once with
     every segment's (segment, frame indices) and giving their frames (DALI's CPU decoder on the workers,
-    `graph.dali_frames`); None: torchcodec, segment after segment (`cache`: its idle decoders).
+    `graph.dali_frames`); None: torchcodec, segment after segment (`cache`: its idle decoders). `episodes`: the
+    open episodes' frames (`decode.episode_frames`): a segment is decoded whole once, front to back, and its frames
+    taken from there while its episode stays in the pool (those that do not fit are decoded as asked).
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
@@ -51,13 +55,20 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         if seg is not None:
             by_seg.setdefault(seg.uid, (seg, []))[1].append(j)
     asks = [_ask(seg, members, idx, cached) for seg, members in by_seg.values()]
+    whole: dict[int, np.ndarray] = {}
+    if episodes is not None:
+        whole = episodes.take([a.seg for a in asks if a.missing and not isinstance(a.seg, Held)],
+                              lambda got: decode([(s, np.arange(len(s.pts_s))) for s in got]) if decode is not None
+                              else [torchcodec_tensor(s, np.arange(len(s.pts_s)), cache).numpy() for s in got])
+    rest = [a for a in asks if a.missing and a.seg.uid not in whole]
     parts: Iterable[tuple]
     if decode is not None:  # every segment's frames in one call
-        done = iter(decode([(a.seg, a.wanted[a.missing]) for a in asks if a.missing]))
-        parts = [(*a[1:], next(done) if a.missing else None) for a in asks]
+        done = iter(decode([(a.seg, a.wanted[a.missing]) for a in rest]))
+        parts = [(*a[1:], None if not a.missing else whole[a.seg.uid][a.wanted[a.missing]] if a.seg.uid in whole
+                  else next(done)) for a in asks]
     else:
-        parts = ((*a[1:], torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy() if a.missing else None)
-                 for a in asks)
+        parts = ((*a[1:], None if not a.missing else whole[a.seg.uid][a.wanted[a.missing]] if a.seg.uid in whole
+                  else torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy()) for a in asks)
     if resize is not None:  # every segment decoded first, then one call resizes them all
         parts = list(parts)
         raw = [part[-1] for part in parts if part[-1] is not None]
@@ -108,13 +119,14 @@ def _ask(seg, members: list[int], idx, cached: list | None) -> _Ask:
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
                    cached: list | None = None, resize: Callable | None = None,
-                   decode: Callable | None = None) -> tuple[list[np.ndarray], int]:
+                   decode: Callable | None = None, episodes: EpisodeFrames | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
     for a sample without a segment; `frames`, `cached`, `resize`: the decoded-frame cache, `decode` the decoder
-    (`decode_segments`)."""
+    (`decode_segments`), `episodes` the open episodes' frames."""
     out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, resize, decode):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, resize, decode,
+                                                     episodes):
         decoded += n
         for j in members:
             at = np.searchsorted(wanted, idx[j])
@@ -123,11 +135,12 @@ def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: Fr
 
 
 def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
-                frames: FrameCache | None = None, cached: list | None = None, decode: Callable | None = None):
+                frames: FrameCache | None = None, cached: list | None = None, decode: Callable | None = None,
+                episodes: EpisodeFrames | None = None):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
     none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `cached`: the
-    decoded-frame cache, `decode` the decoder (`decode_segments`)."""
+    decoded-frame cache, `decode` the decoder, `episodes` the open episodes' frames (`decode_segments`)."""
     out = None
     if size is not None and all(seg is None for seg in segs):
         out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
@@ -137,7 +150,8 @@ def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: t
         lay_out(out, pictures, image_ops)
         return out, 0
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, decode=decode):
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, decode=decode,
+                                                     episodes=episodes):
         if out is None:
             h, w, _ = pixels[0].shape
             out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))

@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..decode.cpu import DecoderCache
+from ..decode.episode_frames import EpisodeFrames
 from ..decode.frames import FrameCache
 from ..errors import DecodeError
 from ..plan.epoch import BatchPlan
@@ -144,12 +145,13 @@ class EngineSource:
 
 
 class Workers:
-    """What the cameras decoded on the workers share: the CPU decoders kept, the decoded-frame cache, and whether a
-    batch's clips of whole episodes are joined into one stream too (a global shuffle), not only long episodes'
-    pieces."""
+    """What the cameras decoded on the workers share: the CPU decoders kept, the decoded-frame cache, the open
+    episodes' frames (`decode.episode_frames`), and whether a batch's clips of whole episodes are joined into one
+    stream too (a global shuffle), not only long episodes' pieces."""
 
-    def __init__(self, decoders: DecoderCache, frames: FrameCache | None = None, join_all: bool = False) -> None:
-        self.decoders, self.frames, self.join_all = decoders, frames, join_all
+    def __init__(self, decoders: DecoderCache, frames: FrameCache | None = None, join_all: bool = False,
+                 episodes: EpisodeFrames | None = None) -> None:
+        self.decoders, self.frames, self.join_all, self.episodes = decoders, frames, join_all, episodes
         self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode
 
     def decode(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any],
@@ -192,7 +194,7 @@ class WorkerPixels:
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         pixels, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_grouped(
-            s, i, w.decoders, self.blank(len(i[0])), w.frames, batch.names, self.resizer, self.dali),
+            s, i, w.decoders, self.blank(len(i[0])), w.frames, batch.names, self.resizer, self.dali, w.episodes),
             joinable=self.dali is None)
         g = batch.groups
         return CameraFrames({self.outputs[0].name: pixels if g == 1 else [
@@ -220,7 +222,7 @@ class HostFrames:
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         host, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_host(
-            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali),
+            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali, w.episodes),
             joinable=self.dali is None)
         return CameraFrames(host=host, decoded=decoded)
 

@@ -21,6 +21,7 @@ from ..config import LoaderConfig
 from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
+from ..decode.episode_frames import EpisodeFrames, Released
 from ..decode.frames import FrameCache, episode_held, kept_as, kept_bytes, room_warning, stamper
 from ..decode.node import Node
 from ..decode.route import ROUTES, keys_where, route
@@ -73,6 +74,7 @@ class Stages:
     store: EpisodeStore
     engines: dict[str, OpenDecoders]
     frames: FrameCache | None
+    episodes: EpisodeFrames | None
     transforms: TransformPool | None
     builder: BatchBuilder
     squeeze: Mapping[str, bool]
@@ -135,13 +137,18 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     dali_frames = DaliFrames()  # DALI's CPU decoder on the workers, for the cameras the cache keeps
     dali_workers = {k: dali_frames for k in resolved.dali_on_workers}
     frames = frame_cache(cfg, catalog, routes, resolved, resizers, image_ops, world) if resolved.frame_cache else None
-    store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, decoders, resolved.fetch_workers,
+    # the pool's open episodes' frames, each camera decoded once per episode (decode.episode_frames), released with
+    # the episode's decoders when the plan retires it
+    episodes = EpisodeFrames(resolved.episode_frames, resolved.episode_frames_each) if resolved.episode_frames else None
+    store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, Released(decoders, episodes),
+                         resolved.fetch_workers,
                          resolved.segment_bytes, index_bytes=cfg.index_bytes, footer_bytes=cfg.footer_bytes,
                          epoch_episodes=resolved.epoch_episodes,
                          held=None if frames is None else episode_held(frames, catalog))
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
-    sources = camera_sources(catalog, routes, engines, Workers(decoders, frames, resolved.global_shuffle),
+    sources = camera_sources(catalog, routes, engines, Workers(decoders, frames, resolved.global_shuffle,
+                                                                     episodes),
                              resizers, dali_workers, image_ops, resolved)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
@@ -157,7 +164,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                   mix=planner_mix(catalog, member_deltas), node=node, device=placement.torch_device,
                   dali_device=placement.dali_device, routes=routes, route_reasons=chosen.reasons,
                   member_routes=chosen.members, resolved=resolved, decoders=decoders, store=store, engines=engines,
-                  frames=frames, transforms=transforms, builder=builder,
+                  frames=frames, episodes=episodes, transforms=transforms, builder=builder,
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
 
 

@@ -22,6 +22,7 @@ REMOTE_GLOBAL_FETCHES = 16  # fetch threads of a global shuffle from a remote so
 LOCAL_FETCHES = 4  # at most this many fetch threads on a local source (one per core below that)
 REMOTE_FETCHES = 4  # fetch threads of a pool from a remote source
 UNKNOWN_ENGINES = 2  # NVDEC engines assumed of a GPU the capability table does not know
+EPISODE_FRAMES_BYTES = 1 << 30  # a pool's open episodes' decoded frames held at most, per rank (`decode.episode_frames`)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,11 @@ MEANING = {
     "frame_cache": "decoded frames are kept for later epochs (frame_cache_bytes, frame_cache_dir)",
     "transform_processes": "processes lerobot's image_transforms run in (0: the thread iterating the loader)",
     "shaped_on_workers": "cameras resized and cropped by the decoding threads, before the decoded-frame cache",
-    "dali_on_workers": "cameras DALI's CPU decoder decodes on the decoding threads (for the decoded-frame cache)",
+    "episode_frames": "bytes of a pool's open episodes' decoded frames held while they stay open, each camera decoded "
+                      "on the CPU once per episode, front to back (0: off)",
+    "episode_frames_each": "an open episode's camera is held where its decoded frames take at most this",
+    "dali_on_workers": "cameras DALI's CPU decoder decodes on the decoding threads (for the decoded-frame cache and "
+                       "the open episodes' frames)",
     "host_cameras": "cameras whose frames the decoding threads lay out into the batch (host frames)",
     "host_batches": "no DALI graph at all: every camera on host frames and batches on the CPU",
 }
@@ -95,6 +100,8 @@ class Resolved:
     frame_cache: bool = False  # decoded frames kept for later epochs (`decode.frames`)
     transform_processes: int = 0  # processes lerobot's image_transforms run in (0: the iterating thread)
     shaped_on_workers: tuple[str, ...] = ()  # cameras resized and cropped before the decoded-frame cache keeps them
+    episode_frames: int = 0  # bytes of the pool's open episodes' frames held (`decode.episode_frames`; 0: off)
+    episode_frames_each: int = 0  # an episode's camera is held where its frames take at most this
     dali_on_workers: tuple[str, ...] = ()  # dali-cpu cameras decoded on the workers (the decoded-frame cache keeps them)
     host_cameras: tuple[str, ...] = ()  # cameras on host frames: laid out by the workers, never in the graph
     host_batches: bool = False  # no DALI graph: every camera on host frames, batches on the CPU
@@ -154,10 +161,34 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     frame_cache = bool(cfg.frame_cache_bytes or cfg.frame_cache_dir)
     why["frame_cache"] = ("frame_cache_bytes or frame_cache_dir given" if frame_cache
                           else "neither frame_cache_bytes nor frame_cache_dir")
-    cache_on = frame_cache
+    # A pool's open episodes: each camera the workers decode is decoded once per episode, front to back, and its
+    # frames held while the episode is open (decode.episode_frames): a sample's frame asked alone costs a decode from
+    # the keyframe before it and a call (2-core VM, torchcodec: 13-15x the cost a frame at 96x128 GOP 30, 9-12x at
+    # 256x256 AV1). A global shuffle draws an episode's frames all along its epoch: one decoded whole for a sample
+    # would be mostly thrown away.
+    workers_decode = any(route(r).torchcodec or (route(r).in_dali and route(r).cached) for r in routes.values())
+    if cfg.episode_frames_bytes is not None:
+        episode_frames, why["episode_frames"] = cfg.episode_frames_bytes, "episode_frames_bytes given"
+    elif global_shuffle:
+        episode_frames = 0
+        why["episode_frames"] = "a global shuffle draws an episode's frames all along its epoch"
+    elif not workers_decode:
+        episode_frames, why["episode_frames"] = 0, "no camera decoded on the CPU by torchcodec or dali-cpu"
+    else:
+        episode_frames = EPISODE_FRAMES_BYTES
+        why["episode_frames"] = f"{EPISODE_FRAMES_BYTES >> 20} MiB a rank: a pool of 16 episodes of two 256x256 " \
+                                "cameras up to 170 frames each"
+    # An episode's camera is held only where all the pool's could be: the bound shared out over the pool's episodes
+    # and the cameras decoded on the workers. Bigger ones (480p: 0.9 MB a frame) are decoded per sample, so the first
+    # episodes admitted never take the room of the rest.
+    workers_cameras = sum(1 for r in routes.values() if route(r).torchcodec or (route(r).in_dali and route(r).cached))
+    episode_frames_each = episode_frames // ((pool or 1) * max(1, workers_cameras))
+    why["episode_frames_each"] = "episode_frames over the pool's episodes and the cameras decoded on the workers"
+    cache_on = frame_cache or episode_frames > 0
     dali_on_workers = tuple(k for k, r in routes.items() if route(r).in_dali and route(r).cached) if cache_on else ()
-    why["dali_on_workers"] = ("the decoded-frame cache keeps their pictures: DALI's CPU decoder runs on the workers"
-                              if dali_on_workers else "no dali-cpu camera" if cache_on else "no decoded-frame cache")
+    why["dali_on_workers"] = ("the decoded-frame cache or the open episodes' frames keep their pictures: DALI's CPU "
+                              "decoder runs on the workers" if dali_on_workers else "no dali-cpu camera" if cache_on
+                              else "no decoded-frame cache, no open episodes' frames held")
     # DALI-decoded cameras: a batch as at most this many groups, each group's clips joined into one stream, one
     # decoder each (graph.joined). A mixture's cameras, an augment hook (it draws per sample) or no camera decoded in
     # the graph: one clip per sample.
@@ -280,5 +311,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
                     max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,
                     epoch_episodes=epoch_episodes, cut_ahead=cut_ahead, engine_threads=engine_threads,
-                    shaped_on_workers=shaped_on_workers, dali_on_workers=dali_on_workers,
+                    shaped_on_workers=shaped_on_workers, episode_frames=episode_frames,
+                    episode_frames_each=episode_frames_each,
+                    dali_on_workers=dali_on_workers,
                     host_cameras=host_cameras, host_batches=host_batches, reasons=why)

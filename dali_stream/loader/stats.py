@@ -14,11 +14,15 @@ def _part(held: int, peak: int | None, bound: int | None, setting: str, unit: st
             "setting": setting, "unit": unit, **more}
 
 
-def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, frames=None) -> dict[str, Any]:
+def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, frames=None,
+                 episodes=None) -> dict[str, Any]:
     """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
     bounded through the setting named, not counted against a number), `setting`, `unit`);
     `fetch`: the store's counters (`StoreStats`, the episodes fetched counted, the table bytes read); `decoders`: CPU decoders opened and
-    closed; `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off)."""
+    closed; `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off);
+    `episode_frames`: the open episodes' frames (`decode.episode_frames`: segments and frames decoded whole, asks
+    refused for room; None: off)."""
+    held = episodes.stats() if episodes is not None else None
     indexes, footers = store.indexes.files, store.tables.files
     shared_groups = store.tables._shared
     counters = dataclasses.asdict(store.stats)
@@ -39,8 +43,12 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
             "host_buffers": _part(buffers.nbytes, None, None, "prefetch_batches"),
             "decoded_frames": _part(frames.bytes if frames else 0, None, frames.memory_bytes if frames else 0,
                                     "frame_cache_bytes", frames=frames.stats()["frames"] if frames else 0),
+            "open_episode_frames": _part(held["held"] if held else 0, held["peak"] if held else 0,
+                                         held["bound"] if held else 0, "episode_frames_bytes",
+                                         segments=held["segments"] if held else 0),
         },
         "frames": frames.stats() if frames is not None else None,
+        "episode_frames": held,
         "fetch": counters,
         "decoders": {"opened": decoders.opened, "closed": decoders.closed},
     }

@@ -164,7 +164,8 @@ class StreamLoader:
         cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
         cache's hits (`frames`), the fetch counters and the decoders opened (`loader/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
         st = self.stages
-        return loader_stats(st.store, st.decoders, st.builder.buffers, st.resolved.segment_bytes, st.frames)
+        return loader_stats(st.store, st.decoders, st.builder.buffers, st.resolved.segment_bytes, st.frames,
+                            st.episodes)
 
     def data_wait(self) -> dict[str, Any]:
         """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:

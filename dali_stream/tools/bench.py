@@ -5,8 +5,11 @@ One run = one (dataset, mode, decode, batch size, workers, pool) configuration:
    `samples_per_s` and `frames_per_s_node` (samples or decoded frames / window seconds, never a sum of
    gaps) and the batch latency percentiles (time the training loop waited in `next()`).
 2. **Raw decode limit**: the window's batch plans again, the same frames through the same decoders, warm
-   (segments cut and decoders open before timing), no loader around them: `limit_ratio` = loader / limit.
-   Where the loader has no DALI graph (`host_batches`), also the same decode followed by the loader's own write
+   (segments cut and decoders open before timing), no loader around them. Where the loader holds its open
+   episodes' frames (`episode_frames_bytes`: each episode's camera decoded once, front to back), the limit is that
+   work (`limit.whole_episodes`), else the frames as asked: `limit_ratio` = loader / limit;
+   `limit_ratio_per_sample` = loader / the frames as a reader asking a sample at a time decodes them.
+   Where the loader has no DALI graph (`host_batches`), also the frames as asked followed by the loader's own write
    into the caller's layout and dtype, on the same threads: `limit_ratio_with_layout` = loader / that, what is
    left to the loader's own overhead once the output format is paid for.
 3. **Baseline**: a plain PyTorch DataLoader over a map-style dataset decoding each sample with torchcodec
@@ -29,7 +32,7 @@ import numpy as np
 from ..config import LoaderConfig, as_dict
 from ..decode.route import NVDEC, NVDEC_OPEN, any_where
 from ..errors import ConfigError
-from .bench_limit import raw_limit
+from .bench_limit import limit_ratios, raw_limit
 from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
 
@@ -40,7 +43,8 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms", "wallclock_s",
                "peak_rss_gb", "shuffle_randomness_frac", "batch_mixing", "time_split", "decoder_cache", "bytes_read", "dataset_bytes",
                "routes", "dali_graph", "decode_per_camera", "device", "versions", "num_cameras", "fps", "image_shape",
-               "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout", "baseline_ratio",
+               "sample", "rank", "world_size", "limit_ratio", "limit_ratio_with_layout",
+               "limit_ratio_per_sample", "baseline_ratio",
                "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
                "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores", "open_engine", "engine_limits", "data_wait")
 GPU_LOAD_ALONE_S = 3.0  # the GPU load's rate alone is measured this long before the loader starts
@@ -335,16 +339,10 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         device=_device(loader), memory_budget=loader.memory_budget(), derived=loader.resolved.describe(),
         versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
     )
-    if cfg.limit:
-        if progress:
-            progress("limit")
-        limit = raw_limit(loader, got["window"], max(1, cfg.loader.num_workers))
-        result["limit"] = limit
-        result["limit_ratio"] = got["frames_per_s_node"] / limit["frames_per_s"] if limit["frames_per_s"] else None
-        layout = limit.get("with_layout", {}).get("frames_per_s")
-        result["limit_ratio_with_layout"] = got["frames_per_s_node"] / layout if layout else None
-    else:
-        result["limit_ratio"] = result["limit_ratio_with_layout"] = None
+    if cfg.limit and progress:
+        progress("limit")
+    result["limit"] = raw_limit(loader, got["window"], max(1, cfg.loader.num_workers)) if cfg.limit else None
+    result.update(limit_ratios(got["frames_per_s_node"], result["limit"]))
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
                                   "join_streams": loader.resolved.join_streams}
                               for k, c in builder.dali_counts.items()}

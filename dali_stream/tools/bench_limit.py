@@ -1,12 +1,16 @@
 """The decode limit `bench` reports its ratios against: the window's frames through the same decoders, warm, with
 no loader around them (torchcodec on the workers' threads, DALI's decoder on whole streams, the open-decoder
-engine)."""
+engine), as a reader asking a sample's frames at a time decodes them. Where the loader holds its open episodes'
+frames (`decode.episode_frames`) it decodes less than that: `whole_episodes` is then the limit of that work, each
+episode's camera decoded once, front to back."""
 
 from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import numpy as np
 
 from ..decode.route import route as route_of
 
@@ -44,6 +48,8 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     seconds += time.perf_counter() - t0
     out: dict[str, Any] = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
                            "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
+    if loader.stages.episodes is not None:
+        out["whole_episodes"] = _whole_episodes(loader, work, threads)
     if loader.host_batches and cpu_work:
         from ..graph.buffers import BufferPool
         from ..graph.segment_frames import decode_host
@@ -59,6 +65,21 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
                               "image_dtype": loader.stages.image_ops.dtype,
                               "memory_format": loader.config.memory_format}
     return out
+
+
+def limit_ratios(frames_per_s: float, limit: dict[str, Any] | None) -> dict[str, float | None]:
+    """The loader's frames/s over the limit (`raw_limit`; None: not measured): `limit_ratio` against the least decode
+    work its decoders do (each open episode's camera decoded once, where the loader holds their frames and every
+    camera is decoded so; else the frames as asked), `limit_ratio_per_sample` against the frames as asked,
+    `limit_ratio_with_layout` against those and their write into the caller's layout."""
+    if limit is None:
+        return dict.fromkeys(("limit_ratio", "limit_ratio_per_sample", "limit_ratio_with_layout"))
+    whole = limit.get("whole_episodes", {})
+    least = whole["frames_per_s"] if whole.get("frames") == limit["frames"] else limit["frames_per_s"]
+    layout = limit.get("with_layout", {}).get("frames_per_s")
+    return {"limit_ratio": frames_per_s / least if least else None,
+            "limit_ratio_per_sample": frames_per_s / limit["frames_per_s"] if limit["frames_per_s"] else None,
+            "limit_ratio_with_layout": frames_per_s / layout if layout else None}
 
 
 def _on_threads(fn, work: list, threads: int) -> float:
@@ -106,3 +127,42 @@ def _dali_decode_time(work, loader, threads: int) -> float:
             pipe.run()
         total += (time.perf_counter() - t0) * len(items) / max(1, len(items) - 1)
     return total
+
+
+def _whole_episodes(loader, work: list, threads: int) -> dict[str, Any]:
+    """The window's cameras decoded on the workers as the loader decodes them with its open episodes' frames: every
+    distinct segment whole, once, through decoders opened for it (the loader opens one an episode's camera), on
+    `threads` threads. A window draws part of each episode it touches, the rest before or after it: the time is
+    scaled by the frames the window asks over those its segments hold (a segment's frames times the camera's steps
+    a sample), what an epoch's pass over the same episodes would cost for the window's share. `frames_per_s`: the
+    window's frames over that time, the figure `limit_ratio` is taken against."""
+    from ..decode.cpu import DecoderCache
+    from ..decode.episode_frames import EpisodeFrames
+    from ..graph.dali_frames import DaliFrames
+    from ..graph.segment_frames import decode_segments
+
+    on_workers = set(loader.resolved.dali_on_workers)
+    mine = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).torchcodec or key in on_workers]
+    if not mine:
+        return {}
+    dali = DaliFrames() if on_workers else None
+    if dali is not None:  # DALI's library loaded before timing
+        key, segs, _ = next(w for w in mine if w[0] in on_workers)
+        dali([(next(s for s in segs if s is not None), np.zeros(1, np.int64))])
+    held, cold = EpisodeFrames(1 << 62), DecoderCache(None)
+
+    def whole(w) -> None:
+        key, segs, idx = w
+        for _ in decode_segments(segs, idx, cold, decode=dali if key in on_workers else None, episodes=held):
+            pass
+
+    seconds = _on_threads(whole, mine, threads)
+    asked = sum(int(sum(len(i) for i in idx)) for _, _, idx in mine)
+    steps = {key: len(idx[0]) for key, _, idx in mine if idx}
+    held_frames = sum(len(seg.pts_s) * steps[key] for key, seg in
+                      {(key, s.uid): (key, s) for key, segs, _ in mine for s in segs if s is not None}.values())
+    share = min(1.0, asked / held_frames) if held_frames else 1.0
+    if dali is not None:
+        dali.close()
+    return {"frames": asked, "decoded": held.frames, "seconds": seconds * share, "share": share,
+            "frames_per_s": asked / (seconds * share) if seconds else 0.0}
