@@ -92,8 +92,9 @@ def test_a_batch_the_caller_holds_is_never_overwritten(small_dataset):
     gc.collect()
     for _ in range(12):
         next(it)
-    # bounded: buffers are reused, the pool holds at most `keep` of a shape
-    assert pool.reused > pool.allocated and pool.nbytes == kept_before
+    # bounded: buffers are reused, the pool holds at most `keep` of a shape (both cameras, 2x3x96x128 float32, share
+    # one shape: it may still grow towards that bound where the builders ran further ahead than before)
+    assert pool.reused > pool.allocated and kept_before <= pool.nbytes <= pool.keep * 2 * 3 * 96 * 128 * 4
     assert loader.memory_budget()["host_buffers_peak"] == pool.nbytes
     last = next(it)[FRONT]
     want_last = last.clone()
