@@ -97,8 +97,10 @@ def test_measure_table_names_each_engine(tmp_path):
 
 def test_dali_sample_profile_runs_on_the_cpu_decoder(tmp_path):
     """gpu-check's profile of DALI's per-sample cost (benchmarks/dali_sample_profile.py), on DALI's CPU decoder and
-    the cpu-open engine (DEV=cpu): every part measured, the fit's per-picture cost positive."""
+    the cpu-open engine (DEV=cpu): every part measured. The fit's per-picture cost is a number, not asserted
+    positive: it is a slope of timings, and a CI run under load once fitted -0.14 ms (a speed is never asserted)."""
     import json
+    import math
 
     sample = tmp_path / "vp9"
     made = _run([sys.executable, "-m", "dali_stream", "make-sample", str(sample), "--episodes", "4", "--min-length",
@@ -110,6 +112,6 @@ def test_dali_sample_profile_runs_on_the_cpu_decoder(tmp_path):
     assert ran.returncode == 0, ran.stdout + ran.stderr
     result = json.loads(out.read_text())
     assert result["camera"] == "observation.images.top" and result["device"] == "cpu"
-    assert result["ms_per_picture"] > 0 and result["graph_ms_per_batch"]["wall_ms"] > 0
+    assert math.isfinite(result["ms_per_picture"]) and result["graph_ms_per_batch"]["wall_ms"] > 0
     assert set(result["threads"]) == {"1", "2", "4", "7"} and isinstance(result["open_engine_ms_per_picture"], float)
     assert "fixed" in ran.stdout and "ms/picture" in ran.stdout
