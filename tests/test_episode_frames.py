@@ -8,11 +8,12 @@ import threading
 
 import numpy as np
 import pytest
-import torch
 
 from dali_stream import ConfigError, StreamLoader
 from dali_stream.decode.cpu import torchcodec_frames
 from dali_stream.decode.episode_frames import EpisodeFrames
+
+from .test_frame_cache import assert_same
 
 ARGS = dict(batch_size=4, device="cpu", decode="auto", image_dtype="uint8", seed=5, episode_pool_size=3)
 WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.front": [-0.1, 0.0]}
@@ -20,17 +21,6 @@ WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.fron
 
 def batches(loader, epochs=2):
     return [dict(b) for _ in range(epochs) for b in loader]
-
-
-def assert_same(got, want):
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.keys() == b.keys()
-        for key in a:
-            if isinstance(a[key], torch.Tensor):
-                assert torch.equal(a[key], b[key]), key
-            else:
-                assert a[key] == b[key], key
 
 
 @pytest.mark.parametrize("setup", [
