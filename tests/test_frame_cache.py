@@ -351,3 +351,27 @@ def test_a_spilled_frame_is_read_into_memory_of_its_own_and_a_torn_one_is_none(t
     data = (tmp_path / "f.npy").read_bytes()
     (tmp_path / "torn.npy").write_bytes(data[:-5])
     assert read_frame(str(tmp_path / "torn.npy")) is None and read_frame(str(tmp_path / "absent.npy")) is None
+
+
+def test_frames_are_kept_in_the_batchs_order_and_each_order_has_its_own_names(small_dataset, tmp_path):
+    """A host camera laid out channels-first is kept (3, H, W), the batch's own order (a later epoch copies instead
+    of transposing); with `memory_format="channels_last"` it is kept (H, W, 3) as decoded. The order is part of a
+    frame's name: a folder one layout filled is no hit for the other, which decodes and gives its own batches."""
+    folder = str(tmp_path / "frames")
+    for memory_format, order in (("channels_last", "hwc"), ("contiguous", "chw")):
+        args = dict(ARGS, memory_format=memory_format)
+        want = epochs(StreamLoader(str(small_dataset), **args), 1)[0][0]
+        loader = StreamLoader(str(small_dataset), **args, frame_cache_bytes=1 << 30)
+        (got, _), = epochs(loader, 1)
+        assert_same(got, want)
+        shapes = {f.shape for f in loader.stages.frames._frames.values()}
+        h, w = next(iter(got[0][k] for k in got[0] if k.startswith("observation.images."))).shape[-2:]
+        assert shapes == {(3, h, w) if order == "chw" else (h, w, 3)}, shapes
+        assert loader.resolved.host_cameras and loader.resolved.kept_chw == (
+            () if order == "hwc" else loader.resolved.host_cameras)
+        loader.close()
+        spill = StreamLoader(str(small_dataset), **args, frame_cache_bytes=1, frame_cache_dir=folder)
+        (got, decoded), = epochs(spill, 1)
+        assert_same(got, want)
+        assert decoded > 0 and spill.stats()["frames"]["disk_hits"] == 0  # the other order's files are not read
+        spill.close()

@@ -12,7 +12,8 @@ of DALI's CPU crop_mirror_normalize doing that step, at the same or lower peak R
 
 With `memory_format="channels_last"` the buffer is (B, T, H, W, 3), the decoder's own order: the layout step
 is then a plain copy instead of a strided byte transpose (0.03 against 0.21 ms a 480p uint8 frame on one
-core), and the caller gets (B, T, 3, H, W) views of it.
+core), and the caller gets (B, T, 3, H, W) views of it. Channels-first, the decoded-frame cache keeps the frames
+(3, H, W) (`Resolved.kept_chw`): the transpose is paid once as they are kept, and later epochs copy.
 
 Two measured traps this module avoids: fresh batch-sized buffers (page faults cost more than the writing: 418
 samples/s with them against 561 with reused ones), and torch ops on the worker threads (each starts an OpenMP
@@ -39,38 +40,40 @@ def host_shape(image_ops: ImageOps, batch: int, steps: int, height: int, width: 
 
 
 def scatter_frames(out: np.ndarray, frames: np.ndarray | list[np.ndarray], members: list[int], wanted: np.ndarray,
-                   idx: list[np.ndarray], image_ops: ImageOps) -> None:
+                   idx: list[np.ndarray], image_ops: ImageOps, chw: bool = False) -> None:
     """Write each sample's frames of one decoded segment into `out` (`host_shape`) as `image_ops` asks: CHW (or
     HWC as decoded, for `channels_last`), uint8 as decoded or float32 in [0, 1], then (x - mean) / std when given.
 
     `frames`: the segment's decoded frames (N, H, W, 3) uint8 (or a list of N (H, W, 3)), one per index of
-    `wanted` (sorted, distinct);
+    `wanted` (sorted, distinct); (N, 3, H, W) where `chw` (the decoded-frame cache's order, `Resolved.kept_chw`);
     `members`: the batch positions whose frames come from this segment; `idx[j]`: sample j's frame indices (T
     of them, repeats allowed)."""
-    put = _putter(out.dtype, image_ops)
+    put = _putter(out.dtype, image_ops, chw)
     for j in members:
         for t, k in enumerate(np.searchsorted(wanted, idx[j])):
             put(out[j, t], frames[k])
 
 
-def lay_out(out: np.ndarray, pictures: list[np.ndarray], image_ops: ImageOps) -> None:
-    """Write a whole batch's frames into `out` (`host_shape`) as `scatter_frames` does: `pictures` (H, W, 3) uint8,
-    sample after sample, step after step (a batch whose frames the decoded-frame cache all holds). uint8 HWC is
-    one copy of them all; other layouts a copy a frame, each scaled while in cache."""
+def lay_out(out: np.ndarray, pictures: list[np.ndarray], image_ops: ImageOps, chw: bool = False) -> None:
+    """Write a whole batch's frames into `out` (`host_shape`) as `scatter_frames` does: `pictures` (H, W, 3) uint8
+    ((3, H, W) where `chw`), sample after sample, step after step (a batch whose frames the decoded-frame cache all
+    holds). uint8 in the buffer's own order is one copy of them all; otherwise a copy a frame, each scaled while in
+    cache."""
     flat = out.reshape(-1, *out.shape[2:])
-    if image_ops.channels_last and out.dtype == np.uint8:
+    if (image_ops.channels_last or chw) and out.dtype == np.uint8:
         np.stack(pictures, out=flat)
         return
-    put = _putter(out.dtype, image_ops)
+    put = _putter(out.dtype, image_ops, chw)
     for dst, picture in zip(flat, pictures):
         put(dst, picture)
 
 
-def _putter(dtype: np.dtype, image_ops: ImageOps):
-    """(dst, frame) -> None: one (H, W, 3) uint8 frame written into one frame of a host buffer of `dtype`."""
+def _putter(dtype: np.dtype, image_ops: ImageOps, chw: bool = False):
+    """(dst, frame) -> None: one (H, W, 3) uint8 frame ((3, H, W) where `chw`) written into one frame of a host buffer
+    of `dtype`."""
     # CHW from HWC is a strided copy of single bytes (~0.21 ms a 480p frame on one core, a fifth of an AV1
-    # decode); channels_last keeps the decoder's HWC order, a plain copy (~0.03 ms).
-    chw = not image_ops.channels_last
+    # decode); channels_last keeps the decoder's HWC order, a plain copy (~0.03 ms), as does a frame kept CHW.
+    transpose = not image_ops.channels_last and not chw
     per_channel = (-1,) if image_ops.channels_last else (-1, 1, 1)  # a channel's value, broadcast over a frame
     scale = shift = None
     if dtype != np.uint8:
@@ -85,7 +88,7 @@ def _putter(dtype: np.dtype, image_ops: ImageOps):
         # Into float32: a cast copy, then scaling in place: 0.30 ms a 480p frame (one thread, destination not in
         # cache) against 0.44 for one multiply casting its strided uint8 input, which numpy buffers; in the loader
         # +1-5 % samples/s (AV1, 3 alternated pairs).
-        dst[...] = frame.transpose(2, 0, 1) if chw else frame
+        dst[...] = frame.transpose(2, 0, 1) if transpose else frame
         if scale is not None:
             np.multiply(dst, scale, out=dst)
         if shift is not None:

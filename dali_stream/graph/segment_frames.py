@@ -18,8 +18,8 @@ from .imageops import ImageOps
 
 class Held:
     """Stands in for a sample's segment when the decoded-frame cache holds each frame it shows (`held_samples`):
-    nothing to fetch, cut or decode. `pictures`: its frames in order, (H, W, 3) uint8 each; the sample's frame
-    indices are then 0..T-1 (`Locator.locate`)."""
+    nothing to fetch, cut or decode. `pictures`: its frames in order, uint8 each as the cache keeps them ((H, W, 3),
+    or (3, H, W): `Resolved.kept_chw`); the sample's frame indices are then 0..T-1 (`Locator.locate`)."""
 
     def __init__(self, pictures: list[np.ndarray]) -> None:
         self.pictures = pictures
@@ -35,7 +35,7 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
 
 def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
                     resize: Callable | None = None, decode: Callable | None = None,
-                    episodes: EpisodeFrames | None = None):
+                    episodes: EpisodeFrames | None = None, chw: bool = False):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
@@ -45,11 +45,13 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     every segment's (segment, frame indices) and giving their frames (DALI's CPU decoder on the workers,
     `graph.dali_frames`); None: torchcodec, segment after segment (`cache`: its idle decoders). `episodes`: the
     open episodes' frames (`decode.episode_frames`): a segment is decoded whole once, front to back, and its frames
-    taken from there while its episode stays in the pool (those that do not fit are decoded as asked).
+    taken from there while its episode stays in the pool (those that do not fit are decoded as asked). `chw`: the
+    cache keeps the camera's frames (3, H, W) (`Resolved.kept_chw`): those decoded are transposed once, before
+    they are kept, and every frame yielded is (3, H, W).
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
-    from the cache) and how many of them were decoded."""
+    from the cache; (3, H, W) where `chw`) and how many of them were decoded."""
     by_seg: dict[Any, tuple[Any, list[int]]] = {}
     for j, seg in enumerate(segs):
         if seg is not None:
@@ -80,6 +82,8 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         if decoded is None:  # every frame held
             yield members, wanted, [found[i] for i in order], 0
             continue
+        if chw:
+            decoded = np.stack([f.transpose(2, 0, 1) for f in decoded])
         if frames is not None and names is not None:
             kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
             frames.put([k for k, _ in kept], [picture for _, picture in kept])
@@ -136,26 +140,27 @@ def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: Fr
 
 def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
                 frames: FrameCache | None = None, cached: list | None = None, decode: Callable | None = None,
-                episodes: EpisodeFrames | None = None):
+                episodes: EpisodeFrames | None = None, chw: bool = False):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
     none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `cached`: the
-    decoded-frame cache, `decode` the decoder, `episodes` the open episodes' frames (`decode_segments`)."""
+    decoded-frame cache, `decode` the decoder, `episodes` the open episodes' frames, `chw` the cache's order
+    (`decode_segments`)."""
+    hw = slice(1, 3) if chw else slice(0, 2)  # (H, W) of a frame as it comes
     out = None
     if size is not None and all(seg is None for seg in segs):
         out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *size), host_dtype(image_ops))
     if segs and all(isinstance(seg, Held) for seg in segs):  # every frame from the cache: laid out in one go
         pictures = [picture for seg in segs for picture in seg.pictures]
-        out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *pictures[0].shape[:2]), host_dtype(image_ops))
-        lay_out(out, pictures, image_ops)
+        out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *pictures[0].shape[hw]), host_dtype(image_ops))
+        lay_out(out, pictures, image_ops, chw)
         return out, 0
     decoded = 0
     for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, decode=decode,
-                                                     episodes=episodes):
+                                                     episodes=episodes, chw=chw):
         if out is None:
-            h, w, _ = pixels[0].shape
-            out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), h, w), host_dtype(image_ops))
-        scatter_frames(out, pixels, members, wanted, idx, image_ops)
+            out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *pixels[0].shape[hw]), host_dtype(image_ops))
+        scatter_frames(out, pixels, members, wanted, idx, image_ops, chw)
         decoded += n
     if out is not None:
         for j, seg in enumerate(segs):

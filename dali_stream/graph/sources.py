@@ -208,21 +208,23 @@ class WorkerPixels:
 
 class HostFrames:
     """Decoded on the workers and laid out as `image_ops` says straight into a buffer of `buffers` (host frames,
-    `graph.host`): the camera's (B, T, 3, H, W) batch tensor, no graph. `size`: the camera's (H, W)."""
+    `graph.host`): the camera's (B, T, 3, H, W) batch tensor, no graph. `size`: the camera's (H, W); `chw`: the
+    decoded-frame cache keeps its frames (3, H, W) (`Resolved.kept_chw`)."""
 
     engine: str | None = None
     in_graph = False
     outputs: tuple[Output, ...] = ()
 
     def __init__(self, key: str, route: str, workers: Workers, buffers: BufferPool, image_ops: ImageOps,
-                 size: tuple[int, int], dali: Any = None) -> None:
+                 size: tuple[int, int], dali: Any = None, chw: bool = False) -> None:
         self.key, self.route, self.workers, self.buffers = key, route, workers, buffers
-        self.image_ops, self.size, self.dali = image_ops, size, dali
+        self.image_ops, self.size, self.dali, self.chw = image_ops, size, dali, chw
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         host, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_host(
-            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali, w.episodes),
+            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali, w.episodes,
+            self.chw),
             joinable=self.dali is None)
         return CameraFrames(host=host, decoded=decoded)
 

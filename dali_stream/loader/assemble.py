@@ -171,10 +171,10 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
 def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], resolved: Resolved,
                 resizers: Mapping[str, Resizer], image_ops: ImageOps, world: World) -> FrameCache:
     """The decoded-frame cache (`decode.frames`) for the cameras whose routes it serves, each labelled by what it
-    keeps (as decoded, or resized first by the workers); warned where the node's memory would not hold it, and
+    keeps (as decoded, or resized first by the workers; in the batch's order, `Resolved.kept_chw`); warned where the node's memory would not hold it, and
     where cameras it cannot serve are decoded every epoch."""
-    labels = {k: kept_as(r, resizers[k].label() if k in resizers else None) for k, r in routes.items()
-              if route(r).cached}
+    labels = {k: kept_as(r, resizers[k].label() if k in resizers else None, k in resolved.kept_chw)
+              for k, r in routes.items() if route(r).cached}
     frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,
                         stamper([m.meta.data_fs for m in catalog.members]), labels)
     decoded = kept_bytes(catalog, labels, image_ops if resolved.shaped_on_workers else None)
@@ -212,7 +212,7 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
         dali = dali_workers.get(key)
         if key in resolved.host_cameras:
             h, w = catalog.fields[key].shape[:2]
-            sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali)
+            sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali, key in resolved.kept_chw)
         elif route(name).engine:
             sources[key] = EngineSource(key, name, pictures, resizers.get(key))
         elif route(name).in_dali and dali is None:
