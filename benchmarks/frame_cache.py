@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/frame_cache.py policy [--out policy.json]
     .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--resize H W] [--decode cpu]
-                                                  [--out epochs.json]
+                                                  [--image-dtype uint8] [--only plain,cached] [--out epochs.json]
 
 `policy`: which frames to keep when the decoded dataset does not fit the bound, on the planner's own batches
 (no decoding: each epoch's (episode, frame) draws, 2,000 episodes of 30-90 frames, batch 64): the hit rate of
@@ -12,8 +12,8 @@ evict), at bounds of 1/4, 1/2 and 9/10 of the dataset's frames, for a pool of 16
 `epochs`: samples/s of epochs 1, 2 and 3 with the cache (epoch 2 also decodes the frames of epoch 1's dropped last
 batch, `drop_last`: epoch 3 reads every frame it shows), against the loader without it (epoch 1's draws) and a
 lerobot-style DataLoader (`tools/baseline.py`), on DATASET (default: the bench's `av1-quick` sample, two 640x480
-AV1 cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (`--memory-format`: the layout, CHW
-by default); each configuration a process of its own, alternated over `--runs` rounds (median and range); each
+AV1 cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (`--image-dtype float32`: lerobot's
+default images, in [0, 1]; `--memory-format`: the layout, CHW by default); each configuration a process of its own, alternated over `--runs` rounds (median and range); each
 process's peak RSS. Then the spill: a memory bound of a quarter of the decoded dataset and `frame_cache_dir` in a
 temporary folder: epoch 2 (from memory and disk) against epoch 1. With them, what a new 4 KB page costs this
 machine (`first_touch_us`) and the CPU seconds epoch 1 spends on the kept frames' pages, against epoch 1's CPU
@@ -22,7 +22,8 @@ DataLoader does not: it decodes as before), and the cache keeps frames resized b
 (`Resolved.shaped_on_workers`); the bound is then 1.1x the resized frames. `--decode`: the loaders' `decode=`
 (default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without the cache and on the
 workers with it). `--partial`: a dataset that does not fit: the loader without the cache against one whose bound
-holds a quarter of the frames and no folder, epochs 1 and 2.
+holds a quarter of the frames and no folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
+baseline, spill), e.g. `plain,cached` for epoch 2 over epoch 1 alone.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def policy(out: str | None) -> None:
 
 # ---- epochs -----------------------------------------------------------------------------------------------
 def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout: str = "contiguous",
-           resize: tuple[int, int] | None = None, decode: str = "cpu") -> dict:
+           resize: tuple[int, int] | None = None, decode: str = "cpu", dtype: str = "uint8") -> dict:
     """One configuration in this process: samples/s of its epochs (`kind`: plain, cached, spill, baseline)."""
     import torch
 
@@ -115,7 +116,7 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
         return {"epochs": [n / (time.perf_counter() - t0)]}
     from dali_stream import StreamLoader
 
-    args = dict(batch_size=16, num_workers=2, device="cpu", decode=decode, image_dtype="uint8", memory_format=layout,
+    args = dict(batch_size=16, num_workers=2, device="cpu", decode=decode, image_dtype=dtype, memory_format=layout,
                 resize=resize)
     if kind != "plain":
         args.update(frame_cache_bytes=cache_bytes, frame_cache_dir=folder)
@@ -135,10 +136,10 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
 
 
 def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous",
-         resize: tuple[int, int] | None = None, decode: str = "cpu") -> dict:
+         resize: tuple[int, int] | None = None, decode: str = "cpu", dtype: str = "uint8") -> dict:
     return child("import sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
                  f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r}, "
-                 f"{decode!r})", cwd=ROOT)
+                 f"{decode!r}, {dtype!r})", cwd=ROOT)
 
 
 def first_touch_us(size: int = 1 << 30, runs: int = 3) -> float:
@@ -172,7 +173,7 @@ PARTIAL = ("plain", "partial")
 
 
 def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None,
-           decode: str = "cpu", configs: tuple[str, ...] = ALL) -> None:
+           decode: str = "cpu", configs: tuple[str, ...] = ALL, dtype: str = "uint8") -> None:
     if dataset is None:
         dataset = str(ROOT / ".demo" / "bench-av1-quick")
         if not (Path(dataset) / "meta" / "info.json").exists():
@@ -186,52 +187,54 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
 
     def run(kind: str) -> dict:
         if kind == "partial":  # a quarter of the frames fit, no folder: the rest decoded every epoch
-            return _run(dataset, kind, decoded // 4, None, layout, resize, decode)
+            return _run(dataset, kind, decoded // 4, None, layout, resize, decode, dtype)
         if kind != "spill":
-            return _run(dataset, kind, bound, None, layout, resize, decode)
+            return _run(dataset, kind, bound, None, layout, resize, decode, dtype)
         with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
-            return _run(dataset, "spill", decoded // 4, folder, layout, resize, decode)
+            return _run(dataset, "spill", decoded // 4, folder, layout, resize, decode, dtype)
 
     rows = alternate(configs, runs, run, lambda line: print(line, flush=True))
-    med = spread
     if configs == PARTIAL:
         plain, part = [x["epochs"][0] for x in rows["plain"]], rows["partial"]
         summary = {"dataset": dataset, "memory_format": layout, "resize": resize, "decode": decode,
                    "decoded_bytes": decoded, "frame_cache_bytes": decoded // 4, "runs": runs,
-                   "plain_samples_per_s": med(plain),
-                   "partial_epoch1_over_plain": med([x["epochs"][0] / a for a, x in zip(plain, part)]),
-                   "partial_epoch2_over_plain": med([x["epochs"][1] / a for a, x in zip(plain, part)]),
-                   "peak_rss_mb": {k: med([x["peak_rss_mb"] for x in v]) for k, v in rows.items()}, "rows": rows}
+                   "plain_samples_per_s": spread(plain),
+                   "partial_epoch1_over_plain": spread([x["epochs"][0] / a for a, x in zip(plain, part)]),
+                   "partial_epoch2_over_plain": spread([x["epochs"][1] / a for a, x in zip(plain, part)]),
+                   "peak_rss_mb": {k: spread([x["peak_rss_mb"] for x in v]) for k, v in rows.items()}, "rows": rows}
         print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
         if out:
             Path(out).write_text(json.dumps(summary, indent=2))
         return
 
-    plain = [x["epochs"][0] for x in rows["plain"]]
-    base = [x["epochs"][0] for x in rows["baseline"]]
+    def col(kind: str, epoch: int) -> list[float]:  # samples/s of one epoch of `kind`'s runs (none: not run)
+        return [x["epochs"][epoch] for x in rows.get(kind, [])]
+
+    def med(values) -> dict | None:  # (a configuration `--only` left out: None)
+        values = list(values)
+        return spread(values) if values else None
+
+    plain, base = col("plain", 0), col("baseline", 0)
+    e1, e2, e3, s1, s2 = col("cached", 0), col("cached", 1), col("cached", 2), col("spill", 0), col("spill", 1)
     touch = first_touch_us()
     touch_cpu_s, cores = touch * decoded / 4096 / 1e6, len(os.sched_getaffinity(0))
-    e1 = [x["epochs"][0] for x in rows["cached"]]
-    e2 = [x["epochs"][1] for x in rows["cached"]]
-    e3 = [x["epochs"][2] for x in rows["cached"]]
-    s1 = [x["epochs"][0] for x in rows["spill"]]
-    s2 = [x["epochs"][1] for x in rows["spill"]]
     summary = {
-        "dataset": dataset, "memory_format": layout, "resize": resize, "decode": decode, "decoded_bytes": decoded,
-        "frame_cache_bytes": bound, "runs": runs, "routes": rows["cached"][0].get("routes"),
+        "dataset": dataset, "memory_format": layout, "image_dtype": dtype, "resize": resize, "decode": decode,
+        "decoded_bytes": decoded, "frame_cache_bytes": bound, "runs": runs,
+        "routes": rows["cached"][0].get("routes") if "cached" in rows else None,
         "plain_samples_per_s": med(plain), "baseline_samples_per_s": med(base),
         "epoch1_samples_per_s": med(e1), "epoch2_samples_per_s": med(e2),
-        "epoch2_over_epoch1": med([b / a for a, b in zip(e1, e2)]),
-        "epoch3_samples_per_s": med(e3), "epoch3_over_epoch1": med([b / a for a, b in zip(e1, e3)]),
-        "epoch2_over_baseline": med([b / a for a, b in zip(base, e2)]),
-        "epoch1_over_plain": med([b / a for a, b in zip(plain, e1)]),
-        "peak_rss_mb": {k: med([x["peak_rss_mb"] for x in v]) for k, v in rows.items()},
-        "spill_epoch2_over_epoch1": med([b / a for a, b in zip(s1, s2)]),
+        "epoch2_over_epoch1": med(b / a for a, b in zip(e1, e2)),
+        "epoch3_samples_per_s": med(e3), "epoch3_over_epoch1": med(b / a for a, b in zip(e1, e3)),
+        "epoch2_over_baseline": med(b / a for a, b in zip(base, e2)),
+        "epoch1_over_plain": med(b / a for a, b in zip(plain, e1)),
+        "peak_rss_mb": {k: spread(x["peak_rss_mb"] for x in v) for k, v in rows.items()},
+        "spill_epoch2_over_epoch1": med(b / a for a, b in zip(s1, s2)),
         # the CPU seconds epoch 1 spends on the kept frames' new pages, and that against epoch 1's CPU seconds
         # without the cache (2 workers on every core of the machine: the loader's CPU-bound epoch)
         "first_touch_us_per_page": touch, "first_touch_cpu_s": touch_cpu_s,
-        "first_touch_share_of_plain_epoch1": med([touch_cpu_s / (x["samples"] / x["epochs"][0] * cores)
-                                                  for x in rows["plain"]]),
+        "first_touch_share_of_plain_epoch1": med(touch_cpu_s / (x["samples"] / x["epochs"][0] * cores)
+                                                 for x in rows.get("plain", [])),
         "rows": rows,
     }
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
@@ -250,6 +253,8 @@ def main() -> None:
     e.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
     e.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"))
     e.add_argument("--decode", default="cpu", choices=("cpu", "auto", "cpu-open"))
+    e.add_argument("--image-dtype", default="uint8", choices=("uint8", "float32"))
+    e.add_argument("--only", help=f"some of {','.join(ALL)}")
     e.add_argument("--partial", action="store_true", help="only the loader without the cache against one whose "
                    "bound holds a quarter of the frames (no folder): the dataset does not fit")
     e.add_argument("--out")
@@ -258,7 +263,8 @@ def main() -> None:
         policy(args.out)
     else:
         epochs(args.dataset, args.runs, args.out, args.memory_format, tuple(args.resize) if args.resize else None,
-               args.decode, PARTIAL if args.partial else ALL)
+               args.decode, PARTIAL if args.partial else tuple(args.only.split(",")) if args.only else ALL,
+               args.image_dtype)
 
 
 if __name__ == "__main__":

@@ -364,7 +364,9 @@ def test_frames_are_kept_in_the_batchs_order_and_each_order_has_its_own_names(sm
         loader = StreamLoader(str(small_dataset), **args, frame_cache_bytes=1 << 30)
         (got, _), = epochs(loader, 1)
         assert_same(got, want)
-        shapes = {f.shape for f in loader.stages.frames._frames.values()}
+        kept = list(loader.stages.frames._frames.values())
+        assert all(f.flags.c_contiguous for f in kept)  # a later epoch's copy of each is a plain one
+        shapes = {f.shape for f in kept}
         h, w = next(iter(got[0][k] for k in got[0] if k.startswith("observation.images."))).shape[-2:]
         assert shapes == {(3, h, w) if order == "chw" else (h, w, 3)}, shapes
         assert loader.resolved.host_cameras and loader.resolved.kept_chw == (
