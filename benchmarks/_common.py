@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +18,23 @@ def write_result(out: str | Path, result: dict) -> str:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
     return text
+
+
+@contextlib.contextmanager
+def earlier_tree(rev: str | None, root: Path):
+    """A checkout of commit `rev` of the repository at `root` (`git worktree`, in a temporary folder), removed on
+    leaving; None without `rev`. A child runs a tree's `dali_stream` with the tree as its working folder (`-c` and
+    `-m` put that folder first on `sys.path`, ahead of PYTHONPATH) or with `python -P` and PYTHONPATH at it."""
+    if rev is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "before"
+        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(tree), rev], cwd=root, check=True)
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=False)
 
 
 def gpu_test_dataset() -> Path:

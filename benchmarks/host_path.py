@@ -16,13 +16,10 @@ working tree's, round by round; the ratio is taken within each round.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from _common import alternate, child, spread, within_rounds, write_result
+from _common import alternate, child, earlier_tree, spread, within_rounds, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {  # name -> (folder, sample writer arguments)
@@ -79,21 +76,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     shapes = args.shapes.split(",")
     paths = {s: dataset(s) for s in shapes}
-    trees = {"after": ROOT}
-    tmp = tempfile.TemporaryDirectory() if args.rev else None
-    if tmp is not None:
-        trees["before"] = Path(tmp.name) / "before"
-        subprocess.run(["git", "worktree", "add", "-q", "--detach", str(trees["before"]), args.rev], cwd=ROOT,
-                       check=True)
-    try:
+    with earlier_tree(args.rev, ROOT) as before:
+        trees = {"after": ROOT, **({"before": before} if before is not None else {})}
         configs = [(tree, shape, fmt) for shape in shapes for fmt in ("contiguous", "channels_last")
                    for tree in trees]
-        got = alternate(configs, args.rounds, lambda c: child(
-            CHILD, paths[c[1]], c[2], str(args.epochs), cwd=ROOT, env={**os.environ, "PYTHONPATH": str(trees[c[0]])}))
-    finally:
-        if tmp is not None:
-            subprocess.run(["git", "worktree", "remove", "--force", str(trees["before"])], cwd=ROOT, check=False)
-            tmp.cleanup()
+        got = alternate(configs, args.rounds, lambda c: child(  # the tree its working folder: its dali_stream
+            CHILD, paths[c[1]], c[2], str(args.epochs), cwd=trees[c[0]]))
     summary = {}
     for tree, shape, fmt in configs:
         summary[f"{tree} {shape} {fmt}"] = {"samples_per_s": spread(r["samples_per_s"] for r in got[(tree, shape, fmt)]),
