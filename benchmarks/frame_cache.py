@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/frame_cache.py policy [--out policy.json]
     .venv/bin/python benchmarks/frame_cache.py epochs [DATASET] [--runs 3] [--resize H W] [--decode cpu]
-                                                  [--image-dtype uint8] [--only plain,cached] [--out epochs.json]
+                                                  [--image-dtype uint8] [--only plain,cached] [--rev REV]
+                                                  [--out epochs.json]
 
 `policy`: which frames to keep when the decoded dataset does not fit the bound, on the planner's own batches
 (no decoding: each epoch's (episode, frame) draws, 2,000 episodes of 30-90 frames, batch 64): the hit rate of
@@ -23,7 +24,8 @@ DataLoader does not: it decodes as before), and the cache keeps frames resized b
 (default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without the cache and on the
 workers with it). `--partial`: a dataset that does not fit: the loader without the cache against one whose bound
 holds a quarter of the frames and no folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
-baseline, spill), e.g. `plain,cached` for epoch 2 over epoch 1 alone.
+baseline, spill), e.g. `plain,cached` for epoch 2 over epoch 1 alone. `--rev REV`: the plain and cached loaders of
+an earlier commit (a `git worktree`) alternate with this tree's, and their ratios are taken round by round.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import alternate, child, spread  # noqa: E402
+from _common import alternate, child, earlier_tree, spread  # noqa: E402
 
 
 # ---- policy -----------------------------------------------------------------------------------------------
@@ -136,10 +138,11 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
 
 
 def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous",
-         resize: tuple[int, int] | None = None, decode: str = "cpu", dtype: str = "uint8") -> dict:
-    return child("import sys; sys.path.insert(0, 'benchmarks'); from frame_cache import _child; "
+         resize: tuple[int, int] | None = None, decode: str = "cpu", dtype: str = "uint8", tree: Path = ROOT) -> dict:
+    """One configuration in a process of its own, running `tree`'s `dali_stream` (its working folder)."""
+    return child(f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); from frame_cache import _child; "
                  f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r}, "
-                 f"{decode!r}, {dtype!r})", cwd=ROOT)
+                 f"{decode!r}, {dtype!r})", cwd=tree)
 
 
 def first_touch_us(size: int = 1 << 30, runs: int = 3) -> float:
@@ -173,7 +176,7 @@ PARTIAL = ("plain", "partial")
 
 
 def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None,
-           decode: str = "cpu", configs: tuple[str, ...] = ALL, dtype: str = "uint8") -> None:
+           decode: str = "cpu", configs: tuple[str, ...] = ALL, dtype: str = "uint8", rev: str | None = None) -> None:
     if dataset is None:
         dataset = str(ROOT / ".demo" / "bench-av1-quick")
         if not (Path(dataset) / "meta" / "info.json").exists():
@@ -185,15 +188,19 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
     bound = int(decoded * 1.1)
     print(f"{dataset}: decoded frames {decoded / 2**30:.2f} GiB; frame_cache_bytes {bound / 2**30:.2f} GiB", flush=True)
 
-    def run(kind: str) -> dict:
+    def run(kind: str, tree: Path = ROOT) -> dict:
+        if kind.startswith("before "):  # the earlier commit's loader (`--rev`)
+            return run(kind.removeprefix("before "), before or ROOT)
         if kind == "partial":  # a quarter of the frames fit, no folder: the rest decoded every epoch
-            return _run(dataset, kind, decoded // 4, None, layout, resize, decode, dtype)
+            return _run(dataset, kind, decoded // 4, None, layout, resize, decode, dtype, tree)
         if kind != "spill":
-            return _run(dataset, kind, bound, None, layout, resize, decode, dtype)
+            return _run(dataset, kind, bound, None, layout, resize, decode, dtype, tree)
         with tempfile.TemporaryDirectory(dir=ROOT / ".demo") as folder:
-            return _run(dataset, "spill", decoded // 4, folder, layout, resize, decode, dtype)
+            return _run(dataset, "spill", decoded // 4, folder, layout, resize, decode, dtype, tree)
 
-    rows = alternate(configs, runs, run, lambda line: print(line, flush=True))
+    with earlier_tree(rev, ROOT) as before:
+        kinds = configs + tuple(f"before {k}" for k in configs if k in ("plain", "cached") and before is not None)
+        rows = alternate(kinds, runs, run, lambda line: print(line, flush=True))
     if configs == PARTIAL:
         plain, part = [x["epochs"][0] for x in rows["plain"]], rows["partial"]
         summary = {"dataset": dataset, "memory_format": layout, "resize": resize, "decode": decode,
@@ -237,6 +244,14 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
                                                  for x in rows.get("plain", [])),
         "rows": rows,
     }
+    if rev is not None:  # the earlier commit's loader, alternated with this tree's
+        b1, b2 = col("before cached", 0), col("before cached", 1)
+        summary["before"] = {"rev": rev, "plain_samples_per_s": med(col("before plain", 0)),
+                             "epoch1_samples_per_s": med(b1), "epoch2_samples_per_s": med(b2),
+                             "epoch2_over_epoch1": med(b / a for a, b in zip(b1, b2))}
+        summary["after_over_before"] = {"epoch1": med(a / b for a, b in zip(e1, b1)),
+                                        "epoch2": med(a / b for a, b in zip(e2, b2)),
+                                        "plain": med(a / b for a, b in zip(plain, col("before plain", 0)))}
     print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=1))
     if out:
         Path(out).write_text(json.dumps(summary, indent=2))
@@ -255,6 +270,7 @@ def main() -> None:
     e.add_argument("--decode", default="cpu", choices=("cpu", "auto", "cpu-open"))
     e.add_argument("--image-dtype", default="uint8", choices=("uint8", "float32"))
     e.add_argument("--only", help=f"some of {','.join(ALL)}")
+    e.add_argument("--rev", help="an earlier commit whose plain and cached loaders alternate with this tree's")
     e.add_argument("--partial", action="store_true", help="only the loader without the cache against one whose "
                    "bound holds a quarter of the frames (no folder): the dataset does not fit")
     e.add_argument("--out")
@@ -264,7 +280,7 @@ def main() -> None:
     else:
         epochs(args.dataset, args.runs, args.out, args.memory_format, tuple(args.resize) if args.resize else None,
                args.decode, PARTIAL if args.partial else tuple(args.only.split(",")) if args.only else ALL,
-               args.image_dtype)
+               args.image_dtype, args.rev)
 
 
 if __name__ == "__main__":
