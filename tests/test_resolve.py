@@ -161,3 +161,26 @@ def test_which_cameras_skip_the_graph_and_whether_there_is_one():
     assert r.host_cameras == () and not r.host_batches
     r = resolve(LoaderConfig(), Facts(routes={"front": "torchcodec"}, cuda_batches=True))
     assert r.host_cameras == () and not r.host_batches and r.reasons["host_batches"] == "batches on a GPU"
+
+
+def test_which_cameras_the_cache_keeps_channels_first():
+    """The decoded-frame cache keeps a host camera laid out channels-first as (3, H, W) where its frames are small
+    (a later epoch copies instead of transposing), as decoded where they are large (640x480: no faster, and epoch 1
+    paid the copy), with `channels_last` (the decoder's order is the batch's) and off the host path."""
+    from dali_stream.loader.resolve import KEPT_CHW_BYTES
+
+    sizes = {"front": 3 * 96 * 128, "top": 3 * 480 * 640}
+    cached = dict(frame_cache_bytes=1 << 30, episode_frames_bytes=0)
+    r = resolve(LoaderConfig(**cached), Facts(routes=CPU, frame_bytes=sizes))
+    assert r.host_cameras == ("front", "top") and r.kept_chw == ("front",), r.reasons["kept_chw"]
+    assert f"{KEPT_CHW_BYTES >> 10} KiB" in r.reasons["kept_chw"]
+    r = resolve(LoaderConfig(**cached), Facts(routes=CPU, frame_bytes=dict(sizes, top=3 * 256 * 256)))
+    assert r.kept_chw == ("front", "top")
+    r = resolve(LoaderConfig(**cached, memory_format="channels_last"), Facts(routes=CPU, frame_bytes=sizes))
+    assert r.kept_chw == () and "channels_last" in r.reasons["kept_chw"]
+    r = resolve(LoaderConfig(episode_frames_bytes=0), Facts(routes=CPU, frame_bytes=sizes))
+    assert r.kept_chw == () and r.reasons["kept_chw"] == "no decoded-frame cache"
+    r = resolve(LoaderConfig(**cached, resize=(32, 32)), Facts(routes=CPU, frame_bytes=sizes))
+    assert r.kept_chw == ()  # through the DALI graph: kept (H, W, 3)
+    r = resolve(LoaderConfig(**cached), Facts(routes=CPU))  # sizes not known: as decoded
+    assert r.kept_chw == ()

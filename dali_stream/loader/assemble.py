@@ -104,7 +104,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   gpu_engines=node.gpu.nvdec_engines if node.gpu is not None else None,
                                   cuda_batches=placement.torch_device.startswith("cuda"), local=local,
                                   episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
-                                  cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture))
+                                  cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture,
+                                  frame_bytes={k: 3 * int(np.prod(catalog.fields[k].shape[:2])) for k in routes}))
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
                              drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames,

@@ -22,6 +22,7 @@ REMOTE_GLOBAL_FETCHES = 16  # fetch threads of a global shuffle from a remote so
 LOCAL_FETCHES = 4  # at most this many fetch threads on a local source (one per core below that)
 REMOTE_FETCHES = 4  # fetch threads of a pool from a remote source
 UNKNOWN_ENGINES = 2  # NVDEC engines assumed of a GPU the capability table does not know
+KEPT_CHW_BYTES = 256 << 10  # a host camera's frames at most this size are kept channels-first (`kept_chw`)
 EPISODE_FRAMES_BYTES = 1 << 30  # a pool's open episodes' decoded frames held at most, per rank (`decode.episode_frames`)
 
 
@@ -32,7 +33,8 @@ class Facts:
     `routes`: camera key -> its route (`decode.routes`); `gpu`: the loader's device is a GPU; `gpu_engines`: its
     NVDEC engines as the capability table knows them (None: unknown); `cuda_batches`: batches land on a CUDA
     device; `local`: every file of every member is on a local file system; `episodes`: the selected episodes;
-    `world_size`: ranks; `cpu_count`: this node's cores; `mixture`: the source is a mixture of datasets."""
+    `world_size`: ranks; `cpu_count`: this node's cores; `mixture`: the source is a mixture of datasets;
+    `frame_bytes`: camera key -> one decoded frame's bytes, 3 x H x W (unknown: not kept channels-first)."""
 
     routes: Mapping[str, str]
     gpu: bool = False
@@ -43,6 +45,7 @@ class Facts:
     world_size: int = 1
     cpu_count: int = 1
     mixture: bool = False
+    frame_bytes: Mapping[str, int] = field(default_factory=dict)
 
 
 # What each derived setting is, in plain words: `describe()` hands it to inspect and bench beside the value and why.
@@ -223,15 +226,19 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     why["host_batches"] = ("every camera on host frames, batches on the CPU" if host_batches
                            else "batches on a GPU" if facts.cuda_batches
                            else "cameras go through the DALI graph")
-    # A host camera laid out channels-first is kept so by the decoded-frame cache: a later epoch's layout is then a
-    # plain copy instead of a strided byte transpose (96x128: ~4 against ~17 us a frame; 480p float32: ~0.6 against
-    # ~1.0-1.4 ms), paid once as the frames are kept.
-    kept_chw = tuple(k for k in host_cameras if route(routes[k]).cached) \
-        if frame_cache and cfg.memory_format != "channels_last" else ()
-    why["kept_chw"] = ("host cameras laid out channels-first: later epochs copy frames in the batch's order"
-                       if kept_chw else "no decoded-frame cache" if not frame_cache
+    # A small host camera laid out channels-first is kept so by the decoded-frame cache: a later epoch's layout is
+    # then one copy of the batch's frames instead of a strided byte transpose of each, paid once as they are kept
+    # (2-core VM, every frame from the cache, 3 alternated rounds: 1.28x samples/s at 96x128, 1.74x at 256x256). At
+    # 640x480 it was no faster (0.91x epoch 2, uint8) and epoch 1 paid the copy's new pages (0.92x): not there.
+    small = [k for k in host_cameras if route(routes[k]).cached and 0 < facts.frame_bytes.get(k, 0) <= KEPT_CHW_BYTES]
+    kept_chw = tuple(small) if frame_cache and cfg.memory_format != "channels_last" else ()
+    why["kept_chw"] = (f"host cameras laid out channels-first, frames of at most {KEPT_CHW_BYTES >> 10} KiB: later "
+                       "epochs copy frames in the batch's order" if kept_chw
+                       else "no decoded-frame cache" if not frame_cache
                        else "memory_format='channels_last': the batch's order is the decoder's (H, W, 3)"
-                       if cfg.memory_format == "channels_last" else "no camera on host frames that the cache keeps")
+                       if cfg.memory_format == "channels_last"
+                       else f"no camera on host frames that the cache keeps with frames of at most "
+                            f"{KEPT_CHW_BYTES >> 10} KiB")
     # Host frames are output-sized: one batch ahead per worker plus one keeps the workers busy (measured as fast as
     # 2 per worker, 2-core VM) at less memory.
     if cfg.prefetch_batches is not None:

@@ -150,7 +150,8 @@ def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
 
     facts = Facts(routes=routes, gpu=node.gpu is not None, gpu_engines=node.gpu.nvdec_engines if node.gpu else None,
                   cuda_batches=node.gpus > 0, local=is_local(meta.data_fs), episodes=meta.num_episodes,
-                  cpu_count=os.cpu_count() or 1)
+                  cpu_count=os.cpu_count() or 1,
+                  frame_bytes={k: 3 * c.height * c.width for k, c in meta.cameras.items() if k in routes})
     return resolve(LoaderConfig(), facts).describe()
 
 
