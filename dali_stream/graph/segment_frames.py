@@ -63,14 +63,14 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
                               lambda got: decode([(s, np.arange(len(s.pts_s))) for s in got]) if decode is not None
                               else [torchcodec_tensor(s, np.arange(len(s.pts_s)), cache).numpy() for s in got])
     rest = [a for a in asks if a.missing and a.seg.uid not in whole]
-    parts: Iterable[tuple]
-    if decode is not None:  # every segment's frames in one call
+    decoded_of: Callable[[_Ask], np.ndarray]
+    if decode is not None:  # every segment's frames in one call, taken in `rest`'s order below
         done = iter(decode([(a.seg, a.wanted[a.missing]) for a in rest]))
-        parts = [(*a[1:], None if not a.missing else whole[a.seg.uid][a.wanted[a.missing]] if a.seg.uid in whole
-                  else next(done)) for a in asks]
-    else:
-        parts = ((*a[1:], None if not a.missing else whole[a.seg.uid][a.wanted[a.missing]] if a.seg.uid in whole
-                  else torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy()) for a in asks)
+        decoded_of = lambda a: next(done)  # noqa: E731
+    else:  # torchcodec, segment after segment as the parts are laid out
+        decoded_of = lambda a: torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy()  # noqa: E731
+    parts: Iterable[tuple] = ((*a[1:], None if not a.missing else whole[a.seg.uid][a.wanted[a.missing]]
+                               if a.seg.uid in whole else decoded_of(a)) for a in asks)
     if resize is not None:  # every segment decoded first, then one call resizes them all
         parts = list(parts)
         raw = [part[-1] for part in parts if part[-1] is not None]
