@@ -69,15 +69,26 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         decoded_of = lambda a: next(done)  # noqa: E731
     else:  # torchcodec, segment after segment as the parts are laid out
         decoded_of = lambda a: torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy()  # noqa: E731
-    parts: Iterable[tuple] = ((*a[1:], None if not a.missing else whole[a.seg.uid][a.wanted[a.missing]]
-                               if a.seg.uid in whole else decoded_of(a)) for a in asks)
+    def pixels(a: _Ask) -> np.ndarray | None:
+        if not a.missing:
+            return None
+        if a.seg.uid not in whole:
+            return decoded_of(a)
+        # an open episode's frames: without the cache and a resize, the held frames themselves (read, not copied)
+        return whole[a.seg.uid] if a.names is None and resize is None else whole[a.seg.uid][a.wanted[a.missing]]
+
+    parts: Iterable[tuple[_Ask, Any]] = ((a, pixels(a)) for a in asks)
     if resize is not None:  # every segment decoded first, then one call resizes them all
         parts = list(parts)
-        raw = [part[-1] for part in parts if part[-1] is not None]
+        raw = [part[1] for part in parts if part[1] is not None]
         if raw:
             resized = iter(np.split(resize([f for r in raw for f in r]), np.cumsum([len(r) for r in raw])[:-1]))
-            parts = [(*part[:-1], None if part[-1] is None else next(resized)) for part in parts]
-    for members, wanted, names, found, missing, decoded in parts:
+            parts = [(part[0], None if part[1] is None else next(resized)) for part in parts]
+    for a, decoded in parts:
+        members, wanted, names, found, missing = a[1:]
+        if decoded is not None and len(decoded) > len(wanted):  # every frame held of the episode: index them all
+            yield members, np.arange(len(decoded)), decoded, len(missing)
+            continue
         order = wanted.tolist()
         if decoded is None:  # every frame held
             yield members, wanted, [found[i] for i in order], 0
