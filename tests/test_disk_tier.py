@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -352,3 +353,29 @@ def test_s3_epoch_two_reads_the_disk(dataset, local, tmp_path):
     assert one["bytes"] > 0 and two["bytes"] == one["bytes"] and two["disk_bytes_read"] > one["disk_bytes_read"]
     identities = [p.read_text() for p in (tmp_path / "disk").rglob("identity")]
     assert identities and all(i.split("\n")[2] for i in identities), "each file named with its ETag"
+
+
+def test_a_dead_ranks_claim_beside_a_written_block_is_removed_by_the_next_reader(tmp_path):
+    """A rank killed after writing a block and before releasing its claim leaves the claim beside the block; no
+    fetch asks about that block again, so the next process to read the file removes it (a live holder's claim and
+    another host's fresh one stay)."""
+    from dali_stream.source.storage import RemoteOptions, open_fs
+
+    root = tmp_path / "remote"
+    root.mkdir()
+    payload = os.urandom(600_000)
+    (root / "blob.bin").write_bytes(payload)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid no process holds now
+    with Server(root) as url:
+        fs, base = open_fs(url, RemoteOptions(disk_dir=str(tmp_path / "disk")))
+        assert fs.read_range(f"{base}/blob.bin", 0, len(payload)) == payload
+        (folder,) = {p.parent for p in (tmp_path / "disk").rglob("*.blk")}
+        host = socket.gethostname()
+        (folder / "0.claim").write_text(f"{host}\n{dead.pid}\n")  # the killed rank's, beside block 0
+        (folder / "1.claim").write_text(f"{host}\n{os.getpid()}\n")  # a live holder's
+        (folder / "2.claim").write_text("another-host\n123\n")  # another host's, fresh
+        later, base = open_fs(url, RemoteOptions(disk_dir=str(tmp_path / "disk")))  # a new process's view
+        assert later.read_range(f"{base}/blob.bin", 0, len(payload)) == payload
+        assert later.counts()["disk_damaged"] == 0
+    assert sorted(p.name for p in folder.glob("*.claim")) == ["1.claim", "2.claim"]

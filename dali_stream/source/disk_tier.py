@@ -11,7 +11,8 @@ it, and every later read in this run or the next, by any rank of the node, reads
 - **One fetch per block per node**: a rank claims a block before fetching it (a `.claim` file created exclusively,
   naming host and process); another rank that needs it waits for the block to appear. A claim whose process has
   died (same host: its pid is gone; another host: older than `STALE_S`) is taken over, so a killed rank never
-  leaves a block unfetchable.
+  leaves a block unfetchable; the first time a process reads a file, it removes such dead claims from its folder
+  (one left beside a block its rank wrote before it was killed would otherwise never be looked at again).
 - **Never a partial block**: a block is written to a temporary name and renamed into place; one whose length or
   CRC-32 is wrong (a damaged disk, a file cut short by hand) is counted, deleted and fetched again, never served.
 - **Bounded**: the bytes written are counted in one ledger shared by the node's ranks (`usage`, under `flock`); past
@@ -81,6 +82,7 @@ class DiskTier:
         self.host = socket.gethostname()
         self.writable = True
         self._warned = False
+        self._swept: set[str] = set()  # file folders whose dead claims this process has removed
         self.limit_bytes = 0 if limit_bytes is None else int(limit_bytes)
         try:
             os.makedirs(self.root, exist_ok=True)
@@ -98,6 +100,8 @@ class DiskTier:
         """The bytes of each (start, end) of `spans` of the file named by `identity` (`size` bytes long); `fetch`
         reads (start, end) spans from the remote, all at once."""
         folder = os.path.join(self.root, hashlib.sha256(identity.encode()).hexdigest()[:32])
+        if folder not in self._swept:
+            self._sweep(folder)
         wanted = sorted({b for start, end in spans for b in self._blocks(start, end)})
         blocks = {b: data for b in wanted if (data := self._load(folder, b, size)) is not None}
         missing = [b for b in wanted if b not in blocks]
@@ -241,6 +245,18 @@ class DiskTier:
                 pass
             return False
         return age > STALE_S or (not pid and age > 5.0)  # another host's, or an empty claim left by a crash
+
+    def _sweep(self, folder: str) -> None:
+        """Remove the claims in `folder` whose holders died (`_stale`), once a process: a rank killed between
+        writing a block and releasing its claim leaves one beside the block, which no fetch then asks about."""
+        self._swept.add(folder)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            if name.endswith(".claim") and self._stale(os.path.join(folder, name)):
+                _unlink(os.path.join(folder, name))
 
     def _release(self, folder: str, b: int) -> None:
         _unlink(os.path.join(folder, f"{b}.claim"))
