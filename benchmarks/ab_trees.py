@@ -3,9 +3,10 @@ change that must not cost speed (a refactor: "after / before >= 0.97").
 
     python benchmarks/ab_trees.py --rev REV [--rounds 3] [--out DIR] -- [bench arguments ...]
 
-The earlier tree is checked out with `git worktree` into a temporary folder and run from there by the same
-interpreter (its `dali_stream` first on PYTHONPATH, and `-P` keeps the working folder off `sys.path`); the rounds alternate which tree runs first. Reported: each
-tree's samples/s per round, their medians and ranges, and the ratio of the medians, as a table and `ab.json`.
+The earlier tree is checked out with `git worktree` into a temporary folder and run from there by the same interpreter
+(its `dali_stream` first on PYTHONPATH, and `-P` keeps the working folder off `sys.path`); the rounds alternate which
+tree runs first. Reported: each tree's samples/s per round, their medians and ranges, and the ratio of the medians, as a
+table and `ab.json`.
 """
 
 from __future__ import annotations

@@ -12,18 +12,18 @@ evict), at bounds of 1/4, 1/2 and 9/10 of the dataset's frames, for a pool of 16
 
 `epochs`: samples/s of epochs 1, 2 and 3 with the cache (epoch 2 also decodes the frames of epoch 1's dropped last
 batch, `drop_last`: epoch 3 reads every frame it shows), against the loader without it (epoch 1's draws) and a
-lerobot-style DataLoader (`tools/baseline.py`), on DATASET (default: the bench's `av1-quick` sample, two 640x480
-AV1 cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (`--image-dtype float32`: lerobot's
-default images, in [0, 1]; `--memory-format`: the layout, CHW by default); each configuration a process of its own, alternated over `--runs` rounds (median and range); each
-process's peak RSS. Then the spill: a memory bound of a quarter of the decoded dataset and `frame_cache_dir` in a
-temporary folder: epoch 2 (from memory and disk) against epoch 1. With them, what a new 4 KB page costs this
-machine (`first_touch_us`) and the CPU seconds epoch 1 spends on the kept frames' pages, against epoch 1's CPU
-without the cache (which reuses its pages where the cache keeps them). `--resize H W`: every loader resizes (the
-DataLoader does not: it decodes as before), and the cache keeps frames resized by the workers
-(`Resolved.shaped_on_workers`); the bound is then 1.1x the resized frames. `--decode`: the loaders' `decode=`
-(default cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without the cache and on the
-workers with it). `--partial`: a dataset that does not fit: the loader without the cache against one whose bound
-holds a quarter of the frames and no folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
+lerobot-style DataLoader (`tools/baseline.py`), on DATASET (default: the bench's `av1-quick` sample, two 640x480 AV1
+cameras as lerobot writes them, GOP 2, crf 30), batch 16, 2 workers, uint8 (`--image-dtype float32`: lerobot's default
+images, in [0, 1]; `--memory-format`: the layout, CHW by default); each configuration a process of its own, alternated
+over `--runs` rounds (median and range); each process's peak RSS. Then the spill: a memory bound of a quarter of the
+decoded dataset and `frame_cache_dir` in a temporary folder: epoch 2 (from memory and disk) against epoch 1. With them,
+what a new 4 KB page costs this machine (`first_touch_us`) and the CPU seconds epoch 1 spends on the kept frames' pages,
+against epoch 1's CPU without the cache (which reuses its pages where the cache keeps them). `--resize H W`: every
+loader resizes (the DataLoader does not: it decodes as before), and the cache keeps frames resized by the workers
+(`Resolved.shaped_on_workers`); the bound is then 1.1x the resized frames. `--decode`: the loaders' `decode=` (default
+cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without the cache and on the workers with it).
+`--partial`: a dataset that does not fit: the loader without the cache against one whose bound holds a quarter of the
+frames and no folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
 baseline, spill), e.g. `plain,cached` for epoch 2 over epoch 1 alone. `--rev REV`: the plain and cached loaders of
 an earlier commit (a `git worktree`) alternate with this tree's, and their ratios are taken round by round.
 """

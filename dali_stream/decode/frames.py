@@ -6,16 +6,16 @@ plan and the episode's table rows alone, so a batch whose frames are all held is
 its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
 no time), of how its frames are kept (`kept_as`: the route that decodes them, the sizes they are resized and
-cropped to, their order) and of this module's `FORMAT`, so a video file rewritten in place, or frames decoded by another route,
-are other names: a stale frame is never served.
+cropped to, their order) and of this module's `FORMAT`, so a video file rewritten in place, or frames decoded by
+another route, are other names: a stale frame is never served.
 
 Frames are the route's decoded pixels (a CPU route's: `Route.cached`; DALI's CPU decoder then runs on the workers,
-`Resolved.dali_on_workers`), (H, W, 3) uint8 — or (3, H, W) for a camera laid out channels-first on host frames
-(`Resolved.kept_chw`: the batch's own order, so later epochs copy instead of transposing) — before anything the graph or the caller does with them
-(dtype, normalisation, `augment`, `image_transforms`) — resized and cropped first where `resize` or `crop` is set
-and the workers do it (`Resolved.shaped_on_workers`: DALI's own operators on the CPU, the graph's pixels), else
-before resize and crop: a cached batch is the uncached batch of the same plan, bit for bit, and augmentation stays
-random per epoch.
+`Resolved.dali_on_workers`), (H, W, 3) uint8 — or (3, H, W) for a small camera laid out channels-first on host frames
+(`Resolved.kept_chw`: the batch's own order, so later epochs copy instead of transposing) — before anything the graph or
+the caller does with them (dtype, normalisation, `augment`, `image_transforms`) — resized and cropped first where
+`resize` or `crop` is set and the workers do it (`Resolved.shaped_on_workers`: DALI's own operators on the CPU, the
+graph's pixels), else before resize and crop: a cached batch is the uncached batch of the same plan, bit for bit, and
+augmentation stays random per epoch.
 
 Where they are kept:
 - in memory, up to `frame_cache_bytes`. A frame is admitted while there is room and never evicted: over a
@@ -82,10 +82,10 @@ _SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
 
 
 def read_frame(path: str) -> np.ndarray | None:
-    """The uint8 frame ((H, W, 3) or (3, H, W)) `np.save` wrote to `path`, read into an array of its own; None where there is none
-    or the file is not one (or is shorter than its header says). Its header is read here, not by `np.load`, which parses it with `ast.literal_eval`: CPython 3.11's
-    parser keeps its recursion depth in shared state, and two builder threads loading at once raised
-    `SystemError: AST constructor recursion depth mismatch`."""
+    """The uint8 frame ((H, W, 3) or (3, H, W)) `np.save` wrote to `path`, read into an array of its own; None where
+    there is none or the file is not one (or is shorter than its header says). Its header is read here, not by
+    `np.load`, which parses it with `ast.literal_eval`: CPython 3.11's parser keeps its recursion depth in shared state,
+    and two builder threads loading at once raised `SystemError: AST constructor recursion depth mismatch`."""
     try:
         with open(path, "rb", buffering=0) as f:
             head = f.read(10)
@@ -243,9 +243,9 @@ class FrameCache:
         return all(k in self._frames or (self.folder is not None and os.path.exists(self._path(k))) for k in names)
 
     def put(self, keys: list[tuple[str, int]], frames: np.ndarray | list[np.ndarray]) -> None:
-        """Keep `frames` ((N, H, W, 3) or (N, 3, H, W), or N arrays viewing one), frame n under `keys[n]`, in memory while
-        there is room (as they are where all of them fit: nothing copied; copies of those that fit otherwise, so the
-        rest is not held), the others in the folder."""
+        """Keep `frames` ((N, H, W, 3) or (N, 3, H, W), or N arrays viewing one), frame n under `keys[n]`, in memory
+        while there is room (as they are where all of them fit: nothing copied; copies of those that fit otherwise, so
+        the rest is not held), the others in the folder."""
         with self._lock:
             room = [n for n, k in enumerate(keys) if k not in self._frames]
             admitted = []

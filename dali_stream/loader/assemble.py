@@ -22,7 +22,7 @@ from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
 from ..decode.episode_frames import EpisodeFrames, Released
-from ..decode.frames import FrameCache, episode_held, kept_as, kept_bytes, room_warning, stamper
+from ..decode.frames import FrameCache, episode_held, frame_bytes, kept_as, kept_bytes, room_warning, stamper
 from ..decode.node import Node
 from ..decode.route import ROUTES, keys_where, route
 from ..errors import InstallError
@@ -105,7 +105,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   cuda_batches=placement.torch_device.startswith("cuda"), local=local,
                                   episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
                                   cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture,
-                                  frame_bytes={k: 3 * int(np.prod(catalog.fields[k].shape[:2])) for k in routes}))
+                                  frame_bytes={k: frame_bytes(*catalog.fields[k].shape[:2]) for k in routes}))
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
                              drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames,
@@ -172,8 +172,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
 def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], resolved: Resolved,
                 resizers: Mapping[str, Resizer], image_ops: ImageOps, world: World) -> FrameCache:
     """The decoded-frame cache (`decode.frames`) for the cameras whose routes it serves, each labelled by what it
-    keeps (as decoded, or resized first by the workers; in the batch's order, `Resolved.kept_chw`); warned where the node's memory would not hold it, and
-    where cameras it cannot serve are decoded every epoch."""
+    keeps (as decoded, or resized first by the workers; in the batch's order: `Resolved.kept_chw`); warned where
+    the node's memory would not hold it, and where cameras it cannot serve are decoded every epoch."""
     labels = {k: kept_as(r, resizers[k].label() if k in resizers else None, k in resolved.kept_chw)
               for k, r in routes.items() if route(r).cached}
     frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,
