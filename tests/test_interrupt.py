@@ -154,22 +154,23 @@ def test_ctrl_c_at_random_moments_of_the_start_ends_the_process_promptly(dataset
 def test_ctrl_c_while_an_epoch_ends_is_not_swallowed(dataset):
     """At an epoch's end the pieces cut ahead that nobody took are waited for and dropped (`drop_ahead`); a Ctrl-C
     landing in that wait is the caller's, not one of the pieces' errors to forget (it was caught with them, and a
-    training loop went on into the next epoch). The wait is a real piece future whose `result` is interrupted."""
-    from concurrent.futures import Future
-
+    training loop went on into the next epoch). The wait is a real batch task, begun, whose wait is interrupted."""
     from dali_stream import StreamLoader
+    from dali_stream.fetch.pieces import _BatchTask
 
-    class Interrupted(Future):
-        def result(self, timeout=None):
+    class Interrupted(_BatchTask):
+        def outcome(self, n):
             raise KeyboardInterrupt
+
+    def fails(asks):
+        raise ValueError("a piece's own error: nobody asked for it")
 
     with StreamLoader(str(dataset), batch_size=4, num_workers=0, decode="cpu", device="cpu",
                       segment_bytes=1) as loader:
-        running = Interrupted()
-        running.set_running_or_notify_cancel()  # running: cancel() fails, so drop_ahead waits for it
-        failed = Future()
-        failed.set_running_or_notify_cancel()
-        failed.set_exception(ValueError("a piece's own error: nobody asked for it"))
+        running = Interrupted(["ask"])
+        running.claim()  # begun: drop_ahead waits for it
+        failed = _BatchTask(["ask"])
+        assert failed.run(fails)
         loader.stages.store.pieces._ahead.update({"failed": (failed, 0), "interrupted": (running, 0)})  # (a batch's task, place)
         with pytest.raises(KeyboardInterrupt):
             loader.stages.store.drop_ahead()

@@ -5,6 +5,7 @@ bytes; and a batch's pieces of long episodes are read this way, fewer reads than
 from __future__ import annotations
 
 import random
+import threading
 
 import numpy as np
 import pytest
@@ -144,3 +145,29 @@ def test_a_piece_written_alone_is_the_mp4_of_its_samples(long_dataset):
         idx = piece.frame_indices(query, loader.config.tolerance_s, "test")
         episode = int(loader.meta.episodes["episode_index"][1])
         assert [read_ids(f) for f in torchcodec_frames(piece, idx)] == [(episode, int(f)) for f in frames]
+
+
+def test_a_builder_runs_its_batchs_piece_task_when_no_piece_thread_has_begun_it(long_dataset):
+    """Every piece thread busy (held here on an event), each builder finds its batch's task not begun and runs it
+    itself: the batch's pieces still come from coalesced reads, not one read a sample, and every frame is right."""
+    from dali_stream.tools.paint import read_ids
+
+    with StreamLoader(str(long_dataset), batch_size=16, episode_pool_size=2, segment_bytes=1, device="cpu",
+                      num_workers=1, image_dtype="uint8", seed=2) as loader:
+        store = loader.stages.store
+        counting = store.files[0].ranges = Counting(store.files[0].ranges)
+        release = threading.Event()
+        pool = store.pieces._pool
+        held = [pool.submit(release.wait) for _ in range(pool._max_workers)]
+        try:
+            for _, batch in zip(range(4), loader):
+                for image, ep, fr in zip(batch["observation.images.front"], batch["episode_index"],
+                                         batch["frame_index"]):
+                    assert read_ids(image.numpy()) == (int(ep), int(fr))
+            stats = store.stats
+            assert stats.batches_taken_over >= 4 and stats.pieces_ahead >= 4 * 16, vars(stats)
+            assert counting.reads < stats.pieces_cut / 2, (counting.reads, stats.pieces_cut)
+        finally:
+            release.set()
+            for h in held:
+                h.result()

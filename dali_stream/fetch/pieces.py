@@ -4,13 +4,15 @@ not fetched whole; each sample gets a piece cut from the file's index for its fr
 
 The loader asks for the pieces of the batches its builders are about to build (`cut_ahead`), so the piece threads
 read them while earlier batches decode (on a remote source: requests in parallel, not one per sample in the
-builder); a builder that finds its piece not yet begun cuts it itself (`EpisodeStore.segment_for`).
+builder). A builder that finds its batch's task not begun (the piece threads busy, or starved of CPU) runs the task
+itself: its reads are coalesced all the same. Where no task was asked for, the builder cuts its piece alone
+(`EpisodeStore.segment_for`).
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
@@ -46,6 +48,55 @@ class PieceCut:
     codec: str
 
 
+class _BatchTask:
+    """One batch's pieces (`Pieces._pieces` of its `asks`), run once: by a piece thread, or by the builder that asks
+    for one of them first (`take`). `result`: a result per ask, or the exception the task raised."""
+
+    def __init__(self, asks: list) -> None:
+        self.asks = asks
+        self._claim = threading.Lock()
+        self._claimed = False
+        self.done = threading.Event()
+        self.result: list | BaseException = []
+
+    def claim(self) -> bool:
+        """Whether this caller runs the task (nobody did yet); from now on nobody else will."""
+        with self._claim:
+            claimed, self._claimed = self._claimed, True
+        return not claimed
+
+    def run(self, pieces: Callable[[list], list]) -> bool:
+        """Run the task here unless somebody claimed it already: whether it ran here."""
+        if not self.claim():
+            return False
+        try:
+            self.result = pieces(self.asks)
+        except Exception as exc:  # noqa: BLE001 - every taker of the batch raises it
+            self.result = exc
+        except BaseException:  # a Ctrl-C landing in a builder running it is the caller's alone: raised here once,
+            self.result = [None] * len(self.asks)  # and the other asks' builders cut their own
+            raise
+        finally:
+            self.done.set()
+        return True
+
+    def cancel(self) -> bool:
+        """Whether the task was not begun: it never will be, and every ask's result is None (its builder cuts its
+        own)."""
+        if not self.claim():
+            return False
+        self.result = [None] * len(self.asks)
+        self.done.set()
+        return True
+
+    def outcome(self, n: int) -> Any:
+        """Ask `n`'s result once the task is done (raises what the task raised)."""
+        self.done.wait()
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result[n]
+
+
 class Pieces:
     """The piece cutter of an `EpisodeStore` (module doc): `limit` (None: every camera fetched whole), its own
     `workers` threads (a piece waits for its episode's rows, which the fetch threads bring, so sharing those
@@ -63,7 +114,7 @@ class Pieces:
             if workers > 0 and limit is not None else None
         # caller's key -> (the task cutting its batch's pieces, its place in the task's result: the piece, None when
         # the camera is fetched whole after all, or the cut's error)
-        self._ahead: dict[Hashable, tuple[Future[list], int]] = {}
+        self._ahead: dict[Hashable, tuple[_BatchTask, int]] = {}
         self.ahead_bytes = 0  # bytes of pieces cut ahead and not taken yet
         self.log: list | None = None  # a list: each piece cut appends its key (benchmarks' exact accounting)
 
@@ -100,16 +151,18 @@ class Pieces:
         return end - start > self.limit
 
     def take(self, key: Hashable) -> Segment | None:
-        """The piece `cut_ahead` began under `key` (waited for), or None: none was begun, or its batch's task had
-        not started (cancelled here: its builder cuts every piece of it), or the camera is fetched whole."""
+        """The piece `cut_ahead` asked for under `key`, or None: none was asked for, or the camera is fetched whole.
+        Its batch's task not begun yet, it runs here, on the builder's thread (its reads coalesced as on a piece
+        thread); begun, it is waited for."""
         with self._lock:
             ahead = self._ahead.pop(key, None)
         if ahead is None:
             return None
         batch, n = ahead
-        if batch.cancel():
-            return None
-        piece = batch.result()[n]
+        if batch.run(self._pieces):
+            with self._lock:
+                self.stats.batches_taken_over += 1
+        piece = batch.outcome(n)
         if isinstance(piece, BaseException):
             raise piece  # the cut's error, as a cut by the builder would raise it
         if piece is not None:
@@ -165,17 +218,19 @@ class Pieces:
         """Begin cutting, on a piece thread, the pieces a batch's samples will ask for: per (key, pos, camera,
         query_of) the piece of episode `pos`'s `camera` for the file times `query_of(rows)` (rows: the episode's
         table rows; None: no piece wanted), for `take(key)`. One task for the batch, its reads coalesced and, on a
-        remote store, in flight together (`fetch.spans`). Nothing to do for a camera fetched whole, known once its episode is fetched
-        (without piece threads: never)."""
+        remote store, in flight together (`fetch.spans`), run by a piece thread or by the batch's builder, whichever
+        comes first. Nothing to do for a camera fetched whole, known once its episode is fetched (without piece
+        threads: never)."""
         if self._pool is None:
             return
         entries = self.entries_of([ask[1] for ask in asks])
         wanted = [ask for ask in asks if _may_cut(entries.get(ask[1]), ask[2])]
         if not wanted:
             return
+        batch = _BatchTask(wanted)
         with self._lock:
             try:
-                batch = self._pool.submit(self._pieces, wanted)
+                self._pool.submit(batch.run, self._pieces)
             except RuntimeError:  # closing: the builders cut their own
                 return
             for n, ask in enumerate(wanted):
@@ -216,13 +271,12 @@ class Pieces:
                 continue
             for (n, cut), (at, data) in zip(planned, reads):
                 try:
-                    out[n] = piece = self.make(cut, data, at)
+                    out[n] = self.make(cut, data, at)
                 except Exception as exc:  # noqa: BLE001 - its builder raises it
                     out[n] = exc
-                    continue
-                with self._lock:
-                    self.ahead_bytes += piece.nbytes
-                    self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self.ahead_bytes)
+        with self._lock:  # counted once they are the task's result (a Ctrl-C before leaves none held)
+            self.ahead_bytes += sum(piece.nbytes for piece in out if isinstance(piece, Segment))
+            self.stats.pieces_ahead_peak = max(self.stats.pieces_ahead_peak, self.ahead_bytes)
         return out
 
     def drop_ahead(self) -> None:
@@ -233,7 +287,7 @@ class Pieces:
             if batch.cancel():
                 continue
             try:
-                piece = batch.result()[n]
+                piece = batch.outcome(n)
             except Exception:  # noqa: BLE001 - nobody asked for it: its error is nobody's. Not BaseException: a
                 continue       # Ctrl-C landing in this wait (an epoch's end) must stop the loop, not be dropped
             if not isinstance(piece, Segment):

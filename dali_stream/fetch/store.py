@@ -45,7 +45,8 @@ class StoreStats:
     evictions: int = 0
     pieces_cut: int = 0  # pieces of long episodes cut for samples (`segment_for`)
     piece_bytes: int = 0  # their bytes
-    pieces_ahead: int = 0  # of them, cut by the piece threads before a builder asked (`cut_ahead`)
+    pieces_ahead: int = 0  # of them, cut by their batch's task (`cut_ahead`), reads coalesced
+    batches_taken_over: int = 0  # of those tasks, run by their builder: no piece thread had begun it
     pieces_dropped: int = 0  # cut ahead, never asked for (the epoch stopped first)
     pieces_ahead_peak: int = 0  # most bytes of pieces cut ahead held at once, waiting for their builders
     retired_dropped: int = 0  # episodes dropped when retired: this rank's epoch would not fit the cache (`unpin`)
@@ -218,7 +219,8 @@ class EpisodeStore:
     def segment_for(self, pos: int, camera: str, query_s, key: Hashable = None) -> Segment:
         """A segment holding the frames shown at file times `query_s` (one sample's): the episode's whole segment,
         or for a long episode's camera a piece cut for them alone (used for its batch; its bytes are not cached): the
-        one `cut_ahead` began under `key` (waited for), or, not begun yet, cut here."""
+        one `cut_ahead` asked for under `key` (its batch's task waited for, or run here if no piece thread began it),
+        or, none asked for, cut here."""
         entry = self._ready(pos)
         piece = self.pieces.take(key) if key is not None else None
         if piece is not None:
