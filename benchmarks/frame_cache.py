@@ -22,9 +22,11 @@ against epoch 1's CPU without the cache (which reuses its pages where the cache 
 loader resizes (the DataLoader does not: it decodes as before), and the cache keeps frames resized by the workers
 (`Resolved.shaped_on_workers`); the bound is then 1.1x the resized frames. `--decode`: the loaders' `decode=` (default
 cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without the cache and on the workers with it).
-`--partial`: a dataset that does not fit: the loader without the cache against one whose bound holds a quarter of the
+`floor`: the layout alone, the same batches' frames laid out from memory by the loader's own `graph.host.lay_out` on
+2 threads into reused buffers, nothing else (`_floor`): what a later epoch could reach on this machine at best, and
+epoch 2 and 3 against it. `--partial`: a dataset that does not fit: the loader without the cache against one whose bound holds a quarter of the
 frames and no folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
-baseline, spill), e.g. `plain,cached` for epoch 2 over epoch 1 alone. `--rev REV`: the plain and cached loaders of
+baseline, spill, floor), e.g. `plain,cached` for epoch 2 over epoch 1 alone. `--rev REV`: the plain and cached loaders of
 an earlier commit (a `git worktree`) alternate with this tree's, and their ratios are taken round by round.
 """
 
@@ -35,6 +37,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -137,9 +140,56 @@ def _child(dataset: str, kind: str, cache_bytes: int, folder: str | None, layout
             "routes": dict(loader.routes)}
 
 
+def _floor(dataset: str, layout: str = "contiguous", dtype: str = "uint8", batch: int = 16, threads: int = 2,
+           epochs: int = 3) -> dict:
+    """The layout's floor: an epoch's batches laid out from frames in memory as the cache holds them (every camera's
+    every frame, (H, W, 3), or (3, H, W) where the loader keeps them so: `Resolved.kept_chw`), by the loader's own
+    `graph.host.lay_out` into reused batch buffers on `threads` threads, and nothing else: no plan, decode, tables
+    or hand-off. What a later epoch from the cache could reach on this machine at best (its memory's speed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dali_stream.decode.frames import frame_bytes
+    from dali_stream.graph.host import host_dtype, host_shape, lay_out
+    from dali_stream.graph.imageops import ImageOps
+    from dali_stream.loader.resolve import KEPT_CHW_BYTES
+    from dali_stream.meta.dataset import DatasetMeta
+
+    meta = DatasetMeta.open(dataset)
+    ops = ImageOps.make(dtype=dtype, channels_last=layout == "channels_last")
+    n = meta.total_frames
+    cams = []  # (frames, chw): every frame written once, so that each is in memory of its own as the cache's are
+    for cam in meta.cameras.values():
+        chw = not ops.channels_last and frame_bytes(cam.height, cam.width, None) <= KEPT_CHW_BYTES
+        shape = (n, 3, cam.height, cam.width) if chw else (n, cam.height, cam.width, 3)
+        cams.append((np.full(shape, 7, np.uint8), chw))
+    order = np.random.default_rng(0).permutation(n)[:n - n % batch].reshape(-1, batch)
+    local = threading.local()
+
+    def build(samples: np.ndarray) -> None:
+        bufs = getattr(local, "bufs", None)
+        if bufs is None:  # a few buffers per thread, reused as the loader's pool reuses them
+            bufs = local.bufs = [[np.empty(host_shape(ops, batch, 1, *f.shape[-2:] if chw else f.shape[1:3]),
+                                           host_dtype(ops)) for f, chw in cams] for _ in range(3)]
+            local.turn = 0
+        local.turn = (local.turn + 1) % len(bufs)
+        for out, (frames, chw) in zip(bufs[local.turn], cams):
+            lay_out(out, [frames[i] for i in samples], ops, chw)
+
+    rates = []
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(epochs):
+            t0 = time.perf_counter()
+            list(pool.map(build, order))
+            rates.append(order.size / (time.perf_counter() - t0))
+    return {"epochs": rates, "samples": int(order.size)}
+
+
 def _run(dataset: str, kind: str, cache_bytes: int = 0, folder: str | None = None, layout: str = "contiguous",
          resize: tuple[int, int] | None = None, decode: str = "cpu", dtype: str = "uint8", tree: Path = ROOT) -> dict:
     """One configuration in a process of its own, running `tree`'s `dali_stream` (its working folder)."""
+    if kind == "floor":
+        return child(f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); from frame_cache import _floor; "
+                     f"RESULT = _floor({dataset!r}, {layout!r}, {dtype!r})", cwd=tree)
     return child(f"import sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); from frame_cache import _child; "
                  f"RESULT = _child({dataset!r}, {kind!r}, {cache_bytes}, {folder!r}, {layout!r}, {resize!r}, "
                  f"{decode!r}, {dtype!r})", cwd=tree)
@@ -171,7 +221,7 @@ def _decoded_bytes(dataset: str, resize: tuple[int, int] | None = None) -> int:
     return decoded_bytes(DatasetMeta.open(dataset), ImageOps.make(resize=resize) if resize else None)
 
 
-ALL = ("plain", "cached", "baseline", "spill")
+ALL = ("plain", "cached", "baseline", "spill", "floor")
 PARTIAL = ("plain", "partial")
 
 
@@ -222,6 +272,7 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
         return spread(values) if values else None
 
     plain, base = col("plain", 0), col("baseline", 0)
+    floor = [float(np.median(x["epochs"][1:])) for x in rows.get("floor", [])]  # its first epoch warms up
     e1, e2, e3, s1, s2 = col("cached", 0), col("cached", 1), col("cached", 2), col("spill", 0), col("spill", 1)
     touch = first_touch_us()
     touch_cpu_s, cores = touch * decoded / 4096 / 1e6, len(os.sched_getaffinity(0))
@@ -234,6 +285,10 @@ def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize:
         "epoch2_over_epoch1": med(b / a for a, b in zip(e1, e2)),
         "epoch3_samples_per_s": med(e3), "epoch3_over_epoch1": med(b / a for a, b in zip(e1, e3)),
         "epoch2_over_baseline": med(b / a for a, b in zip(base, e2)),
+        # the layout alone from frames in memory (`_floor`, its later epochs): the most a later epoch could run here
+        "floor_samples_per_s": med(floor), "epoch2_over_floor": med(b / a for a, b in zip(floor, e2)),
+        "epoch3_over_floor": med(b / a for a, b in zip(floor, e3)),
+        "floor_over_epoch1": med(b / a for a, b in zip(e1, floor)),
         "epoch1_over_plain": med(b / a for a, b in zip(plain, e1)),
         "peak_rss_mb": {k: spread(x["peak_rss_mb"] for x in v) for k, v in rows.items()},
         "spill_epoch2_over_epoch1": med(b / a for a, b in zip(s1, s2)),
