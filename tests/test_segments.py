@@ -37,6 +37,27 @@ def test_every_frame_of_every_episode_by_pts(four_codec_dataset, camera):
             assert seg.nbytes < meta.fs.size(meta.video_file(pos, key))
 
 
+def test_one_frame_asks_find_the_frames_a_window_finds(four_codec_dataset):
+    """A sample without a window asks one time (`frame_indices`' bisect path): the same index as the same time asked
+    within a window (the numpy path), at every frame and between frames; a time beyond the tolerance raises the
+    same error naming the episode, camera and times."""
+    from dali_stream.errors import FrameTimestampError
+
+    meta = DatasetMeta.open(str(four_codec_dataset))
+    key = "observation.images.side"
+    seg = _cut(meta, 1, key)
+    start, gap = float(meta.cameras[key].from_timestamp[1]), 1 / meta.fps
+    times = start + np.concatenate([np.arange(int(meta.lengths[1])) * gap + d for d in (0, 0.3 * gap, -0.49 * gap)])
+    window = seg.frame_indices(np.concatenate([times, [start]]), gap / 2, "test")[:-1]
+    assert [int(seg.frame_indices(times[i:i + 1], gap / 2, "test")[0]) for i in range(len(times))] == window.tolist()
+    assert seg.frame_indices(times[:1], gap / 2, "test").dtype == window.dtype
+    late = np.array([float(seg.pts_s[-1]) + 3 * gap])
+    for asked in (late, np.concatenate([late, [start]])):  # one time, and in a window
+        with pytest.raises(FrameTimestampError, match=r"episode 1, camera 'observation.images.side' \(test\): no "
+                                                      r"frame within tolerance_s="):
+            seg.frame_indices(asked, gap / 2, "test")
+
+
 def test_missing_file(four_codec_dataset):
     meta = DatasetMeta.open(str(four_codec_dataset))
     with pytest.raises(VideoFileError, match=r"is missing \(episode 2, camera 'observation.images.front'\)"):

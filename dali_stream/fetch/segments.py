@@ -15,6 +15,7 @@ two give the same packets (bytes, pts, dts, duration, keyframes); the indexed cu
 
 from __future__ import annotations
 
+import bisect
 import functools
 import io
 import itertools
@@ -106,8 +107,19 @@ class Segment:
                 self._resets = found
             return self._resets
 
+    @functools.cached_property
+    def _pts_list(self) -> list[float]:
+        """`pts_s` as Python floats, for `frame_indices`' one-frame asks."""
+        return self.pts_s.tolist()
+
     def frame_indices(self, query_s: np.ndarray, tolerance_s: float, what: str) -> np.ndarray:
         """Index of the frame whose pts is nearest each query time; error if one is farther than tolerance."""
+        if len(query_s) == 1 and len(self.pts_s) > 1:  # a sample without a window: the same answer by `bisect` on
+            q, pts = float(query_s[0]), self._pts_list  # floats, ~1/6 of the numpy calls' time (asked a camera a sample)
+            pos = min(max(bisect.bisect_left(pts, q), 1), len(pts) - 1)
+            k = pos - 1 if abs(q - pts[pos - 1]) <= abs(pts[pos] - q) else pos
+            if abs(pts[k] - q) <= tolerance_s:
+                return np.array([k], dtype=np.int32)
         query_s = np.asarray(query_s, dtype=np.float64)
         pos = np.searchsorted(self.pts_s, query_s).clip(1, len(self.pts_s) - 1)
         left, right = self.pts_s[pos - 1], self.pts_s[pos]

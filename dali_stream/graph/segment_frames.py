@@ -128,7 +128,8 @@ class _Ask(NamedTuple):
 def _ask(seg, members: list[int], idx, cached: list | None) -> _Ask:
     if isinstance(seg, Held):
         return _Ask(seg, members, np.arange(len(seg.pictures)), None, dict(enumerate(seg.pictures)), [])
-    wanted = np.unique(np.concatenate([idx[j] for j in members]))
+    asked = [idx[j] for j in members]  # one sample asking one frame (most, under a pool): no np.unique (~10 µs)
+    wanted = asked[0] if len(asked) == 1 and len(asked[0]) == 1 else np.unique(np.concatenate(asked))
     names: dict[int, set] | None = None
     found: dict[int, np.ndarray] = {}
     if cached is not None:
