@@ -2,6 +2,7 @@
 DataLoader, at the README sample's shape and LIBERO's.
 
     .venv/bin/python benchmarks/small_frames.py [--rounds 3] [--shapes sample-96x128,libero-256x256] [--out FILE]
+    .venv/bin/python benchmarks/small_frames.py --rev REV [--rounds 5] [--out FILE]
 
 The datasets are `host_path.py`'s, written by the project's sample writer in lerobot's recorder mode if missing
 (three 96x128 cameras H.264, AV1, VP9; two 256x256 AV1 cameras at 10 fps). Each run is a process of its own, timed
@@ -19,6 +20,9 @@ from before `import torch`, the configurations alternated round by round:
   once, front to back (the least decode work: the limit of the loader as it now decodes).
 
 Samples/s are over the epoch, from before `import torch` (`with_start`) and from the first batch asked (`epoch`).
+
+`--rev REV`: the `loader` configuration alone, this tree's against commit REV's (a `git worktree`, each run started
+in its own tree), alternated round by round; their ratios within a round.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _common import alternate, child, spread, write_result
+from _common import alternate, child, earlier_tree, spread, write_result
 from host_path import ROOT, SHAPES, dataset
 
 LOADER = r"""
@@ -129,10 +133,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shapes", default=",".join(SHAPES), help=f"of {', '.join(SHAPES)}")
     ap.add_argument("--workers", default="0,1,2", help="the DataLoader's worker counts")
+    ap.add_argument("--rev", help="an earlier commit whose loader alternates with this tree's (the loader alone)")
     ap.add_argument("--out", default="benchmarks/results/cpu-2core-small-frames/small_frames.json")
     args = ap.parse_args(argv)
     shapes = args.shapes.split(",")
     paths = {s: dataset(s) for s in shapes}
+    command = "python benchmarks/small_frames.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.rev:
+        return against(args.rev, shapes, paths, args.rounds, args.out, command)
     samples = {s: child(LOADER, paths[s], "0", cwd=ROOT)["samples"] for s in shapes}  # the epoch's, untimed
     kinds = ["loader", "per-sample", "limit"] + [f"dataloader-{w}" for w in args.workers.split(",")]
     configs = [(shape, kind) for shape in shapes for kind in kinds]
@@ -163,10 +171,25 @@ def main(argv=None) -> int:
                 part[f"{kind} {m} / limit whole"] = spread(runs[kind][r][m] / runs["limit"][r]["whole"] for r in rounds)
                 part[f"{kind} {m} / {best} {m}"] = spread(runs[kind][r][m] / runs[best][r][m] for r in rounds)
         summary[shape] = part
-    result = {"command": "python benchmarks/small_frames.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "rounds": args.rounds, "samples": samples, "summary": summary,
+    result = {"command": command, "rounds": args.rounds, "samples": samples, "summary": summary,
               "runs": {" ".join(c): got[c] for c in configs}}
     print(write_result(args.out, result))
+    return 0
+
+
+def against(rev: str, shapes: list[str], paths: dict, rounds: int, out: str, command: str) -> int:
+    """The loader of this tree against commit `rev`'s, alternated (`--rev`)."""
+    with earlier_tree(rev, ROOT) as before:
+        configs = [(shape, tree) for shape in shapes for tree in ("after", "before")]
+        got = alternate(configs, rounds, lambda c: child(LOADER, paths[c[0]], "auto",
+                                                          cwd=ROOT if c[1] == "after" else before))
+    summary = {shape: {**{f"{tree} {m}": spread(r[m] for r in got[(shape, tree)]) for tree in ("after", "before")
+                          for m in ("with_start", "epoch")},
+                       **{f"after / before {m}": spread(a[m] / b[m] for a, b in zip(got[(shape, "after")],
+                                                                                   got[(shape, "before")]))
+                          for m in ("with_start", "epoch")}} for shape in shapes}
+    print(write_result(out, {"command": command, "rev": rev, "rounds": rounds, "summary": summary,
+                             "runs": {" ".join(c): got[c] for c in configs}}))
     return 0
 
 
