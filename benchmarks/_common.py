@@ -37,6 +37,19 @@ def earlier_tree(rev: str | None, root: Path):
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=root, check=False)
 
 
+def bench_sample(variant: str = "av1-quick") -> str:
+    """The folder of `dali-stream bench --sample VARIANT` under this checkout (`.demo/bench-VARIANT`), written first
+    where it is missing or was written with other settings."""
+    from dali_stream.tools.bench_samples import bench_sample_spec, default_dataset, stale_sample
+    from dali_stream.tools.sample_data import write_sample
+
+    path = Path(__file__).resolve().parents[1] / default_dataset(variant)
+    spec = bench_sample_spec(variant)
+    if stale_sample(path, spec) is not None:
+        write_sample(path, spec, overwrite=True)
+    return str(path)
+
+
 def gpu_test_dataset() -> Path:
     """The dataset of tests/test_gpu.py's `gpu_dataset` fixture (192x160, GOP 16, h264/hevc/av1/vp9 cameras,
     8 episodes of 20-60 frames), written on first use at $GPU_TEST_DATA (default .demo/four-codecs-192x160)."""

@@ -47,7 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import alternate, child, earlier_tree, spread  # noqa: E402
+from _common import alternate, bench_sample, child, earlier_tree, spread  # noqa: E402
 
 
 # ---- policy -----------------------------------------------------------------------------------------------
@@ -228,12 +228,7 @@ PARTIAL = ("plain", "partial")
 def epochs(dataset: str | None, runs: int, out: str | None, layout: str, resize: tuple[int, int] | None = None,
            decode: str = "cpu", configs: tuple[str, ...] = ALL, dtype: str = "uint8", rev: str | None = None) -> None:
     if dataset is None:
-        dataset = str(ROOT / ".demo" / "bench-av1-quick")
-        if not (Path(dataset) / "meta" / "info.json").exists():
-            from dali_stream.tools.bench_samples import bench_sample_spec
-            from dali_stream.tools.sample_data import write_sample
-
-            write_sample(dataset, bench_sample_spec("av1-quick"))
+        dataset = bench_sample("av1-quick")
     decoded = _decoded_bytes(dataset, resize)
     bound = int(decoded * 1.1)
     print(f"{dataset}: decoded frames {decoded / 2**30:.2f} GiB; frame_cache_bytes {bound / 2**30:.2f} GiB", flush=True)

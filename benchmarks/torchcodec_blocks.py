@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import alternate, spread
+from _common import alternate, bench_sample, spread
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / ".demo" / "torchcodec-blocks"
@@ -48,6 +48,8 @@ def dump() -> None:
     """The shapes' segments and samples, from this checkout's loader (torchcodec cameras only)."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    from host_path import dataset
+
     from dali_stream import StreamLoader
     from dali_stream.tools.bench_gpu import window_work
 
@@ -55,13 +57,8 @@ def dump() -> None:
         path = ROOT / folder
         if not (path / "meta/info.json").exists():
             if name == "av1-quick-640x480":
-                from dali_stream.tools.bench_samples import bench_sample_spec
-                from dali_stream.tools.sample_data import write_sample
-
-                write_sample(path, bench_sample_spec("av1-quick"))
+                bench_sample("av1-quick")
             else:
-                from host_path import dataset
-
                 dataset(name)
         loader = StreamLoader(str(path), device="cpu", seed=1, episode_frames_bytes=0)
         keys = [k for k, r in loader.routes.items() if r == "torchcodec"]
