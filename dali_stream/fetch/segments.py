@@ -116,8 +116,8 @@ class Segment:
         """Index of the frame whose pts is nearest each query time; error if one is farther than tolerance."""
         if len(query_s) == 1 and len(self.pts_s) > 1:  # a sample without a window: the same answer by `bisect` on
             q, pts = float(query_s[0]), self._pts_list  # floats, ~1/6 of the numpy calls' time (asked a camera a sample)
-            pos = min(max(bisect.bisect_left(pts, q), 1), len(pts) - 1)
-            k = pos - 1 if abs(q - pts[pos - 1]) <= abs(pts[pos] - q) else pos
+            at = min(max(bisect.bisect_left(pts, q), 1), len(pts) - 1)
+            k = at - 1 if abs(q - pts[at - 1]) <= abs(pts[at] - q) else at
             if abs(pts[k] - q) <= tolerance_s:
                 return np.array([k], dtype=np.int32)
         query_s = np.asarray(query_s, dtype=np.float64)

@@ -69,24 +69,28 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         decoded_of = lambda a: next(done)  # noqa: E731
     else:  # torchcodec, segment after segment as the parts are laid out
         decoded_of = lambda a: torchcodec_tensor(a.seg, a.wanted[a.missing], cache).numpy()  # noqa: E731
-    def pixels(a: _Ask) -> np.ndarray | None:
+    def pixels(a: _Ask) -> tuple[_Ask, np.ndarray | None, bool]:
+        """`a`, its missing frames' pixels (None: none missing) and whether they are rather every frame of the
+        segment by index: an open episode's held frames themselves (read, not copied), where no cache or resize
+        asks for the missing ones alone."""
         if not a.missing:
-            return None
+            return a, None, False
         if a.seg.uid not in whole:
-            return decoded_of(a)
-        # an open episode's frames: without the cache and a resize, the held frames themselves (read, not copied)
-        return whole[a.seg.uid] if a.names is None and resize is None else whole[a.seg.uid][a.wanted[a.missing]]
+            return a, decoded_of(a), False
+        if a.names is None and resize is None:
+            return a, whole[a.seg.uid], True
+        return a, whole[a.seg.uid][a.wanted[a.missing]], False
 
-    parts: Iterable[tuple[_Ask, Any]] = ((a, pixels(a)) for a in asks)
-    if resize is not None:  # every segment decoded first, then one call resizes them all
+    parts: Iterable[tuple[_Ask, np.ndarray | None, bool]] = (pixels(a) for a in asks)
+    if resize is not None:  # every segment decoded first, then one call resizes them all (none is held whole)
         parts = list(parts)
         raw = [part[1] for part in parts if part[1] is not None]
         if raw:
             resized = iter(np.split(resize([f for r in raw for f in r]), np.cumsum([len(r) for r in raw])[:-1]))
-            parts = [(part[0], None if part[1] is None else next(resized)) for part in parts]
-    for a, decoded in parts:
+            parts = [(a, None if px is None else next(resized), every) for a, px, every in parts]
+    for a, decoded, every in parts:
         members, wanted, names, found, missing = a[1:]
-        if decoded is not None and len(decoded) > len(wanted):  # every frame held of the episode: index them all
+        if every and decoded is not None:  # every frame held of the episode: index them all
             yield members, np.arange(len(decoded)), decoded, len(missing)
             continue
         order = wanted.tolist()
