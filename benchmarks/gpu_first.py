@@ -73,6 +73,9 @@ DATA = ROOT / ".demo/gpu-first"
 WHEELS = ROOT / ".devwheels-first"
 WHEEL = "pynvvideocodec==2.2.4"
 BUDGET_MIB = 60
+# What the node does not have, refused where a dry run stands in for it (DALI_STREAM_DENY_IMPORTS): the first call
+# brings nothing but PyNvVideoCodec's wheel
+NOT_ON_THE_NODE = "torchcodec,nvidia,huggingface_hub,rich,accelerate"
 # dataset name -> (codec, sizes over FULL/SMALL): 640x480 H.264 and HEVC, and LIBERO's 256x256 (small frames: does
 # NVDEC's per-frame cost stay below the CPU route's where decode is cheap, or does the host path bind first?)
 DATASETS = {"h264": ("h264", {}), "hevc": ("hevc", {}), "h264-256": ("h264", {"height": 256, "width": 256})}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.gpu_first import NOT_ON_THE_NODE
+
 REPO = Path(__file__).resolve().parents[1]
-NOT_ON_THE_NODE = "torchcodec,nvidia,huggingface_hub,rich,accelerate"
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +161,14 @@ print(frame.shape[0], [line.split()[-1] for line in open("/proc/self/maps") if "
     assert proc.returncode == 0, proc.stderr[-3000:]
     channels, loaded = proc.stdout.split()
     assert channels == "3" and Path(loaded).parent == libs, proc.stdout
+
+
+@pytest.mark.skipif(sys.version_info[:2] == (3, 12), reason="the rehearsal would install ~3 GB of the node's wheels")
+def test_the_rehearsal_asks_for_the_nodes_python(tmp_path):
+    """`gpu_rehearse.sh` rehearses a visit on Python 3.12 (the node's): given another interpreter it says so and
+    stops before making anything."""
+    venv = tmp_path / "venv"
+    proc = subprocess.run(["bash", "benchmarks/gpu_rehearse.sh", str(venv)], cwd=REPO,
+                          env={**os.environ, "PY312": sys.executable}, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"PY312={sys.executable} is not a Python 3.12 interpreter" in proc.stderr and not venv.exists()
