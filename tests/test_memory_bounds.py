@@ -96,3 +96,40 @@ def test_a_pool_drops_retired_episodes_where_its_epoch_does_not_fit_the_cache(sm
     for epoch_got, epoch_want in zip(got, want):
         assert_same(epoch_got, epoch_want)
     tight.close()
+
+
+FREED = r"""
+import sys
+import numpy as np
+from dali_stream.loader.memory import _LIBC, FreedMemory, _handed_out, _trim
+if _handed_out(_LIBC)() is None:
+    print("SKIP no mallinfo2")
+    sys.exit(0)
+real, trims = _trim(_LIBC), []
+freed = FreedMemory(lambda: (trims.append(1), real()), _handed_out(_LIBC), slack=64 << 20)
+freed()
+assert len(trims) == 1, "the first look trims: nothing to compare with"
+churn = [np.ones(8192) for _ in range(300)]  # 19 MB taken and given back: under the slack
+del churn
+freed()
+assert len(trims) == 1, ("trimmed under the slack", freed.free_bytes() - freed.after)
+blocks = [np.ones(8192) for _ in range(3000)]  # 64 KiB each, from malloc's arena (under its mmap threshold)
+del blocks[::2]  # 96 MB freed between blocks still in use: malloc keeps it, resident
+held = freed.free_bytes()
+assert held - freed.after > 64 << 20, (held, freed.after)
+freed()
+assert len(trims) == 2 and freed.after < held - (48 << 20), ("the trim handed back too little", held, freed.after)
+print("OK", held >> 20, freed.after >> 20)
+"""
+
+
+def test_freed_memory_goes_back_only_once_malloc_holds_more_than_the_slack():
+    """The loader's look at freed memory (every 32 batches) trims only where what malloc keeps free grew past the
+    slack since the last trim: real glibc, real numpy blocks freed between blocks still in use."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FREED], capture_output=True, text=True, timeout=120)
+    if proc.stdout.startswith("SKIP"):
+        pytest.skip("this C library has no mallinfo2 (glibc 2.33 and later)")
+    assert proc.returncode == 0 and proc.stdout.startswith("OK"), proc.stdout + proc.stderr

@@ -6,31 +6,111 @@ glibc's malloc gives each thread that allocates an arena of its own (up to 8 per
 there for reuse. The loader's threads allocate and free many buffers of varied sizes (pieces, joined streams,
 decoded frames), so a process's resident memory kept growing with the batches it had drawn (measured on a
 global shuffle, 2 cores: 1.16 GB after 100 batches, 1.83 GB after 400, with the loader holding 11 MB), though
-nothing was held. `malloc_trim(0)` every `TRIM_EVERY` batches returns those free pages: resident memory stayed at
-0.87 GB, with no change in samples/s. Elsewhere than glibc it does nothing.
+nothing was held. `malloc_trim(0)` returns those free pages to the system. Trimming at every look (every
+`TRIM_EVERY` batches) handed back pages the next batches took again, each a new page fault: the decoded frames of
+the episodes a pool holds come and go at ~1.4 GB an epoch at LIBERO's 256x256, ~280,000 faults an epoch that cost a
+2-core VM 0.6-0.8 s of system time (epoch 3 1.19x faster without them, 5 alternated rounds). So each look
+estimates the memory malloc keeps free: the process's anonymous resident memory less what malloc has handed out
+(`mallinfo2`, glibc 2.33 and later; elsewhere the resident memory alone), and trims only where that grew more than
+`TRIM_SLACK_BYTES` since the last trim. Freed memory held is then bounded by that slack (on a global shuffle of 400
+episodes it leveled at ~450 MB above what malloc handed out; on LIBERO's shape at 400-650 MB). Elsewhere than glibc
+it does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import threading
 from typing import Callable
 
-TRIM_EVERY = 32  # batches handed out between two trims
+TRIM_EVERY = 32  # batches handed out between two looks at the memory malloc keeps free
+TRIM_SLACK_BYTES = 512 << 20  # growth of that memory since the last trim that a trim waits for
 
 
-def _trim() -> Callable[[], None]:
+def _libc():
     if not sys.platform.startswith("linux"):
-        return lambda: None
+        return None
     try:  # the process's own symbols: libc is loaded (ctypes.util.find_library would run ldconfig in a subprocess)
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # musl and others: no malloc_trim
+        return ctypes.CDLL(None)
+    except OSError:
+        return None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _trim(libc) -> Callable[[], None]:
+    trim = getattr(libc, "malloc_trim", None)  # musl and others: none
+    if trim is None:
         return lambda: None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return lambda: trim(0) and None
 
 
-release_freed = _trim()
+def _handed_out(libc) -> Callable[[], int | None]:
+    """() -> bytes malloc has handed out and not had back (its arenas' chunks in use and its own mappings)."""
+    info = getattr(libc, "mallinfo2", None)  # glibc 2.33 and later
+    if info is None:
+        return lambda: None
+    info.argtypes, info.restype = [], _MallInfo2
+
+    def handed_out() -> int:
+        got = info()
+        return int(got.uordblks + got.hblkhd)
+    return handed_out
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def anonymous_resident_bytes() -> int | None:
+    """This process's resident memory not backed by files (/proc/self/statm: resident less shared); None where it
+    cannot be read."""
+    try:
+        with open("/proc/self/statm") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class FreedMemory:
+    """`__call__`: freed memory handed back to the system (`trim`) where the memory malloc keeps free (`free_bytes`)
+    grew more than `slack` bytes since the last trim, or cannot be estimated. `trims`: how many were made."""
+
+    def __init__(self, trim: Callable[[], None], handed_out: Callable[[], int | None],
+                 slack: int = TRIM_SLACK_BYTES) -> None:
+        self._trim, self._handed_out, self.slack = trim, handed_out, int(slack)
+        self._lock = threading.Lock()
+        self.after: int | None = None  # `free_bytes` after the last trim
+        self.trims = 0
+
+    def free_bytes(self) -> int | None:
+        """The memory malloc keeps free, estimated: anonymous resident memory less what malloc has handed out (the
+        rest of it, Python's own arenas and libraries' pools, moves little); resident memory alone where malloc
+        cannot say."""
+        resident = anonymous_resident_bytes()
+        if resident is None:
+            return None
+        used = self._handed_out()
+        return resident if used is None else resident - used
+
+    def __call__(self) -> None:
+        with self._lock:
+            now = self.free_bytes()
+            if now is not None and self.after is not None and now <= self.after + self.slack:
+                return
+            self._trim()
+            self.trims += 1
+            self.after = self.free_bytes()
+
+
+_LIBC = _libc()
+release_freed = FreedMemory(_trim(_LIBC), _handed_out(_LIBC))
 
 
 def available_bytes() -> int | None:
