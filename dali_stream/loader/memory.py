@@ -9,12 +9,12 @@ global shuffle, 2 cores: 1.16 GB after 100 batches, 1.83 GB after 400, with the 
 nothing was held. `malloc_trim(0)` returns those free pages to the system. Trimming at every look (every
 `TRIM_EVERY` batches) handed back pages the next batches took again, each a new page fault: the decoded frames of
 the episodes a pool holds come and go at ~1.4 GB an epoch at LIBERO's 256x256, ~280,000 faults an epoch that cost a
-2-core VM 0.6-0.8 s of system time (epoch 3 1.19x faster without them, 5 alternated rounds). So each look
-estimates the memory malloc keeps free: the process's anonymous resident memory less what malloc has handed out
-(`mallinfo2`, glibc 2.33 and later; elsewhere the resident memory alone), and trims only where that grew more than
-`TRIM_SLACK_BYTES` since the last trim. Freed memory held is then bounded by that slack (on a global shuffle of 400
-episodes it leveled at ~450 MB above what malloc handed out; on LIBERO's shape at 400-650 MB). Elsewhere than glibc
-it does nothing.
+2-core VM 0.6-0.8 s of system time. So each look estimates the memory malloc keeps free: the process's anonymous
+resident memory less what malloc has handed out (`mallinfo2`, glibc 2.33 and later; elsewhere the resident memory
+alone), and trims only where that grew more than `TRIM_SLACK_BYTES` since the last trim: what malloc keeps free is
+bounded by that slack (untrimmed, it grew ~450 MB on a global shuffle of 400 episodes, 400-650 MB between looks
+at LIBERO's shape). Measured against a trim at every look (benchmarks/freed_memory.py): epoch 3 1.09-1.13x on the
+small shapes, peak RSS 0.06-0.27 GB higher. Elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations
