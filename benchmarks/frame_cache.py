@@ -26,8 +26,9 @@ cpu: torchcodec; auto gives VP8/VP9 to DALI's CPU decoder, in the graph without 
 2 threads into reused buffers, nothing else (`_floor`): what a later epoch could reach on this machine at best, and
 epoch 2 and 3 against it. Epoch 2 and the floor are also taken against the loader without the cache
 (`epoch2_over_plain`, `floor_over_plain`): epoch 1 with the cache pays for the new pages of every frame it keeps,
-which costs a VM more on some days than others, and moves every ratio over epoch 1 with it. `--partial`: a dataset that does not fit: the loader without the cache against one whose bound holds a quarter of the
-frames and no folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
+which costs a VM more on some days than others, and moves every ratio over epoch 1 with it. `--partial`: a dataset
+that does not fit: the loader without the cache against one whose bound holds a quarter of the frames and no
+folder, epochs 1 and 2. `--only`: some of the configurations (plain, cached,
 baseline, spill, floor), e.g. `plain,cached` for epoch 2 over epoch 1 alone. `--rev REV`: the plain and cached loaders of
 an earlier commit (a `git worktree`) alternate with this tree's, and their ratios are taken round by round.
 """

@@ -4,6 +4,9 @@ each bounded structure holds against its bound."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from dali_stream import ConfigError, StreamLoader
@@ -126,9 +129,6 @@ print("OK", held >> 20, freed.after >> 20)
 def test_freed_memory_goes_back_only_once_malloc_holds_more_than_the_slack():
     """The loader's look at freed memory (every 32 batches) trims only where what malloc keeps free grew past the
     slack since the last trim: real glibc, real numpy blocks freed between blocks still in use."""
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-c", FREED], capture_output=True, text=True, timeout=120)
     if proc.stdout.startswith("SKIP"):
         pytest.skip("this C library has no mallinfo2 (glibc 2.33 and later)")
