@@ -106,7 +106,9 @@ class TableReader:
         if "index" not in names:
             raise DatasetError(f"data file {path} has no 'index' column, which every LeRobot v3 frame row carries; "
                                "the dataset's meta and data disagree: re-download it")
-        col = names.index("index")
+        # the statistics are per leaf column: a struct before `index` (an image stored in the table: bytes, path)
+        # puts its leaf at another position than its field's
+        col = next(c for c in range(len(pf.schema)) if pf.schema.column(c).path == "index")
         ranges = []
         for g in range(pf.metadata.num_row_groups):
             st = pf.metadata.row_group(g).column(col).statistics

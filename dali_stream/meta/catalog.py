@@ -81,6 +81,7 @@ class Catalog:
     @classmethod
     def single(cls, meta: DatasetMeta, lengths: np.ndarray, episodes: np.ndarray) -> "Catalog":
         """One dataset under its own keys (its planner lengths and selected episodes from `plan.selection`)."""
+        meta.refuse_images(meta.features)
         keys = [*meta.video_keys, *meta.table_keys]
         fields = {}
         for k in keys:
@@ -127,6 +128,7 @@ class Catalog:
                                            member.max_episodes)
             except ConfigError as exc:
                 raise ConfigError(f"mixture member {member.name!r}: {exc}") from None
+            meta.refuse_images([k for k in meta.features if member.mixture_key(k) is not None], member.name)
             own: dict[str, str] = {}
             for k in (*meta.video_keys, *meta.table_keys):
                 to = member.mixture_key(k)

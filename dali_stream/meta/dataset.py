@@ -12,7 +12,7 @@ import math
 import os
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -80,7 +80,8 @@ class LerobotMetadata:
 
     @property
     def image_keys(self) -> list[str]:
-        """Keys of visual features stored as images (the loader streams videos: such a dataset is refused)."""
+        """Keys of visual features stored as images in the tables (the loader streams cameras from video: it refuses
+        them, `refuse_images`)."""
         return [k for k, f in self.features.items() if f.get("dtype") == "image"]
 
     @property
@@ -214,6 +215,8 @@ class DatasetMeta(LerobotMetadata):
         if not isinstance(info["features"], dict) or not all(isinstance(f, dict) for f in info["features"].values()):
             raise DatasetError(f"{path}: 'features' must map each feature key to an object (dtype, shape, ...). "
                                f"Found: {type(info['features']).__name__}; re-download the dataset's meta folder")
+        if info.get("video_path", "") is None:  # lerobot writes null for a dataset recorded without videos
+            del info["video_path"]
         for key in ("data_path", "video_path"):
             if key in info and not isinstance(info[key], str):
                 raise DatasetError(f"{path}: {key!r} must be a path template string. Found: {info[key]!r}")
@@ -282,6 +285,22 @@ class DatasetMeta(LerobotMetadata):
             )
         if self.video_keys and "video_path" not in self.info:
             raise DatasetError(f"{INFO_PATH} in {self.source!r} declares video features but no 'video_path'")
+
+    def refuse_images(self, kept: Iterable[str], member: str | None = None) -> None:
+        """Raise DatasetError where a feature of `kept` (the keys a batch takes) is a camera stored as images in
+        the tables (`image_keys`: lerobot's datasets recorded with `use_videos=False`), which the loader does not
+        read; `member`: the mixture member's name, for the message."""
+        images = [k for k in kept if k in self.image_keys]
+        if not images:
+            return
+        who = f"mixture member {member!r} ({self.source})" if member else repr(self.source)
+        where = f"--repo_id {self.repo_id}" if self.source.startswith("hf://") else \
+            f"--repo_id local/{posixpath.basename(self.source.rstrip('/'))} --root {self.source}"
+        raise DatasetError(
+            f"{who} stores the cameras {images} as images in its tables (dtype 'image'); dali_stream streams cameras "
+            "from a dataset's videos and does not read those. Convert the dataset to videos with lerobot's "
+            f"`lerobot-edit-dataset {where} --new_root NEW_FOLDER --operation.type convert_image_to_video` and load "
+            f"NEW_FOLDER, or leave those cameras out: Mixture([Member({self.source!r}, keys={{{images[0]!r}: None}})])")
 
     def _camera(self, key: str) -> Camera:
         ft = self.features[key]
