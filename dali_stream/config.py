@@ -35,10 +35,12 @@ Decode = Literal["auto", "gpu", "cpu", "cpu-open"]
 NvdecEngine = Literal["auto", "dali", "open"]
 ImageDtype = Literal["float32", "uint8"]
 MemoryFormat = Literal["contiguous", "channels_last"]
+DepthOutputUnit = Literal["mm", "m"]
 DECODE_CHOICES: tuple[str, ...] = get_args(Decode)
 NVDEC_ENGINES: tuple[str, ...] = get_args(NvdecEngine)
 IMAGE_DTYPES: tuple[str, ...] = get_args(ImageDtype)
 MEMORY_FORMATS: tuple[str, ...] = get_args(MemoryFormat)
+DEPTH_OUTPUT_UNITS: tuple[str, ...] = get_args(DepthOutputUnit)
 DEFAULT_CACHE_BYTES = 4 << 30
 DEFAULT_INDEX_BYTES = 256 << 20  # ~9 bytes a frame of lerobot-written H.264/HEVC: ~29 million frames
 DEFAULT_FOOTER_BYTES = 128 << 20  # ~8x a footer's serialized size: ~20 data files of 1,000 row groups
@@ -114,8 +116,12 @@ class LoaderConfig:
         "contiguous", "how camera tensors (..., 3, H, W) are stored: contiguous (CHW, as lerobot's) or "
                       "channels_last (HWC storage, torch.channels_last for 4-D batches; same shape and values): the "
                       "CPU route then skips the CHW transpose, and convnets run channels_last as is")
-    resize: Optional[Tuple[int, int]] = _s(None, "(height, width) every camera image is resized to (antialiased), "
-                                                 "in the DALI graph")
+    depth_output_unit: DepthOutputUnit = _s(
+        "mm", "depth cameras (lerobot's depth maps: 12-bit codes in a grey video) come as (..., 1, H, W) float32 "
+              "depth in this unit, 'mm' (whole millimetres, lerobot's default) or 'm', and their stats with them; "
+              "image_dtype, resize, crop, mean/std and augment= apply to RGB cameras only")
+    resize: Optional[Tuple[int, int]] = _s(None, "(height, width) every RGB camera image is resized to "
+                                                 "(antialiased), in the DALI graph")
     crop: Optional[Tuple[int, int]] = _s(None, "(height, width) of a centre crop, after resize")
     mean: Union[float, Tuple[float, ...], None] = _s(None, "per-channel mean in [0, 1] units: (x - mean) / std "
                                                            "(float32 only)")
@@ -218,6 +224,9 @@ class LoaderConfig:
         if not isinstance(self.memory_format, str):  # torch.channels_last / torch.contiguous_format, by name
             named = {"torch.channels_last": "channels_last", "torch.contiguous_format": "contiguous"}
             fix(self, "memory_format", named.get(str(self.memory_format), self.memory_format))
+        if self.depth_output_unit not in DEPTH_OUTPUT_UNITS:
+            raise ConfigError(f"`depth_output_unit` must be 'mm' or 'm' (lerobot's values). Found: "
+                              f"{self.depth_output_unit!r}")
         if self.memory_format not in MEMORY_FORMATS:
             raise ConfigError(f"`memory_format` must be 'contiguous' or 'channels_last' (or torch.channels_last / "
                               f"torch.contiguous_format). Found: {self.memory_format!r}")
@@ -325,6 +334,7 @@ class LoaderSettings(TypedDict, total=False):
     device: Any  # "cpu", "cuda", "cuda:N" or a torch.device
     image_dtype: Any  # "float32" | "uint8", or torch.float32 / torch.uint8
     memory_format: Any  # "contiguous" | "channels_last", or torch.contiguous_format / torch.channels_last
+    depth_output_unit: str  # "mm" | "m"
     resize: Optional[Sequence[int]]
     crop: Optional[Sequence[int]]
     mean: Union[float, Sequence[float], None]

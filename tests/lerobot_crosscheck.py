@@ -7,8 +7,9 @@ lerobot needs Python >= 3.12 while our CI runs 3.11, so the check runs in two in
     # 2. in this project's .venv: StreamLoader streams an epoch, each sample is compared with lerobot's
     .venv/bin/python tests/lerobot_crosscheck.py compare DATASET lerobot_items.npz
 
-Tabular values must be bit-exact (dtype, shape, value); images must show the same painted (episode,
-frame) and be within decoder rounding of lerobot's pixels. Exit status 0 only when every sample agrees.
+Tabular values and depth cameras' depth (lerobot's depth maps, in millimetres) must be bit-exact (dtype, shape,
+value); images must show the same painted (episode, frame) and be within decoder rounding of lerobot's pixels. Exit
+status 0 only when every sample agrees.
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ import numpy as np
 FPS = 30
 
 
-def deltas(fps: float, video_keys: list[str]) -> dict[str, list[float]]:
+def deltas(fps: float, video_keys: list[str], depth_keys: list[str] = ()) -> dict[str, list[float]]:
     out = {"action": [i / fps for i in range(-2, 6)], "observation.state": [-3 / fps, 0.0]}
     if video_keys:
         out[video_keys[0]] = [-2 / fps, 0.0, 3 / fps]
-    return out
+    return out | {key: [-1 / fps, 0.0, 2 / fps] for key in depth_keys}
+
+
+def depth_keys(info: dict) -> list[str]:
+    """The depth cameras (lerobot's `is_depth_map`; read here without dali_stream, which lerobot's venv lacks)."""
+    return [k for k, f in info["features"].items() if f["dtype"] == "video" and (f.get("info") or {}).get(
+        "is_depth_map")]
 
 
 def _info(root: Path) -> dict:
@@ -40,8 +47,8 @@ def dump(root: Path, out: Path) -> None:
 
     info = _info(root)
     video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
-    ds = LeRobotDataset("local/crosscheck", root=root, delta_timestamps=deltas(info["fps"], video_keys),
-                        video_backend="pyav")
+    ds = LeRobotDataset("local/crosscheck", root=root, delta_timestamps=deltas(info["fps"], video_keys,
+                                                                             depth_keys(info)), video_backend="pyav")
     arrays, tasks = {}, []
     for i in range(len(ds)):
         item = ds[i]
@@ -63,7 +70,8 @@ def compare(root: Path, dumped: Path) -> int:
     n = int(data["__len__"])
     tasks = data["__tasks__"]
     video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
-    loader = StreamLoader(str(root), batch_size=8, delta_timestamps=deltas(info["fps"], video_keys),
+    depth = depth_keys(info)
+    loader = StreamLoader(str(root), batch_size=8, delta_timestamps=deltas(info["fps"], video_keys, depth),
                           episode_pool_size=4, decode="auto", device="cpu", drop_last=False)
     problems, seen = [], 0
     for batch in loader:
@@ -79,7 +87,7 @@ def compare(root: Path, dumped: Path) -> int:
                 problems.append(f"index {index}: task {batch['task'][j]!r} != {tasks[index]!r}")
             for key in sorted(lerobot_keys & ours):
                 want, got = data[f"{index}|{key}"], batch[key][j].numpy()
-                if key in video_keys:
+                if key in video_keys and key not in depth:
                     w8 = np.rint(want * 255).astype(np.uint8) if want.dtype != np.uint8 else want
                     g8 = np.rint(got * 255).astype(np.uint8)
                     wf, gf = (w8, g8) if w8.ndim == 4 else (w8[None], g8[None])

@@ -25,10 +25,11 @@ class StreamFormat:
     width: int | None = None
     height: int | None = None
     pix_fmt: str | None = None  # None: not recorded (lerobot records yuv420p)
+    depth: bool = False  # a depth camera (`meta.depth`): 12-bit codes of depth, not RGB
 
     def describe(self) -> str:
         size = f" {self.width}x{self.height}" if self.width and self.height else ""
-        return f"{self.codec}{size}{f' {self.pix_fmt}' if self.pix_fmt else ''}"
+        return f"{'depth ' if self.depth else ''}{self.codec}{size}{f' {self.pix_fmt}' if self.pix_fmt else ''}"
 
 
 @dataclass(frozen=True)

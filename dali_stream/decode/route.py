@@ -14,8 +14,9 @@ from typing import Iterable, Literal
 @dataclass(frozen=True)
 class Route:
     """`name`: as `loader.routes` reports it; `device`: where pictures are decoded; `decoder`: DALI's
-    fn.decoders.video inside the graph ("dali"), torchcodec on the workers' threads ("torchcodec"), or the
-    open-decoder engine's decoders kept open and fed packets (`decode.engine`, "engine"); `needs`: the module it
+    fn.decoders.video inside the graph ("dali"), torchcodec on the workers' threads ("torchcodec"), the
+    open-decoder engine's decoders kept open and fed packets (`decode.engine`, "engine"), or a depth camera's codes
+    through PyAV on the workers' threads (`decode.depth`, "pyav"); `needs`: the module it
     imports to decode; `choice`: the `decode=` setting that gives a camera this route where its stream allows
     (`nvdec-open` with nvdec_engine='open'; `dali-cpu` is what `auto` takes for VP8/VP9 off NVDEC); `codecs`: the
     codecs it decodes where its decoder limits them (None: every codec its device takes: the capability table
@@ -23,7 +24,7 @@ class Route:
 
     name: str
     device: Literal["gpu", "cpu"]
-    decoder: Literal["dali", "torchcodec", "engine"]
+    decoder: Literal["dali", "torchcodec", "engine", "pyav"]
     needs: str
     choice: str
     about: str
@@ -66,11 +67,18 @@ class Route:
         return self.decoder == "torchcodec"
 
     @property
+    def depth(self) -> bool:
+        """A depth camera's 12-bit codes, decoded on the workers and laid out there as depth (`graph.depth_frames`),
+        whatever else the batch does: the DALI graph and its image ops take RGB pictures only."""
+        return self.decoder == "pyav"
+
+    @property
     def cached(self) -> bool:
         """The decoded-frame cache (`decode.frames`) keeps its pictures: they come to the workers as host arrays
         (torchcodec, the open engine's FFmpeg decoders, and DALI's CPU decoder, which then runs on the workers
-        instead of the graph: `graph.dali_frames`). NVDEC's pictures are CUDA memory."""
-        return self.device == "cpu"
+        instead of the graph: `graph.dali_frames`). NVDEC's pictures are CUDA memory; depth cameras' codes are not
+        RGB pictures, and are decoded every epoch."""
+        return self.device == "cpu" and not self.depth
 
 
 NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
@@ -84,7 +92,9 @@ TORCHCODEC = Route("torchcodec", "cpu", "torchcodec", "torchcodec", "cpu",
                    "torchcodec on the workers' threads")
 CPU_OPEN = Route("cpu-open", "cpu", "engine", "av", "cpu-open",
                  "FFmpeg's decoders through PyAV, kept open and fed packets (the open engine on the CPU)")
-ROUTES: dict[str, Route] = {r.name: r for r in (NVDEC, NVDEC_OPEN, DALI_CPU, TORCHCODEC, CPU_OPEN)}
+DEPTH = Route("depth", "cpu", "pyav", "av", "auto",
+              "a depth camera's 12-bit codes through PyAV on the workers' threads, laid out as depth there")
+ROUTES: dict[str, Route] = {r.name: r for r in (NVDEC, NVDEC_OPEN, DALI_CPU, TORCHCODEC, CPU_OPEN, DEPTH)}
 
 
 def route(name: str) -> Route:

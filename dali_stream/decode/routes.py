@@ -9,6 +9,8 @@ Routes:
   NVDEC cameras by ``nvdec_engine`` (`nvdec_engine`); frames enter the graph through an external source on the GPU.
 - ``cpu-open``: the same engine on FFmpeg's CPU decoders (PyAV), ``decode="cpu-open"``: the reference the NVDEC
   engine is checked against, on any node.
+- ``depth``: a depth camera (lerobot's depth maps: 12-bit codes in a grey video) through PyAV on the workers, for
+  every ``decode`` choice but ``"gpu"``, which it refuses (NVDEC decodes no 12-bit grey).
 
 ``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
 (codec, size and pixel format against ``gpus``' table) unless a measurement says torchcodec is faster for the
@@ -26,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 from ..config import DECODE_CHOICES
 from ..errors import ConfigError, DeviceError
 from .node import Node, StreamFormat
-from .route import CPU_OPEN, DALI_CPU, NVDEC, NVDEC_OPEN, TORCHCODEC, route
+from .route import CPU_OPEN, DALI_CPU, DEPTH, NVDEC, NVDEC_OPEN, TORCHCODEC, route
 
 DALI_CPU_CODECS: frozenset[str] = DALI_CPU.codecs or frozenset()  # what DALI's CPU decoder takes (`Route.codecs`)
 
@@ -50,7 +52,8 @@ def _fallback(fmt: StreamFormat, why_not_nvdec: str, dali: bool = True) -> Route
 
 def formats_of(meta) -> dict[str, StreamFormat]:
     """Each camera's stream format as the dataset's meta/info.json records it."""
-    return {k: StreamFormat(c.codec, c.width or None, c.height or None, c.pix_fmt) for k, c in meta.cameras.items()}
+    return {k: StreamFormat(c.codec, c.width or None, c.height or None, c.pix_fmt, c.depth is not None)
+            for k, c in meta.cameras.items()}
 
 
 def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str],
@@ -75,6 +78,14 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         want = choice[key]
         if want not in DECODE_CHOICES:
             raise ConfigError(f"decode={want!r} for camera {key!r} is not one of {DECODE_CHOICES}")
+        if fmt.depth and want == "gpu":
+            raise DeviceError(f"decode='gpu' for camera {key!r}, a depth camera ({fmt.describe()}): NVDEC decodes no "
+                              "12-bit grey video; use decode='auto' for it (its codes decode on the CPU, the rest "
+                              f"on the GPU), e.g. decode={{'{key}': 'auto', ...}}")
+        if fmt.depth:
+            out[key] = RouteChoice(DEPTH.name, f"a depth camera ({fmt.describe()}): its 12-bit codes through PyAV on "
+                                               "the workers, as lerobot decodes them (torchcodec gives 8-bit RGB)")
+            continue
         if want == "cpu":
             out[key] = RouteChoice(TORCHCODEC.name, "decode='cpu': torchcodec for every camera")
             continue

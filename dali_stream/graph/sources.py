@@ -11,7 +11,8 @@ camera's batch tensor laid out already (`host`). Which source a camera gets is i
 - `EngineSource`: an open-decoder engine (`nvdec-open`, `cpu-open`) decodes it, its pictures fed to the graph
   through the engine route's own external source (`engine_outputs`);
 - `WorkerPixels`: decoded on the workers (torchcodec, or DALI's CPU decoder there) and fed to the graph as pixels;
-- `HostFrames`: decoded on the workers and laid out straight into the batch (`graph.host`), no graph.
+- `HostFrames`: decoded on the workers and laid out straight into the batch (`graph.host`), no graph;
+- `DepthFrames` (`graph.depth_frames`): a depth camera's codes, laid out as depth by the workers, whatever the batch.
 """
 
 from __future__ import annotations

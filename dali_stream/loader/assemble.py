@@ -30,12 +30,14 @@ from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder, BuildSpec
 from ..graph.buffers import BufferPool
 from ..graph.dali_frames import DaliFrames
+from ..graph.depth_frames import DepthFrames
 from ..graph.engine_frames import EngineFrames, engine_camera
 from ..graph.imageops import ImageOps
 from ..graph.resizer import Resizer
 from ..graph.sources import DaliClips, EngineSource, FrameSource, HostFrames, WorkerPixels, Workers
 from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
+from ..meta.depth import DepthUnit
 from ..pairing import check_dali, dali_missing, dali_present
 from ..plan.epoch import PlanConfig
 from ..plan.mixture_epoch import Mix
@@ -150,7 +152,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
     sources = camera_sources(catalog, routes, engines, Workers(decoders, frames, resolved.global_shuffle,
                                                                      episodes),
-                             resizers, dali_workers, image_ops, resolved)
+                             resizers, dali_workers, image_ops, resolved, cfg.depth_output_unit)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
                                      table_dtypes, cfg.seed if cfg.augment is not None else None,
@@ -182,22 +184,23 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], 
     why = room_warning(cfg.frame_cache_bytes, decoded, world.local_world_size, available_bytes())
     if why:
         warnings.warn(why, stacklevel=4)
-    uncached = {k: r for k, r in routes.items() if not route(r).cached}
+    uncached = {k: r for k, r in routes.items() if not route(r).cached and not route(r).depth}
     if uncached:
         named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
         served = ", ".join(n for n, r in ROUTES.items() if r.cached)
         warnings.warn(f"the decoded-frame cache keeps frames decoded on the workers (routes {served}): cameras "
-                      f"{named} are decoded every epoch. decode='cpu' routes every camera through torchcodec",
+                      f"{named} are decoded every epoch. decode='cpu' routes every RGB camera through torchcodec",
                       stacklevel=4)
     return frames
 
 
 def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping[str, Any], workers: Workers,
                    resizers: Mapping[str, Resizer], dali_workers: Mapping[str, DaliFrames], image_ops: ImageOps,
-                   resolved: Resolved) -> dict[str, FrameSource]:
+                   resolved: Resolved, unit: DepthUnit = "mm") -> dict[str, FrameSource]:
     """Each camera's frame source (`graph.sources`), from its route: an open-decoder engine's, DALI's decoder in the
     graph, or the workers' decoders (torchcodec; DALI's CPU decoder where `dali_workers` names the camera) feeding
-    the graph, or laying out host frames (`resolved.host_cameras`: batches on the CPU, no DALI image ops).
+    the graph, or laying out host frames (`resolved.host_cameras`: batches on the CPU, no DALI image ops); a depth
+    camera's codes laid out as depth in `unit` (`graph.depth_frames`).
     `resizers`: the cameras the workers resize and crop before the decoded-frame cache keeps them."""
 
     def blank(key: str, steps: int) -> np.ndarray:  # a sample's frames where its member lacks the camera
@@ -211,7 +214,11 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
     sources: dict[str, FrameSource] = {}
     for key, name in routes.items():
         dali = dali_workers.get(key)
-        if key in resolved.host_cameras:
+        if route(name).depth:
+            codings = [m.camera(key).depth if key in m.own else None for m in catalog.members]
+            h, w = catalog.fields[key].shape[:2]
+            sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last)
+        elif key in resolved.host_cameras:
             h, w = catalog.fields[key].shape[:2]
             sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali, key in resolved.kept_chw)
         elif route(name).engine:
@@ -234,7 +241,12 @@ def without_dali(cfg: LoaderConfig) -> None:
 
 
 def check_installed(routes: dict[str, str]) -> None:
-    """The routes chosen can run here: torchcodec's cameras need torchcodec to import."""
+    """The routes chosen can run here: torchcodec's cameras need torchcodec to import, depth cameras PyAV."""
+    depth = keys_where(routes, "depth")
+    exc = runtime_error("av") if depth else None
+    if exc is not None:
+        raise InstallError(f"depth cameras {sorted(depth)} decode through PyAV, which does not import "
+                           f"({type(exc).__name__}: {exc}); pip install 'av>=14.2'")
     cpu = keys_where(routes, "torchcodec")
     exc = runtime_error("torchcodec.decoders") if cpu else None
     if exc is not None:

@@ -78,6 +78,8 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
         meta = source
     else:
         meta = open_meta(source, cfg)
+    for opened in (meta.members if isinstance(meta, MixtureMeta) else [meta]):
+        opened.depth_output_unit = cfg.depth_output_unit  # its depth cameras' stats follow, as lerobot's dataset does
     if isinstance(meta, DatasetMeta):
         _known_keys(cfg.delta_timestamps, meta.features, f"features of {source!r}")
         lengths, episodes = select(meta.episodes["episode_index"], meta.lengths,
@@ -157,13 +159,19 @@ def epoch_shares(catalog: Catalog) -> np.ndarray:
 
 def check_camera_sizes(catalog: Catalog, image_ops) -> None:
     """Every member's camera fits the image ops; a key whose members' cameras differ in size needs
-    `resize=` or `crop=` (batches are dense)."""
+    `resize=` or `crop=` (batches are dense), or, for a depth camera, which they leave as it is, another key."""
     for key in catalog.video_keys:
         f = catalog.fields[key]
+        said = ", ".join(f"{catalog.members[m].name}: {h}x{w}" for m, (h, w) in f.sizes.items())
+        if f.depth:
+            if len(set(f.sizes.values())) > 1:
+                raise ConfigError(f"depth camera {key!r} has different sizes in the mixture's members ({said}); a "
+                                  "batch holds one size per key and depth cameras are not resized: map them to "
+                                  "different keys with Member(keys={...}), or leave one out with a None")
+            continue
         for m, (h, w) in f.sizes.items():
             image_ops.check_camera(key, h, w)
         if len(set(f.sizes.values())) > 1 and image_ops.resize is None and image_ops.crop is None:
-            said = ", ".join(f"{catalog.members[m].name}: {h}x{w}" for m, (h, w) in f.sizes.items())
             raise ConfigError(f"camera {key!r} has different sizes in the mixture's members ({said}); a batch holds "
                               "one size per key: pass resize=(height, width) (or crop=) to bring them to one, or map "
                               "them to different keys with Member(keys={...})")

@@ -13,7 +13,6 @@ features, merged stats and fps in the mixture's keys, as lerobot's policy factor
 
 from __future__ import annotations
 
-import functools
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -86,10 +85,11 @@ class Catalog:
         fields = {}
         for k in keys:
             cam = meta.cameras.get(k)
-            shape = (cam.height, cam.width, 3) if cam is not None else \
+            shape = (cam.height, cam.width, cam.channels) if cam is not None else \
                 tuple(int(x) for x in (meta.features[k].get("shape") or ()))
             fields[k] = Field(k, cam is not None, "video" if cam is not None else str(meta.features[k].get("dtype")),
-                              shape, (k,), (shape,), meta.features[k].get("names"))
+                              shape, (k,), (shape,), meta.features[k].get("names"),
+                              cam is not None and cam.depth is not None)
         member = Opened(0, default_name(meta.source), meta, 0, np.asarray(lengths, dtype=np.int64),
                         np.asarray(episodes, dtype=np.int64), {k: k for k in keys})
         return cls([member], fields, None)
@@ -224,7 +224,7 @@ class MixtureMeta(LerobotMetadata):
             if f.visual:
                 first = next(m for m, o in enumerate(f.own) if o is not None)
                 feature = dict(self.members[first].features[str(f.own[first])])
-                if image_shape is not None:
+                if image_shape is not None and not f.depth:  # depth cameras keep their size
                     feature["shape"] = [image_shape[0], image_shape[1], 3]
                     feature["names"] = ["height", "width", "channels"]
                 self.features[key] = feature
@@ -243,8 +243,9 @@ class MixtureMeta(LerobotMetadata):
     def total_frames(self) -> int:
         return sum(m.frames for m in self.catalog.members)
 
-    @functools.cached_property
+    @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """The members' stats merged (depth cameras' in the loader's `depth_output_unit`, `DatasetMeta.stats`)."""
         return merge_stats([m.stats for m in self.members], self.fields)
 
     @property

@@ -26,6 +26,7 @@ from ..source.storage import (
     read_parquet,
     resolve_source,
 )
+from .depth import DepthCoding, DepthUnit
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -46,6 +47,11 @@ class Camera:
     to_timestamp: np.ndarray
     chunk_index: np.ndarray  # (E,) int64
     file_index: np.ndarray
+    depth: DepthCoding | None = None  # a depth camera (`meta.depth`): one channel of depth, not RGB
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.depth is not None else 3
 
 
 _CODEC_ALIASES = {"h264": "h264", "avc": "h264", "avc1": "h264", "libx264": "h264", "hevc": "hevc", "h265": "hevc",
@@ -77,6 +83,13 @@ class LerobotMetadata:
     def camera_keys(self) -> list[str]:
         """Keys of the visual features, video or image, in the features' order."""
         return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    @property
+    def depth_keys(self) -> list[str]:
+        """Keys of the depth cameras (`meta.depth`: 12-bit codes of depth in a grey video, lerobot's depth maps)."""
+        from .depth import is_depth
+
+        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image") and is_depth(f)]
 
     @property
     def image_keys(self) -> list[str]:
@@ -123,6 +136,8 @@ class DatasetMeta(LerobotMetadata):
         self.features: dict[str, dict[str, Any]] = info["features"]
         self.episodes = episodes
         self.tasks = tasks
+        # the unit depth cameras' frames and stats come in (lerobot's `depth_output_unit`; the loader sets it)
+        self.depth_output_unit: DepthUnit = "mm"
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         self.table_keys = [k for k, f in self.features.items() if f.get("dtype") not in ("video", "image")]
         self.lengths = episodes["length"]
@@ -311,6 +326,11 @@ class DatasetMeta(LerobotMetadata):
         height = int(vinfo.get("video.height", dims.get("height", shape[0])))
         width = int(vinfo.get("video.width", dims.get("width", shape[1])))
         p = f"videos/{key}/"
+        try:
+            depth = DepthCoding.of(ft)
+        except ValueError as exc:
+            raise DatasetError(f"{posixpath.join(self.root, INFO_PATH)}: depth camera {key!r}: {exc}; fix its "
+                               "video.depth_min and video.shift, or re-record it") from None
         return Camera(
             key=key,
             codec=normalise_codec(vinfo.get("video.codec", "unknown")),
@@ -321,6 +341,7 @@ class DatasetMeta(LerobotMetadata):
             to_timestamp=self.episodes[p + "to_timestamp"],
             chunk_index=self.episodes[p + "chunk_index"],
             file_index=self.episodes[p + "file_index"],
+            depth=depth,
         )
 
     @property
@@ -331,11 +352,21 @@ class DatasetMeta(LerobotMetadata):
     def total_frames(self) -> int:
         return int(self.lengths.sum())
 
-    @functools.cached_property
+    @property
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
         """meta/stats.json as lerobot's `dataset.meta.stats`: feature -> statistic (mean, std, min, max, count,
         quantiles such as q01/q99 where the writer computed them) -> numpy array, e.g. for a policy's
-        normalisation; {} for a dataset without the file. Read on first use."""
+        normalisation; {} for a dataset without the file. A depth camera's are in `depth_output_unit`, as lerobot's
+        dataset rescales them from the unit they were recorded in (all but `count`). Read on first use."""
+        stats = self._stats_as_recorded
+        for key, cam in self.cameras.items():
+            factor = cam.depth.stats_factor(self.depth_output_unit) if cam.depth is not None else 1.0
+            if factor != 1.0 and key in stats:
+                stats = {**stats, key: {k: v if k == "count" else v * factor for k, v in stats[key].items()}}
+        return stats
+
+    @functools.cached_property
+    def _stats_as_recorded(self) -> dict[str, dict[str, np.ndarray]]:
         path = posixpath.join(self.root, STATS_PATH)
         if not self.fs.exists(path):
             return {}

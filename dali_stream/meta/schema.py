@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ConfigError
+from .depth import is_depth
 
 FLOAT, INT, BOOL = "float32", "int64", "bool"
 _KINDS = {"float16": FLOAT, "float32": FLOAT, "float64": FLOAT, "int8": INT, "int16": INT, "int32": INT,
@@ -42,6 +43,7 @@ class Field:
     own: tuple[str | None, ...]  # per member: its feature key, or None
     own_shapes: tuple[tuple[int, ...] | None, ...]  # per member: its feature's shape
     names: Any = None  # lerobot's `names` of the longest member's feature
+    depth: bool = False  # a depth camera (`meta.depth`) in every member that has it
 
     @property
     def missing(self) -> bool:
@@ -99,6 +101,12 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
                               f"({said}); map one of them to another key with Member(keys={{...}}), or leave it out "
                               "with a None")
         visual = distinct[0] == "video"
+        depth = {m: is_depth(features[m][own[key][m]]) for m in members}  # type: ignore[index]
+        if visual and len(set(depth.values())) > 1:
+            said = ", ".join(f"{where(m)}: {'depth' if depth[m] else 'RGB'}" for m in members)
+            raise ConfigError(f"mixture key {key!r} is a depth camera in some members and an RGB camera in others "
+                              f"({said}); map one of them to another key with Member(keys={{...}}), or leave it out "
+                              "with a None")
         shapes: list[tuple[int, ...] | None] = [None] * len(features)
         for m in members:
             o = own[key][m]
@@ -126,7 +134,8 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
         longest = next(m for m in members if shapes[m] == shape)
         dtype = "video" if visual else str(kinds[members[0]])
         out[key] = Field(key, visual, dtype, tuple(shape or ()), tuple(own[key]), tuple(shapes),
-                         features[longest][own[key][longest]].get("names"))  # type: ignore[index]
+                         features[longest][own[key][longest]].get("names"),  # type: ignore[index]
+                         visual and depth[members[0]])
     return out
 
 

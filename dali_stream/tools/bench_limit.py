@@ -1,6 +1,6 @@
 """The decode limit `bench` reports its ratios against: the window's frames through the same decoders, warm, with
 no loader around them (torchcodec on the workers' threads, DALI's decoder on whole streams, the open-decoder
-engine), as a reader asking a sample's frames at a time decodes them. Where the loader holds its open episodes'
+engine, depth cameras' codes through PyAV), as a reader asking a sample's frames at a time decodes them. Where the loader holds its open episodes'
 frames (`decode.episode_frames`) it decodes less than that: `whole_episodes` is then the limit of that work, each
 episode's camera decoded once, front to back."""
 
@@ -38,6 +38,13 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             pass
 
     seconds = _on_threads(decode, cpu_work, threads)
+    from ..decode.depth import depth_codes
+
+    def depth(asked: list) -> list[np.ndarray]:
+        return [depth_codes(seg, wanted) for seg, wanted in asked]
+
+    depth_work = [(segs, idx, None, None, None, None, depth) for route, _, segs, idx in work if route_of(route).depth]
+    seconds += _on_threads(decode, depth_work, threads) if depth_work else 0.0
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).in_dali]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)

@@ -23,7 +23,8 @@ def make_sample_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-length", type=int, default=from_spec["min_length"], help="shortest episode, frames")
     p.add_argument("--max-length", type=int, default=from_spec["max_length"], help="longest episode, frames")
     p.add_argument("--cameras", default=from_spec["cameras"],
-                   help="NAME:CODEC list, codecs h264|hevc|av1|vp9 (default %(default)s)")
+                   help="NAME:CODEC list, codecs h264|hevc|av1|vp9, or NAME:depth for a depth camera as lerobot "
+                        "records one (default %(default)s)")
     p.add_argument("--height", type=int, default=from_spec["height"])
     p.add_argument("--width", type=int, default=from_spec["width"])
     p.add_argument("--fps", type=int, default=from_spec["fps"])

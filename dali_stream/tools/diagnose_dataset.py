@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..decode.route import DALI_CPU, NVDEC, TORCHCODEC, route
+from ..decode.route import DALI_CPU, DEPTH, NVDEC, TORCHCODEC, route
 
 LFS_MAGIC = b"version https://git-lfs"  # the first bytes of a Git LFS pointer file
 
@@ -28,6 +28,7 @@ _FIXES = {
                        "and a torchcodec matching your torch (0.13 for torch 2.13)",
     "metadata": "the dataset's meta files are unreadable: re-download meta/",
     "dali-import": "nvidia.dali does not import: pip install nvidia-dali-cuda120",
+    "av-import": "PyAV (which decodes depth cameras) does not import: pip install 'av>=14.2'",
     "wrong-frame": "a decoder returned another frame than asked: report it with `dali-stream diagnose --json`",
 }
 
@@ -91,7 +92,8 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
     expect = [meta.episode_index(pos) + painted_offset(meta.info), frame]
     results: dict[str, Any] = {"segment": {"ok": True, "bytes": seg.nbytes, "episode": expect[0], "frame": frame}}
 
-    def attempt(route: str, run) -> None:
+    def attempt(route: str, run, read=None) -> None:
+        """`run()`'s frames through `route`; `read(frame)` -> their painted ids (default: RGB `read_ids`)."""
         t0 = time.perf_counter()
         try:
             pixels = run()
@@ -103,7 +105,7 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
             from .paint import UnreadableIds, read_ids
 
             try:
-                out["painted_ids"] = list(read_ids(pixels[0]))
+                out["painted_ids"] = list((read or read_ids)(pixels[0]))
             except UnreadableIds as exc:
                 out["painted_ids"] = None
                 out.update(ok=False, ids_match=False, layer="wrong-frame", error=f"asked for (episode, frame) "
@@ -116,6 +118,13 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
                            error=f"asked for (episode, frame) {expect}, the image shows {out['painted_ids']}")
         results[route] = out
 
+    if fmt.depth:  # its codes through PyAV, the one route a depth camera takes; ids painted as code values
+        from ..decode.depth import depth_codes
+        from .paint import DEPTH_SPAN, depth_ids
+
+        expect[:] = [i % DEPTH_SPAN for i in expect]
+        attempt(DEPTH.name, lambda: depth_codes(seg, idx), depth_ids)
+        return results
     if software["torchcodec"]["ok"]:
         attempt(TORCHCODEC.name, lambda: torchcodec_frames(seg, idx))
     else:
@@ -209,13 +218,16 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
             except Exception as exc:
                 entry.update(layer="container", error=f"{path}: {type(exc).__name__}: {exc}")
         # Route on what the file holds (size, pixel format) where it could be read, else on info.json.
-        fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"]) if "width" in entry \
-            else declared[key]
+        fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"], cam.depth is not None) \
+            if "width" in entry else declared[key]
         choice = choose_routes({key: fmt}, "auto", node,  # as the loader's defaults take it: joined streams
                                unproven=proven.rule({key: fmt}))[key]
         entry.update(route=choice.route, reason=choice.reason)
         if "layer" not in entry:
-            if route(choice.route).torchcodec and not software["torchcodec"]["ok"]:
+            if route(choice.route).depth:
+                if not software["av"]["ok"]:
+                    entry.update(layer="av-import", error=software["av"]["error"])
+            elif route(choice.route).torchcodec and not software["torchcodec"]["ok"]:
                 entry.update(layer="torchcodec-load", error=software["torchcodec"]["error"])
             elif not route(choice.route).torchcodec and not software["nvidia.dali"]["ok"]:
                 entry.update(layer="dali-import", error=software["nvidia.dali"]["error"])

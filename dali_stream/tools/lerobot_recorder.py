@@ -20,12 +20,14 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import InstallError
+from ..meta.depth import PIX_FMT, DepthCoding
 
 # lerobot's `vcodec` names (PyAV picks the default encoder of each: libx264, libx265); VP9 is not one of lerobot's
 # codecs, so its camera gets libvpx-vp9 with the same two options.
 VCODECS = {"h264": "h264", "hevc": "hevc", "av1": "libsvtav1", "vp9": "libvpx-vp9"}
 LEROBOT_GOP = 2
 LEROBOT_CRF = 30
+DEPTH_CODING = DepthCoding(unit="mm")  # lerobot's depth quantiser defaults, depth recorded in millimetres
 
 
 def encode_episode(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int, gop: int, crf: int,
@@ -43,6 +45,42 @@ def encode_episode(path: Path, frames: Iterable[np.ndarray], codec: str, fps: in
         for rgb in frames:
             out.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
         out.mux(stream.encode())
+
+
+def depth_info(height: int, width: int, fps: int, gop: int) -> dict[str, object]:
+    """A depth camera's feature `info` as lerobot 0.6.1 writes it (its encoder's and quantiser's settings)."""
+    q = DEPTH_CODING
+    return {"is_depth_map": True, "depth_unit": q.unit, "video.height": height, "video.width": width,
+            "video.codec": "hevc", "video.pix_fmt": PIX_FMT, "video.fps": fps, "video.channels": 1, "has_audio": False,
+            "video.g": gop, "video.extra_options": {"x265-params": "lossless=1"}, "video.depth_min": q.depth_min,
+            "video.depth_max": q.depth_max, "video.shift": q.shift, "video.use_log": q.use_log}
+
+
+def stats_values(frames: np.ndarray, depth: bool) -> np.ndarray:
+    """(pixels, channels) values a camera's stats are taken over, as lerobot takes them: RGB frames (N, H, W, 3) in
+    [0, 1]; a depth camera's codes (N, H, W) as the depth they stand for in millimetres (`DEPTH_CODING`)."""
+    if not depth:
+        return frames.reshape(-1, 3).astype(np.float64) / 255.0
+    mm = np.empty(frames.shape, np.float32)
+    DEPTH_CODING.write(frames, mm, "mm")
+    return mm.reshape(-1, 1).astype(np.float64)
+
+
+def encode_depth(path: Path, planes: Iterable[np.ndarray], fps: int, gop: int) -> None:
+    """One episode's depth codes ((H, W) uint16, 12 bits) as lerobot's depth encoder writes them (its
+    `DepthEncoderConfig` defaults: HEVC, gray12le, g, crf 30 and x265's lossless mode)."""
+    import av
+
+    options = {"g": str(gop), "crf": str(LEROBOT_CRF), "x265-params": "lossless=1:log-level=error"}
+    with av.open(str(path), "w") as out:
+        stream = None
+        for codes in planes:
+            if stream is None:
+                stream = out.add_stream(VCODECS["hevc"], fps, options=options)
+                stream.pix_fmt, stream.height, stream.width = PIX_FMT, *codes.shape
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(codes, format=PIX_FMT)))
+        if stream is not None:
+            out.mux(stream.encode())
 
 
 def duration_s(path: Path) -> float:
@@ -84,15 +122,18 @@ def append_episode(file: Path, episode: Path) -> None:
 
 
 def write_file(path: Path, episodes: list[Iterable[np.ndarray]], codec: str, fps: int, gop: int, crf: int,
-               pix_fmt: str, height: int, width: int) -> list[tuple[float, float]]:
-    """Record `episodes` (each an iterable of RGB frames) into one packed file at `path`, as lerobot does; returns
-    each episode's (from_timestamp, to_timestamp)."""
+               pix_fmt: str, height: int, width: int, depth: bool = False) -> list[tuple[float, float]]:
+    """Record `episodes` (each an iterable of RGB frames; of depth codes where `depth`, `encode_depth`) into one
+    packed file at `path`, as lerobot does; returns each episode's (from_timestamp, to_timestamp)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     spans = []
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         for n, frames in enumerate(episodes):
             episode = Path(tmp) / f"episode-{n}.mp4"
-            encode_episode(episode, frames, codec, fps, gop, crf, pix_fmt, height, width)
+            if depth:
+                encode_depth(episode, frames, fps, gop)
+            else:
+                encode_episode(episode, frames, codec, fps, gop, crf, pix_fmt, height, width)
             length = duration_s(episode)
             if n == 0:
                 shutil.move(str(episode), str(path))

@@ -148,3 +148,36 @@ def ids_of(cells) -> tuple[int, int]:
                             f"{check}, not {check_value(episode, frame)}: a block came from another frame or the "
                             "stream is damaged")
     return episode, frame
+
+
+# Depth cameras (`meta.depth`): their frames are 12-bit codes, encoded losslessly as lerobot's depth encoder does, so
+# ids are carried as code values: the top half of a frame shows DEPTH_BASE + episode, the bottom half DEPTH_BASE +
+# frame (each modulo DEPTH_SPAN), every pixel of a half the same.
+DEPTH_BASE, DEPTH_SPAN = 64, 4000
+
+
+def depth_codes(height: int, width: int, episode: int, frame: int) -> np.ndarray:
+    """A depth camera's frame (episode, frame) as (H, W) uint16 codes."""
+    out = np.empty((height, width), np.uint16)
+    out[:height // 2] = DEPTH_BASE + episode % DEPTH_SPAN
+    out[height // 2:] = DEPTH_BASE + frame % DEPTH_SPAN
+    return out
+
+
+def depth_ids(codes) -> tuple[int, int]:
+    """(episode, frame) of a depth frame's codes, (H, W) or (1, H, W) (modulo DEPTH_SPAN); UnreadableIds where a
+    half is not one value."""
+    arr = np.asarray(codes).reshape(np.shape(codes)[-2:])
+    top, bottom = arr[:len(arr) // 2], arr[len(arr) // 2:]
+    if top.min() != top.max() or bottom.min() != bottom.max():
+        raise UnreadableIds(f"a depth frame's halves are not one code each: top {top.min()}..{top.max()}, bottom "
+                            f"{bottom.min()}..{bottom.max()}")
+    return int(top.flat[0]) - DEPTH_BASE, int(bottom.flat[0]) - DEPTH_BASE
+
+
+def depth_shows(codes, ids) -> bool:
+    """Whether a depth frame's codes show `ids` (modulo DEPTH_SPAN; False where they cannot be read)."""
+    try:
+        return ids is not None and depth_ids(codes) == tuple(i % DEPTH_SPAN for i in ids)
+    except UnreadableIds:
+        return False

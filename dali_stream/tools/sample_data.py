@@ -11,6 +11,10 @@ B-frames, and every camera rolls over to a new file at a different episode, so e
 every file is decoded back after writing: each frame must show its own ids (else it is encoded again with
 careful settings, and failing that the writer raises), so tests can trust them.
 
+A camera written `NAME:depth` is a depth camera as lerobot records one: 12-bit codes (`paint.depth_codes`, ids as
+code values) in a grey HEVC video encoded losslessly with lerobot's depth encoder options (`lerobot_recorder.
+encode_depth`), the quantiser's parameters in its feature's info, its stats in millimetres.
+
 `recorder="lerobot"` writes the video files as lerobot's own recorder does instead (`lerobot_recorder`): each
 episode encoded alone with lerobot's PyAV options, appended to its file through FFmpeg's concat demuxer, and
 `from_timestamp`/`to_timestamp` taken from the files' durations. `recorder="encoder-defaults"` encodes each file
@@ -30,11 +34,13 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from . import paint
+from .lerobot_recorder import depth_info, stats_values
 from .sample_defaults import CONTENTS, PIX_FMTS, RECORDERS, SAMPLE_DEFAULTS
 from .sample_encode import _encode_files, _Job, encode_workers
 from .scene import Scene
 
 CODECS = ("h264", "hevc", "av1", "vp9")
+DEPTH_CAMERA = "depth"  # NAME:depth in a camera list: a depth camera (a sample-writer word, not a decode route's)
 TASKS = ("pick up the red cube", "stack the blue block on the green one", "open the top drawer",
          "push the button twice", "wipe the table")
 STATE_DIM = 6
@@ -47,6 +53,7 @@ class CameraSpec:
     name: str
     codec: str
     encoder: str | None = None  # recorder "encoder-defaults" only: another encoder of the codec (libaom-av1)
+    depth: bool = False  # a depth camera ("NAME:depth"): 12-bit codes, HEVC, as lerobot records depth
 
     @property
     def key(self) -> str:
@@ -62,18 +69,22 @@ class CameraSpec:
                              f"choose one of {encoders_of(self.codec)}")
 
     def text(self) -> str:
-        return f"{self.name}:{self.codec}{'/' + self.encoder if self.encoder else ''}"
+        return f"{self.name}:{DEPTH_CAMERA}" if self.depth else f"{self.name}:{self.codec}{'/' + self.encoder if self.encoder else ''}"
 
 
 def parse_cameras(text: str) -> tuple[CameraSpec, ...]:
-    """'front:h264,wrist:av1' -> camera specs."""
+    """'front:h264,wrist:av1,range:depth' -> camera specs."""
     specs = []
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, sep, codec = part.partition(":")
         if not sep or not name:
             raise ValueError(f"camera {part!r} must look like NAME:CODEC, e.g. front:h264 (codecs: {', '.join(CODECS)}), "
-                             "or NAME:CODEC/ENCODER with recorder 'encoder-defaults', e.g. aux:av1/libaom-av1")
+                             "NAME:CODEC/ENCODER with recorder 'encoder-defaults', e.g. aux:av1/libaom-av1, or "
+                             "NAME:depth, a depth camera")
         codec, _, encoder = codec.partition("/")
+        if codec == DEPTH_CAMERA:
+            specs.append(CameraSpec(name, "hevc", depth=True))
+            continue
         specs.append(CameraSpec(name, codec, encoder or None))
     if len({s.name for s in specs}) != len(specs):
         raise ValueError(f"camera names must be unique: {text!r}")
@@ -144,8 +155,11 @@ class SampleSpec:
 
     def frames(self, ids: Sequence[tuple[int, int]], camera: int) -> Iterator[np.ndarray]:
         """The RGB frames of camera `camera` (its position in `cameras`) of (episode, frame) `ids`, in order, each
-        carrying its `painted` ids."""
+        carrying its `painted` ids; a depth camera's (H, W) uint16 codes (`paint.depth_codes`)."""
         ids = self.painted(ids)
+        if self.cameras[camera].depth:
+            yield from (paint.depth_codes(self.height, self.width, e, f) for e, f in ids)
+            return
         if self.content == "pattern":
             yield from (paint.render(self.height, self.width, e, f, camera) for e, f in ids)
             return
@@ -228,11 +242,15 @@ def _episode_stats(spec: SampleSpec, e: int, table, length: int) -> dict[str, li
         out |= {f"stats/{key}/{k}": v for k, v in _stats(values, quantiles=True).items()}
     picks = sorted({0, length // 3, 2 * length // 3, length - 1})
     for c, cam in enumerate(spec.cameras):
-        px = np.stack(list(spec.frames([(e, f) for f in picks], c))).reshape(-1, 3) / 255.0
+        px = _camera_values(spec, c, [(e, f) for f in picks])
         channels = _stats(px, quantiles=True)
         out |= {f"stats/{cam.key}/{k}": ([len(picks)] if k == "count" else [[[x]] for x in v])
                 for k, v in channels.items()}
     return out
+
+
+def _camera_values(spec: SampleSpec, camera: int, ids: list[tuple[int, int]]) -> np.ndarray:
+    return stats_values(np.stack(list(spec.frames(ids, camera))), spec.cameras[camera].depth)
 
 
 # Below this many pixels of video in all (~650 frames at 640x480) files are encoded one after another: the
@@ -387,12 +405,14 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
         "next.done": {"dtype": "bool", "shape": [1], "names": None},
     }
     for cam in spec.cameras:
-        features[cam.key] = {
-            "dtype": "video", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"],
-            "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": cam.codec,
-                     "video.pix_fmt": spec.pix_fmt_of(cam.codec), "video.is_depth_map": False, "video.fps": spec.fps,
-                     "video.channels": 3, "has_audio": False},
-        }
+        info: dict[str, object] = {
+            "video.height": spec.height, "video.width": spec.width, "video.codec": cam.codec,
+            "video.pix_fmt": spec.pix_fmt_of(cam.codec), "video.is_depth_map": False, "video.fps": spec.fps,
+            "video.channels": 3, "has_audio": False}
+        if cam.depth:
+            info = depth_info(spec.height, spec.width, spec.fps, spec.gop)
+        features[cam.key] = {"dtype": "video", "shape": [spec.height, spec.width, 1 if cam.depth else 3],
+                             "names": ["height", "width", "channels"], "info": info}
     for key, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
                        ("index", "int64"), ("task_index", "int64")):
         features[key] = {"dtype": dtype, "shape": [1], "names": None}
@@ -417,8 +437,8 @@ def _write_into(out: Path, spec: SampleSpec, progress: Callable[[int, int], None
              "task_index": _stats(np.repeat(task_of, lengths)),
              "next.done": _stats(np.concatenate([np.arange(L) == L - 1 for L in lengths]))}
     for c, cam in enumerate(spec.cameras):
-        imgs = np.stack(list(spec.frames([(e, 0) for e in range(min(4, spec.episodes))], c)))
-        px = imgs.reshape(-1, 3).astype(np.float64) / 255.0
-        stats[cam.key] = {k: [[[x]] for x in v] for k, v in _stats(px).items() if k != "count"}
-        stats[cam.key]["count"] = [int(len(imgs))]
+        firsts = [(e, 0) for e in range(min(4, spec.episodes))]
+        stats[cam.key] = {k: [[[x]] for x in v] for k, v in _stats(_camera_values(spec, c, firsts)).items()
+                          if k != "count"}
+        stats[cam.key]["count"] = [len(firsts)]
     (out / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))

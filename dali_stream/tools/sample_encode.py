@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..meta.depth import PIX_FMT
 from . import paint
 
 if TYPE_CHECKING:
@@ -61,16 +62,22 @@ def encode_video(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int,
         container.mux(stream.encode())
 
 
-def misread_frames(path: Path, ids: Sequence[tuple[int, int]]) -> list[int]:
+def misread_frames(path: Path, ids: Sequence[tuple[int, int]], depth: bool = False) -> list[int]:
     """Frames of `path` (decoded with PyAV, in presentation order) whose painted ids are not `ids[k]` for the
-    k-th frame shown; frames missing from the file (or extra ones) count as misread."""
+    k-th frame shown (a depth camera's, `depth`: its codes' ids, modulo `paint.DEPTH_SPAN`); frames missing from
+    the file (or extra ones) count as misread."""
     import av
+
+    def shows(frame, ids: tuple[int, int]) -> bool:
+        if depth:
+            return paint.depth_shows(frame.to_ndarray(format=PIX_FMT), ids)
+        return paint.shows(frame.to_ndarray(format="rgb24"), ids)
 
     bad = []
     k = -1
     with av.open(str(path)) as container:
         for k, frame in enumerate(container.decode(video=0)):
-            if not (k < len(ids) and paint.shows(frame.to_ndarray(format="rgb24"), ids[k])):
+            if not (k < len(ids) and shows(frame, ids[k])):
                 bad.append(k)
     return bad + list(range(k + 1, len(ids)))
 
@@ -86,6 +93,23 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
     from . import default_recorder, lerobot_recorder
 
     episodes = [list(run) for _, run in itertools.groupby(ids, key=lambda i: i[0])]  # ids run episode by episode
+    ends = np.cumsum([len(run) for run in episodes]) / spec.fps
+    continuous = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
+    if spec.cameras[camera].depth:  # lerobot's depth encoder (lossless), as each recorder lays files out
+        if spec.recorder == "lerobot":
+            spans = lerobot_recorder.write_file(path, [spec.frames(run, camera) for run in episodes], codec, spec.fps,
+                                                spec.gop, lerobot_recorder.LEROBOT_CRF, "", spec.height, spec.width,
+                                                depth=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lerobot_recorder.encode_depth(path, spec.frames(ids, camera), spec.fps, spec.gop)
+            spans = continuous
+        bad = misread_frames(path, spec.painted(ids), depth=True)
+        if bad:
+            raise RuntimeError(f"{path}: {len(bad)} of {len(ids)} depth frames do not show their codes after a "
+                               f"lossless encode (first: frame {bad[0]}, ids {ids[bad[0]]}): FFmpeg's libx265 or "
+                               "its 12-bit grey support is broken here")
+        return False, spans
     for careful in (False, True):
         if spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
             crf = 12 if careful else (lerobot_recorder.LEROBOT_CRF if spec.crf is None else spec.crf)
@@ -100,8 +124,7 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
             else:
                 encode_video(path, spec.frames(ids, camera), codec, spec.fps, spec.gop, spec.height, spec.width,
                              careful=careful, crf=spec.crf, pix_fmt=spec.pix_fmt_of(codec))
-            ends = np.cumsum([len(run) for run in episodes]) / spec.fps
-            spans = [(float(a), float(b)) for a, b in zip(np.concatenate([[0.0], ends[:-1]]), ends)]
+            spans = continuous
         bad = misread_frames(path, spec.painted(ids))
         if not bad:
             return careful, spans

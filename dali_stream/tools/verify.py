@@ -134,6 +134,8 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
     if not rel.endswith(".mp4"):
         return None
     expect = _painted_ids(meta, path) if meta is not None else None
+    depth = meta is not None and any(cam.depth is not None and f"/videos/{key}/" in f"/{rel}"
+                                     for key, cam in meta.cameras.items())
     errors, wrong, frames = 0, 0, 0
     try:
         with fs.open(path, "rb") as raw, av.open(raw) as container:
@@ -150,7 +152,7 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
                     continue
                 for frame in decoded:
                     frames += 1
-                    if expect is not None and fps is not None and not _ids_ok(frame, expect, fps):
+                    if expect is not None and fps is not None and not _ids_ok(frame, expect, fps, depth):
                         wrong += 1
     except av.error.FFmpegError as exc:
         return f"not a readable MP4: {exc}"
@@ -169,11 +171,12 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     """Relative file -> what goes wrong reading its episodes as the loader does (see the module doc)."""
 
     from ..decode.cpu import DecoderCache, torchcodec_frames
+    from ..decode.depth import depth_codes
     from ..errors import DaliStreamError, RemoteError
     from ..fetch.store import EpisodeStore
     from ..fetch.tables import FRAME_TIME_S
     from ..meta.catalog import Catalog
-    from .paint import shows
+    from .paint import depth_shows, shows
 
     painted = meta.info.get("robot_type") == "dali_stream_sample"
     offset = painted_offset(meta.info)  # a mixture member's sample paints its episodes shifted
@@ -191,14 +194,18 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                     idx = seg.frame_indices(query, tolerance_s, "every frame")
                     misread: list[int] = []
                     reader = DecoderCache(1)  # one decoder, forward through the episode
+                    depth = meta.cameras[key].depth is not None  # its codes, through the loader's depth route
+
+                    def decode(part, reader=reader, depth=depth, seg=seg):
+                        return depth_codes(seg, part) if depth else torchcodec_frames(seg, part, reader)
                     for start in range(0, len(idx), VERIFY_CHUNK):  # an hour at 480p whole would be ~100 GB
-                        frames = torchcodec_frames(seg, idx[start:start + VERIFY_CHUNK], reader)
+                        frames = decode(idx[start:start + VERIFY_CHUNK])
                         if painted:
                             misread += [start + f for f, image in enumerate(frames)
-                                        if not shows(image, (episode + offset, start + f))]
+                                        if not (depth_shows if depth else shows)(image, (episode + offset, start + f))]
                     reader.clear()
                     for part in (idx[:1], idx[-1:]):
-                        torchcodec_frames(seg, part)
+                        decode(part, None)
                     if misread:
                         raise DaliStreamError(f"{len(misread)} of {len(idx)} frames of episode {episode}, "
                                               f"camera {key!r} show other painted ids (first: frame "
@@ -230,10 +237,16 @@ def _painted_ids(meta, path: str) -> dict[int, tuple[int, int]] | None:
     return out
 
 
-def _ids_ok(frame, expect: dict, fps: float) -> bool:
-    from .paint import shows
+def _ids_ok(frame, expect: dict, fps: float, depth: bool = False) -> bool:
+    """Whether a decoded frame shows the ids planned at its time (a depth camera's: its codes' ids)."""
+    from .paint import depth_shows, shows
 
-    return shows(frame.to_ndarray(format="rgb24"), expect.get(round(frame.time * fps)))
+    want = expect.get(round(frame.time * fps))
+    if depth:
+        from ..meta.depth import PIX_FMT
+
+        return depth_shows(frame.to_ndarray(format=PIX_FMT), want)
+    return shows(frame.to_ndarray(format="rgb24"), want)
 
 
 def verify(source: str, against: str | None = None, revision: str | None = None, decode: bool = False,

@@ -1,0 +1,65 @@
+"""A depth camera's frames as their 12-bit codes: FFmpeg's decoder through PyAV on the workers' threads, the route
+`depth` (`decode.route`), as lerobot 0.6.1 decodes depth (torchcodec hands out 8-bit RGB only, NVDEC no 12-bit
+grey). `meta.depth.DepthCoding` turns the codes into depth.
+
+`depth_codes(seg, indices)` demuxes the segment's packets, starts decoding at the last keyframe shown at or before
+the first frame asked (a keyframe's leading pictures come before it: it shows none of them), and keeps each frame
+asked by its presentation time: every frame returned is the one planned at that time, as `decode.cpu` checks
+torchcodec's (a frame asked but never shown raises `WrongFrameError`).
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+
+from ..errors import WrongFrameError
+from ..fetch.segments import Segment, decode_error
+from ..meta.depth import PIX_FMT
+from .route import DEPTH
+
+
+def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
+    """Frames `indices` (sorted, distinct) of the segment as (N, H, W) uint16 codes, in that order."""
+    import av
+
+    indices = np.asarray(indices, dtype=np.int64)
+    planned = seg.pts_s - seg.pts_s[0]  # the frames' times from the segment's first
+    got: dict[int, np.ndarray] = {}
+    try:
+        with av.open(io.BytesIO(seg.data)) as container:
+            stream = container.streams.video[0]
+            packets = [p for p in container.demux(stream) if p.size]
+            if not packets:
+                raise ValueError("no packets")
+            base = float(stream.time_base)
+            shown = [p.pts for p in packets if p.pts is not None]
+            origin = min(shown) * base  # a decoder counts time from the stream's first frame shown
+            first = origin + planned[indices[0]]
+            starts = [n for n, p in enumerate(packets) if p.is_keyframe and p.pts is not None
+                      and p.pts * base <= first + seg.half_gap_s]
+            codec = stream.codec_context
+            wanted = set(indices.tolist())
+            for packet in [*packets[starts[-1] if starts else 0:], None]:
+                for frame in codec.decode(packet):
+                    if frame.pts is None:
+                        continue
+                    t = frame.pts * base - origin
+                    k = int(np.searchsorted(planned, t))
+                    k = k if k < len(planned) and (k == 0 or planned[k] - t < t - planned[k - 1]) else k - 1
+                    if k in wanted and abs(planned[k] - t) <= seg.half_gap_s:
+                        got[k] = frame.to_ndarray(format=PIX_FMT)
+                if len(got) == len(wanted):
+                    break
+    except Exception as exc:
+        raise decode_error(seg, DEPTH.name, exc) from exc
+    missing = [int(i) for i in indices if int(i) not in got]
+    if missing:
+        raise WrongFrameError(
+            f"{DEPTH.name}: the decoder showed no frame at the planned time of frame {missing[0]} "
+            f"({planned[missing[0]]:.6f}s into the segment) of episode {seg.episode}, camera {seg.camera!r} "
+            f"({seg.codec}, cut from {seg.source}); {len(missing)} of {len(indices)} frames asked were not shown. A "
+            "bug in dali_stream or the decoder, not in your data: please report it with the output of `dali-stream "
+            "verify DATASET --decode`")
+    return np.stack([got[int(i)] for i in indices])

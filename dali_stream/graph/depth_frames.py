@@ -1,0 +1,57 @@
+"""A depth camera's frames: its 12-bit codes decoded on the workers (`decode.depth`) and written straight into the
+batch as depth (`meta.depth.DepthCoding`), in `depth_output_unit`, float32: the camera's (B, T, 1, H, W) tensor as
+lerobot's dataset returns it, whatever the batch's device or image ops (the DALI graph takes RGB pictures only).
+
+The buffer is one of the host cameras' reused ones (`graph.buffers`), (B, T, H, W, 1) with `channels_last` as the
+RGB host frames are (the caller gets the same (B, T, 1, H, W) view, `graph.host.to_output`). A mixture's member
+lacking the camera gives zeros; each sample's codes are read with its own member's coding.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..decode.depth import depth_codes
+from ..meta.depth import DepthCoding, DepthUnit
+from .buffers import BufferPool
+from .segment_frames import decode_segments
+from .sources import CameraBatch, CameraFrames, Output
+
+
+class DepthFrames:
+    """A FrameSource (`graph.sources`) for a depth camera: host frames of one channel of depth. `codings`: per
+    mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W)."""
+
+    engine: str | None = None
+    in_graph = False
+    outputs: tuple[Output, ...] = ()
+
+    def __init__(self, key: str, route: str, buffers: BufferPool, codings: Sequence[DepthCoding | None],
+                 size: tuple[int, int], unit: DepthUnit, channels_last: bool = False) -> None:
+        self.key, self.route, self.buffers = key, route, buffers
+        self.codings, self.size, self.unit, self.channels_last = list(codings), size, unit, channels_last
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames:
+        segs, idx = batch.segs, batch.idx
+        steps = len(idx[0])
+        h, w = self.size
+        out = self.buffers.take((len(segs), steps, h, w, 1) if self.channels_last else (len(segs), steps, 1, h, w),
+                                np.float32)
+        planes = out[..., 0] if self.channels_last else out[:, :, 0]  # (B, T, H, W) views
+        decoded = 0
+        decode = lambda asked: [depth_codes(seg, wanted) for seg, wanted in asked]  # noqa: E731
+        for members, wanted, codes, n in decode_segments(segs, idx, None, decode=decode):
+            decoded += n
+            for j in members:
+                coding = self.codings[int(batch.member_index[j])]
+                assert coding is not None  # a member lacking the camera has no segment
+                coding.write(codes[np.searchsorted(wanted, idx[j])], planes[j], self.unit)
+        for j, seg in enumerate(segs):
+            if seg is None:  # a mixture's member without the camera: zeros (a reused buffer holds old frames)
+                planes[j] = 0
+        return CameraFrames(host=out, decoded=decoded)
+
+    def close(self) -> None:
+        self.buffers.clear()

@@ -1,0 +1,92 @@
+"""Depth cameras as lerobot 0.6.1 records them: a depth map quantised to 12-bit codes and encoded as a grey HEVC
+video (lossless, `gray12le`), the quantiser's parameters in the feature's `info` (`video.depth_min`, `video.depth_max`,
+`video.shift`, `video.use_log`), `is_depth_map: true` marking it, `depth_unit` the unit its stats were recorded in.
+
+`DepthCoding.of(feature)` reads that (None: not a depth camera, lerobot's rule); `DepthCoding.write` turns decoded
+codes into depth in millimetres or metres as lerobot's `dequantize_depth` returns them: a code's place on the
+linear or logarithmic scale between depth_min and depth_max (metres, `shift` added inside the logarithm), clipped to
+that range; millimetres are then rounded to whole ones. float32 throughout, in the order of lerobot's torch path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+CODE_MAX = 4095  # 12-bit codes
+UNITS = ("mm", "m")
+DepthUnit = Literal["mm", "m"]
+MM_PER_M = 1000.0
+PIX_FMT = "gray12le"  # the stream's pixels as lerobot writes and reads them
+
+
+def is_depth(feature: Mapping[str, Any]) -> bool:
+    """lerobot's test of a depth feature: `info.is_depth_map`, or the older `video.is_depth_map` in `info` or in
+    `video_info`."""
+    info, video_info = feature.get("info") or {}, feature.get("video_info") or {}
+    return bool(info.get("is_depth_map") or info.get("video.is_depth_map") or video_info.get("video.is_depth_map"))
+
+
+@dataclass(frozen=True)
+class DepthCoding:
+    """How a depth camera's codes map to depth (module doc); `unit`: the unit its stats were recorded in (None:
+    not recorded, stats left as they are)."""
+
+    depth_min: float = 0.01  # metres at code 0 (lerobot's defaults)
+    depth_max: float = 10.0  # metres at CODE_MAX
+    shift: float = 3.5  # metres added inside the logarithm
+    use_log: bool = True
+    unit: str | None = None
+
+    @classmethod
+    def of(cls, feature: Mapping[str, Any]) -> "DepthCoding | None":
+        if not is_depth(feature):
+            return None
+        info = feature.get("info") or {}
+        def given(name: str, default: Any) -> Any:
+            value = info.get(f"video.{name}")
+            return default if value is None else type(default)(value)
+
+        coding = cls(given("depth_min", cls.depth_min), given("depth_max", cls.depth_max), given("shift", cls.shift),
+                     given("use_log", cls.use_log), info.get("depth_unit"))
+        if coding.use_log and coding.depth_min + coding.shift <= 0:
+            raise ValueError(f"depth_min + shift must be positive for a logarithmic scale. Found: "
+                             f"{coding.depth_min} + {coding.shift}")
+        return coding
+
+    def write(self, codes: np.ndarray, out: np.ndarray, unit: DepthUnit = "mm") -> None:
+        """Depth of `codes` (any integer array, values 0..CODE_MAX) into `out` (float32, the same shape)."""
+        if self.use_log:
+            low, high = math.log(self.depth_min + self.shift), math.log(self.depth_max + self.shift)
+        else:
+            low, high = self.depth_min, self.depth_max
+        out[...] = codes
+        np.multiply(out, np.float32((high - low) / CODE_MAX), out=out)
+        np.add(out, np.float32(low), out=out)
+        if self.use_log:
+            np.exp(out, out=out)
+            np.subtract(out, np.float32(self.shift), out=out)
+        np.clip(out, np.float32(self.depth_min), np.float32(self.depth_max), out=out)
+        if unit == "mm":
+            np.multiply(out, np.float32(MM_PER_M), out=out)
+            np.rint(out, out=out)
+            np.clip(out, np.float32(0.0), np.float32(65535.0), out=out)
+
+    def stats_factor(self, unit: DepthUnit) -> float:
+        """What the recorded stats are multiplied by to be in `unit` (lerobot rescales all but `count`)."""
+        if self.unit is None or self.unit == unit:
+            return 1.0
+        return MM_PER_M if self.unit == "m" else 1.0 / MM_PER_M
+
+    def codes(self, depth: np.ndarray, unit: DepthUnit = "mm") -> np.ndarray:
+        """The codes of `depth` in `unit` (the recorder's quantiser: the sample writer's depth cameras)."""
+        metres = np.asarray(depth, np.float64) / (MM_PER_M if unit == "mm" else 1.0)
+        if self.use_log:
+            low, high = math.log(self.depth_min + self.shift), math.log(self.depth_max + self.shift)
+            norm = (np.log(metres + self.shift) - low) / (high - low)
+        else:
+            norm = (metres - self.depth_min) / (self.depth_max - self.depth_min)
+        return np.clip(np.rint(norm * CODE_MAX), 0, CODE_MAX).astype(np.uint16)

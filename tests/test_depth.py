@@ -1,0 +1,168 @@
+"""Depth cameras as lerobot 0.6.1 records them (12-bit codes of depth in a grey HEVC video, lossless; the quantiser in
+the feature's info): every frame comes as (..., 1, H, W) float32 depth in `depth_output_unit`, the planned frame's,
+whatever the batch's RGB settings; stats in the same unit; routes, errors and mixtures.
+
+The sample writer's depth cameras carry their ids as code values (`paint.depth_codes`); a frame's ids are read back
+through the coding's own quantiser, and its values are compared with lerobot's formula written out here."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dali_stream import ConfigError, DeviceError, Member, Mixture, StreamLoader
+from dali_stream.meta.depth import CODE_MAX, DepthCoding, is_depth
+from dali_stream.pairing import dali_present
+from dali_stream.tools import paint
+from dali_stream.tools.lerobot_recorder import DEPTH_CODING
+from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+DEPTH, FRONT = "observation.images.range", "observation.images.front"
+OFFSETS = (-2, -1, 0, 1)
+DELTAS = {DEPTH: [k / 30 for k in OFFSETS], "action": [0.0, 1 / 30]}
+
+
+@pytest.fixture(scope="module", params=["dali_stream", "lerobot"])
+def depth_dataset(request, tmp_path_factory):
+    """An H.264 camera beside a depth camera: one continuous stream a file (GOP 4, x265's open GOPs and B-frames), or
+    lerobot's recorder (each episode encoded alone at lerobot's g=2 and appended)."""
+    spec = SampleSpec(episodes=6, min_length=8, max_length=24, gop=4, episodes_per_file=3, height=48, width=64,
+                      cameras=parse_cameras("front:h264,range:depth"), seed=11, recorder=request.param)
+    return write_sample(tmp_path_factory.mktemp("depth") / request.param, spec)
+
+
+def lerobot_depth_m(codes: np.ndarray, coding: DepthCoding) -> np.ndarray:
+    """lerobot 0.6.1's dequantisation, written out: the code's place on the log (or linear) scale, in metres."""
+    if coding.use_log:
+        lo, hi = math.log(coding.depth_min + coding.shift), math.log(coding.depth_max + coding.shift)
+        depth = np.exp(codes * (hi - lo) / CODE_MAX + lo) - coding.shift
+    else:
+        depth = codes * (coding.depth_max - coding.depth_min) / CODE_MAX + coding.depth_min
+    return np.clip(depth, coding.depth_min, coding.depth_max)
+
+
+def _check(batch, key=DEPTH) -> int:
+    """Every unpadded depth frame of `batch` is its sample's planned frame, in whole millimetres; frames checked."""
+    frames, pads = batch[key].numpy(), batch[f"{key}_is_pad"].numpy()
+    checked = 0
+    for j in range(len(frames)):
+        episode, frame = int(batch["episode_index"][j]), int(batch["frame_index"][j])
+        for t, offset in enumerate(OFFSETS):
+            if pads[j, t]:
+                continue
+            codes = paint.depth_codes(*frames.shape[-2:], episode, frame + offset)
+            np.testing.assert_array_equal(frames[j, t, 0], np.rint(lerobot_depth_m(codes, DEPTH_CODING) * 1000))
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("settings", [{}, {"episode_pool_size": "all"},
+                                      {"image_dtype": "uint8", "memory_format": "channels_last"}])
+def test_depth_frames_are_the_planned_frames_in_millimetres(depth_dataset, settings):
+    with StreamLoader(str(depth_dataset), batch_size=5, device="cpu", delta_timestamps=DELTAS, drop_last=False,
+                      **settings) as loader:
+        assert loader.routes[DEPTH] == "depth" and "depth camera" in loader.route_reasons[DEPTH]
+        checked = 0
+        for batch in loader:
+            depth = batch[DEPTH]
+            assert depth.shape[1:] == (4, 1, 48, 64) and str(depth.dtype) == "torch.float32"
+            assert batch[FRONT].shape[1:] == (3, 48, 64)
+            assert str(batch[FRONT].dtype) == ("torch.uint8" if settings.get("image_dtype") == "uint8"
+                                               else "torch.float32")
+            checked += _check(batch)
+    assert checked > 3 * loader.meta.total_frames  # most samples' four steps
+
+
+def test_metres_and_stats_follow_depth_output_unit(depth_dataset):
+    with StreamLoader(str(depth_dataset), batch_size=4, device="cpu", shuffle=False, depth_output_unit="m",
+                      delta_timestamps={DEPTH: [0.0]}) as loader:
+        batch = next(iter(loader))
+        for j in range(4):
+            codes = paint.depth_codes(48, 64, int(batch["episode_index"][j]), int(batch["frame_index"][j]))
+            assert batch[DEPTH].shape[1:] == (1, 48, 64)  # one step: no window axis, as lerobot's
+            np.testing.assert_allclose(batch[DEPTH][j, 0].numpy(), lerobot_depth_m(codes, DEPTH_CODING),
+                                       rtol=0, atol=2e-6)  # float32 against float64: microns
+        recorded = json.loads((depth_dataset / "meta/stats.json").read_text())[DEPTH]  # written in millimetres
+        for name, value in loader.meta.stats[DEPTH].items():
+            want = np.asarray(recorded[name]) * (1 if name == "count" else 1e-3)
+            np.testing.assert_allclose(value, want, rtol=1e-12)
+        assert loader.meta.features[DEPTH]["shape"] == [48, 64, 1] and loader.meta.depth_keys == [DEPTH]
+    with StreamLoader(str(depth_dataset), device="cpu") as loader:  # lerobot's default: millimetres, as recorded
+        np.testing.assert_array_equal(loader.meta.stats[DEPTH]["mean"], recorded["mean"])
+
+
+def test_a_sample_as_lerobot_returns_it(depth_dataset):
+    with StreamLoader(str(depth_dataset), device="cpu", delta_timestamps=DELTAS) as loader:
+        sample = loader.dataset[9]
+        assert sample[DEPTH].shape == (4, 1, 48, 64)
+        assert _check({k: v[None] if k != "task" else [v] for k, v in sample.items()}) >= 3
+
+
+@pytest.mark.skipif(not dali_present(), reason="resize= needs NVIDIA DALI's operators")
+def test_rgb_image_ops_leave_depth_as_recorded(depth_dataset):
+    """resize and mean/std run in the DALI graph on the RGB camera; the depth camera is laid out beside it."""
+    with StreamLoader(str(depth_dataset), batch_size=4, device="cpu", delta_timestamps=DELTAS, resize=(32, 40),
+                      mean=0.5, std=0.25) as loader:
+        assert loader.resolved.host_cameras == (DEPTH,) and not loader.resolved.host_batches
+        batch = next(iter(loader))
+        assert batch[FRONT].shape[1:] == (3, 32, 40) and batch[DEPTH].shape[1:] == (4, 1, 48, 64)
+        assert _check(batch) > 0
+
+
+def test_verify_and_diagnose_read_depth_cameras_as_depth(depth_dataset):
+    """`verify --decode` checks every depth frame's codes (read as RGB, each would show no painted ids) and
+    `diagnose --decode-test` decodes one through the depth route."""
+    from dali_stream.tools.diagnose import diagnose
+    from dali_stream.tools.verify import verify
+
+    report = verify(str(depth_dataset), decode=True)
+    assert report["exit_code"] == 0 and not report["damaged"], report["damaged"]
+    camera = diagnose(str(depth_dataset), decode_test=True)["dataset"]["cameras"][DEPTH]
+    assert camera["route"] == "depth" and camera["decodable"], camera
+    assert camera["decode_test"]["depth"]["ids_match"], camera["decode_test"]
+
+
+def test_gpu_decoding_is_refused_for_a_depth_camera_and_other_choices_decode_it(depth_dataset):
+    with pytest.raises(DeviceError, match=r"camera 'observation.images.range', a depth camera.*12-bit grey"):
+        StreamLoader(str(depth_dataset), device="cpu", decode={DEPTH: "gpu"})
+    with StreamLoader(str(depth_dataset), device="cpu", decode={FRONT: "cpu", DEPTH: "cpu"}) as loader:
+        assert loader.routes == {FRONT: "torchcodec", DEPTH: "depth"}
+
+
+def test_a_mixture_keeps_depth_apart_from_rgb(depth_dataset, small_dataset):
+    with pytest.raises(ConfigError, match=r"depth camera in some members and an RGB camera in others"):
+        StreamLoader(Mixture([Member(str(depth_dataset), name="d"),
+                              Member(str(small_dataset), name="s", keys={"observation.images.top": DEPTH})]),
+                     device="cpu")
+    mix = Mixture([Member(str(depth_dataset), name="d"), Member(str(small_dataset), name="s", keys={FRONT: None})])
+    with StreamLoader(mix, batch_size=8, device="cpu", delta_timestamps=DELTAS, drop_last=False) as loader:
+        seen = set()
+        for batch in loader:
+            missing = batch[f"{DEPTH}_is_missing"].numpy()
+            seen |= set(missing.tolist())
+            assert not batch[DEPTH][missing].any()
+            have = {k: (v[~missing] if hasattr(v, "shape") and len(v) == len(missing) else v)
+                    for k, v in batch.items() if k != "task"}
+            _check(have)
+        assert seen == {False, True}
+
+
+def test_codes_round_trip_through_the_coding_and_lerobots_flags_are_read():
+    codes = np.arange(CODE_MAX + 1, dtype=np.uint16)
+    for coding in (DEPTH_CODING, DepthCoding(0.5, 10.0, 0.0, False)):
+        mm = np.empty(codes.shape, np.float32)
+        coding.write(codes, mm, "mm")
+        assert len(np.unique(mm)) == len(codes)  # whole millimetres tell every code apart
+        # float32 as lerobot computes it, against float64 here: a code whose depth lies within float32's error
+        # of half a millimetre rounds the other way (4 of the 4096 on the log scale)
+        off = np.abs(mm - np.rint(lerobot_depth_m(codes, coding) * 1000))
+        assert off.max() <= 1 and np.count_nonzero(off) <= 8
+        np.testing.assert_array_equal(coding.codes(mm), codes)
+    assert is_depth({"info": {"is_depth_map": True}}) and is_depth({"info": {"video.is_depth_map": True}})
+    assert is_depth({"video_info": {"video.is_depth_map": True}}) and not is_depth({"info": {}})
+    coding = DepthCoding.of({"info": {"is_depth_map": True, "video.depth_max": 4, "video.use_log": False,
+                                      "depth_unit": "m"}})
+    assert coding == DepthCoding(0.01, 4.0, 3.5, False, "m") and coding.stats_factor("mm") == 1000.0
