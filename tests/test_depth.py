@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from dali_stream import ConfigError, DeviceError, Member, Mixture, StreamLoader
+from dali_stream import ConfigError, DeviceError, InstallError, Member, Mixture, StreamLoader
 from dali_stream.meta.depth import CODE_MAX, DepthCoding, is_depth
 from dali_stream.pairing import dali_present
 from dali_stream.tools import paint
@@ -31,7 +31,10 @@ def depth_dataset(request, tmp_path_factory):
     lerobot's recorder (each episode encoded alone at lerobot's g=2 and appended)."""
     spec = SampleSpec(episodes=6, min_length=8, max_length=24, gop=4, episodes_per_file=3, height=48, width=64,
                       cameras=parse_cameras("front:h264,range:depth"), seed=11, recorder=request.param)
-    return write_sample(tmp_path_factory.mktemp("depth") / request.param, spec)
+    try:
+        return write_sample(tmp_path_factory.mktemp("depth") / request.param, spec)
+    except InstallError as exc:  # the floors' PyAV cannot remux as lerobot's recorder does
+        pytest.skip(str(exc))
 
 
 def lerobot_depth_m(codes: np.ndarray, coding: DepthCoding) -> np.ndarray:

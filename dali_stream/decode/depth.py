@@ -20,6 +20,16 @@ from ..meta.depth import PIX_FMT
 from .route import DEPTH
 
 
+def codes_of(frame) -> np.ndarray:
+    """A decoded depth frame's (H, W) uint16 codes, read from its 12-bit grey plane (PyAV's `to_ndarray` converts
+    gray12le only from PyAV 15 on; a frame in another format, a 12-bit YUV, is converted to it first)."""
+    if frame.format.name != PIX_FMT:
+        frame = frame.reformat(format=PIX_FMT)
+    plane = frame.planes[0]
+    rows = np.frombuffer(plane, dtype="<u2").reshape(frame.height, plane.line_size // 2)
+    return rows[:, :frame.width].copy()
+
+
 def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
     """Frames `indices` (sorted, distinct) of the segment as (N, H, W) uint16 codes, in that order."""
     import av
@@ -49,7 +59,7 @@ def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
                     k = int(np.searchsorted(planned, t))
                     k = k if k < len(planned) and (k == 0 or planned[k] - t < t - planned[k - 1]) else k - 1
                     if k in wanted and abs(planned[k] - t) <= seg.half_gap_s:
-                        got[k] = frame.to_ndarray(format=PIX_FMT)
+                        got[k] = codes_of(frame)
                 if len(got) == len(wanted):
                     break
     except Exception as exc:

@@ -78,7 +78,11 @@ def encode_depth(path: Path, planes: Iterable[np.ndarray], fps: int, gop: int) -
             if stream is None:
                 stream = out.add_stream(VCODECS["hevc"], fps, options=options)
                 stream.pix_fmt, stream.height, stream.width = PIX_FMT, *codes.shape
-            out.mux(stream.encode(av.VideoFrame.from_ndarray(codes, format=PIX_FMT)))
+            frame = av.VideoFrame(codes.shape[1], codes.shape[0], PIX_FMT)  # from_ndarray takes gray12le from PyAV 15
+            rows = np.zeros((codes.shape[0], frame.planes[0].line_size // 2), "<u2")
+            rows[:, :codes.shape[1]] = codes
+            frame.planes[0].update(rows.tobytes())
+            out.mux(stream.encode(frame))
         if stream is not None:
             out.mux(stream.encode())
 

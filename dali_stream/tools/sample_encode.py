@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..meta.depth import PIX_FMT
+from ..decode.depth import codes_of
 from . import paint
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def misread_frames(path: Path, ids: Sequence[tuple[int, int]], depth: bool = Fal
 
     def shows(frame, ids: tuple[int, int]) -> bool:
         if depth:
-            return paint.depth_shows(frame.to_ndarray(format=PIX_FMT), ids)
+            return paint.depth_shows(codes_of(frame), ids)
         return paint.shows(frame.to_ndarray(format="rgb24"), ids)
 
     bad = []

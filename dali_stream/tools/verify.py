@@ -243,9 +243,9 @@ def _ids_ok(frame, expect: dict, fps: float, depth: bool = False) -> bool:
 
     want = expect.get(round(frame.time * fps))
     if depth:
-        from ..meta.depth import PIX_FMT
+        from ..decode.depth import codes_of
 
-        return depth_shows(frame.to_ndarray(format=PIX_FMT), want)
+        return depth_shows(codes_of(frame), want)
     return shows(frame.to_ndarray(format="rgb24"), want)
 
 
