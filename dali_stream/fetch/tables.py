@@ -50,6 +50,16 @@ def exact_times(stored: np.ndarray, fps: float) -> np.ndarray:
     return np.where(grid.astype(stored.dtype) == stored, grid, t)
 
 
+def _objects(col) -> np.ndarray:
+    """A text column (strings, lerobot's language annotations: a list of row dicts a frame) as one Python object a
+    row."""
+    values = col.to_pylist()
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):  # not out[:] = values: equal-length lists would broadcast as a 2-D array
+        out[i] = value
+    return out
+
+
 def _to_numpy(col) -> np.ndarray:
     import pyarrow as pa
 
@@ -297,7 +307,7 @@ class TableReader:
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
                 f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
             )
-        rows = {k: _to_numpy(table.column(k)) for k in self.keys}
+        rows = {k: _objects(table.column(k)) if k in meta.text_keys else _to_numpy(table.column(k)) for k in self.keys}
         if "timestamp" in self.keys:
             stored = table.column("timestamp").combine_chunks().to_numpy(zero_copy_only=False)
             rows[FRAME_TIME_S] = exact_times(stored, meta.fps)

@@ -50,6 +50,7 @@ class BuildSpec:
     augment_seed: int | None = None
     join_streams: int = 0
     one_group: bool = False
+    text_keys: tuple[str, ...] = ()  # columns handed over as Python values (`Prepared.texts`), never in a graph
 
 
 @dataclass
@@ -68,6 +69,9 @@ class Prepared:
     # camera -> its output tensor already laid out and through `image_transforms` (by the worker that built the
     # batch, `transforms.TransformPool`): the caller hands it over as it is
     images: dict[str, Any] = field(default_factory=dict)
+    # text key -> per sample its frame's value (a string, or lerobot's language rows; None: a mixture's member lacks
+    # the key), handed over as a list as `task` is
+    texts: dict[str, list] = field(default_factory=dict)
 
 
 class BatchBuilder:
@@ -250,7 +254,10 @@ class BatchBuilder:
         tasks = [m.meta.tasks.get(int(r["task_index"][f]), "") for m, r, f in zip(members, rows, plan.frames)]
         asked = {key: (cameras[key].segs, cameras[key].idx) for key in self.dali_keys}
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
-        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays)
+        texts = {key: [None if (own := self.fields[key].own[m.index]) is None else r[own][f]
+                       for m, r, f in zip(members, rows, plan.frames.tolist())] for key in self.spec.text_keys}
+        return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays,
+                        texts=texts)
 
     def release(self) -> None:
         """Close the sources: drop the host-frame buffers (batches the caller holds stay valid) and the workers'

@@ -156,7 +156,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
                                      table_dtypes, cfg.seed if cfg.augment is not None else None,
-                                     resolved.join_streams, one_group=resolved.host_batches), frames)
+                                     resolved.join_streams, one_group=resolved.host_batches,
+                                     text_keys=tuple(catalog.text_keys)), frames)
     dali_cameras = builder.dali_keys
     if dali_cameras:
         log.info("cameras %s: %s", dali_cameras,

@@ -77,6 +77,7 @@ class Delivery:
         if self.cfg.image_transforms is not None:
             self._transform(batch, prepared)
         batch["task"] = prepared.tasks
+        batch.update(prepared.texts)
         return batch
 
     def _transform(self, batch: dict[str, Any], prepared: Prepared) -> None:

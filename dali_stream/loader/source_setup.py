@@ -84,10 +84,21 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
         _known_keys(cfg.delta_timestamps, meta.features, f"features of {source!r}")
         lengths, episodes = select(meta.episodes["episode_index"], meta.lengths,
                                    None if cfg.episodes is None else list(cfg.episodes), cfg.max_episodes)
-        return Catalog.single(meta, lengths, episodes), meta
+        catalog = Catalog.single(meta, lengths, episodes)
+        _not_text(cfg.delta_timestamps, catalog)
+        return catalog, meta
     catalog = meta.catalog
     _known_keys(cfg.delta_timestamps, catalog.fields, "keys of the mixture")
+    _not_text(cfg.delta_timestamps, catalog)
     return catalog, MixtureMeta(catalog, cfg.crop or cfg.resize)
+
+
+def _not_text(deltas: Mapping[str, Any], catalog: Catalog) -> None:
+    """A text key (strings, lerobot's language annotations) is one value a sample: no window of them."""
+    text = sorted(set(deltas) & set(catalog.text_keys))
+    if text:
+        raise ConfigError(f"delta_timestamps asks windows of {text}, which are text (a string or lerobot's language "
+                          "annotations: one value a sample, the sample's frame's); leave them out of delta_timestamps")
 
 
 def _known_keys(deltas: Mapping[str, Any], known: Mapping[str, Any], what: str) -> None:

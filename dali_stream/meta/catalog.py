@@ -23,7 +23,7 @@ from ..errors import ConfigError, DaliStreamError
 from ..mixture import Member, Mixture, default_name
 from ..source.storage import RemoteOptions
 from .dataset import Camera, DatasetMeta, LerobotMetadata
-from .schema import APPROXIMATE_STATS, Field, merge_features, merge_stats
+from .schema import APPROXIMATE_STATS, TEXT, Field, merge_features, merge_stats
 
 OPEN_THREADS = 16  # members' metadata opened at once (remote members wait on the network)
 
@@ -51,8 +51,8 @@ class Opened:
 
     @property
     def table_keys(self) -> list[str]:
-        """Its own table columns the batch uses."""
-        return [o for o in self.own.values() if o in self.meta.table_keys]
+        """Its own columns of the frame tables the batch uses (numbers, and text: `DatasetMeta.text_keys`)."""
+        return [o for o in self.own.values() if o in self.meta.table_keys or o in self.meta.text_keys]
 
     @property
     def frames(self) -> int:
@@ -74,20 +74,22 @@ class Catalog:
         self.lengths = np.concatenate([m.lengths for m in members]).astype(np.int64)
         self.member_of = np.repeat(np.arange(len(members)), [len(m.lengths) for m in members]).astype(np.int64)
         self.video_keys = [k for k, f in fields.items() if f.visual]
-        self.table_keys = [k for k, f in fields.items() if not f.visual]
+        self.table_keys = [k for k, f in fields.items() if not f.visual and f.dtype != TEXT]
+        self.text_keys = [k for k, f in fields.items() if f.dtype == TEXT]  # a Python value per sample
 
     # ---- construction -------------------------------------------------------------------------------
     @classmethod
     def single(cls, meta: DatasetMeta, lengths: np.ndarray, episodes: np.ndarray) -> "Catalog":
         """One dataset under its own keys (its planner lengths and selected episodes from `plan.selection`)."""
         meta.refuse_images(meta.features)
-        keys = [*meta.video_keys, *meta.table_keys]
+        keys = [*meta.video_keys, *meta.table_keys, *meta.text_keys]
         fields = {}
         for k in keys:
             cam = meta.cameras.get(k)
             shape = (cam.height, cam.width, cam.channels) if cam is not None else \
                 tuple(int(x) for x in (meta.features[k].get("shape") or ()))
-            fields[k] = Field(k, cam is not None, "video" if cam is not None else str(meta.features[k].get("dtype")),
+            dtype = "video" if cam is not None else TEXT if k in meta.text_keys else str(meta.features[k].get("dtype"))
+            fields[k] = Field(k, cam is not None, dtype,
                               shape, (k,), (shape,), meta.features[k].get("names"),
                               cam is not None and cam.depth is not None)
         member = Opened(0, default_name(meta.source), meta, 0, np.asarray(lengths, dtype=np.int64),
@@ -130,7 +132,7 @@ class Catalog:
                 raise ConfigError(f"mixture member {member.name!r}: {exc}") from None
             meta.refuse_images([k for k in meta.features if member.mixture_key(k) is not None], member.name)
             own: dict[str, str] = {}
-            for k in (*meta.video_keys, *meta.table_keys):
+            for k in (*meta.video_keys, *meta.table_keys, *meta.text_keys):
                 to = member.mixture_key(k)
                 if to is not None and to in own:
                     raise ConfigError(f"mixture member {member.name!r}: {own[to]!r} and {k!r} both come under the "
@@ -217,11 +219,12 @@ class MixtureMeta(LerobotMetadata):
         self.fps = self.members[0].fps
         self.video_keys = list(catalog.video_keys)
         self.table_keys = list(catalog.table_keys)
+        self.text_keys = list(catalog.text_keys)
         self.source = "mixture(" + ", ".join(f"{m.name}={m.meta.source}" for m in catalog.members) + ")"
         self.repo_id = self.source
         self.features: dict[str, dict[str, Any]] = {}
         for key, f in catalog.fields.items():
-            if f.visual:
+            if f.visual or f.dtype == TEXT:  # as the first member having it declares it
                 first = next(m for m, o in enumerate(f.own) if o is not None)
                 feature = dict(self.members[first].features[str(f.own[first])])
                 if image_shape is not None and not f.depth:  # depth cameras keep their size

@@ -27,6 +27,7 @@ from ..source.storage import (
     resolve_source,
 )
 from .depth import DepthCoding, DepthUnit
+from .schema import TEXT_DTYPES
 
 INFO_PATH = "meta/info.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -139,7 +140,10 @@ class DatasetMeta(LerobotMetadata):
         # the unit depth cameras' frames and stats come in (lerobot's `depth_output_unit`; the loader sets it)
         self.depth_output_unit: DepthUnit = "mm"
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
-        self.table_keys = [k for k, f in self.features.items() if f.get("dtype") not in ("video", "image")]
+        self.table_keys = [k for k, f in self.features.items() if f.get("dtype") not in ("video", "image", *TEXT_DTYPES)]
+        # strings, and lerobot's language annotations (`language_persistent`, `language_events`): one Python value
+        # per sample in the batch (a list of row dicts for the annotations), as lerobot's dataset[i] returns them
+        self.text_keys = [k for k, f in self.features.items() if f.get("dtype") in TEXT_DTYPES]
         self.lengths = episodes["length"]
         self.cameras = {k: self._camera(k) for k in self.video_keys}
         # lerobot's name for the dataset: the Hub id ("lerobot/pusht") where the source is a Hub dataset, else the

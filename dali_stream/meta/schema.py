@@ -25,8 +25,11 @@ from ..errors import ConfigError
 from .depth import is_depth
 
 FLOAT, INT, BOOL = "float32", "int64", "bool"
+TEXT = "text"  # strings and lerobot's language annotations: lists in the batch, one value per sample
+TEXT_DTYPES = ("string", "language")
 _KINDS = {"float16": FLOAT, "float32": FLOAT, "float64": FLOAT, "int8": INT, "int16": INT, "int32": INT,
-          "int64": INT, "uint8": INT, "uint16": INT, "uint32": INT, "uint64": INT, "bool": BOOL}
+          "int64": INT, "uint8": INT, "uint16": INT, "uint32": INT, "uint64": INT, "bool": BOOL,
+          **dict.fromkeys(TEXT_DTYPES, TEXT)}
 VISUAL = ("video",)
 SKIPPED = ("image",)  # images stored in the tables: a single dataset's batch leaves them out too
 APPROXIMATE_STATS = "quantiles (q01, q10, q50, q90, q99, ...): the count-weighted mean of the members' quantiles"
@@ -38,7 +41,7 @@ class Field:
 
     key: str
     visual: bool  # a camera (video feature) rather than a table column
-    dtype: str  # the batch's dtype for tables (float32, int64, bool); "video" for cameras
+    dtype: str  # the batch's dtype for tables (float32, int64, bool); "video" for cameras; "text" for text
     shape: tuple[int, ...]  # the mixture's shape per frame (vectors: the longest; cameras: the first member's)
     own: tuple[str | None, ...]  # per member: its feature key, or None
     own_shapes: tuple[tuple[int, ...] | None, ...]  # per member: its feature's shape
@@ -89,7 +92,7 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
             o = own[key][m]
             return f"{names[m]} ({o!r})" if o != key else names[m]
         unknown = [m for m in members if kinds[m] is None]
-        if unknown:  # strings and other columns lerobot does not batch: left out, as a single dataset's would be
+        if unknown:  # columns lerobot does not batch either
             m = unknown[0]
             raise ConfigError(f"mixture key {key!r}: {where(m)} stores it as dtype "
                               f"{features[m][own[key][m]].get('dtype')!r}, which dali_stream does not batch; leave "  # type: ignore[index]
@@ -119,7 +122,7 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
             shape = present[0]
         else:
             shape = present[0]
-            if len(set(present)) > 1:
+            if len(set(present)) > 1 and distinct[0] != TEXT:
                 said = ", ".join(f"{where(m)}: {list(shapes[m] or ())}" for m in members)
                 flat = all(s is not None and len(s) == 1 for s in present)
                 if not flat:

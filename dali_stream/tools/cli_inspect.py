@@ -41,7 +41,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
                         "route_auto": named[k], "reason": chosen.reasons[k]} for k, c in meta.cameras.items()},
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
-                           for k in meta.table_keys},
+                           for k in [*meta.table_keys, *meta.text_keys]},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
         "decoded_bytes": decoded_bytes(meta, kept),
         "memory_available_bytes": available_bytes(),  # this node's, now (MemAvailable, or the cgroup's limit's room)
