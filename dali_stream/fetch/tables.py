@@ -60,6 +60,15 @@ def _objects(col) -> np.ndarray:
     return out
 
 
+def _shaped(rows: np.ndarray, feature: dict) -> np.ndarray:
+    """A column's rows in its feature's shape where that has several dimensions (lerobot's 2-D and 3-D features,
+    stored as nested lists: `_to_numpy` flattens each row)."""
+    shape = tuple(int(x) for x in feature.get("shape") or ())
+    if len(shape) > 1 and rows.ndim == 2 and rows.shape[1] == int(np.prod(shape)):
+        return rows.reshape(len(rows), *shape)
+    return rows
+
+
 def _to_numpy(col) -> np.ndarray:
     import pyarrow as pa
 
@@ -307,7 +316,9 @@ class TableReader:
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
                 f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
             )
-        rows = {k: _objects(table.column(k)) if k in meta.text_keys else _to_numpy(table.column(k)) for k in self.keys}
+        rows = {k: _objects(table.column(k)) if k in meta.text_keys else _shaped(_to_numpy(table.column(k)),
+                                                                                 meta.features.get(k, {}))
+                for k in self.keys}
         if "timestamp" in self.keys:
             stored = table.column("timestamp").combine_chunks().to_numpy(zero_copy_only=False)
             rows[FRAME_TIME_S] = exact_times(stored, meta.fps)
