@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import numpy as np
 import pytest
@@ -169,3 +170,15 @@ def test_codes_round_trip_through_the_coding_and_lerobots_flags_are_read():
     coding = DepthCoding.of({"info": {"is_depth_map": True, "video.depth_max": 4, "video.use_log": False,
                                       "depth_unit": "m"}})
     assert coding == DepthCoding(0.01, 4.0, 3.5, False, "m") and coding.stats_factor("mm") == 1000.0
+
+
+def test_the_built_in_policy_trains_on_a_depth_camera(depth_dataset, tmp_path):
+    """`dali-stream train`'s small policy takes a depth camera's one channel (its convolution took three)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "dali_stream", "train", str(depth_dataset), "--steps", "3",
+                           "--batch-size", "4", "--checkpoint-dir", str(tmp_path / "ckpt")],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "done: 3 steps" in proc.stdout

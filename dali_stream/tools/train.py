@@ -38,18 +38,22 @@ class Policy:
     """A small real policy: pooled camera features + state -> action (built lazily to import torch late)."""
 
     @staticmethod
-    def build(num_cameras: int, state_dim: int, action_dim: int):
+    def build(num_cameras: int, state_dim: int, action_dim: int, depth: bool = False):
+        """`depth`: some camera is a depth camera ((B, 1, H, W) millimetres): a convolution of its own, on metres."""
         import torch
 
         class _Policy(torch.nn.Module):
             def __init__(self):
                 super().__init__()
                 self.conv = torch.nn.Conv2d(3, 8, 5, stride=4)
+                if depth:
+                    self.depth_conv = torch.nn.Conv2d(1, 8, 5, stride=4)
                 self.head = torch.nn.Sequential(torch.nn.Linear(8 * num_cameras + state_dim, 64), torch.nn.ReLU(),
                                                 torch.nn.Linear(64, action_dim))
 
             def forward(self, images, state):
-                feats = [self.conv(img).mean(dim=(2, 3)) for img in images]
+                feats = [(self.depth_conv(img * 1e-3) if img.shape[-3] == 1 else self.conv(img)).mean(dim=(2, 3))
+                         for img in images]
                 return self.head(torch.cat(feats + [state], dim=1))
 
         return _Policy()
@@ -198,7 +202,7 @@ def main(argv=None) -> int:
     model: Any = None
     optimizer: Any = None
     if not args.dummy and trainer is None:
-        model = Policy.build(len(cameras), state_dim, action_dim * args.chunk)
+        model = Policy.build(len(cameras), state_dim, action_dim * args.chunk, bool(getattr(meta, "depth_keys", [])))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model, optimizer = accelerator.prepare(model, optimizer)
     step = 0
