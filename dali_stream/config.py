@@ -51,6 +51,8 @@ LEROBOT_ARGUMENTS = {
     "download_videos": "nothing is downloaded: the loader streams only the bytes of the episodes it draws",
     "force_cache_sync": "nothing is cached on disk between runs: each run reads the source as it is now",
     "batch_encoding_size": "a recording setting; the loader only reads",
+    "return_uint8": "image_dtype='uint8' gives the frames as uint8 (image_dtype='float32', the default, as lerobot's "
+                    "[0, 1] floats)",
 }
 
 
@@ -88,6 +90,10 @@ class LoaderConfig:
                                 "docs/sampling.md#node-partition)")
     episodes: Optional[Tuple[int, ...]] = _s(None, "episode indices to use (a train/val split); the others are "
                                                    "never drawn or fetched")
+    episode_filter: Optional[Callable[[Mapping[str, Any]], bool]] = _s(
+        None, "lerobot's: a predicate over each episode's row of meta/episodes (every column but the per-episode "
+              "stats: episode_index, length, tasks, ...), e.g. lambda ep: ep['length'] >= 100; the episodes it keeps, "
+              "intersected with `episodes` where both are given (one dataset; a mixture's members take `episodes`)")
     max_episodes: Optional[int] = _s(None, "use at most this many episodes (the first ones of `episodes`, or of "
                                            "the dataset)")
     drop_n_first_frames: int = _s(0, "never draw an episode's first n frames as samples (they still serve as "
@@ -267,6 +273,9 @@ class LoaderConfig:
         if self.image_transforms is not None and not callable(self.image_transforms):
             raise ConfigError(f"`image_transforms` must be a callable taking and returning an image tensor (e.g. "
                               f"torchvision.transforms.v2.Compose([...])). Found: {self.image_transforms!r}")
+        if self.episode_filter is not None and not callable(self.episode_filter):
+            raise ConfigError(f"`episode_filter` must be a function of an episode's row (a dict) returning True to "
+                              f"keep it, as lerobot's. Found: {self.episode_filter!r}")
         if self.augment is not None and not callable(self.augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {self.augment!r}")
         for name, kept in (("frame_cache_dir", "decoded frames are written there and read back memory-mapped"),
@@ -324,6 +333,7 @@ class LoaderSettings(TypedDict, total=False):
     shuffle: bool
     partition: str  # "rank" | "node"
     episodes: Optional[Sequence[int]]
+    episode_filter: Optional[Callable[[Mapping[str, Any]], bool]]
     max_episodes: Optional[int]
     drop_n_first_frames: int
     drop_n_last_frames: int

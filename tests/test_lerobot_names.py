@@ -43,7 +43,7 @@ def test_a_dataset_given_twice_or_not_at_all_is_a_named_error(small_dataset):
 
 
 @pytest.mark.parametrize("name,hint", [("video_backend", "decode="), ("download_videos", "streams only the bytes"),
-                                       ("force_cache_sync", "nothing is cached")])
+                                       ("force_cache_sync", "nothing is cached"), ("return_uint8", "image_dtype='uint8'")])
 def test_lerobot_arguments_without_a_setting_say_what_to_use(small_dataset, name, hint):
     with pytest.raises(ConfigError) as err:
         StreamLoader(str(small_dataset), **{name: True})
@@ -140,6 +140,29 @@ def test_an_episode_selection_indexes_its_own_frames(small_dataset):
     second_rank = StreamLoader(str(small_dataset), episodes=[2, 5], device="cpu", batch_size=2, rank=1,
                                world_size=2)  # samples are the whole selection's, whatever the loader's rank
     assert len(second_rank.dataset) == len(loader.dataset) and int(second_rank[0]["episode_index"]) == 2
+
+
+def test_episode_filter_keeps_the_episodes_its_predicate_keeps_as_lerobots_does(small_dataset, embodiments):
+    """lerobot's `episode_filter`: a predicate over each episode's row of meta/episodes (no stats columns),
+    intersected with `episodes`; the selection is the loader's whole dataset (plans, samples, resume)."""
+    rows = open_meta(str(small_dataset)).episode_rows()
+    assert rows[0]["episode_index"] == 0 and "length" in rows[0] and "tasks" in rows[0]
+    assert not any(k.startswith("stats/") for k in rows[0])
+    long = [r["episode_index"] for r in rows if r["length"] >= 12]
+    assert 0 < len(long) < len(rows)
+    loader = StreamLoader(str(small_dataset), episode_filter=lambda ep: ep["length"] >= 12, device="cpu",
+                          batch_size=2, drop_last=False, shuffle=False)
+    assert sorted({int(e) for batch in loader for e in batch["episode_index"]}) == long
+    assert len(loader.dataset) == sum(r["length"] for r in rows if r["length"] >= 12)
+    both = StreamLoader(str(small_dataset), episodes=[0, 1, long[-1]], episode_filter=lambda ep: ep["length"] >= 12,
+                        device="cpu", batch_size=1)
+    assert both.stages.catalog.members[0].episodes.tolist() == sorted({0, 1, long[-1]} & set(long))
+    with pytest.raises(ConfigError, match=r"episode_filter raised KeyError: 'lenght' on episode 0.*'length'"):
+        StreamLoader(str(small_dataset), episode_filter=lambda ep: ep["lenght"] > 1, device="cpu")
+    with pytest.raises(ConfigError, match=r"episode_filter keeps no episode"):
+        StreamLoader(str(small_dataset), episode_filter=lambda ep: False, device="cpu")
+    with pytest.raises(ConfigError, match=r"a mixture's members take their episodes one by one"):
+        StreamLoader([str(embodiments["arm6"]), str(embodiments["big"])], episode_filter=bool, device="cpu")
 
 
 def test_a_wrong_batch_key_names_the_keys_there_are(small_dataset):

@@ -35,8 +35,34 @@ OPENING = ("revision", "data_files_root", "storage_options", "remote_max_retries
            "remote_deadline_s", "remote_concurrency", "disk_cache_dir", "disk_cache_bytes")
 
 
+def _selected(meta: DatasetMeta, cfg: LoaderConfig) -> list[int] | None:
+    """The episodes `episodes` and `episode_filter` select (None: every one)."""
+    wanted = None if cfg.episodes is None else list(cfg.episodes)
+    if cfg.episode_filter is None:
+        return wanted
+    kept = []
+    for row in meta.episode_rows():
+        try:
+            keep = cfg.episode_filter(row)
+        except Exception as exc:
+            raise ConfigError(f"episode_filter raised {type(exc).__name__}: {exc} on episode {row['episode_index']} "
+                              f"of {meta.source!r}; an episode's row has the keys {sorted(row)}") from exc
+        if keep:
+            kept.append(int(row["episode_index"]))
+    if wanted is not None:
+        kept = sorted(set(kept) & {int(e) for e in wanted})
+    if not kept:
+        raise ConfigError(f"episode_filter keeps no episode of {meta.source!r}"
+                          f"{' among `episodes`' if wanted is not None else ''} ({meta.num_episodes} episodes); "
+                          "loosen the predicate")
+    return kept
+
+
 def _per_member_only(cfg: LoaderConfig) -> None:
     """A mixture refuses the settings it takes per member (`PER_MEMBER`) given to the loader."""
+    if cfg.episode_filter is not None:
+        raise ConfigError("episode_filter applies to one dataset; a mixture's members take their episodes one by one: "
+                          "Member(source, episodes=[...])")
     given = [name for name in PER_MEMBER if getattr(cfg, name) is not None]
     if given:
         raise ConfigError(f"{given} apply to one dataset; a mixture takes them per member: "
@@ -82,8 +108,8 @@ def open_source(source: Any, cfg: LoaderConfig) -> tuple[Catalog, Any]:
         opened.depth_output_unit = cfg.depth_output_unit  # its depth cameras' stats follow, as lerobot's dataset does
     if isinstance(meta, DatasetMeta):
         _known_keys(cfg.delta_timestamps, meta.features, f"features of {source!r}")
-        lengths, episodes = select(meta.episodes["episode_index"], meta.lengths,
-                                   None if cfg.episodes is None else list(cfg.episodes), cfg.max_episodes)
+        lengths, episodes = select(meta.episodes["episode_index"], meta.lengths, _selected(meta, cfg),
+                                   cfg.max_episodes)
         catalog = Catalog.single(meta, lengths, episodes)
         _not_text(cfg.delta_timestamps, catalog)
         return catalog, meta

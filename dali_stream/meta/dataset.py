@@ -277,6 +277,20 @@ class DatasetMeta(LerobotMetadata):
             out[c] = col.astype(np.float64 if c.endswith("timestamp") else np.int64)
         return out
 
+    def episode_rows(self) -> list[dict[str, Any]]:
+        """Each episode's row of meta/episodes as lerobot's `filter_episodes` sees it (every column but the per-episode
+        stats), in episode order; read again on each call (the loader keeps only the columns it plans with)."""
+        import pyarrow as pa
+
+        tables = []
+        for path in sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB))):
+            with parquet_errors(path):
+                pf = parquet_file(self.fs, path)
+                tables.append(pf.read(columns=[c for c in pf.schema_arrow.names if not c.startswith("stats/")],
+                                      use_threads=False))
+        rows = pa.concat_tables(tables, promote_options="default").to_pylist()
+        return sorted(rows, key=lambda row: row["episode_index"])
+
     @staticmethod
     def _read_tasks(source, fs, root) -> dict[int, str]:
         path = posixpath.join(root, TASKS_PATH)
