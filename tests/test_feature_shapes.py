@@ -3,16 +3,15 @@ shape info.json declares, windowed too, as lerobot's dataset[i] returns them (th
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dali_stream import Member, Mixture, StreamLoader
 from dali_stream.pairing import dali_present
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+from .columns import add_columns, ids
 
 GRID, CUBE = "observation.grid", "observation.cube"
 
@@ -30,22 +29,10 @@ def shaped(tmp_path_factory):
     spec = SampleSpec(episodes=4, min_length=6, max_length=12, gop=4, episodes_per_file=2,
                       cameras=parse_cameras("front:h264"), seed=13)
     root = write_sample(tmp_path_factory.mktemp("shapes") / "shaped", spec)
-    info = json.loads((root / "meta/info.json").read_text())
-    info["features"] |= {GRID: {"dtype": "float32", "shape": [2, 3], "names": None},
-                         CUBE: {"dtype": "int64", "shape": [2, 2, 2], "names": None}}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    for path in sorted((root / "data").rglob("*.parquet")):
-        pf = pq.ParquetFile(path)
-        groups = []
-        for g in range(pf.metadata.num_row_groups):
-            t = pf.read_row_group(g)
-            ids = list(zip(t.column("episode_index").to_pylist(), t.column("frame_index").to_pylist()))
-            groups.append(t.append_column(GRID, pa.array([grid(e, f).tolist() for e, f in ids]))
-                          .append_column(CUBE, pa.array([cube(e, f).tolist() for e, f in ids])))
-        with pq.ParquetWriter(path.with_suffix(".new"), groups[0].schema) as out:
-            for t in groups:
-                out.write_table(t)
-        path.with_suffix(".new").replace(path)
+    add_columns(root, {GRID: {"dtype": "float32", "shape": [2, 3], "names": None},
+                       CUBE: {"dtype": "int64", "shape": [2, 2, 2], "names": None}},
+                lambda rows: {GRID: pa.array([grid(e, f).tolist() for e, f in ids(rows)]),
+                              CUBE: pa.array([cube(e, f).tolist() for e, f in ids(rows)])})
     return root
 
 

@@ -10,11 +10,12 @@ import shutil
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dali_stream import DatasetError, Member, Mixture, StreamLoader
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row, write_sample
+
+from .columns import add_columns
 
 KEY = "observation.image"
 
@@ -39,25 +40,13 @@ def image_dataset(tmp_path_factory):
     shutil.rmtree(root / "videos")
     info = json.loads((root / "meta/info.json").read_text())
     del info["features"]["observation.images.front"]
-    info["features"] = {KEY: {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]},
-                        **info["features"]}
     info["video_path"] = None
     (root / "meta/info.json").write_text(json.dumps(info))
-    for path in sorted((root / "data").rglob("*.parquet")):
-        pf = pq.ParquetFile(path)
-        with pq.ParquetWriter(path.with_suffix(".new"), _schema(pf)) as out:
-            for g in range(pf.metadata.num_row_groups):
-                table = pf.read_row_group(g)
-                images = pa.array([{"bytes": _png(int(i) % 255), "path": f"frame_{int(i):06d}.png"}
-                                   for i in table.column("index").to_pylist()])
-                out.write_table(table.add_column(0, KEY, images))
-        path.with_suffix(".new").replace(path)
+    image = {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}
+    add_columns(root, {KEY: image}, lambda rows: {KEY: pa.array(
+        [{"bytes": _png(int(i) % 255), "path": f"frame_{int(i):06d}.png"} for i in rows.column("index").to_pylist()],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}, first=True)
     return root
-
-
-def _schema(pf: pq.ParquetFile) -> pa.Schema:
-    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    return pf.schema_arrow.insert(0, pa.field(KEY, image))
 
 
 def test_cameras_stored_as_images_are_refused_with_the_conversion_command(image_dataset):

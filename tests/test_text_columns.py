@@ -8,12 +8,13 @@ import json
 import shutil
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from dali_stream import ConfigError, Member, Mixture, StreamLoader
 from dali_stream.pairing import dali_present
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+from .columns import add_columns, ids
 
 PERSISTENT, EVENTS, NOTE = "language_persistent", "language_events", "observation.note"
 
@@ -42,24 +43,12 @@ def annotated(tmp_path_factory):
     spec = SampleSpec(episodes=5, min_length=6, max_length=14, gop=4, episodes_per_file=2,
                       cameras=parse_cameras("front:h264"), seed=9)
     root = write_sample(tmp_path_factory.mktemp("text") / "annotated", spec)
-    info = json.loads((root / "meta/info.json").read_text())
-    info["features"] |= {PERSISTENT: {"dtype": "language", "shape": [1], "names": None},
-                         EVENTS: {"dtype": "language", "shape": [1], "names": None},
-                         NOTE: {"dtype": "string", "shape": [1], "names": None}}
-    (root / "meta/info.json").write_text(json.dumps(info))
-    for path in sorted((root / "data").rglob("*.parquet")):
-        pf = pq.ParquetFile(path)
-        groups = []
-        for g in range(pf.metadata.num_row_groups):
-            t = pf.read_row_group(g)
-            ids = list(zip(t.column("episode_index").to_pylist(), t.column("frame_index").to_pylist()))
-            groups.append(t.append_column(NOTE, pa.array([note(e, f) for e, f in ids]))
-                          .append_column(PERSISTENT, pa.array([persistent(e) for e, _ in ids]))
-                          .append_column(EVENTS, pa.array([events(e, f) for e, f in ids])))
-        with pq.ParquetWriter(path.with_suffix(".new"), groups[0].schema) as out:
-            for t in groups:
-                out.write_table(t)
-        path.with_suffix(".new").replace(path)
+    add_columns(root, {PERSISTENT: {"dtype": "language", "shape": [1], "names": None},
+                       EVENTS: {"dtype": "language", "shape": [1], "names": None},
+                       NOTE: {"dtype": "string", "shape": [1], "names": None}},
+                lambda rows: {PERSISTENT: pa.array([persistent(e) for e, _ in ids(rows)]),
+                              EVENTS: pa.array([events(e, f) for e, f in ids(rows)]),
+                              NOTE: pa.array([note(e, f) for e, f in ids(rows)])})
     return root
 
 
