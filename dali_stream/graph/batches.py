@@ -25,6 +25,7 @@ from ..plan import salts
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
 from .clips import DaliInput, dali_input
+from .depth_frames import DepthFrames
 from .joined import group_sizes
 from .locate import Locator
 from .segment_frames import held_samples
@@ -135,8 +136,9 @@ class BatchBuilder:
 
     @property
     def buffers(self) -> BufferPool:
-        """The host-frame buffers the host cameras share (an empty pool without any)."""
-        return next((s.buffers for s in self.sources.values() if isinstance(s, HostFrames)), _NO_BUFFERS)
+        """The host-frame buffers the host cameras share, depth cameras' too (an empty pool without any)."""
+        return next((s.buffers for s in self.sources.values() if isinstance(s, (HostFrames, DepthFrames))),
+                    _NO_BUFFERS)
 
     @property
     def dali_counts(self) -> dict[str, list[int]]:

@@ -58,7 +58,7 @@ def memory_budget(st: Any) -> dict[str, Any]:
     """`StreamLoader.memory_budget()` of the loader's stages `st` (`loader.assemble.Stages`): see its doc."""
     import numpy as np
 
-    from ..decode.route import keys_where
+    from ..decode.route import keys_where, route
 
     b, routes, resolved, builder, store = st.config.batch_size, st.routes, st.resolved, st.builder, st.store
     steps = {k: len(st.plan_config.delta_indices.get(k, (0,))) for k in routes}
@@ -68,6 +68,8 @@ def memory_budget(st: Any) -> dict[str, Any]:
     itemsize = 4 if st.image_ops.dtype == "float32" else 1
 
     def out_bytes(k: str) -> int:
+        if route(routes[k]).depth:  # float32 depth, one channel, as recorded (no image op applies)
+            return b * steps[k] * 4 * size[k][0] * size[k][1]
         return b * steps[k] * itemsize * int(np.prod(st.image_ops.out_shape(*size[k])))
 
     decoded = sum(b * steps[k] * size[k][0] * size[k][1] * 3
