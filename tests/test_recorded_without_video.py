@@ -1,7 +1,7 @@
 """lerobot's datasets recorded without videos (`use_videos=False`): their cameras are PNG images inside the frame
-tables (dtype "image", a struct<bytes, path> column before `index`) and info.json's `video_path` is null. The
-loader streams cameras from videos only: it refuses such cameras with the conversion command, and loads the rest
-of the dataset where the user leaves them out."""
+tables (dtype "image", a struct<bytes, path> column before `index`) and info.json's `video_path` is null. Such a
+camera takes the route `table-images`: each row's image decoded on the workers and laid out as lerobot's dataset
+gives it ((..., 3, H, W) float32 in [0, 1], or as the loader's image settings say), windows and padding included."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from dali_stream import DatasetError, Member, Mixture, StreamLoader
+from dali_stream import ConfigError, DatasetError, DeviceError, Member, Mixture, StreamLoader
+from dali_stream.pairing import dali_present
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row, write_sample
 
 from .columns import add_columns
@@ -49,30 +50,92 @@ def image_dataset(tmp_path_factory):
     return root
 
 
-def test_cameras_stored_as_images_are_refused_with_the_conversion_command(image_dataset):
-    with pytest.raises(DatasetError) as err:
-        StreamLoader(str(image_dataset), batch_size=4, device="cpu")
-    said = str(err.value)
-    assert KEY in said and "as images in its tables" in said
-    assert f"--root {image_dataset}" in said and "--operation.type convert_image_to_video" in said
-    assert f"keys={{{KEY!r}: None}}" in said
-    with pytest.raises(DatasetError, match=r"mixture member 'images'.*as images"):
-        StreamLoader(Mixture([Member(str(image_dataset), name="images")]), batch_size=4, device="cpu")
+def value(index: int) -> int:
+    """The grey level of the image on the row whose `index` is `index`."""
+    return index % 255
 
 
-def test_left_out_the_images_every_row_is_the_episodes_own(image_dataset):
-    """The frame tables' row groups are found by their `index` column's statistics: a struct column before it puts
-    its leaf column at another position than its field (read by field position, every episode's rows came from
+STEPS = (-2, 0, 1)  # frames, at the sample's 30 fps
+
+
+@pytest.mark.parametrize("settings", [{}, {"image_dtype": "uint8", "memory_format": "channels_last"},
+                                      {"episode_pool_size": "all", "num_workers": 0}, {"mean": 0.5, "std": 0.25}])
+def test_each_sample_shows_its_rows_images(image_dataset, settings):
+    """And the frame tables' row groups are found by their `index` column's statistics: the struct column before it
+    puts its leaf column at another position than its field (read by field position, every episode's rows came from
     the first row group of its file: 'holds 0 rows with index in [...]')."""
-    mix = Mixture([Member(str(image_dataset), keys={KEY: None})])
-    with StreamLoader(mix, batch_size=4, device="cpu", shuffle=False, drop_last=False) as loader:
-        assert not loader.meta.camera_keys
+    with StreamLoader(str(image_dataset), batch_size=4, device="cpu", drop_last=False,
+                      delta_timestamps={KEY: [k / 30 for k in STEPS]}, **settings) as loader:
+        assert loader.routes == {KEY: "table-images"} and loader.meta.camera_keys == [KEY]
         seen = []
         for batch in loader:
-            assert KEY not in batch
-            for j, (episode, frame) in enumerate(zip(batch["episode_index"].tolist(),
-                                                     batch["frame_index"].tolist())):
+            images, pads = batch[KEY].numpy(), batch[f"{KEY}_is_pad"].numpy()
+            assert images.shape[1:] == (3, 3, 8, 8)
+            for j, (episode, frame) in enumerate(zip(batch["episode_index"].tolist(), batch["frame_index"].tolist())):
                 task = int(batch["task_index"][j])
                 np.testing.assert_array_equal(batch["observation.state"][j].numpy(), state_row(episode, frame, task))
+                index = int(batch["index"][j])
+                for t, step in enumerate(STEPS):
+                    shown = index + step if not pads[j, t] else index - frame if step < 0 else None
+                    if shown is None:  # past the episode's end: its last frame, whatever that is
+                        continue
+                    want = np.full((3, 8, 8), value(shown), np.float32)
+                    if settings.get("image_dtype") == "uint8":
+                        np.testing.assert_array_equal(images[j, t], want.astype(np.uint8))
+                    else:
+                        want /= 255
+                        if "mean" in settings:
+                            want = (want - 0.5) / 0.25
+                        np.testing.assert_allclose(images[j, t], want, rtol=0, atol=2e-6)
             seen += batch["index"].tolist()
-    assert seen == list(range(loader.meta.total_frames))
+    assert sorted(seen) == list(range(loader.meta.total_frames))
+    sample = loader.dataset[3]
+    assert sample[KEY].shape == (3, 3, 8, 8)
+
+
+@pytest.mark.skipif(not dali_present(), reason="resize= needs NVIDIA DALI's operators")
+def test_resize_brings_them_to_the_batchs_size(image_dataset):
+    with StreamLoader(str(image_dataset), batch_size=4, device="cpu", resize=(4, 6), image_dtype="uint8") as loader:
+        batch = next(iter(loader))
+        assert batch[KEY].shape == (4, 3, 4, 6)
+        for j, index in enumerate(batch["index"].tolist()):  # a flat image stays flat
+            assert (batch[KEY][j] == value(index)).all()
+        assert loader.meta.features[KEY]["shape"] == [8, 8, 3]
+
+
+def test_what_they_cannot_do_is_said(image_dataset, small_dataset, tmp_path):
+    with pytest.raises(DeviceError, match=r"stores as images \(PNG\) in its frame tables"):
+        StreamLoader(str(image_dataset), device="cpu", decode={KEY: "gpu"})
+    if dali_present():
+        with pytest.raises(ConfigError, match=r"augment= runs in the DALI graph"):
+            StreamLoader(str(image_dataset), device="cpu", augment=lambda video, key, rand: video)
+    with pytest.raises(ConfigError, match=r"is image and video in different members|is video and image"):
+        StreamLoader(Mixture([Member(str(image_dataset), name="images"),
+                              Member(str(small_dataset), name="video", keys={"observation.images.front": KEY})]),
+                     device="cpu")
+    depth = tmp_path / "depth"
+    shutil.copytree(image_dataset, depth)
+    info = json.loads((depth / "meta/info.json").read_text())
+    info["features"][KEY]["info"] = {"is_depth_map": True}
+    (depth / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError) as err:
+        StreamLoader(str(depth), device="cpu")
+    said = str(err.value)
+    assert "stores the depth maps ['observation.image'] as images" in said
+    assert f"--root {depth}" in said and "--operation.type convert_image_to_video" in said
+
+
+def test_a_member_without_the_camera_gives_zeros(image_dataset, tmp_path):
+    plain = tmp_path / "plain"
+    shutil.copytree(image_dataset, plain)
+    info = json.loads((plain / "meta/info.json").read_text())
+    del info["features"][KEY]
+    (plain / "meta/info.json").write_text(json.dumps(info))
+    mix = Mixture([Member(str(image_dataset), name="images"), Member(str(plain), name="plain")])
+    with StreamLoader(mix, batch_size=6, device="cpu", drop_last=False, mean=0.5, std=0.25) as loader:
+        for batch in loader:
+            missing = batch[f"{KEY}_is_missing"]
+            assert not batch[KEY][missing].any()
+            for j in (~missing).nonzero().flatten().tolist():
+                want = (value(int(batch["index"][j])) / 255 - 0.5) / 0.25
+                np.testing.assert_allclose(batch[KEY][j].numpy(), want, rtol=0, atol=2e-6)

@@ -15,8 +15,9 @@ from typing import Iterable, Literal
 class Route:
     """`name`: as `loader.routes` reports it; `device`: where pictures are decoded; `decoder`: DALI's
     fn.decoders.video inside the graph ("dali"), torchcodec on the workers' threads ("torchcodec"), the
-    open-decoder engine's decoders kept open and fed packets (`decode.engine`, "engine"), or a depth camera's codes
-    through PyAV on the workers' threads (`decode.depth`, "pyav"); `needs`: the module it
+    open-decoder engine's decoders kept open and fed packets (`decode.engine`, "engine"), a depth camera's codes
+    through PyAV on the workers' threads (`decode.depth`, "pyav"), or a camera stored as images in the frame tables,
+    decoded from the rows' bytes on the workers (`decode.images`, "images"); `needs`: the module it
     imports to decode; `choice`: the `decode=` setting that gives a camera this route where its stream allows
     (`nvdec-open` with nvdec_engine='open'; `dali-cpu` is what `auto` takes for VP8/VP9 off NVDEC); `codecs`: the
     codecs it decodes where its decoder limits them (None: every codec its device takes: the capability table
@@ -24,7 +25,7 @@ class Route:
 
     name: str
     device: Literal["gpu", "cpu"]
-    decoder: Literal["dali", "torchcodec", "engine", "pyav"]
+    decoder: Literal["dali", "torchcodec", "engine", "pyav", "images"]
     needs: str
     choice: str
     about: str
@@ -73,12 +74,19 @@ class Route:
         return self.decoder == "pyav"
 
     @property
+    def in_tables(self) -> bool:
+        """A camera stored as images (PNG, JPEG) in the frame tables: no video, no segment; its rows' bytes are
+        decoded and laid out by the workers (`graph.table_images`), whatever else the batch does."""
+        return self.decoder == "images"
+
+    @property
     def cached(self) -> bool:
         """The decoded-frame cache (`decode.frames`) keeps its pictures: they come to the workers as host arrays
         (torchcodec, the open engine's FFmpeg decoders, and DALI's CPU decoder, which then runs on the workers
         instead of the graph: `graph.dali_frames`). NVDEC's pictures are CUDA memory; depth cameras' codes are not
-        RGB pictures, and are decoded every epoch."""
-        return self.device == "cpu" and not self.depth
+        RGB pictures, and are decoded every epoch; nor does it keep images stored in the tables (decoded again each
+        epoch: a still image's decode is cheap)."""
+        return self.device == "cpu" and not self.depth and not self.in_tables
 
 
 NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
@@ -94,7 +102,9 @@ CPU_OPEN = Route("cpu-open", "cpu", "engine", "av", "cpu-open",
                  "FFmpeg's decoders through PyAV, kept open and fed packets (the open engine on the CPU)")
 DEPTH = Route("depth", "cpu", "pyav", "av", "auto",
               "a depth camera's 12-bit codes through PyAV on the workers' threads, laid out as depth there")
-ROUTES: dict[str, Route] = {r.name: r for r in (NVDEC, NVDEC_OPEN, DALI_CPU, TORCHCODEC, CPU_OPEN, DEPTH)}
+TABLE_IMAGES = Route("table-images", "cpu", "images", "av", "auto",
+                     "a camera stored as images in the frame tables: each row's image decoded on the workers")
+ROUTES: dict[str, Route] = {r.name: r for r in (NVDEC, NVDEC_OPEN, DALI_CPU, TORCHCODEC, CPU_OPEN, DEPTH, TABLE_IMAGES)}
 
 
 def route(name: str) -> Route:

@@ -11,6 +11,7 @@ Routes:
   engine is checked against, on any node.
 - ``depth``: a depth camera (lerobot's depth maps: 12-bit codes in a grey video) through PyAV on the workers, for
   every ``decode`` choice but ``"gpu"``, which it refuses (NVDEC decodes no 12-bit grey).
+- ``table-images``: a camera stored as images in the frame tables (no video), chosen by `loader.routing`.
 
 ``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
 (codec, size and pixel format against ``gpus``' table) unless a measurement says torchcodec is faster for the

@@ -51,13 +51,23 @@ def exact_times(stored: np.ndarray, fps: float) -> np.ndarray:
 
 
 def _objects(col) -> np.ndarray:
-    """A text column (strings, lerobot's language annotations: a list of row dicts a frame) as one Python object a
-    row."""
-    values = col.to_pylist()
+    """A text column (strings, lerobot's language annotations: a list of row dicts a frame), or an image column's
+    encoded bytes, as one Python object a row."""
+    import pyarrow as pa
+
+    values = (col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col).to_pylist()
     out = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):  # not out[:] = values: equal-length lists would broadcast as a 2-D array
         out[i] = value
     return out
+
+
+def _image_bytes(col) -> np.ndarray:
+    """An image column's encoded images, one `bytes` a row (HF datasets' Image: a struct of bytes and path)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return _objects(pc.struct_field(col, "bytes") if pa.types.is_struct(col.type) else col)
 
 
 def _shaped(rows: np.ndarray, feature: dict) -> np.ndarray:
@@ -316,8 +326,8 @@ class TableReader:
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
                 f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
             )
-        rows = {k: _objects(table.column(k)) if k in meta.text_keys else _shaped(_to_numpy(table.column(k)),
-                                                                                 meta.features.get(k, {}))
+        rows = {k: _objects(table.column(k)) if k in meta.text_keys else _image_bytes(table.column(k))
+                if k in meta.image_keys else _shaped(_to_numpy(table.column(k)), meta.features.get(k, {}))
                 for k in self.keys}
         if "timestamp" in self.keys:
             stored = table.column("timestamp").combine_chunks().to_numpy(zero_copy_only=False)

@@ -10,8 +10,10 @@ from typing import Any
 import numpy as np
 
 from ..decode.frames import FrameCache, micros
+from ..decode.route import route
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
+from .table_images import StoredImages
 
 
 class Locator:
@@ -33,12 +35,18 @@ class Locator:
         idx: list[np.ndarray] = []
         f = self.fields[key]
         steps = plan.windows[key].rows.shape[1] if key in plan.windows else 1
+        stored = route(self.routes[key]).in_tables  # images in the frame tables: the rows' bytes, no segment
         for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
-            member, _ = self.catalog.locate(int(pos))
+            member, local = self.catalog.locate(int(pos))
             own = f.own[member.index]
             if own is None:
                 segs.append(None)
                 idx.append(np.zeros(steps, dtype=np.int64))
+                continue
+            if stored:
+                sel = (plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]).tolist()
+                segs.append(StoredImages([r[own][i] for i in sel], member.meta.episode_index(local), sel))
+                idx.append(np.arange(steps))
                 continue
             if held is not None and held[j] is not None:
                 segs.append(held[j])
@@ -102,7 +110,7 @@ class Locator:
         if not candidates:
             return
         asks = []
-        for key in self.routes:
+        for key in (k for k, name in self.routes.items() if not route(name).in_tables):
             f = self.fields[key]
             for j, pos in enumerate(positions):
                 own = f.own[self.catalog.locate(pos)[0].index] if pos in candidates else None

@@ -12,7 +12,8 @@ camera's batch tensor laid out already (`host`). Which source a camera gets is i
   through the engine route's own external source (`engine_outputs`);
 - `WorkerPixels`: decoded on the workers (torchcodec, or DALI's CPU decoder there) and fed to the graph as pixels;
 - `HostFrames`: decoded on the workers and laid out straight into the batch (`graph.host`), no graph;
-- `DepthFrames` (`graph.depth_frames`): a depth camera's codes, laid out as depth by the workers, whatever the batch.
+- `DepthFrames` (`graph.depth_frames`): a depth camera's codes, laid out as depth by the workers, whatever the batch;
+- `TableImages` (`graph.table_images`): a camera stored as images in the frame tables, laid out by the workers.
 """
 
 from __future__ import annotations

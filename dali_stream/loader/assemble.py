@@ -25,7 +25,7 @@ from ..decode.episode_frames import EpisodeFrames, Released
 from ..decode.frames import FrameCache, episode_held, frame_bytes, kept_as, kept_bytes, room_warning, stamper
 from ..decode.node import Node
 from ..decode.route import ROUTES, keys_where, route
-from ..errors import InstallError
+from ..errors import ConfigError, InstallError
 from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder, BuildSpec
 from ..graph.buffers import BufferPool
@@ -35,6 +35,7 @@ from ..graph.engine_frames import EngineFrames, engine_camera
 from ..graph.imageops import ImageOps
 from ..graph.resizer import Resizer
 from ..graph.sources import DaliClips, EngineSource, FrameSource, HostFrames, WorkerPixels, Workers
+from ..graph.table_images import TableImages
 from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
 from ..meta.depth import DepthUnit
@@ -121,6 +122,12 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
             raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
                                "names the broken layer and the constraint set that fixes it")
     check_camera_sizes(catalog, image_ops)
+    in_tables = keys_where(routes, "in_tables")
+    if in_tables and cfg.augment is not None:
+        raise ConfigError(f"augment= runs in the DALI graph, which cameras {in_tables} never enter: the dataset stores "
+                          "them as images in its tables, laid out on the workers; use image_transforms (lerobot's, per "
+                          "sample) for them, or convert the dataset to videos (lerobot-edit-dataset --operation.type "
+                          "convert_image_to_video)")
     decoders = DecoderCache(resolved.max_decoders, cfg.check_frames)
     engines = {}
     for name, threads in resolved.engine_threads.items():
@@ -185,7 +192,8 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], 
     why = room_warning(cfg.frame_cache_bytes, decoded, world.local_world_size, available_bytes())
     if why:
         warnings.warn(why, stacklevel=4)
-    uncached = {k: r for k, r in routes.items() if not route(r).cached and not route(r).depth}
+    uncached = {k: r for k, r in routes.items() if not route(r).cached and not route(r).depth
+                and not route(r).in_tables}
     if uncached:
         named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
         served = ", ".join(n for n, r in ROUTES.items() if r.cached)
@@ -219,6 +227,10 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
             codings = [m.camera(key).depth if key in m.own else None for m in catalog.members]
             h, w = catalog.fields[key].shape[:2]
             sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last)
+        elif route(name).in_tables:
+            h, w = catalog.fields[key].shape[:2]
+            shaped = Resizer(image_ops.resize, image_ops.crop) if image_ops.resize or image_ops.crop else None
+            sources[key] = TableImages(key, name, buffers, image_ops, (h, w), shaped)
         elif key in resolved.host_cameras:
             h, w = catalog.fields[key].shape[:2]
             sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali, key in resolved.kept_chw)
@@ -243,11 +255,11 @@ def without_dali(cfg: LoaderConfig) -> None:
 
 def check_installed(routes: dict[str, str]) -> None:
     """The routes chosen can run here: torchcodec's cameras need torchcodec to import, depth cameras PyAV."""
-    depth = keys_where(routes, "depth")
+    depth = keys_where(routes, "depth") + keys_where(routes, "in_tables")
     exc = runtime_error("av") if depth else None
     if exc is not None:
-        raise InstallError(f"depth cameras {sorted(depth)} decode through PyAV, which does not import "
-                           f"({type(exc).__name__}: {exc}); pip install 'av>=14.2'")
+        raise InstallError(f"cameras {sorted(depth)} (depth, or images in the tables) decode through PyAV, which does "
+                           f"not import ({type(exc).__name__}: {exc}); pip install 'av>=14.2'")
     cpu = keys_where(routes, "torchcodec")
     exc = runtime_error("torchcodec.decoders") if cpu else None
     if exc is not None:

@@ -215,12 +215,14 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     why["host_frames"] = ("batches on the CPU and no graph op on images: CPU-decoded frames skip the graph"
                           if host_frames else "batches on a GPU" if facts.cuda_batches
                           else "augment=, resize or crop run in the DALI graph")
-    # A depth camera is laid out by the workers whatever the batch (the graph takes RGB pictures only)
-    host_cameras = tuple(k for k, r in routes.items() if route(r).depth or host_frames and (
+    # Depth cameras and images stored in the tables are laid out by the workers whatever the batch (the graph takes
+    # video pictures only)
+    always = [k for k, r in routes.items() if route(r).depth or route(r).in_tables]
+    host_cameras = tuple(k for k, r in routes.items() if k in always or host_frames and (
         route(r).torchcodec or k in dali_on_workers))
-    depth = [k for k, r in routes.items() if route(r).depth]
     why["host_cameras"] = ("the cameras decoded on the workers (torchcodec, DALI's CPU decoder there)" if host_frames
-                           else why["host_frames"]) + (", and depth cameras, always" if depth else "")
+                           else why["host_frames"]) + (", and depth cameras and images stored in the tables, always"
+                                                       if always else "")
     # Every camera on host frames (or none at all) and batches on the CPU: a DALI graph would only pass the tables
     # through, so there is none; the tables are stacked as the batch is handed over. Measured (AV1 480p, 2 cores,
     # uint8 channels_last, alternated twice): 875-885 against 812-815 samples/s with the graph.

@@ -14,12 +14,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..config import LoaderConfig
+from ..config import DECODE_CHOICES, LoaderConfig
 from ..decode import proven
 from ..decode.node import Node
+from ..decode.route import TABLE_IMAGES
 from ..decode.routes import RouteChoice, choose_routes, formats_of, mixture_routes, nvdec_engine, open_routes
 from ..decode.speed import gpu_slower, unmeasured
-from ..errors import ConfigError
+from ..errors import ConfigError, DeviceError
 from ..meta.catalog import Catalog
 from .resolve import nvdec_joins
 
@@ -48,7 +49,8 @@ def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mappi
         return open_routes(choose_routes(formats, decode, node, measured, proven.rule(formats, joined)), engine,
                            engine_why)
 
-    decode = cfg.decode
+    images = table_images(cfg.decode, catalog.image_keys)
+    decode = cfg.decode if isinstance(cfg.decode, str) else {k: v for k, v in cfg.decode.items() if k not in images}
     if not catalog.is_mixture:
         member = catalog.members[0]
         choices = choose(formats_of(member.meta), decode)
@@ -58,7 +60,7 @@ def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mappi
             unknown = sorted(set(decode) - set(catalog.video_keys))
             if unknown:
                 raise ConfigError(f"decode= names cameras {unknown} that no member of the mixture has; cameras: "
-                                  f"{catalog.video_keys}")
+                                  f"{[*catalog.video_keys, *images]}")
         per_member = []
         for m in catalog.members:
             own = formats_of(m.meta)
@@ -68,9 +70,29 @@ def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mappi
         names = [m.name for m in catalog.members]
         choices = mixture_routes(per_member, names, catalog.video_keys, decode)
         alone = {n: {k: c.route for k, c in mine.items()} for n, mine in zip(names, per_member)}
+    choices |= images
+    for m in catalog.members:
+        alone.setdefault(m.name, {}).update({k: c.route for k, c in images.items() if k in m.own})
     for key, choice in choices.items():
         log.info("camera %s: %s (%s)", key, choice.route, choice.reason)
     return CameraRoutes({k: c.route for k, c in choices.items()}, {k: c.reason for k, c in choices.items()}, alone)
+
+
+def table_images(decode: Any, keys: list[str]) -> dict[str, RouteChoice]:
+    """The route of each camera stored as images in the frame tables (`catalog.image_keys`): decoded on the workers
+    for any `decode` choice but "gpu", which no GPU decoder serves."""
+    out = {}
+    for key in keys:
+        want = decode if isinstance(decode, str) else decode.get(key, "auto")
+        if want not in DECODE_CHOICES:
+            raise ConfigError(f"decode={want!r} for camera {key!r} is not one of {DECODE_CHOICES}")
+        if want == "gpu":
+            raise DeviceError(f"decode='gpu' for camera {key!r}, which the dataset stores as images (PNG) in its frame "
+                              "tables, not as video: NVDEC has no stream to decode; use decode='auto' for it (its "
+                              f"images decode on the CPU, the rest on the GPU), e.g. decode={{'{key}': 'auto', ...}}")
+        out[key] = RouteChoice(TABLE_IMAGES.name, "stored as images in the frame tables (lerobot's use_videos=False): "
+                                                  "each row's image decoded on the workers")
+    return out
 
 
 def measured_speed(cfg: LoaderConfig, deltas: Mapping[str, Any], dali_version: str):

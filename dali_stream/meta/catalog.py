@@ -51,8 +51,10 @@ class Opened:
 
     @property
     def table_keys(self) -> list[str]:
-        """Its own columns of the frame tables the batch uses (numbers, and text: `DatasetMeta.text_keys`)."""
-        return [o for o in self.own.values() if o in self.meta.table_keys or o in self.meta.text_keys]
+        """Its own columns of the frame tables the batch uses (numbers, text: `DatasetMeta.text_keys`, and cameras
+        stored as images: `image_keys`)."""
+        return [o for o in self.own.values()
+                if o in self.meta.table_keys or o in self.meta.text_keys or o in self.meta.image_keys]
 
     @property
     def frames(self) -> int:
@@ -73,7 +75,8 @@ class Catalog:
         self.offsets = np.array([m.offset for m in members], dtype=np.int64)
         self.lengths = np.concatenate([m.lengths for m in members]).astype(np.int64)
         self.member_of = np.repeat(np.arange(len(members)), [len(m.lengths) for m in members]).astype(np.int64)
-        self.video_keys = [k for k, f in fields.items() if f.visual]
+        self.video_keys = [k for k, f in fields.items() if f.visual and f.dtype == "video"]
+        self.image_keys = [k for k, f in fields.items() if f.dtype == "image"]  # cameras stored in the tables
         self.table_keys = [k for k, f in fields.items() if not f.visual and f.dtype != TEXT]
         self.text_keys = [k for k, f in fields.items() if f.dtype == TEXT]  # a Python value per sample
 
@@ -81,15 +84,15 @@ class Catalog:
     @classmethod
     def single(cls, meta: DatasetMeta, lengths: np.ndarray, episodes: np.ndarray) -> "Catalog":
         """One dataset under its own keys (its planner lengths and selected episodes from `plan.selection`)."""
-        meta.refuse_images(meta.features)
-        keys = [*meta.video_keys, *meta.table_keys, *meta.text_keys]
+        meta.refuse_depth_images(meta.features)
+        keys = [*meta.video_keys, *meta.image_keys, *meta.table_keys, *meta.text_keys]
         fields = {}
         for k in keys:
             cam = meta.cameras.get(k)
             shape = (cam.height, cam.width, cam.channels) if cam is not None else \
                 tuple(int(x) for x in (meta.features[k].get("shape") or ()))
             dtype = "video" if cam is not None else TEXT if k in meta.text_keys else str(meta.features[k].get("dtype"))
-            fields[k] = Field(k, cam is not None, dtype,
+            fields[k] = Field(k, cam is not None or k in meta.image_keys, dtype,
                               shape, (k,), (shape,), meta.features[k].get("names"),
                               cam is not None and cam.depth is not None)
         member = Opened(0, default_name(meta.source), meta, 0, np.asarray(lengths, dtype=np.int64),
@@ -130,9 +133,9 @@ class Catalog:
                                            member.max_episodes)
             except ConfigError as exc:
                 raise ConfigError(f"mixture member {member.name!r}: {exc}") from None
-            meta.refuse_images([k for k in meta.features if member.mixture_key(k) is not None], member.name)
+            meta.refuse_depth_images([k for k in meta.features if member.mixture_key(k) is not None], member.name)
             own: dict[str, str] = {}
-            for k in (*meta.video_keys, *meta.table_keys, *meta.text_keys):
+            for k in (*meta.video_keys, *meta.image_keys, *meta.table_keys, *meta.text_keys):
                 to = member.mixture_key(k)
                 if to is not None and to in own:
                     raise ConfigError(f"mixture member {member.name!r}: {own[to]!r} and {k!r} both come under the "

@@ -94,8 +94,8 @@ class LerobotMetadata:
 
     @property
     def image_keys(self) -> list[str]:
-        """Keys of visual features stored as images in the tables (the loader streams cameras from video: it refuses
-        them, `refuse_images`)."""
+        """Keys of visual features stored as images in the frame tables (lerobot's `use_videos=False`): one PNG a row,
+        decoded on the workers (route `table-images`)."""
         return [k for k, f in self.features.items() if f.get("dtype") == "image"]
 
     @property
@@ -319,19 +319,20 @@ class DatasetMeta(LerobotMetadata):
         if self.video_keys and "video_path" not in self.info:
             raise DatasetError(f"{INFO_PATH} in {self.source!r} declares video features but no 'video_path'")
 
-    def refuse_images(self, kept: Iterable[str], member: str | None = None) -> None:
-        """Raise DatasetError where a feature of `kept` (the keys a batch takes) is a camera stored as images in
-        the tables (`image_keys`: lerobot's datasets recorded with `use_videos=False`), which the loader does not
-        read; `member`: the mixture member's name, for the message."""
-        images = [k for k in kept if k in self.image_keys]
+    def refuse_depth_images(self, kept: Iterable[str], member: str | None = None) -> None:
+        """Raise DatasetError where a feature of `kept` (the keys a batch takes) is a depth map stored as images in the
+        tables (lerobot's TIFFs of depth), which the loader does not read; `member`: the mixture member's name."""
+        from .depth import is_depth
+
+        images = [k for k in kept if k in self.image_keys and is_depth(self.features[k])]
         if not images:
             return
         who = f"mixture member {member!r} ({self.source})" if member else repr(self.source)
         where = f"--repo_id {self.repo_id}" if self.source.startswith("hf://") else \
             f"--repo_id local/{posixpath.basename(self.source.rstrip('/'))} --root {self.source}"
         raise DatasetError(
-            f"{who} stores the cameras {images} as images in its tables (dtype 'image'); dali_stream streams cameras "
-            "from a dataset's videos and does not read those. Convert the dataset to videos with lerobot's "
+            f"{who} stores the depth maps {images} as images in its tables; dali_stream reads depth from lerobot's "
+            "depth videos. Convert the dataset to videos with lerobot's "
             f"`lerobot-edit-dataset {where} --new_root NEW_FOLDER --operation.type convert_image_to_video` and load "
             f"NEW_FOLDER, or leave those cameras out: Mixture([Member({self.source!r}, keys={{{images[0]!r}: None}})])")
 

@@ -30,8 +30,7 @@ TEXT_DTYPES = ("string", "language")
 _KINDS = {"float16": FLOAT, "float32": FLOAT, "float64": FLOAT, "int8": INT, "int16": INT, "int32": INT,
           "int64": INT, "uint8": INT, "uint16": INT, "uint32": INT, "uint64": INT, "bool": BOOL,
           **dict.fromkeys(TEXT_DTYPES, TEXT)}
-VISUAL = ("video",)
-SKIPPED = ("image",)  # images stored in the tables: a single dataset's batch leaves them out too
+VISUAL = ("video", "image")  # cameras: videos, or images stored in the frame tables (lerobot's `use_videos=False`)
 APPROXIMATE_STATS = "quantiles (q01, q10, q50, q90, q99, ...): the count-weighted mean of the members' quantiles"
 
 
@@ -41,7 +40,7 @@ class Field:
 
     key: str
     visual: bool  # a camera (video feature) rather than a table column
-    dtype: str  # the batch's dtype for tables (float32, int64, bool); "video" for cameras; "text" for text
+    dtype: str  # the batch's dtype for tables (float32, int64, bool); "video" or "image" for cameras; "text"
     shape: tuple[int, ...]  # the mixture's shape per frame (vectors: the longest; cameras: the first member's)
     own: tuple[str | None, ...]  # per member: its feature key, or None
     own_shapes: tuple[tuple[int, ...] | None, ...]  # per member: its feature's shape
@@ -65,7 +64,7 @@ class Field:
 
 
 def _kind(dtype: str) -> str | None:
-    return "video" if dtype in VISUAL else _KINDS.get(dtype)
+    return dtype if dtype in VISUAL else _KINDS.get(dtype)
 
 
 def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps: Sequence[Mapping[str, str | None]],
@@ -78,7 +77,7 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
     for m, (feats, keys) in enumerate(zip(features, key_maps)):
         for key in feats:
             to = keys.get(key, key)
-            if to is None or feats[key].get("dtype") in SKIPPED:
+            if to is None:
                 continue
             if to not in own:
                 own[to] = [None] * len(features)
@@ -103,7 +102,7 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
             raise ConfigError(f"mixture key {key!r} is {' and '.join(str(d) for d in distinct)} in different members "
                               f"({said}); map one of them to another key with Member(keys={{...}}), or leave it out "
                               "with a None")
-        visual = distinct[0] == "video"
+        visual = distinct[0] in VISUAL
         depth = {m: is_depth(features[m][own[key][m]]) for m in members}  # type: ignore[index]
         if visual and len(set(depth.values())) > 1:
             said = ", ".join(f"{where(m)}: {'depth' if depth[m] else 'RGB'}" for m in members)
@@ -135,7 +134,7 @@ def merge_features(features: Sequence[Mapping[str, Mapping[str, Any]]], key_maps
                                       "or map them to different keys with Member(keys={...})")
                 shape = max(present, key=lambda s: s[0])  # type: ignore[index]
         longest = next(m for m in members if shapes[m] == shape)
-        dtype = "video" if visual else str(kinds[members[0]])
+        dtype = str(kinds[members[0]])
         out[key] = Field(key, visual, dtype, tuple(shape or ()), tuple(own[key]), tuple(shapes),
                          features[longest][own[key][longest]].get("names"),  # type: ignore[index]
                          visual and depth[members[0]])

@@ -254,7 +254,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
 
     t_run = time.perf_counter()
     meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.loader.data_files_root, revision=cfg.loader.revision)
-    cameras = list(meta.video_keys)
+    cameras = list(meta.camera_keys)  # video, and images stored in the tables
     deltas = mode_deltas(cfg.mode, cameras, meta.features)
     decode = loader_decode(cfg.loader.decode, formats_of(meta), Node.probe())
     whole_batches(cfg, meta)

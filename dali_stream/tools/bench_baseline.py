@@ -3,7 +3,8 @@
 `LeRobotStyleDataset[index]` holds the data tables in memory (as Hugging Face datasets' Arrow does), clamps
 window rows to the episode, and decodes every camera from the packed MP4 with torchcodec: one cached
 `VideoDecoder(file, seek_mode="approximate")` per file per worker, `get_frames_at(round(t * fps))`, as
-lerobot 0.6's `decode_video_frames_torchcodec`. A plain `torch.utils.data.DataLoader` batches it. The
+lerobot 0.6's `decode_video_frames_torchcodec`; a camera stored as images in the tables decodes its rows' images
+(lerobot's `datasets.Image` does, through PIL). A plain `torch.utils.data.DataLoader` batches it. The
 samples are the ones the loader delivered in its measured window, in the same order.
 
 One difference: where a file's frames run slightly ahead of k/fps (episodes concatenated as lerobot's recorder
@@ -30,9 +31,12 @@ class LeRobotStyleDataset:
         self.meta = meta
         self.cameras = list(meta.video_keys)
         paths = sorted({meta.data_file(p) for p in range(meta.num_episodes)})
-        table = pa.concat_tables([read_parquet(meta.data_fs, p, columns=meta.table_keys) for p in paths])
+        self.images = list(meta.image_keys)
+        table = pa.concat_tables([read_parquet(meta.data_fs, p, columns=[*meta.table_keys, *self.images])
+                                  for p in paths])
         order = np.argsort(table.column("index").to_numpy())
         self.columns = {k: _column(table.column(k))[order] for k in meta.table_keys}
+        self.encoded = {k: _image_bytes(table.column(k))[order] for k in self.images}
         self.episode_of = {int(e): p for p, e in enumerate(meta.episodes["episode_index"])}
         self.delta = {k: [round(d * meta.fps) for d in v] for k, v in deltas.items()}
         self._decoders: dict[str, Any] = {}
@@ -65,8 +69,14 @@ class LeRobotStyleDataset:
             q = [min(max(index + d, start), end - 1) for d in steps]
             item[f"{key}_is_pad"] = torch.tensor([not start <= index + d < end for d in steps])
             rows[key] = q
-            if key not in self.cameras:
+            if key not in self.cameras and key not in self.images:
                 item[key] = torch.from_numpy(self.columns[key][q])
+        for key in self.images:
+            from ..decode.images import decode_image
+
+            pictures = [decode_image(self.encoded[key][i], key) for i in rows.get(key, [index])]
+            frames = torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2).float() / 255.0
+            item[key] = frames if key in rows else frames[0]
         for key in self.cameras:
             ts = self.columns["timestamp"][rows[key]] if key in rows else [self.columns["timestamp"][index]]
             dec = self._decoder(meta.video_file(pos, key))
@@ -81,6 +91,12 @@ class LeRobotStyleDataset:
             item[key] = frames if key in rows else frames[0]
         item["task"] = meta.tasks.get(int(self.columns["task_index"][index]), "")
         return item
+
+
+def _image_bytes(col) -> np.ndarray:
+    from ..fetch.tables import _image_bytes
+
+    return _image_bytes(col)
 
 
 def _column(col) -> np.ndarray:

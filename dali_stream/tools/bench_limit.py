@@ -1,6 +1,6 @@
 """The decode limit `bench` reports its ratios against: the window's frames through the same decoders, warm, with
 no loader around them (torchcodec on the workers' threads, DALI's decoder on whole streams, the open-decoder
-engine, depth cameras' codes through PyAV), as a reader asking a sample's frames at a time decodes them. Where the loader holds its open episodes'
+engine, depth cameras' codes through PyAV, images stored in the tables), as a reader asking a sample's frames at a time decodes them. Where the loader holds its open episodes'
 frames (`decode.episode_frames`) it decodes less than that: `whole_episodes` is then the limit of that work, each
 episode's camera decoded once, front to back."""
 
@@ -45,6 +45,15 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
 
     depth_work = [(segs, idx, None, None, None, None, depth) for route, _, segs, idx in work if route_of(route).depth]
     seconds += _on_threads(decode, depth_work, threads) if depth_work else 0.0
+    from ..decode.images import decode_image
+
+    def images(stored: list) -> None:  # images stored in the tables: each sample's rows' images
+        for s in stored:
+            for blob in s.blobs if s is not None else ():
+                decode_image(blob, "bench")
+
+    image_work = [segs for route, _, segs, _ in work if route_of(route).in_tables]
+    seconds += _on_threads(images, image_work, threads) if image_work else 0.0
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).in_dali]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
