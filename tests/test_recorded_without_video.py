@@ -139,3 +139,19 @@ def test_a_member_without_the_camera_gives_zeros(image_dataset, tmp_path):
             for j in (~missing).nonzero().flatten().tolist():
                 want = (value(int(batch["index"][j])) / 255 - 0.5) / 0.25
                 np.testing.assert_allclose(batch[KEY][j].numpy(), want, rtol=0, atol=2e-6)
+
+
+def test_over_http_the_images_come_with_the_rows_range_reads(image_dataset):
+    """A remote dataset reads an episode's row groups by byte ranges of the columns asked: the image column's leaves
+    (`<key>.bytes`, `<key>.path`) are among them."""
+    from .httpserver import Server
+
+    with Server(image_dataset.parent) as base:
+        with StreamLoader(f"{base}/{image_dataset.name}", batch_size=4, device="cpu", image_dtype="uint8",
+                          drop_last=False) as loader:
+            seen = 0
+            for batch in loader:
+                for j, index in enumerate(batch["index"].tolist()):
+                    assert (batch[KEY][j] == value(index)).all()
+                seen += len(batch["index"])
+    assert seen == loader.meta.total_frames

@@ -97,3 +97,13 @@ def test_text_is_not_windowed_and_a_member_without_it_gives_none(annotated, tmp_
         seen = sum(_check(batch, mixed=True) for batch in loader)
     assert seen == loader.meta.total_frames
     assert loader.meta.features[PERSISTENT]["dtype"] == "language"
+
+
+def test_over_http_the_annotations_come_with_the_rows_range_reads(annotated):
+    """A remote dataset reads the columns asked by byte ranges: a list of structs' leaves
+    (`language_persistent.list.element.role`, ...) are among them."""
+    from .httpserver import Server
+
+    with Server(annotated.parent) as base:
+        with StreamLoader(f"{base}/{annotated.name}", batch_size=4, device="cpu", drop_last=False) as loader:
+            assert sum(_check(batch) for batch in loader) == loader.meta.total_frames
