@@ -182,3 +182,16 @@ def test_the_built_in_policy_trains_on_a_depth_camera(depth_dataset, tmp_path):
                           capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "done: 3 steps" in proc.stdout
+
+
+def test_benchs_lerobot_style_baseline_reads_depth_as_lerobot_does(depth_dataset):
+    """bench's peer decodes a depth camera as lerobot's PyAV path does (not as 8-bit RGB through torchcodec): the
+    same depth as the loader, sample for sample."""
+    from dali_stream import open_meta
+    from dali_stream.tools.bench_baseline import LeRobotStyleDataset
+
+    meta = open_meta(str(depth_dataset))
+    peer = LeRobotStyleDataset(meta, DELTAS)
+    with StreamLoader(meta, device="cpu", delta_timestamps=DELTAS) as loader:
+        for i in range(0, len(peer), 5):
+            np.testing.assert_array_equal(peer[i][DEPTH].numpy(), loader.dataset[i][DEPTH].numpy())

@@ -3,8 +3,10 @@
 `LeRobotStyleDataset[index]` holds the data tables in memory (as Hugging Face datasets' Arrow does), clamps
 window rows to the episode, and decodes every camera from the packed MP4 with torchcodec: one cached
 `VideoDecoder(file, seek_mode="approximate")` per file per worker, `get_frames_at(round(t * fps))`, as
-lerobot 0.6's `decode_video_frames_torchcodec`; a camera stored as images in the tables decodes its rows' images
-(lerobot's `datasets.Image` does, through PIL). A plain `torch.utils.data.DataLoader` batches it. The
+lerobot 0.6's `decode_video_frames_torchcodec`; a depth camera through PyAV as lerobot's `decode_video_frames_pyav`
+(a seek to the keyframe before the first time asked, then forward, the nearest frames kept) and its codes turned into
+millimetres; a camera stored as images in the tables decodes its rows' images (lerobot's `datasets.Image` does,
+through PIL). A plain `torch.utils.data.DataLoader` batches it. The
 samples are the ones the loader delivered in its measured window, in the same order.
 
 One difference: where a file's frames run slightly ahead of k/fps (episodes concatenated as lerobot's recorder
@@ -57,6 +59,34 @@ class LeRobotStyleDataset:
                 self._exact.add(path)
         return dec
 
+    def _depth(self, path: str, camera, times: list[float]):
+        """A depth camera's frames at file times `times` as lerobot 0.6.1 reads them (module doc): (T, 1, H, W)
+        float32 millimetres."""
+        import av
+        import torch
+
+        from ..decode.depth import codes_of
+
+        for start in (min(times), 0.0):  # where lerobot's seek lands past a frame (open GOPs over 2), from the start
+            shown: list[tuple[float, Any]] = []
+            with self.meta.data_fs.open(path, "rb") as raw, av.open(raw) as container:
+                stream = container.streams.video[0]
+                container.seek(round(start / stream.time_base) - 1, backward=True, any_frame=False, stream=stream)
+                for frame in container.decode(stream):
+                    if frame.pts is None:
+                        continue
+                    shown.append((float(frame.pts * stream.time_base), codes_of(frame)))
+                    if shown[-1][0] >= max(times):
+                        break
+            at = np.array([t for t, _ in shown])
+            nearest = [int(np.abs(at - t).argmin()) for t in times]
+            if all(abs(at[n] - t) < 0.5 / self.meta.fps for n, t in zip(nearest, times)):
+                break
+        codes = np.stack([shown[n][1] for n in nearest])[:, None]
+        out = np.empty(codes.shape, np.float32)
+        camera.depth.write(codes, out, "mm")
+        return torch.from_numpy(out)
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         import torch
 
@@ -79,6 +109,11 @@ class LeRobotStyleDataset:
             item[key] = frames if key in rows else frames[0]
         for key in self.cameras:
             ts = self.columns["timestamp"][rows[key]] if key in rows else [self.columns["timestamp"][index]]
+            if meta.cameras[key].depth is not None:
+                depth = self._depth(meta.video_file(pos, key), meta.cameras[key],
+                                    [float(meta.cameras[key].from_timestamp[pos]) + float(t) for t in ts])
+                item[key] = depth if key in rows else depth[0]
+                continue
             dec = self._decoder(meta.video_file(pos, key))
             shifted = [float(meta.cameras[key].from_timestamp[pos]) + float(t) for t in ts]
             indices = [round(t * dec.metadata.average_fps) for t in shifted]
