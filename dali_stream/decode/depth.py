@@ -73,3 +73,8 @@ def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
             "bug in dali_stream or the decoder, not in your data: please report it with the output of `dali-stream "
             "verify DATASET --decode`")
     return np.stack([got[int(i)] for i in indices])
+
+
+def depth_codes_each(asked: list[tuple[Segment, np.ndarray]]) -> list[np.ndarray]:
+    """`depth_codes` of each (segment, frame indices): the decoder `graph.segment_frames.decode_segments` calls."""
+    return [depth_codes(seg, indices) for seg, indices in asked]

@@ -30,6 +30,7 @@ from .joined import group_sizes
 from .locate import Locator
 from .segment_frames import held_samples
 from .sources import CameraBatch, DaliClips, FrameSource, HostFrames, Output
+from .table_images import TableImages
 
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
@@ -136,9 +137,10 @@ class BatchBuilder:
 
     @property
     def buffers(self) -> BufferPool:
-        """The host-frame buffers the host cameras share, depth cameras' too (an empty pool without any)."""
-        return next((s.buffers for s in self.sources.values() if isinstance(s, (HostFrames, DepthFrames))),
-                    _NO_BUFFERS)
+        """The host-frame buffers the cameras laid out by the workers share (host frames, depth, images stored in the
+        tables; an empty pool without any)."""
+        host = (HostFrames, DepthFrames, TableImages)
+        return next((s.buffers for s in self.sources.values() if isinstance(s, host)), _NO_BUFFERS)
 
     @property
     def dali_counts(self) -> dict[str, list[int]]:

@@ -13,8 +13,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..decode.depth import depth_codes
-from ..meta.depth import DepthCoding, DepthUnit
+from ..config import DepthOutputUnit
+from ..decode.depth import depth_codes_each
+from ..meta.depth import DepthCoding
 from .buffers import BufferPool
 from .segment_frames import decode_segments
 from .sources import CameraBatch, CameraFrames, Output
@@ -29,7 +30,7 @@ class DepthFrames:
     outputs: tuple[Output, ...] = ()
 
     def __init__(self, key: str, route: str, buffers: BufferPool, codings: Sequence[DepthCoding | None],
-                 size: tuple[int, int], unit: DepthUnit, channels_last: bool = False) -> None:
+                 size: tuple[int, int], unit: DepthOutputUnit, channels_last: bool = False) -> None:
         self.key, self.route, self.buffers = key, route, buffers
         self.codings, self.size, self.unit, self.channels_last = list(codings), size, unit, channels_last
 
@@ -41,8 +42,7 @@ class DepthFrames:
                                 np.float32)
         planes = out[..., 0] if self.channels_last else out[:, :, 0]  # (B, T, H, W) views
         decoded = 0
-        decode = lambda asked: [depth_codes(seg, wanted) for seg, wanted in asked]  # noqa: E731
-        for members, wanted, codes, n in decode_segments(segs, idx, None, decode=decode):
+        for members, wanted, codes, n in decode_segments(segs, idx, None, decode=depth_codes_each):
             decoded += n
             for j in members:
                 coding = self.codings[int(batch.member_index[j])]

@@ -29,9 +29,9 @@ class StoredImages:
 
 
 class TableImages:
-    """A FrameSource (`graph.sources`): per sample its steps' encoded images (`batch.segs[j]`, a `StoredImages`; None
-    where a mixture's member lacks the camera: zeros), laid out into a buffer of `buffers`. `size`: the camera's (H, W) as stored;
-    `resizer`: `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None."""
+    """A FrameSource (`graph.sources`): per sample its steps' encoded images (`batch.segs[j]`, a `StoredImages`;
+    None where a mixture's member lacks the camera: zeros), laid out into a buffer of `buffers`. `size`: the
+    camera's (H, W) as stored; `resizer`: `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None."""
 
     engine: str | None = None
     in_graph = False

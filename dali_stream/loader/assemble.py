@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..config import LoaderConfig
+from ..config import DepthOutputUnit, LoaderConfig
 from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
@@ -38,7 +38,6 @@ from ..graph.sources import DaliClips, EngineSource, FrameSource, HostFrames, Wo
 from ..graph.table_images import TableImages
 from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
-from ..meta.depth import DepthUnit
 from ..pairing import check_dali, dali_missing, dali_present
 from ..plan.epoch import PlanConfig
 from ..plan.mixture_epoch import Mix
@@ -205,7 +204,7 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], 
 
 def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping[str, Any], workers: Workers,
                    resizers: Mapping[str, Resizer], dali_workers: Mapping[str, DaliFrames], image_ops: ImageOps,
-                   resolved: Resolved, unit: DepthUnit = "mm") -> dict[str, FrameSource]:
+                   resolved: Resolved, unit: DepthOutputUnit = "mm") -> dict[str, FrameSource]:
     """Each camera's frame source (`graph.sources`), from its route: an open-decoder engine's, DALI's decoder in the
     graph, or the workers' decoders (torchcodec; DALI's CPU decoder where `dali_workers` names the camera) feeding
     the graph, or laying out host frames (`resolved.host_cameras`: batches on the CPU, no DALI image ops); a depth
@@ -255,10 +254,10 @@ def without_dali(cfg: LoaderConfig) -> None:
 
 def check_installed(routes: dict[str, str]) -> None:
     """The routes chosen can run here: torchcodec's cameras need torchcodec to import, depth cameras PyAV."""
-    depth = keys_where(routes, "depth") + keys_where(routes, "in_tables")
-    exc = runtime_error("av") if depth else None
+    pyav = keys_where(routes, "depth") + keys_where(routes, "in_tables")
+    exc = runtime_error("av") if pyav else None
     if exc is not None:
-        raise InstallError(f"cameras {sorted(depth)} (depth, or images in the tables) decode through PyAV, which does "
+        raise InstallError(f"cameras {sorted(pyav)} (depth, or images in the tables) decode through PyAV, which does "
                            f"not import ({type(exc).__name__}: {exc}); pip install 'av>=14.2'")
     cpu = keys_where(routes, "torchcodec")
     exc = runtime_error("torchcodec.decoders") if cpu else None

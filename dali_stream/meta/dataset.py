@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..config import DepthOutputUnit
 from ..errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
 from ..source.storage import (
     RemoteOptions,
@@ -26,7 +27,7 @@ from ..source.storage import (
     read_parquet,
     resolve_source,
 )
-from .depth import DepthCoding, DepthUnit
+from .depth import DepthCoding
 from .schema import TEXT_DTYPES
 
 INFO_PATH = "meta/info.json"
@@ -138,7 +139,7 @@ class DatasetMeta(LerobotMetadata):
         self.episodes = episodes
         self.tasks = tasks
         # the unit depth cameras' frames and stats come in (lerobot's `depth_output_unit`; the loader sets it)
-        self.depth_output_unit: DepthUnit = "mm"
+        self.depth_output_unit: DepthOutputUnit = "mm"
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         self.table_keys = [k for k, f in self.features.items() if f.get("dtype") not in ("video", "image", *TEXT_DTYPES)]
         # strings, and lerobot's language annotations (`language_persistent`, `language_events`): one Python value

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from ..config import DepthOutputUnit
+
 CODE_MAX = 4095  # 12-bit codes
-UNITS = ("mm", "m")
-DepthUnit = Literal["mm", "m"]
 MM_PER_M = 1000.0
 PIX_FMT = "gray12le"  # the stream's pixels as lerobot writes and reads them
 
@@ -57,12 +57,15 @@ class DepthCoding:
                              f"{coding.depth_min} + {coding.shift}")
         return coding
 
-    def write(self, codes: np.ndarray, out: np.ndarray, unit: DepthUnit = "mm") -> None:
-        """Depth of `codes` (any integer array, values 0..CODE_MAX) into `out` (float32, the same shape)."""
+    def _ends(self) -> tuple[float, float]:
+        """The scale's values at code 0 and CODE_MAX: metres, or their logarithms (plus `shift`)."""
         if self.use_log:
-            low, high = math.log(self.depth_min + self.shift), math.log(self.depth_max + self.shift)
-        else:
-            low, high = self.depth_min, self.depth_max
+            return math.log(self.depth_min + self.shift), math.log(self.depth_max + self.shift)
+        return self.depth_min, self.depth_max
+
+    def write(self, codes: np.ndarray, out: np.ndarray, unit: DepthOutputUnit = "mm") -> None:
+        """Depth of `codes` (any integer array, values 0..CODE_MAX) into `out` (float32, the same shape)."""
+        low, high = self._ends()
         out[...] = codes
         np.multiply(out, np.float32((high - low) / CODE_MAX), out=out)
         np.add(out, np.float32(low), out=out)
@@ -75,18 +78,15 @@ class DepthCoding:
             np.rint(out, out=out)
             np.clip(out, np.float32(0.0), np.float32(65535.0), out=out)
 
-    def stats_factor(self, unit: DepthUnit) -> float:
+    def stats_factor(self, unit: DepthOutputUnit) -> float:
         """What the recorded stats are multiplied by to be in `unit` (lerobot rescales all but `count`)."""
         if self.unit is None or self.unit == unit:
             return 1.0
         return MM_PER_M if self.unit == "m" else 1.0 / MM_PER_M
 
-    def codes(self, depth: np.ndarray, unit: DepthUnit = "mm") -> np.ndarray:
+    def codes(self, depth: np.ndarray, unit: DepthOutputUnit = "mm") -> np.ndarray:
         """The codes of `depth` in `unit` (the recorder's quantiser: the sample writer's depth cameras)."""
         metres = np.asarray(depth, np.float64) / (MM_PER_M if unit == "mm" else 1.0)
-        if self.use_log:
-            low, high = math.log(self.depth_min + self.shift), math.log(self.depth_max + self.shift)
-            norm = (np.log(metres + self.shift) - low) / (high - low)
-        else:
-            norm = (metres - self.depth_min) / (self.depth_max - self.depth_min)
+        low, high = self._ends()
+        norm = ((np.log(metres + self.shift) if self.use_log else metres) - low) / (high - low)
         return np.clip(np.rint(norm * CODE_MAX), 0, CODE_MAX).astype(np.uint16)

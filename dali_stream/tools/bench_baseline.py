@@ -28,6 +28,7 @@ class LeRobotStyleDataset:
     def __init__(self, meta, deltas: dict[str, list[float]]) -> None:
         import pyarrow as pa
 
+        from ..fetch.tables import _image_bytes
         from ..source.storage import read_parquet
 
         self.meta = meta
@@ -101,9 +102,9 @@ class LeRobotStyleDataset:
             rows[key] = q
             if key not in self.cameras and key not in self.images:
                 item[key] = torch.from_numpy(self.columns[key][q])
-        for key in self.images:
-            from ..decode.images import decode_image
+        from ..decode.images import decode_image
 
+        for key in self.images:
             pictures = [decode_image(self.encoded[key][i], key) for i in rows.get(key, [index])]
             frames = torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2).float() / 255.0
             item[key] = frames if key in rows else frames[0]
@@ -126,12 +127,6 @@ class LeRobotStyleDataset:
             item[key] = frames if key in rows else frames[0]
         item["task"] = meta.tasks.get(int(self.columns["task_index"][index]), "")
         return item
-
-
-def _image_bytes(col) -> np.ndarray:
-    from ..fetch.tables import _image_bytes
-
-    return _image_bytes(col)
 
 
 def _column(col) -> np.ndarray:

@@ -1,8 +1,8 @@
 """The decode limit `bench` reports its ratios against: the window's frames through the same decoders, warm, with
 no loader around them (torchcodec on the workers' threads, DALI's decoder on whole streams, the open-decoder
-engine, depth cameras' codes through PyAV, images stored in the tables), as a reader asking a sample's frames at a time decodes them. Where the loader holds its open episodes'
-frames (`decode.episode_frames`) it decodes less than that: `whole_episodes` is then the limit of that work, each
-episode's camera decoded once, front to back."""
+engine, depth cameras' codes through PyAV, images stored in the tables), as a reader asking a sample's frames at a
+time decodes them. Where the loader holds its open episodes' frames (`decode.episode_frames`) it decodes less than
+that: `whole_episodes` is then the limit of that work, each episode's camera decoded once, front to back."""
 
 from __future__ import annotations
 
@@ -38,12 +38,10 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             pass
 
     seconds = _on_threads(decode, cpu_work, threads)
-    from ..decode.depth import depth_codes
+    from ..decode.depth import depth_codes_each
 
-    def depth(asked: list) -> list[np.ndarray]:
-        return [depth_codes(seg, wanted) for seg, wanted in asked]
-
-    depth_work = [(segs, idx, None, None, None, None, depth) for route, _, segs, idx in work if route_of(route).depth]
+    depth_work = [(segs, idx, None, None, None, None, depth_codes_each) for route, _, segs, idx in work
+                  if route_of(route).depth]
     seconds += _on_threads(decode, depth_work, threads) if depth_work else 0.0
     from ..decode.images import decode_image
 

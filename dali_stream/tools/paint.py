@@ -181,3 +181,12 @@ def depth_shows(codes, ids) -> bool:
         return ids is not None and depth_ids(codes) == tuple(i % DEPTH_SPAN for i in ids)
     except UnreadableIds:
         return False
+
+
+def frame_shows(frame, ids, depth: bool = False) -> bool:
+    """Whether a frame PyAV decoded shows `ids`: an RGB camera's painted blocks, or a depth camera's codes."""
+    if depth:
+        from ..decode.depth import codes_of
+
+        return depth_shows(codes_of(frame), ids)
+    return shows(frame.to_ndarray(format="rgb24"), ids)

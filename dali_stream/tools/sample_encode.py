@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..decode.depth import codes_of
 from . import paint
 
 if TYPE_CHECKING:
@@ -68,16 +67,11 @@ def misread_frames(path: Path, ids: Sequence[tuple[int, int]], depth: bool = Fal
     the file (or extra ones) count as misread."""
     import av
 
-    def shows(frame, ids: tuple[int, int]) -> bool:
-        if depth:
-            return paint.depth_shows(codes_of(frame), ids)
-        return paint.shows(frame.to_ndarray(format="rgb24"), ids)
-
     bad = []
     k = -1
     with av.open(str(path)) as container:
         for k, frame in enumerate(container.decode(video=0)):
-            if not (k < len(ids) and shows(frame, ids[k])):
+            if not (k < len(ids) and paint.frame_shows(frame, ids[k], depth)):
                 bad.append(k)
     return bad + list(range(k + 1, len(ids)))
 

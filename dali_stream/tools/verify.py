@@ -239,14 +239,9 @@ def _painted_ids(meta, path: str) -> dict[int, tuple[int, int]] | None:
 
 def _ids_ok(frame, expect: dict, fps: float, depth: bool = False) -> bool:
     """Whether a decoded frame shows the ids planned at its time (a depth camera's: its codes' ids)."""
-    from .paint import depth_shows, shows
+    from .paint import frame_shows
 
-    want = expect.get(round(frame.time * fps))
-    if depth:
-        from ..decode.depth import codes_of
-
-        return depth_shows(codes_of(frame), want)
-    return shows(frame.to_ndarray(format="rgb24"), want)
+    return frame_shows(frame, expect.get(round(frame.time * fps)), depth)
 
 
 def verify(source: str, against: str | None = None, revision: str | None = None, decode: bool = False,
