@@ -155,3 +155,21 @@ def test_over_http_the_images_come_with_the_rows_range_reads(image_dataset):
                     assert (batch[KEY][j] == value(index)).all()
                 seen += len(batch["index"])
     assert seen == loader.meta.total_frames
+
+
+def test_sizes_are_checked_and_the_buffers_counted_as_a_video_cameras_are(image_dataset, tmp_path):
+    """Members whose stored images differ in size need resize= (a batch is dense), a crop must fit them, and
+    memory_budget() counts the buffers they are laid out in."""
+    small = tmp_path / "small"
+    shutil.copytree(image_dataset, small)
+    info = json.loads((small / "meta/info.json").read_text())
+    info["features"][KEY]["shape"] = [4, 4, 3]
+    (small / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(ConfigError, match=r"camera 'observation.image' has different sizes in the mixture's members"):
+        StreamLoader(Mixture([Member(str(image_dataset), name="a"), Member(str(small), name="b")]), device="cpu")
+    if dali_present():
+        with pytest.raises(ConfigError, match=r"crop"):
+            StreamLoader(str(image_dataset), device="cpu", crop=(16, 16))
+    with StreamLoader(str(image_dataset), batch_size=4, device="cpu") as loader:
+        next(iter(loader))
+        assert loader.memory_budget()["host_buffers_peak"] >= 4 * 3 * 8 * 8 * 4

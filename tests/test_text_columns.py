@@ -107,3 +107,11 @@ def test_over_http_the_annotations_come_with_the_rows_range_reads(annotated):
     with Server(annotated.parent) as base:
         with StreamLoader(f"{base}/{annotated.name}", batch_size=4, device="cpu", drop_last=False) as loader:
             assert sum(_check(batch) for batch in loader) == loader.meta.total_frames
+
+
+@pytest.mark.skipif(not dali_present(), reason="resize= needs NVIDIA DALI's operators")
+def test_a_mixtures_text_features_keep_their_shape_beside_resized_cameras(annotated):
+    mix = Mixture([Member(str(annotated), name="a"), Member(str(annotated), name="b")])
+    with StreamLoader(mix, batch_size=4, device="cpu", resize=(32, 48)) as loader:
+        assert loader.meta.features["observation.images.front"]["shape"] == [32, 48, 3]
+        assert loader.meta.features[PERSISTENT] == {"dtype": "language", "shape": [1], "names": None}

@@ -197,7 +197,7 @@ def epoch_shares(catalog: Catalog) -> np.ndarray:
 def check_camera_sizes(catalog: Catalog, image_ops) -> None:
     """Every member's camera fits the image ops; a key whose members' cameras differ in size needs
     `resize=` or `crop=` (batches are dense), or, for a depth camera, which they leave as it is, another key."""
-    for key in catalog.video_keys:
+    for key in [*catalog.video_keys, *catalog.image_keys]:
         f = catalog.fields[key]
         said = ", ".join(f"{catalog.members[m].name}: {h}x{w}" for m, (h, w) in f.sizes.items())
         if f.depth:

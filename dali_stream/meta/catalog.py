@@ -230,7 +230,7 @@ class MixtureMeta(LerobotMetadata):
             if f.visual or f.dtype == TEXT:  # as the first member having it declares it
                 first = next(m for m, o in enumerate(f.own) if o is not None)
                 feature = dict(self.members[first].features[str(f.own[first])])
-                if image_shape is not None and not f.depth:  # depth cameras keep their size
+                if image_shape is not None and f.visual and not f.depth:  # depth cameras (and text) keep theirs
                     feature["shape"] = [image_shape[0], image_shape[1], 3]
                     feature["names"] = ["height", "width", "channels"]
                 self.features[key] = feature
