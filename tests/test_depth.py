@@ -195,3 +195,20 @@ def test_benchs_lerobot_style_baseline_reads_depth_as_lerobot_does(depth_dataset
     with StreamLoader(meta, device="cpu", delta_timestamps=DELTAS) as loader:
         for i in range(0, len(peer), 5):
             np.testing.assert_array_equal(peer[i][DEPTH].numpy(), loader.dataset[i][DEPTH].numpy())
+
+
+def test_a_bad_unit_or_a_coding_that_cannot_be_read_is_named(depth_dataset, tmp_path):
+    import shutil
+
+    from dali_stream import DatasetError
+
+    with pytest.raises(ConfigError, match=r"`depth_output_unit` must be 'mm' or 'm'.*'cm'"):
+        StreamLoader(str(depth_dataset), device="cpu", depth_output_unit="cm")
+    broken = tmp_path / "broken"
+    shutil.copytree(depth_dataset, broken)
+    info = json.loads((broken / "meta/info.json").read_text())
+    info["features"][DEPTH]["info"]["video.shift"] = -1.0
+    (broken / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match=r"depth camera 'observation.images.range': depth_min \+ shift must be "
+                                           r"positive.*video.depth_min and video.shift"):
+        StreamLoader(str(broken), device="cpu")

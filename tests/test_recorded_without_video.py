@@ -173,3 +173,21 @@ def test_sizes_are_checked_and_the_buffers_counted_as_a_video_cameras_are(image_
     with StreamLoader(str(image_dataset), batch_size=4, device="cpu") as loader:
         next(iter(loader))
         assert loader.memory_budget()["host_buffers_peak"] >= 4 * 3 * 8 * 8 * 4
+
+
+def test_a_rows_image_decodes_from_png_or_jpeg_and_anything_else_is_named():
+    import av
+
+    from dali_stream import DecodeError
+    from dali_stream.decode.images import decode_image
+
+    np.testing.assert_array_equal(decode_image(_png(77), "here"), np.full((8, 8, 3), 77, np.uint8))
+    codec = av.CodecContext.create("mjpeg", "w")
+    codec.width, codec.height, codec.pix_fmt = 16, 16, "yuvj444p"
+    frame = av.VideoFrame.from_ndarray(np.full((16, 16, 3), 120, np.uint8), format="rgb24").reformat(format="yuvj444p")
+    jpeg = b"".join(bytes(p) for p in codec.encode(frame))
+    assert np.abs(decode_image(jpeg, "here").astype(int) - 120).max() <= 2
+    with pytest.raises(DecodeError, match=r"camera 'x', episode 3, frame 4: the row's image is neither PNG nor JPEG"):
+        decode_image(b"GIF89a....", "camera 'x', episode 3, frame 4")
+    with pytest.raises(DecodeError, match=r"here: its png image does not decode"):
+        decode_image(_png(1)[:30], "here")
