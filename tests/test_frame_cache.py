@@ -105,6 +105,28 @@ def test_frames_past_the_bound_spill_to_the_folder_and_come_back(four_codec_data
     later.close()
 
 
+def test_a_remote_datasets_frames_are_kept_and_spilled_by_the_stores_version_tag(small_dataset, tmp_path):
+    """Over HTTP the cache names a video file by the size and ETag the server reports (it raised AttributeError on
+    the remote file system): epoch 2 decodes nothing, a later run reads the spill folder, the batches are the
+    local dataset's."""
+    from tests.httpserver import Server
+
+    with StreamLoader(str(small_dataset), **ARGS, frame_cache_bytes=1 << 28) as local:
+        want = epochs(local, 2)  # epoch 2 decodes only the few frames epoch 1 never asked for
+    assert want[0][1] > 0 and want[1][1] < want[0][1] // 20
+    args = dict(ARGS, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+    with Server(small_dataset) as url:
+        with StreamLoader(url, **args) as loader:
+            got = epochs(loader, 2)
+            assert loader.stats()["frames"]["spilled"] > 0
+        with StreamLoader(url, **args) as later:
+            (again, decoded), = epochs(later, 1)
+            assert decoded == 0 and later.stats()["frames"]["disk_hits"] > 0
+    assert [n for _, n in got] == [n for _, n in want]
+    for (batches, _), (expected, _) in zip([*got, (again, 0)], [*want, want[0]]):
+        assert_same(batches, expected)
+
+
 def test_a_video_file_changed_under_a_warm_folder_is_decoded_again(tmp_path):
     """A spill folder never serves a stale frame: a camera's video file replaced by one painting other ids (same
     episodes, same times) under a warm folder gives the new file's frames."""
@@ -174,7 +196,7 @@ def test_the_spill_floor_is_a_share_of_the_drive_unless_set_and_a_malformed_one_
         small_dataset, tmp_path, monkeypatch):
     """Unset, the floor is 5 % of the drive and at least 1 GiB; `DALI_STREAM_SPILL_KEEP_FREE_BYTES` replaces it
     (0 on a drive kept for the cache); a value that is not a byte count is refused by the constructor, named."""
-    from dali_stream.decode.frames import spill_floor
+    from dali_stream.source.local_disk import spill_floor
 
     monkeypatch.delenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES")
     assert spill_floor(100 << 30)[0] == 5 << 30 and spill_floor(4 << 30)[0] == 1 << 30

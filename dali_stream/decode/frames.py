@@ -26,7 +26,7 @@ Where they are kept:
 - past that bound, in `frame_cache_dir` (a local folder), one `.npy` file a frame, written once (a temporary
   file renamed: ranks of a node and later runs share the folder safely) and read back into an array of its own
   (a mapping's pages would count in the process's RSS for as long as it lived). The spill
-  leaves the folder's file system at least `SPILL_FREE` of its size free (and `SPILL_FREE_MIN_BYTES`): the
+  leaves the folder's file system at least `source.local_disk.SPILL_FREE` of its size free (and `SPILL_FREE_MIN_BYTES`): the
   checkpoints and logs a job writes to the same drive keep their room. `DALI_STREAM_SPILL_KEEP_FREE_BYTES` sets
   that floor instead (0 on a drive kept for the cache alone). A folder that cannot be written (full,
   read-only) or whose drive reached that floor stops being written to, with one warning; frames already there are
@@ -46,33 +46,9 @@ from typing import Any, Callable, Hashable, Mapping
 import numpy as np
 
 from ..fetch.tables import FRAME_TIME_S
-from ..source.storage import is_local
+from ..source.local_disk import file_stamp, spill_floor
 
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
-SPILL_FREE = 0.05  # the share of the spill folder's file system the spill leaves free
-SPILL_FREE_MIN_BYTES = 1 << 30  # and at least this many bytes
-ENV_KEEP_FREE = "DALI_STREAM_SPILL_KEEP_FREE_BYTES"  # the floor in bytes, in place of the two above
-
-
-def spill_floor(total_bytes: int) -> tuple[int, str]:
-    """The bytes the spill leaves free on a drive of `total_bytes`, and how that floor was set (for its warning)."""
-    raw = os.environ.get(ENV_KEEP_FREE)
-    if raw is None:
-        floor = max(int(SPILL_FREE * total_bytes), SPILL_FREE_MIN_BYTES)
-        return floor, (f"{SPILL_FREE:.0%} of {total_bytes / 2**30:.0f} GiB, at least "
-                       f"{SPILL_FREE_MIN_BYTES / 2**30:.0f} GiB; {ENV_KEEP_FREE} sets it")
-    try:
-        floor = int(raw)
-    except ValueError:
-        floor = -1
-    if floor < 0:
-        from ..errors import ConfigError
-
-        raise ConfigError(f"{ENV_KEEP_FREE}={raw!r} is not a number of bytes >= 0; set it to e.g. {1 << 30} "
-                          f"(1 GiB), or unset it for {SPILL_FREE:.0%} of the drive (at least 1 GiB)")
-    return floor, f"{ENV_KEEP_FREE}={floor}"
-
-
 def micros(times_s: np.ndarray) -> np.ndarray:
     """File times in seconds as the whole microseconds a frame's name carries."""
     return np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64)
@@ -102,18 +78,6 @@ def read_frame(path: str) -> np.ndarray | None:
             return frame
     except (OSError, ValueError):
         return None
-
-
-def file_stamp(fs: Any, path: str) -> tuple:
-    """What identifies the contents of `path` on `fs` without reading it: size and modification time (or an
-    ETag / version id where the store gives one)."""
-    if is_local(fs):
-        st = os.stat(path)
-        return (st.st_size, st.st_mtime_ns)
-    info = fs.info(path)
-    marks = [info.get(k) for k in ("mtime", "LastModified", "last_modified", "ETag", "etag", "version_id",
-                                   "VersionId", "md5Hash", "blob_id", "lfs")]
-    return (info.get("size"), *(str(m) for m in marks if m is not None))
 
 
 def stamper(filesystems: list) -> Callable[[str], tuple]:

@@ -195,6 +195,10 @@ class RemoteFS:
     def size(self, path: str) -> int:
         return self._info(path)[0]
 
+    def identity(self, path: str) -> tuple[int, str]:
+        """(size, version tag) of `path` (`_info`): what names its contents in the caches on a local drive."""
+        return self._info(path)
+
     def _info(self, path: str) -> tuple[int, str]:
         """(size, version tag) of `path`: the tag is what the store says changes with the content (HTTP's ETag or
         Last-Modified, S3's ETag, the Hub's blob id; '' where it says none), read once."""
