@@ -8,7 +8,8 @@ lerobot needs Python >= 3.12 while our CI runs 3.11, so the check runs in two in
     .venv/bin/python tests/lerobot_crosscheck.py compare DATASET lerobot_items.npz
 
 Tabular values and depth cameras' depth (lerobot's depth maps, in millimetres) must be bit-exact (dtype, shape,
-value); images must show the same painted (episode, frame) and be within decoder rounding of lerobot's pixels. Exit
+value); images must show the same painted (episode, frame) and be within decoder rounding of lerobot's pixels (where
+a lossy re-encode blurred the painted ids, as lerobot-edit-dataset's can, by the pixels alone). Exit
 status 0 only when every sample agrees.
 """
 
@@ -63,7 +64,18 @@ def dump(root: Path, out: Path) -> None:
 
 def compare(root: Path, dumped: Path) -> int:
     from dali_stream import StreamLoader
-    from dali_stream.tools.paint import read_ids
+    from dali_stream.tools.paint import UnreadableIds, read_ids
+
+    unreadable = [0]
+
+    def ids(frame):
+        """The painted ids, or None where a lossy re-encode (lerobot-edit-dataset's, at crf 30) blurred them: such
+        frames agree by their pixels alone."""
+        try:
+            return read_ids(frame)
+        except UnreadableIds:
+            unreadable[0] += 1
+            return None
 
     info = _info(root)
     data = np.load(dumped, allow_pickle=True)
@@ -91,7 +103,7 @@ def compare(root: Path, dumped: Path) -> int:
                     w8 = np.rint(want * 255).astype(np.uint8) if want.dtype != np.uint8 else want
                     g8 = np.rint(got * 255).astype(np.uint8)
                     wf, gf = (w8, g8) if w8.ndim == 4 else (w8[None], g8[None])
-                    if got.shape != want.shape or [read_ids(f) for f in wf] != [read_ids(f) for f in gf]:
+                    if got.shape != want.shape or [ids(f) for f in wf] != [ids(f) for f in gf]:
                         problems.append(f"index {index} {key}: shape {got.shape} vs {want.shape} or frames differ")
                     elif np.abs(g8.astype(np.int16) - w8).mean() > 4:
                         problems.append(f"index {index} {key}: pixels differ beyond decoder rounding")
@@ -103,7 +115,8 @@ def compare(root: Path, dumped: Path) -> int:
     for line in problems[:30]:
         print(line)
     print(f"compared {seen} samples x {len(ours)} keys with lerobot's: {len(problems)} problems; "
-          f"routes {loader.routes}")
+          f"routes {loader.routes}" + (f"; {unreadable[0]} frames' painted ids unreadable (re-encoded): compared by "
+                                       "pixels" if unreadable[0] else ""))
     return 1 if problems else 0
 
 
