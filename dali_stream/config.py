@@ -45,6 +45,7 @@ DEFAULT_CACHE_BYTES = 4 << 30
 DEFAULT_INDEX_BYTES = 256 << 20  # ~9 bytes a frame of lerobot-written H.264/HEVC: ~29 million frames
 DEFAULT_FOOTER_BYTES = 128 << 20  # ~8x a footer's serialized size: ~20 data files of 1,000 row groups
 GLOBAL_POOL = "all"  # episode_pool_size for a global shuffle
+TABLE_CACHE_OFF = "off"  # table_cache_dir: no folder, decoded shared row groups kept in memory only
 # LeRobotDataset's arguments without a StreamLoader setting of the same name: what each becomes here.
 LEROBOT_ARGUMENTS = {
     "video_backend": "the decoder is chosen per camera: `decode=` ('auto', 'cpu', 'gpu', 'cpu-open')",
@@ -206,6 +207,13 @@ class LoaderConfig:
                                              "(docs/remote.md#the-node-local-disk-tier); None: off")
     disk_cache_bytes: Optional[int] = _s(None, "bound of disk_cache_dir, least recently read blocks deleted past "
                                                "it (default: 80% of the drive's free space when the loader starts)")
+    table_cache_dir: Optional[str] = _s(None, "a local folder where parquet row groups holding many episodes are "
+                                              "kept decoded, read memory-mapped (lerobot's dataset tools and its "
+                                              "v2.1 converter write a data file as one group): each decoded once a "
+                                              "node, for every rank and later run; 'off': the last 2 stay in memory "
+                                              "and the others are decoded again per episode (default derived: "
+                                              "`dali-stream inspect` shows the value and why, "
+                                              "dali_stream/loader/resolve.py)")
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -279,12 +287,13 @@ class LoaderConfig:
         if self.augment is not None and not callable(self.augment):
             raise ConfigError(f"`augment` must be a function (video, key, rand) -> video. Found: {self.augment!r}")
         for name, kept in (("frame_cache_dir", "decoded frames are written there and read back memory-mapped"),
-                           ("disk_cache_dir", "a remote dataset's bytes are kept there")):
+                           ("disk_cache_dir", "a remote dataset's bytes are kept there"),
+                           ("table_cache_dir", "decoded parquet row groups are kept there ('off': none)")):
             value = getattr(self, name)
             if isinstance(value, os.PathLike):
                 fix(self, name, value := os.fspath(value))
-            if value is not None and (not isinstance(value, str) or not value
-                                      or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value)):
+            if value is not None and not (name == "table_cache_dir" and value == TABLE_CACHE_OFF) and (
+                    not isinstance(value, str) or not value or re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value)):
                 raise ConfigError(f"`{name}` must be a local folder's path: {kept}. Found: {value!r}. Point it at a "
                                   f"local drive (e.g. $TMPDIR/{name.replace('_dir', '').replace('_', '-')} or a node's "
                                   "scratch disk); the dataset itself may stay remote")
@@ -374,6 +383,7 @@ class LoaderSettings(TypedDict, total=False):
     remote_concurrency: Optional[int]
     disk_cache_dir: Optional[str]
     disk_cache_bytes: Optional[int]
+    table_cache_dir: Optional[str]  # a local folder, or "off"
 
 
 def _settings_doc() -> str:

@@ -7,6 +7,13 @@ import os
 import pytest
 
 os.environ.setdefault("SVT_LOG", "1")
+if "DALI_STREAM_CACHE" not in os.environ:  # the loader's default cache folder (decoded row groups): not the user's
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["DALI_STREAM_CACHE"] = tempfile.mkdtemp(prefix="dali-stream-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["DALI_STREAM_CACHE"], True)
 
 
 def pytest_configure(config):

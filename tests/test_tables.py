@@ -1,5 +1,6 @@
-"""Table rows per episode: a data file written as one row group for many episodes is decoded once, not once
-per episode, with one warning per file naming the fix; batches stay identical."""
+"""Table rows per episode: a data file written as one row group for many episodes (lerobot's dataset tools) is
+decoded once a node into `table_cache_dir` and read from there memory-mapped (without a folder: the last few kept in
+memory, with one warning per file naming the fix); batches stay identical."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from dali_stream import StreamLoader
+from dali_stream import ConfigError, StreamLoader
 
 ARGS = dict(batch_size=3, episode_pool_size=3, seed=2, device="cpu", num_workers=2, drop_last=False,
             delta_timestamps={"action": [0.0, 1 / 30, 2 / 30]})
@@ -18,21 +19,35 @@ ARGS = dict(batch_size=3, episode_pool_size=3, seed=2, device="cpu", num_workers
 
 @pytest.fixture()
 def collapsed(small_dataset, tmp_path):
-    """A copy whose data files each hold all their episodes in one row group."""
+    """A copy whose data files each hold all their episodes in one row group; beside it the files whose group holds
+    many episodes' worth of rows for one of its episodes at least (over twice its rows: `TableReader._where`)."""
+    import numpy as np
+
     dst = tmp_path / "collapsed"
     shutil.copytree(small_dataset, dst)
-    files = sorted((dst / "data").glob("*/*.parquet"))
-    for path in files:
+    files = []
+    for path in sorted((dst / "data").glob("*/*.parquet")):
         table = pq.read_table(path)
         pq.write_table(table, path, row_group_size=len(table) + 1)
         assert pq.ParquetFile(path).metadata.num_row_groups == 1
+        lengths = np.unique(table.column("episode_index").to_numpy(), return_counts=True)[1]
+        if len(table) > 2 * lengths.min():
+            files.append(path)
+    assert files
     return dst, files
 
 
-def test_one_row_group_for_many_episodes(small_dataset, collapsed):
+def same_batches(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        for key in ("index", "action", "action_is_pad", "observation.state", "timestamp", "task_index"):
+            assert torch.equal(a[key], b[key]), key
+
+
+def test_one_row_group_for_many_episodes_without_a_folder(small_dataset, collapsed):
     root, files = collapsed
-    with pytest.warns(UserWarning, match=r"row group 0 holds \d+ rows, many episodes' worth.*row_group_size") as seen:
-        loader = StreamLoader(str(root), **ARGS)
+    with pytest.warns(UserWarning, match=r"row group 0 holds \d+ rows, many episodes' worth.*table_cache_dir") as seen:
+        loader = StreamLoader(str(root), **ARGS, table_cache_dir="off")
         got = [b for b in loader]
     assert len({str(w.message).split(":")[0] for w in seen if "row group" in str(w.message)}) <= len(files)
     want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
@@ -42,6 +57,158 @@ def test_one_row_group_for_many_episodes(small_dataset, collapsed):
             assert torch.equal(a[key], b[key]), key
     # each file's single group decoded a few times at most (kept while its episodes are read), not per episode
     assert loader.stages.store.tables.groups_read <= 2 * len(files) < loader.meta.num_episodes
+    assert loader.resolved.table_cache_dir is None and loader.stats()["bounded"]["shared_row_groups"]["held"] <= 2
+
+
+def test_one_row_group_for_many_episodes_is_decoded_once_into_the_folder(small_dataset, collapsed, tmp_path):
+    """Each file's group decoded once, written, then read memory-mapped: no warning, the recorder layout's batches;
+    a later run (another rank, a restart) decodes nothing."""
+    root, files = collapsed
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    folder = tmp_path / "tables"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))
+        same_batches([b for b in first], want)
+        groups = first.stages.store.tables.groups
+        assert (groups.decoded, groups.disk_hits, groups.damaged) == (len(files), 0, 0)
+        assert len(list(folder.rglob("*.arrow"))) == len(files) and groups.written_bytes > 0
+        later = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))
+        same_batches([b for b in later], want)
+        stats = later.stats()["bounded"]["shared_row_groups"]
+        assert (stats["decoded"], stats["disk_hits"], stats["held"]) == (0, len(files), 0)
+        assert stats["folder"].startswith(str(folder))
+
+
+def test_the_folder_defaults_to_the_disk_tier_then_the_users_cache(small_dataset, collapsed, tmp_path, monkeypatch):
+    root, files = collapsed
+    monkeypatch.setenv("DALI_STREAM_CACHE", str(tmp_path / "user"))
+    loader = StreamLoader(str(root), **ARGS)
+    assert loader.resolved.table_cache_dir == str(tmp_path / "user" / "tables")
+    assert "user's cache" in loader.resolved.reasons["table_cache_dir"]
+    [b for b in loader]
+    assert len(list((tmp_path / "user").rglob("*.arrow"))) == len(files)
+    beside = StreamLoader(str(root), **ARGS, disk_cache_dir=str(tmp_path / "disk"))
+    assert beside.resolved.table_cache_dir == str(tmp_path / "disk" / "tables")
+    with pytest.raises(ConfigError, match="table_cache_dir.*local folder"):
+        StreamLoader(str(root), **ARGS, table_cache_dir="s3://bucket/tables")
+
+
+def test_a_data_file_changed_under_a_warm_folder_is_decoded_again(small_dataset, collapsed, tmp_path):
+    """A folder never serves stale rows: a data file rewritten with other values (same rows, same layout) under a warm
+    folder gives the new values."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    root, files = collapsed
+    folder = str(tmp_path / "tables")
+    [b for b in StreamLoader(str(root), **ARGS, table_cache_dir=folder)]
+    for path in sorted((root / "data").glob("*/*.parquet")):
+        table = pq.read_table(path)
+        state = table.column("observation.state")
+        flat = pc.add(state.combine_chunks().flatten(), pa.scalar(1000.0, pa.float32()))
+        changed = pa.FixedSizeListArray.from_arrays(flat, state.type.list_size) \
+            if pa.types.is_fixed_size_list(state.type) else pa.ListArray.from_arrays(
+                state.combine_chunks().offsets, flat)
+        table = table.set_column(table.column_names.index("observation.state"), "observation.state", changed)
+        pq.write_table(table, path, row_group_size=len(table) + 1)
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    loader = StreamLoader(str(root), **ARGS, table_cache_dir=folder)
+    got = [b for b in loader]
+    assert loader.stages.store.tables.groups.decoded == len(files)
+    for a, b in zip(got, want):
+        assert torch.equal(a["observation.state"], b["observation.state"] + 1000)
+
+
+def test_a_damaged_file_in_the_folder_is_made_again(small_dataset, collapsed, tmp_path):
+    root, files = collapsed
+    folder = tmp_path / "tables"
+    [b for b in StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))]
+    kept = sorted(folder.rglob("*.arrow"))
+    kept[0].write_bytes(kept[0].read_bytes()[: kept[0].stat().st_size // 2])  # cut short
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))
+    same_batches([b for b in loader], want)
+    groups = loader.stages.store.tables.groups
+    assert (groups.damaged, groups.decoded, groups.disk_hits) == (1, 1, len(files) - 1)
+
+
+def test_a_folder_that_cannot_be_written_warns_once_and_keeps_groups_in_memory(small_dataset, collapsed, tmp_path):
+    root, files = collapsed
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    with pytest.warns(UserWarning) as seen:
+        loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(blocker / "tables"))
+        same_batches([b for b in loader], want)
+    said = [str(w.message) for w in seen if "table_cache_dir: could not write" in str(w.message)]
+    assert len(said) == 1 and "a-file" in said[0], [str(w.message) for w in seen]
+    assert not loader.stages.store.tables.groups.writing
+
+
+def test_a_group_not_in_index_order_still_gives_each_episodes_rows(small_dataset, tmp_path):
+    """The rows of an episode are sliced out of a group by binary search over `index`; a group in another order
+    (written shuffled) is filtered instead: the same batches."""
+    import numpy as np
+
+    root = tmp_path / "shuffled"
+    shutil.copytree(small_dataset, root)
+    for path in sorted((root / "data").glob("*/*.parquet")):
+        table = pq.read_table(path)
+        table = table.take(np.random.default_rng(0).permutation(len(table)))
+        pq.write_table(table, path, row_group_size=len(table) + 1)
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    same_batches([b for b in StreamLoader(str(root), **ARGS, table_cache_dir=str(tmp_path / "t"))], want)
+
+
+def test_processes_of_a_node_decode_each_group_once_between_them(collapsed, tmp_path):
+    """Four processes (a node's ranks) reading every episode from one folder at once: each group decoded by one of
+    them, the others map what it wrote (a `flock` on the group while it is decoded)."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    root, files = collapsed
+    folder = tmp_path / "tables"
+    start = time.time() + 3
+    code = (
+        "import json, sys, time\n"
+        "from dali_stream.meta.dataset import DatasetMeta\n"
+        "from dali_stream.fetch.tables import TableReader\n"
+        "meta = DatasetMeta.open(sys.argv[1])\n"
+        "reader = TableReader(meta, ['index', 'action', 'observation.state'], table_cache_dir=sys.argv[2])\n"
+        "time.sleep(max(0.0, float(sys.argv[3]) - time.time()))\n"
+        "rows = [int(reader.episode(p)['index'][0]) for p in range(meta.num_episodes)]\n"
+        "print(json.dumps({'decoded': reader.groups.decoded, 'mapped': reader.groups.disk_hits, 'first': rows}))\n")
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", code, str(root), str(folder), str(start)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(o["decoded"] for o in outs) == len(files), outs
+    assert all(o["decoded"] + o["mapped"] == len(files) for o in outs), outs
+    assert len({tuple(o["first"]) for o in outs}) == 1
+
+
+def test_one_row_group_for_many_episodes_over_http_is_fetched_once(small_dataset, collapsed, tmp_path):
+    """From a remote store a group holding many episodes is fetched whole: once, into the folder; a later run fetches
+    none of them."""
+    from .httpserver import Server
+
+    root, files = collapsed
+    folder = str(tmp_path / "tables")
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    with Server(root) as url:
+        first = StreamLoader(url, **ARGS, table_cache_dir=folder)
+        same_batches([b for b in first], want)
+        before = first.stages.store.tables
+        assert before.groups.decoded == len(files)
+        later = StreamLoader(url, **ARGS, table_cache_dir=folder)
+        same_batches([b for b in later], want)
+        after = later.stages.store.tables
+        assert (after.groups.decoded, after.groups.disk_hits) == (0, len(files))
+        # the same plan reads the same other groups (an episode alone in its group) and none of the shared ones
+        assert after.groups_read == before.groups_read - len(files)
 
 
 def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset):

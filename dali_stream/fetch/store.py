@@ -81,13 +81,15 @@ class _Files:
     """One member's readers: its table rows, and range reads and MP4 indexes of its video files (bounds shared
     with the other members', `TableReader(shared=)`, `IndexCache(shared=)`)."""
 
-    def __init__(self, member, first: "_Files | None", index_bytes: int, footer_bytes: int) -> None:
+    def __init__(self, member, first: "_Files | None", index_bytes: int, footer_bytes: int,
+                 table_cache_dir: str | None = None) -> None:
         from ..source.storage import LocalRanges, is_local
         from .indexes import IndexCache
 
         meta = member.meta
         self.tables: TableReader = TableReader(meta, member.table_keys, footer_bytes=footer_bytes,
-                                               shared=first.tables if first is not None else None)
+                                               shared=first.tables if first is not None else None,
+                                               table_cache_dir=table_cache_dir)
         # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
         # behind the same interface (a file the index cannot handle is cut through the demuxer).
         self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
@@ -99,7 +101,8 @@ class EpisodeStore:
     def __init__(self, catalog, tolerance_s: float, capacity_bytes: int, decoders: SegmentDecoders,
                  fetch_workers: int = 4, segment_bytes_limit: int | None = None, *,
                  index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES,
-                 epoch_episodes: int | None = None, held: Callable[[int, str, dict], bool] | None = None) -> None:
+                 epoch_episodes: int | None = None, held: Callable[[int, str, dict], bool] | None = None,
+                 table_cache_dir: str | None = None) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions and, per member, its metadata and the
         own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
         store's bounds. `tolerance_s`: the loader's, unless a member sets its own. `segment_bytes_limit`: an
@@ -112,7 +115,9 @@ class EpisodeStore:
         not fit `capacity_bytes` an LRU would evict it first and it is dropped at once (`unpin`); None: kept (a
         global shuffle draws an episode's frames all along its epoch). `held(pos, camera, rows)`: whether the
         decoded-frame cache holds every frame of the episode's camera (`decode.frames.episode_held`): its segment
-        is then not fetched (a frame the cache lost is cut alone: `segment_for`); None: always fetched."""
+        is then not fetched (a frame the cache lost is cut alone: `segment_for`); None: always fetched.
+        `table_cache_dir`: where parquet row groups holding many episodes are kept decoded
+        (`fetch.decoded_groups`; None: the last few in memory)."""
         self.catalog = catalog
         self.segment_bytes_limit = segment_bytes_limit
         self.tolerance_s = tolerance_s
@@ -128,7 +133,8 @@ class EpisodeStore:
         self.fetcher = Fetcher(fetch_workers, self._lock, self._read_rows, self._work, self._ended)
         self.files: list[_Files] = []
         for member in catalog.members:
-            self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes))
+            self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes,
+                                     table_cache_dir))
         self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)
         self.indexes = self.files[0].indexes  # its `files` and `unsupported` are every member's
         # pieces of long episodes, cut ahead on threads of their own (`fetch.pieces`)

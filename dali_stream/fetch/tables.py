@@ -1,8 +1,9 @@
 """Read one episode's rows from the data parquet files: only the row groups that hold it.
 
-A file written with one row group for many episodes (pandas' and pyarrow's default for small files) would
-make every episode read decode the whole group: such a group is decoded once and kept (the last
-`SHARED_GROUPS`), with one warning per file naming the fix.
+A file written with one row group for many episodes (lerobot's dataset tools and its v2.1 converter; pandas' and
+pyarrow's default) would make every episode read decode the whole group: such a group is decoded once a node and
+kept on a local drive, read memory-mapped (`decoded_groups.DecodedGroups`, `table_cache_dir`); without a folder the
+last `SHARED_GROUPS` are kept in memory, with one warning per file naming the fix.
 
 Columns come back as numpy arrays with lerobot's torch dtypes: floating point as float32, integers as
 int64, booleans as bool; fixed-size list columns as (rows, dim) arrays. Beside them, `FRAME_TIME_S` holds the
@@ -17,6 +18,7 @@ over HTTP: 40 requests and 20x the bytes of this reader's footer-once, range-per
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +28,15 @@ import numpy as np
 
 from ..config import DEFAULT_FOOTER_BYTES
 from ..errors import DatasetError, RemoteError
+from ..source.local_disk import file_stamp
 from ..source.storage import parquet_errors, parquet_file
+from .decoded_groups import DecodedGroups
 from .once import OncePerKey
 
+log = logging.getLogger("dali_stream")
+
 OPENING_THREADS = 16  # data files whose footers a remote reader fetches at once (`TableReader.episodes`)
-SHARED_GROUPS = 2  # decoded row groups that hold many episodes, kept per reader (a file written as one group)
+SHARED_GROUPS = 2  # decoded row groups that hold many episodes kept in memory per reader, without table_cache_dir
 # Open data files (their parquet footers) kept per reader, bounded by the footers' memory (`footer_bytes`): a footer takes 7.4x its
 # serialized size once parsed (measured: 6.7 MB resident for a 1,000-row-group, 8-column file of 0.9 MB), so
 # each is weighed at 8x. Unbounded, 200 such files held 1.4 GB per rank by the end of an epoch.
@@ -97,6 +103,22 @@ def _to_numpy(col) -> np.ndarray:
     return arr
 
 
+def _rows_between(table, start: int, stop: int):
+    """The rows of `table` (a row group holding many episodes, in `index` order as lerobot writes them) whose
+    `index` is in [start, stop): a slice found by binary search (no scan of the group), or the whole table where
+    the group is not in that order (the caller filters it)."""
+    import pyarrow as pa
+
+    col = table.column("index")
+    index = (col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col).to_numpy()
+    lo = int(np.searchsorted(index, start, side="left"))
+    n = stop - start
+    if lo + n <= len(index) and n and index[lo] == start and index[lo + n - 1] == stop - 1 and \
+            (n < 2 or bool((np.diff(index[lo:lo + n]) == 1).all())):
+        return table.slice(lo, n)
+    return table
+
+
 def _footer_bytes(value: Any) -> int:
     """What an open data file (`TableReader._open`'s value) holds in memory: its parsed footer."""
     return FOOTER_IN_MEMORY * int(value[0].metadata.serialized_size)
@@ -106,17 +128,20 @@ class TableReader:
     """Per-episode rows of the columns in `keys`; parquet footers are read once per file."""
 
     def __init__(self, meta, keys: list[str], *, footer_bytes: int = DEFAULT_FOOTER_BYTES,
-                 shared: "TableReader | None" = None) -> None:
+                 shared: "TableReader | None" = None, table_cache_dir: str | None = None) -> None:
         """`footer_bytes`: the bound of the parsed footers of open files (the loader's setting). `shared`: another
         reader whose open files and decoded shared row groups this one shares, within its bounds (a mixture's
-        members: one `footer_bytes` for all of them)."""
+        members: one `footer_bytes` for all of them). `table_cache_dir`: where row groups holding many episodes
+        are kept decoded (None: the last `SHARED_GROUPS` in memory)."""
         self.meta = meta
         self.keys = keys
         # path -> (ParquetFile, row group index ranges, its read lock); evicted handles close when unused
         self.files: OncePerKey = shared.files if shared is not None else \
             OncePerKey(capacity_bytes=footer_bytes, weigh=_footer_bytes)
-        # (path, group, columns) -> decoded row group holding many episodes
-        self._shared: OncePerKey = shared._shared if shared is not None else OncePerKey(SHARED_GROUPS)
+        # row groups holding many episodes, decoded once (in the folder, or the last few in memory)
+        self.groups: DecodedGroups = shared.groups if shared is not None else \
+            DecodedGroups(table_cache_dir, SHARED_GROUPS)
+        self._stamps: dict[str, tuple] = {}  # data file -> its identity (`file_stamp`), for the groups' names
         self._warned: set[str] = set()
         self._checked: set[str] = set()  # files whose columns were checked against `keys`
         self._lock = threading.Lock()
@@ -196,12 +221,30 @@ class TableReader:
                 return
             self._warned.add(path)
         rows = pf.metadata.row_group(group).num_rows
+        if self.groups.writing:
+            log.info("%s: row group %d holds %d rows, many episodes' worth: decoded once into %s and read from "
+                     "there memory-mapped", path, group, rows, self.groups.folder)
+            return
         warnings.warn(
-            f"{path}: row group {group} holds {rows} rows, many episodes' worth, so reading one episode decodes "
-            "all of them (remote: fetches all of them). dali_stream decodes each such row group once and keeps "
-            f"the last {SHARED_GROUPS} in memory while their episodes are read. Rewrite the file with one row group "
-            "per episode to read only an episode's rows: pq.write_table(table, path, row_group_size=<rows of the "
-            "longest episode>), or lerobot's writer", stacklevel=4)
+            f"{path}: row group {group} holds {rows} rows, many episodes' worth (lerobot's dataset tools and its v2.1 "
+            "converter write a data file as one group), so reading one episode decodes all of them (remote: fetches "
+            f"all of them); the last {SHARED_GROUPS} decoded stay in memory. Set table_cache_dir to a local folder "
+            "with room for the decoded tables (each group decoded once a node, read memory-mapped), or rewrite the "
+            "file with one row group per episode (lerobot.datasets.io_utils.write_table_one_row_group_per_episode)",
+            stacklevel=4)
+
+    def _stamp(self, path: str) -> tuple:
+        """The data file's identity (`file_stamp`), asked once per file."""
+        stamp = self._stamps.get(path)
+        if stamp is None:
+            stamp = self._stamps[path] = file_stamp(self.meta.data_fs, path)
+        return stamp
+
+    def _decoded_group(self, path: str, pf, group: int, read_lock, episode: int):
+        """Row group `group` of `path`, one holding many episodes: decoded once (`DecodedGroups`)."""
+        return self.groups.get((path, self._stamp(path), group, tuple(self.keys)),
+                               pf.metadata.row_group(group).num_rows, self.keys,
+                               functools.partial(self._read, path, pf, [group], read_lock, episode))
 
     def _file(self, path: str):
         """The open data file (its footer read once, kept within the bound), its columns checked against `keys`."""
@@ -308,8 +351,7 @@ class TableReader:
         episode = meta.episode_index(pos)
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
             self._warn_shared(path, pf, shared[0])
-            parts = [self._shared.get((path, g, tuple(self.keys)),
-                                      functools.partial(self._read, path, pf, [g], read_lock, episode))
+            parts = [_rows_between(self._decoded_group(path, pf, g, read_lock, episode), start, stop)
                      if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:

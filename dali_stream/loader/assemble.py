@@ -42,6 +42,7 @@ from ..pairing import check_dali, dali_missing, dali_present
 from ..plan.epoch import PlanConfig
 from ..plan.mixture_epoch import Mix
 from ..plan.world import World, resolve_world
+from ..source.local_disk import user_cache_dir
 from ..source.storage import is_local
 from .lifecycle import runtime_error
 from .memory import available_bytes
@@ -107,7 +108,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   cuda_batches=placement.torch_device.startswith("cuda"), local=local,
                                   episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
                                   cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture,
-                                  frame_bytes={k: frame_bytes(*catalog.fields[k].shape[:2]) for k in routes}))
+                                  frame_bytes={k: frame_bytes(*catalog.fields[k].shape[:2]) for k in routes},
+                                  user_cache_dir=user_cache_dir()))
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
                              drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames,
@@ -152,7 +154,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, Released(decoders, episodes),
                          resolved.fetch_workers,
                          resolved.segment_bytes, index_bytes=cfg.index_bytes, footer_bytes=cfg.footer_bytes,
-                         epoch_episodes=resolved.epoch_episodes,
+                         epoch_episodes=resolved.epoch_episodes, table_cache_dir=resolved.table_cache_dir,
                          held=None if frames is None else episode_held(frames, catalog))
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))

@@ -9,10 +9,11 @@ those found.
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..config import LoaderConfig, pool_size
+from ..config import TABLE_CACHE_OFF, LoaderConfig, pool_size
 from ..decode.route import any_where, route
 
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
@@ -34,7 +35,8 @@ class Facts:
     NVDEC engines as the capability table knows them (None: unknown); `cuda_batches`: batches land on a CUDA
     device; `local`: every file of every member is on a local file system; `episodes`: the selected episodes;
     `world_size`: ranks; `cpu_count`: this node's cores; `mixture`: the source is a mixture of datasets;
-    `frame_bytes`: camera key -> one decoded frame's bytes, 3 x H x W (unknown: not kept channels-first)."""
+    `frame_bytes`: camera key -> one decoded frame's bytes, 3 x H x W (unknown: not kept channels-first);
+    `user_cache_dir`: dali_stream's folder in this user's cache (None: no home to put one in)."""
 
     routes: Mapping[str, str]
     gpu: bool = False
@@ -46,6 +48,7 @@ class Facts:
     cpu_count: int = 1
     mixture: bool = False
     frame_bytes: Mapping[str, int] = field(default_factory=dict)
+    user_cache_dir: str | None = None  # this user's cache folder for dali_stream (`loader.assemble.user_cache_dir`)
 
 
 # What each derived setting is, in plain words: `describe()` hands it to inspect and bench beside the value and why.
@@ -78,6 +81,8 @@ MEANING = {
     "host_cameras": "cameras whose frames the decoding threads lay out into the batch (host frames)",
     "host_batches": "no DALI graph at all: every camera on host frames and batches on the CPU",
     "kept_chw": "cameras whose frames the decoded-frame cache keeps channels-first, (3, H, W): the batch's own order",
+    "table_cache_dir": "where parquet row groups holding many episodes are kept decoded, once a node (None: the last 2 "
+                       "in memory)",
 }
 
 
@@ -110,6 +115,7 @@ class Resolved:
     host_cameras: tuple[str, ...] = ()  # cameras on host frames: laid out by the workers, never in the graph
     host_batches: bool = False  # no DALI graph: every camera on host frames, batches on the CPU
     kept_chw: tuple[str, ...] = ()  # cameras the decoded-frame cache keeps as (3, H, W), the others (H, W, 3)
+    table_cache_dir: str | None = None  # decoded shared row groups' folder (`fetch.decoded_groups`; None: memory)
     reasons: Mapping[str, str] = field(default_factory=dict)
 
     def describe(self) -> dict[str, dict[str, object]]:
@@ -336,4 +342,21 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
                     shaped_on_workers=shaped_on_workers, episode_frames=episode_frames,
                     episode_frames_each=episode_frames_each,
                     dali_on_workers=dali_on_workers,
-                    host_cameras=host_cameras, host_batches=host_batches, kept_chw=kept_chw, reasons=why)
+                    host_cameras=host_cameras, host_batches=host_batches, kept_chw=kept_chw,
+                    table_cache_dir=_table_cache_dir(cfg, facts, why), reasons=why)
+
+
+def _table_cache_dir(cfg: LoaderConfig, facts: Facts, why: dict[str, str]) -> str | None:
+    """The folder of decoded row groups holding many episodes: as given, else beside the disk tier's blocks, else
+    in the user's cache (as Hugging Face datasets keeps its decoded Arrow tables)."""
+    if cfg.table_cache_dir is not None:
+        why["table_cache_dir"] = "given"
+        return None if cfg.table_cache_dir == TABLE_CACHE_OFF else cfg.table_cache_dir
+    if cfg.disk_cache_dir is not None:
+        why["table_cache_dir"] = "beside disk_cache_dir's blocks, on the node's local drive"
+        return posixpath.join(cfg.disk_cache_dir, "tables")
+    if facts.user_cache_dir is not None:
+        why["table_cache_dir"] = "this user's cache folder ($XDG_CACHE_HOME or ~/.cache, or DALI_STREAM_CACHE)"
+        return posixpath.join(facts.user_cache_dir, "tables")
+    why["table_cache_dir"] = "no user cache folder (no home directory): kept in memory"
+    return None

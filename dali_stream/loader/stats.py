@@ -24,7 +24,7 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
     refused for room; None: off)."""
     held = episodes.stats() if episodes is not None else None
     indexes, footers = store.indexes.files, store.tables.files
-    shared_groups = store.tables._shared
+    groups = store.tables.groups
     counters = dataclasses.asdict(store.stats)
     counters["episodes"] = len(store.stats.episodes)
     counters["table_bytes_read"] = store.table_bytes_read
@@ -38,7 +38,8 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
                                  files=len(indexes), evictions=indexes.evictions),
             "table_footers": _part(footers.nbytes, footers.peak_bytes, footers.capacity_bytes, "footer_bytes",
                                    files=len(footers), evictions=footers.evictions),
-            "shared_row_groups": _part(len(shared_groups), None, shared_groups.capacity, "fixed", "row groups"),
+            "shared_row_groups": _part(len(groups.memory), None, groups.memory.capacity, "table_cache_dir",
+                                       "row groups", **{k: v for k, v in groups.stats().items() if k != "in_memory"}),
             "cpu_decoders": _part(decoders.alive, decoders.peak, decoders.capacity, "max_decoders", "decoders"),
             "host_buffers": _part(buffers.nbytes, None, None, "prefetch_batches"),
             "decoded_frames": _part(frames.bytes if frames else 0, None, frames.memory_bytes if frames else 0,

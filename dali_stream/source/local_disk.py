@@ -46,3 +46,21 @@ def file_stamp(fs: Any, path: str) -> tuple:
     marks = [info.get(k) for k in ("mtime", "LastModified", "last_modified", "ETag", "etag", "version_id",
                                    "VersionId", "md5Hash", "blob_id", "lfs")]
     return (info.get("size"), *(str(m) for m in marks if m is not None))
+
+
+ENV_CACHE = "DALI_STREAM_CACHE"  # dali_stream's folder in the user's cache, in place of the one below
+
+
+def user_cache_dir() -> str | None:
+    """dali_stream's folder in this user's cache: $DALI_STREAM_CACHE, else $XDG_CACHE_HOME/dali_stream, else
+    ~/.cache/dali_stream (None where there is no home directory)."""
+    given = os.environ.get(ENV_CACHE)
+    if given:
+        return given
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        home = os.path.expanduser("~")
+        if home == "~" or not os.path.isdir(home):
+            return None
+        base = os.path.join(home, ".cache")
+    return os.path.join(base, "dali_stream")

@@ -1,0 +1,176 @@
+"""Parquet row groups that hold many episodes, decoded once a node and kept on a local drive, read memory-mapped.
+
+Parquet cannot read part of a row group. lerobot's recorder writes one row group per episode, but its dataset tools
+(lerobot-edit-dataset's delete_episodes, split, remove_feature, modify_tasks; the v2.1 to v3.0 converter) write each
+data file as one group (pandas' default: up to 1,048,576 rows), so every episode read would decode its file's whole
+group (an 83 MB file: 0.6-1.5 s on this project's 2-core machine) and, from a remote store, fetch all of it. Such a
+group is decoded once and written to `folder` as an Arrow IPC file; later reads map it and slice the episode's rows
+out (no decode, no fetch), in this process, in every rank of the node and in later runs.
+
+- **Names**: a group's file is named by a hash of its data file's path and identity (size and modification time
+  locally, size and version tag remotely: `source.local_disk.file_stamp`), the group and the columns: a data file
+  replaced under the folder is a new name, never stale.
+- **One decode a node**: a process decoding a group holds an exclusive `flock` on its `.lock` file; another process
+  (or thread) wanting the group waits on it, then maps what the first wrote.
+- **Never a partial file**: written under a temporary name and renamed; a file that does not open as the group (an
+  Arrow error, other rows or columns) is deleted and made again.
+- **Degrades, never fails**: where the folder cannot be written (read-only, full, over quota) or its drive would
+  keep less free than `source.local_disk.spill_floor`, one warning, and groups are kept in memory (the last `memory`
+  of them, decoded again when they come back) as without a folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import threading
+import warnings
+from typing import Callable
+
+from ..source.local_disk import spill_floor
+from .once import OncePerKey
+
+LAYOUT = "tables-v1"  # folder of this layout under the cache's root: a changed layout starts afresh beside it
+MAPPED = 64  # groups kept mapped per reader (their pages are the system's page cache, shared by the node)
+
+
+class _NotWritten(Exception):
+    """A group decoded but not kept in the folder: the caller keeps it in memory."""
+
+    def __init__(self, table) -> None:
+        super().__init__("not written")
+        self.table = table
+
+
+def _drop(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+class DecodedGroups:
+    """`get(name, rows, columns, make)`: the decoded row group `make()` reads, made once per node where `folder`
+    is set (module doc), else kept among the last `memory` groups in memory. Counters: `decoded` (groups this
+    process decoded), `disk_hits` (groups mapped from files another process or run wrote), `written_bytes`."""
+
+    def __init__(self, folder: str | None, memory: int = 2) -> None:
+        self.folder = None if folder is None else os.path.join(os.path.abspath(folder), LAYOUT)
+        self.writing = self.folder is not None
+        self.memory: OncePerKey = OncePerKey(memory)  # decoded groups not kept in the folder
+        self.mapped: OncePerKey = OncePerKey(MAPPED)  # groups mapped from the folder
+        self._lock = threading.Lock()
+        self.decoded = 0
+        self.disk_hits = 0
+        self.damaged = 0
+        self.written_bytes = 0
+
+    def get(self, name: tuple, rows: int, columns: list[str], make: Callable[[], object]):
+        key = hashlib.sha256(repr(name).encode()).hexdigest()[:40]
+        if self.folder is None:
+            return self.memory.get(key, lambda: self._decode(make))
+        if self.memory.holds(key):
+            return self.memory.get(key, lambda: self._decode(make))
+        try:
+            return self.mapped.get(key, lambda: self._kept(key, rows, columns, make))
+        except _NotWritten as kept:
+            table = kept.table
+            return self.memory.get(key, lambda: table)
+
+    def _decode(self, make):
+        table = make()
+        with self._lock:
+            self.decoded += 1
+        return table
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.folder or "", key[:2], f"{key}.arrow")
+
+    def _mapped(self, path: str, rows: int, columns: list[str]):
+        """The group in `path`, mapped; None where there is none, or one that is not the group (deleted)."""
+        import pyarrow as pa
+
+        try:
+            table = pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+        except FileNotFoundError:
+            return None
+        except (OSError, pa.ArrowException):
+            table = None
+        if table is None or table.num_rows != rows or not set(columns) <= set(table.column_names):
+            with self._lock:
+                self.damaged += 1
+            _drop(path)
+            return None
+        return table
+
+    def _kept(self, key: str, rows: int, columns: list[str], make):
+        path = self._path(key)
+        table = self._mapped(path, rows, columns)
+        if table is not None:
+            with self._lock:
+                self.disk_hits += 1
+            return table
+        if not self.writing:
+            raise _NotWritten(self._decode(make))
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(f"{path}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        except OSError as exc:
+            self._stop(f"could not write under {self.folder} ({exc})")
+            raise _NotWritten(self._decode(make)) from None
+        import fcntl
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            table = self._mapped(path, rows, columns)  # written by the process this one waited for
+            if table is not None:
+                with self._lock:
+                    self.disk_hits += 1
+                return table
+            decoded = self._decode(make)
+            if not self._write(path, decoded):
+                raise _NotWritten(decoded)
+            return self._mapped(path, rows, columns) or decoded
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _write(self, path: str, table) -> bool:
+        import pyarrow as pa
+
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            disk = shutil.disk_usage(self.folder or "")
+            floor, why = spill_floor(disk.total)
+            if disk.free - table.nbytes < floor:
+                self._stop(f"its drive has {disk.free / 2**30:.1f} GiB free, and the folder leaves "
+                           f"{floor / 2**30:.1f} GiB free ({why})")
+                return False
+            if any(col.num_chunks > 1 for col in table.columns):
+                table = table.combine_chunks()
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            os.replace(tmp, path)
+        except OSError as exc:
+            _drop(tmp)
+            self._stop(f"could not write under {self.folder} ({exc})")
+            return False
+        with self._lock:
+            self.written_bytes += os.path.getsize(path)
+        return True
+
+    def _stop(self, why: str) -> None:
+        """No more groups written to the folder (those there are still read), said once."""
+        with self._lock:
+            was, self.writing = self.writing, False
+        if was:
+            warnings.warn(
+                f"table_cache_dir: {why}; parquet row groups holding many episodes are no longer kept there: the last "
+                f"{self.memory.capacity} stay in memory and the others are decoded again (from a remote dataset: "
+                "fetched again) whenever one of their episodes is read. Free space there, or point table_cache_dir at "
+                "a local folder with room for the dataset's decoded tables", stacklevel=3)
+
+    def stats(self) -> dict:
+        return {"folder": self.folder, "writing": self.writing, "decoded": self.decoded, "disk_hits": self.disk_hits,
+                "damaged": self.damaged, "written_bytes": self.written_bytes, "mapped": len(self.mapped),
+                "in_memory": len(self.memory)}
