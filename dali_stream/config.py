@@ -50,8 +50,17 @@ TABLE_CACHE_OFF = "off"  # table_cache_dir: no folder, decoded shared row groups
 LEROBOT_ARGUMENTS = {
     "video_backend": "the decoder is chosen per camera: `decode=` ('auto', 'cpu', 'gpu', 'cpu-open')",
     "download_videos": "nothing is downloaded: the loader streams only the bytes of the episodes it draws",
-    "force_cache_sync": "nothing is cached on disk between runs: each run reads the source as it is now",
+    "force_cache_sync": "each run reads the source as it is now: what the loader keeps on a local drive between runs "
+                        "(table_cache_dir, frame_cache_dir, disk_cache_dir) is named by each file's size and "
+                        "modification time or the store's version tag, never stale",
     "batch_encoding_size": "a recording setting; the loader only reads",
+    "rgb_encoder": "a recording setting; the loader only reads",
+    "depth_encoder": "a recording setting; the loader only reads",
+    "encoder_threads": "a recording setting; the loader only reads",
+    "streaming_encoding": "a recording setting; the loader only reads",
+    "encoder_queue_maxsize": "a recording setting; the loader only reads",
+    "token": "a private Hub dataset reads with storage_options={'token': ...}, or the login of `hf auth login` / "
+             "HF_TOKEN",
     "return_uint8": "image_dtype='uint8' gives the frames as uint8 (image_dtype='float32', the default, as lerobot's "
                     "[0, 1] floats)",
 }
