@@ -57,6 +57,26 @@ def test_make_sample_and_inspect(written):
     assert "float32" in state and "(6,)" in state and "(6,)" in action, table
 
 
+def test_inspect_says_which_data_files_hold_one_row_group_for_many_episodes(written, tmp_path):
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    report = json.loads(_cli("inspect", written, "--json").stdout)
+    assert report["data_layout"] == {"data_files": 3, "looked_at": 3, "one_group_files": 0, "decoded_bytes": 0}
+    assert report["derived"]["table_cache_dir"]["value"].endswith("tables")
+    copy = tmp_path / "one-group"
+    shutil.copytree(written, copy)
+    paths = sorted((copy / "data").glob("*/*.parquet"))
+    for path in paths[:2]:  # the last file holds one episode: a group per episode already
+        pq.write_table(pq.read_table(path), path)
+    layout = json.loads(_cli("inspect", copy, "--json").stdout)["data_layout"]
+    assert layout["one_group_files"] == 2 and layout["decoded_bytes"] == sum(
+        pq.ParquetFile(p).metadata.row_group(0).total_byte_size for p in paths[:2])
+    said = " ".join(_cli("inspect", copy).stdout.split())
+    assert "2 of the 3 data files looked at (of 3) hold one parquet row group for many episodes" in said, said
+
+
 def test_make_sample_refuses_to_overwrite(written):
     proc = _cli("make-sample", written, "--episodes", 2, check=False)
     assert proc.returncode == 2 and "--overwrite" in proc.stderr and "written with other settings (" in proc.stderr

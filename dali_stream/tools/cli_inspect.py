@@ -46,6 +46,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "decoded_bytes": decoded_bytes(meta, kept),
         "memory_available_bytes": available_bytes(),  # this node's, now (MemAvailable, or the cgroup's limit's room)
         "disk_tier": _disk_need(meta, catalog.lengths, args.nodes),  # what disk_cache_dir holds (docs/remote.md)
+        "data_layout": _data_layout(meta),  # row groups per episode, or one for many (docs/memory.md)
         "derived": _derived(meta, named, node),
     }
     if args.json:
@@ -80,6 +81,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                       f"holds up to that (partition='rank': each epoch's share is new); with partition='node' over "
                       f"{disk['nodes']} node(s), ~{_size(disk['per_node_bytes'])} a node (its share of the frames: "
                       f"{disk['node_share']:.3f})")
+    layout = report["data_layout"]
+    if layout["one_group_files"]:
+        console.print(f"{layout['one_group_files']} of the {layout['looked_at']} data files looked at (of "
+                      f"{layout['data_files']}) hold one parquet row group for many episodes (lerobot's dataset tools "
+                      f"write them so): each group is decoded once a node into table_cache_dir, about "
+                      f"{_size(layout['decoded_bytes'])} for all files (docs/memory.md#row-groups-holding-many-episodes)")
     table = keyed_table(("feature", "dtype", "shape", "names"), list(report["table_features"]))
     for k, f in report["table_features"].items():  # state, action and the index columns, as lerobot's features
         names = meta.features[k].get("names")
@@ -147,13 +154,46 @@ def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
     from ..config import LoaderConfig
     from ..decode.frames import frame_bytes
     from ..loader.resolve import Facts, resolve
+    from ..source.local_disk import user_cache_dir
     from ..source.storage import is_local
 
     facts = Facts(routes=routes, gpu=node.gpu is not None, gpu_engines=node.gpu.nvdec_engines if node.gpu else None,
                   cuda_batches=node.gpus > 0, local=is_local(meta.data_fs), episodes=meta.num_episodes,
                   cpu_count=os.cpu_count() or 1,
-                  frame_bytes={k: frame_bytes(c.height, c.width) for k, c in meta.cameras.items() if k in routes})
+                  frame_bytes={k: frame_bytes(c.height, c.width) for k, c in meta.cameras.items() if k in routes},
+                  user_cache_dir=user_cache_dir())
     return resolve(LoaderConfig(), facts).describe()
+
+
+LAYOUT_FILES = 16  # data files whose footers inspect reads (evenly spread over the dataset's)
+
+
+def _data_layout(meta) -> dict[str, Any]:
+    """How the data files hold their episodes' rows, from the footers of up to `LAYOUT_FILES` of them: `one_group_files`
+    hold one row group for many episodes (lerobot's dataset tools write them so: `fetch.decoded_groups` decodes each
+    once a node into table_cache_dir, `decoded_bytes` of them, scaled to all files); the others a group per episode."""
+    import numpy as np
+
+    from ..source.storage import parquet_errors, parquet_file
+
+    positions = np.flatnonzero(np.asarray(meta.lengths) > 0)
+    files: dict[str, int] = {}  # data file -> episodes in it
+    for pos in positions:
+        path = meta.data_file(int(pos))
+        files[path] = files.get(path, 0) + 1
+    paths = sorted(files)
+    looked = [paths[int(i)] for i in np.unique(np.linspace(0, len(paths) - 1, min(LAYOUT_FILES, len(paths))).round())] \
+        if paths else []
+    one_group, decoded = 0, 0
+    for path in looked:
+        with parquet_errors(path):
+            md = parquet_file(meta.data_fs, path).metadata
+        if files[path] > 1 and md.num_row_groups < files[path]:
+            one_group += 1
+            decoded += sum(md.row_group(g).total_byte_size for g in range(md.num_row_groups))
+    scale = len(paths) / max(1, len(looked))
+    return {"data_files": len(paths), "looked_at": len(looked), "one_group_files": one_group,
+            "decoded_bytes": int(decoded * scale)}
 
 
 def _inspect_mixture(args: argparse.Namespace) -> int:
