@@ -181,7 +181,7 @@ def test_the_spill_stops_at_the_drives_free_space_floor_and_still_reads_what_it_
     assert first.stats()["frames"]["spilled"] > 0
     first.close()
     monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", str(shutil.disk_usage(tmp_path).total + 1))
-    with pytest.warns(UserWarning, match="frame_cache_dir: its drive has .* GiB free, and the spill leaves .* "
+    with pytest.warns(UserWarning, match="frame_cache_dir: its drive has .* GiB free, and the cache leaves .* "
                                          "GiB free \\(DALI_STREAM_SPILL_KEEP_FREE_BYTES=") as caught:
         later = StreamLoader(str(small_dataset), **args)
         got = list(later)

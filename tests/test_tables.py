@@ -141,9 +141,23 @@ def test_a_folder_that_cannot_be_written_warns_once_and_keeps_groups_in_memory(s
     with pytest.warns(UserWarning) as seen:
         loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(blocker / "tables"))
         same_batches([b for b in loader], want)
-    said = [str(w.message) for w in seen if "table_cache_dir: could not write" in str(w.message)]
-    assert len(said) == 1 and "a-file" in said[0], [str(w.message) for w in seen]
+    said = [str(w.message) for w in seen if "table_cache_dir" in str(w.message)]
+    assert len(said) == 1 and "could not write" in said[0] and "a-file" in said[0], said
     assert not loader.stages.store.tables.groups.writing
+
+
+def test_the_folder_keeps_its_drives_floor_free(small_dataset, collapsed, tmp_path, monkeypatch):
+    """The folder leaves the drive's last bytes free as the decoded-frame spill does (here a floor above the drive's
+    free space): nothing written, one warning naming the floor, the groups kept in memory, the same batches."""
+    root, files = collapsed
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", str(shutil.disk_usage(tmp_path).total + 1))
+    with pytest.warns(UserWarning, match=r"table_cache_dir: its drive has .* GiB free, and the cache leaves .* GiB "
+                                         r"free \(DALI_STREAM_SPILL_KEEP_FREE_BYTES=") as seen:
+        loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(tmp_path / "tables"))
+        same_batches([b for b in loader], want)
+    assert sum("table_cache_dir" in str(w.message) for w in seen) == 1  # and no per-file warning after it
+    assert not list((tmp_path / "tables").rglob("*.arrow")) and loader.stages.store.tables.groups.written_bytes == 0
 
 
 def test_a_group_not_in_index_order_still_gives_each_episodes_rows(small_dataset, tmp_path):

@@ -38,7 +38,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import threading
 import warnings
 from typing import Any, Callable, Hashable, Mapping
@@ -46,9 +45,14 @@ from typing import Any, Callable, Hashable, Mapping
 import numpy as np
 
 from ..fetch.tables import FRAME_TIME_S
-from ..source.local_disk import file_stamp, spill_floor
+from ..source.local_disk import file_stamp, spill_floor, write_kept
 
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
+def _save(path: str, frame: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.save(f, np.ascontiguousarray(frame))
+
+
 def micros(times_s: np.ndarray) -> np.ndarray:
     """File times in seconds as the whole microseconds a frame's name carries."""
     return np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64)
@@ -230,24 +234,9 @@ class FrameCache:
         path = self._path(key)
         if os.path.exists(path):
             return
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            disk = shutil.disk_usage(self.folder or "")
-            floor, why = spill_floor(disk.total)
-            if disk.free - frame.nbytes < floor:
-                self._stop_spilling(f"its drive has {disk.free / 2**30:.1f} GiB free, and the spill leaves "
-                                    f"{floor / 2**30:.1f} GiB free ({why})")
-                return
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(tmp, "wb") as f:
-                np.save(f, np.ascontiguousarray(frame))
-            os.replace(tmp, path)
-        except OSError as exc:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            self._stop_spilling(f"could not write decoded frames under {self.folder} ({exc})")
+        why = write_kept(path, frame.nbytes, lambda tmp: _save(tmp, frame), "decoded frames")
+        if why is not None:
+            self._stop_spilling(why)
             return
         with self._lock:
             self.spilled += 1

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import threading
 import warnings
 from typing import Callable
 
-from ..source.local_disk import spill_floor
+from ..source.local_disk import write_kept
 from .once import OncePerKey
 
 LAYOUT = "tables-v1"  # folder of this layout under the cache's root: a changed layout starts afresh beside it
@@ -138,22 +137,14 @@ class DecodedGroups:
     def _write(self, path: str, table) -> bool:
         import pyarrow as pa
 
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            disk = shutil.disk_usage(self.folder or "")
-            floor, why = spill_floor(disk.total)
-            if disk.free - table.nbytes < floor:
-                self._stop(f"its drive has {disk.free / 2**30:.1f} GiB free, and the folder leaves "
-                           f"{floor / 2**30:.1f} GiB free ({why})")
-                return False
-            if any(col.num_chunks > 1 for col in table.columns):
-                table = table.combine_chunks()
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-            os.replace(tmp, path)
-        except OSError as exc:
-            _drop(tmp)
-            self._stop(f"could not write under {self.folder} ({exc})")
+        def write(tmp: str) -> None:
+            one = table.combine_chunks() if any(col.num_chunks > 1 for col in table.columns) else table
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, one.schema) as writer:
+                writer.write_table(one)
+
+        why = write_kept(path, table.nbytes, write, "decoded row groups")
+        if why is not None:
+            self._stop(why)
             return False
         with self._lock:
             self.written_bytes += os.path.getsize(path)

@@ -221,9 +221,10 @@ class TableReader:
                 return
             self._warned.add(path)
         rows = pf.metadata.row_group(group).num_rows
-        if self.groups.writing:
-            log.info("%s: row group %d holds %d rows, many episodes' worth: decoded once into %s and read from "
-                     "there memory-mapped", path, group, rows, self.groups.folder)
+        if self.groups.folder is not None:  # set: kept there, or its one warning said why it stopped writing
+            log.info("%s: row group %d holds %d rows, many episodes' worth: %s", path, group, rows,
+                     f"decoded once into {self.groups.folder}, read from there memory-mapped" if self.groups.writing
+                     else "kept in memory (table_cache_dir is no longer written)")
             return
         warnings.warn(
             f"{path}: row group {group} holds {rows} rows, many episodes' worth (lerobot's dataset tools and its v2.1 "

@@ -4,7 +4,9 @@ much room a cache leaves free on its drive (the decoded-frame spill, the decoded
 from __future__ import annotations
 
 import os
-from typing import Any
+import shutil
+import threading
+from typing import Any, Callable
 
 from .storage import is_local
 
@@ -30,6 +32,30 @@ def spill_floor(total_bytes: int) -> tuple[int, str]:
         raise ConfigError(f"{ENV_KEEP_FREE}={raw!r} is not a number of bytes >= 0; set it to e.g. {1 << 30} "
                           f"(1 GiB), or unset it for {SPILL_FREE:.0%} of the drive (at least 1 GiB)")
     return floor, f"{ENV_KEEP_FREE}={floor}"
+
+
+def write_kept(path: str, nbytes: int, write: Callable[[str], None], what: str) -> str | None:
+    """A cache's file at `path`, `nbytes` long, written by `write(tmp)` under a temporary name then renamed into place
+    (no reader sees part of it), where its drive keeps `spill_floor` free after it. None when written; else why not,
+    for the cache's one warning (`what`: what it keeps, e.g. "decoded frames")."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    folder = os.path.dirname(path) or "."
+    try:
+        os.makedirs(folder, exist_ok=True)
+        disk = shutil.disk_usage(folder)
+        floor, why = spill_floor(disk.total)
+        if disk.free - nbytes < floor:
+            return (f"its drive has {disk.free / 2**30:.1f} GiB free, and the cache leaves {floor / 2**30:.1f} GiB "
+                    f"free ({why})")
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return f"could not write {what} under {folder} ({exc})"
+    return None
 
 
 def file_stamp(fs: Any, path: str) -> tuple:
