@@ -110,7 +110,9 @@ def _rows_between(table, start: int, stop: int):
     import pyarrow as pa
 
     col = table.column("index")
-    index = (col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col).to_numpy()
+    if isinstance(col, pa.ChunkedArray):  # one chunk as written: its buffer itself (combine_chunks copies it)
+        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    index = col.to_numpy()
     lo = int(np.searchsorted(index, start, side="left"))
     n = stop - start
     if lo + n <= len(index) and n and index[lo] == start and index[lo + n - 1] == stop - 1 and \
