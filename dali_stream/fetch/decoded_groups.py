@@ -121,7 +121,10 @@ class DecodedGroups:
         import fcntl
 
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # a file system without locks (an NFS mount without lockd): written unlocked, renamed whole
+                pass
             table = self._mapped(path, rows, columns)  # written by the process this one waited for
             if table is not None:
                 with self._lock:
