@@ -157,3 +157,34 @@ def test_a_mistyped_local_path_without_a_network_says_what_was_tried(monkeypatch
                        match=r"'demo/sample' is not a local folder \(working directory .*\) nor downloaded by "
                              r"lerobot .* read as the Hub dataset hf://datasets/demo/sample.*a typo"):
         StreamLoader("demo/sample", remote_max_retries=0, **ARGS)
+
+
+def test_data_files_of_one_row_group_at_two_revisions_are_each_decoded_once(small_dataset, older_dataset, tmp_path):
+    """lerobot's dataset tools write each data file as one row group: read from the Hub, each is fetched and decoded
+    once into table_cache_dir, named by the blob the Hub reports, so two revisions of the same path never share
+    one; a later run fetches none of them."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    def one_group(src, name):
+        dst = tmp_path / name
+        shutil.copytree(src, dst)
+        for path in (dst / "data").glob("*/*.parquet"):
+            pq.write_table(pq.read_table(path), path)
+        return dst
+
+    new, old = one_group(small_dataset, "new"), one_group(older_dataset, "old")
+    folder = str(tmp_path / "tables")
+    with Hub(TOKEN) as hub:
+        hub.add_dataset("lab/edited", {"main": new, "v1.0": old})
+        runs = []
+        for revision, local in ((None, small_dataset), ("v1.0", older_dataset), (None, small_dataset)):
+            remote = StreamLoader("hf://datasets/lab/edited", revision=revision, storage_options=_options(hub),
+                                  table_cache_dir=folder, **ARGS)
+            _same_epoch(remote, StreamLoader(str(local), **ARGS))
+            groups = remote.stages.store.tables.groups
+            runs.append((groups.decoded, groups.disk_hits))
+    assert runs[0][0] > 0 and runs[1][0] > 0  # each revision's files decoded: none served from the other's
+    assert runs[2] == (0, runs[0][0])  # main again: every group from the folder
+    assert hub.unknown == []
