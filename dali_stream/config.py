@@ -61,6 +61,14 @@ LEROBOT_ARGUMENTS = {
     "encoder_queue_maxsize": "a recording setting; the loader only reads",
     "token": "a private Hub dataset reads with storage_options={'token': ...}, or the login of `hf auth login` / "
              "HF_TOKEN",
+    # StreamingLeRobotDataset's
+    "streaming": "the loader always streams: it reads only the bytes of the episodes it draws, local or remote",
+    "buffer_size": "samples are drawn from episode_pool_size whole episodes a rank keeps open ('all': a global "
+                   "shuffle), their bytes bounded by cache_bytes",
+    "max_num_shards": "ranks shard the episodes themselves (rank and world_size from torchrun or SLURM; "
+                      "partition='node' keeps a node's share)",
+    "rng": "seed= sets every random choice: a plan is a function of the seed, the epoch and the position",
+    "repo_type": "a bucket is a source URL: 'hf://buckets/<org>/<name>'",
     "return_uint8": "image_dtype='uint8' gives the frames as uint8 (image_dtype='float32', the default, as lerobot's "
                     "[0, 1] floats)",
 }

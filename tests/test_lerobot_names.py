@@ -45,7 +45,8 @@ def test_a_dataset_given_twice_or_not_at_all_is_a_named_error(small_dataset):
 @pytest.mark.parametrize("name,hint", [("video_backend", "decode="), ("download_videos", "streams only the bytes"),
                                        ("force_cache_sync", "never stale"), ("return_uint8", "image_dtype='uint8'"),
                                        ("rgb_encoder", "recording setting"), ("streaming_encoding", "recording setting"),
-                                       ("token", "storage_options={'token'")])
+                                       ("token", "storage_options={'token'"), ("buffer_size", "episode_pool_size"),
+                                       ("streaming", "always streams"), ("repo_type", "hf://buckets/")])
 def test_lerobot_arguments_without_a_setting_say_what_to_use(small_dataset, name, hint):
     with pytest.raises(ConfigError) as err:
         StreamLoader(str(small_dataset), **{name: True})
