@@ -1,7 +1,8 @@
 """Data files written as one row group for many episodes (lerobot's dataset tools, its v2.1 converter): what reading
 an episode's rows costs, with the decoded groups kept on a local drive (`table_cache_dir`) and without.
 
-    .venv/bin/python benchmarks/shared_row_groups.py [--files 4] [--rows 300000] [--reads 60] [--rounds 3] [--out F]
+    .venv/bin/python benchmarks/shared_row_groups.py [--files 4] [--rows 300000] [--reads 60] [--rounds 3]
+                                                     [--batches 150] [--out F]
 
 Writes one dataset's tables (meta and data, no videos: only rows are read here) twice: `--files` data files of
 `--rows` rows (episodes of 300 rows, a 14-value state and action as a bimanual arm records), once with one row group
@@ -15,7 +16,9 @@ episodes drawn at random over all files (one seed), in four configurations, alte
 - `one-group-warm`: the same folder once filled (a later run, or another rank of the node).
 
 Reported: ms per episode read (median and range over rounds) and the ratio to `per-episode`. A loader reads an
-episode's rows once when it enters the pool, so ms per read / episode length is what each sample pays.
+episode's rows once when it enters the pool, so ms per read / episode length is what each sample pays. Then the whole
+loader over the tables alone (no cameras), `--batches` batches of 256 a configuration, alternated: samples a second
+for `per-episode`, `one-group-memory` and `one-group-warm`, and each one's ratio to `per-episode` within a round.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import alternate, spread, write_result
+from _common import alternate, spread, within_rounds, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -79,6 +82,30 @@ def write_tables(root: Path, files: int, rows: int, one_group: bool) -> None:
     (root / "meta/info.json").write_text(json.dumps(info))
 
 
+LOADER_BATCH = 256
+
+
+def loader_run(base: Path, config: str, batches: int) -> dict:
+    """`batches` batches of a `StreamLoader` over the tables alone (no cameras: what a batch's rows cost the loader,
+    its pool opening an episode at random over all files as training does), samples a second."""
+    import time
+    import warnings
+
+    from dali_stream import StreamLoader
+
+    folder = {"one-group-memory": "off", "one-group-warm": str(base / "warm")}.get(config)
+    root = base / ("per-episode" if config == "per-episode" else "one-group")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with StreamLoader(str(root), batch_size=LOADER_BATCH, device="cpu", seed=3, table_cache_dir=folder) as loader:
+            t0, n = time.perf_counter(), 0
+            for i, batch in enumerate(loader):
+                n += len(batch["index"])
+                if i + 1 == batches:
+                    break
+            return {"samples_per_s": n / (time.perf_counter() - t0)}
+
+
 def main(argv=None) -> int:
     import time
     import warnings
@@ -93,6 +120,7 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=300_000, help="rows a data file")
     p.add_argument("--reads", type=int, default=60, help="episodes read a round, drawn over all files")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batches", type=int, default=150, help="batches of the whole loader a configuration (0: none)")
     p.add_argument("--out", default="benchmarks/results/cpu-2core-shared-row-groups/result.json")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,6 +155,8 @@ def main(argv=None) -> int:
             TableReader(metas["one-group"], keys, table_cache_dir=str(warm)).episode(f * (args.rows // EPISODE))
         configs = ("per-episode", "one-group-memory", "one-group-cold", "one-group-warm")
         got = alternate(configs, args.rounds, run)
+        loader = alternate(("per-episode", "one-group-memory", "one-group-warm"), args.rounds,
+                           lambda config: loader_run(base, config, args.batches)) if args.batches else {}
     ref = spread([r["ms_per_read"] for r in got["per-episode"]])["median"]
     result = {
         "command": "python benchmarks/shared_row_groups.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -138,6 +168,10 @@ def main(argv=None) -> int:
                         "groups_decoded": [r["groups_decoded"] for r in runs],
                         "groups_mapped_from_disk": [r["groups_mapped_from_disk"] for r in runs]}
                     for c, runs in got.items()},
+        "loader": {"batches": args.batches, "batch_size": LOADER_BATCH,
+                   "configs": {c: {"samples_per_s": spread([r["samples_per_s"] for r in runs]),
+                                   "ratio_to_per_episode": within_rounds(runs, loader["per-episode"], "samples_per_s")}
+                               for c, runs in loader.items()}},
     }
     print(write_result(args.out, result))
     return 0
