@@ -175,6 +175,21 @@ def test_a_group_not_in_index_order_still_gives_each_episodes_rows(small_dataset
     same_batches([b for b in StreamLoader(str(root), **ARGS, table_cache_dir=str(tmp_path / "t"))], want)
 
 
+def test_groups_that_cut_episodes_in_two_give_each_episodes_rows(small_dataset, tmp_path):
+    """Row groups of a fixed size (25 rows: two or three episodes each, some episodes cut between two groups), as a
+    writer that ignores episodes leaves them: each episode's rows come from its groups in the folder, the same
+    batches."""
+    root = tmp_path / "cut"
+    shutil.copytree(small_dataset, root)
+    for path in sorted((root / "data").glob("*/*.parquet")):
+        table = pq.read_table(path)
+        pq.write_table(table, path, row_group_size=25)
+    want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
+    loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(tmp_path / "t"))
+    same_batches([b for b in loader], want)
+    assert loader.stages.store.tables.groups.decoded > 0
+
+
 def test_processes_of_a_node_decode_each_group_once_between_them(collapsed, tmp_path):
     """Four processes (a node's ranks) reading every episode from one folder at once: each group decoded by one of
     them, the others map what it wrote (a `flock` on the group while it is decoded)."""
