@@ -3,7 +3,7 @@
 lerobot reads a dataset from `root` when given (a local folder) and from the Hub's `repo_id` otherwise, downloading
 into `root` (default `$HF_LEROBOT_HOME/<repo_id>`). The loader streams: `root` is used where it holds a dataset,
 else `repo_id` is streamed from the Hub (nothing is downloaded into `root`). `LeRobotDataset` arguments the loader
-has no setting for are in `config.LEROBOT_ARGUMENTS`.
+has no setting for are in `lerobot_arguments.LEROBOT_ARGUMENTS`.
 """
 
 from __future__ import annotations
