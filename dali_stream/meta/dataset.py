@@ -61,6 +61,20 @@ _CODEC_ALIASES = {"h264": "h264", "avc": "h264", "avc1": "h264", "libx264": "h26
                   "libsvtav1": "av1", "av01": "av1", "vp9": "vp9", "libvpx-vp9": "vp9", "vp09": "vp9", "vp8": "vp8"}
 
 
+def _episode_tables(fs, files: list[str]):
+    """The episode tables `files` as one pyarrow Table, every column but lerobot's per-episode stats (most of a
+    table's bytes, never read)."""
+    import pyarrow as pa
+
+    tables = []
+    for path in files:
+        with parquet_errors(path):
+            pf = parquet_file(fs, path)
+            keep = [c for c in pf.schema_arrow.names if not c.startswith("stats/")]
+            tables.append(pf.read(columns=keep, use_threads=False))
+    return pa.concat_tables(tables, promote_options="default")
+
+
 def normalise_codec(name: str) -> str:
     return _CODEC_ALIASES.get(str(name).lower(), str(name).lower())
 
@@ -244,21 +258,13 @@ class DatasetMeta(LerobotMetadata):
 
     @staticmethod
     def _read_episodes(source, fs, root, info) -> dict[str, np.ndarray]:
-        import pyarrow as pa
-
         files = sorted(fs.glob(posixpath.join(root, EPISODES_GLOB)))
         if not files:
             raise DatasetNotFoundError(
                 f"no episode tables under {posixpath.join(root, 'meta/episodes/')} in {source!r}; "
                 "a v3 dataset keeps them as meta/episodes/chunk-XXX/file-XXX.parquet: re-download meta/"
             )
-        tables = []
-        for path in files:  # lerobot's per-episode stats columns (most of a table's bytes) are not read
-            with parquet_errors(path):
-                pf = parquet_file(fs, path)
-                keep = [c for c in pf.schema_arrow.names if not c.startswith("stats/")]
-                tables.append(pf.read(columns=keep, use_threads=False))
-        table = pa.concat_tables(tables, promote_options="default")
+        table = _episode_tables(fs, files)
         required = ["episode_index", "length", "dataset_from_index", "dataset_to_index",
                     "data/chunk_index", "data/file_index"]
         for key, ft in info["features"].items():
@@ -281,15 +287,7 @@ class DatasetMeta(LerobotMetadata):
     def episode_rows(self) -> list[dict[str, Any]]:
         """Each episode's row of meta/episodes as lerobot's `filter_episodes` sees it (every column but the per-episode
         stats), in episode order; read again on each call (the loader keeps only the columns it plans with)."""
-        import pyarrow as pa
-
-        tables = []
-        for path in sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB))):
-            with parquet_errors(path):
-                pf = parquet_file(self.fs, path)
-                tables.append(pf.read(columns=[c for c in pf.schema_arrow.names if not c.startswith("stats/")],
-                                      use_threads=False))
-        rows = pa.concat_tables(tables, promote_options="default").to_pylist()
+        rows = _episode_tables(self.fs, sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB)))).to_pylist()
         return sorted(rows, key=lambda row: row["episode_index"])
 
     @staticmethod
