@@ -183,46 +183,42 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     offset = painted_offset(meta.info)  # a mixture member's sample paints its episodes shifted
     store = EpisodeStore(Catalog.whole(meta), tolerance_s, 1 << 28, DecoderCache(1), fetch_workers=0)
     found: dict[str, list[str]] = {}
-    # episodes are read in file order, so a row group holding many episodes is decoded once here whatever the
-    # layout: the loader's warning about such files (a training run's random order) does not apply
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r".*row group \d+ holds \d+ rows, many episodes' worth")
-        try:
-            for pos in range(meta.num_episodes):
-                episode = meta.episode_index(pos)
-                for key in meta.video_keys:
-                    rel = posixpath.relpath(meta.video_file(pos, key), meta.data_root)
-                    try:
-                        rows = store.rows(pos)
-                        seg = store.segment(pos, key)
-                        query = float(meta.cameras[key].from_timestamp[pos]) + rows[FRAME_TIME_S]
-                        idx = seg.frame_indices(query, tolerance_s, "every frame")
-                        misread: list[int] = []
-                        reader = DecoderCache(1)  # one decoder, forward through the episode
-                        depth = meta.cameras[key].depth is not None  # its codes, through the loader's depth route
+    try:
+        for pos in range(meta.num_episodes):
+            episode = meta.episode_index(pos)
+            for key in meta.video_keys:
+                rel = posixpath.relpath(meta.video_file(pos, key), meta.data_root)
+                try:
+                    rows = store.rows(pos)
+                    seg = store.segment(pos, key)
+                    query = float(meta.cameras[key].from_timestamp[pos]) + rows[FRAME_TIME_S]
+                    idx = seg.frame_indices(query, tolerance_s, "every frame")
+                    misread: list[int] = []
+                    reader = DecoderCache(1)  # one decoder, forward through the episode
+                    depth = meta.cameras[key].depth is not None  # its codes, through the loader's depth route
 
-                        def decode(part, reader=reader, depth=depth, seg=seg):
-                            return depth_codes(seg, part) if depth else torchcodec_frames(seg, part, reader)
-                        for start in range(0, len(idx), VERIFY_CHUNK):  # an hour at 480p whole would be ~100 GB
-                            frames = decode(idx[start:start + VERIFY_CHUNK])
-                            if painted:
-                                misread += [start + f for f, image in enumerate(frames)
-                                            if not (depth_shows if depth else shows)(image, (episode + offset, start + f))]
-                        reader.clear()
-                        for part in (idx[:1], idx[-1:]):
-                            decode(part, None)
-                        if misread:
-                            raise DaliStreamError(f"{len(misread)} of {len(idx)} frames of episode {episode}, "
-                                                  f"camera {key!r} show other painted ids (first: frame "
-                                                  f"{misread[0]})")
-                    except RemoteError:
-                        raise  # the remote read failed, not the file: no finding about its bytes
-                    except DaliStreamError as exc:
-                        found.setdefault(rel, []).append(f"loader: {type(exc).__name__}: {exc}")
-                if progress:
-                    progress(pos + 1, meta.num_episodes)
-        finally:
-            store.close()
+                    def decode(part, reader=reader, depth=depth, seg=seg):
+                        return depth_codes(seg, part) if depth else torchcodec_frames(seg, part, reader)
+                    for start in range(0, len(idx), VERIFY_CHUNK):  # an hour at 480p whole would be ~100 GB
+                        frames = decode(idx[start:start + VERIFY_CHUNK])
+                        if painted:
+                            misread += [start + f for f, image in enumerate(frames)
+                                        if not (depth_shows if depth else shows)(image, (episode + offset, start + f))]
+                    reader.clear()
+                    for part in (idx[:1], idx[-1:]):
+                        decode(part, None)
+                    if misread:
+                        raise DaliStreamError(f"{len(misread)} of {len(idx)} frames of episode {episode}, "
+                                              f"camera {key!r} show other painted ids (first: frame "
+                                              f"{misread[0]})")
+                except RemoteError:
+                    raise  # the remote read failed, not the file: no finding about its bytes
+                except DaliStreamError as exc:
+                    found.setdefault(rel, []).append(f"loader: {type(exc).__name__}: {exc}")
+            if progress:
+                progress(pos + 1, meta.num_episodes)
+    finally:
+        store.close()
     return found
 
 
@@ -318,8 +314,13 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
             if progress:
                 progress("decode", n + 1, len(todo))
         if meta is not None:
-            for rel, problems in episode_problems(
-                    meta, tolerance_s, lambda done, total: progress and progress("episodes", done, total)).items():
+            # episodes are read in file order, so a row group holding many episodes is decoded once here whatever
+            # the layout: the loader's warning about such files (a training run's random order) does not apply
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r".*row group \d+ holds \d+ rows, many episodes' worth")
+                found = episode_problems(meta, tolerance_s,
+                                         lambda done, total: progress and progress("episodes", done, total))
+            for rel, problems in found.items():
                 damaged.setdefault(rel, []).extend(problems)
     files: list[dict[str, Any]] = [{"file": rel, "problems": problems, "episodes": holders.get(rel, [])}
              for rel, problems in sorted(damaged.items())]
