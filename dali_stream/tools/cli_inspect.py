@@ -177,10 +177,9 @@ def _data_layout(meta) -> dict[str, Any]:
     from ..source.storage import parquet_errors, parquet_file
 
     positions = np.flatnonzero(np.asarray(meta.lengths) > 0)
-    files: dict[str, int] = {}  # data file -> episodes in it
-    for pos in positions:
-        path = meta.data_file(int(pos))
-        files[path] = files.get(path, 0) + 1
+    where = np.stack([meta.episodes["data/chunk_index"][positions], meta.episodes["data/file_index"][positions]], 1)
+    _, first, counts = np.unique(where, axis=0, return_index=True, return_counts=True)
+    files = {meta.data_file(int(positions[i])): int(n) for i, n in zip(first, counts)}  # data file -> its episodes
     paths = sorted(files)
     looked = [paths[int(i)] for i in np.unique(np.linspace(0, len(paths) - 1, min(LAYOUT_FILES, len(paths))).round())] \
         if paths else []
