@@ -67,9 +67,7 @@ class DecodedGroups:
 
     def get(self, name: tuple, rows: int, columns: list[str], make: Callable[[], object]):
         key = hashlib.sha256(repr(name).encode()).hexdigest()[:40]
-        if self.folder is None:
-            return self.memory.get(key, lambda: self._decode(make))
-        if self.memory.holds(key):
+        if self.folder is None or self.memory.holds(key):
             return self.memory.get(key, lambda: self._decode(make))
         try:
             return self.mapped.get(key, lambda: self._kept(key, rows, columns, make))
@@ -103,12 +101,18 @@ class DecodedGroups:
             return None
         return table
 
-    def _kept(self, key: str, rows: int, columns: list[str], make):
-        path = self._path(key)
+    def _found(self, path: str, rows: int, columns: list[str]):
+        """The group another process or run wrote to `path`, mapped (counted), or None."""
         table = self._mapped(path, rows, columns)
         if table is not None:
             with self._lock:
                 self.disk_hits += 1
+        return table
+
+    def _kept(self, key: str, rows: int, columns: list[str], make):
+        path = self._path(key)
+        table = self._found(path, rows, columns)
+        if table is not None:
             return table
         if not self.writing:
             raise _NotWritten(self._decode(make))
@@ -125,10 +129,8 @@ class DecodedGroups:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             except OSError:  # a file system without locks (an NFS mount without lockd): written unlocked, renamed whole
                 pass
-            table = self._mapped(path, rows, columns)  # written by the process this one waited for
+            table = self._found(path, rows, columns)  # written by the process this one waited for
             if table is not None:
-                with self._lock:
-                    self.disk_hits += 1
                 return table
             decoded = self._decode(make)
             if not self._write(path, decoded):
