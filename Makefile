@@ -28,7 +28,7 @@ FLOORS_VENV := .venv-floors
 # (the CLI's tests run the same loader in child processes: not repeated here)
 SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
          tests/test_hub.py tests/test_mix_plan.py tests/test_mixture.py tests/test_depth.py tests/test_text_columns.py \
-         tests/test_feature_shapes.py tests/test_recorded_without_video.py tests/test_tables.py
+         tests/test_feature_shapes.py tests/test_recorded_without_video.py tests/test_tables.py tests/test_colour.py
 # ... less the loader's process-lifecycle tests (exit, fork, finalizers, transform processes: ~87 s on 2 cores),
 # which exercise CPython and torch's multiprocessing rather than the floors of the libraries pinned
 SMOKE_SKIP := not transforms and not at_exit and not fork and not finalizer

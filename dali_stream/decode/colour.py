@@ -1,4 +1,5 @@
-"""YUV to RGB as FFmpeg converts it, for decoders that hand out YUV (NVDEC's NV12 through PyNvVideoCodec).
+"""YUV to RGB as FFmpeg converts it: for decoders that hand out YUV (NVDEC's NV12 through PyNvVideoCodec), and
+PyAV's frames converted by FFmpeg with the stream's own tags on every PyAV version (`rgb24`).
 
 Every route must give the same colours: a policy trained on frames one route decoded and run on frames another
 route decoded would otherwise see shifted colours (a saturated red moves by ~20 levels between BT.601 and BT.709
@@ -43,6 +44,25 @@ class Colour:
         kr, kb = _KR_KB.get(self.matrix, _BT601)
         kg = 1.0 - kr - kb
         return 2 * (1 - kr), -2 * kb * (1 - kb) / kg, -2 * kr * (1 - kr) / kg, 2 * (1 - kb)
+
+
+# swscale's coefficient tables (`sws_getCoefficients`, SWS_CS_*) by AVColorSpace; every other value gets BT.601's
+_SWS_MATRIX = {1: 1, 4: 4, 7: 7, 9: 9, 10: 9}
+_SWS_BT601 = 5
+
+
+def rgb24(frame: Any) -> Any:
+    """(H, W, 3) uint8 RGB of a PyAV `VideoFrame`, converted by FFmpeg's swscale with the matrix and range the
+    stream is tagged with (`Colour.of_frame`), as the `ffmpeg` command and torchcodec convert it, on every PyAV the
+    package allows. PyAV before 16 (lerobot 0.6.1 pins av < 16) converts with BT.601 in limited range whatever the
+    tags unless both are passed, and hands them to swscale only where the source's and destination's colorspaces
+    differ: the destination's, which an RGB output does not use, is set apart from the source's."""
+    if not frame.format.name.startswith(("yuv", "nv")):  # RGB, grey, palette (PNG): no matrix to apply
+        return frame.to_ndarray(format="rgb24")
+    colour = Colour.of_frame(frame)
+    src = _SWS_MATRIX.get(colour.matrix, _SWS_BT601)
+    return frame.reformat(format="rgb24", src_colorspace=src, dst_colorspace=_SWS_BT601 if src == 1 else 1,
+                          src_color_range=2 if colour.full_range else 1).to_ndarray()
 
 
 def nv12_to_rgb(nv12: Any, height: int, width: int, colour: Colour) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DecodeError
+from .colour import rgb24
 
 _CODECS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 
@@ -21,7 +22,7 @@ def decode_image(data: bytes, where: str) -> np.ndarray:
                           "re-download the data file, or convert the dataset to videos with lerobot-edit-dataset")
     try:
         frames = av.CodecContext.create(codec, "r").decode(av.Packet(data))
-        return frames[0].to_ndarray(format="rgb24")
+        return rgb24(frames[0])
     except (av.error.FFmpegError, IndexError) as exc:
         raise DecodeError(f"{where}: its {codec} image does not decode ({exc}); the data file is damaged: "
                           "re-download it") from exc

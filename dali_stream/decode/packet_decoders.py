@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodeError
-from .colour import Colour, nv12_to_rgb
+from .colour import Colour, nv12_to_rgb, rgb24
 from .feed import Feed
 
 AV_DECODERS = {"h264": ("h264",), "hevc": ("hevc",), "av1": ("libdav1d", "libaom-av1", "av1"), "vp9": ("vp9",),
@@ -94,7 +94,7 @@ class AvPacketDecoder:
         for frame in frames:
             if frame.pts in wanted:
                 t0 = time.perf_counter()
-                out[frame.pts] = frame.to_ndarray(format="rgb24")
+                out[frame.pts] = rgb24(frame)
                 convert_s += time.perf_counter() - t0
         return convert_s
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..decode.colour import rgb24
+
 BARS = np.array([[255, 255, 255], [255, 255, 0], [0, 255, 255], [0, 255, 0], [255, 0, 255], [255, 0, 0],
                  [0, 0, 255], [0, 0, 0]], np.uint8)
 GOP = 4
@@ -104,8 +106,9 @@ def ffmpeg_rgb(path: Path) -> np.ndarray:
 
 
 def pyav_rgb(path: Path) -> np.ndarray:
-    """PyAV's decode of `path` to RGB (its FFmpeg's conversion of each frame as tagged), in presentation order."""
+    """PyAV's decode of `path` to RGB (its FFmpeg's conversion of each frame as tagged: `decode.colour.rgb24`), in
+    presentation order."""
     import av
 
     with av.open(str(path)) as container:
-        return np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)])
+        return np.stack([rgb24(f) for f in container.decode(video=0)])
