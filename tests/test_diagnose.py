@@ -245,3 +245,44 @@ def test_diagnose_says_why_pynvvideocodec_does_not_import(tmp_path, monkeypatch)
     assert not found["ok"], found
     assert "PyNvVideoCodec 2.2.4 is installed but does not import" in found["error"]
     assert "libnvidia-encode.so.1" in found["error"] and "NVIDIA_DRIVER_CAPABILITIES" in found["error"]
+
+
+def _installed(site: Path, name: str, requires: list[str]) -> None:
+    """A real installed distribution's metadata (a .dist-info folder), as pip leaves it."""
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
+def test_a_package_whose_requirement_the_install_moved_past_is_named_with_the_fix(tmp_path):
+    """What lerobot's environment showed: `[remote]` moved fsspec past `datasets`' cap, and s3fs asks for the fsspec
+    of its own release. Here a package capping fsspec below the installed one, a package asking for exactly the
+    installed one (it must move too), and requirements that hold or do not apply (satisfied, an extra's, another
+    platform's): one conflict, with the command that puts it back."""
+    import importlib.metadata as md
+
+    from dali_stream.tools.dependents import conflicts, describe
+
+    fsspec = md.version("fsspec")
+    cap = f"fsspec[http]<{fsspec},>=1.0"
+    site = tmp_path / "site"
+    _installed(site, "caps-fsspec", [cap, "numpy>=1", 'pyarrow<1; extra == "old"', 'av<1; sys_platform == "win32"'])
+    _installed(site, "follows-fsspec", [f"fsspec<{fsspec}.1,>={fsspec}"])
+    _installed(site, "lets-fsspec-go-back", ["fsspec>=1.0"])
+    _installed(site, "unrelated", ["some-package-the-loader-does-not-use<0.1"])
+    found = conflicts(path=[str(site), *sys.path])
+    assert [{k: v for k, v in c.items() if k != "follow"} for c in found] == [
+        {"package": "caps-fsspec", "version": "1.0", "requires": cap, "installed": f"fsspec {fsspec}"}]
+    # this environment's own s3fs asks for its release's fsspec too; fsspec's other dependents do not move
+    assert "follows-fsspec" in found[0]["follow"] and set(found[0]["follow"]) <= {"follows-fsspec", "s3fs"}
+    problem, fix = describe(found)
+    assert problem == f"caps-fsspec 1.0 requires {cap}, fsspec {fsspec} is installed"
+    assert fix.startswith(f"pip install '{cap}' follows-fsspec") and ", then `pip check`" in fix
+    assert conflicts() == []  # this environment as the suite installed it
+
+    proc = _diagnose("--json", env_extra={"PYTHONPATH": str(site)})
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the loader's own install is fine: a warning
+    assert report["install"]["conflicts"]["found"] == found
+    assert report["verdict"].endswith(f"install OK; WARNING: {problem}; fix: {fix}")

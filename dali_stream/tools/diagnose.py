@@ -312,10 +312,18 @@ def install_verdict(node_report: dict[str, Any], software: dict[str, Any]) -> di
             idle.append(heavy)
     versions = untested(torch.get("version") if torch["ok"] else None, codec_version, dali.get("version"))
     out = {"driver": driver, "constraint_set": constraint_set(driver), "broken": broken, "idle": idle,
-           "untested": versions}
+           "untested": versions, "conflicts": _guard(_conflicts)}
     if broken or idle or versions:
         out["fix"] = fix_for(driver)
     return out
+
+
+def _conflicts() -> dict[str, Any]:
+    """Installed packages whose requirements on the loader's own dependencies no longer hold (`dependents`)."""
+    from .dependents import conflicts, describe
+
+    found = conflicts()
+    return {"found": found, **(dict(zip(("problem", "fix"), describe(found))) if found else {})}
 
 
 def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, Any]:
@@ -368,5 +376,8 @@ def diagnose(source: str | None = None, decode_test: bool = False) -> dict[str, 
         if report["install"]["idle"]:
             report["verdict"] += (f"; WARNING: {'; '.join(report['install']['idle'])}; fix: "
                                   f"{report['install']['fix']}")
+    moved = report["install"]["conflicts"]
+    if moved.get("found"):  # another package's requirement the install broke: said in every verdict
+        report["verdict"] += f"; WARNING: {moved['problem']}; fix: {moved['fix']}"
     report["seconds"] = round(time.perf_counter() - t0, 2)
     return report
