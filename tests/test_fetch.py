@@ -42,12 +42,15 @@ def _local_rfs() -> RemoteFS:
 
 
 def _packets(data_or_path) -> list[tuple]:
+    """(pts, dts, duration) in seconds (exact fractions: the remux of PyAV 15 writes another time base than
+    PyAV 18's), the bytes and the keyframe flag of each packet."""
     import av
 
     src = io.BytesIO(data_or_path) if isinstance(data_or_path, bytes) else str(data_or_path)
     with av.open(src) as c:
         stream = c.streams.video[0]
-        return [(p.pts, p.dts, p.duration, bytes(p), p.is_keyframe) for p in c.demux(stream) if p.size]
+        tb = stream.time_base
+        return [(p.pts * tb, p.dts * tb, p.duration * tb, bytes(p), p.is_keyframe) for p in c.demux(stream) if p.size]
 
 
 def _relative(packets: list[tuple]) -> list[tuple]:
@@ -115,6 +118,8 @@ def test_index_matches_pyav_index_entries(four_codec_dataset):
     sizes, dts and keyframe flags for every sample of every codec's files; they have no pts."""
     import av
 
+    if not hasattr(av.video.stream.VideoStream, "index_entries"):
+        pytest.skip(f"PyAV {av.__version__} has no index entries to compare with")
     for path in sorted(four_codec_dataset.glob("videos/*/*/*.mp4")):
         index = read_index(_local_rfs(), str(path))
         with av.open(str(path)) as c:
