@@ -2,8 +2,8 @@
 
 pip's resolver weighs only what an install asks for: installing dali-stream into an environment that already
 holds other packages (lerobot's) may move a dependency the two share past what one of those packages accepts.
-Measured in lerobot 0.6.1's environment: `pip install '.[cpu,remote]'` takes the newest s3fs, which pins fsspec
-exactly, and moves fsspec from 2026.2.0 to 2026.9.0, past the `fsspec<=2026.2.0` of lerobot's `datasets`; pip
+Measured in lerobot 0.6.1's environment: `pip install '.[cpu,remote]'` takes the newest s3fs, which asks for the
+fsspec of its own release, and moves fsspec from 2026.2.0 to 2026.9.0, past the `fsspec<=2026.2.0` of lerobot's `datasets`; pip
 prints one line about it among hundreds, and lerobot still imports. Installing with that environment's versions
 held (`pip list --format=freeze > held.txt; pip install -c held.txt ...`, docs/install.md) moves nothing.
 
@@ -25,12 +25,29 @@ def _name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def _dists(path: list[str] | None) -> list:
+    return list(md.distributions() if path is None else md.distributions(path=path))
+
+
+def _applying(dist):
+    """The requirements of `dist` that apply here (markers evaluated; an extra's requirements left out)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    for line in dist.requires or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            yield req
+
+
 def shared_names(path: list[str] | None = None) -> set[str]:
     """The (normalised) names of every package dali-stream's installed metadata requires, extras included; none
     where dali-stream is not installed (a source tree on sys.path)."""
     from packaging.requirements import Requirement
 
-    for dist in md.distributions(path=path) if path is not None else md.distributions():
+    for dist in _dists(path):
         if _name(dist.metadata["Name"] or "") == OWN:
             return {_name(Requirement(line).name) for line in dist.requires or []}
     return set()
@@ -40,11 +57,9 @@ def conflicts(path: list[str] | None = None, names: Iterable[str] | None = None)
     """Each requirement of an installed distribution on one of `names` (default: `shared_names`) that the
     installed version of that package does not satisfy: {"package", "version", "requires", "installed"} (the
     distribution, its version, the requirement as written, the installed version) and "follow" (the installed
-    packages whose own requirement on that package excludes where it must move: they move with it). `path`: where to look (default
-    sys.path)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
-    dists = list(md.distributions(path=path) if path is not None else md.distributions())
+    packages whose own requirement on that package excludes where it must move: they move with it). `path`: where
+    to look (default sys.path)."""
+    dists = _dists(path)
     installed: dict[str, str] = {}
     for dist in dists:
         installed.setdefault(_name(dist.metadata["Name"] or ""), dist.version)
@@ -56,17 +71,10 @@ def conflicts(path: list[str] | None = None, names: Iterable[str] | None = None)
         if who == OWN or (who, dist.version) in seen:
             continue
         seen.add((who, dist.version))
-        for line in dist.requires or []:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
+        for req in _applying(dist):
             target = _name(req.name)
-            if target not in wanted or target not in installed:
-                continue
-            if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-                continue  # an extra's requirement, or another platform's
-            if not req.specifier.contains(installed[target], prereleases=True):
+            if target in wanted and target in installed and not req.specifier.contains(installed[target],
+                                                                                         prereleases=True):
                 out.append({"package": dist.metadata["Name"], "version": dist.version, "requires": str(req),
                             "installed": f"{req.name} {installed[target]}", "follow": _following(dists, target, req)})
     return out
@@ -93,30 +101,25 @@ def _bounds(spec) -> tuple[tuple | None, tuple | None]:
 
 def _apart(low: tuple | None, high: tuple | None) -> bool:
     """Whether no version is at or above `low` and at or below `high`."""
-    return low is not None and high is not None and (low[0] > high[0] or (low[0] == high[0] and not (low[1] and high[1])))
+    if low is None or high is None:
+        return False
+    return low[0] > high[0] or (low[0] == high[0] and not (low[1] and high[1]))
 
 
 def _following(dists: list, target: str, wanted) -> list[str]:
     """The installed packages whose own requirement on `target` no version `wanted` allows meets (s3fs asks for
     the fsspec of its own release): moving `target` back moves them too, and naming them lets pip pick their
     release that fits."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     w_low, w_high = _bounds(wanted.specifier)
     out = set()
     for dist in dists:
         if _name(dist.metadata["Name"] or "") == OWN:
             continue
-        for line in dist.requires or []:
-            try:
-                req = Requirement(line)
-            except InvalidRequirement:
-                continue
-            if _name(req.name) != target or (req.marker is not None and not req.marker.evaluate({"extra": ""})):
-                continue
-            low, high = _bounds(req.specifier)
-            if _apart(low, w_high) or _apart(w_low, high):
-                out.add(dist.metadata["Name"])
+        for req in _applying(dist):
+            if _name(req.name) == target:
+                low, high = _bounds(req.specifier)
+                if _apart(low, w_high) or _apart(w_low, high):
+                    out.add(dist.metadata["Name"])
     return sorted(out)
 
 
