@@ -30,13 +30,20 @@ LEROBOT_CRF = 30
 DEPTH_CODING = DepthCoding(unit="mm")  # lerobot's depth quantiser defaults, depth recorded in millimetres
 
 
+# What a careful encode (the sample writer's second try, where a frame lost its painted ids) changes beyond a lower
+# crf: SVT-AV1 without its temporal filter (it blends neighbouring frames' painted ids) and at crf 4, which the
+# release PyAV 15 bundles (lerobot 0.6.1's) needs at 96x128 to keep the ids of the picture after each keyframe.
+# lerobot's structure (g, B-frames) stays.
+CAREFUL = {"av1": {"crf": "4", "svtav1-params": "enable-tf=0"}}
+
+
 def encode_episode(path: Path, frames: Iterable[np.ndarray], codec: str, fps: int, gop: int, crf: int,
-                   pix_fmt: str, height: int, width: int) -> None:
-    """One episode's RGB frames as lerobot's `encode_video_frames` writes them."""
+                   pix_fmt: str, height: int, width: int, careful: bool = False) -> None:
+    """One episode's RGB frames as lerobot's `encode_video_frames` writes them (`careful`: with `CAREFUL`)."""
     import av
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
-    options = {"g": str(gop), "crf": str(crf)}
+    options = {"g": str(gop), "crf": str(crf), **(CAREFUL.get(codec, {}) if careful else {})}
     if codec == "hevc":
         options["x265-params"] = "log-level=error"  # quiet only: lerobot's encoder settings are unchanged
     with av.open(str(path), "w") as out:
@@ -126,9 +133,11 @@ def append_episode(file: Path, episode: Path) -> None:
 
 
 def write_file(path: Path, episodes: list[Iterable[np.ndarray]], codec: str, fps: int, gop: int, crf: int,
-               pix_fmt: str, height: int, width: int, depth: bool = False) -> list[tuple[float, float]]:
+               pix_fmt: str, height: int, width: int, depth: bool = False,
+               careful: bool = False) -> list[tuple[float, float]]:
     """Record `episodes` (each an iterable of RGB frames; of depth codes where `depth`, `encode_depth`) into one
-    packed file at `path`, as lerobot does; returns each episode's (from_timestamp, to_timestamp)."""
+    packed file at `path`, as lerobot does (`careful`: `encode_episode`'s); returns each episode's
+    (from_timestamp, to_timestamp)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     spans = []
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
@@ -137,7 +146,7 @@ def write_file(path: Path, episodes: list[Iterable[np.ndarray]], codec: str, fps
             if depth:
                 encode_depth(episode, frames, fps, gop)
             else:
-                encode_episode(episode, frames, codec, fps, gop, crf, pix_fmt, height, width)
+                encode_episode(episode, frames, codec, fps, gop, crf, pix_fmt, height, width, careful)
             length = duration_s(episode)
             if n == 0:
                 shutil.move(str(episode), str(path))

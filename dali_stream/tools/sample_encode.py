@@ -105,11 +105,11 @@ def _encode_checked(path: Path, ids: list[tuple[int, int]], camera: int, codec: 
                                "its 12-bit grey support is broken here")
         return False, spans
     for careful in (False, True):
-        if spec.recorder == "lerobot":  # careful: a lower crf, lerobot's structure (g, B-frames) unchanged
+        if spec.recorder == "lerobot":  # careful: a lower crf (and `CAREFUL`), lerobot's g and B-frames unchanged
             crf = 12 if careful else (lerobot_recorder.LEROBOT_CRF if spec.crf is None else spec.crf)
             spans = lerobot_recorder.write_file(
                 path, [spec.frames(run, camera) for run in episodes], codec, spec.fps,
-                spec.gop, crf, spec.pix_fmt_of(codec), spec.height, spec.width)
+                spec.gop, crf, spec.pix_fmt_of(codec), spec.height, spec.width, careful=careful)
         else:  # one continuous stream: episode k spans its frames' times
             if spec.recorder == "encoder-defaults":  # careful: a lower crf (and SVT-AV1's preset 6)
                 encoder = spec.cameras[camera].encoder or default_recorder.ENCODERS[codec]
