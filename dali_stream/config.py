@@ -158,12 +158,13 @@ class LoaderConfig:
                                                  "footer's size on disk); least recently used files are reopened "
                                                  "when needed (docs/memory.md)")
     frame_cache_bytes: int = _s(0, "bound of decoded frames kept in memory for later epochs (0: off): each "
-                                   "(video file, frame) decoded on the CPU (routes torchcodec, cpu-open, dali-cpu) is kept "
+                                   "(video file, frame) decoded on the CPU (routes torchcodec, cpu-open, dali-cpu; "
+                                   "images stored in the tables, table-images) is kept "
                                    "while there is room, as decoded (resized and cropped first where set and "
                                    "batches are on the CPU; before dtype, normalisation, augment), and read instead of "
                                    "decoded again: bit for bit the same batches (docs/memory.md#decoded-frames)")
     frame_cache_dir: Optional[str] = _s(None, "a local folder where decoded frames past frame_cache_bytes are kept, "
-                                              "one file each, read back memory-mapped; ranks of a node and later "
+                                              "one file each, read back into arrays of their own; ranks of a node and later "
                                               "runs share it (a changed video file is a new name: never stale); "
                                               "the spill leaves the drive 5% free (at least 1 GiB)")
     episode_frames_bytes: Optional[int] = _s(

@@ -10,7 +10,9 @@ import shutil
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import torch
 
 from dali_stream import ConfigError, DatasetError, DeviceError, Member, Mixture, StreamLoader
 from dali_stream.pairing import dali_present
@@ -191,3 +193,96 @@ def test_a_rows_image_decodes_from_png_or_jpeg_and_anything_else_is_named():
         decode_image(b"GIF89a....", "camera 'x', episode 3, frame 4")
     with pytest.raises(DecodeError, match=r"here: its png image does not decode"):
         decode_image(_png(1)[:30], "here")
+
+
+def _epochs(loader, n: int = 2) -> list:
+    """Each epoch's batches (every key) and the frames the builder decoded in it."""
+    out = []
+    for _ in range(n):
+        before = loader.stages.builder.decoded_frames
+        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - before))
+    return out
+
+
+def _same(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert (torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key]), key
+
+
+CACHE_SETUPS = [{}, {"memory_format": "channels_last", "image_dtype": "uint8"}, {"mean": 0.5, "std": 0.25}]
+if dali_present():
+    CACHE_SETUPS.append({"resize": (4, 6), "image_dtype": "uint8"})
+
+
+@pytest.mark.parametrize("settings", CACHE_SETUPS, ids=["chw", "channels-last", "mean-std", "resize"][:len(CACHE_SETUPS)])
+def test_the_decoded_frame_cache_keeps_them_and_later_epochs_decode_none(image_dataset, settings):
+    """Two epochs with the cache equal two without, every key and pixel (windows, padding); the second decodes no
+    image (the first fewer: windows overlap): the cache holds each once, as the batch takes it (resized, in the
+    batch's channels-first order where small)."""
+    args = dict(batch_size=4, device="cpu", drop_last=False, seed=2, delta_timestamps={KEY: [k / 30 for k in STEPS]},
+                **settings)
+    with StreamLoader(str(image_dataset), **args) as plain:
+        want = _epochs(plain)
+    with StreamLoader(str(image_dataset), frame_cache_bytes=1 << 30, **args) as cached:
+        got = _epochs(cached)
+        stats = cached.stats()["frames"]
+        kept_chw = cached.resolved.kept_chw
+        shaped = cached.resolved.shaped_on_workers
+    for (g, _), (w, _) in zip(got, want):
+        _same(g, w)
+    (_, first), (_, second) = got
+    assert 0 < first <= want[0][1] and second == 0 and stats["hits"] > 0, (first, second, stats)
+    assert kept_chw == ((KEY,) if settings.get("memory_format") != "channels_last" else ())
+    h, w = settings.get("resize", (8, 8))
+    assert stats["held"] == stats["frames"] * h * w * 3 and stats["frames"] == loader_frames(image_dataset)
+    assert shaped == ((KEY,) if "resize" in settings else ())
+
+
+def loader_frames(root) -> int:
+    return json.loads((root / "meta/info.json").read_text())["total_frames"]
+
+
+def test_kept_images_spill_to_the_folder_a_later_run_reads_and_a_rewritten_data_file_is_decoded_again(
+        image_dataset, tmp_path):
+    """Past the bound the images go to `frame_cache_dir`, named by their data file's identity: a later run reads
+    them (nothing decoded); after the data file is rewritten with other images, it decodes the new ones."""
+    root = tmp_path / "ds"
+    shutil.copytree(image_dataset, root)
+    args = dict(batch_size=4, device="cpu", drop_last=False, shuffle=False, image_dtype="uint8",
+                frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+
+    def shown(loader) -> tuple[list, int]:
+        before = loader.stages.builder.decoded_frames
+        out = [(int(b["index"][j]), int(b[KEY][j].max())) for b in loader for j in range(len(b["index"]))]
+        return out, loader.stages.builder.decoded_frames - before
+
+    with StreamLoader(str(root), **args) as first:
+        want, decoded = shown(first)
+        assert decoded > 0 and first.stats()["frames"]["spilled"] == decoded
+    assert all(grey == value(index) for index, grey in want)
+    with StreamLoader(str(root), **args) as later:
+        again, decoded = shown(later)
+        assert again == want and decoded == 0 and later.stats()["frames"]["disk_hits"] == decoded + len(want)
+    data = sorted(root.glob("data/*/*.parquet"))[0]
+    table = pq.read_table(data)
+    column = table.column(KEY).combine_chunks()
+    lighter = pa.array([{"bytes": _png((value(i) + 100) % 255), "path": p["path"]} for i, p in
+                        zip(table.column("index").to_pylist(), column.to_pylist())], column.type)
+    pq.write_table(table.set_column(table.schema.get_field_index(KEY), KEY, lighter), data, row_group_size=10_000)
+    with StreamLoader(str(root), **args) as changed:
+        got, decoded = shown(changed)
+    rewritten = set(pq.read_table(data, columns=["index"]).column("index").to_pylist())
+    assert decoded == len(rewritten) and rewritten
+    assert all(grey == ((value(i) + 100) % 255 if i in rewritten else value(i)) for i, grey in got)
+
+
+def test_inspect_counts_them_in_what_the_cache_would_hold(image_dataset):
+    from .console import dali_stream
+
+    proc = dali_stream("inspect", image_dataset, "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["decoded_bytes"] == 8 * 8 * 3 * loader_frames(image_dataset) > 0

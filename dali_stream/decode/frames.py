@@ -1,8 +1,9 @@
 """Decoded frames kept for later epochs: decode once, train many epochs (`frame_cache_bytes`, `frame_cache_dir`).
 
 A frame is named by its video file and the file time a sample asks for (the episode's `from_timestamp` plus the
-frame's `timestamp`, whose nearest frame every route decodes): `(file, time in microseconds)`, known from the
-plan and the episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
+frame's `timestamp`, whose nearest frame every route decodes): `(file, time in microseconds)` — an image stored in
+the frame tables by its data file and its row's (episode, frame) (`row_names`) — known from the plan and the
+episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
 its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
 no time), of how its frames are kept (`kept_as`: the route that decodes them, the sizes they are resized and
@@ -61,6 +62,12 @@ def micros(times_s: np.ndarray) -> np.ndarray:
 _SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
 
 
+def row_names(digest: str, episode: int, rows: np.ndarray) -> list[tuple[str, int]]:
+    """The names of an image stored in the frame tables: its data file's `digest` (`FrameCache.digest`) and the
+    row's (episode index, frame index) in one number (an episode's frames are below 2**32)."""
+    return [(digest, (episode << 32) | int(r)) for r in rows.tolist()]
+
+
 def read_frame(path: str) -> np.ndarray | None:
     """The uint8 frame ((H, W, 3) or (3, H, W)) `np.save` wrote to `path`, read into an array of its own; None where
     there is none or the file is not one (or is shorter than its header says). Its header is read here, not by
@@ -113,9 +120,15 @@ def frame_bytes(height: int, width: int, image_ops=None) -> int:
 
 def kept_bytes(catalog, keys, image_ops=None) -> int:
     """What every selected frame of the cameras `keys` of `catalog` (`meta.catalog.Catalog`) takes as the cache keeps
-    it (`frame_bytes`), over every member that has them."""
-    return sum(frame_bytes(m.camera(k).height, m.camera(k).width, image_ops) * m.frames
-               for m in catalog.members for k in keys if m.own.get(k) in m.meta.cameras)
+    it (`frame_bytes`), over every member that has them (video, or images stored in the tables)."""
+    total = 0
+    for m in catalog.members:
+        for k in keys:
+            own = m.own.get(k)
+            if own is not None:  # a video camera's size, or an image stored in the tables (the feature's shape)
+                h, w = (m.camera(k).height, m.camera(k).width) if own in m.meta.cameras else catalog.fields[k].shape[:2]
+                total += frame_bytes(h, w, image_ops) * m.frames
+    return total
 
 
 def room_warning(bound: int, decoded: int, ranks: int, available: int | None) -> str | None:
@@ -215,14 +228,15 @@ class FrameCache:
         while there is room (as they are where all of them fit: nothing copied; copies of those that fit otherwise, so
         the rest is not held), the others in the folder."""
         with self._lock:
-            room = [n for n, k in enumerate(keys) if k not in self._frames]
+            first = {k: n for n, k in reversed(list(enumerate(keys)))}  # a name given twice (a window's padding): once
+            room = sorted(n for k, n in first.items() if k not in self._frames)
             admitted = []
             for n in room:
                 if self.bytes + frames[n].nbytes > self.memory_bytes:
                     break
                 admitted.append(n)
                 self.bytes += frames[n].nbytes
-            whole = len(admitted) == len(keys)
+            whole = len(admitted) == len(first)
             for n in admitted:
                 self._frames[keys[n]] = frames[n] if whole else np.array(frames[n], copy=True)
         for n in room[len(admitted):]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.frames import FrameCache, micros
+from ..decode.frames import FrameCache, micros, row_names
 from ..decode.route import route
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
@@ -43,13 +43,13 @@ class Locator:
                 segs.append(None)
                 idx.append(np.zeros(steps, dtype=np.int64))
                 continue
-            if stored:
-                sel = (plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]).tolist()
-                segs.append(StoredImages([r[own][i] for i in sel], member.meta.episode_index(local), sel))
-                idx.append(np.arange(steps))
-                continue
             if held is not None and held[j] is not None:
                 segs.append(held[j])
+                idx.append(np.arange(steps))
+                continue
+            if stored:
+                sel = self.rows_of(plan, j, key).tolist()
+                segs.append(StoredImages([r[own][i] for i in sel], member.meta.episode_index(local), sel))
                 idx.append(np.arange(steps))
                 continue
             query = self.query_s(plan, j, key, r)
@@ -59,11 +59,15 @@ class Locator:
             idx.append(seg.frame_indices(query, tolerance, f"frame {int(plan.frames[j])}"))
         return segs, idx
 
+    @staticmethod
+    def rows_of(plan: BatchPlan, j: int, key: str) -> np.ndarray:
+        """The episode's rows (frame indices) sample `j` of `plan` shows of camera `key`."""
+        return plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
+
     def query_s(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray:
         """The file times sample `j` of `plan` shows of camera `key` (`rows`: its episode's table rows)."""
-        sel = plan.windows[key].rows[j] if key in plan.windows else plan.frames[j:j + 1]
         member, local = self.catalog.locate(int(plan.episodes[j]))
-        return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][sel]
+        return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][self.rows_of(plan, j, key)]
 
     def names(self, plan: BatchPlan, j: int, key: str, rows: dict) -> list[tuple[str, int]] | None:
         """The decoded-frame cache's names of the frames of camera `key` sample `j` shows: its video file and the
@@ -76,9 +80,12 @@ class Locator:
         return self._names(plan, list(enumerate(rows)), key)
 
     def _names(self, plan: BatchPlan, samples: list[tuple[int, dict]], key: str) -> list:
-        """`names` of (sample, rows) `samples`: their file times gathered first, turned into names in one go."""
+        """`names` of (sample, rows) `samples`: their file times gathered first, turned into names in one go (a
+        camera stored in the tables: `_row_names`)."""
         assert self.frames is not None
         label, own = self.frames.labels[key], self.fields[key].own
+        if route(self.routes[key]).in_tables:
+            return [self._row_names(plan, j, key, label) for j, _ in samples]
         digests: list[str | None] = []
         times = []
         for j, rows in samples:
@@ -92,6 +99,16 @@ class Locator:
             return digests
         per_sample = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
         return [None if d is None else [(d, t) for t in next(per_sample)] for d in digests]
+
+    def _row_names(self, plan: BatchPlan, j: int, key: str, label: str) -> list[tuple[str, int]] | None:
+        """The cache's names of the images sample `j` shows of camera `key` stored in the tables: its episode's data
+        file and the rows' (episode, frame) (`decode.frames.row_names`); None: its member lacks the camera."""
+        assert self.frames is not None
+        member, local = self.catalog.locate(int(plan.episodes[j]))
+        if self.fields[key].own[member.index] is None:
+            return None
+        return row_names(self.frames.digest(member.meta.data_file(local), label), member.meta.episode_index(local),
+                         self.rows_of(plan, j, key))
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""

@@ -2,7 +2,9 @@
 sample's rows' encoded images (`graph.locate` hands them over in place of a segment) decoded on the workers
 (`decode.images`), brought to the batch's size by DALI's CPU resize and crop where `resize`/`crop` ask
 (`graph.resizer`), and laid out as the host frames are (`graph.host`): dtype, mean/std, `channels_last`. Such a camera
-never enters the DALI graph; `augment=` (a graph hook) is refused for it (`loader.assemble`)."""
+never enters the DALI graph; `augment=` (a graph hook) is refused for it (`loader.assemble`). The decoded-frame cache
+keeps its pictures as a video camera's (`decode.frames`, named by data file and row: `decode.frames.row_names`),
+resized and cropped, (3, H, W) where `Resolved.kept_chw` says: a sample whose images it all holds decodes none."""
 
 from __future__ import annotations
 
@@ -11,10 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.frames import FrameCache
 from ..decode.images import decode_image
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out
 from .imageops import ImageOps
+from .segment_frames import Held
 from .sources import CameraBatch, CameraFrames, Output
 
 
@@ -29,38 +33,58 @@ class StoredImages:
 
 
 class TableImages:
-    """A FrameSource (`graph.sources`): per sample its steps' encoded images (`batch.segs[j]`, a `StoredImages`;
-    None where a mixture's member lacks the camera: zeros), laid out into a buffer of `buffers`. `size`: the
-    camera's (H, W) as stored; `resizer`: `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None."""
+    """A FrameSource (`graph.sources`): per sample its steps' encoded images (`batch.segs[j]`, a `StoredImages`; a
+    `Held` where the decoded-frame cache holds them all; None where a mixture's member lacks the camera: zeros),
+    laid out into a buffer of `buffers`. `size`: the camera's (H, W) as stored; `resizer`:
+    `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None; `frames`: the decoded-frame cache, or None;
+    `chw`: it keeps the pictures (3, H, W)."""
 
     engine: str | None = None
     in_graph = False
     outputs: tuple[Output, ...] = ()
 
     def __init__(self, key: str, route: str, buffers: BufferPool, image_ops: ImageOps, size: tuple[int, int],
-                 resizer: Any = None) -> None:
+                 resizer: Any = None, frames: FrameCache | None = None, chw: bool = False) -> None:
         self.key, self.route, self.buffers, self.image_ops = key, route, buffers, image_ops
-        self.size, self.resizer = size, resizer
+        self.size, self.resizer, self.frames, self.chw = size, resizer, frames, chw
+
+    def _decoded(self, batch: CameraBatch) -> tuple[list[list[np.ndarray] | None], int]:
+        """Per sample its pictures as the cache keeps them (resized, cropped, (3, H, W) where `chw`), the held ones
+        as they are and the others decoded (and kept); None where its member lacks the camera."""
+        pictures: list[list[np.ndarray] | None] = []
+        decoded: list[np.ndarray] = []
+        for stored in batch.segs:
+            if stored is None or isinstance(stored, Held):
+                pictures.append(None if stored is None else stored.pictures)
+                continue
+            images = [decode_image(blob, f"camera {self.key!r}, episode {stored.episode}, frame {frame}")
+                      for blob, frame in zip(stored.blobs, stored.frames)]
+            pictures.append(images)
+            decoded += images
+        if not decoded:
+            return pictures, 0
+        shaped = iter(self.resizer(decoded) if self.resizer is not None else decoded)
+        for j, stored in enumerate(batch.segs):
+            if isinstance(stored, StoredImages):
+                kept = [next(shaped) for _ in stored.blobs]
+                sample = [np.ascontiguousarray(p.transpose(2, 0, 1)) for p in kept] if self.chw else kept
+                pictures[j] = sample
+                if self.frames is not None and batch.names is not None and batch.names[j] is not None:
+                    self.frames.put(batch.names[j][0], sample)
+        return pictures, len(decoded)
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         steps = len(batch.idx[0])
-        pictures: list[np.ndarray | None] = []
-        for stored in batch.segs:
-            pictures += [None] * steps if stored is None else [
-                decode_image(blob, f"camera {self.key!r}, episode {stored.episode}, frame {frame}")
-                for blob, frame in zip(stored.blobs, stored.frames)]
-        decoded = [p for p in pictures if p is not None]
-        if self.resizer is not None and decoded:
-            resized = iter(self.resizer(decoded))
-            pictures = [None if p is None else next(resized) for p in pictures]
+        pictures, decoded = self._decoded(batch)
         h, w = self.resizer.out if self.resizer is not None else self.size
-        blank = np.zeros((h, w, 3), np.uint8)  # a member without the camera: zeros
+        blank = np.zeros((3, h, w) if self.chw else (h, w, 3), np.uint8)  # a member without the camera: zeros
         out = self.buffers.take(host_shape(self.image_ops, len(batch.segs), steps, h, w), host_dtype(self.image_ops))
-        lay_out(out, [blank if p is None else p for p in pictures], self.image_ops)
-        for j, stored in enumerate(batch.segs):
-            if stored is None:  # zeros, after mean/std too (as a graph camera's missing samples)
+        lay_out(out, [p for sample in pictures for p in (sample if sample is not None else [blank] * steps)],
+                self.image_ops, self.chw)
+        for j, sample in enumerate(pictures):
+            if sample is None:  # zeros, after mean/std too (as a graph camera's missing samples)
                 out[j] = 0
-        return CameraFrames(host=out, decoded=len(decoded))
+        return CameraFrames(host=out, decoded=decoded)
 
     def close(self) -> None:
         self.buffers.clear()

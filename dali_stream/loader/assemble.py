@@ -193,8 +193,7 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], 
     why = room_warning(cfg.frame_cache_bytes, decoded, world.local_world_size, available_bytes())
     if why:
         warnings.warn(why, stacklevel=4)
-    uncached = {k: r for k, r in routes.items() if not route(r).cached and not route(r).depth
-                and not route(r).in_tables}
+    uncached = {k: r for k, r in routes.items() if not route(r).cached and not route(r).depth}
     if uncached:
         named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
         served = ", ".join(n for n, r in ROUTES.items() if r.cached)
@@ -230,8 +229,8 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
             sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last)
         elif route(name).in_tables:
             h, w = catalog.fields[key].shape[:2]
-            shaped = Resizer(image_ops.resize, image_ops.crop) if image_ops.resize or image_ops.crop else None
-            sources[key] = TableImages(key, name, buffers, image_ops, (h, w), shaped)
+            sources[key] = TableImages(key, name, buffers, image_ops, (h, w), resizers.get(key), workers.frames,
+                                       key in resolved.kept_chw)
         elif key in resolved.host_cameras:
             h, w = catalog.fields[key].shape[:2]
             sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali, key in resolved.kept_chw)

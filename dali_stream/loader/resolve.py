@@ -313,13 +313,19 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # The decoded-frame cache keeps a resized or cropped camera's frames at the batch's size (smaller: more of them
     # fit, and later epochs neither resize nor crop again): the workers resize and crop them with DALI's own
     # operators on the CPU (`graph.resizer`), the pixels the graph gives on the CPU. Batches on a GPU resize there
-    # (kept as decoded); an augment hook runs before the resize (kept as decoded).
-    shaped_on_workers: tuple[str, ...] = ()
-    if (cfg.resize is not None or cfg.crop is not None) and frame_cache:
+    # (kept as decoded); an augment hook runs before the resize (kept as decoded). Images stored in the tables never
+    # enter the graph: the workers shape them whatever the batch.
+    shaping = cfg.resize is not None or cfg.crop is not None
+    shaped_on_workers = tuple(k for k, r in routes.items() if route(r).in_tables) if shaping else ()
+    if shaped_on_workers:
+        why["shaped_on_workers"] = "images stored in the tables, resized and cropped by the workers (never in the graph)"
+    if shaping and frame_cache:
         if facts.cuda_batches:
-            why["shaped_on_workers"] = "batches on a GPU resize and crop there: the cache keeps frames as decoded"
+            why["shaped_on_workers"] = "batches on a GPU resize and crop there: the cache keeps frames as decoded " \
+                                       "(images stored in the tables: resized and cropped by the workers)"
         elif cfg.augment is not None:
-            why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded"
+            why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded " \
+                                       "(images stored in the tables: resized and cropped by the workers)"
         else:
             shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached)
             why["shaped_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized and cropped: the " \

@@ -11,12 +11,14 @@ VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video
 
 
 def decoded_bytes(meta, image_ops=None) -> int:
-    """What every frame of every camera takes decoded, as the cache keeps it (`decode.frames.frame_bytes`: at the
-    size `image_ops` gives where the workers resize and crop them first, `Resolved.shaped_on_workers`, else (None) as
-    decoded)."""
+    """What every frame of every camera the cache keeps takes decoded (video cameras but depth ones, and images
+    stored in the tables), as the cache keeps it (`decode.frames.frame_bytes`: at the size `image_ops` gives where the
+    workers resize and crop them first, `Resolved.shaped_on_workers`, else (None) as decoded)."""
     from ..decode.frames import frame_bytes
 
-    return sum(frame_bytes(c.height, c.width, image_ops) for c in meta.cameras.values()) * meta.total_frames
+    sizes = [(c.height, c.width) for c in meta.cameras.values() if c.depth is None]
+    sizes += [tuple(meta.features[k]["shape"][:2]) for k in meta.image_keys if k not in meta.depth_keys]
+    return sum(frame_bytes(h, w, image_ops) for h, w in sizes) * meta.total_frames
 
 
 def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
