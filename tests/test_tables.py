@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import warnings
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -96,13 +97,22 @@ def test_the_folder_defaults_to_the_disk_tier_then_the_users_cache(small_dataset
 
 def test_a_data_file_changed_under_a_warm_folder_is_decoded_again(small_dataset, collapsed, tmp_path):
     """A folder never serves stale rows: a data file rewritten with other values (same rows, same layout) under a warm
-    folder gives the new values."""
+    folder gives the new values; the files of the old ones are deleted as the new ones are written, with a killed
+    writer's temporary file an hour old (one just begun stays)."""
+    import os
+    import time
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
     root, files = collapsed
     folder = str(tmp_path / "tables")
     [b for b in StreamLoader(str(root), **ARGS, table_cache_dir=folder)]
+    old = sorted(Path(folder).rglob("*.arrow"))
+    assert len(old) == len(files)
+    killed, writing = old[0].with_suffix(".arrow.1.2.tmp"), old[0].with_suffix(".arrow.3.4.tmp")
+    killed.write_bytes(b"part"), writing.write_bytes(b"part")
+    os.utime(killed, (time.time() - 7200, time.time() - 7200))
     for path in sorted((root / "data").glob("*/*.parquet")):
         table = pq.read_table(path)
         state = table.column("observation.state")
@@ -115,9 +125,13 @@ def test_a_data_file_changed_under_a_warm_folder_is_decoded_again(small_dataset,
     want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
     loader = StreamLoader(str(root), **ARGS, table_cache_dir=folder)
     got = [b for b in loader]
-    assert loader.stages.store.tables.groups.decoded == len(files)
+    groups = loader.stages.store.tables.groups
+    assert groups.decoded == len(files)
     for a, b in zip(got, want):
         assert torch.equal(a["observation.state"], b["observation.state"] + 1000)
+    new = sorted(Path(folder).rglob("*.arrow"))
+    assert len(new) == len(files) and not set(new) & set(old) and not killed.exists() and writing.exists()
+    assert groups.swept == 2 * len(files) + 1  # each old group's file and its lock file, and the killed writer's
 
 
 def test_a_damaged_file_in_the_folder_is_made_again(small_dataset, collapsed, tmp_path):

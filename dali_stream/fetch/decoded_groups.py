@@ -7,9 +7,13 @@ group (an 83 MB file: 0.6-1.5 s on this project's 2-core machine) and, from a re
 group is decoded once and written to `folder` as an Arrow IPC file; later reads map it and slice the episode's rows
 out (no decode, no fetch), in this process, in every rank of the node and in later runs.
 
-- **Names**: a group's file is named by a hash of its data file's path and identity (size and modification time
-  locally, size and version tag remotely: `source.local_disk.file_stamp`), the group and the columns: a data file
-  replaced under the folder is a new name, never stale.
+- **Names**: a group's file lives in a folder named by a hash of its data file's path, and is named by a hash of
+  that file's identity (size and modification time locally, size and version tag remotely:
+  `source.local_disk.file_stamp`), then of the group and the columns: a data file replaced under the folder is a new
+  name, never stale.
+- **Files of replaced data files go**: the first time a process writes a group of a data file, it deletes the files
+  its folder holds for other identities of that data file (a process still reading one keeps its mapping), and
+  temporary files older than `STALE_TMP_S` (a writer killed mid-write).
 - **One decode a node**: a process decoding a group holds an exclusive `flock` on its `.lock` file; another process
   (or thread) wanting the group waits on it, then maps what the first wrote.
 - **Never a partial file**: written under a temporary name and renamed; a file that does not open as the group (an
@@ -24,13 +28,15 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 import warnings
 from typing import Callable
 
 from ..source.local_disk import write_kept
 from .once import OncePerKey
 
-LAYOUT = "tables-v1"  # folder of this layout under the cache's root: a changed layout starts afresh beside it
+LAYOUT = "tables-v2"  # folder of this layout under the cache's root: a changed layout starts afresh beside it
+STALE_TMP_S = 3600.0  # a temporary file this old is a killed writer's
 MAPPED = 64  # groups kept mapped per reader (their pages are the system's page cache, shared by the node)
 
 
@@ -40,6 +46,10 @@ class _NotWritten(Exception):
     def __init__(self, table) -> None:
         super().__init__("not written")
         self.table = table
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:40]
 
 
 def _drop(path: str) -> None:
@@ -64,9 +74,13 @@ class DecodedGroups:
         self.disk_hits = 0
         self.damaged = 0
         self.written_bytes = 0
+        self.swept = 0  # files of replaced data files (and killed writers' temporary files) deleted
+        self._swept: set[str] = set()
 
-    def get(self, name: tuple, rows: int, columns: list[str], make: Callable[[], object]):
-        key = hashlib.sha256(repr(name).encode()).hexdigest()[:40]
+    def get(self, path: str, stamp: tuple, part: tuple, rows: int, columns: list[str], make: Callable[[], object]):
+        """Row group `part` (the group and the columns) of data file `path` whose identity is `stamp`."""
+        where, what = _digest(path), _digest((stamp,))[:16] + "-" + _digest(part)[:24]
+        key = f"{where}/{what}"
         if self.folder is None or self.memory.holds(key):
             return self.memory.get(key, lambda: self._decode(make))
         try:
@@ -82,7 +96,35 @@ class DecodedGroups:
         return table
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.folder or "", key[:2], f"{key}.arrow")
+        where, what = key.split("/")
+        return os.path.join(self.folder or "", where[:2], where, f"{what}.arrow")
+
+    def _sweep(self, path: str) -> None:
+        """Delete, from the folder of `path`'s data file, the files of its other identities and the temporary files
+        of killed writers; once a data file a process."""
+        folder, name = os.path.split(path)
+        with self._lock:
+            if folder in self._swept:
+                return
+            self._swept.add(folder)
+        current = name.split("-")[0] + "-"
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            return
+        now = time.time()
+        for entry in entries:
+            try:
+                if entry.name.endswith(".tmp"):
+                    stale = now - entry.stat().st_mtime > STALE_TMP_S
+                else:
+                    stale = not entry.name.startswith(current)
+            except OSError:
+                continue
+            if stale:
+                _drop(entry.path)
+                with self._lock:
+                    self.swept += 1
 
     def _mapped(self, path: str, rows: int, columns: list[str]):
         """The group in `path`, mapped; None where there is none, or one that is not the group (deleted)."""
@@ -133,6 +175,7 @@ class DecodedGroups:
             if table is not None:
                 return table
             decoded = self._decode(make)
+            self._sweep(path)
             if not self._write(path, decoded):
                 raise _NotWritten(decoded)
             return self._mapped(path, rows, columns) or decoded
@@ -168,5 +211,5 @@ class DecodedGroups:
 
     def stats(self) -> dict:
         return {"folder": self.folder, "writing": self.writing, "decoded": self.decoded, "disk_hits": self.disk_hits,
-                "damaged": self.damaged, "written_bytes": self.written_bytes, "mapped": len(self.mapped),
-                "in_memory": len(self.memory)}
+                "damaged": self.damaged, "written_bytes": self.written_bytes, "swept": self.swept,
+                "mapped": len(self.mapped), "in_memory": len(self.memory)}

@@ -245,7 +245,7 @@ class TableReader:
 
     def _decoded_group(self, path: str, pf, group: int, read_lock, episode: int):
         """Row group `group` of `path`, one holding many episodes: decoded once (`DecodedGroups`)."""
-        return self.groups.get((path, self._stamp(path), group, tuple(self.keys)),
+        return self.groups.get(path, self._stamp(path), (group, tuple(self.keys)),
                                pf.metadata.row_group(group).num_rows, self.keys,
                                functools.partial(self._read, path, pf, [group], read_lock, episode))
 
