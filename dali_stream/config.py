@@ -158,8 +158,8 @@ class LoaderConfig:
                                                  "footer's size on disk); least recently used files are reopened "
                                                  "when needed (docs/memory.md)")
     frame_cache_bytes: int = _s(0, "bound of decoded frames kept in memory for later epochs (0: off): each "
-                                   "(video file, frame) decoded on the CPU (routes torchcodec, cpu-open, dali-cpu; "
-                                   "images stored in the tables, table-images) is kept "
+                                   "(video file, frame) decoded on the CPU (routes torchcodec, cpu-open, dali-cpu, "
+                                   "depth; images stored in the tables, table-images) is kept "
                                    "while there is room, as decoded (resized and cropped first where set and "
                                    "batches are on the CPU; before dtype, normalisation, augment), and read instead of "
                                    "decoded again: bit for bit the same batches (docs/memory.md#decoded-frames)")

@@ -11,7 +11,7 @@ cropped to, their order) and of this module's `FORMAT`, so a video file rewritte
 another route, are other names: a stale frame is never served.
 
 Frames are the route's decoded pixels (a CPU route's: `Route.cached`; DALI's CPU decoder then runs on the workers,
-`Resolved.dali_on_workers`), (H, W, 3) uint8 — or (3, H, W) for a small camera laid out channels-first on host frames
+`Resolved.dali_on_workers`; a depth camera's codes, (H, W) uint16), (H, W, 3) uint8 — or (3, H, W) for a small camera laid out channels-first on host frames
 (`Resolved.kept_chw`: the batch's own order, so later epochs copy instead of transposing) — before anything the graph or
 the caller does with them (dtype, normalisation, `augment`, `image_transforms`) — resized and cropped first where
 `resize` or `crop` is set and the workers do it (`Resolved.shaped_on_workers`: DALI's own operators on the CPU, the
@@ -59,7 +59,8 @@ def micros(times_s: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(times_s, np.float64) * 1e6).astype(np.int64)
 
 
-_SHAPE = re.compile(rb"'shape': \((\d+), (\d+), (\d+)\)")
+_SHAPE = re.compile(rb"'shape': \((\d+), (\d+)(?:, (\d+))?\)")
+_DTYPES = {b"'|u1'": np.uint8, b"'<u2'": np.uint16}  # RGB pictures; a depth camera's 12-bit codes
 
 
 def row_names(digest: str, episode: int, rows: np.ndarray) -> list[tuple[str, int]]:
@@ -69,7 +70,8 @@ def row_names(digest: str, episode: int, rows: np.ndarray) -> list[tuple[str, in
 
 
 def read_frame(path: str) -> np.ndarray | None:
-    """The uint8 frame ((H, W, 3) or (3, H, W)) `np.save` wrote to `path`, read into an array of its own; None where
+    """The uint8 frame ((H, W, 3) or (3, H, W); a depth camera's (H, W) uint16 codes) `np.save` wrote to `path`,
+    read into an array of its own; None where
     there is none or the file is not one (or is shorter than its header says). Its header is read here, not by
     `np.load`, which parses it with `ast.literal_eval`: CPython 3.11's parser keeps its recursion depth in shared state,
     and two builder threads loading at once raised `SystemError: AST constructor recursion depth mismatch`."""
@@ -81,9 +83,10 @@ def read_frame(path: str) -> np.ndarray | None:
             size = int.from_bytes(head[8:10], "little")
             header = f.read(size)
             shape = _SHAPE.search(header)
-            if shape is None or b"'|u1'" not in header or b"'fortran_order': False" not in header:
+            dtype = next((t for descr, t in _DTYPES.items() if descr in header), None)
+            if shape is None or dtype is None or b"'fortran_order': False" not in header:
                 return None
-            frame = np.empty(tuple(int(n) for n in shape.groups()), np.uint8)
+            frame = np.empty(tuple(int(n) for n in shape.groups() if n is not None), dtype)
             if f.readinto(frame.data.cast("B")) != frame.nbytes:
                 return None  # torn: shorter than its header says
             return frame
@@ -120,14 +123,21 @@ def frame_bytes(height: int, width: int, image_ops=None) -> int:
 
 def kept_bytes(catalog, keys, image_ops=None) -> int:
     """What every selected frame of the cameras `keys` of `catalog` (`meta.catalog.Catalog`) takes as the cache keeps
-    it (`frame_bytes`), over every member that has them (video, or images stored in the tables)."""
+    it (`frame_bytes`; a depth camera's codes: 2 bytes a pixel), over every member that has them (video, or images
+    stored in the tables)."""
     total = 0
     for m in catalog.members:
         for k in keys:
             own = m.own.get(k)
-            if own is not None:  # a video camera's size, or an image stored in the tables (the feature's shape)
-                h, w = (m.camera(k).height, m.camera(k).width) if own in m.meta.cameras else catalog.fields[k].shape[:2]
+            if own is None:
+                continue
+            if own not in m.meta.cameras:  # an image stored in the tables: the feature's shape
+                h, w = catalog.fields[k].shape[:2]
                 total += frame_bytes(h, w, image_ops) * m.frames
+            elif m.camera(k).depth is not None:  # 12-bit codes in uint16, at the recorded size
+                total += 2 * m.camera(k).height * m.camera(k).width * m.frames
+            else:
+                total += frame_bytes(m.camera(k).height, m.camera(k).width, image_ops) * m.frames
     return total
 
 

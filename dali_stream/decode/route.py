@@ -83,10 +83,15 @@ class Route:
     def cached(self) -> bool:
         """The decoded-frame cache (`decode.frames`) keeps its pictures: they come to the workers as host arrays
         (torchcodec, the open engine's FFmpeg decoders, DALI's CPU decoder, which then runs on the workers instead
-        of the graph: `graph.dali_frames`, and images stored in the tables: a 256x256 PNG costs ~1.3 ms to decode on
-        one core). NVDEC's pictures are CUDA memory; depth cameras' codes are not RGB pictures, and are decoded
-        every epoch."""
-        return self.device == "cpu" and not self.depth
+        of the graph: `graph.dali_frames`; images stored in the tables: a 256x256 PNG costs ~1.3 ms to decode on one
+        core; a depth camera's 12-bit codes, (H, W) uint16). NVDEC's pictures are CUDA memory."""
+        return self.device == "cpu"
+
+    @property
+    def rgb(self) -> bool:
+        """Its pictures are RGB: `resize`, `crop` and a channels-first layout apply (a depth camera's codes keep
+        their recorded size, one channel)."""
+        return not self.depth
 
 
 NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",

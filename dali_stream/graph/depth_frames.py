@@ -4,7 +4,9 @@ lerobot's dataset returns it, whatever the batch's device or image ops (the DALI
 
 The buffer is one of the host cameras' reused ones (`graph.buffers`), (B, T, H, W, 1) with `channels_last` as the
 RGB host frames are (the caller gets the same (B, T, 1, H, W) view, `graph.host.to_output`). A mixture's member
-lacking the camera gives zeros; each sample's codes are read with its own member's coding.
+lacking the camera gives zeros; each sample's codes are read with its own member's coding. The decoded-frame cache
+keeps the codes ((H, W) uint16, `decode.frames`, named as a video camera's frames): a sample whose frames it all
+holds decodes none.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from ..config import DepthOutputUnit
 from ..decode.depth import depth_codes_each
+from ..decode.frames import FrameCache
 from ..meta.depth import DepthCoding
 from .buffers import BufferPool
 from .segment_frames import decode_segments
@@ -23,15 +26,17 @@ from .sources import CameraBatch, CameraFrames, Output
 
 class DepthFrames:
     """A FrameSource (`graph.sources`) for a depth camera: host frames of one channel of depth. `codings`: per
-    mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W)."""
+    mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W); `frames`: the
+    decoded-frame cache, or None."""
 
     engine: str | None = None
     in_graph = False
     outputs: tuple[Output, ...] = ()
 
     def __init__(self, key: str, route: str, buffers: BufferPool, codings: Sequence[DepthCoding | None],
-                 size: tuple[int, int], unit: DepthOutputUnit, channels_last: bool = False) -> None:
-        self.key, self.route, self.buffers = key, route, buffers
+                 size: tuple[int, int], unit: DepthOutputUnit, channels_last: bool = False,
+                 frames: FrameCache | None = None) -> None:
+        self.key, self.route, self.buffers, self.frames = key, route, buffers, frames
         self.codings, self.size, self.unit, self.channels_last = list(codings), size, unit, channels_last
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
@@ -42,8 +47,10 @@ class DepthFrames:
                                 np.float32)
         planes = out[..., 0] if self.channels_last else out[:, :, 0]  # (B, T, H, W) views
         decoded = 0
-        for members, wanted, codes, n in decode_segments(segs, idx, None, decode=depth_codes_each):
+        for members, wanted, codes, n in decode_segments(segs, idx, None, self.frames, batch.names,
+                                                         decode=depth_codes_each):
             decoded += n
+            codes = np.asarray(codes)  # a list where some came from the cache
             for j in members:
                 coding = self.codings[int(batch.member_index[j])]
                 assert coding is not None  # a member lacking the camera has no segment

@@ -193,7 +193,7 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], 
     why = room_warning(cfg.frame_cache_bytes, decoded, world.local_world_size, available_bytes())
     if why:
         warnings.warn(why, stacklevel=4)
-    uncached = {k: r for k, r in routes.items() if not route(r).cached and not route(r).depth}
+    uncached = {k: r for k, r in routes.items() if not route(r).cached}
     if uncached:
         named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
         served = ", ".join(n for n, r in ROUTES.items() if r.cached)
@@ -226,7 +226,8 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
         if route(name).depth:
             codings = [m.camera(key).depth if key in m.own else None for m in catalog.members]
             h, w = catalog.fields[key].shape[:2]
-            sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last)
+            sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last,
+                                       workers.frames)
         elif route(name).in_tables:
             h, w = catalog.fields[key].shape[:2]
             sources[key] = TableImages(key, name, buffers, image_ops, (h, w), resizers.get(key), workers.frames,

@@ -240,7 +240,8 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # then one copy of the batch's frames instead of a strided byte transpose of each, paid once as they are kept
     # (2-core VM, every frame from the cache, 3 alternated rounds: 1.28x samples/s at 96x128, 1.74x at 256x256). At
     # 640x480 it was no faster (0.91x epoch 2, uint8) and epoch 1 paid the copy's new pages (0.92x): not there.
-    small = [k for k in host_cameras if route(routes[k]).cached and 0 < facts.frame_bytes.get(k, 0) <= KEPT_CHW_BYTES]
+    small = [k for k in host_cameras if route(routes[k]).cached and route(routes[k]).rgb
+             and 0 < facts.frame_bytes.get(k, 0) <= KEPT_CHW_BYTES]
     kept_chw = tuple(small) if frame_cache and cfg.memory_format != "channels_last" else ()
     why["kept_chw"] = (f"host cameras laid out channels-first, frames of at most {KEPT_CHW_BYTES >> 10} KiB: later "
                        "epochs copy frames in the batch's order" if kept_chw
@@ -327,7 +328,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
             why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded " \
                                        "(images stored in the tables: resized and cropped by the workers)"
         else:
-            shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached)
+            shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached and route(r).rgb)
             why["shaped_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized and cropped: the " \
                                        "workers do it (DALI's operators on the CPU, as the graph's)"
     # lerobot's image_transforms: in processes of their own for batches on the CPU, else in the iterating thread
