@@ -88,7 +88,7 @@ gpu-first:
 
 # lerobot's ACT and Diffusion trained by `dali-stream train` on this machine's CPU, in an environment where lerobot
 # 0.6.1 imports: LEROBOT_VENV when it holds one (any Python lerobot runs on), else a venv built here with
-# `pip install 'lerobot[dataset,training]==0.6.1'` (Python >= 3.12: LEROBOT_PYTHON=python3.12). The loader goes in as
+# `pip install 'lerobot[dataset,training,diffusion]==0.6.1'` (Python >= 3.12: LEROBOT_PYTHON=python3.12). The loader goes in as
 # docs/install.md says, with the environment's versions held, and `pip check` must pass. Results in
 # benchmarks/results/cpu-2core-lerobot-train/. For developers: lerobot is no dependency, CI does not run it.
 LEROBOT_VENV ?= .venv-lerobot
@@ -97,7 +97,7 @@ test-lerobot: sysdeps
 	@if ! $(LEROBOT_VENV)/bin/python -c 'import lerobot' 2>/dev/null; then \
 		$(LEROBOT_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 12))' || { \
 			echo "lerobot 0.6.1 needs Python >= 3.12: set LEROBOT_PYTHON=python3.12, or LEROBOT_VENV to an environment where lerobot imports"; exit 2; }; \
-		$(LEROBOT_PYTHON) -m venv $(LEROBOT_VENV) && $(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,training]==0.6.1'; \
+		$(LEROBOT_PYTHON) -m venv $(LEROBOT_VENV) && $(LEROBOT_VENV)/bin/pip install -q 'lerobot[dataset,training,diffusion]==0.6.1'; \
 	fi
 	$(LEROBOT_VENV)/bin/pip list --format=freeze | grep -v '^dali-stream==' > $(LEROBOT_VENV)/held.txt
 	$(LEROBOT_VENV)/bin/pip install -q -c $(LEROBOT_VENV)/held.txt -e '.[dali]'
