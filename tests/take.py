@@ -1,5 +1,5 @@
-"""The first batches of a loader's next epoch, and batches compared key by key, for tests that compare loaders batch by
-batch."""
+"""The first batches of a loader's next epoch, whole epochs with the frames decoded in each, and batches compared key
+by key, for tests that compare loaders batch by batch."""
 
 from __future__ import annotations
 
@@ -10,6 +10,15 @@ def take(loader, n: int) -> list[dict]:
         out.append(batch)
         if len(out) == n:
             break
+    return out
+
+
+def epochs(loader, n: int = 2) -> list[tuple[list[dict], int]]:
+    """`n` epochs of `loader`: each one's batches and the frames its batch builder decoded in it."""
+    out = []
+    for _ in range(n):
+        before = loader.stages.builder.decoded_frames
+        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - before))
     return out
 
 

@@ -21,6 +21,8 @@ from dali_stream.tools import paint
 from dali_stream.tools.lerobot_recorder import DEPTH_CODING
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
+from .take import epochs, same_batches
+
 DEPTH, FRONT = "observation.images.range", "observation.images.front"
 OFFSETS = (-2, -1, 0, 1)
 DELTAS = {DEPTH: [k / 30 for k in OFFSETS], "action": [0.0, 1 / 30]}
@@ -214,15 +216,6 @@ def test_a_bad_unit_or_a_coding_that_cannot_be_read_is_named(depth_dataset, tmp_
         StreamLoader(str(broken), device="cpu")
 
 
-def _epochs(loader, n: int = 2) -> list:
-    """Each epoch's batches and the frames the builder decoded in it."""
-    out = []
-    for _ in range(n):
-        before = loader.stages.builder.decoded_frames
-        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - before))
-    return out
-
-
 @pytest.mark.parametrize("settings", [{}, {"resize": (32, 40), "image_dtype": "uint8"}])
 def test_the_decoded_frame_cache_keeps_depth_codes_and_later_epochs_decode_none(depth_dataset, settings, tmp_path):
     """Two epochs with the cache equal two without, depth and RGB (windows, padding); the second decodes nothing;
@@ -232,17 +225,14 @@ def test_the_decoded_frame_cache_keeps_depth_codes_and_later_epochs_decode_none(
         pytest.skip("resize= needs NVIDIA DALI's operators")
     args = dict(batch_size=5, device="cpu", delta_timestamps=DELTAS, drop_last=False, seed=4, decode="cpu", **settings)
     with StreamLoader(str(depth_dataset), **args) as plain:
-        want = _epochs(plain)
+        want = epochs(plain)
     with StreamLoader(str(depth_dataset), frame_cache_bytes=1 << 30, **args) as cached:
         assert cached.resolved.shaped_on_workers == ((FRONT,) if "resize" in settings else ())
         assert DEPTH not in cached.resolved.kept_chw
-        got = _epochs(cached)
+        got = epochs(cached)
         stats = cached.stats()["frames"]
     for (g, _), (w, _) in zip(got, want):
-        assert len(g) == len(w)
-        for a, b in zip(g, w):
-            for key in a:
-                assert (a[key] == b[key]) if key == "task" else bool((a[key] == b[key]).all()), key
+        same_batches(g, w)
     (_, first), (_, second) = got
     assert first > 0 and second == 0 and stats["hits"] > 0, (first, second, stats)
     h, w = settings.get("resize", (48, 64))
@@ -250,10 +240,10 @@ def test_the_decoded_frame_cache_keeps_depth_codes_and_later_epochs_decode_none(
     assert stats["held"] == frames * (48 * 64 * 2 + h * w * 3) and stats["frames"] == 2 * frames
     spill = dict(args, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
     with StreamLoader(str(depth_dataset), **spill) as first_run:
-        (batches, decoded), = _epochs(first_run, 1)
+        (batches, decoded), = epochs(first_run, 1)
         assert decoded > 0 and first_run.stats()["frames"]["spilled"] > 0
     with StreamLoader(str(depth_dataset), **spill) as later:
-        (again, decoded), = _epochs(later, 1)
+        (again, decoded), = epochs(later, 1)
         assert decoded == 0 and later.stats()["frames"]["disk_hits"] > 0
     for a, b in zip(again, batches):
         assert bool((a[DEPTH] == b[DEPTH]).all()) and _check(a) > 0

@@ -13,15 +13,9 @@ from dali_stream import ConfigError, StreamLoader
 from dali_stream.augment import random_resized_crop_and_jitter
 from dali_stream.tools.paint import read_ids
 
+from .take import epochs
+
 ARGS = dict(batch_size=4, device="cpu", decode="cpu", image_dtype="uint8", seed=11)
-
-
-def epochs(loader, n=2):
-    out = []
-    for _ in range(n):
-        decoded = loader.stages.builder.decoded_frames
-        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - decoded))
-    return out
 
 
 def assert_same(got, want):

@@ -12,13 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from dali_stream import ConfigError, DatasetError, DeviceError, Member, Mixture, StreamLoader
 from dali_stream.pairing import dali_present
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row, write_sample
 
 from .columns import add_columns
+from .take import epochs, same_batches
 
 KEY = "observation.image"
 
@@ -195,23 +195,6 @@ def test_a_rows_image_decodes_from_png_or_jpeg_and_anything_else_is_named():
         decode_image(_png(1)[:30], "here")
 
 
-def _epochs(loader, n: int = 2) -> list:
-    """Each epoch's batches (every key) and the frames the builder decoded in it."""
-    out = []
-    for _ in range(n):
-        before = loader.stages.builder.decoded_frames
-        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - before))
-    return out
-
-
-def _same(got: list, want: list) -> None:
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.keys() == b.keys()
-        for key in a:
-            assert (torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key]), key
-
-
 CACHE_SETUPS = [{}, {"memory_format": "channels_last", "image_dtype": "uint8"}, {"mean": 0.5, "std": 0.25}]
 if dali_present():
     CACHE_SETUPS.append({"resize": (4, 6), "image_dtype": "uint8"})
@@ -225,14 +208,14 @@ def test_the_decoded_frame_cache_keeps_them_and_later_epochs_decode_none(image_d
     args = dict(batch_size=4, device="cpu", drop_last=False, seed=2, delta_timestamps={KEY: [k / 30 for k in STEPS]},
                 **settings)
     with StreamLoader(str(image_dataset), **args) as plain:
-        want = _epochs(plain)
+        want = epochs(plain)
     with StreamLoader(str(image_dataset), frame_cache_bytes=1 << 30, **args) as cached:
-        got = _epochs(cached)
+        got = epochs(cached)
         stats = cached.stats()["frames"]
         kept_chw = cached.resolved.kept_chw
         shaped = cached.resolved.shaped_on_workers
     for (g, _), (w, _) in zip(got, want):
-        _same(g, w)
+        same_batches(g, w)
     (_, first), (_, second) = got
     assert 0 < first <= want[0][1] and second == 0 and stats["hits"] > 0, (first, second, stats)
     assert kept_chw == ((KEY,) if settings.get("memory_format") != "channels_last" else ())
