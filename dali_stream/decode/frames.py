@@ -114,30 +114,31 @@ def kept_as(route: str, shaped: str | None, chw: bool = False) -> str:
     return " ".join([route, *([shaped] if shaped is not None else []), *(["chw"] if chw else [])])
 
 
-def frame_bytes(height: int, width: int, image_ops=None) -> int:
+def frame_bytes(height: int, width: int, image_ops=None, depth: bool = False) -> int:
     """What one frame of a `height` x `width` camera takes as the cache keeps it: 3 x H x W uint8, at the size
-    `image_ops` (`graph.imageops.ImageOps`) gives where the workers resize and crop first, else (None) as decoded."""
+    `image_ops` (`graph.imageops.ImageOps`) gives where the workers resize and crop first, else (None) as decoded; a
+    depth camera's (`depth`) 12-bit codes in uint16, 2 x H x W at the recorded size."""
+    if depth:
+        return 2 * height * width
     h, w = image_ops.out_shape(height, width)[1:] if image_ops else (height, width)
     return 3 * h * w
 
 
 def kept_bytes(catalog, keys, image_ops=None) -> int:
     """What every selected frame of the cameras `keys` of `catalog` (`meta.catalog.Catalog`) takes as the cache keeps
-    it (`frame_bytes`; a depth camera's codes: 2 bytes a pixel), over every member that has them (video, or images
-    stored in the tables)."""
+    it (`frame_bytes`), over every member that has them (video, or images stored in the tables)."""
     total = 0
     for m in catalog.members:
         for k in keys:
             own = m.own.get(k)
             if own is None:
                 continue
-            if own not in m.meta.cameras:  # an image stored in the tables: the feature's shape
+            if own in m.meta.cameras:
+                cam = m.camera(k)
+                total += frame_bytes(cam.height, cam.width, image_ops, cam.depth is not None) * m.frames
+            else:  # an image stored in the tables: the feature's shape
                 h, w = catalog.fields[k].shape[:2]
                 total += frame_bytes(h, w, image_ops) * m.frames
-            elif m.camera(k).depth is not None:  # 12-bit codes in uint16, at the recorded size
-                total += 2 * m.camera(k).height * m.camera(k).width * m.frames
-            else:
-                total += frame_bytes(m.camera(k).height, m.camera(k).width, image_ops) * m.frames
     return total
 
 

@@ -98,7 +98,7 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
             yield members, wanted, [found[i] for i in order], 0
             continue
         if chw:
-            decoded = _chw(decoded)
+            decoded = chw_frames(decoded)
         if frames is not None and names is not None:
             kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
             frames.put([k for k, _ in kept], [picture for _, picture in kept])
@@ -109,7 +109,7 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
         yield members, wanted, [found[i] for i in order], len(missing)  # a list: the frames are not copied first
 
 
-def _chw(frames: np.ndarray | list[np.ndarray]) -> np.ndarray:
+def chw_frames(frames: np.ndarray | list[np.ndarray]) -> np.ndarray:
     """(N, H, W, 3) frames (or N of them) as one C-ordered (N, 3, H, W) array (`np.stack` of transposed views would
     keep their strides: a later copy of each frame would then be a strided one)."""
     out = np.empty((len(frames), 3, *frames[0].shape[:2]), np.uint8)

@@ -18,7 +18,7 @@ from ..decode.images import decode_image
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out
 from .imageops import ImageOps
-from .segment_frames import Held
+from .segment_frames import Held, chw_frames
 from .sources import CameraBatch, CameraFrames, Output
 
 
@@ -67,7 +67,7 @@ class TableImages:
         for j, stored in enumerate(batch.segs):
             if isinstance(stored, StoredImages):
                 kept = [next(shaped) for _ in stored.blobs]
-                sample = [np.ascontiguousarray(p.transpose(2, 0, 1)) for p in kept] if self.chw else kept
+                sample = list(chw_frames(kept)) if self.chw else kept
                 pictures[j] = sample
                 if self.frames is not None and batch.names is not None and batch.names[j] is not None:
                     self.frames.put(batch.names[j][0], sample)

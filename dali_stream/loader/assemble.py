@@ -108,7 +108,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   cuda_batches=placement.torch_device.startswith("cuda"), local=local,
                                   episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
                                   cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture,
-                                  frame_bytes={k: frame_bytes(*catalog.fields[k].shape[:2]) for k in routes},
+                                  frame_bytes={k: frame_bytes(catalog.fields[k].shape[0],
+                                                              catalog.fields[k].shape[1]) for k in routes},
                                   user_cache_dir=user_cache_dir()))
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,

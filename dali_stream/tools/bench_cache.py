@@ -13,13 +13,13 @@ VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video
 def decoded_bytes(meta, image_ops=None) -> int:
     """What every frame of every camera (video, or images stored in the tables) takes decoded, as the cache keeps it
     (`decode.frames.frame_bytes`: at the size `image_ops` gives where the workers resize and crop them first,
-    `Resolved.shaped_on_workers`, else (None) as decoded; a depth camera's codes: 2 bytes a pixel)."""
+    `Resolved.shaped_on_workers`, else (None) as decoded)."""
     from ..decode.frames import frame_bytes
 
-    rgb = [(c.height, c.width) for c in meta.cameras.values() if c.depth is None]
-    rgb += [tuple(meta.features[k]["shape"][:2]) for k in meta.image_keys if k not in meta.depth_keys]
-    depth = sum(2 * c.height * c.width for c in meta.cameras.values() if c.depth is not None)
-    return (sum(frame_bytes(h, w, image_ops) for h, w in rgb) + depth) * meta.total_frames
+    video = sum(frame_bytes(c.height, c.width, image_ops, c.depth is not None) for c in meta.cameras.values())
+    stored = sum(frame_bytes(meta.features[k]["shape"][0], meta.features[k]["shape"][1], image_ops)
+                 for k in meta.image_keys if k not in meta.depth_keys)
+    return (video + stored) * meta.total_frames
 
 
 def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:

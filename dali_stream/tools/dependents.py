@@ -42,12 +42,12 @@ def _applying(dist):
             yield req
 
 
-def shared_names(path: list[str] | None = None) -> set[str]:
-    """The (normalised) names of every package dali-stream's installed metadata requires, extras included; none
-    where dali-stream is not installed (a source tree on sys.path)."""
+def shared_names(dists: list) -> set[str]:
+    """The (normalised) names of every package dali-stream's installed metadata (among `dists`) requires, extras
+    included; none where dali-stream is not installed (a source tree on sys.path)."""
     from packaging.requirements import Requirement
 
-    for dist in _dists(path):
+    for dist in dists:
         if _name(dist.metadata["Name"] or "") == OWN:
             return {_name(Requirement(line).name) for line in dist.requires or []}
     return set()
@@ -63,7 +63,7 @@ def conflicts(path: list[str] | None = None, names: Iterable[str] | None = None)
     installed: dict[str, str] = {}
     for dist in dists:
         installed.setdefault(_name(dist.metadata["Name"] or ""), dist.version)
-    wanted = {_name(n) for n in names} if names is not None else shared_names(path)
+    wanted = {_name(n) for n in names} if names is not None else shared_names(dists)
     out: list[dict[str, Any]] = []
     seen: set[tuple[str, str]] = set()
     for dist in dists:
