@@ -17,10 +17,11 @@ def ids(table: pa.Table) -> list[tuple[int, int]]:
 
 
 def add_columns(root: Path, features: Mapping[str, dict], make: Callable[[pa.Table], Mapping[str, pa.Array]],
-                first: bool = False) -> None:
+                first: bool = False, after: str | None = None) -> None:
     """Declare `features` in `root`'s info.json and add their columns to its data files: `make(rows)` gives a row
     group's (one episode's, as written) values per feature; `first` puts them before the other columns, as lerobot
-    writes image features."""
+    writes image features converted from v2.1 or published for pi0; `after`: right after that column, as lerobot's
+    recorder writes a camera's (after the robot's action and state, before `timestamp`)."""
     path = root / "meta/info.json"
     info = json.loads(path.read_text())
     info["features"] = {**features, **info["features"]} if first else {**info["features"], **features}
@@ -30,8 +31,9 @@ def add_columns(root: Path, features: Mapping[str, dict], make: Callable[[pa.Tab
         groups = []
         for g in range(pf.metadata.num_row_groups):
             table = pf.read_row_group(g)
+            at = 0 if first else None if after is None else table.schema.get_field_index(after) + 1
             for n, (name, values) in enumerate(make(table).items()):
-                table = table.add_column(n, name, values) if first else table.append_column(name, values)
+                table = table.append_column(name, values) if at is None else table.add_column(at + n, name, values)
             groups.append(table)
         with pq.ParquetWriter(data.with_suffix(".new"), groups[0].schema) as out:
             for table in groups:

@@ -269,3 +269,134 @@ def test_inspect_counts_them_in_what_the_cache_would_hold(image_dataset):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["decoded_bytes"] == 8 * 8 * 3 * loader_frames(image_dataset) > 0
+
+
+def _image_column_bytes(root) -> int:
+    """Compressed bytes of the image column's chunks (its leaves `<key>.bytes`, `<key>.path`) in every data file."""
+    total = 0
+    for path in root.glob("data/*/*.parquet"):
+        md = pq.ParquetFile(path).metadata
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            total += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)
+                         if rg.column(c).path_in_schema.startswith(KEY + "."))
+    return total
+
+
+def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_read_again(image_dataset, tmp_path):
+    """Where the decoded-frame cache holds every image of an episode, its rows are read without the image column (none
+    of its bytes read: exactly the column's chunks fewer); where the cache loses them after that (its folder deleted
+    mid-epoch), the column is read alone and the images decoded again: the same batches every time."""
+    args = dict(batch_size=4, device="cpu", drop_last=False, shuffle=False, image_dtype="uint8", num_workers=0,
+                fetch_workers=0, frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+
+    def shown(batch) -> list:
+        return [(int(batch["index"][j]), int(batch[KEY][j].min()), int(batch[KEY][j].max()))
+                for j in range(len(batch["index"]))]
+
+    with StreamLoader(str(image_dataset), **args) as first:
+        want = [s for b in first for s in shown(b)]
+        cold = first.stats()["fetch"]
+    assert len(want) == loader_frames(image_dataset) and all(lo == hi == value(i) for i, lo, hi in want)
+    assert cold["columns_left_out"] == 0
+    with StreamLoader(str(image_dataset), **args) as warm:
+        assert [s for b in warm for s in shown(b)] == want and warm.stages.builder.decoded_frames == 0
+        read = warm.stats()["fetch"]
+    assert read["columns_left_out"] == read["episodes"] == 4 and read["columns_read_again"] == 0
+    assert cold["table_bytes_read"] - read["table_bytes_read"] == _image_column_bytes(image_dataset) > 0
+    with StreamLoader(str(image_dataset), **args) as lost:
+        batches = iter(lost)
+        got = shown(next(batches))  # episode 0's rows read without the images, some of them shown
+        shutil.rmtree(tmp_path / "frames")
+        got += [s for b in batches for s in shown(b)]
+        again = lost.stats()["fetch"]
+        decoded = lost.stages.builder.decoded_frames
+    assert got == want
+    assert again["columns_left_out"] >= 1 and again["columns_read_again"] == again["columns_left_out"]
+    assert decoded == len(want) - 4
+
+
+@pytest.fixture(scope="module")
+def noisy_dataset(tmp_path_factory):
+    """The image dataset's shape with 64 x 64 noise for images (~12 KB a PNG: more than a row's other columns, ~100
+    bytes, and a row group's image column past `fetch.tables.RANGE_GAP`), its column where lerobot's recorder
+    writes a camera's: after the robot's action and state, before `timestamp`."""
+    import av
+
+    spec = SampleSpec(episodes=4, min_length=6, max_length=9, gop=4, episodes_per_file=2,
+                      cameras=parse_cameras("front:h264"), seed=5)
+    root = write_sample(tmp_path_factory.mktemp("ds") / "noisy", spec)
+    shutil.rmtree(root / "videos")
+    info = json.loads((root / "meta/info.json").read_text())
+    del info["features"]["observation.images.front"]
+    info["video_path"] = None
+    (root / "meta/info.json").write_text(json.dumps(info))
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = 64, 64, "rgb24"
+
+    def noise(index: int) -> bytes:
+        rgb = np.random.default_rng(index).integers(0, 256, (64, 64, 3), np.uint8)
+        return b"".join(bytes(p) for p in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+
+    image = {"dtype": "image", "shape": [64, 64, 3], "names": ["height", "width", "channels"]}
+    add_columns(root, {KEY: image}, lambda rows: {KEY: pa.array(
+        [{"bytes": noise(int(i)), "path": f"frame_{int(i):06d}.png"} for i in rows.column("index").to_pylist()],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}, after="action")
+    return root
+
+
+def _image_chunks(root) -> dict[str, list[tuple[int, int]]]:
+    """Per data file (its name under `root`), the byte ranges of the image column's chunks."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for path in root.glob("data/*/*.parquet"):
+        md = pq.ParquetFile(path).metadata
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            for c in range(rg.num_columns):
+                col = rg.column(c)
+                if col.path_in_schema.startswith(KEY + "."):
+                    first = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                    out.setdefault(path.relative_to(root).as_posix(), []).append(
+                        (first, first + col.total_compressed_size))
+    return out
+
+
+def test_the_fetched_rows_count_their_images_bytes_against_cache_bytes(noisy_dataset):
+    """An episode's rows hold its encoded images: the fetched episodes' bytes (`cache_bytes`' count) include them."""
+    images = sum(len(b) for path in noisy_dataset.glob("data/*/*.parquet")
+                 for b in pq.read_table(path, columns=[KEY]).column(KEY).combine_chunks().field("bytes").to_pylist())
+    with StreamLoader(str(noisy_dataset), batch_size=4, device="cpu", drop_last=False,
+                      episode_pool_size="all") as loader:
+        for _ in loader:
+            pass
+        held = loader.stats()["bounded"]["fetched_episodes"]["held"]
+    assert images <= held < images + 200 * loader_frames(noisy_dataset), (held, images)
+
+
+def test_over_http_a_warm_cache_fetches_none_of_the_images(noisy_dataset, tmp_path):
+    """Over HTTP, every image held (a first run spilled them to the folder): an episode's rows come in requests that
+    leave the image column's bytes out (between the robot's columns and `timestamp`: two stretches a row group), and
+    the batches are the first run's."""
+    from .httpserver import Server
+
+    args = dict(batch_size=4, device="cpu", drop_last=False, shuffle=False, image_dtype="uint8",
+                frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
+    chunks = _image_chunks(noisy_dataset)
+    sizes = {name: (noisy_dataset / name).stat().st_size for name in chunks}
+    server = Server(noisy_dataset.parent)
+    with server as base:
+        url = f"{base}/{noisy_dataset.name}"
+        with StreamLoader(url, **args) as first:
+            want = [b[KEY].sum(dim=(1, 2, 3)).tolist() for b in first]
+        cold = len(server.counts["ranges"])
+        with StreamLoader(url, **args) as warm:
+            got = [b[KEY].sum(dim=(1, 2, 3)).tolist() for b in warm]
+            fetch = warm.stats()["fetch"]
+        ranges = server.counts["ranges"][cold:]
+    assert got == want and fetch["columns_left_out"] == fetch["episodes"] == 4
+    data = [(path.split(f"/{noisy_dataset.name}/", 1)[1], start, end) for path, start, end in ranges
+            if "/data/" in path]
+    rows = [(name, start, end) for name, start, end in data if end < sizes[name]]  # the footers' reads end the file
+    assert rows, data
+    assert not [(name, start, end) for name, start, end in rows
+                if any(start < e and s < end for s, e in chunks[name])], (rows, chunks)

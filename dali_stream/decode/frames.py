@@ -4,7 +4,8 @@ A frame is named by its video file and the file time a sample asks for (the epis
 frame's `timestamp`, whose nearest frame every route decodes): `(file, time in microseconds)` — an image stored in
 the frame tables by its data file and its row's (episode, frame) (`row_names`) — known from the plan and the
 episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
-its segments (and the store fetches nothing of an episode's camera whose frames are all held: `holds`). The
+its segments (and the store fetches nothing of an episode's camera whose frames are all held, nor the column of
+a camera stored in the tables whose images are: `EpisodeHeld`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
 no time), of how its frames are kept (`kept_as`: the route that decodes them, the sizes they are resized and
 cropped to, their order) and of this module's `FORMAT`, so a video file rewritten in place, or frames decoded by
@@ -47,6 +48,7 @@ import numpy as np
 
 from ..fetch.tables import FRAME_TIME_S
 from ..source.local_disk import file_stamp, spill_floor, write_kept
+from .route import route
 
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
 def _save(path: str, frame: np.ndarray) -> None:
@@ -283,18 +285,43 @@ class FrameCache:
                     "folder": self.folder, "spilling": self.spilling}
 
 
-def episode_held(frames: FrameCache, catalog) -> Callable[[int, str, dict], bool]:
-    """(pos, camera, rows) -> whether `frames` holds every frame of the episode's camera (the file times of all its
-    rows), for the cameras the cache serves (`FrameCache.labels`): the store then fetches none of it (`fetch.store`'s
-    `held`). `catalog`: `meta.catalog.Catalog`."""
-    cameras = {(m.index, catalog.fields[k].own[m.index]): label for k, label in frames.labels.items()
-               for m in catalog.members}
+class EpisodeHeld:
+    """What the decoded-frame cache `frames` holds of an episode, asked by the store before it fetches
+    (`fetch.store.Held`). `catalog`: `meta.catalog.Catalog`; `routes`: camera key -> route."""
 
-    def held(pos: int, camera: str, rows: dict) -> bool:
-        member, local = catalog.locate(pos)
-        name = cameras.get((member.index, camera))
-        if name is None:
+    def __init__(self, frames: FrameCache, catalog, routes: Mapping[str, str]) -> None:
+        self.frames, self.catalog = frames, catalog
+        self._videos: dict[tuple[int, str], str] = {}  # (member, its camera) -> label
+        self._stored: dict[int, list[tuple[str, str]]] = {}  # member -> (its column, label) of images in the tables
+        for key, label in frames.labels.items():
+            for m in catalog.members:
+                own = catalog.fields[key].own[m.index]
+                if own is None:
+                    continue
+                if route(routes[key]).in_tables:
+                    self._stored.setdefault(m.index, []).append((own, label))
+                else:
+                    self._videos[(m.index, own)] = label
+
+    def camera(self, pos: int, camera: str, rows: dict) -> bool:
+        """Whether every frame of the episode's video camera `camera` (the file times of all its `rows`) is held:
+        the store then fetches none of its segment."""
+        member, local = self.catalog.locate(pos)
+        label = self._videos.get((member.index, camera))
+        if label is None:
             return False
         start = float(member.meta.cameras[camera].from_timestamp[local])
-        return frames.holds(frames.names(member.meta.video_file(local, camera), start + rows[FRAME_TIME_S], name))
-    return held
+        return self.frames.holds(self.frames.names(member.meta.video_file(local, camera), start + rows[FRAME_TIME_S],
+                                                   label))
+
+    def columns(self, pos: int) -> frozenset[str]:
+        """The columns of the episode's cameras stored in the tables whose every row's image is held: its rows are
+        read without them (the names need no rows: `row_names`)."""
+        member, local = self.catalog.locate(pos)
+        stored = self._stored.get(member.index)
+        if not stored:
+            return frozenset()
+        path, episode = member.meta.data_file(local), member.meta.episode_index(local)
+        every = np.arange(int(self.catalog.lengths[pos]))
+        return frozenset(own for own, label in stored
+                         if self.frames.holds(row_names(self.frames.digest(path, label), episode, every)))

@@ -30,7 +30,7 @@ from ..errors import DaliStreamError, RemoteError, VideoFileError
 from .episode_fetch import Fetch, Fetcher
 from .pieces import Pieces, named
 from .segments import Segment, cut_segment
-from .tables import FRAME_TIME_S, TableReader
+from .tables import FRAME_TIME_S, TableReader, rows_nbytes
 
 
 @dataclass
@@ -50,6 +50,8 @@ class StoreStats:
     pieces_dropped: int = 0  # cut ahead, never asked for (the epoch stopped first)
     pieces_ahead_peak: int = 0  # most bytes of pieces cut ahead held at once, waiting for their builders
     retired_dropped: int = 0  # episodes dropped when retired: this rank's epoch would not fit the cache (`unpin`)
+    columns_left_out: int = 0  # columns of images in the tables not read with their rows: the frame cache held them
+    columns_read_again: int = 0  # of those, read alone after all: the cache had lost one of their images (`column`)
     fetch_s: float = 0.0
     peak_bytes: int = 0
     episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
@@ -77,6 +79,15 @@ class SegmentDecoders(Protocol):
     def clear(self) -> None: ...
 
 
+class Held(Protocol):
+    """What the decoded-frame cache holds of an episode (`decode.frames.EpisodeHeld`). Passed in, so fetching does
+    not depend on decoding."""
+
+    def camera(self, pos: int, camera: str, rows: dict) -> bool: ...
+
+    def columns(self, pos: int) -> frozenset[str]: ...
+
+
 class _Files:
     """One member's readers: its table rows, and range reads and MP4 indexes of its video files (bounds shared
     with the other members', `TableReader(shared=)`, `IndexCache(shared=)`)."""
@@ -101,7 +112,7 @@ class EpisodeStore:
     def __init__(self, catalog, tolerance_s: float, capacity_bytes: int, decoders: SegmentDecoders,
                  fetch_workers: int = 4, segment_bytes_limit: int | None = None, *,
                  index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES,
-                 epoch_episodes: int | None = None, held: Callable[[int, str, dict], bool] | None = None,
+                 epoch_episodes: int | None = None, held: Held | None = None,
                  table_cache_dir: str | None = None) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions and, per member, its metadata and the
         own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
@@ -113,9 +124,10 @@ class EpisodeStore:
         `epoch_episodes`: the episodes in this rank's epoch where the plan retires an episode for the rest of it (a
         pool): a retired episode comes back only next epoch, after every other one, so where the epoch's episodes do
         not fit `capacity_bytes` an LRU would evict it first and it is dropped at once (`unpin`); None: kept (a
-        global shuffle draws an episode's frames all along its epoch). `held(pos, camera, rows)`: whether the
-        decoded-frame cache holds every frame of the episode's camera (`decode.frames.episode_held`): its segment
-        is then not fetched (a frame the cache lost is cut alone: `segment_for`); None: always fetched.
+        global shuffle draws an episode's frames all along its epoch). `held`: what the decoded-frame cache holds
+        (`Held`): a camera whose every frame it holds is not fetched (a frame the cache lost is cut alone:
+        `segment_for`), an episode's rows are read without the columns of images in the tables it holds (one the
+        cache lost is read alone: `column`); None: all fetched.
         `table_cache_dir`: where parquet row groups holding many episodes are kept decoded
         (`fetch.decoded_groups`; None: the last few in memory)."""
         self.catalog = catalog
@@ -215,6 +227,37 @@ class EpisodeStore:
     def rows(self, pos: int) -> dict:
         return self._ready(pos).rows
 
+    def column(self, pos: int, key: str) -> Any:
+        """Column `key` of the episode's rows: as fetched, or read alone now where the rows were read without it (the
+        decoded-frame cache held every image of that camera, and has lost one since: a spilled file deleted), then
+        kept with them."""
+        entry = self._ready(pos)
+        got = entry.rows.get(key)
+        if got is not None:
+            return got
+        member, local = self.catalog.locate(pos)
+        got = self.files[member.index].tables.column(local, key)
+        with self._lock:
+            self.stats.columns_read_again += 1
+            if key not in entry.rows:  # kept with the rows (a new dict: a builder reading the old one reads on)
+                entry.rows = {**entry.rows, key: got}
+                added = rows_nbytes({key: got})
+                entry.nbytes += added
+                if self._entries.get(pos) is entry:
+                    self.bytes += added
+                    self.stats.peak_bytes = max(self.stats.peak_bytes, self.bytes)
+        return got
+
+    def _left_out(self, pos: int) -> frozenset[str]:
+        """The columns the episode's rows are read without (`Held.columns`)."""
+        if self.held is None:
+            return frozenset()
+        out = self.held.columns(pos)
+        if out:
+            with self._lock:
+                self.stats.columns_left_out += len(out)
+        return out
+
     def segment(self, pos: int, camera: str) -> Segment:
         """The episode's whole segment of `camera` (an error for a long episode's camera: `segment_for`)."""
         entry = self._ready(pos)
@@ -288,7 +331,8 @@ class EpisodeStore:
             member, local = self.catalog.locate(pos)
             by_member.setdefault(member.index, []).append((pos, entry, local))
         for index, members in by_member.items():
-            got = self.files[index].tables.episodes([local for *_, local in members])
+            got = self.files[index].tables.episodes([local for *_, local in members],
+                                                    [self._left_out(pos) for pos, *_ in members])
             for (pos, entry, _), rows in zip(members, got):
                 yield pos, entry, rows
 
@@ -297,12 +341,12 @@ class EpisodeStore:
         none for a long episode's camera (read in pieces) or one whose frames the decoded-frame cache all holds."""
         if camera is None:
             member, local = self.catalog.locate(pos)
-            entry.rows = self.files[member.index].tables.episode(local)
+            entry.rows = self.files[member.index].tables.episode(local, self._left_out(pos))
         elif self.pieces.in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
             entry.long.add(camera)
         else:
             entry.rows_ready.wait()
-            if entry.error is None and not (self.held is not None and self.held(pos, camera, entry.rows)
+            if entry.error is None and not (self.held is not None and self.held.camera(pos, camera, entry.rows)
                                             and self._indexed(pos, camera)):
                 entry.segments[camera] = self._cut(pos, camera, entry.rows)
 
@@ -315,7 +359,7 @@ class EpisodeStore:
                 return
             self.stats.episodes.add(pos)
             if entry.error is None:
-                entry.nbytes = sum(v.nbytes for v in entry.rows.values()) + \
+                entry.nbytes = rows_nbytes(entry.rows) + \
                     sum(seg.nbytes for seg in entry.segments.values())
                 self.stats.table_reads += 1
                 self.stats.prefetches += background

@@ -5,6 +5,10 @@ pyarrow's default) would make every episode read decode the whole group: such a 
 kept on a local drive, read memory-mapped (`decoded_groups.DecodedGroups`, `table_cache_dir`); without a folder the
 last `SHARED_GROUPS` are kept in memory, with one warning per file naming the fix.
 
+An episode's rows may be read without some columns (`without`): the store leaves out a camera stored in the
+tables whose every image the decoded-frame cache holds, so later epochs read (and, remote, fetch) none of its bytes;
+a column left out is read alone where a sample needs it after all (`column`).
+
 Columns come back as numpy arrays with lerobot's torch dtypes: floating point as float32, integers as
 int64, booleans as bool; fixed-size list columns as (rows, dim) arrays. Beside them, `FRAME_TIME_S` holds the
 frames' times in float64 (`exact_times`): the times every camera lookup uses. lerobot stores `timestamp` as
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +46,7 @@ SHARED_GROUPS = 2  # decoded row groups that hold many episodes kept in memory p
 # serialized size once parsed (measured: 6.7 MB resident for a 1,000-row-group, 8-column file of 0.9 MB), so
 # each is weighed at 8x. Unbounded, 200 such files held 1.4 GB per rank by the end of an epoch.
 FOOTER_IN_MEMORY = 8
+RANGE_GAP = 1 << 16  # bytes of columns not read between two stretches read in one request rather than two
 FRAME_TIME_S = "timestamp@float64"  # rows key of the frames' float64 times (not a feature: never in a batch)
 
 
@@ -101,6 +107,18 @@ def _to_numpy(col) -> np.ndarray:
     if np.issubdtype(arr.dtype, np.integer):
         return arr.astype(np.int64)
     return arr
+
+
+def rows_nbytes(rows: dict[str, np.ndarray]) -> int:
+    """What an episode's rows (`TableReader.episode`) hold in memory: the arrays, and the objects of a column of them
+    (an image column's encoded images, a text column's strings; other objects, lerobot's language annotations'
+    row dicts, by their own size alone, not their contents')."""
+    total = 0
+    for v in rows.values():
+        total += v.nbytes
+        if v.dtype == object:
+            total += sum(len(x) if isinstance(x, (bytes, str)) else sys.getsizeof(x) for x in v.tolist())
+    return total
 
 
 def _rows_between(table, start: int, stop: int):
@@ -170,48 +188,60 @@ class TableReader:
             st = pf.metadata.row_group(g).column(col).statistics
             lo, hi = (st.min, st.max) if st is not None and st.has_min_max else (None, None)
             ranges.append((g, lo, hi))
-        # one ParquetFile handle is not safe to read from two threads; row group -> its span (`_span`), once
+        # one ParquetFile handle is not safe to read from two threads; (row group, columns) -> its stretches (`_span`), once
         return pf, ranges, threading.Lock(), {}
 
-    def _span(self, rg) -> tuple[int, int, int]:
-        """(first byte, end byte, compressed bytes) of the column chunks of `keys` in a row group."""
-        start, end, size = None, 0, 0
+    @staticmethod
+    def _span(rg, keys: tuple[str, ...]) -> list[tuple[int, int, int]]:
+        """(first byte, end byte, compressed bytes) of each stretch of the column chunks of `keys` in a row group: one
+        stretch, but where columns not read (not asked for, or left out: `without`) lie between them over `RANGE_GAP`
+        bytes."""
+        chunks = []
         for c in range(rg.num_columns):
             col = rg.column(c)
-            if not any(col.path_in_schema == k or col.path_in_schema.startswith(k + ".") for k in self.keys):
+            if not any(col.path_in_schema == k or col.path_in_schema.startswith(k + ".") for k in keys):
                 continue
             first = col.dictionary_page_offset if col.has_dictionary_page and col.dictionary_page_offset else \
                 col.data_page_offset
-            start = first if start is None else min(start, first)
-            end = max(end, first + col.total_compressed_size)
-            size += col.total_compressed_size
-        return start or 0, end, size
+            chunks.append((first, first + col.total_compressed_size, col.total_compressed_size))
+        out: list[tuple[int, int, int]] = []
+        for first, end, size in sorted(chunks):
+            if out and first - out[-1][1] <= RANGE_GAP:
+                out[-1] = (out[-1][0], max(out[-1][1], end), out[-1][2] + size)
+            else:
+                out.append((first, end, size))
+        return out or [(0, 0, 0)]
 
-    def _spans(self, pf, groups: list[int], known: dict | None = None) -> list[tuple[int, int, int]]:
-        """`_span` of each of `groups`; `known`: the file's spans computed so far (filled here)."""
+    def _spans(self, pf, groups: list[int], known: dict | None = None,
+               keys: tuple[str, ...] | None = None) -> list[tuple[int, int, int]]:
+        """The stretches (`_span`) of `groups` over `keys` (None: all of `self.keys`); `known`: the file's spans
+        computed so far (filled here)."""
         known = {} if known is None else known
+        keys = tuple(self.keys) if keys is None else keys
         for g in groups:
-            if g not in known:
-                known[g] = self._span(pf.metadata.row_group(g))
-        return [known[g] for g in groups]
+            if (g, keys) not in known:
+                known[(g, keys)] = self._span(pf.metadata.row_group(g), keys)
+        return [span for g in groups for span in known[(g, keys)]]
 
     def _read(self, path: str, pf, groups: list[int], read_lock, episode: int, known: dict | None = None,
-              fetched: list[tuple[int, bytes]] | None = None):
-        """Row groups `groups` of `path` (the columns of `keys`): remote ones in one range request each, unless
-        `fetched` holds them already ((offset, bytes) per group, `episodes`). `known`: the file's spans computed so
-        far (filled here)."""
-        spans = self._spans(pf, groups, known)
+              fetched: list[tuple[int, bytes]] | None = None, keys: tuple[str, ...] | None = None):
+        """Row groups `groups` of `path` (the columns of `keys`; None: all of `self.keys`): remote ones in one range
+        request per stretch (`_span`), unless `fetched` holds them already ((offset, bytes) per stretch, `episodes`).
+        `known`: the file's spans computed so far (filled here)."""
+        keys = tuple(self.keys) if keys is None else keys
+        spans = self._spans(pf, groups, known, keys)
         raw: Any = getattr(pf, "raw", None)
         pieces = fetched or []
-        if raw is not None and fetched is None:  # remote: each row group's columns in one request, outside the locks
+        if raw is not None and fetched is None:  # remote: each stretch in a request of its own, at once, outside the locks
             try:
-                pieces = [(first, self.meta.data_fs.read_range(path, first, end)) for first, end, _ in spans]
+                pieces = list(zip([first for first, *_ in spans], self.meta.data_fs.read_ranges(
+                    [(path, first, end) for first, end, _ in spans])))
             except RemoteError as exc:
                 raise RemoteError(f"{exc} (rows of episode {episode})") from None
         with read_lock, parquet_errors(path, f" (rows of episode {episode})"):
             for first, data in pieces:
                 raw.preload(first, data)
-            table = pf.read_row_groups(groups, columns=self.keys, use_threads=False)
+            table = pf.read_row_groups(groups, columns=list(keys), use_threads=False)
         with self._lock:
             self.bytes_read += sum(size for *_, size in spans)
             self.groups_read += len(groups)
@@ -272,14 +302,23 @@ class TableReader:
         return {key: int(pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t))
                 for key, t in kinds.items()}
 
-    def episode(self, pos: int) -> dict[str, np.ndarray]:
-        """The episode's rows in frame order, one numpy array per column."""
-        return self._rows(pos, *self._where(pos))
+    def episode(self, pos: int, without: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+        """The episode's rows in frame order, one numpy array per column of `keys` but those in `without`."""
+        return self._rows(pos, *self._where(pos), keys=self._keys(without))
 
-    def episodes(self, positions: list[int]) -> list:
-        """`episode` of each of `positions`, or the error reading it raised: on a remote store the row groups of
-        all of them read at once (`remote.RemoteFS.read_ranges`: their latencies overlap), where one `episode` after
-        another waits a request's latency each (a global shuffle reads the rows of a new episode per sample)."""
+    def column(self, pos: int, key: str) -> np.ndarray:
+        """One column of the episode's rows, read alone (one that `episode` was asked to leave out)."""
+        return self._rows(pos, *self._where(pos), keys=("index", key))[key]
+
+    def _keys(self, without: frozenset[str]) -> tuple[str, ...]:
+        return tuple(k for k in self.keys if k not in without)
+
+    def episodes(self, positions: list[int], without: list[frozenset[str]] | None = None) -> list:
+        """`episode` of each of `positions` (leaving out the columns of its `without`), or the error reading it
+        raised: on a remote store the row groups of all of them read at once (`remote.RemoteFS.read_ranges`: their
+        latencies overlap), where one `episode` after another waits a request's latency each (a global shuffle reads
+        the rows of a new episode per sample)."""
+        keys = [tuple(self.keys)] * len(positions) if without is None else [self._keys(w) for w in without]
         out: list[Any] = [None] * len(positions)
         where: list[Any] = [None] * len(positions)
         self._open_together([self.meta.data_file(pos) for pos in positions])
@@ -292,7 +331,7 @@ class TableReader:
                 continue
             path, pf, groups, _, known, shared = found
             if getattr(pf, "raw", None) is not None and not shared:
-                asks += [(n, path, first, end) for first, end, _ in self._spans(pf, groups, known)]
+                asks += [(n, path, first, end) for first, end, _ in self._spans(pf, groups, known, keys[n])]
         fetched: dict[int, list[tuple[int, bytes]]] = {}
         if asks:
             try:
@@ -307,7 +346,7 @@ class TableReader:
                 continue
             try:
                 path, pf, groups, read_lock, spans, shared = where[n]
-                out[n] = self._rows(pos, path, pf, groups, read_lock, spans, shared, fetched.get(n))
+                out[n] = self._rows(pos, path, pf, groups, read_lock, spans, shared, fetched.get(n), keys[n])
             except Exception as exc:  # noqa: BLE001 - as above
                 out[n] = exc
         return out
@@ -343,8 +382,11 @@ class TableReader:
         return path, pf, groups, read_lock, spans, shared
 
     def _rows(self, pos: int, path: str, pf, groups: list[int], read_lock, spans: dict, shared: list[int],
-              fetched: list[tuple[int, bytes]] | None = None) -> dict[str, np.ndarray]:
-        """The episode's rows from its row groups (`_where`); `fetched`: their bytes, read already."""
+              fetched: list[tuple[int, bytes]] | None = None,
+              keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+        """The episode's rows from its row groups (`_where`), the columns of `keys` (None: all of `self.keys`; a
+        group holding many episodes is decoded with all of them, once); `fetched`: their bytes, read already."""
+        keys = tuple(self.keys) if keys is None else keys
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -358,7 +400,7 @@ class TableReader:
                      if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
             table = pa.concat_tables(parts)
         else:
-            table = self._read(path, pf, groups, read_lock, episode, spans, fetched)
+            table = self._read(path, pf, groups, read_lock, episode, spans, fetched, keys)
         index = table.column("index").to_numpy()
         exact = len(index) == stop - start and (not len(index) or (index[0] == start and (np.diff(index) == 1).all()))
         if not exact:
@@ -373,8 +415,8 @@ class TableReader:
             )
         rows = {k: _objects(table.column(k)) if k in meta.text_keys else _image_bytes(table.column(k))
                 if k in meta.image_keys else _shaped(_to_numpy(table.column(k)), meta.features.get(k, {}))
-                for k in self.keys}
-        if "timestamp" in self.keys:
+                for k in keys}
+        if "timestamp" in keys:
             stored = table.column("timestamp").combine_chunks().to_numpy(zero_copy_only=False)
             rows[FRAME_TIME_S] = exact_times(stored, meta.fps)
         return rows

@@ -49,7 +49,8 @@ class Locator:
                 continue
             if stored:
                 sel = self.rows_of(plan, j, key).tolist()
-                segs.append(StoredImages([r[own][i] for i in sel], member.meta.episode_index(local), sel))
+                blobs = r[own] if own in r else self.store.column(int(pos), own)  # left out: the cache held them
+                segs.append(StoredImages([blobs[i] for i in sel], member.meta.episode_index(local), sel))
                 idx.append(np.arange(steps))
                 continue
             query = self.query_s(plan, j, key, r)

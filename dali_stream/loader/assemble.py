@@ -22,7 +22,7 @@ from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
 from ..decode.episode_frames import EpisodeFrames, Released
-from ..decode.frames import FrameCache, episode_held, frame_bytes, kept_as, kept_bytes, room_warning, stamper
+from ..decode.frames import EpisodeHeld, FrameCache, frame_bytes, kept_as, kept_bytes, room_warning, stamper
 from ..decode.node import Node
 from ..decode.route import ROUTES, keys_where, route
 from ..errors import ConfigError, InstallError
@@ -156,9 +156,10 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                          resolved.fetch_workers,
                          resolved.segment_bytes, index_bytes=cfg.index_bytes, footer_bytes=cfg.footer_bytes,
                          epoch_episodes=resolved.epoch_episodes, table_cache_dir=resolved.table_cache_dir,
-                         held=None if frames is None else episode_held(frames, catalog))
-    table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read
-                               lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0])))
+                         held=None if frames is None else EpisodeHeld(frames, catalog, routes))
+    table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read (no images)
+                               lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),
+                                                            frozenset(catalog.members[0].meta.image_keys)))
     sources = camera_sources(catalog, routes, engines, Workers(decoders, frames, resolved.global_shuffle,
                                                                      episodes),
                              resizers, dali_workers, image_ops, resolved, cfg.depth_output_unit)
