@@ -32,24 +32,29 @@ def _png(value: int) -> bytes:
     return b"".join(bytes(p) for p in codec.encode(frame))
 
 
-@pytest.fixture(scope="module")
-def image_dataset(tmp_path_factory):
-    """A sample turned into what lerobot writes without videos: the camera's feature becomes dtype "image", its
-    PNGs the first column of the frame tables (one row group per episode, as written), no videos/, video_path
-    null."""
+def _without_video(folder, size: int, png, **where):
+    """A sample turned into what lerobot writes without videos: the camera's feature becomes dtype "image" (`size`
+    square), its PNGs (`png(index)` for the row whose `index` is that) a column of the frame tables (one row group
+    per episode, as written; `where`: `add_columns`' `first` or `after`), no videos/, video_path null."""
     spec = SampleSpec(episodes=4, min_length=6, max_length=9, gop=4, episodes_per_file=2,
                       cameras=parse_cameras("front:h264"), seed=5)
-    root = write_sample(tmp_path_factory.mktemp("ds") / "images", spec)
+    root = write_sample(folder, spec)
     shutil.rmtree(root / "videos")
     info = json.loads((root / "meta/info.json").read_text())
     del info["features"]["observation.images.front"]
     info["video_path"] = None
     (root / "meta/info.json").write_text(json.dumps(info))
-    image = {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}
+    image = {"dtype": "image", "shape": [size, size, 3], "names": ["height", "width", "channels"]}
     add_columns(root, {KEY: image}, lambda rows: {KEY: pa.array(
-        [{"bytes": _png(int(i) % 255), "path": f"frame_{int(i):06d}.png"} for i in rows.column("index").to_pylist()],
-        pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}, first=True)
+        [{"bytes": png(int(i)), "path": f"frame_{int(i):06d}.png"} for i in rows.column("index").to_pylist()],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}, **where)
     return root
+
+
+@pytest.fixture(scope="module")
+def image_dataset(tmp_path_factory):
+    """8 x 8 grey images, their column first (as lerobot's v2.1 converter and LIBERO's pi0 layout have it)."""
+    return _without_video(tmp_path_factory.mktemp("ds") / "images", 8, lambda index: _png(index % 255), first=True)
 
 
 def value(index: int) -> int:
@@ -318,19 +323,11 @@ def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_rea
 
 @pytest.fixture(scope="module")
 def noisy_dataset(tmp_path_factory):
-    """The image dataset's shape with 64 x 64 noise for images (~12 KB a PNG: more than a row's other columns, ~100
-    bytes, and a row group's image column past `fetch.tables.RANGE_GAP`), its column where lerobot's recorder
-    writes a camera's: after the robot's action and state, before `timestamp`."""
+    """64 x 64 noise for images (~12 KB a PNG: more than a row's other columns, ~100 bytes, and a row group's image
+    column past `fetch.tables.RANGE_GAP`), its column where lerobot's recorder writes a camera's: after the robot's
+    action and state, before `timestamp`."""
     import av
 
-    spec = SampleSpec(episodes=4, min_length=6, max_length=9, gop=4, episodes_per_file=2,
-                      cameras=parse_cameras("front:h264"), seed=5)
-    root = write_sample(tmp_path_factory.mktemp("ds") / "noisy", spec)
-    shutil.rmtree(root / "videos")
-    info = json.loads((root / "meta/info.json").read_text())
-    del info["features"]["observation.images.front"]
-    info["video_path"] = None
-    (root / "meta/info.json").write_text(json.dumps(info))
     codec = av.CodecContext.create("png", "w")
     codec.width, codec.height, codec.pix_fmt = 64, 64, "rgb24"
 
@@ -338,11 +335,7 @@ def noisy_dataset(tmp_path_factory):
         rgb = np.random.default_rng(index).integers(0, 256, (64, 64, 3), np.uint8)
         return b"".join(bytes(p) for p in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
 
-    image = {"dtype": "image", "shape": [64, 64, 3], "names": ["height", "width", "channels"]}
-    add_columns(root, {KEY: image}, lambda rows: {KEY: pa.array(
-        [{"bytes": noise(int(i)), "path": f"frame_{int(i):06d}.png"} for i in rows.column("index").to_pylist()],
-        pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}, after="action")
-    return root
+    return _without_video(tmp_path_factory.mktemp("ds") / "noisy", 64, noise, after="action")
 
 
 def _image_chunks(root) -> dict[str, list[tuple[int, int]]]:
