@@ -267,13 +267,65 @@ def test_kept_images_spill_to_the_folder_a_later_run_reads_and_a_rewritten_data_
     assert all(grey == ((value(i) + 100) % 255 if i in rewritten else value(i)) for i, grey in got)
 
 
-def test_inspect_counts_them_in_what_the_cache_would_hold(image_dataset):
+def test_inspect_lists_them_and_counts_them_in_what_the_cache_would_hold(image_dataset):
     from .console import dali_stream
 
     proc = dali_stream("inspect", image_dataset, "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["decoded_bytes"] == 8 * 8 * 3 * loader_frames(image_dataset) > 0
+    camera = report["cameras"][KEY]
+    assert (camera["codec"], camera["height"], camera["width"], camera["route_auto"]) == ("image", 8, 8, "table-images")
+    assert "use_videos=False" in camera["reason"]
+    human = dali_stream("inspect", image_dataset)
+    assert KEY in human.stdout and "table-images" in human.stdout and "every frame of every camera takes" in human.stdout
+
+
+def _first_image_replaced(root, data: bytes) -> None:
+    """The first row's image of the first data file (the first episode's first frame) replaced by `data`."""
+    path = sorted(root.glob("data/*/*.parquet"))[0]
+    table = pq.read_table(path)
+    column = table.column(KEY).combine_chunks()
+    rows = column.to_pylist()
+    rows[0] = {**rows[0], "bytes": data}
+    pq.write_table(table.set_column(table.schema.get_field_index(KEY), KEY, pa.array(rows, column.type)), path,
+                   row_group_size=9)
+
+
+def test_diagnose_decodes_their_first_image_and_names_what_is_wrong(image_dataset, tmp_path):
+    """`dali-stream diagnose` lists a camera stored in the tables with its route, decodes the first episode's first
+    image (timed with --decode-test), and names a damaged image, an image of another size than info.json's and depth
+    maps stored as images."""
+    from .console import dali_stream
+
+    proc = dali_stream("diagnose", image_dataset, "--json", "--decode-test")
+    report = json.loads(proc.stdout)
+    camera = report["dataset"]["cameras"][KEY]
+    assert proc.returncode == 0, report["verdict"]
+    assert (camera["codec"], camera["width"], camera["height"], camera["route"]) == ("png", 8, 8, "table-images")
+    assert camera["decodable"] and camera["decode_test"]["table-images"]["shape"] == [8, 8, 3]
+    assert "image: table-images" in report["verdict"]
+    damaged = tmp_path / "damaged"
+    shutil.copytree(image_dataset, damaged)
+    _first_image_replaced(damaged, _png(3)[:30])
+    proc = dali_stream("diagnose", damaged, "--json")
+    camera = json.loads(proc.stdout)["dataset"]["cameras"][KEY]
+    assert proc.returncode == 1 and camera["layer"] == "bitstream" and "png image does not decode" in camera["error"]
+    assert "episode 0, frame 0" in camera["error"] and "re-download" in camera["fix"]
+    larger = tmp_path / "larger"
+    shutil.copytree(image_dataset, larger)
+    info = json.loads((larger / "meta/info.json").read_text())
+    info["features"][KEY]["shape"] = [16, 16, 3]
+    (larger / "meta/info.json").write_text(json.dumps(info))
+    proc = dali_stream("diagnose", larger, "--json")
+    camera = json.loads(proc.stdout)["dataset"]["cameras"][KEY]
+    assert proc.returncode == 1 and camera["layer"] == "size", camera
+    assert "the image is 8x8, meta/info.json declares 16x16" in camera["error"]
+    info["features"][KEY] = {**info["features"][KEY], "shape": [8, 8, 3], "info": {"is_depth_map": True}}
+    (larger / "meta/info.json").write_text(json.dumps(info))
+    proc = dali_stream("diagnose", larger, "--json")
+    camera = json.loads(proc.stdout)["dataset"]["cameras"][KEY]
+    assert proc.returncode == 1 and camera["layer"] == "depth-images" and "convert_image_to_video" in camera["fix"]
 
 
 def _image_column_bytes(root) -> int:

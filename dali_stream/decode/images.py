@@ -12,11 +12,16 @@ from .colour import rgb24
 _CODECS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 
 
+def image_codec(data: bytes) -> str | None:
+    """FFmpeg's decoder of an encoded image by its first bytes: "png", "mjpeg" (JPEG), or None (neither)."""
+    return next((name for magic, name in _CODECS if data[:len(magic)] == magic), None)
+
+
 def decode_image(data: bytes, where: str) -> np.ndarray:
     """(H, W, 3) uint8 RGB of one encoded image; `where` names it in an error (episode, frame, camera)."""
     import av
 
-    codec = next((name for magic, name in _CODECS if data[:len(magic)] == magic), None)
+    codec = image_codec(data)
     if codec is None:
         raise DecodeError(f"{where}: the row's image is neither PNG nor JPEG (first bytes {bytes(data[:8])!r}); "
                           "re-download the data file, or convert the dataset to videos with lerobot-edit-dataset")

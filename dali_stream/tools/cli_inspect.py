@@ -38,8 +38,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "episodes": meta.num_episodes,
         "frames": meta.total_frames,
         "tasks": len(meta.tasks),
-        "cameras": {k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
-                        "route_auto": named[k], "reason": chosen.reasons[k]} for k, c in meta.cameras.items()},
+        "cameras": {**{k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
+                           "route_auto": named[k], "reason": chosen.reasons[k]} for k, c in meta.cameras.items()},
+                    # stored as images in the frame tables: (H, W) as the loader reads the feature's shape
+                    **{k: {"codec": "image", "height": int(meta.features[k]["shape"][0]),
+                           "width": int(meta.features[k]["shape"][1]), "pix_fmt": None, "route_auto": named[k],
+                           "reason": chosen.reasons[k]} for k in meta.image_keys}},
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in [*meta.table_keys, *meta.text_keys]},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)
@@ -64,7 +68,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for k, c in report["cameras"].items():
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
-    if meta.cameras:
+    if report["cameras"]:
         sized = " at {1}x{2}".format(*kept.out_shape(0, 0)) if kept else \
             " (as decoded: batches on this node's GPU resize there)" if _kept_ops(args) else ""
         free, need = report["memory_available_bytes"], report["decoded_bytes"]

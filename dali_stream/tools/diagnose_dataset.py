@@ -28,8 +28,13 @@ _FIXES = {
                        "and a torchcodec matching your torch (0.13 for torch 2.13)",
     "metadata": "the dataset's meta files are unreadable: re-download meta/",
     "dali-import": "nvidia.dali does not import: pip install nvidia-dali-cuda120",
-    "av-import": "PyAV (which decodes depth cameras) does not import: pip install 'av>=14.2'",
+    "av-import": "PyAV (which decodes depth cameras and images stored in the tables) does not import: pip install "
+                 "'av>=14.2'",
     "wrong-frame": "a decoder returned another frame than asked: report it with `dali-stream diagnose --json`",
+    "tables": "the frame tables cannot be read as meta/info.json describes them: re-download data/ and meta/",
+    "size": "meta/info.json's shape for the camera disagrees with its images: re-download meta/ and data/",
+    "depth-images": "the loader reads depth from lerobot's depth videos: convert the dataset to videos with "
+                    "lerobot-edit-dataset --operation.type convert_image_to_video, or leave the camera out",
 }
 
 
@@ -189,6 +194,51 @@ def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[st
             "cameras": cameras, "mixture_routes": routes}
 
 
+def _image_camera(meta, pos: int, key: str, software: dict, decode_test: bool) -> dict[str, Any]:
+    """A camera stored as images in the frame tables (lerobot's use_videos=False): its route, and whether the first
+    image of the episode at `pos` decodes here at the size info.json declares (the loader reads shape[:2] as
+    height, width); `decode_test`: the decode timed."""
+    from ..decode.images import decode_image, image_codec
+    from ..errors import DatasetError
+    from ..fetch.tables import TableReader
+    from ..loader.routing import table_images
+    from ..meta.depth import is_depth
+
+    height, width = (int(x) for x in (meta.features[key].get("shape") or (0, 0))[:2])
+    path = meta.data_file(pos)
+    choice = table_images("auto", [key])[key]
+    entry: dict[str, Any] = {"codec": "image", "file": path, "height": height, "width": width,
+                             "route": choice.route, "reason": choice.reason}
+    if is_depth(meta.features[key]):
+        entry.update(layer="depth-images", error=f"{key} stores depth maps as images in the tables, which the loader "
+                                                 "does not read")
+    elif not software["av"]["ok"]:
+        entry.update(layer="av-import", error=software["av"]["error"])
+    else:
+        where = f"camera {key!r}, episode {meta.episode_index(pos)}, frame 0 ({path})"
+        t0 = time.perf_counter()
+        try:
+            blob = TableReader(meta, ["index", key]).column(pos, key)[0]
+            codec = image_codec(blob)
+            entry["codec"] = "jpeg" if codec == "mjpeg" else codec or "image"
+            t0 = time.perf_counter()
+            shape = decode_image(blob, where).shape
+        except Exception as exc:  # noqa: BLE001 - reported as the camera's layer
+            entry.update(layer="tables" if isinstance(exc, (DatasetError, OSError)) else "bitstream",
+                         error=f"{type(exc).__name__}: {exc}"[:600])
+        else:
+            if decode_test:
+                entry["decode_test"] = {choice.route: {"ok": True, "seconds": round(time.perf_counter() - t0, 4),
+                                                       "shape": list(shape)}}
+            if tuple(shape[:2]) != (height, width):
+                entry.update(layer="size", error=f"{where}: the image is {shape[1]}x{shape[0]}, meta/info.json "
+                                                 f"declares {width}x{height}")
+    entry["decodable"] = "layer" not in entry
+    if not entry["decodable"]:
+        entry["fix"] = _FIXES[entry["layer"]]
+    return entry
+
+
 def probe_dataset(source: str, software: dict, node, decode_test: bool, open_meta=None) -> dict[str, Any]:
     """Per camera: stream facts, auto route and reason, decodability here (and decode tests on request).
     `open_meta()`: how to open the dataset's metadata (default `DatasetMeta.open(source)`)."""
@@ -243,5 +293,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
         if not entry["decodable"]:
             entry["fix"] = _FIXES.get(entry["layer"], "see the error")
         cameras[key] = entry
+    for key in meta.image_keys:
+        cameras[key] = _image_camera(meta, pos, key, software, decode_test)
     return {"ok": True, "source": source, "codebase_version": meta.info.get("codebase_version"),
             "episodes": meta.num_episodes, "frames": meta.total_frames, "fps": meta.fps, "cameras": cameras}
