@@ -445,3 +445,22 @@ def test_over_http_a_warm_cache_fetches_none_of_the_images(noisy_dataset, tmp_pa
     assert rows, data
     assert not [(name, start, end) for name, start, end in rows
                 if any(start < e and s < end for s, e in chunks[name])], (rows, chunks)
+
+
+def test_verify_decodes_every_image_in_the_tables(image_dataset, tmp_path):
+    """`dali-stream verify --decode` decodes each row's image: a damaged one is named with its data file, camera,
+    episode and frame."""
+    from .console import dali_stream
+
+    clean = dali_stream("verify", image_dataset, "--decode", "--json")
+    assert clean.returncode == 0 and json.loads(clean.stdout)["damaged"] == [], clean.stdout
+    damaged = tmp_path / "damaged"
+    shutil.copytree(image_dataset, damaged)
+    _first_image_replaced(damaged, _png(3)[:30])
+    proc = dali_stream("verify", damaged, "--decode", "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and [f["file"] for f in report["damaged"]] == ["data/chunk-000/file-000.parquet"]
+    rows = pq.ParquetFile(damaged / "data/chunk-000/file-000.parquet").metadata.num_rows
+    assert f"decode: 1 of {rows} images of {KEY} do not decode at 8x8 (first: episode 0, frame 0)" in \
+        report["damaged"][0]["problems"], report
+    assert 0 in report["damaged"][0]["episodes"]

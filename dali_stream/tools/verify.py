@@ -9,7 +9,8 @@ needs a reference, which this tool compares every file against:
   the reference);
 - `--against DIR` (any path or fsspec URL): a mirror whose files are hashed too.
 `--decode` decodes every frame of every video file (PyAV, FFmpeg's error detection on: H.264/HEVC report
-many damaged slices) and reads every parquet file whole; on the project's sample data it also checks every
+many damaged slices) and reads every parquet file whole, decoding every image of the cameras stored in its rows (at
+the size info.json declares); on the project's sample data it also checks every
 frame's painted ids, which catches what codecs without checksums (VP9, AV1) conceal. It then reads every
 episode of every camera the way the loader does (`episode_problems`): the loader's segment cut, torchcodec, and
 the frame-time check on every frame (`decode.cpu.check_frame_times`), the whole episode in one call and its
@@ -119,7 +120,8 @@ def episodes_of(meta) -> dict[str, list[int]]:
 
 
 def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
-    """Why `rel` does not decode cleanly (video: FFmpeg errors, painted ids on sample data; parquet: unreadable)."""
+    """Why `rel` does not decode cleanly (video: FFmpeg errors, painted ids on sample data; parquet: unreadable, or
+    images in its rows that do not decode)."""
     import av
 
     path = posixpath.join(root, rel)
@@ -128,10 +130,10 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
         from ..source.storage import read_parquet
 
         try:
-            read_parquet(fs, path)
+            table = read_parquet(fs, path)
         except DatasetError as exc:
             return str(exc)
-        return None
+        return _image_problems(meta, table) if meta is not None else None
     if not rel.endswith(".mp4"):
         return None
     expect = _painted_ids(meta, path) if meta is not None else None
@@ -161,6 +163,35 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
         ([f"{wrong} of {frames} frames show other painted ids"] if wrong else []) + \
         ([f"{frames} frames decode, the episodes table places {len(expect)} in this file"]
          if expect is not None and frames != len(expect) else [])
+    return "; ".join(parts) or None
+
+
+def _image_problems(meta, table) -> str | None:
+    """Why the images of a data file's cameras stored in the tables (`meta.image_keys`) do not all decode at the size
+    info.json declares: per camera, how many fail and the first one's episode and frame."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..decode.images import decode_image
+    from ..errors import DecodeError
+
+    parts = []
+    for key in (k for k in meta.image_keys if k in table.column_names):
+        col = table.column(key).combine_chunks()
+        blobs = (pc.struct_field(col, "bytes") if pa.types.is_struct(col.type) else col).to_pylist()
+        want = tuple(int(x) for x in (meta.features[key].get("shape") or (0, 0))[:2])
+        where = list(zip(table.column("episode_index").to_pylist(), table.column("frame_index").to_pylist()))
+        bad = []
+        for (episode, frame), blob in zip(where, blobs):
+            try:
+                ok = blob is not None and decode_image(blob, "").shape[:2] == want
+            except DecodeError:
+                ok = False
+            if not ok:
+                bad.append((episode, frame))
+        if bad:
+            parts.append(f"{len(bad)} of {len(blobs)} images of {key} do not decode at {want[1]}x{want[0]} (first: "
+                         f"episode {bad[0][0]}, frame {bad[0][1]})")
     return "; ".join(parts) or None
 
 
