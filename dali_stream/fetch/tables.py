@@ -369,7 +369,7 @@ class TableReader:
         with ThreadPoolExecutor(min(OPENING_THREADS, len(new)), thread_name_prefix="dali-stream-footer") as pool:
             list(pool.map(open_one, new))
 
-    def _where(self, pos: int) -> tuple:
+    def _where(self, pos: int) -> tuple[str, Any, list[int], Any, dict, list[int]]:
         """(path, its ParquetFile, the row groups holding episode `pos`, their read lock, the file's known spans,
         those of the groups that hold many episodes)."""
         meta = self.meta
