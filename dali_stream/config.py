@@ -147,7 +147,8 @@ class LoaderConfig:
                                             "cutting long episodes' pieces ahead of the builders (0: when a batch "
                                             "needs it; default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     cache_bytes: int = _s(DEFAULT_CACHE_BYTES, "bound of the fetched episodes kept in memory (compressed segments "
-                                               "and rows); episodes open in the pool are never evicted")
+                                               "and rows, their images stored in the tables included); episodes "
+                                               "open in the pool are never evicted")
     segment_bytes: Optional[int] = _s(None, "an episode's camera whose compressed bytes exceed this (an hour-long "
                                             "recording) is not fetched whole: each sample reads a piece, its frames' "
                                             "GOPs (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
