@@ -464,3 +464,18 @@ def test_verify_decodes_every_image_in_the_tables(image_dataset, tmp_path):
     assert f"decode: 1 of {rows} images of {KEY} do not decode at 8x8 (first: episode 0, frame 0)" in \
         report["damaged"][0]["problems"], report
     assert 0 in report["damaged"][0]["episodes"]
+
+
+def test_a_global_shuffle_past_cache_bytes_says_the_images_are_what_it_holds(noisy_dataset):
+    """A global shuffle holds each episode it has begun until its last frame is drawn: over an image dataset, the
+    rank's share of its encoded images. Past cache_bytes the warning says so, how much, and the three ways out."""
+    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    with pytest.warns(UserWarning, match=r"pinned episodes") as said:
+        with StreamLoader(str(noisy_dataset), batch_size=4, device="cpu", episode_pool_size="all",
+                          cache_bytes=images // 4) as loader:
+            for _ in loader:
+                pass
+    text = next(str(w.message) for w in said if "pinned episodes" in str(w.message))
+    assert f"of it are the encoded images of cameras ['{KEY}'] stored in the frame tables" in text
+    assert "under a global shuffle" in text and "episode_pool_size=16" in text and "frame_cache_bytes" in text
+    assert "convert_image_to_video" in text

@@ -417,8 +417,27 @@ class EpisodeStore:
                     return
         if not self._warned:
             self._warned = True
-            pinned = sum(1 for e in self._entries.values() if e.refs > 0)
+            pinned = [(pos, e) for pos, e in self._entries.items() if e.refs > 0]
             warnings.warn(
-                f"the episode cache holds {self.bytes / 2**20:.1f} MiB in {pinned} pinned episodes, more than "
+                f"the episode cache holds {self.bytes / 2**20:.1f} MiB in {len(pinned)} pinned episodes, more than "
                 f"cache_bytes={self.capacity_bytes} ({self.capacity_bytes / 2**20:.1f} MiB): the pool and the "
-                "batches in flight need them all; raise cache_bytes or lower episode_pool_size", stacklevel=2)
+                "batches in flight need them all; raise cache_bytes or lower episode_pool_size"
+                + self._images_said(pinned), stacklevel=2)
+
+    def _images_said(self, pinned: list) -> str:
+        """(lock held) Where the pinned episodes' rows hold images stored in the tables, how much and what to do."""
+        images: dict[str, int] = {}
+        for pos, entry in pinned:
+            meta = self.catalog.locate(pos)[0].meta
+            for key in (k for k in meta.image_keys if k in entry.rows):
+                images[key] = images.get(key, 0) + rows_nbytes({key: entry.rows[key]})
+        if not images:
+            return ""
+        said = (f". {sum(images.values()) / 2**20:.1f} MiB of it are the encoded images of cameras {sorted(images)} "
+                "stored in the frame tables, which an episode holds whole while it is open")
+        if self.epoch_episodes is None:  # a global shuffle: an episode is open from its first frame drawn to its last
+            said += (" (under a global shuffle, nearly all of the rank's episodes all epoch: its share of the "
+                     "dataset's images in memory); a pool (episode_pool_size=16) holds the pool's alone, and "
+                     "frame_cache_bytes keeps later epochs from reading them")
+        return said + ("; lerobot-edit-dataset --operation.type convert_image_to_video makes the dataset videos, "
+                       "which are read one sample's frames at a time")
