@@ -170,7 +170,7 @@ class LoaderConfig:
                                               "the spill leaves the drive 5% free (at least 1 GiB)")
     episode_frames_bytes: Optional[int] = _s(
         None, "bound of the decoded frames of a pool's open episodes, held while they stay open: each camera decoded "
-              "on the CPU (torchcodec, dali-cpu) is decoded once per episode, front to back, instead of from a "
+              "on the CPU (torchcodec, dali-cpu, depth) is decoded once per episode, front to back, instead of from a "
               "keyframe for every sample (0: off; a segment that does not fit is decoded per sample; "
               "docs/memory.md#open-episodes-frames; default derived: `dali-stream inspect` shows the value and why, "
               "dali_stream/loader/resolve.py)")

@@ -216,6 +216,26 @@ def test_a_bad_unit_or_a_coding_that_cannot_be_read_is_named(depth_dataset, tmp_
         StreamLoader(str(broken), device="cpu")
 
 
+def test_a_pools_open_episodes_depth_is_decoded_once_each_and_equals_it_decoded_per_sample(depth_dataset):
+    """Under a pool each open episode's depth codes are decoded whole once (front to back; a cut from an open GOP's
+    keyframe cannot show its lead-in, which no sample asks for) and held while it is open: two epochs equal two
+    decoded a sample at a time, every key and value, each episode's depth decoded whole once an epoch."""
+    args = dict(batch_size=5, device="cpu", delta_timestamps=DELTAS, drop_last=False, seed=3, decode="cpu")
+    with StreamLoader(str(depth_dataset), episode_frames_bytes=0, **args) as plain:
+        assert plain.stages.episodes is None
+        want = epochs(plain)
+    with StreamLoader(str(depth_dataset), **args) as held:
+        assert held.resolved.episode_frames > 0
+        got = epochs(held)
+        stats = held.stages.episodes.stats()
+    for (g, _), (w, _) in zip(got, want):
+        same_batches(g, w)
+        assert sum(_check(b) for b in g) > 0
+    episodes = json.loads((depth_dataset / "meta/info.json").read_text())["total_episodes"]
+    assert stats["decoded_segments"] == 2 * 2 * episodes and stats["refused"] == 0, stats  # depth and RGB
+    assert stats["held"] == 0 and stats["segments"] == 0, stats
+
+
 @pytest.mark.parametrize("settings", [{}, {"resize": (32, 40), "image_dtype": "uint8"}])
 def test_the_decoded_frame_cache_keeps_depth_codes_and_later_epochs_decode_none(depth_dataset, settings, tmp_path):
     """Two epochs with the cache equal two without, depth and RGB (windows, padding); the second decodes nothing;

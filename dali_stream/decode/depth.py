@@ -30,8 +30,12 @@ def codes_of(frame) -> np.ndarray:
     return rows[:, :frame.width].copy()
 
 
-def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
-    """Frames `indices` (sorted, distinct) of the segment as (N, H, W) uint16 codes, in that order."""
+def depth_codes(seg: Segment, indices: np.ndarray, lead_in: bool = False) -> np.ndarray:
+    """Frames `indices` (sorted, distinct) of the segment as (N, H, W) uint16 codes, in that order. `lead_in`: frames
+    shown before the segment's first keyframe may be missing (zeros): a segment decoded whole for the open episodes'
+    frames (`decode.episode_frames`) asks for them too, but a cut from an open GOP's keyframe (x265's CRA, spliced
+    as a BLA: `fetch.nal`) cannot show its leading pictures, which come before the episode's first frame and are
+    never a sample's."""
     import av
 
     indices = np.asarray(indices, dtype=np.int64)
@@ -65,6 +69,10 @@ def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
     except Exception as exc:
         raise decode_error(seg, DEPTH.name, exc) from exc
     missing = [int(i) for i in indices if int(i) not in got]
+    if missing and lead_in and got:
+        first_key = min(got)  # decoding starts at a keyframe: nothing shown before it is decodable from this cut
+        if all(i < first_key for i in missing):
+            return np.stack([got[int(i)] if int(i) in got else np.zeros_like(got[first_key]) for i in indices])
     if missing:
         raise WrongFrameError(
             f"{DEPTH.name}: the decoder showed no frame at the planned time of frame {missing[0]} "
@@ -76,5 +84,6 @@ def depth_codes(seg: Segment, indices: np.ndarray) -> np.ndarray:
 
 
 def depth_codes_each(asked: list[tuple[Segment, np.ndarray]]) -> list[np.ndarray]:
-    """`depth_codes` of each (segment, frame indices): the decoder `graph.segment_frames.decode_segments` calls."""
-    return [depth_codes(seg, indices) for seg, indices in asked]
+    """`depth_codes` of each (segment, frame indices): the decoder `graph.segment_frames.decode_segments` calls (every
+    frame of a segment asked: decoded whole for the open episodes' frames, its lead-in may be missing)."""
+    return [depth_codes(seg, indices, lead_in=len(indices) == len(seg.pts_s)) for seg, indices in asked]

@@ -1,4 +1,5 @@
-"""The frames of the pool's open episodes, each camera's segment decoded once front to back (`episode_frames_bytes`).
+"""The frames of the pool's open episodes, each camera's segment decoded once front to back (`episode_frames_bytes`):
+a camera's RGB frames (torchcodec, DALI's CPU decoder on the workers) or a depth camera's codes (PyAV).
 
 Under a pool (`episode_pool_size` a number) an episode stays open until the plan has drawn every one of its frames,
 so every frame of its segments is asked for while it is open. Asked a sample at a time, a frame costs a decode from
@@ -41,10 +42,12 @@ class EpisodeFrames:
         self.frames = 0  # their frames
         self.refused = 0  # asks for a segment that did not fit (decoded per sample)
 
-    def take(self, segs: Sequence[Any], decode_all: Callable[[list], list[np.ndarray]]) -> dict[int, np.ndarray]:
+    def take(self, segs: Sequence[Any], decode_all: Callable[[list], list[np.ndarray]],
+             pixel_bytes: int = 3) -> dict[int, np.ndarray]:
         """uid -> every frame of the segment, for those of `segs` held or decoded now (`decode_all(segments)`: each
-        one's frames in presentation order, in one call); the others (larger than `each_bytes`, no room, a piece, a
-        decode that failed on another thread) are not in it. The caller indexes the frames it needs; the arrays are not to be written."""
+        one's frames in presentation order, in one call; `pixel_bytes`: what a pixel of them takes, 3 for RGB, 2 for
+        a depth camera's codes); the others (larger than `each_bytes`, no room, a piece, a decode that failed on
+        another thread) are not in it. The caller indexes the frames it needs; the arrays are not to be written."""
         out: dict[int, np.ndarray] = {}
         mine: list[tuple[Any, int]] = []  # (segment, bytes reserved)
         waits: list[tuple[Any, threading.Event]] = []
@@ -59,7 +62,7 @@ class EpisodeFrames:
                     if all(s.uid != seg.uid for s, _ in mine):
                         waits.append((seg, self._busy[seg.uid]))
                 else:
-                    need = _bytes(seg)
+                    need = _bytes(seg, pixel_bytes)
                     if need is None or need > self.each_bytes or self.bytes + need > self.bound_bytes:
                         self.refused += 1
                         continue
@@ -126,10 +129,10 @@ class EpisodeFrames:
                     "decoded_segments": self.segments, "decoded_frames": self.frames, "refused": self.refused}
 
 
-def _bytes(seg: Any) -> int | None:
+def _bytes(seg: Any, pixel_bytes: int) -> int | None:
     """What every frame of `seg` takes decoded, from its sample entry's size (None: not stated there)."""
     size = seg.size()
-    return None if size is None else len(seg.pts_s) * size[0] * size[1] * 3
+    return None if size is None else len(seg.pts_s) * size[0] * size[1] * pixel_bytes
 
 
 class Released:

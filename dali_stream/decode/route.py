@@ -74,6 +74,13 @@ class Route:
         return self.decoder == "pyav"
 
     @property
+    def from_segments_on_workers(self) -> bool:
+        """Its decoder runs on the workers' threads over an episode's segment (torchcodec; a depth camera's PyAV),
+        so a pool's open episode can be decoded whole there once (`decode.episode_frames`); DALI's CPU decoder does
+        too where it runs on the workers (`Resolved.dali_on_workers`)."""
+        return self.decoder in ("torchcodec", "pyav")
+
+    @property
     def in_tables(self) -> bool:
         """A camera stored as images (PNG, JPEG) in the frame tables: no video, no segment; its rows' bytes are
         decoded and laid out by the workers (`graph.table_images`), whatever else the batch does."""

@@ -6,7 +6,8 @@ The buffer is one of the host cameras' reused ones (`graph.buffers`), (B, T, H, 
 RGB host frames are (the caller gets the same (B, T, 1, H, W) view, `graph.host.to_output`). A mixture's member
 lacking the camera gives zeros; each sample's codes are read with its own member's coding. The decoded-frame cache
 keeps the codes ((H, W) uint16, `decode.frames`, named as a video camera's frames): a sample whose frames it all
-holds decodes none.
+holds decodes none. Under a pool an open episode's codes are decoded once, front to back, and held while it stays
+open (`decode.episode_frames`), as a torchcodec camera's frames are.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..config import DepthOutputUnit
 from ..decode.depth import depth_codes_each
+from ..decode.episode_frames import EpisodeFrames
 from ..decode.frames import FrameCache
 from ..meta.depth import DepthCoding
 from .buffers import BufferPool
@@ -27,7 +29,8 @@ from .sources import CameraBatch, CameraFrames, Output
 class DepthFrames:
     """A FrameSource (`graph.sources`) for a depth camera: host frames of one channel of depth. `codings`: per
     mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W); `frames`: the
-    decoded-frame cache, or None."""
+    decoded-frame cache, or None; `episodes`: the pool's open episodes' frames (each episode's codes decoded once,
+    front to back), or None."""
 
     engine: str | None = None
     in_graph = False
@@ -35,8 +38,8 @@ class DepthFrames:
 
     def __init__(self, key: str, route: str, buffers: BufferPool, codings: Sequence[DepthCoding | None],
                  size: tuple[int, int], unit: DepthOutputUnit, channels_last: bool = False,
-                 frames: FrameCache | None = None) -> None:
-        self.key, self.route, self.buffers, self.frames = key, route, buffers, frames
+                 frames: FrameCache | None = None, episodes: EpisodeFrames | None = None) -> None:
+        self.key, self.route, self.buffers, self.frames, self.episodes = key, route, buffers, frames, episodes
         self.codings, self.size, self.unit, self.channels_last = list(codings), size, unit, channels_last
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
@@ -48,7 +51,8 @@ class DepthFrames:
         planes = out[..., 0] if self.channels_last else out[:, :, 0]  # (B, T, H, W) views
         decoded = 0
         for members, wanted, codes, n in decode_segments(segs, idx, None, self.frames, batch.names,
-                                                         decode=depth_codes_each):
+                                                         decode=depth_codes_each, episodes=self.episodes,
+                                                         pixel_bytes=2):
             decoded += n
             codes = np.asarray(codes)  # a list where some came from the cache
             for j in members:

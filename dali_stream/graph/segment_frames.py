@@ -35,7 +35,7 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
 
 def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
                     resize: Callable | None = None, decode: Callable | None = None,
-                    episodes: EpisodeFrames | None = None, chw: bool = False):
+                    episodes: EpisodeFrames | None = None, chw: bool = False, pixel_bytes: int = 3):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
@@ -47,7 +47,8 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     open episodes' frames (`decode.episode_frames`): a segment is decoded whole once, front to back, and its frames
     taken from there while its episode stays in the pool (those that do not fit are decoded as asked). `chw`: the
     cache keeps the camera's frames (3, H, W) (`Resolved.kept_chw`): those decoded are transposed once, before
-    they are kept, and every frame yielded is (3, H, W).
+    they are kept, and every frame yielded is (3, H, W). `pixel_bytes`: what a decoded pixel takes (3: RGB; 2: a
+    depth camera's codes, `graph.depth_frames`), for `episodes`' bound.
 
     Yields (members, wanted, pixels, decoded): the batch positions using the segment, the sorted distinct frame
     indices, their pixels (len(wanted), H, W, 3) uint8 (an array, or a list of (H, W, 3) arrays where some came
@@ -61,7 +62,8 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
     if episodes is not None:
         whole = episodes.take([a.seg for a in asks if a.missing and not isinstance(a.seg, Held)],
                               lambda got: decode([(s, np.arange(len(s.pts_s))) for s in got]) if decode is not None
-                              else [torchcodec_tensor(s, np.arange(len(s.pts_s)), cache).numpy() for s in got])
+                              else [torchcodec_tensor(s, np.arange(len(s.pts_s)), cache).numpy() for s in got],
+                              pixel_bytes)
     rest = [a for a in asks if a.missing and a.seg.uid not in whole]
     decoded_of: Callable[[_Ask], np.ndarray]
     if decode is not None:  # every segment's frames in one call, taken in `rest`'s order below

@@ -229,7 +229,7 @@ def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping
             codings = [m.camera(key).depth if key in m.own else None for m in catalog.members]
             h, w = catalog.fields[key].shape[:2]
             sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last,
-                                       workers.frames)
+                                       workers.frames, workers.episodes)
         elif route(name).in_tables:
             h, w = catalog.fields[key].shape[:2]
             sources[key] = TableImages(key, name, buffers, image_ops, (h, w), resizers.get(key), workers.frames,

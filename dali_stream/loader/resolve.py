@@ -177,14 +177,18 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # the keyframe before it and a call (2-core VM, torchcodec: 13-15x the cost a frame at 96x128 GOP 30, 9-12x at
     # 256x256 AV1). A global shuffle draws an episode's frames all along its epoch: one decoded whole for a sample
     # would be mostly thrown away.
-    workers_decode = any(route(r).torchcodec or (route(r).in_dali and route(r).cached) for r in routes.values())
+    def whole_on_workers(name: str) -> bool:  # a camera whose open episodes the workers may decode whole
+        return route(name).from_segments_on_workers or (route(name).in_dali and route(name).cached)
+
+    workers_decode = any(whole_on_workers(r) for r in routes.values())
     if cfg.episode_frames_bytes is not None:
         episode_frames, why["episode_frames"] = cfg.episode_frames_bytes, "episode_frames_bytes given"
     elif global_shuffle:
         episode_frames = 0
         why["episode_frames"] = "a global shuffle draws an episode's frames all along its epoch"
     elif not workers_decode:
-        episode_frames, why["episode_frames"] = 0, "no camera decoded on the CPU by torchcodec or dali-cpu"
+        episode_frames, why["episode_frames"] = 0, "no camera decoded on the CPU by torchcodec, dali-cpu or " \
+                                                   "PyAV (depth)"
     else:
         episode_frames = EPISODE_FRAMES_BYTES
         why["episode_frames"] = f"{EPISODE_FRAMES_BYTES >> 20} MiB a rank: a pool of 16 episodes of two 256x256 " \
@@ -192,7 +196,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # An episode's camera is held only where all the pool's could be: the bound shared out over the pool's episodes
     # and the cameras decoded on the workers. Bigger ones (480p: 0.9 MB a frame) are decoded per sample, so the first
     # episodes admitted never take the room of the rest.
-    workers_cameras = sum(1 for r in routes.values() if route(r).torchcodec or (route(r).in_dali and route(r).cached))
+    workers_cameras = sum(1 for r in routes.values() if whole_on_workers(r))
     episode_frames_each = episode_frames // ((pool or 1) * max(1, workers_cameras))
     why["episode_frames_each"] = "episode_frames over the pool's episodes and the cameras decoded on the workers"
     cache_on = frame_cache or episode_frames > 0
