@@ -479,3 +479,22 @@ def test_a_global_shuffle_past_cache_bytes_says_the_images_are_what_it_holds(noi
     assert f"of it are the encoded images of cameras ['{KEY}'] stored in the frame tables" in text
     assert "under a global shuffle" in text and "episode_pool_size=16" in text and "frame_cache_bytes" in text
     assert "convert_image_to_video" in text
+
+
+def test_demo_streams_a_dataset_that_is_not_its_sample(image_dataset, tmp_path):
+    """`dali-stream demo DATASET` on a dataset of one's own (no sample settings in its info.json), cameras stored as
+    images: streamed and summarised, no painted ids looked for."""
+    from dali_stream.tools.sample_data import SAMPLE_KEY
+
+    from .console import dali_stream
+
+    root = tmp_path / "mine"
+    shutil.copytree(image_dataset, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    del info[SAMPLE_KEY]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    proc = dali_stream("demo", root, "--batches", "3", "--batch-size", "4")
+    assert proc.returncode == 0, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "not a dali-stream sample" in out and "images in the tables -> table-images" in out
+    assert "last sample check" not in out and "3 x 4 on cpu" in out

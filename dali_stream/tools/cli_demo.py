@@ -46,19 +46,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
             return 2
         write_with_progress(root, spec, True, console, args.workers)
     else:
-        console.print(f"using the sample dataset already at {root}")
         written = json.loads((root / INFO_PATH).read_text()).get(SAMPLE_KEY)
+        console.print(f"using the sample dataset already at {root}" if written is not None else
+                      f"streaming the dataset at {root} (not a dali-stream sample: its frames carry no painted ids to "
+                      "check)")
         if written is not None:
             differ = sorted(k for k, v in json.loads(json.dumps(spec.record())).items() if written.get(k, v) != v)
             if differ:
                 console.print(f"[yellow]it was written with other sample settings ({', '.join(differ)}) than these "
                               "flags ask for; pass --overwrite to write it again with them[/]")
-    fps = json.loads((root / INFO_PATH).read_text())["fps"]
+    info = json.loads((root / INFO_PATH).read_text())
+    fps, sample = info["fps"], SAMPLE_KEY in info
     t0 = time.perf_counter()
     loader = StreamLoader(str(root), **loader_settings(args, DEMO_SETTINGS), seed=args.seed,
                           delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]})
     setup_s = time.perf_counter() - t0
-    first_key = loader.meta.video_keys[0]
+    # the painted ids a sample's RGB video cameras carry, checked on the last sample (None: no such camera)
+    first_key = next((k for k in loader.meta.video_keys if loader.meta.cameras[k].depth is None), None) \
+        if sample else None
     samples = 0
     seen: set[tuple[int, int]] = set()
     with Progress(TextColumn("[bold]streaming batches"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -81,21 +86,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
         stream_s = time.perf_counter() - t_stream
     from .paint import UnreadableIds, read_ids
 
-    try:
-        ids: object = read_ids(batch[first_key][0])
-    except UnreadableIds as exc:  # e.g. a sample written by an older dali_stream (no check row)
-        ids = f"unreadable ({exc}; delete {root} to write a fresh sample)"
+    ids: object = None
+    if first_key is not None:
+        try:
+            ids = read_ids(batch[first_key][0])
+        except UnreadableIds as exc:  # e.g. a sample written by an older dali_stream (no check row)
+            ids = f"unreadable ({exc}; delete {root} to write a fresh sample)"
     summary = Table(title="dali_stream demo", show_header=False)
     summary.add_row("dataset", f"{root} ({loader.meta.num_episodes} episodes, {loader.meta.total_frames} frames)")
     summary.add_row("batches x batch size", f"{done} x {args.batch_size} on {loader.device}")
     summary.add_row("throughput", f"{samples / stream_s:.0f} samples/s")
     summary.add_row("first-batch latency", f"{first_s:.2f} s (loader set-up {setup_s:.2f} s)")
     for key, route in loader.routes.items():
-        summary.add_row(f"decode {key}", f"{loader.meta.cameras[key].codec} -> {route}")
+        codec = loader.meta.cameras[key].codec if key in loader.meta.cameras else "images in the tables"
+        summary.add_row(f"decode {key}", f"{codec} -> {route}")
     summary.add_row("GPU", demo_gpu_note(loader.stages.node, loader.routes, loader.route_reasons))
     summary.add_row("distinct frames seen", f"{len(seen)} of {loader.meta.total_frames}")
-    summary.add_row("last sample check", f"{first_key} shows painted (episode, frame) = {ids}, table says "
-                    f"({int(batch['episode_index'][0])}, {int(batch['frame_index'][0])})")
+    if first_key is not None:
+        summary.add_row("last sample check", f"{first_key} shows painted (episode, frame) = {ids}, table says "
+                        f"({int(batch['episode_index'][0])}, {int(batch['frame_index'][0])})")
     summary.add_row("resume state", json.dumps({k: v for k, v in loader.state_dict().items()
                                                 if k in ("epoch", "batches_consumed")}))
     console.print(summary)
