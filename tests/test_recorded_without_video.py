@@ -498,3 +498,27 @@ def test_demo_streams_a_dataset_that_is_not_its_sample(image_dataset, tmp_path):
     out = " ".join(proc.stdout.split())
     assert "not a dali-stream sample" in out and "images in the tables -> table-images" in out
     assert "last sample check" not in out and "3 x 4 on cpu" in out
+
+
+def test_two_cameras_in_one_data_file_are_kept_apart_by_the_cache(image_dataset, tmp_path):
+    """Two cameras stored in the same data file (LIBERO's image and wrist_image): the cache names each one's images by
+    its column too, so two epochs with it equal two without and each camera shows its own images."""
+    second = "observation.wrist_image"
+    root = tmp_path / "two"
+    shutil.copytree(image_dataset, root)
+    image = {"dtype": "image", "shape": [8, 8, 3], "names": ["height", "width", "channels"]}
+    add_columns(root, {second: image}, lambda rows: {second: pa.array(
+        [{"bytes": _png((int(i) + 100) % 255), "path": f"wrist_{int(i):06d}.png"}
+         for i in rows.column("index").to_pylist()],
+        pa.struct([("bytes", pa.binary()), ("path", pa.string())]))}, first=True)
+    args = dict(batch_size=4, device="cpu", drop_last=False, seed=2, image_dtype="uint8")
+    with StreamLoader(str(root), **args) as plain:
+        want = epochs(plain)
+    with StreamLoader(str(root), frame_cache_bytes=1 << 30, **args) as cached:
+        got = epochs(cached)
+    for (g, _), (w, _) in zip(got, want):
+        same_batches(g, w)
+        for batch in g:
+            for j, index in enumerate(batch["index"].tolist()):
+                assert int(batch[KEY][j].max()) == value(index) and int(batch[second][j].max()) == (index + 100) % 255
+    assert got[1][1] == 0  # the second epoch decodes nothing

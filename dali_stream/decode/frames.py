@@ -2,10 +2,10 @@
 
 A frame is named by its video file and the file time a sample asks for (the episode's `from_timestamp` plus the
 frame's `timestamp`, whose nearest frame every route decodes): `(file, time in microseconds)` — an image stored in
-the frame tables by its data file and its row's (episode, frame) (`row_names`) — known from the plan and the
-episode's table rows alone, so a batch whose frames are all held is built without fetching or cutting
-its segments (and the store fetches nothing of an episode's camera whose frames are all held, nor the column of
-a camera stored in the tables whose images are: `EpisodeHeld`). The
+the frame tables by its data file, its column and its row's (episode, frame) (`FrameCache.row_names`) — known from
+the plan and the episode's table rows alone, so a batch whose frames are all held is built without fetching or
+cutting its segments (and the store fetches nothing of an episode's camera whose frames are all held, nor the column
+of a camera stored in the tables whose images are: `EpisodeHeld`). The
 file's name is a digest of its path, size and modification time (its ETag or version where a remote store gives
 no time), of how its frames are kept (`kept_as`: the route that decodes them, the sizes they are resized and
 cropped to, their order) and of this module's `FORMAT`, so a video file rewritten in place, or frames decoded by
@@ -63,12 +63,6 @@ def micros(times_s: np.ndarray) -> np.ndarray:
 
 _SHAPE = re.compile(rb"'shape': \((\d+), (\d+)(?:, (\d+))?\)")
 _DTYPES = {b"'|u1'": np.uint8, b"'<u2'": np.uint16}  # RGB pictures; a depth camera's 12-bit codes
-
-
-def row_names(digest: str, episode: int, rows: np.ndarray) -> list[tuple[str, int]]:
-    """The names of an image stored in the frame tables: its data file's `digest` (`FrameCache.digest`) and the
-    row's (episode index, frame index) in one number (an episode's frames are below 2**32)."""
-    return [(digest, (episode << 32) | int(r)) for r in rows.tolist()]
 
 
 def read_frame(path: str) -> np.ndarray | None:
@@ -204,6 +198,15 @@ class FrameCache:
                 self._files[(path, label)] = digest
         return digest
 
+    def row_names(self, path: str, column: str, label: str, episode: int,
+                  rows: np.ndarray) -> list[tuple[str, int]]:
+        """The names of the images a camera stored in the frame tables keeps in column `column` of the data file at
+        `path`, rows `rows` of episode `episode`, kept as `label` says: the data file's identity and the column (one
+        data file holds every such camera's images), then the row's (episode, frame) in one number (an episode's
+        frames are below 2**32)."""
+        digest = self.digest(path, f"{label} column={column}")
+        return [(digest, (episode << 32) | int(r)) for r in rows.tolist()]
+
     def _path(self, key: tuple[str, int]) -> str:
         return os.path.join(self.folder or "", key[0], f"{key[1]}.npy")
 
@@ -316,7 +319,7 @@ class EpisodeHeld:
 
     def columns(self, pos: int) -> frozenset[str]:
         """The columns of the episode's cameras stored in the tables whose every row's image is held: its rows are
-        read without them (the names need no rows: `row_names`)."""
+        read without them (the names need no rows: `FrameCache.row_names`)."""
         member, local = self.catalog.locate(pos)
         stored = self._stored.get(member.index)
         if not stored:
@@ -324,4 +327,4 @@ class EpisodeHeld:
         path, episode = member.meta.data_file(local), member.meta.episode_index(local)
         every = np.arange(int(self.catalog.lengths[pos]))
         return frozenset(own for own, label in stored
-                         if self.frames.holds(row_names(self.frames.digest(path, label), episode, every)))
+                         if self.frames.holds(self.frames.row_names(path, own, label, episode, every)))

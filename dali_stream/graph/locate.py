@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.frames import FrameCache, micros, row_names
+from ..decode.frames import FrameCache, micros
 from ..decode.route import route
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
@@ -103,13 +103,14 @@ class Locator:
 
     def _row_names(self, plan: BatchPlan, j: int, key: str, label: str) -> list[tuple[str, int]] | None:
         """The cache's names of the images sample `j` shows of camera `key` stored in the tables: its episode's data
-        file and the rows' (episode, frame) (`decode.frames.row_names`); None: its member lacks the camera."""
+        file, its column and the rows' (episode, frame) (`FrameCache.row_names`); None: its member lacks the camera."""
         assert self.frames is not None
         member, local = self.catalog.locate(int(plan.episodes[j]))
-        if self.fields[key].own[member.index] is None:
+        own = self.fields[key].own[member.index]
+        if own is None:
             return None
-        return row_names(self.frames.digest(member.meta.data_file(local), label), member.meta.episode_index(local),
-                         self.rows_of(plan, j, key))
+        return self.frames.row_names(member.meta.data_file(local), own, label, member.meta.episode_index(local),
+                                     self.rows_of(plan, j, key))
 
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
