@@ -254,12 +254,7 @@ def test_kept_images_spill_to_the_folder_a_later_run_reads_and_a_rewritten_data_
     with StreamLoader(str(root), **args) as later:
         again, decoded = shown(later)
         assert again == want and decoded == 0 and later.stats()["frames"]["disk_hits"] == decoded + len(want)
-    data = sorted(root.glob("data/*/*.parquet"))[0]
-    table = pq.read_table(data)
-    column = table.column(KEY).combine_chunks()
-    lighter = pa.array([{"bytes": _png((value(i) + 100) % 255), "path": p["path"]} for i, p in
-                        zip(table.column("index").to_pylist(), column.to_pylist())], column.type)
-    pq.write_table(table.set_column(table.schema.get_field_index(KEY), KEY, lighter), data, row_group_size=10_000)
+    data = _images_rewritten(root, lambda n, index, image: _png((value(index) + 100) % 255), row_group_size=10_000)
     with StreamLoader(str(root), **args) as changed:
         got, decoded = shown(changed)
     rewritten = set(pq.read_table(data, columns=["index"]).column("index").to_pylist())
@@ -281,15 +276,22 @@ def test_inspect_lists_them_and_counts_them_in_what_the_cache_would_hold(image_d
     assert KEY in human.stdout and "table-images" in human.stdout and "every frame of every camera takes" in human.stdout
 
 
-def _first_image_replaced(root, data: bytes) -> None:
-    """The first row's image of the first data file (the first episode's first frame) replaced by `data`."""
+def _images_rewritten(root, image, row_group_size: int):
+    """`root`'s first data file written again (`row_group_size` rows a group), each row's image replaced by
+    `image(n, index, its bytes)` (`n`: the row's place in the file); its path."""
     path = sorted(root.glob("data/*/*.parquet"))[0]
     table = pq.read_table(path)
     column = table.column(KEY).combine_chunks()
-    rows = column.to_pylist()
-    rows[0] = {**rows[0], "bytes": data}
+    rows = [{**row, "bytes": image(n, index, row["bytes"])}
+            for n, (index, row) in enumerate(zip(table.column("index").to_pylist(), column.to_pylist()))]
     pq.write_table(table.set_column(table.schema.get_field_index(KEY), KEY, pa.array(rows, column.type)), path,
-                   row_group_size=9)
+                   row_group_size=row_group_size)
+    return path
+
+
+def _first_image_replaced(root, data: bytes) -> None:
+    """The first row's image of the first data file (the first episode's first frame) replaced by `data`."""
+    _images_rewritten(root, lambda n, index, image: data if n == 0 else image, row_group_size=9)
 
 
 def test_diagnose_decodes_their_first_image_and_names_what_is_wrong(image_dataset, tmp_path):
@@ -330,16 +332,20 @@ def test_diagnose_decodes_their_first_image_and_names_what_is_wrong(image_datase
     assert camera["layer"] == "depth-images" and "convert_image_to_video" in camera["fix"]
 
 
-def _image_column_bytes(root) -> int:
-    """Compressed bytes of the image column's chunks (its leaves `<key>.bytes`, `<key>.path`) in every data file."""
-    total = 0
+def _image_chunks(root) -> dict[str, list[tuple[int, int]]]:
+    """Per data file (its name under `root`), the byte ranges of the image column's chunks."""
+    out: dict[str, list[tuple[int, int]]] = {}
     for path in root.glob("data/*/*.parquet"):
         md = pq.ParquetFile(path).metadata
         for g in range(md.num_row_groups):
             rg = md.row_group(g)
-            total += sum(rg.column(c).total_compressed_size for c in range(rg.num_columns)
-                         if rg.column(c).path_in_schema.startswith(KEY + "."))
-    return total
+            for c in range(rg.num_columns):
+                col = rg.column(c)
+                if col.path_in_schema.startswith(KEY + "."):
+                    first = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                    out.setdefault(path.relative_to(root).as_posix(), []).append(
+                        (first, first + col.total_compressed_size))
+    return out
 
 
 def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_read_again(image_dataset, tmp_path):
@@ -362,7 +368,8 @@ def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_rea
         assert [s for b in warm for s in shown(b)] == want and warm.stages.builder.decoded_frames == 0
         read = warm.stats()["fetch"]
     assert read["columns_left_out"] == read["episodes"] == 4 and read["columns_read_again"] == 0
-    assert cold["table_bytes_read"] - read["table_bytes_read"] == _image_column_bytes(image_dataset) > 0
+    images = sum(end - start for ranges in _image_chunks(image_dataset).values() for start, end in ranges)
+    assert cold["table_bytes_read"] - read["table_bytes_read"] == images > 0
     with StreamLoader(str(image_dataset), **args) as lost:
         batches = iter(lost)
         got = shown(next(batches))  # episode 0's rows read without the images, some of them shown
@@ -390,22 +397,6 @@ def noisy_dataset(tmp_path_factory):
         return b"".join(bytes(p) for p in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
 
     return _without_video(tmp_path_factory.mktemp("ds") / "noisy", 64, noise, after="action")
-
-
-def _image_chunks(root) -> dict[str, list[tuple[int, int]]]:
-    """Per data file (its name under `root`), the byte ranges of the image column's chunks."""
-    out: dict[str, list[tuple[int, int]]] = {}
-    for path in root.glob("data/*/*.parquet"):
-        md = pq.ParquetFile(path).metadata
-        for g in range(md.num_row_groups):
-            rg = md.row_group(g)
-            for c in range(rg.num_columns):
-                col = rg.column(c)
-                if col.path_in_schema.startswith(KEY + "."):
-                    first = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
-                    out.setdefault(path.relative_to(root).as_posix(), []).append(
-                        (first, first + col.total_compressed_size))
-    return out
 
 
 def test_the_fetched_rows_count_their_images_bytes_against_cache_bytes(noisy_dataset):

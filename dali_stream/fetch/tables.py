@@ -74,7 +74,7 @@ def _objects(col) -> np.ndarray:
     return out
 
 
-def _image_bytes(col) -> np.ndarray:
+def image_bytes(col) -> np.ndarray:
     """An image column's encoded images, one `bytes` a row (HF datasets' Image: a struct of bytes and path)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -212,15 +212,14 @@ class TableReader:
                 out.append((first, end, size))
         return out or [(0, 0, 0)]
 
-    def _spans(self, pf, groups: list[int], known: dict | None = None,
-               keys: tuple[str, ...] | None = None) -> list[tuple[int, int, int]]:
-        """The stretches (`_span`) of `groups` over `keys` (None: all of `self.keys`); `known`: the file's spans
-        computed so far (filled here)."""
+    @classmethod
+    def _spans(cls, pf, groups: list[int], known: dict | None, keys: tuple[str, ...]) -> list[tuple[int, int, int]]:
+        """The stretches (`_span`) of `groups` over `keys`; `known`: the file's spans computed so far (filled
+        here)."""
         known = {} if known is None else known
-        keys = tuple(self.keys) if keys is None else keys
         for g in groups:
             if (g, keys) not in known:
-                known[(g, keys)] = self._span(pf.metadata.row_group(g), keys)
+                known[(g, keys)] = cls._span(pf.metadata.row_group(g), keys)
         return [span for g in groups for span in known[(g, keys)]]
 
     def _read(self, path: str, pf, groups: list[int], read_lock, episode: int, known: dict | None = None,
@@ -413,7 +412,7 @@ class TableReader:
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
                 f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
             )
-        rows = {k: _objects(table.column(k)) if k in meta.text_keys else _image_bytes(table.column(k))
+        rows = {k: _objects(table.column(k)) if k in meta.text_keys else image_bytes(table.column(k))
                 if k in meta.image_keys else _shaped(_to_numpy(table.column(k)), meta.features.get(k, {}))
                 for k in keys}
         if "timestamp" in keys:

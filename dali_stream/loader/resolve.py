@@ -325,12 +325,13 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     if shaped_on_workers:
         why["shaped_on_workers"] = "images stored in the tables, resized and cropped by the workers (never in the graph)"
     if shaping and frame_cache:
+        tables_too = " (images stored in the tables: resized and cropped by the workers)"
         if facts.cuda_batches:
-            why["shaped_on_workers"] = "batches on a GPU resize and crop there: the cache keeps frames as decoded " \
-                                       "(images stored in the tables: resized and cropped by the workers)"
+            why["shaped_on_workers"] = "batches on a GPU resize and crop there: the cache keeps frames as decoded" + \
+                tables_too
         elif cfg.augment is not None:
-            why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded " \
-                                       "(images stored in the tables: resized and cropped by the workers)"
+            why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded" + \
+                tables_too
         else:
             shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached and route(r).rgb)
             why["shaped_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized and cropped: the " \

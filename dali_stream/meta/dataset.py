@@ -113,6 +113,12 @@ class LerobotMetadata:
         decoded on the workers (route `table-images`)."""
         return [k for k, f in self.features.items() if f.get("dtype") == "image"]
 
+    def image_size(self, key: str) -> tuple[int, int]:
+        """(height, width) of camera `key` stored as images in the frame tables: its feature's shape[:2], as the
+        loader lays its pictures out (lerobot writes (H, W, C))."""
+        height, width = (int(x) for x in (self.features[key].get("shape") or (0, 0))[:2])
+        return height, width
+
     @property
     def names(self) -> dict[str, Any]:
         """Feature key -> the names of its dimensions (info.json's `names`)."""

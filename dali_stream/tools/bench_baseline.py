@@ -28,7 +28,7 @@ class LeRobotStyleDataset:
     def __init__(self, meta, deltas: dict[str, list[float]]) -> None:
         import pyarrow as pa
 
-        from ..fetch.tables import _image_bytes
+        from ..fetch.tables import image_bytes
         from ..source.storage import read_parquet
 
         self.meta = meta
@@ -39,7 +39,7 @@ class LeRobotStyleDataset:
                                   for p in paths])
         order = np.argsort(table.column("index").to_numpy())
         self.columns = {k: _column(table.column(k))[order] for k in meta.table_keys}
-        self.encoded = {k: _image_bytes(table.column(k))[order] for k in self.images}
+        self.encoded = {k: image_bytes(table.column(k))[order] for k in self.images}
         self.episode_of = {int(e): p for p, e in enumerate(meta.episodes["episode_index"])}
         self.delta = {k: [round(d * meta.fps) for d in v] for k, v in deltas.items()}
         self._decoders: dict[str, Any] = {}

@@ -17,8 +17,8 @@ def decoded_bytes(meta, image_ops=None) -> int:
     from ..decode.frames import frame_bytes
 
     video = sum(frame_bytes(c.height, c.width, image_ops, c.depth is not None) for c in meta.cameras.values())
-    stored = sum(frame_bytes(meta.features[k]["shape"][0], meta.features[k]["shape"][1], image_ops)
-                 for k in meta.image_keys if k not in meta.depth_keys)
+    stored = sum(frame_bytes(h, w, image_ops)
+                 for h, w in (meta.image_size(k) for k in meta.image_keys if k not in meta.depth_keys))
     return (video + stored) * meta.total_frames
 
 

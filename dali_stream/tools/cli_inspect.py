@@ -40,10 +40,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "tasks": len(meta.tasks),
         "cameras": {**{k: {"codec": c.codec, "height": c.height, "width": c.width, "pix_fmt": c.pix_fmt,
                            "route_auto": named[k], "reason": chosen.reasons[k]} for k, c in meta.cameras.items()},
-                    # stored as images in the frame tables: (H, W) as the loader reads the feature's shape
-                    **{k: {"codec": "image", "height": int(meta.features[k]["shape"][0]),
-                           "width": int(meta.features[k]["shape"][1]), "pix_fmt": None, "route_auto": named[k],
-                           "reason": chosen.reasons[k]} for k in meta.image_keys}},
+                    **{k: {"codec": "image", "height": meta.image_size(k)[0], "width": meta.image_size(k)[1],
+                           "pix_fmt": None, "route_auto": named[k], "reason": chosen.reasons[k]}
+                       for k in meta.image_keys}},  # stored as images in the frame tables
         "table_features": {k: {"dtype": meta.features[k].get("dtype"), "shape": meta.features[k].get("shape")}
                            for k in [*meta.table_keys, *meta.text_keys]},
         # what the decoded-frame cache would hold to keep every frame (frame_cache_bytes, docs/memory.md)

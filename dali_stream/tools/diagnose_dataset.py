@@ -196,15 +196,15 @@ def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[st
 
 def _image_camera(meta, pos: int, key: str, software: dict, decode_test: bool) -> dict[str, Any]:
     """A camera stored as images in the frame tables (lerobot's use_videos=False): its route, and whether the first
-    image of the episode at `pos` decodes here at the size info.json declares (the loader reads shape[:2] as
-    height, width); `decode_test`: the decode timed."""
+    image of the episode at `pos` decodes here at the size info.json declares (`DatasetMeta.image_size`);
+    `decode_test`: the decode timed."""
     from ..decode.images import decode_image, image_codec
     from ..errors import DatasetError
     from ..fetch.tables import TableReader
     from ..loader.routing import table_images
     from ..meta.depth import is_depth
 
-    height, width = (int(x) for x in (meta.features[key].get("shape") or (0, 0))[:2])
+    height, width = meta.image_size(key)
     path = meta.data_file(pos)
     choice = table_images("auto", [key])[key]
     entry: dict[str, Any] = {"codec": "image", "file": path, "height": height, "width": width,

@@ -169,18 +169,18 @@ def _decode_problems(meta, rel: str, fs, root: str) -> str | None:
 def _image_problems(meta, table) -> str | None:
     """Why the images of a data file's cameras stored in the tables (`meta.image_keys`) do not all decode at the size
     info.json declares: per camera, how many fail and the first one's episode and frame."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     from ..decode.images import decode_image
     from ..errors import DecodeError
+    from ..fetch.tables import image_bytes
 
+    keys = [k for k in meta.image_keys if k in table.column_names]
+    if not keys:
+        return None
+    where = list(zip(table.column("episode_index").to_pylist(), table.column("frame_index").to_pylist()))
     parts = []
-    for key in (k for k in meta.image_keys if k in table.column_names):
-        col = table.column(key).combine_chunks()
-        blobs = (pc.struct_field(col, "bytes") if pa.types.is_struct(col.type) else col).to_pylist()
-        want = tuple(int(x) for x in (meta.features[key].get("shape") or (0, 0))[:2])
-        where = list(zip(table.column("episode_index").to_pylist(), table.column("frame_index").to_pylist()))
+    for key in keys:
+        blobs = image_bytes(table.column(key)).tolist()
+        want = meta.image_size(key)
         bad = []
         for (episode, frame), blob in zip(where, blobs):
             try:
