@@ -44,6 +44,20 @@ def test_host_frames_equal_the_graphs(small_dataset, options):
     graph.close()
 
 
+def test_float_frames_are_lerobots_division_of_the_decoded_bytes(small_dataset):
+    """image_dtype="float32" gives lerobot's `frames.float() / 255` bit for bit (a multiply by float32(1 / 255)
+    rounds about half the byte values one ulp away): the same batches in uint8, divided, equal them exactly."""
+    settings = dict(BASE, decode="cpu")
+    u8 = StreamLoader(str(small_dataset), image_dtype="uint8", **settings)
+    f32 = StreamLoader(str(small_dataset), image_dtype="float32", **settings)
+    assert f32.stages.builder.host_keys == u8.stages.builder.host_keys == f32.meta.camera_keys
+    for a, b in zip(take(u8, 3), take(f32, 3)):
+        for key in f32.meta.camera_keys:
+            assert b[key].dtype == torch.float32 and torch.equal(b[key], a[key].float() / 255), key
+    u8.close()
+    f32.close()
+
+
 def test_batches_without_a_graph_equal_the_graphs_key_for_key(small_dataset):
     """Every camera on torchcodec: no DALI graph at all (tables stacked by the loader) against the same batches
     through DALI (a full-frame crop keeps the graph): same keys in the same order, dtypes, shapes and values."""

@@ -89,11 +89,10 @@ def test_each_sample_shows_its_rows_images(image_dataset, settings):
                     want = np.full((3, 8, 8), value(shown), np.float32)
                     if settings.get("image_dtype") == "uint8":
                         np.testing.assert_array_equal(images[j, t], want.astype(np.uint8))
-                    else:
-                        want /= 255
-                        if "mean" in settings:
-                            want = (want - 0.5) / 0.25
-                        np.testing.assert_allclose(images[j, t], want, rtol=0, atol=2e-6)
+                    elif "mean" in settings:
+                        np.testing.assert_allclose(images[j, t], (want / 255 - 0.5) / 0.25, rtol=0, atol=2e-6)
+                    else:  # lerobot's dataset[i]: the PNG's pixels as float32, divided by 255
+                        np.testing.assert_array_equal(images[j, t], want / np.float32(255))
             seen += batch["index"].tolist()
     assert sorted(seen) == list(range(loader.meta.total_frames))
     sample = loader.dataset[3]
