@@ -4,6 +4,8 @@ data/ and videos/ from an hf:// bucket, and the token kept out of errors."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -107,6 +109,20 @@ def test_a_repo_id_as_lerobot_writes_it(hub, small_dataset, monkeypatch, tmp_pat
     # huggingface_hub reads HF_ENDPOINT when imported: the CLI in its own process takes it from the environment
     proc = dali_stream("inspect", "lab/arm", "--json", env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN})
     assert proc.returncode == 0 and json.loads(proc.stdout)["source"] == "hf://datasets/lab/arm", proc.stderr
+
+
+def test_demo_streams_a_hub_id_and_writes_nothing(hub, small_dataset, monkeypatch, tmp_path):
+    """`dali-stream demo lab/arm` with no folder lab/arm streams the Hub dataset (its painted ids checked: it is a
+    sample) instead of writing a sample into ./lab/arm."""
+    monkeypatch.chdir(tmp_path)
+    env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": TOKEN, "HF_HUB_OFFLINE": "0",
+           "HF_LEROBOT_HOME": str(tmp_path / "lerobot-home")}
+    proc = dali_stream("demo", "lab/arm", "--batches", 3, "--batch-size", 2, "--pool-size", 2, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "streaming lab/arm (hf://datasets/lab/arm); nothing is written" in proc.stdout
+    painted = re.search(r"painted \(episode, frame\) = \((\d+), (\d+)\), table says \((\d+), (\d+)\)", proc.stdout)
+    assert painted and painted.group(1, 2) == painted.group(3, 4), proc.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "demo wrote into the working folder"
 
 
 def test_a_repo_id_lerobot_downloaded_is_read_from_disk_offline_too(small_dataset, monkeypatch, tmp_path):

@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="write the sample dataset (if absent) and stream batches from it")
     p.add_argument("dataset", nargs="?", default=".demo/sample",
-                   help="folder of the sample dataset (default %(default)s); with --mixture the folder of the demo "
+                   help="folder of the sample dataset (default %(default)s), written if absent; a dataset there, a "
+                        "Hub id (lerobot/pusht) or a URL is streamed as it is; with --mixture the folder of the demo "
                         "mixture's members; or a mixture file (.json) to stream")
     p.add_argument("--mixture", action="store_true",
                    help="write two datasets of different embodiments into DATASET (30 fps two cameras 6-dof, 10 fps "

@@ -13,16 +13,8 @@ from .flags import loader_settings
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-    from rich.table import Table
 
-    from ..loader import StreamLoader
+    from ..loader import open_meta
     from ..meta.dataset import INFO_PATH
     from .sample_data import SAMPLE_KEY
 
@@ -37,6 +29,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             str(demo_mixture.write_demo_mixture(Path(args.dataset), write))
         return demo_mixture.run(path, args.batches, loader_settings(args, DEMO_SETTINGS), args.seed,
                                 args.action_horizon, console)
+    if _streamed(args.dataset):  # a Hub id or a URL: streamed as it is, nothing written
+        meta = open_meta(args.dataset)
+        console.print(f"streaming {args.dataset} ({meta.source}); nothing is written")
+        return _stream(args, args.dataset, meta, SAMPLE_KEY in meta.info, console)
     root = Path(args.dataset)
     spec = sample_spec(args)
     if args.overwrite or not (root / INFO_PATH).exists():
@@ -55,11 +51,29 @@ def cmd_demo(args: argparse.Namespace) -> int:
             if differ:
                 console.print(f"[yellow]it was written with other sample settings ({', '.join(differ)}) than these "
                               "flags ask for; pass --overwrite to write it again with them[/]")
-    info = json.loads((root / INFO_PATH).read_text())
-    fps, sample = info["fps"], SAMPLE_KEY in info
+    meta = open_meta(str(root))
+    return _stream(args, root, meta, SAMPLE_KEY in meta.info, console)
+
+
+def _streamed(dataset: str) -> bool:
+    """Whether demo's argument names a dataset to stream rather than a folder to write the sample into: a URL, or a
+    Hub id with no local folder of that name (as `StreamLoader` reads one: `source.storage.resolve_source`)."""
+    from ..source.storage import resolve_source
+
+    return "://" in dataset or resolve_source(dataset) != dataset
+
+
+def _stream(args: argparse.Namespace, root, meta, sample: bool, console) -> int:
+    """Stream `args.batches` batches of the opened dataset `meta` and print the summary; `sample`: it is one the
+    sample writer wrote, whose RGB cameras carry painted ids to check."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from ..loader import StreamLoader
+
     t0 = time.perf_counter()
-    loader = StreamLoader(str(root), **loader_settings(args, DEMO_SETTINGS), seed=args.seed,
-                          delta_timestamps={"action": [i / fps for i in range(args.action_horizon)]})
+    loader = StreamLoader(meta, **loader_settings(args, DEMO_SETTINGS), seed=args.seed,
+                          delta_timestamps={"action": [i / meta.fps for i in range(args.action_horizon)]})
     setup_s = time.perf_counter() - t0
     # the painted ids a sample's RGB video cameras carry, checked on the last sample (None: no such camera)
     first_key = next((k for k in loader.meta.video_keys if loader.meta.cameras[k].depth is None), None) \
