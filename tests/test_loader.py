@@ -70,8 +70,10 @@ def test_epoch_matches_lerobot_contract(four_codec_dataset, reference, decode):
                     frames_want = want if want.ndim == 4 else want[None]
                     assert [read_ids(f) for f in frames_got] == [read_ids(f) for f in frames_want], (key, index)
                     diff = np.abs(got8.astype(np.int16) - want.astype(np.int16))
-                    if loader.routes[key] == "torchcodec":  # same decoder, same packets: same pixels
+                    if loader.routes[key] == "torchcodec":  # same decoder, same packets: lerobot's values exactly
                         assert diff.max() == 0, (key, index)
+                        np.testing.assert_array_equal(got, want.astype(np.float32) / np.float32(255),
+                                                      err_msg=f"{key} of index {index}: not lerobot's x / 255")
                     else:  # DALI's YUV->RGB differs from FFmpeg's at sharp edges only
                         assert diff.mean() < 4, (key, index, diff.mean())
                 else:
