@@ -11,7 +11,8 @@ Tabular values, cameras stored as images in the tables and depth cameras' depth 
 millimetres) must be bit-exact (dtype, shape, value); video frames must show the same painted (episode, frame) and be
 within decoder rounding of lerobot's pixels (where a lossy re-encode blurred the painted ids, as
 lerobot-edit-dataset's can, by the pixels alone); how many are bit for bit equal is reported (on the CPU route all
-of them where both sides decode with the same FFmpeg). Exit status 0 only when every sample agrees.
+of them where both sides decode with the same FFmpeg). `loader.dataset[i]` is compared at 50 to 99 positions: bit
+for bit on every key torchcodec decodes or the tables hold. Exit status 0 only when every sample agrees.
 """
 
 from __future__ import annotations
@@ -132,9 +133,23 @@ def compare(root: Path, dumped: Path, episodes: list[int] | None = None) -> int:
                                     f"lerobot {want.dtype}{want.shape} {want.ravel()[:4]}")
     if seen != n:
         problems.append(f"streamed {seen} samples but lerobot has {n}")
+    picked = range(0, n, max(1, n // 50))  # `loader.dataset[i]`, lerobot's random access, at 50 to 99 positions
+    for i in picked:
+        item = loader.dataset[i]
+        for key, got in item.items():
+            want = tasks[i] if key == "task" else data[f"{i}|{key}"]
+            exact_here = key not in video_keys or key in depth or loader.routes.get(key) == "torchcodec"
+            if key == "task" or not exact_here:
+                same = got == want if key == "task" else got.shape == want.shape
+            else:
+                got = got.numpy()
+                same = got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+            if not same:
+                problems.append(f"dataset[{i}] {key}: not lerobot's dataset[{i}]")
     for line in problems[:30]:
         print(line)
-    print(f"compared {seen} samples x {len(ours)} keys with lerobot's: {len(problems)} problems; "
+    print(f"compared {seen} samples x {len(ours)} keys with lerobot's, and dataset[i] at {len(picked)} positions: "
+          f"{len(problems)} problems; "
           f"video cameras' samples bit for bit equal: {exact[1]} of {exact[0]}; "
           f"routes {loader.routes}" + (f"; {unreadable[0]} frames' painted ids unreadable (re-encoded): compared by "
                                        "pixels" if unreadable[0] else ""))
