@@ -204,8 +204,10 @@ class LoaderConfig:
     table_cache_dir: Optional[str] = _s(None, "a local folder where parquet row groups holding many episodes are "
                                               "kept decoded, read memory-mapped (lerobot's dataset tools and its "
                                               "v2.1 converter write a data file as one group): each decoded once a "
-                                              "node, for every rank and later run; 'off': the last 2 stay in memory "
-                                              "and the others are decoded again per episode (default derived: "
+                                              "node, for every rank and later run; and where images stored in the "
+                                              "tables of open episodes past cache_bytes are kept; 'off': the last 2 "
+                                              "groups stay in memory, the others decoded again per episode, and "
+                                              "the images in memory (default derived: "
                                               "`dali-stream inspect` shows the value and why, "
                                               "dali_stream/loader/resolve.py)")
 

@@ -464,13 +464,57 @@ def test_a_global_shuffle_past_cache_bytes_says_the_images_are_what_it_holds(noi
     images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
     with pytest.warns(UserWarning, match=r"pinned episodes") as said:
         with StreamLoader(str(noisy_dataset), batch_size=4, device="cpu", episode_pool_size="all",
-                          cache_bytes=images // 4) as loader:
+                          cache_bytes=images // 4, table_cache_dir="off") as loader:
             for _ in loader:
                 pass
     text = next(str(w.message) for w in said if "pinned episodes" in str(w.message))
     assert f"of it are the encoded images of cameras ['{KEY}'] stored in the frame tables" in text
     assert "under a global shuffle" in text and "episode_pool_size=16" in text and "frame_cache_bytes" in text
-    assert "convert_image_to_video" in text
+    assert "convert_image_to_video" in text and "table_cache_dir" in text
+
+
+def _global_shuffle(dataset, **settings):
+    """Two epochs of a global shuffle over `dataset` (uint8 images): the batches, the fetch counters and the
+    fetched episodes' bound entry after epoch 2."""
+    with StreamLoader(str(dataset), batch_size=4, device="cpu", episode_pool_size="all", image_dtype="uint8",
+                      seed=3, **settings) as loader:
+        batches = [b for epoch, _ in epochs(loader, 2) for b in epoch]
+        stats = loader.stats()
+    return batches, stats["fetch"], stats["bounded"]["fetched_episodes"]
+
+
+def test_a_global_shuffle_keeps_images_past_cache_bytes_on_the_drive(noisy_dataset, tmp_path, recwarn):
+    """Past cache_bytes, the images of episodes fetched next are written to `table_cache_dir` and read back per
+    sample (`fetch.image_spill`): memory holds about cache_bytes, the batches are those of a loader holding all of
+    them, no file is left in the folder (each is unlinked once made), and no warning."""
+    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    want, _, everything = _global_shuffle(noisy_dataset, table_cache_dir="off")
+    got, fetch, bounded = _global_shuffle(noisy_dataset, cache_bytes=images // 4, table_cache_dir=str(tmp_path))
+    same_batches(got, want)
+    assert everything["peak"] >= images * 0.9  # without the drive: every image in memory
+    assert fetch["image_columns_spilled"] >= 2 and fetch["image_bytes_spilled"] >= images // 3, fetch
+    assert bounded["peak"] <= images // 4 + images // 3, bounded  # the bound, passed by one episode at most
+    assert not [w for w in recwarn if "pinned episodes" in str(w.message) or "image" in str(w.message)]
+    assert [p for p in (tmp_path / "image-spill").iterdir()] == []
+
+
+def test_where_images_cannot_go_to_the_drive_they_stay_in_memory_with_a_warning(noisy_dataset, tmp_path,
+                                                                               monkeypatch):
+    """A folder that cannot be made, or a drive that would keep less than the floor free: the same batches, the
+    images in memory, one warning naming why and the fix."""
+    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    want, _, _ = _global_shuffle(noisy_dataset, table_cache_dir="off")
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.warns(UserWarning, match=r"cannot be kept on the drive: could not write under .*a-file"):
+        got, fetch, _ = _global_shuffle(noisy_dataset, cache_bytes=images // 4, table_cache_dir=str(blocked))
+    same_batches(got, want)
+    assert fetch["image_bytes_spilled"] == 0
+    monkeypatch.setenv("DALI_STREAM_SPILL_KEEP_FREE_BYTES", str(1 << 62))
+    with pytest.warns(UserWarning, match=r"cannot be kept on the drive: its drive .* GiB free.*table_cache_dir"):
+        got, fetch, _ = _global_shuffle(noisy_dataset, cache_bytes=images // 4, table_cache_dir=str(tmp_path))
+    same_batches(got, want)
+    assert fetch["image_bytes_spilled"] == 0
 
 
 def test_demo_streams_a_dataset_that_is_not_its_sample(image_dataset, tmp_path):

@@ -28,6 +28,7 @@ from typing import Any, Callable, Hashable, Protocol
 from ..config import DEFAULT_FOOTER_BYTES, DEFAULT_INDEX_BYTES
 from ..errors import DaliStreamError, RemoteError, VideoFileError
 from .episode_fetch import Fetch, Fetcher
+from .image_spill import ImageSpill, held_images_said
 from .pieces import Pieces, named
 from .segments import Segment, cut_segment
 from .tables import FRAME_TIME_S, TableReader, rows_nbytes
@@ -129,7 +130,9 @@ class EpisodeStore:
         `segment_for`), an episode's rows are read without the columns of images in the tables it holds (one the
         cache lost is read alone: `column`); None: all fetched.
         `table_cache_dir`: where parquet row groups holding many episodes are kept decoded
-        (`fetch.decoded_groups`; None: the last few in memory)."""
+        (`fetch.decoded_groups`; None: the last few in memory), and where, once the store holds `capacity_bytes`,
+        the images stored in the tables of episodes fetched after are kept instead of in memory
+        (`fetch.image_spill`; None: in memory)."""
         self.catalog = catalog
         self.segment_bytes_limit = segment_bytes_limit
         self.tolerance_s = tolerance_s
@@ -147,6 +150,8 @@ class EpisodeStore:
         for member in catalog.members:
             self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes,
                                      table_cache_dir))
+        self.spill = ImageSpill(table_cache_dir) if table_cache_dir is not None and any(
+            m.meta.image_keys for m in catalog.members) else None
         self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)
         self.indexes = self.files[0].indexes  # its `files` and `unsupported` are every member's
         # pieces of long episodes, cut ahead on threads of their own (`fetch.pieces`)
@@ -334,14 +339,22 @@ class EpisodeStore:
             got = self.files[index].tables.episodes([local for *_, local in members],
                                                     [self._left_out(pos) for pos, *_ in members])
             for (pos, entry, _), rows in zip(members, got):
-                yield pos, entry, rows
+                yield pos, entry, rows if isinstance(rows, BaseException) else self._spilled(pos, rows)
+
+    def _spilled(self, pos: int, rows: dict) -> dict:
+        """The episode's rows, their columns of images stored in the tables kept on the drive (`fetch.image_spill`)
+        where the store holds `capacity_bytes` with them (read without the lock: a fetch ending meanwhile may tip
+        it one episode late)."""
+        if self.spill is None or self.bytes + rows_nbytes(rows) <= self.capacity_bytes:
+            return rows
+        return self.spill.rows(rows, self.catalog.locate(pos)[0].meta.image_keys)
 
     def _work(self, pos: int, entry: _Episode, camera: str | None) -> None:
         """One part of the episode's fetch alone: its rows (None), or `camera`'s segment once the rows are there —
         none for a long episode's camera (read in pieces) or one whose frames the decoded-frame cache all holds."""
         if camera is None:
             member, local = self.catalog.locate(pos)
-            entry.rows = self.files[member.index].tables.episode(local, self._left_out(pos))
+            entry.rows = self._spilled(pos, self.files[member.index].tables.episode(local, self._left_out(pos)))
         elif self.pieces.in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
             entry.long.add(camera)
         else:
@@ -431,13 +444,4 @@ class EpisodeStore:
             meta = self.catalog.locate(pos)[0].meta
             for key in (k for k in meta.image_keys if k in entry.rows):
                 images[key] = images.get(key, 0) + rows_nbytes({key: entry.rows[key]})
-        if not images:
-            return ""
-        said = (f". {sum(images.values()) / 2**20:.1f} MiB of it are the encoded images of cameras {sorted(images)} "
-                "stored in the frame tables, which an episode holds whole while it is open")
-        if self.epoch_episodes is None:  # a global shuffle: an episode is open from its first frame drawn to its last
-            said += (" (under a global shuffle, nearly all of the rank's episodes all epoch: its share of the "
-                     "dataset's images in memory); a pool (episode_pool_size=16) holds the pool's alone, and "
-                     "frame_cache_bytes keeps later epochs from reading them")
-        return said + ("; lerobot-edit-dataset --operation.type convert_image_to_video makes the dataset videos, "
-                       "which are read one sample's frames at a time")
+        return held_images_said(images, self.epoch_episodes is None, self.spill is not None)

@@ -116,7 +116,7 @@ def rows_nbytes(rows: dict[str, np.ndarray]) -> int:
     total = 0
     for v in rows.values():
         total += v.nbytes
-        if v.dtype == object:
+        if isinstance(v, np.ndarray) and v.dtype == object:  # not a column on the drive (`image_spill`)
             total += sum(len(x) if isinstance(x, (bytes, str)) else sys.getsizeof(x) for x in v.tolist())
     return total
 

@@ -81,8 +81,9 @@ MEANING = {
     "host_cameras": "cameras whose frames the decoding threads lay out into the batch (host frames)",
     "host_batches": "no DALI graph at all: every camera on host frames and batches on the CPU",
     "kept_chw": "cameras whose frames the decoded-frame cache keeps channels-first, (3, H, W): the batch's own order",
-    "table_cache_dir": "where parquet row groups holding many episodes are kept decoded, once a node (None: the last 2 "
-                       "in memory)",
+    "table_cache_dir": "where parquet row groups holding many episodes are kept decoded, once a node, and the images "
+                       "stored in the tables of open episodes past cache_bytes (None: the last 2 groups, and the "
+                       "images, in memory)",
 }
 
 

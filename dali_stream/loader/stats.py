@@ -18,7 +18,8 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
                  episodes=None) -> dict[str, Any]:
     """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
     bounded through the setting named, not counted against a number), `setting`, `unit`);
-    `fetch`: the store's counters (`StoreStats`, the episodes fetched counted, the table bytes read); `decoders`: CPU decoders opened and
+    `fetch`: the store's counters (`StoreStats`, the episodes fetched counted, the table bytes read, the image
+    columns and bytes kept on the drive); `decoders`: CPU decoders opened and
     closed; `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off);
     `episode_frames`: the open episodes' frames (`decode.episode_frames`: segments and frames decoded whole, asks
     refused for room; None: off)."""
@@ -28,6 +29,9 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
     counters = dataclasses.asdict(store.stats)
     counters["episodes"] = len(store.stats.episodes)
     counters["table_bytes_read"] = store.table_bytes_read
+    # images stored in the tables kept on the drive once the episode cache was full (`fetch.image_spill`)
+    counters["image_columns_spilled"] = store.spill.columns if store.spill is not None else 0
+    counters["image_bytes_spilled"] = store.spill.written_bytes if store.spill is not None else 0
     return {
         "bounded": {
             "fetched_episodes": _part(store.bytes, store.stats.peak_bytes, store.capacity_bytes, "cache_bytes",
