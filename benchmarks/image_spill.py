@@ -1,0 +1,90 @@
+"""A global shuffle over cameras stored as images in the frame tables, past `cache_bytes`: the open episodes' images
+kept in memory against kept on the drive (`dali_stream/fetch/image_spill.py`).
+
+    .venv/bin/python benchmarks/image_spill.py [--episodes 80] [--frames 15] [--size 256] [--rounds 3]
+                                               [--epochs 2] [--cache-fraction 0.25] [--out F]
+
+The dataset is `table_images.py`'s (two `--size` square cameras stored as PNG in the tables, one row group per
+episode). Each run is a process of its own streaming `--epochs` epochs with `episode_pool_size="all"` (every episode
+of the rank open from its first frame drawn to its last), batches of 32 as float32, `cache_bytes` `--cache-fraction`
+of the data files' bytes:
+
+- `memory`: `table_cache_dir="off"`: the open episodes' images stay in memory, past `cache_bytes`;
+- `drive`: `table_cache_dir` a temporary folder: past `cache_bytes` they are written there and read back per sample.
+
+Alternated `--rounds` times. Reported per configuration: samples a second per epoch (median and range), the process's
+peak RSS, the fetched episodes' peak bytes and the image bytes written to the drive; `drive` against `memory` within
+each round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import alternate, child, spread, within_rounds, write_result
+from table_images import write_dataset
+
+CHILD = r"""
+import sys, time
+from dali_stream import StreamLoader
+root, table_cache_dir, epochs, cache_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+speeds = []
+with StreamLoader(root, batch_size=32, device="cpu", seed=5, cache_bytes=cache_bytes, episode_pool_size="all",
+                  table_cache_dir=table_cache_dir) as loader:
+    for _ in range(epochs):
+        t0, n = time.perf_counter(), 0
+        for batch in loader:
+            n += len(batch["index"])
+        speeds.append(n / (time.perf_counter() - t0))
+    stats = loader.stats()
+RESULT = {"samples_per_s": speeds, "fetched_peak": stats["bounded"]["fetched_episodes"]["peak"],
+          "image_bytes_spilled": stats["fetch"]["image_bytes_spilled"]}
+"""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--episodes", type=int, default=80)
+    p.add_argument("--frames", type=int, default=15, help="frames an episode")
+    p.add_argument("--size", type=int, default=256, help="the cameras' height and width (LIBERO's: 256)")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--cache-fraction", type=float, default=0.25,
+                   help="cache_bytes (the fetched episodes' bound) as a fraction of the data files' bytes")
+    p.add_argument("--out", default="benchmarks/results/cpu-2core-table-images/image-spill.json")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = write_dataset(Path(tmp) / "images", args.episodes, args.frames, args.size)
+        data_bytes = sum(f.stat().st_size for f in root.glob("data/*/*.parquet"))
+        cache_bytes = int(data_bytes * args.cache_fraction)
+        folders = {"memory": "off", "drive": str(Path(tmp) / "tables")}
+        got = alternate(tuple(folders), args.rounds, lambda config: child(
+            CHILD, str(root), folders[config], str(args.epochs), str(cache_bytes), cwd=Path(__file__).parents[1]))
+
+    def per_epoch(runs: list[dict], e: int) -> list[dict]:
+        return [{"samples_per_s": r["samples_per_s"][e]} for r in runs]
+
+    result = {
+        "command": "python benchmarks/image_spill.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": f"{platform.node()} {platform.machine()}",
+        "episodes": args.episodes, "frames_per_episode": args.frames, "size": args.size, "batch_size": 32,
+        "rounds": args.rounds, "data_files_bytes": data_bytes, "cache_bytes": cache_bytes,
+        "configs": {c: {**{f"epoch_{e + 1}": spread([r["samples_per_s"][e] for r in runs])
+                           for e in range(args.epochs)},
+                        "peak_rss_mb": spread([r["peak_rss_mb"] for r in runs]),
+                        "fetched_episodes_peak_bytes": [r["fetched_peak"] for r in runs],
+                        "image_bytes_spilled": [r["image_bytes_spilled"] for r in runs]}
+                    for c, runs in got.items()},
+        "drive_to_memory": {f"epoch_{e + 1}": within_rounds(per_epoch(got["drive"], e), per_epoch(got["memory"], e),
+                                                            "samples_per_s") for e in range(args.epochs)},
+    }
+    print(write_result(args.out, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
