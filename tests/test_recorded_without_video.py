@@ -498,6 +498,21 @@ def test_a_global_shuffle_keeps_images_past_cache_bytes_on_the_drive(noisy_datas
     assert [p for p in (tmp_path / "image-spill").iterdir()] == []
 
 
+def test_over_http_images_past_cache_bytes_go_to_the_drive_too(noisy_dataset, tmp_path):
+    """Rows read together from a remote store (one request batch for many episodes): the rows of the same batch count
+    against cache_bytes before they are counted in it, so the bound holds there too; the batches are the local
+    ones."""
+    from .httpserver import Server
+
+    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    want, _, _ = _global_shuffle(noisy_dataset, table_cache_dir="off")
+    with Server(noisy_dataset.parent) as base:
+        got, fetch, bounded = _global_shuffle(f"{base}/{noisy_dataset.name}", cache_bytes=images // 4,
+                                              table_cache_dir=str(tmp_path))
+    same_batches(got, want)
+    assert fetch["image_columns_spilled"] >= 2 and bounded["peak"] <= images // 4 + images // 3, (fetch, bounded)
+
+
 def test_where_images_cannot_go_to_the_drive_they_stay_in_memory_with_a_warning(noisy_dataset, tmp_path,
                                                                                monkeypatch):
     """A folder that cannot be made, or a drive that would keep less than the floor free: the same batches, the

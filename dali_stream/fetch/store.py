@@ -338,14 +338,17 @@ class EpisodeStore:
         for index, members in by_member.items():
             got = self.files[index].tables.episodes([local for *_, local in members],
                                                     [self._left_out(pos) for pos, *_ in members])
+            ahead = 0  # the bytes of rows read together before these, some not counted in `self.bytes` yet
             for (pos, entry, _), rows in zip(members, got):
-                yield pos, entry, rows if isinstance(rows, BaseException) else self._spilled(pos, rows)
+                if not isinstance(rows, BaseException):
+                    rows = self._spilled(pos, rows, ahead)
+                    ahead += rows_nbytes(rows)
+                yield pos, entry, rows
 
-    def _spilled(self, pos: int, rows: dict) -> dict:
-        """The episode's rows, their columns of images stored in the tables kept on the drive (`fetch.image_spill`)
-        where the store holds `capacity_bytes` with them (read without the lock: a fetch ending meanwhile may tip
-        it one episode late)."""
-        if self.spill is None or self.bytes + rows_nbytes(rows) <= self.capacity_bytes:
+    def _spilled(self, pos: int, rows: dict, ahead: int = 0) -> dict:
+        """The episode's rows, their image columns kept on the drive (`fetch.image_spill`) where the store holds
+        `capacity_bytes` with them and `ahead` (read without the lock: a fetch ending meanwhile may tip it late)."""
+        if self.spill is None or self.bytes + ahead + rows_nbytes(rows) <= self.capacity_bytes:
             return rows
         return self.spill.rows(rows, self.catalog.locate(pos)[0].meta.image_keys)
 
