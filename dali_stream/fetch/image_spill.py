@@ -25,6 +25,7 @@ import warnings
 
 import numpy as np
 
+from ..errors import DatasetError
 from ..source.local_disk import spill_floor
 
 FOLDER = "image-spill"  # under the loader's table cache folder
@@ -56,7 +57,7 @@ class _File:
     def __init__(self, folder: str) -> None:
         fd, path = tempfile.mkstemp(prefix="images-", suffix=".bin", dir=folder)
         os.unlink(path)  # the descriptor keeps it: nothing outlives the process
-        self.fd, self.size = fd, 0
+        self.fd, self.size, self.folder = fd, 0, folder
 
     def __del__(self) -> None:
         try:
@@ -69,17 +70,24 @@ class SpilledImages:
     """An image column of an episode's rows, on the drive: `column[i]` the `i`-th row's encoded image (`bytes`), as
     the object array it replaces gives it. `nbytes`: what it holds in memory (its offsets)."""
 
-    def __init__(self, file: _File, offsets: np.ndarray) -> None:
+    def __init__(self, file: _File, offsets: np.ndarray, where: str) -> None:
         self.file, self.offsets = file, offsets  # len + 1 offsets: row i is [offsets[i], offsets[i + 1])
+        self.where, self.folder = where, file.folder
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> bytes:
         start, stop = int(self.offsets[i]), int(self.offsets[i + 1])
-        got = os.pread(self.file.fd, stop - start, start)
-        if len(got) != stop - start:
-            raise OSError(f"spilled image {i}: read {len(got)} bytes of {stop - start} back from the image spill")
+        try:
+            got = os.pread(self.file.fd, stop - start, start)
+            if len(got) != stop - start:
+                raise OSError(f"{len(got)} bytes of {stop - start} came back")
+        except OSError as exc:
+            raise DatasetError(f"{self.where}, row {i}: its image, kept on the drive under {self.folder} while the "
+                               f"episode is open (the episode cache was full), could not be read back ({exc}); "
+                               "check that drive, or set table_cache_dir to another local folder ('off' keeps "
+                               "such images in memory)") from exc
         return got
 
     @property
@@ -93,7 +101,7 @@ class SpilledImages:
 
 class ImageSpill:
     """`keep(column)`: an image column (an object array of `bytes`) written to a spill file under `folder`, as a
-    `SpilledImages`; or the column itself where it cannot be written there (one warning). Counters: `written_bytes`,
+    `SpilledImages` (`where`: the episode and camera, for its errors); or the column itself where it cannot be written there (one warning). Counters: `written_bytes`,
     `columns`."""
 
     def __init__(self, folder: str) -> None:
@@ -104,12 +112,12 @@ class ImageSpill:
         self.written_bytes = 0
         self.columns = 0
 
-    def rows(self, rows: dict, image_keys: list[str]) -> dict:
-        """An episode's rows with their columns of `image_keys` kept here (`keep`)."""
+    def rows(self, rows: dict, image_keys: list[str], where: str) -> dict:
+        """An episode's rows with their columns of `image_keys` kept here (`keep`); `where` names the episode."""
         images = [k for k in image_keys if isinstance(rows.get(k), np.ndarray)]
-        return {**rows, **{k: self.keep(rows[k]) for k in images}} if images else rows
+        return {**rows, **{k: self.keep(rows[k], f"{where}, camera {k!r}") for k in images}} if images else rows
 
-    def keep(self, column: np.ndarray):
+    def keep(self, column: np.ndarray, where: str = "an episode"):
         if self._failed is not None or not len(column):
             return column
         blobs = [b if isinstance(b, bytes) else bytes(b or b"") for b in column.tolist()]
@@ -135,7 +143,7 @@ class ImageSpill:
             else:
                 self.written_bytes += total
                 self.columns += 1
-                return SpilledImages(file, offsets)
+                return SpilledImages(file, offsets, where)
         warnings.warn(f"the episode cache is full and the encoded images of open episodes cannot be kept on the "
                       f"drive: {why}. They stay in memory (past cache_bytes) until their episodes close; free space "
                       "there, or set table_cache_dir to a folder on a local drive with room", stacklevel=3)

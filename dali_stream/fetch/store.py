@@ -350,7 +350,7 @@ class EpisodeStore:
         `capacity_bytes` with them and `ahead` (read without the lock: a fetch ending meanwhile may tip it late)."""
         if self.spill is None or self.bytes + ahead + rows_nbytes(rows) <= self.capacity_bytes:
             return rows
-        return self.spill.rows(rows, self.catalog.locate(pos)[0].meta.image_keys)
+        return self.spill.rows(rows, self.catalog.locate(pos)[0].meta.image_keys, self.catalog.describe(pos))
 
     def _work(self, pos: int, entry: _Episode, camera: str | None) -> None:
         """One part of the episode's fetch alone: its rows (None), or `camera`'s segment once the rows are there —
