@@ -61,10 +61,14 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
     from nvidia.dali.pipeline import Pipeline
 
     names: list[str] = []
-    if image_ops.mean is not None and image_ops.std is not None:  # DALI normalises in pixel units: (x - 255 mean) / (255 std)
+    # float32 without mean/std is lerobot's x / 255, a division: crop_mirror_normalize multiplies by 1 / std, which
+    # rounds about half the byte values one ulp away from it (and from the host frames, `graph.host`). The division
+    # is a pass of its own: ~0.3 ms more a 480p frame on 2 CPU threads (a uint8 layout, then the division).
+    divide = False
+    if image_ops.mean is not None and image_ops.std is not None:  # in pixel units: (x - 255 mean) / (255 std)
         mean, std = [m * 255.0 for m in image_ops.mean], [s * 255.0 for s in image_ops.std]
     else:
-        mean, std = [0.0], [255.0 if image_ops.dtype == "float32" else 1.0]
+        mean, std, divide = [0.0], [1.0], image_ops.dtype == "float32"
     out_type = types.FLOAT if image_ops.dtype == "float32" else types.UINT8
     # The dynamic executor hands outputs to torch without a copy (the static one copied 118 MB of float32 per
     # 480p batch on the consumer's thread: 3.6x its CPU time, half the throughput on 2 cores). Its host memory
@@ -105,7 +109,13 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
                 video = fn.resize(video, size=list(image_ops.resize), antialias=True)
             crop = {"crop": list(image_ops.crop)} if image_ops.crop and key not in shaped else {}
             layout = "FHWC" if image_ops.channels_last else "FCHW"  # channels_last: the loader permutes a view
-            video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout=layout, dtype=out_type, **crop)
+            if divide:  # laid out as they are (uint8: what decoding and resize give), then divided into float32
+                video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout=layout, **crop,
+                                                 dtype=types.FLOAT if augment is not None else types.UINT8)
+                video = video / types.Constant(255.0, dtype=types.FLOAT)
+            else:
+                video = fn.crop_mirror_normalize(video, mean=mean, std=std, output_layout=layout, dtype=out_type,
+                                                 **crop)
             results.append(video)
             names.append(key)
         for o in outputs:
