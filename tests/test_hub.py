@@ -123,6 +123,9 @@ def test_demo_streams_a_hub_id_and_writes_nothing(hub, small_dataset, monkeypatc
     painted = re.search(r"painted \(episode, frame\) = \((\d+), (\d+)\), table says \((\d+), (\d+)\)", proc.stdout)
     assert painted and painted.group(1, 2) == painted.group(3, 4), proc.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == [], "demo wrote into the working folder"
+    unknown = dali_stream("demo", "lab/nope", "--batches", 1, env=env)  # a new folder meant? it says how
+    assert unknown.returncode != 0 and "pass ./lab/nope" in unknown.stdout, unknown.stdout + unknown.stderr
+    assert "DatasetNotFoundError" in unknown.stderr and sorted(tmp_path.iterdir()) == []
 
 
 def test_a_repo_id_lerobot_downloaded_is_read_from_disk_offline_too(small_dataset, monkeypatch, tmp_path):

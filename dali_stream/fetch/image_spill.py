@@ -30,8 +30,6 @@ from ..source.local_disk import spill_floor
 
 FOLDER = "image-spill"  # under the loader's table cache folder
 FILE_BYTES = 256 << 20  # a spill file is appended to until it holds this much, then the next one is begun
-
-
 IOV_MAX = 1024  # buffers one pwritev takes (Linux's limit)
 
 
@@ -94,15 +92,11 @@ class SpilledImages:
     def nbytes(self) -> int:
         return int(self.offsets.nbytes)
 
-    @property
-    def spilled_bytes(self) -> int:
-        return int(self.offsets[-1] - self.offsets[0])
-
 
 class ImageSpill:
-    """`keep(column)`: an image column (an object array of `bytes`) written to a spill file under `folder`, as a
-    `SpilledImages` (`where`: the episode and camera, for its errors); or the column itself where it cannot be written there (one warning). Counters: `written_bytes`,
-    `columns`."""
+    """`keep(column, where)`: an image column (an object array of `bytes`) written to a spill file under `folder`, as
+    a `SpilledImages` (`where`: its episode and camera, for its errors); or the column itself where it cannot be
+    written there (one warning). Counters: `written_bytes`, `columns`."""
 
     def __init__(self, folder: str) -> None:
         self.folder = os.path.join(os.path.abspath(folder), FOLDER)

@@ -14,6 +14,7 @@ from .flags import loader_settings
 def cmd_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from ..errors import DaliStreamError
     from ..loader import open_meta
     from ..meta.dataset import INFO_PATH
     from .sample_data import SAMPLE_KEY
@@ -30,7 +31,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return demo_mixture.run(path, args.batches, loader_settings(args, DEMO_SETTINGS), args.seed,
                                 args.action_horizon, console)
     if _streamed(args.dataset):  # a Hub id or a URL: streamed as it is, nothing written
-        meta = open_meta(args.dataset)
+        try:
+            meta = open_meta(args.dataset)
+        except DaliStreamError:
+            if "://" not in args.dataset:  # "out/sample" may have meant a new folder for the sample
+                console.print(f"[yellow]{args.dataset} names no local folder, so demo read it as a Hub dataset id; "
+                              f"to write the sample into a new folder of that name, pass ./{args.dataset}[/]")
+            raise
         console.print(f"streaming {args.dataset} ({meta.source}); nothing is written")
         return _stream(args, args.dataset, meta, SAMPLE_KEY in meta.info, console)
     root = Path(args.dataset)
