@@ -19,14 +19,13 @@ each round.
 
 from __future__ import annotations
 
-import argparse
 import platform
 import sys
 import tempfile
 from pathlib import Path
 
 from _common import alternate, child, spread, within_rounds, write_result
-from table_images import write_dataset
+from table_images import parser, written
 
 CHILD = r"""
 import sys, time
@@ -47,20 +46,9 @@ RESULT = {"samples_per_s": speeds, "fetched_peak": stats["bounded"]["fetched_epi
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--episodes", type=int, default=80)
-    p.add_argument("--frames", type=int, default=15, help="frames an episode")
-    p.add_argument("--size", type=int, default=256, help="the cameras' height and width (LIBERO's: 256)")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--cache-fraction", type=float, default=0.25,
-                   help="cache_bytes (the fetched episodes' bound) as a fraction of the data files' bytes")
-    p.add_argument("--out", default="benchmarks/results/cpu-2core-table-images/image-spill.json")
-    args = p.parse_args(argv)
+    args = parser(__doc__, 2, 0.25, "benchmarks/results/cpu-2core-table-images/image-spill.json").parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        root = write_dataset(Path(tmp) / "images", args.episodes, args.frames, args.size)
-        data_bytes = sum(f.stat().st_size for f in root.glob("data/*/*.parquet"))
-        cache_bytes = int(data_bytes * args.cache_fraction)
+        root, data_bytes, cache_bytes = written(tmp, args)
         folders = {"memory": "off", "drive": str(Path(tmp) / "tables")}
         got = alternate(tuple(folders), args.rounds, lambda config: child(
             CHILD, str(root), folders[config], str(args.epochs), str(cache_bytes), cwd=Path(__file__).parents[1]))

@@ -95,21 +95,31 @@ def run(root: Path, config: str, epochs: int, cache_bytes: int) -> dict:
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(doc: str, epochs: int, cache_fraction: float, out: str) -> argparse.ArgumentParser:
+    """The flags of the dataset and of the runs (this script's and `image_spill.py`'s)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=80)
     p.add_argument("--frames", type=int, default=15, help="frames an episode")
     p.add_argument("--size", type=int, default=256, help="the cameras' height and width (LIBERO's: 256)")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--cache-fraction", type=float, default=0.85,
+    p.add_argument("--epochs", type=int, default=epochs)
+    p.add_argument("--cache-fraction", type=float, default=cache_fraction,
                    help="cache_bytes (the fetched episodes' bound) as a fraction of the data files' bytes")
-    p.add_argument("--out", default="benchmarks/results/cpu-2core-table-images/result.json")
-    args = p.parse_args(argv)
+    p.add_argument("--out", default=out)
+    return p
+
+
+def written(tmp: str, args: argparse.Namespace) -> tuple[Path, int, int]:
+    """The dataset `args` ask for, written under `tmp`: its root, its data files' bytes and the runs' cache_bytes."""
+    root = write_dataset(Path(tmp) / "images", args.episodes, args.frames, args.size)
+    data_bytes = sum(f.stat().st_size for f in root.glob("data/*/*.parquet"))
+    return root, data_bytes, int(data_bytes * args.cache_fraction)
+
+
+def main(argv=None) -> int:
+    args = parser(__doc__, 3, 0.85, "benchmarks/results/cpu-2core-table-images/result.json").parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        root = write_dataset(Path(tmp) / "images", args.episodes, args.frames, args.size)
-        png_bytes = sum(f.stat().st_size for f in root.glob("data/*/*.parquet"))
-        cache_bytes = int(png_bytes * args.cache_fraction)
+        root, png_bytes, cache_bytes = written(tmp, args)
         got = alternate(("plain", "cached"), args.rounds, lambda config: run(root, config, args.epochs, cache_bytes))
 
     def per_epoch(runs: list[dict], e: int) -> list[dict]:
