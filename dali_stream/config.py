@@ -210,6 +210,9 @@ class LoaderConfig:
                                               "the images in memory (default derived: "
                                               "`dali-stream inspect` shows the value and why, "
                                               "dali_stream/loader/resolve.py)")
+    table_cache_bytes: Optional[int] = _s(None, "bound of table_cache_dir's decoded row groups on the drive, the "
+                                                "least recently read deleted past it, by any rank of the node; None: "
+                                                "no bound but the drive's floor (5%, at least 1 GiB, kept free)")
 
     def __post_init__(self) -> None:
         fix = object.__setattr__
@@ -249,7 +252,7 @@ class LoaderConfig:
         for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("episode_frames_bytes", 0), ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1),
-                          ("remote_concurrency", 1)):
+                          ("remote_concurrency", 1), ("table_cache_bytes", 1)):
             if getattr(self, name) is not None:
                 _integer(name, getattr(self, name), low)
         for name in ("drop_last", "shuffle", "check_frames"):
@@ -380,6 +383,7 @@ class LoaderSettings(TypedDict, total=False):
     disk_cache_dir: Optional[str]
     disk_cache_bytes: Optional[int]
     table_cache_dir: Optional[str]  # a local folder, or "off"
+    table_cache_bytes: Optional[int]
 
 
 def _settings_doc() -> str:

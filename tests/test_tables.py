@@ -81,6 +81,30 @@ def test_one_row_group_for_many_episodes_is_decoded_once_into_the_folder(small_d
         assert stats["folder"].startswith(str(folder))
 
 
+def test_table_cache_bytes_keeps_the_folder_within_it_least_recently_read_first(small_dataset, collapsed, tmp_path):
+    """With a bound of about one group, each group written deletes the least recently read others (never itself):
+    the folder stays within it, the batches are the recorder layout's, and a group deleted is decoded again when its
+    episodes come back (another epoch)."""
+    root, files = collapsed
+    assert len(files) >= 2
+    plain = StreamLoader(str(small_dataset), **ARGS)
+    want = [[b for b in plain] for _ in range(2)]
+    folder = tmp_path / "tables"
+    whole = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder / "whole"))
+    [b for b in whole]
+    largest = max(p.stat().st_size for p in (folder / "whole").rglob("*.arrow"))
+    bounded = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder / "bounded"), table_cache_bytes=largest)
+    for epoch in range(2):
+        same_batches([b for b in bounded], want[epoch])
+        kept = list((folder / "bounded").rglob("*.arrow"))
+        assert sum(p.stat().st_size for p in kept) <= largest and len(kept) == 1
+    stats = bounded.stats()["bounded"]["shared_row_groups"]
+    assert stats["bytes_bound"] == largest and stats["evicted"] >= len(files) - 1
+    assert stats["decoded"] > len(files)  # an epoch's groups decoded again after the bound deleted them
+    with pytest.raises(ConfigError, match="table_cache_bytes"):
+        StreamLoader(str(root), **ARGS, table_cache_bytes=0)
+
+
 def test_the_folder_defaults_to_the_disk_tier_then_the_users_cache(small_dataset, collapsed, tmp_path, monkeypatch):
     root, files = collapsed
     monkeypatch.setenv("DALI_STREAM_CACHE", str(tmp_path / "user"))

@@ -14,6 +14,11 @@ out (no decode, no fetch), in this process, in every rank of the node and in lat
 - **Files of replaced data files go**: the first time a process writes a group of a data file, it deletes the files
   its folder holds for other identities of that data file (a process still reading one keeps its mapping), and
   temporary files older than `STALE_TMP_S` (a writer killed mid-write).
+- **A bound, where set** (`table_cache_bytes`): after each group it writes, a process deletes the least recently
+  read groups of the whole folder (every data file's, by modification time: a group mapped from the folder is
+  touched) until they take no more than the bound, never the one just written, and forgets its own mapping of
+  them. Rows still slicing a deleted group keep it readable (its space comes back when they go); a process that
+  looks for it next decodes it again.
 - **One decode a node**: a process decoding a group holds an exclusive `flock` on its `.lock` file; another process
   (or thread) wanting the group waits on it, then maps what the first wrote.
 - **Never a partial file**: written under a temporary name and renamed; a file that does not open as the group (an
@@ -64,8 +69,10 @@ class DecodedGroups:
     is set (module doc), else kept among the last `memory` groups in memory. Counters: `decoded` (groups this
     process decoded), `disk_hits` (groups mapped from files another process or run wrote), `written_bytes`."""
 
-    def __init__(self, folder: str | None, memory: int = 2) -> None:
+    def __init__(self, folder: str | None, memory: int = 2, bound: int | None = None) -> None:
         self.folder = None if folder is None else os.path.join(os.path.abspath(folder), LAYOUT)
+        self.bound = bound  # bytes of groups the folder keeps at most (None: the drive's floor alone)
+        self.evicted = 0  # groups deleted to keep within it
         self.writing = self.folder is not None
         self.memory: OncePerKey = OncePerKey(memory)  # decoded groups not kept in the folder
         self.mapped: OncePerKey = OncePerKey(MAPPED)  # groups mapped from the folder
@@ -149,6 +156,11 @@ class DecodedGroups:
         if table is not None:
             with self._lock:
                 self.disk_hits += 1
+            if self.bound is not None:
+                try:
+                    os.utime(path)  # read now: the last the bound deletes
+                except OSError:
+                    pass
         return table
 
     def _kept(self, key: str, rows: int, columns: list[str], make):
@@ -196,7 +208,32 @@ class DecodedGroups:
             return False
         with self._lock:
             self.written_bytes += os.path.getsize(path)
+        if self.bound is not None:
+            self._keep_within(path)
         return True
+
+    def _keep_within(self, written: str) -> None:
+        """Delete the least recently read groups of the folder (not `written`) until they take at most `bound`."""
+        groups = []
+        for top, _, names in os.walk(self.folder or ""):
+            for name in names:
+                if name.endswith(".arrow"):
+                    try:
+                        st = os.stat(os.path.join(top, name))
+                    except OSError:
+                        continue
+                    groups.append((st.st_mtime_ns, st.st_size, os.path.join(top, name)))
+        total = sum(size for _, size, _ in groups)
+        for _, size, path in sorted(groups):
+            if total <= (self.bound or 0):
+                break
+            if path != written:
+                _drop(path)
+                # this process's mapping too: the drive gets the space back once no rows slice it any more
+                self.mapped.forget(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)[:-6]}")
+                total -= size
+                with self._lock:
+                    self.evicted += 1
 
     def _stop(self, why: str) -> None:
         """No more groups written to the folder (those there are still read), said once."""
@@ -212,4 +249,5 @@ class DecodedGroups:
     def stats(self) -> dict:
         return {"folder": self.folder, "writing": self.writing, "decoded": self.decoded, "disk_hits": self.disk_hits,
                 "damaged": self.damaged, "written_bytes": self.written_bytes, "swept": self.swept,
+                "bytes_bound": self.bound, "evicted": self.evicted,
                 "mapped": len(self.mapped), "in_memory": len(self.memory)}

@@ -47,6 +47,12 @@ class OncePerKey:
         with self._lock:
             return key in self._values
 
+    def forget(self, key: Hashable) -> None:
+        """Drop the value kept for `key`, if any (not handed to `on_evict`)."""
+        with self._lock:
+            if self._values.pop(key, None) is not None:
+                self.nbytes -= self._weights.pop(key)
+
     def clear(self) -> list:
         """Forget every value; returns them (for the caller to close)."""
         with self._lock:

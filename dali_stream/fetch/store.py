@@ -94,14 +94,14 @@ class _Files:
     with the other members', `TableReader(shared=)`, `IndexCache(shared=)`)."""
 
     def __init__(self, member, first: "_Files | None", index_bytes: int, footer_bytes: int,
-                 table_cache_dir: str | None = None) -> None:
+                 table_cache_dir: str | None = None, table_cache_bytes: int | None = None) -> None:
         from ..source.storage import LocalRanges, is_local
         from .indexes import IndexCache
 
         meta = member.meta
         self.tables: TableReader = TableReader(meta, member.table_keys, footer_bytes=footer_bytes,
                                                shared=first.tables if first is not None else None,
-                                               table_cache_dir=table_cache_dir)
+                                               table_cache_dir=table_cache_dir, table_cache_bytes=table_cache_bytes)
         # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
         # behind the same interface (a file the index cannot handle is cut through the demuxer).
         self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
@@ -114,7 +114,7 @@ class EpisodeStore:
                  fetch_workers: int = 4, segment_bytes_limit: int | None = None, *,
                  index_bytes: int = DEFAULT_INDEX_BYTES, footer_bytes: int = DEFAULT_FOOTER_BYTES,
                  epoch_episodes: int | None = None, held: Held | None = None,
-                 table_cache_dir: str | None = None) -> None:
+                 table_cache_dir: str | None = None, table_cache_bytes: int | None = None) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions and, per member, its metadata and the
         own camera keys fetched with each of its episodes (`Opened.cameras`); a mixture's members share this
         store's bounds. `tolerance_s`: the loader's, unless a member sets its own. `segment_bytes_limit`: an
@@ -129,8 +129,8 @@ class EpisodeStore:
         (`Held`): a camera whose every frame it holds is not fetched (a frame the cache lost is cut alone:
         `segment_for`), an episode's rows are read without the columns of images in the tables it holds (one the
         cache lost is read alone: `column`); None: all fetched.
-        `table_cache_dir`: where parquet row groups holding many episodes are kept decoded
-        (`fetch.decoded_groups`; None: the last few in memory), and where, once the store holds `capacity_bytes`,
+        `table_cache_dir`: where parquet row groups holding many episodes are kept decoded, `table_cache_bytes` of
+        them at most (`fetch.decoded_groups`; None: the last few in memory), and where, once the store holds `capacity_bytes`,
         the images stored in the tables of episodes fetched after are kept instead of in memory
         (`fetch.image_spill`; None: in memory)."""
         self.catalog = catalog
@@ -149,7 +149,7 @@ class EpisodeStore:
         self.files: list[_Files] = []
         for member in catalog.members:
             self.files.append(_Files(member, self.files[0] if self.files else None, index_bytes, footer_bytes,
-                                     table_cache_dir))
+                                     table_cache_dir, table_cache_bytes))
         self.spill = ImageSpill(table_cache_dir) if table_cache_dir is not None and any(
             m.meta.image_keys for m in catalog.members) else None
         self.tables = self.files[0].tables  # the first member's (every member's share its bounds: `files`)

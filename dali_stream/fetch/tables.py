@@ -148,11 +148,12 @@ class TableReader:
     """Per-episode rows of the columns in `keys`; parquet footers are read once per file."""
 
     def __init__(self, meta, keys: list[str], *, footer_bytes: int = DEFAULT_FOOTER_BYTES,
-                 shared: "TableReader | None" = None, table_cache_dir: str | None = None) -> None:
+                 shared: "TableReader | None" = None, table_cache_dir: str | None = None,
+                 table_cache_bytes: int | None = None) -> None:
         """`footer_bytes`: the bound of the parsed footers of open files (the loader's setting). `shared`: another
         reader whose open files and decoded shared row groups this one shares, within its bounds (a mixture's
         members: one `footer_bytes` for all of them). `table_cache_dir`: where row groups holding many episodes
-        are kept decoded (None: the last `SHARED_GROUPS` in memory)."""
+        are kept decoded (None: the last `SHARED_GROUPS` in memory), `table_cache_bytes` of them at most."""
         self.meta = meta
         self.keys = keys
         # path -> (ParquetFile, row group index ranges, its read lock); evicted handles close when unused
@@ -160,7 +161,7 @@ class TableReader:
             OncePerKey(capacity_bytes=footer_bytes, weigh=_footer_bytes)
         # row groups holding many episodes, decoded once (in the folder, or the last few in memory)
         self.groups: DecodedGroups = shared.groups if shared is not None else \
-            DecodedGroups(table_cache_dir, SHARED_GROUPS)
+            DecodedGroups(table_cache_dir, SHARED_GROUPS, table_cache_bytes)
         self._stamps: dict[str, tuple] = {}  # data file -> its identity (`file_stamp`), for the groups' names
         self._warned: set[str] = set()
         self._checked: set[str] = set()  # files whose columns were checked against `keys`

@@ -156,6 +156,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                          resolved.fetch_workers,
                          resolved.segment_bytes, index_bytes=cfg.index_bytes, footer_bytes=cfg.footer_bytes,
                          epoch_episodes=resolved.epoch_episodes, table_cache_dir=resolved.table_cache_dir,
+                         table_cache_bytes=cfg.table_cache_bytes,
                          held=None if frames is None else EpisodeHeld(frames, catalog, routes))
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read (no images)
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),

@@ -32,7 +32,7 @@ from dali_stream.tools.flags import add_loader_flags, loader_settings
 
 # Loader settings taken as flags (type, default and help from dali_stream.LoaderConfig).
 LOADER_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "seed", "tolerance_s", "memory_format",
-                   "frame_cache_bytes", "frame_cache_dir", "disk_cache_dir", "table_cache_dir")
+                   "frame_cache_bytes", "frame_cache_dir", "disk_cache_dir", "table_cache_dir", "table_cache_bytes")
 
 class Policy:
     """A small real policy: pooled camera features + state -> action (built lazily to import torch late)."""
