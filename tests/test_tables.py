@@ -343,3 +343,34 @@ def test_rows_of_many_episodes_over_http_are_read_together(small_dataset, tmp_pa
         assert set(rows) == set(want[pos]) and all(np.array_equal(rows[k], want[pos][k]) for k in rows), pos
     # one request after another would have one in flight: here the six row groups' (and footers') requests overlap
     assert proxy.counts["in_flight_peak"] >= (meta.num_episodes - len(lost)) // 2, proxy.counts
+
+
+def test_the_bound_deletes_the_group_read_longest_ago_first(tmp_path):
+    """Three groups of one size under a bound of two: a group another process (another reader of the folder) mapped
+    since is kept over an older one when the third is written."""
+    import time
+
+    import pyarrow as pa
+
+    from dali_stream.fetch.decoded_groups import DecodedGroups
+
+    def group(value: int):
+        return lambda: pa.table({"index": pa.array(range(value * 1000, value * 1000 + 1000))})
+
+    writer = DecodedGroups(str(tmp_path), bound=None)
+    for name in ("a", "b"):
+        writer.get(f"/data/{name}.parquet", (1, 1), (0,), 1000, ["index"], group(ord(name)))
+        time.sleep(0.01)
+    size = max(p.stat().st_size for p in tmp_path.rglob("*.arrow"))
+    reader = DecodedGroups(str(tmp_path), bound=2 * size)  # another rank: maps "a", which touches it
+    reader.get("/data/a.parquet", (1, 1), (0,), 1000, ["index"], group(ord("a")))
+    assert reader.disk_hits == 1
+    time.sleep(0.01)
+    reader.get("/data/c.parquet", (1, 1), (0,), 1000, ["index"], group(ord("c")))
+    kept = sorted(p.stat().st_size for p in tmp_path.rglob("*.arrow"))
+    assert len(kept) == 2 and reader.evicted == 1 and reader.stats()["bytes_bound"] == 2 * size
+    again = DecodedGroups(str(tmp_path))
+    for name, decoded in (("a", 0), ("c", 0), ("b", 1)):  # "b" was deleted: decoded again
+        before = again.decoded
+        table = again.get(f"/data/{name}.parquet", (1, 1), (0,), 1000, ["index"], group(ord(name)))
+        assert again.decoded - before == decoded and table.column("index")[0].as_py() == ord(name) * 1000
