@@ -458,10 +458,15 @@ def test_verify_decodes_every_image_in_the_tables(image_dataset, tmp_path):
     assert 0 in report["damaged"][0]["episodes"]
 
 
+def _data_bytes(root) -> int:
+    """The bytes of `root`'s data files (its images nearly all of them)."""
+    return sum(f.stat().st_size for f in root.glob("data/*/*.parquet"))
+
+
 def test_a_global_shuffle_past_cache_bytes_says_the_images_are_what_it_holds(noisy_dataset):
     """A global shuffle holds each episode it has begun until its last frame is drawn: over an image dataset, the
     rank's share of its encoded images. Past cache_bytes the warning says so, how much, and the three ways out."""
-    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    images = _data_bytes(noisy_dataset)
     with pytest.warns(UserWarning, match=r"pinned episodes") as said:
         with StreamLoader(str(noisy_dataset), batch_size=4, device="cpu", episode_pool_size="all",
                           cache_bytes=images // 4, table_cache_dir="off") as loader:
@@ -487,7 +492,7 @@ def test_a_global_shuffle_keeps_images_past_cache_bytes_on_the_drive(noisy_datas
     """Past cache_bytes, the images of episodes fetched next are written to `table_cache_dir` and read back per
     sample (`fetch.image_spill`): memory holds about cache_bytes, the batches are those of a loader holding all of
     them, no file is left in the folder (each is unlinked once made), and no warning."""
-    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    images = _data_bytes(noisy_dataset)
     want, _, everything = _global_shuffle(noisy_dataset, table_cache_dir="off")
     got, fetch, bounded = _global_shuffle(noisy_dataset, cache_bytes=images // 4, table_cache_dir=str(tmp_path))
     same_batches(got, want)
@@ -504,7 +509,7 @@ def test_over_http_images_past_cache_bytes_go_to_the_drive_too(noisy_dataset, tm
     ones."""
     from .httpserver import Server
 
-    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    images = _data_bytes(noisy_dataset)
     want, _, _ = _global_shuffle(noisy_dataset, table_cache_dir="off")
     with Server(noisy_dataset.parent) as base:
         got, fetch, bounded = _global_shuffle(f"{base}/{noisy_dataset.name}", cache_bytes=images // 4,
@@ -517,7 +522,7 @@ def test_where_images_cannot_go_to_the_drive_they_stay_in_memory_with_a_warning(
                                                                                monkeypatch):
     """A folder that cannot be made, or a drive that would keep less than the floor free: the same batches, the
     images in memory, one warning naming why and the fix."""
-    images = sum(f.stat().st_size for f in noisy_dataset.glob("data/*/*.parquet"))
+    images = _data_bytes(noisy_dataset)
     want, _, _ = _global_shuffle(noisy_dataset, table_cache_dir="off")
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")

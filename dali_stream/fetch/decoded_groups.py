@@ -106,6 +106,11 @@ class DecodedGroups:
         where, what = key.split("/")
         return os.path.join(self.folder or "", where[:2], where, f"{what}.arrow")
 
+    @staticmethod
+    def _key(path: str) -> str:
+        """The key whose file `_path` gives is `path`."""
+        return f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path).removesuffix('.arrow')}"
+
     def _sweep(self, path: str) -> None:
         """Delete, from the folder of `path`'s data file, the files of its other identities and the temporary files
         of killed writers; once a data file a process."""
@@ -230,7 +235,7 @@ class DecodedGroups:
             if path != written:
                 _drop(path)
                 # this process's mapping too: the drive gets the space back once no rows slice it any more
-                self.mapped.forget(f"{os.path.basename(os.path.dirname(path))}/{os.path.basename(path)[:-6]}")
+                self.mapped.forget(self._key(path))
                 total -= size
                 with self._lock:
                     self.evicted += 1

@@ -340,7 +340,7 @@ class EpisodeStore:
                                                     [self._left_out(pos) for pos, *_ in members])
             ahead = 0  # the bytes of rows read together before these, some not counted in `self.bytes` yet
             for (pos, entry, _), rows in zip(members, got):
-                if not isinstance(rows, BaseException):
+                if self.spill is not None and not isinstance(rows, BaseException):
                     rows = self._spilled(pos, rows, ahead)
                     ahead += rows_nbytes(rows)
                 yield pos, entry, rows
