@@ -1,7 +1,8 @@
 """What the CPU route's last step costs per 480p frame: DALI's crop_mirror_normalize on the CPU (HWC uint8 in,
 CHW float32 or uint8 out, the loader's graph for torchcodec frames on a CPU node before host frames), torch
-doing the same, the loader's own write today (`scatter_frames`, per layout and dtype), and the floor of a
-float32 output (filling the frame's 3.7 MB, nothing read).
+doing the same, the loader's own write today (`scatter_frames`, per layout and dtype; its float32 divides by 255,
+as lerobot does) beside the multiply by 1/255 it replaced, the graph's float32 today (a uint8 layout, then the
+division), and the floor of a float32 output (filling the frame's 3.7 MB, nothing read).
 
     .venv/bin/python benchmarks/layout_cost.py [--repeats 20] [--rounds 3] [--out FILE]
 
@@ -41,6 +42,14 @@ def main(argv=None) -> int:
                 pipe.set_outputs(fn.crop_mirror_normalize(x, mean=[0.0], std=[std], output_layout=layout, dtype=out_t))
             pipe.build()
             ways[f"dali_cmn_{dtype}_{layout}_ms"] = pipe.run
+    for layout in ("FCHW", "FHWC"):  # the graph's float32 today: a uint8 layout, then lerobot's division by 255
+        pipe = Pipeline(batch_size=B, num_threads=1, device_id=None, prefetch_queue_depth=1, exec_dynamic=True)
+        with pipe:
+            x = fn.external_source(source=lambda: frames, batch=True, dtype=types.UINT8, layout="FHWC", ndim=4)
+            laid = fn.crop_mirror_normalize(x, mean=[0.0], std=[1.0], output_layout=layout, dtype=types.UINT8)
+            pipe.set_outputs(laid / types.Constant(255.0, dtype=types.FLOAT))
+        pipe.build()
+        ways[f"dali_cmn_uint8_divide_float32_{layout}_ms"] = pipe.run
     torch.set_num_threads(1)
     xs = [torch.from_numpy(f[0]) for f in frames]
 
@@ -73,6 +82,16 @@ def main(argv=None) -> int:
             ways[f"loader_{dtype}_{'FHWC' if channels_last else 'FCHW'}_ms"] = (
                 lambda bufs=bufs, turn=turn, ops=ops: scatter_frames(
                     bufs[next(turn) % 4], decoded, list(range(B)), wanted, [np.array([j]) for j in range(B)], ops))
+    # what the loader's float32 write was before it divided: the cast copy, then a multiply by float32(1 / 255)
+    mul_bufs = [np.ones((B, 3, H, W), np.float32) for _ in range(4)]
+
+    def multiplied(turn=iter(range(10**9))):
+        out = mul_bufs[next(turn) % 4]
+        for j in range(B):
+            out[j] = decoded[j].transpose(2, 0, 1)
+            np.multiply(out[j], np.float32(1.0 / 255.0), out=out[j])
+
+    ways["loader_multiply_float32_FCHW_ms"] = multiplied
     fill_bufs = [np.ones((B, 3, H, W), np.float32) for _ in range(4)]
     turn = iter(range(10**9))
     ways["float32_fill_floor_ms"] = lambda: fill_bufs[next(turn) % 4].fill(0.5)

@@ -83,8 +83,8 @@ def _putter(dtype: np.dtype, image_ops: ImageOps, chw: bool = False):
             shift = np.asarray(image_ops.mean, np.float32).reshape(per_channel) / std
         else:
             # lerobot's `frames.float() / 255`, bit for bit: a multiply by float32(1 / 255) rounds 126 of the 256
-            # values one ulp away from it. The division costs 5-10 % more than the multiply on the layout alone
-            # (0.48 against 0.46 ms a 480p frame), which is ~1 % of a worker's time.
+            # values one ulp away from it. The division costs ~7 % more than the multiply on the layout alone
+            # (0.49 against 0.46 ms a 480p frame: benchmarks/layout_cost.py), ~1 % of a worker's time.
             divisor = np.float32(255.0)
 
     def put(dst: np.ndarray, frame: np.ndarray) -> None:

@@ -63,7 +63,8 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
     names: list[str] = []
     # float32 without mean/std is lerobot's x / 255, a division: crop_mirror_normalize multiplies by 1 / std, which
     # rounds about half the byte values one ulp away from it (and from the host frames, `graph.host`). The division
-    # is a pass of its own: ~0.3 ms more a 480p frame on 2 CPU threads (a uint8 layout, then the division).
+    # is a pass of its own: on one CPU thread 1.36 ms a 480p frame against 0.77 for crop_mirror_normalize straight
+    # to float32 (benchmarks/layout_cost.py, results/cpu-2core-480p/layout_cost-division.json).
     divide = False
     if image_ops.mean is not None and image_ops.std is not None:  # in pixel units: (x - 255 mean) / (255 std)
         mean, std = [m * 255.0 for m in image_ops.mean], [s * 255.0 for s in image_ops.std]
