@@ -31,31 +31,8 @@ from .episode_fetch import Fetch, Fetcher
 from .image_spill import ImageSpill, held_images_said
 from .pieces import Pieces, named
 from .segments import Segment, cut_segment
+from .store_stats import StoreStats
 from .tables import FRAME_TIME_S, TableReader, rows_nbytes
-
-
-@dataclass
-class StoreStats:
-    segments_cut: int = 0
-    segment_bytes: int = 0
-    table_reads: int = 0
-    hits: int = 0  # lookups that found the episode fetched (or in flight)
-    demand_fetches: int = 0  # episodes a batch builder had to fetch itself (not prefetched)
-    prefetches: int = 0  # episodes fetched by the background threads
-    wait_s: float = 0.0  # time batch builders waited for fetches in flight or fetched themselves
-    evictions: int = 0
-    pieces_cut: int = 0  # pieces of long episodes cut for samples (`segment_for`)
-    piece_bytes: int = 0  # their bytes
-    pieces_ahead: int = 0  # of them, cut by their batch's task (`cut_ahead`), reads coalesced
-    batches_taken_over: int = 0  # of those tasks, run by their builder: no piece thread had begun it
-    pieces_dropped: int = 0  # cut ahead, never asked for (the epoch stopped first)
-    pieces_ahead_peak: int = 0  # most bytes of pieces cut ahead held at once, waiting for their builders
-    retired_dropped: int = 0  # episodes dropped when retired: this rank's epoch would not fit the cache (`unpin`)
-    columns_left_out: int = 0  # columns of images in the tables not read with their rows: the frame cache held them
-    columns_read_again: int = 0  # of those, read alone after all: the cache had lost one of their images (`column`)
-    fetch_s: float = 0.0
-    peak_bytes: int = 0
-    episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
 
 
 @dataclass
@@ -65,6 +42,7 @@ class _Episode(Fetch):
     segments: dict = field(default_factory=dict)
     long: set = field(default_factory=set)  # cameras whose episode is read in pieces (`segment_for`), not whole
     nbytes: int = 0
+    reserved: int = 0  # bytes of its rows the image spill let it hold in memory, counted until `nbytes` is
     refs: int = 0
 
 
@@ -142,6 +120,7 @@ class EpisodeStore:
         self.bytes = 0  # bytes held by fetched entries
         self.epoch_episodes, self.held = epoch_episodes, held
         self._fetched = [0, 0]  # bytes and episodes fetched so far: the mean an epoch's bytes are estimated by
+        self._reserved = 0  # bytes of rows in memory by the spill's leave whose entries are not counted yet
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Episode] = OrderedDict()
         self._warned = False
@@ -338,18 +317,22 @@ class EpisodeStore:
         for index, members in by_member.items():
             got = self.files[index].tables.episodes([local for *_, local in members],
                                                     [self._left_out(pos) for pos, *_ in members])
-            ahead = 0  # the bytes of rows read together before these, some not counted in `self.bytes` yet
             for (pos, entry, _), rows in zip(members, got):
-                if self.spill is not None and not isinstance(rows, BaseException):
-                    rows = self._spilled(pos, rows, ahead)
-                    ahead += rows_nbytes(rows)
-                yield pos, entry, rows
+                yield pos, entry, rows if isinstance(rows, BaseException) else self._spilled(pos, entry, rows)
 
-    def _spilled(self, pos: int, rows: dict, ahead: int = 0) -> dict:
-        """The episode's rows, their image columns kept on the drive (`fetch.image_spill`) where the store holds
-        `capacity_bytes` with them and `ahead` (read without the lock: a fetch ending meanwhile may tip it late)."""
-        if self.spill is None or self.bytes + ahead + rows_nbytes(rows) <= self.capacity_bytes:
+    def _spilled(self, pos: int, entry: _Episode, rows: dict) -> dict:
+        """The episode's rows, their image columns kept on the drive (`fetch.image_spill`) where the store would
+        hold more than `capacity_bytes` with them. Decided under the lock, rows kept in memory reserving their bytes
+        until their entry is counted (`_ended`): fetches ending together, or rows read together, cannot all decide
+        on the same room."""
+        if self.spill is None:
             return rows
+        nbytes = rows_nbytes(rows)
+        with self._lock:
+            if self.bytes + self._reserved + nbytes <= self.capacity_bytes:
+                self._reserved += nbytes
+                entry.reserved = nbytes
+                return rows
         return self.spill.rows(rows, self.catalog.locate(pos)[0].meta.image_keys, self.catalog.describe(pos))
 
     def _work(self, pos: int, entry: _Episode, camera: str | None) -> None:
@@ -357,7 +340,7 @@ class EpisodeStore:
         none for a long episode's camera (read in pieces) or one whose frames the decoded-frame cache all holds."""
         if camera is None:
             member, local = self.catalog.locate(pos)
-            entry.rows = self._spilled(pos, self.files[member.index].tables.episode(local, self._left_out(pos)))
+            entry.rows = self._spilled(pos, entry, self.files[member.index].tables.episode(local, self._left_out(pos)))
         elif self.pieces.in_pieces(pos, camera):  # nothing to fetch: no need to hold a thread for the rows
             entry.long.add(camera)
         else:
@@ -373,6 +356,8 @@ class EpisodeStore:
             entry.pending -= 1
             if entry.pending:
                 return
+            self._reserved -= entry.reserved  # counted in `self.bytes` below, or dropped with a failed entry
+            entry.reserved = 0
             self.stats.episodes.add(pos)
             if entry.error is None:
                 entry.nbytes = rows_nbytes(entry.rows) + \

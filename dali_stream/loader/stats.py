@@ -18,9 +18,9 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
                  episodes=None) -> dict[str, Any]:
     """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
     bounded through the setting named, not counted against a number), `setting`, `unit`);
-    `fetch`: the store's counters (`StoreStats`, the episodes fetched counted, the table bytes read, the image
-    columns and bytes kept on the drive); `decoders`: CPU decoders opened and
-    closed; `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off);
+    `fetch`: the store's counters (`fetch.store_stats.StoreStats`, the episodes fetched counted, the table bytes
+    read, the image columns and bytes kept on the drive); `decoders`: CPU decoders opened and closed;
+    `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off);
     `episode_frames`: the open episodes' frames (`decode.episode_frames`: segments and frames decoded whole, asks
     refused for room; None: off)."""
     held = episodes.stats() if episodes is not None else None
