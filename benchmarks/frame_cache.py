@@ -324,7 +324,7 @@ def main() -> None:
     e.add_argument("--runs", type=int, default=3)
     e.add_argument("--memory-format", default="contiguous", choices=("contiguous", "channels_last"))
     e.add_argument("--resize", nargs=2, type=int, metavar=("H", "W"))
-    e.add_argument("--decode", default="cpu", choices=("cpu", "auto", "cpu-open"))
+    e.add_argument("--decode", default="cpu", choices=("cpu", "auto", "cpu-open", "dali-cpu"))
     e.add_argument("--image-dtype", default="uint8", choices=("uint8", "float32"))
     e.add_argument("--only", help=f"some of {','.join(ALL)}")
     e.add_argument("--rev", help="an earlier commit whose plain and cached loaders alternate with this tree's")

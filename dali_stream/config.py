@@ -32,7 +32,7 @@ from typing import (
 from .errors import ConfigError
 from .lerobot_arguments import LEROBOT_ARGUMENTS
 
-Decode = Literal["auto", "gpu", "cpu", "cpu-open"]
+Decode = Literal["auto", "gpu", "cpu", "cpu-open", "dali-cpu"]
 NvdecEngine = Literal["auto", "dali", "open"]
 ImageDtype = Literal["float32", "uint8"]
 MemoryFormat = Literal["contiguous", "channels_last"]
@@ -94,8 +94,9 @@ class LoaderConfig:
     drop_n_last_frames: int = _s(0, "never draw an episode's last n frames as samples")
     # decode and images
     decode: Union[Decode, Mapping[str, Decode]] = _s(
-        "auto", "auto | gpu | cpu | cpu-open, or camera key -> one of those (see dali_stream.decode.routes; "
-                "cpu-open: FFmpeg's decoders kept open and fed packets, the open-decoder engine on the CPU)")
+        "auto", "auto | gpu | cpu | cpu-open | dali-cpu, or camera key -> one of those (see "
+                "dali_stream.decode.routes; cpu-open: FFmpeg's decoders kept open and fed packets, the open-decoder "
+                "engine on the CPU; dali-cpu: DALI's CPU decoder for VP8/VP9/MJPEG cameras, torchcodec for the rest)")
     nvdec_engine: NvdecEngine = _s(
         "auto", "which engine decodes NVDEC cameras: dali (DALI's fn.decoders.video, a decoder per stream), "
                 "open (PyNvVideoCodec's decoders kept open for the loader's life and fed packets: "
@@ -345,7 +346,7 @@ class LoaderSettings(TypedDict, total=False):
     max_episodes: Optional[int]
     drop_n_first_frames: int
     drop_n_last_frames: int
-    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu" | "cpu-open", or camera key -> one of those
+    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu" | "cpu-open" | "dali-cpu", or camera key -> one of those
     nvdec_engine: str  # "auto" | "dali" | "open"
     decode_threads: Optional[int]
     join_streams: Optional[int]

@@ -2,7 +2,7 @@
 each with what to use instead: `LoaderConfig.make` refuses them with that answer rather than "no such setting"."""
 
 LEROBOT_ARGUMENTS = {
-    "video_backend": "the decoder is chosen per camera: `decode=` ('auto', 'cpu', 'gpu', 'cpu-open')",
+    "video_backend": "the decoder is chosen per camera: `decode=` ('auto', 'cpu', 'gpu', 'cpu-open', 'dali-cpu')",
     "download_videos": "nothing is downloaded: the loader streams only the bytes of the episodes it draws",
     "force_cache_sync": "each run reads the source as it is now: what the loader keeps on a local drive between runs "
                         "(table_cache_dir, frame_cache_dir, disk_cache_dir) is named by each file's size and "

@@ -101,7 +101,8 @@ def four_codec_dataset(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory):
-    """Two cameras (h264 through torchcodec, vp9 through DALI's CPU decoder), short episodes: fast loops."""
+    """Two cameras (h264 and vp9; `decode="dali-cpu"` sends the vp9 one through DALI's CPU decoder), short episodes:
+    fast loops."""
     from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
     spec = SampleSpec(episodes=7, min_length=8, max_length=20, gop=8, episodes_per_file=3,

@@ -20,7 +20,7 @@ def _bench(*args):
 def tiny_run(small_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     # every camera decoded per sample: the VP9 camera in the DALI graph (the held open episodes' run: below)
-    proc = _bench(small_dataset, "--mode", "camera-window", "--batch-size", 4, "--pool", 3, "--duration-s", 0.5,
+    proc = _bench(small_dataset, "--decode", "dali-cpu", "--mode", "camera-window", "--batch-size", 4, "--pool", 3, "--duration-s", 0.5,
                   "--warmup-batches", 2, "--baseline-workers", "0,1", "--episode-frames-bytes", 0, "--out-dir", out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = out.glob("bench-*-r0of1.json")
@@ -75,7 +75,7 @@ def test_with_the_open_episodes_frames_the_limit_is_each_episode_decoded_once(sm
     """By default a pool's open episodes are decoded once each (VP9 through DALI's CPU decoder on the workers, no
     graph): the limit the ratio is taken against is that work over the window's share of those episodes, beside
     the frames as asked."""
-    proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--num-batches", 6, "--warmup-batches", 1,
+    proc = _bench(small_dataset, "--decode", "dali-cpu", "--batch-size", 4, "--pool", 3, "--num-batches", 6, "--warmup-batches", 1,
                   "--no-baseline", "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("bench-*.json")
@@ -112,7 +112,7 @@ def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
 
 
 def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path):
-    proc = _bench(small_dataset, "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1,
+    proc = _bench(small_dataset, "--decode", "dali-cpu", "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1,
                   "--no-baseline", "--no-limit", "--cpu-all-cores", "--join-streams", "1", "--episode-frames-bytes", 0,
                   "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -201,7 +201,7 @@ def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
         (row,) = list(csv.DictReader(fh))
     assert float(row["samples_per_s"]) == pytest.approx(result["samples_per_s"])
     assert json.loads(row["routes"]) == result["routes"]
-    assert "loader ÷ decode alone" in proc.stdout and "camera-window / auto" in proc.stdout
+    assert "loader ÷ decode alone" in proc.stdout and "camera-window / dali-cpu" in proc.stdout
     said = " ".join(proc.stdout.split())
     assert "distinct episodes ÷ batch" in said and "recent share" in said, "the batch-mixing figures are labelled"
     png = tmp_path / "chart.png"

@@ -73,8 +73,9 @@ def check_every_frame(root, fps: int, cameras, *, decode, windowed: bool, device
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-# cpu: torchcodec, no DALI graph; auto: the graph, VP9 on DALI; cpu-open: the open-decoder engine fed packets
-@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
+# cpu (what `auto` takes here): torchcodec, no DALI graph; dali-cpu: VP9 on DALI's CPU decoder; cpu-open: the
+# open-decoder engine fed packets
+@pytest.mark.parametrize("decode", ["cpu", "dali-cpu", "cpu-open"])
 def test_every_frame_at_every_episode_boundary(matrix_dataset, decode, windowed):
     root, fps, cameras = matrix_dataset
     check_every_frame(root, fps, cameras, decode=decode, windowed=windowed)
@@ -82,7 +83,7 @@ def test_every_frame_at_every_episode_boundary(matrix_dataset, decode, windowed)
 
 @pytest.mark.parametrize("held", ["whole", "pieces"])
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
+@pytest.mark.parametrize("decode", ["cpu", "dali-cpu", "cpu-open"])
 def test_every_frame_under_a_global_shuffle(matrix_dataset, decode, windowed, held):
     """episode_pool_size='all' on every route: the episodes fetched whole and a batch's clips joined (the share fits
     in the cache), or every sample's frames read alone from the file's index (`segment_bytes=1`: it does not)."""

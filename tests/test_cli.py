@@ -30,8 +30,8 @@ def test_make_sample_and_inspect(written):
     assert report["codebase_version"] == "v3.0" and report["episodes"] == 5
     cam = report["cameras"]["observation.images.cam"]
     assert {k: cam[k] for k in ("codec", "height", "width", "pix_fmt", "route_auto")} == {
-        "codec": "vp9", "height": 64, "width": 96, "pix_fmt": "yuv420p", "route_auto": "dali-cpu"}
-    assert "DALI's CPU decoder handles vp9" in cam["reason"]
+        "codec": "vp9", "height": 64, "width": 96, "pix_fmt": "yuv420p", "route_auto": "torchcodec"}
+    assert "torchcodec (FFmpeg's vp9 decoder: lerobot's frames" in cam["reason"], cam["reason"]
     assert report["cameras"]["observation.images.side"]["route_auto"] == "torchcodec"
     sizes = sum(c["height"] * c["width"] * 3 for c in report["cameras"].values())
     assert report["decoded_bytes"] == sizes * report["frames"] > 0  # what frame_cache_bytes would hold
@@ -43,8 +43,8 @@ def test_make_sample_and_inspect(written):
     resized = json.loads(_cli("inspect", written, "--json", "--resize", "40", "48", "--crop", "30", "41").stdout)
     assert resized["decoded_bytes"] == len(report["cameras"]) * 30 * 41 * 3 * report["frames"]  # kept cropped
     derived = report["derived"]  # the loader's defaults as resolved on this dataset and node (loader.resolve)
-    # the pool's open episodes decoded once each: VP9 through DALI's CPU decoder on the workers, no stream joined
-    assert derived["episode_frames"]["value"] == 1 << 30 and derived["dali_on_workers"]["value"]
+    # the pool's open episodes decoded once each, every camera through torchcodec (VP9 too), no stream joined
+    assert derived["episode_frames"]["value"] == 1 << 30 and not derived["dali_on_workers"]["value"]
     assert derived["join_streams"]["value"] == 0 and derived["join_streams"]["why"] == "no camera decodes in DALI"
     assert all(d["what"] for d in derived.values())  # each says what it is
     assert derived["prefetch_batches"]["value"] == 3 and derived["drop_last"]["value"] is True
@@ -100,7 +100,7 @@ def test_demo_streams_and_summarises(written):
     proc = _cli("demo", written, "--batches", 6, "--batch-size", 2, "--pool-size", 2, "--action-horizon", 3)
     out = proc.stdout
     assert "using the sample dataset already at" in out
-    for words in ("samples/s", "first-batch latency", "observation.images.cam", "vp9 -> dali-cpu",
+    for words in ("samples/s", "first-batch latency", "observation.images.cam", "vp9 -> torchcodec",
                   "hevc -> torchcodec", "6 x 2 on cpu", "none usable here"):
         assert words in out, (words, out)
 
@@ -203,6 +203,6 @@ def test_diagnose_at_80_columns_keeps_every_header_whole_and_prints_extras_liter
     `pip install 'dali-stream[nvdec]'` keeps its brackets (no rich markup)."""
     out = dali_stream("diagnose", written, env={"COLUMNS": "80"}).stdout
     flat = " ".join(out.split())
-    for field in ("codec vp9", "pix_fmt yuv420p", "route (auto) dali-cpu", "decodable yes"):
+    for field in ("codec vp9", "pix_fmt yuv420p", "route (auto) torchcodec", "decodable yes"):
         assert field in flat, (field, out)
     assert "dali-stream[nvdec]" in out.replace("\n", "").replace("│", "").replace(" ", ""), out

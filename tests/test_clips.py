@@ -68,7 +68,7 @@ def test_dali_work_per_sample_is_flat_in_frame_depth(long_episodes):
     GOP plus the window per sample, and every frame shows its planned ids."""
     key = "observation.images.top"
     loader = StreamLoader(str(long_episodes), batch_size=4, episode_pool_size=2, seed=3, device="cpu",
-                          image_dtype="uint8", decode={key: "auto", "observation.images.front": "cpu",
+                          image_dtype="uint8", decode={key: "dali-cpu", "observation.images.front": "cpu",
                                                       "observation.images.side": "cpu"},
                           delta_timestamps={key: [-2 / 30, -1 / 30, 0.0]}, episode_frames_bytes=0)
     assert loader.routes[key] == "dali-cpu"

@@ -36,7 +36,7 @@ def test_settings_are_normalised_when_made():
     ({"num_workers": 1.5}, r"`num_workers` must be an integer >= 0. Found: 1.5"),
     ({"shuffle": "no"}, r"`shuffle` must be True or False"),
     ({"check_frames": 0}, r"`check_frames` must be True or False. Found: 0"),
-    ({"decode": "nvdec"}, r"decode='nvdec' is not one of \('auto', 'gpu', 'cpu', 'cpu-open'\)"),
+    ({"decode": "nvdec"}, r"decode='nvdec' is not one of \('auto', 'gpu', 'cpu', 'cpu-open', 'dali-cpu'\)"),
     ({"nvdec_engine": "pynv"}, r"`nvdec_engine` must be one of \('auto', 'dali', 'open'\). Found: 'pynv'"),
     ({"decode_threads": 0}, r"`decode_threads` must be a positive integer. Found: 0"),
     ({"image_dtype": "float16"}, r"`image_dtype` must be 'float32' or 'uint8'"),

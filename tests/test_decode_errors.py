@@ -55,8 +55,10 @@ def test_classify_dali_messages(kind):
 
 def _prepared(dataset, routes_override=None, **settings):
     """A built batch; `routes_override`: camera -> the route its source then claims (NVDEC's, on this CPU node).
-    Every camera decoded per sample (`episode_frames_bytes=0`), VP9 in the DALI graph: its failures are read here."""
+    Every camera decoded per sample (`episode_frames_bytes=0`), VP9 in the DALI graph (`decode="dali-cpu"`): its
+    failures are read here."""
     settings.setdefault("episode_frames_bytes", 0)
+    settings.setdefault("decode", "dali-cpu")
     loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0, **settings)
     builder = loader.stages.builder
     for key, route in (routes_override or {}).items():

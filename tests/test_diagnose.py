@@ -55,10 +55,10 @@ def test_sample_verdicts_match_this_machine(sample):
     assert all(sw[p]["ok"] for p in ("torch", "nvidia.dali", "torchcodec", "av", "pyarrow"))
     assert sw["nvidia.dali"]["gpu_operators"] is False and "h264" in sw["system_ffmpeg"]["decoders"]
     cams = report["dataset"]["cameras"]
-    assert {k: c["route"] for k, c in cams.items()} == {FRONT: "torchcodec", WRIST: "torchcodec", TOP: "dali-cpu"}
+    assert {k: c["route"] for k, c in cams.items()} == {FRONT: "torchcodec", WRIST: "torchcodec", TOP: "torchcodec"}
     assert cams[FRONT]["b_frames"] is True and cams[TOP]["b_frames"] is False
     assert all(c["gop"] == 10 and c["decodable"] and (c["width"], c["height"]) == (128, 96) for c in cams.values())
-    assert "DALI's CPU decoder has no av1" in cams[WRIST]["reason"]
+    assert "DALI's CPU decoder, decode='dali-cpu', is slower" in cams[TOP]["reason"], cams[TOP]["reason"]
     for key, cam in cams.items():
         tests = cam["decode_test"]
         assert tests["torchcodec"]["ok"] and tests["torchcodec"]["ids_match"], key
@@ -119,8 +119,9 @@ def test_broken_torchcodec_is_a_broken_install(sample, tmp_path):
     report = json.loads(proc.stdout)
     assert proc.returncode == 2
     assert report["software"]["torchcodec"]["ok"] is False and "libavutil" in report["software"]["torchcodec"]["error"]
-    assert report["dataset"]["cameras"][FRONT]["layer"] == "torchcodec-load"
-    assert report["dataset"]["cameras"][TOP]["decodable"] is True  # DALI still decodes VP9
+    # every camera's route is torchcodec (`auto` decodes VP9 with it too)
+    assert {k: c["layer"] for k, c in report["dataset"]["cameras"].items()} == {
+        k: "torchcodec-load" for k in report["dataset"]["cameras"]}
     assert report["verdict"].startswith("BROKEN INSTALL") and "torchcodec" in report["verdict"]
     human = _diagnose(sample, env_extra=env)
     assert human.returncode == 2 and "FAILED" in human.stdout and "apt-get install -y ffmpeg" in human.stdout
@@ -142,7 +143,7 @@ def test_merge_nodes(sample, copy, tmp_path):
     proc = _diagnose("--merge", reports, "--json")
     merged = json.loads(proc.stdout)
     assert proc.returncode == 1 and set(merged["nodes"]) == {"node-a", "node-b"}
-    assert merged["nodes"]["node-a"]["cameras"][TOP] == "dali-cpu"
+    assert merged["nodes"]["node-a"]["cameras"][TOP] == "torchcodec"
     assert merged["nodes"]["node-b"]["cameras"][TOP] == "NO (missing)"
     assert "node-b" in _diagnose("--merge", reports).stdout
 

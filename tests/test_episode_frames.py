@@ -15,7 +15,7 @@ from dali_stream.decode.episode_frames import EpisodeFrames
 
 from .test_frame_cache import assert_same
 
-ARGS = dict(batch_size=4, device="cpu", decode="auto", image_dtype="uint8", seed=5, episode_pool_size=3)
+ARGS = dict(batch_size=4, device="cpu", decode="dali-cpu", image_dtype="uint8", seed=5, episode_pool_size=3)
 WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.front": [-0.1, 0.0]}
 
 
@@ -196,12 +196,12 @@ import gc
 import torch
 from torch.utils.data import DataLoader
 from dali_stream import StreamLoader
-first = StreamLoader({str(small_dataset)!r}, batch_size=4, device="cpu")
+first = StreamLoader({str(small_dataset)!r}, batch_size=4, device="cpu", decode="dali-cpu")
 assert first.resolved.dali_on_workers
 for _ in first:
     pass
 first.close()
-loader = StreamLoader({str(small_dataset)!r}, batch_size=4, device="cpu")
+loader = StreamLoader({str(small_dataset)!r}, batch_size=4, device="cpu", decode="dali-cpu")
 for _ in loader:
     pass
 class Squares(torch.utils.data.Dataset):

@@ -79,7 +79,7 @@ def test_non_positive_sizes(small_dataset, field, value):
 
 
 def test_unknown_decode_choice(small_dataset):
-    with pytest.raises(ConfigError, match=r"decode='nvdec'.*\('auto', 'gpu', 'cpu', 'cpu-open'\)"):
+    with pytest.raises(ConfigError, match=r"decode='nvdec'.*\('auto', 'gpu', 'cpu', 'cpu-open', 'dali-cpu'\)"):
         StreamLoader(str(small_dataset), decode="nvdec")
 
 
@@ -116,7 +116,7 @@ def _shift_from_timestamp(root, key, episode, by_s):
     assert hits == 1
 
 
-@pytest.mark.parametrize("camera,decode", [(FRONT, "cpu"), (TOP, "auto")])
+@pytest.mark.parametrize("camera,decode", [(FRONT, "cpu"), (TOP, "dali-cpu")])
 def test_timestamp_beyond_tolerance(copy, camera, decode):
     meta = DatasetMeta.open(str(copy))
     # An episode followed by another in the same file, so the shifted frames still lie inside the file.
@@ -144,7 +144,7 @@ def test_truncated_video_file(copy):
         _loop(copy)
 
 
-@pytest.mark.parametrize("decode,cache", [("auto", 0), ("auto", 1 << 24), ("cpu", 0)])
+@pytest.mark.parametrize("decode,cache", [("dali-cpu", 0), ("dali-cpu", 1 << 24), ("cpu", 0)])
 def test_corrupt_segment(copy, decode, cache):
     """The container index is intact but the VP9 frames are garbage: DALI (in the graph, or on the workers with the
     decoded-frame cache) and torchcodec all refuse."""
@@ -153,7 +153,7 @@ def test_corrupt_segment(copy, decode, cache):
     # DALI's route demuxes the segment to cut per-sample clips, which already fails on these packets.
     pattern = (r"(DALI's video decoder failed .* on|the clip cutter \(DALI routes\) could not decode|dali-cpu could "
                r"not decode) episode \d, camera 'observation.images.top'"
-               if decode == "auto" else r"torchcodec could not decode episode \d, camera 'observation.images.top'")
+               if decode == "dali-cpu" else r"torchcodec could not decode episode \d, camera 'observation.images.top'")
     with pytest.raises(DecodeError, match=pattern + r".*re-download the file.*`dali-stream verify DATASET --decode` "
                                                     "lists every damaged file"):
         _loop(copy, decode=decode, frame_cache_bytes=cache)
@@ -247,7 +247,7 @@ def test_truncated_data_file_at_construction_and_later(copy):
         StreamLoader(str(copy))
 
 
-@pytest.mark.parametrize("camera,decode", [(FRONT, "cpu"), (TOP, "auto")])
+@pytest.mark.parametrize("camera,decode", [(FRONT, "cpu"), (TOP, "dali-cpu")])
 def test_damaged_moov(copy, camera, decode):
     """The MP4's index box is garbage: H.264 through torchcodec and VP9 through DALI both name the file."""
     import random
@@ -340,9 +340,9 @@ def test_load_state_dict_while_iterating_is_refused(small_dataset):
 
 @pytest.mark.parametrize("denied,decode,settings,words", [
     ("torchcodec", "cpu", "", "decode with torchcodec, which does not import"),
-    ("nvidia.dali.plugin", "auto", "episode_frames_bytes=0", "NVIDIA DALI does not import"),
-    ("nvidia.dali", "auto", "frame_cache_bytes=1 << 20", "NVIDIA DALI does not import"),
-    ("nvidia.dali", "auto", "", "NVIDIA DALI does not import"),
+    ("nvidia.dali.plugin", "dali-cpu", "episode_frames_bytes=0", "NVIDIA DALI does not import"),
+    ("nvidia.dali", "dali-cpu", "frame_cache_bytes=1 << 20", "NVIDIA DALI does not import"),
+    ("nvidia.dali", "dali-cpu", "", "NVIDIA DALI does not import"),
 ])
 def test_a_runtime_library_that_does_not_import_is_named_by_the_constructor(small_dataset, denied, decode, settings,
                                                                              words):

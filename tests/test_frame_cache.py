@@ -44,11 +44,11 @@ TOP_WINDOWS = {"observation.images.top": [-0.2, -0.1, 0.0], "observation.images.
     dict(decode="cpu-open", delta_timestamps=WINDOWS),  # the open engine's FFmpeg decoders, into the graph
     # VP9 through DALI's CPU decoder (on the workers with the cache, in the graph without), the rest torchcodec:
     # (host frames: test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing)
-    dict(decode="auto", resize=(40, 48), crop=(30, 41)),  # through the graph, resized and cropped by the workers
-    dict(decode="auto", delta_timestamps=TOP_WINDOWS),  # windows: in the graph, joined into streams per batch
-    dict(decode="auto", episode_pool_size="all", segment_bytes=1),  # long episodes' pieces
+    dict(decode="dali-cpu", resize=(40, 48), crop=(30, 41)),  # through the graph, resized and cropped by the workers
+    dict(decode="dali-cpu", delta_timestamps=TOP_WINDOWS),  # windows: in the graph, joined into streams per batch
+    dict(decode="dali-cpu", episode_pool_size="all", segment_bytes=1),  # long episodes' pieces
     # augment= in the graph on the kept frames (kept as decoded: the hook runs before resize), seeded per sample
-    dict(decode="auto", augment=random_resized_crop_and_jitter, resize=(40, 48)),
+    dict(decode="dali-cpu", augment=random_resized_crop_and_jitter, resize=(40, 48)),
 ], ids=["host", "host-channels-last", "host-float-mean-std", "graph-resize-crop", "graph-crop", "global-pieces", "windows", "cpu-open-windows",
         "dali-resize-crop", "dali-windows", "dali-global-pieces", "dali-augment"])
 def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
@@ -66,7 +66,7 @@ def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     plain.close()
     cached = StreamLoader(str(four_codec_dataset), **args, frame_cache_bytes=1 << 30)
     routes = {"cpu-open"} if setup.get("decode") == "cpu-open" else {"torchcodec"}
-    assert set(cached.routes.values()) == (routes | {"dali-cpu"} if setup.get("decode") == "auto" else routes)
+    assert set(cached.routes.values()) == (routes | {"dali-cpu"} if setup.get("decode") == "dali-cpu" else routes)
     assert cached.resolved.dali_on_workers == tuple(k for k, r in cached.routes.items() if r == "dali-cpu")
     got = epochs(cached)
     for (g, _), (w, _) in zip(got, want):
@@ -259,18 +259,18 @@ def test_the_spill_folder_is_a_local_path(small_dataset, value):
 
 
 def test_dali_cpu_cameras_decode_in_the_graph_without_the_cache(small_dataset):
-    """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='auto': in the graph without the
+    """small_dataset's VP9 camera goes through DALI's CPU decoder under decode='dali-cpu': in the graph without the
     cache (decoded per sample), on the workers with it (kept, no warning)."""
     import warnings
 
-    plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu", episode_frames_bytes=0)
+    plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu", episode_frames_bytes=0, decode="dali-cpu")
     assert plain.routes["observation.images.top"] == "dali-cpu" and plain.resolved.dali_on_workers == ()
     assert plain.stages.builder.dali_keys == ["observation.images.top"]
     plain.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cached = StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20,
-                              episode_frames_bytes=0)
+                              episode_frames_bytes=0, decode="dali-cpu")
     assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.stages.builder.dali_keys == []
     assert "observation.images.top" in cached.stages.frames.labels
     cached.close()
@@ -308,7 +308,7 @@ def test_two_ranks_fill_one_folder_at_once_and_a_later_run_reads_it(small_datase
     dict(),  # pool 16, episodes fetched whole
     dict(episode_pool_size="all", segment_bytes=1),  # a global shuffle of long episodes' pieces, cut ahead
     dict(decode="cpu-open"),  # the open engine's FFmpeg decoders
-    dict(decode="auto"),  # VP9 through DALI's CPU decoder on the workers
+    dict(decode="dali-cpu"),  # VP9 through DALI's CPU decoder on the workers
 ], ids=["whole", "global-pieces", "cpu-open", "dali-cpu"])
 def test_an_epoch_whose_frames_are_all_held_fetches_and_decodes_nothing(four_codec_dataset, tmp_path, setup):
     """Frames are named by the file times samples ask for, known from the plan and the table rows: a sample whose

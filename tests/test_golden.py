@@ -4,7 +4,7 @@ moved (tests/golden/batches.json): a refactor that changes what reaches training
 Configurations: an episode pool, a global shuffle, windows of frames and actions, a mixture, a resume in the middle
 of an epoch, and two ranks of one world. Each batch is written as one digest per key (dtype, shape and bytes;
 `task` as its strings). The datasets come from the sample writer with fixed seeds; the digests therefore also pin
-the writer's encoders and this machine's decoders (FFmpeg through torchcodec and PyAV, DALI's CPU VP9 decoder):
+the writer's encoders and this machine's decoders (FFmpeg through torchcodec and PyAV):
 after an intended change to either, re-record with
 
     DALI_STREAM_RECORD_GOLDEN=1 .venv/bin/python -m pytest tests/test_golden.py

@@ -228,7 +228,7 @@ def test_the_frame_cache_keeps_the_cpu_camera_while_nvdec_decodes_its_own_each_e
 def test_the_make_demo_sample_decodes_on_this_gpu(small_dataset):
     """128x96 (the demo's size): too small for VP9/HEVC NVDEC, so auto routes them to CPU instead of failing."""
     loader = StreamLoader(str(small_dataset), batch_size=4, image_dtype="uint8")
-    assert loader.routes[TOP] == "dali-cpu" and "below NVDEC's minimum 128x128" in loader.route_reasons[TOP]
+    assert loader.routes[TOP] == "torchcodec" and "below NVDEC's minimum 128x128" in loader.route_reasons[TOP]
     batch = next(iter(loader))
     _check_ids(batch, loader, list(loader.routes), steps={})  # no delta_timestamps: one frame per camera
     assert {str(v.device) for v in batch.values() if isinstance(v, torch.Tensor)} == {loader.device}

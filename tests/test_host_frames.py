@@ -19,6 +19,7 @@ from .take import take
 FRONT, TOP = "observation.images.front", "observation.images.top"  # h264 via torchcodec, vp9 via DALI's CPU decoder
 # decoded per sample: the VP9 camera in the graph (with the open episodes' frames held it is decoded on the workers)
 BASE = dict(batch_size=4, episode_pool_size=2, seed=4, device="cpu", num_workers=2, episode_frames_bytes=0,
+            decode="dali-cpu",
             delta_timestamps={FRONT: [-2 / 30, 0.0, 2 / 30], "action": [0.0, 1 / 30]})
 FULL = (96, 128)  # the sample's frame size: a centre crop to it changes nothing but sends the camera through DALI
 
@@ -137,7 +138,7 @@ def test_with_every_camera_on_host_frames_there_is_no_graph_and_the_first_batch_
     """DALI asks its source for prefetch_queue_depth + 1 batches (3) before returning the first. With every camera
     on host frames a graph would only pass tables through: there is none, and batch 0 is handed over as soon as
     it is built, with the next ones building behind it."""
-    for decode, held, graph in (("cpu", None, []), ("auto", None, []), ("auto", 0, [TOP])):
+    for decode, held, graph in (("cpu", None, []), ("dali-cpu", None, []), ("dali-cpu", 0, [TOP])):
         loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", num_workers=2,
                               decode=decode, delta_timestamps={"action": [0.0, 1 / 30]}, episode_frames_bytes=held)
         assert list(loader.stages.builder.graph_routes) == graph and loader.host_batches == (not graph)
@@ -185,7 +186,7 @@ def test_torchcodec_is_imported_only_by_a_loader_whose_cameras_decode_through_it
     code = ("import sys, json; from dali_stream import StreamLoader; imported = 'torchcodec' in sys.modules; "
             f"loader = StreamLoader({str(small_dataset)!r}, batch_size=2, device='cpu', decode=json.loads(sys.argv[1])); "
             "next(iter(loader)); loader.close(); print(imported, 'torchcodec' in sys.modules)")
-    elsewhere = '{"observation.images.front": "cpu-open", "observation.images.top": "auto"}'
+    elsewhere = '{"observation.images.front": "cpu-open", "observation.images.top": "dali-cpu"}'
     seen = {decode: subprocess.run([sys.executable, "-c", code, decode], capture_output=True, text=True,
                                    check=True).stdout.split() for decode in (elsewhere, '"cpu"')}
     assert seen == {elsewhere: ["False", "False"], '"cpu"': ["False", "True"]}, seen
@@ -193,9 +194,10 @@ def test_torchcodec_is_imported_only_by_a_loader_whose_cameras_decode_through_it
 
 def test_a_loader_without_a_graph_never_imports_dali(small_dataset):
     """Batches that skip the graph (every camera on host frames, on the CPU) need nothing of DALI: the loader neither
-    imports it to read its version or count its devices nor loads its torch plugin (~0.5-0.7 s of a start); one whose
-    VP9 camera DALI's CPU decoder decodes on the workers (the open episodes' frames held) imports DALI but not its
-    plugin; a loader with a graph (that camera decoded per sample, in the graph) imports both."""
+    imports it to read its version or count its devices nor loads its torch plugin (~0.5-0.7 s of a start): `auto` on
+    a CPU node, VP9 included; one whose VP9 camera DALI's CPU decoder decodes on the workers (the open episodes'
+    frames held) imports DALI but not its plugin; a loader with a graph (that camera decoded per sample, in the graph)
+    imports both."""
     import subprocess
     import sys
 
@@ -203,9 +205,10 @@ def test_a_loader_without_a_graph_never_imports_dali(small_dataset):
             f"loader = StreamLoader({str(small_dataset)!r}, batch_size=2, device='cpu', **json.loads(sys.argv[1])); "
             "next(iter(loader)); loader.close(); "
             "print(loader.host_batches, 'nvidia.dali' in sys.modules, 'nvidia.dali.plugin.pytorch' in sys.modules)")
-    runs = {"cpu": '{"decode": "cpu"}', "auto": '{"decode": "auto"}',
-            "graph": '{"decode": "auto", "episode_frames_bytes": 0}'}
+    runs = {"cpu": '{"decode": "cpu"}', "auto": '{"decode": "auto"}', "dali": '{"decode": "dali-cpu"}',
+            "graph": '{"decode": "dali-cpu", "episode_frames_bytes": 0}'}
     seen = {name: subprocess.run([sys.executable, "-c", code, settings], capture_output=True, text=True,
                                  check=True).stdout.split() for name, settings in runs.items()}
-    assert seen == {"cpu": ["True", "False", "False"], "auto": ["True", "True", "False"],
+    assert seen == {"cpu": ["True", "False", "False"], "auto": ["True", "False", "False"],
+                    "dali": ["True", "True", "False"],
                     "graph": ["False", "True", "True"]}, seen

@@ -9,7 +9,7 @@ from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 
 CAMS = ("observation.images.front", "observation.images.top")  # h264 via torchcodec, vp9 via DALI's CPU decoder
-BASE = dict(batch_size=4, episode_pool_size=2, seed=4, device="cpu", num_workers=1,
+BASE = dict(batch_size=4, episode_pool_size=2, seed=4, device="cpu", num_workers=1, decode="dali-cpu",
             delta_timestamps={"observation.images.top": [-1 / 30, 0.0]})
 
 

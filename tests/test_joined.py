@@ -133,7 +133,7 @@ def test_loader_batches_are_the_same_joined_or_per_sample(tmp_path_factory, join
         boundary_dataset(root, "dali_stream", 2, 30, "yuv420p", {"top": "vp9", "front": "h264"})
     key = "observation.images.top"
     settings = dict(batch_size=8, delta_timestamps={key: [s / 30 for s in WINDOW]}, episode_pool_size=3, seed=1,
-                    decode="auto", device="cpu", num_workers=2, drop_last=False, image_dtype="uint8",
+                    decode="dali-cpu", device="cpu", num_workers=2, drop_last=False, image_dtype="uint8",
                     episode_frames_bytes=0)  # decoded per sample: VP9 in the graph
     def batches(loader):
         return [{k: (v.numpy() if hasattr(v, "numpy") else v) for k, v in b.items()} for b in loader]

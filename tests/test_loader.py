@@ -42,11 +42,12 @@ def reference(four_codec_dataset):
     return Reference(four_codec_dataset, DELTAS)
 
 
-@pytest.mark.parametrize("decode", ["cpu", "auto"])
+@pytest.mark.parametrize("decode", ["cpu", "auto", "dali-cpu"])
 def test_epoch_matches_lerobot_contract(four_codec_dataset, reference, decode):
     loader = StreamLoader(str(four_codec_dataset), batch_size=5, delta_timestamps=DELTAS, episode_pool_size=3,
                           seed=3, decode=decode, device="cpu", num_workers=2, drop_last=False)
-    expect_routes = {"cpu": ["torchcodec"] * 4, "auto": ["torchcodec", "torchcodec", "torchcodec", "dali-cpu"]}
+    expect_routes = {"cpu": ["torchcodec"] * 4, "auto": ["torchcodec"] * 4,
+                     "dali-cpu": ["torchcodec", "torchcodec", "torchcodec", "dali-cpu"]}
     assert [loader.routes[k] for k in CAMERAS] == expect_routes[decode]
     seen = []
     pads_front = pads_back = 0
@@ -141,9 +142,10 @@ def uninterrupted(small_dataset):
     return [_run(loader), _run(loader)]  # epochs 0 and 1
 
 
-# auto: VP9 through DALI's CPU decoder on the workers, each open episode's cameras decoded once (no DALI graph);
-# auto-graph: VP9 in the DALI graph, every camera decoded per sample; cpu: torchcodec alone (no graph)
-DECODES = {"auto": dict(decode="auto"), "auto-graph": dict(decode="auto", episode_frames_bytes=0),
+# dali: VP9 through DALI's CPU decoder on the workers, each open episode's cameras decoded once (no DALI graph);
+# dali-graph: VP9 in the DALI graph, every camera decoded per sample; cpu: torchcodec alone (no graph, what `auto`
+# takes on a CPU node)
+DECODES = {"dali": dict(decode="dali-cpu"), "dali-graph": dict(decode="dali-cpu", episode_frames_bytes=0),
            "cpu": dict(decode="cpu")}
 
 
@@ -156,7 +158,7 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
     k = {"start": 0, "one": 1, "middle": len(epoch0) // 2, "before_end": len(epoch0) - 1,
          "epoch_end": len(epoch0)}[stop]
     first = StreamLoader(str(small_dataset), num_workers=2, **DECODES[decode], **RESUME_ARGS)
-    assert first.host_batches == (decode != "auto-graph")
+    assert first.host_batches == (decode != "dali-graph")
     if k == len(epoch0):
         got = _run(first)  # ran to the end of the epoch
     else:
@@ -456,7 +458,7 @@ def test_routes_and_settings_are_logged_not_printed(small_dataset, caplog, capsy
         for _ in loader:
             break
     text = caplog.text
-    assert "camera observation.images.top: dali-cpu" in text and "batches on cpu" in text
+    assert "camera observation.images.top: torchcodec" in text and "batches on cpu" in text
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
 

@@ -16,6 +16,7 @@ from .take import take
 
 FRONT, TOP = "observation.images.front", "observation.images.top"  # h264 via torchcodec, vp9 via DALI's CPU decoder
 BASE = dict(batch_size=4, episode_pool_size=2, seed=6, device="cpu", num_workers=2, episode_frames_bytes=0,
+            decode="dali-cpu",
             delta_timestamps={FRONT: [-2 / 30, 0.0, 2 / 30], "action": [0.0, 1 / 30]})
 
 

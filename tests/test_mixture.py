@@ -259,11 +259,12 @@ def test_an_evaluation_pass_goes_member_by_member(embodiments):
 
 
 def test_routes_per_member_and_one_per_key(embodiments, small_dataset):
-    """small's top camera is VP9 (DALI's CPU decoder alone) and arm6's wrist AV1 (torchcodec): one key decodes one
-    way, so the mixture takes torchcodec for it and says why; where every member agrees, DALI's decoder stays."""
+    """With decode="dali-cpu", small's top camera is VP9 (DALI's CPU decoder) and arm6's wrist AV1 (torchcodec, which
+    DALI's CPU decoder lacks): one key decodes one way, so the mixture takes torchcodec for it and says why; where
+    every member agrees, DALI's decoder stays."""
     mixed = Mixture((Member(str(embodiments["arm6"]), name="arm6"),
                      Member(str(small_dataset), name="small", keys={TOP: WRIST})))
-    loader = StreamLoader(mixed, **{**ARGS, "delta_timestamps": {}})
+    loader = StreamLoader(mixed, **{**ARGS, "delta_timestamps": {}, "decode": "dali-cpu"})
     assert loader.member_routes == {"arm6": {FRONT: "torchcodec", WRIST: "torchcodec"},
                                     "small": {FRONT: "torchcodec", WRIST: "dali-cpu"}}
     assert loader.routes[WRIST] == "torchcodec" and "different routes" in loader.route_reasons[WRIST]
@@ -271,7 +272,7 @@ def test_routes_per_member_and_one_per_key(embodiments, small_dataset):
     # the same dataset twice (two splits): both members' VP9 camera stays on DALI's CPU decoder, one clip per sample
     splits = Mixture((Member(str(small_dataset), name="a", episodes=[0, 1, 2]),
                       Member(str(small_dataset), name="b", episodes=[3, 4, 5, 6], weight=2.0)))
-    loader = StreamLoader(splits, **{**ARGS, "delta_timestamps": {TOP: [-1 / 30, 0.0]}})
+    loader = StreamLoader(splits, **{**ARGS, "delta_timestamps": {TOP: [-1 / 30, 0.0]}, "decode": "dali-cpu"})
     assert loader.routes[TOP] == "dali-cpu" and loader.resolved.join_streams == 0
     for batch in take(loader, 3):
         for s in _samples(batch):

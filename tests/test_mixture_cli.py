@@ -31,10 +31,10 @@ def test_inspect_shows_members_keys_and_routes(mixture_file):
     report = json.loads(proc.stdout)
     assert list(report["members"]) == ["arm6", "arm7", "small"] and report["members"]["arm7"]["weight"] == 2
     assert report["members"]["arm7"]["fps"] == 10 and report["members"]["arm7"]["cameras"][FRONT]["own_key"] == TOP
-    assert report["members"]["small"]["cameras"][WRIST]["route_auto"] == "dali-cpu"
+    assert report["members"]["small"]["cameras"][WRIST]["route_auto"] == "torchcodec"
     keys = report["keys"]
     assert keys[WRIST]["lacking"] == ["arm7"] and keys[WRIST]["route_auto"] == "torchcodec"
-    assert "different routes" in keys[WRIST]["reason"]
+    assert "members ['arm7'] lack it" in keys[WRIST]["reason"], keys[WRIST]["reason"]
     assert keys["observation.state"]["padded"] and keys["observation.state"]["shape"] == [7]
     assert keys["observation.state"]["lengths"] == {"arm6": [6], "arm7": [7], "small": [6]}
     table = dali_stream("inspect", mixture_file)

@@ -156,7 +156,7 @@ def test_engine_frames_in_groups_beside_joined_dali_streams_and_torchcodec(wild)
     its clips, 3 samples a group): every frame right, windows past both ends."""
     root, cameras = wild
     decode = {"observation.images.front": "cpu-open", "observation.images.side": "cpu-open",
-              "observation.images.wrist": "cpu", "observation.images.top": "auto"}
+              "observation.images.wrist": "cpu", "observation.images.top": "dali-cpu"}
     held = dict(episode_frames_bytes=0)  # decoded per sample: VP9 in the graph
     with StreamLoader(str(root), batch_size=6, decode=decode, device="cpu", join_streams=2, **held) as loader:
         assert loader.routes["observation.images.top"] == "dali-cpu" and loader.resolved.join_streams == 2

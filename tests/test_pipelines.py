@@ -52,7 +52,7 @@ def test_recipe_runs_as_a_script(small_dataset, script, key, shape, extra):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert summary["batches"] == 3 and summary["samples_per_s"] > 0 and summary["shapes"][key] == shape
-    assert summary["routes"] == {FRONT: "torchcodec", TOP: "dali-cpu"}
+    assert summary["routes"] == {FRONT: "torchcodec", TOP: "torchcodec"}
 
 
 def test_augmentation_in_the_graph_is_deterministic_under_resume(small_dataset):

@@ -40,13 +40,13 @@ NO_DALI_GPU = _gpu_node("NVIDIA H100 80GB HBM3", (9, 0), dali_devices=0, dali=Fa
 
 
 @pytest.mark.parametrize("node,expected", [
-    (CPU, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
+    (CPU, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
     (H100, {"front": "nvdec", "side": "nvdec", "wrist": "torchcodec", "top": "nvdec"}),
     (A100, {"front": "nvdec", "side": "nvdec", "wrist": "torchcodec", "top": "nvdec"}),
     (L4, {"front": "nvdec", "side": "nvdec", "wrist": "nvdec", "top": "nvdec"}),
-    (A100_MIG_1G, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
-    (DALI_ONLY, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
-    (NO_NVCUVID, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}),
+    (A100_MIG_1G, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
+    (DALI_ONLY, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
+    (NO_NVCUVID, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
     (NO_DALI, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
     (NO_DALI_GPU, {"front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}),
 ])
@@ -89,9 +89,30 @@ def test_container_without_nvcuvid_and_mig_without_nvdec_name_the_fix():
         resolve_routes({"front": CAMERAS["front"]}, "gpu", A100_MIG_1G)
 
 
-def test_without_dali_every_camera_is_torchcodec_and_the_reason_says_why():
-    reasons = choose_routes(CAMERAS, "auto", NO_DALI)
-    assert "NVIDIA DALI is not installed (the CPU install): torchcodec" in reasons["top"].reason
+def test_auto_decodes_vp9_off_nvdec_with_torchcodec_with_dali_or_without():
+    """DALI's CPU decoder is slower than torchcodec on VP9 and its colours are not FFmpeg's (`_fallback`): `auto`
+    gives the same routes whether DALI is installed or not, and says why."""
+    without, with_dali = choose_routes(CAMERAS, "auto", NO_DALI), choose_routes(CAMERAS, "auto", CPU)
+    assert {k: c.route for k, c in without.items()} == {k: c.route for k, c in with_dali.items()}
+    reason = with_dali["top"].reason
+    assert without["top"].reason.endswith(reason.split("; ", 1)[1])
+    assert "torchcodec (FFmpeg's vp9 decoder: lerobot's frames; DALI's CPU decoder, decode='dali-cpu', is slower" in \
+        reason, reason
+
+
+def test_dali_cpu_takes_the_cameras_dalis_cpu_decoder_decodes_and_needs_dali():
+    got = choose_routes(CAMERAS, "dali-cpu", CPU)
+    assert {k: c.route for k, c in got.items()} == {"front": "torchcodec", "side": "torchcodec",
+                                                    "wrist": "torchcodec", "top": "dali-cpu"}
+    assert "DALI's CPU decoder has no h264 (only mjpeg, vp8, vp9): torchcodec" in got["front"].reason
+    assert choose_routes(CAMERAS, {"top": "dali-cpu"}, H100)["top"].route == "dali-cpu"  # off NVDEC, as asked
+    with pytest.raises(DeviceError, match=r"decode='dali-cpu' for camera 'top' \(vp9 640x480 yuv420p\), but NVIDIA "
+                                          r"DALI is not installed .*\[dali\] extra.*decode='cpu'"):
+        choose_routes(CAMERAS, "dali-cpu", NO_DALI)
+    assert choose_routes({"front": CAMERAS["front"]}, "dali-cpu", NO_DALI)["front"].route == "torchcodec"
+
+
+def test_without_dali_nvdec_is_refused_and_the_reason_says_why():
     assert NO_DALI_GPU.gpus == 0 and "NVIDIA DALI is not installed" in NO_DALI_GPU.gpu_problem
     with pytest.raises(DeviceError, match="NVIDIA DALI is not installed"):
         choose_routes(CAMERAS, "gpu", NO_DALI_GPU)
@@ -100,7 +121,7 @@ def test_without_dali_every_camera_is_torchcodec_and_the_reason_says_why():
 def test_cpu_only_switch():
     node = Node.from_facts(NodeFacts(cpu_only=True))
     assert node.gpus == 0 and "DALI_STREAM_CPU_ONLY=1" in node.gpu_problem
-    assert resolve_routes(CAMERAS, "auto", node)["top"] == "dali-cpu"
+    assert resolve_routes(CAMERAS, "auto", node)["top"] == "torchcodec"
 
 
 def test_sizes_and_pixel_formats_route_per_camera():
@@ -108,7 +129,7 @@ def test_sizes_and_pixel_formats_route_per_camera():
              "wrist": StreamFormat("av1", 128, 96, "yuv420p"), "top": StreamFormat("vp9", 128, 96, "yuv420p")}
     got = choose_routes(small, "auto", L4)
     assert {k: c.route for k, c in got.items()} == {"front": "nvdec", "side": "torchcodec", "wrist": "torchcodec",
-                                                    "top": "dali-cpu"}
+                                                    "top": "torchcodec"}
     assert "128x96 is below NVDEC's minimum 144x144 for hevc" in got["side"].reason
     assert "below NVDEC's minimum 128x128 for vp9" in got["top"].reason
     assert got["front"].reason == "NVDEC on NVIDIA L4 decodes h264 128x96 yuv420p"
@@ -242,7 +263,7 @@ def test_auto_leaves_nvdec_where_it_was_measured_slower():
     assert joined["front"].route == "nvdec" and "joined streams (graph/joined.py) is not measured" in joined["front"].reason
     insisted = choose_routes(CAMERAS, {"front": "gpu"}, H100, measured(False, frames))
     assert insisted["front"].route == "nvdec" and insisted["top"].route == "torchcodec"
-    assert choose_routes(CAMERAS, "auto", CPU, measured(False, frames))["top"].route == "dali-cpu"
+    assert choose_routes(CAMERAS, "auto", CPU, measured(False, frames))["top"].route == "torchcodec"
 
 
 def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
@@ -251,8 +272,9 @@ def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
     from dali_stream import StreamLoader
     from pipelines import augment
 
-    plain = StreamLoader(str(small_dataset), batch_size=2, device="cpu", episode_frames_bytes=0)
-    hooked = augment.make_loader(str(small_dataset), batch_size=2, device="cpu")
+    # VP9 through DALI's CPU decoder: a camera the graph decodes, whose clips it may join
+    plain = StreamLoader(str(small_dataset), batch_size=2, device="cpu", episode_frames_bytes=0, decode="dali-cpu")
+    hooked = augment.make_loader(str(small_dataset), batch_size=2, device="cpu", decode="dali-cpu")
     assert hooked.resolved.join_streams == 0 and plain.resolved.join_streams > 0
     from nvidia.dali import __version__ as dali_version
 
@@ -318,7 +340,7 @@ def test_auto_keeps_streams_nvdec_is_not_proven_on_off_the_gpu():
     fmts = dict(CAMERAS)
     none = choose_routes(fmts, "auto", H100, unproven=rule(fmts, True, "2.4.0", ()))
     assert {k: c.route for k, c in none.items()} == {
-        "front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "dali-cpu"}
+        "front": "torchcodec", "side": "torchcodec", "wrist": "torchcodec", "top": "torchcodec"}
     assert "not yet proven to return the planned frames for h264 as joined streams on DALI 2.4" in none["front"].reason
     assert "make gpu-check" in none["front"].reason and "decode='gpu'" in none["front"].reason
     assert "no NVDEC support for av1" in none["wrist"].reason  # refused first: the proof is not the question

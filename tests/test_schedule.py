@@ -21,10 +21,10 @@ def test_each_batch_plan_is_drawn_once(small_dataset, monkeypatch, graph, pool):
         return draw(self, index)
 
     monkeypatch.setattr(EpochPlan, "batch", counted)
-    # decode="cpu": every camera on host frames, no DALI graph; "auto" decoded per sample: the VP9 camera through
+    # decode="cpu": every camera on host frames, no DALI graph; "dali-cpu" decoded per sample: the VP9 camera through
     # DALI's graph
     with StreamLoader(str(small_dataset), batch_size=3, device="cpu", num_workers=2, episode_pool_size=pool,
-                      decode="auto" if graph else "cpu", delta_timestamps={"action": [0.0, 1 / 30]},
+                      decode="dali-cpu" if graph else "cpu", delta_timestamps={"action": [0.0, 1 / 30]},
                       episode_frames_bytes=0 if graph else None) as loader:
         assert loader.host_batches is not graph
         for epoch in range(2):

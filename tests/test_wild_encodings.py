@@ -53,15 +53,16 @@ def hd(tmp_path_factory):
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-# cpu: torchcodec, no DALI graph; auto: VP9 on DALI's CPU decoder; cpu-open: the open-decoder engine fed packets
-@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
+# cpu (what `auto` takes here): torchcodec, no DALI graph; dali-cpu: VP9 on DALI's CPU decoder; cpu-open: the
+# open-decoder engine fed packets
+@pytest.mark.parametrize("decode", ["cpu", "dali-cpu", "cpu-open"])
 def test_every_frame_of_streams_encoded_with_library_defaults(wild, decode, windowed):
     root, cameras = wild
     check_every_frame(root, 30, cameras, decode=decode, windowed=windowed)
 
 
 @pytest.mark.parametrize("windowed", [False, True], ids=["single", "window"])
-@pytest.mark.parametrize("decode", ["cpu", "auto", "cpu-open"])
+@pytest.mark.parametrize("decode", ["cpu", "dali-cpu", "cpu-open"])
 def test_every_frame_of_wild_streams_read_in_pieces(wild, decode, windowed):
     """The same, every episode read as a long one (`segment_bytes`): one piece per sample, a batch's pieces of a
     camera joined into one stream (torchcodec: `graph.joined.join_pieces`; DALI: `join_group`)."""
@@ -140,8 +141,8 @@ def test_joined_streams_are_refused_where_packets_hide_pictures(wild, tmp_path):
                                                         cameras=parse_cameras("top:vp9"), seed=1))
     counts = {}
     for name, root in (("wild", wild[0]), ("plain", plain)):
-        with StreamLoader(str(root), batch_size=6, decode={top: "auto"} if name == "plain" else
-                          {k: "cpu" if k != top else "auto" for k in (f"observation.images.{c}" for c in WILD)},
+        with StreamLoader(str(root), batch_size=6, decode={top: "dali-cpu"} if name == "plain" else
+                          {k: "cpu" if k != top else "dali-cpu" for k in (f"observation.images.{c}" for c in WILD)},
                           device="cpu", join_streams=2, episode_pool_size=3, episode_frames_bytes=0) as loader:
             assert loader.routes[top] == "dali-cpu"
             for _ in loader:

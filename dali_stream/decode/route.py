@@ -19,7 +19,7 @@ class Route:
     through PyAV on the workers' threads (`decode.depth`, "pyav"), or a camera stored as images in the frame tables,
     decoded from the rows' bytes on the workers (`decode.images`, "images"); `needs`: the module it
     imports to decode; `choice`: the `decode=` setting that gives a camera this route where its stream allows
-    (`nvdec-open` with nvdec_engine='open'; `dali-cpu` is what `auto` takes for VP8/VP9 off NVDEC); `codecs`: the
+    (`nvdec-open` with nvdec_engine='open'); `codecs`: the
     codecs it decodes where its decoder limits them (None: every codec its device takes: the capability table
     decides NVDEC's, `decode.gpus`)."""
 
@@ -105,7 +105,7 @@ NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
               "DALI's fn.decoders.video(device='mixed') on NVDEC, inside the DALI graph")
 NVDEC_OPEN = Route("nvdec-open", "gpu", "engine", "PyNvVideoCodec", "gpu",
                    "NVDEC through PyNvVideoCodec's decoders kept open and fed packets")
-DALI_CPU = Route("dali-cpu", "cpu", "dali", "nvidia.dali", "auto",
+DALI_CPU = Route("dali-cpu", "cpu", "dali", "nvidia.dali", "dali-cpu",
                  "DALI's fn.decoders.video(device='cpu'), inside the DALI graph (VP8/VP9/MJPEG only)",
                  frozenset({"vp8", "vp9", "mjpeg"}))
 TORCHCODEC = Route("torchcodec", "cpu", "torchcodec", "torchcodec", "cpu",

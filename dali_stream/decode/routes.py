@@ -2,8 +2,9 @@
 
 Routes:
 - ``nvdec``: DALI ``fn.decoders.video(device="mixed")`` on the GPU (NVDEC), inside the DALI graph.
-- ``dali-cpu``: DALI ``fn.decoders.video(device="cpu")``, inside the DALI graph. DALI's CPU decoder
-  handles only VP8/VP9/MJPEG (its FFmpeg has no H.264/HEVC/AV1 decoder).
+- ``dali-cpu``: DALI ``fn.decoders.video(device="cpu")``, inside the DALI graph, ``decode="dali-cpu"``. DALI's CPU
+  decoder handles only VP8/VP9/MJPEG (its FFmpeg has no H.264/HEVC/AV1 decoder); `auto` does not take it (slower
+  than torchcodec on VP9, and its colours are not FFmpeg's: `_fallback`).
 - ``torchcodec``: torchcodec on CPU threads; frames enter the DALI graph through its external source.
 - ``nvdec-open``: NVDEC through PyNvVideoCodec's decoders kept open and fed packets (`decode.engine`), chosen for
   NVDEC cameras by ``nvdec_engine`` (`nvdec_engine`); frames enter the graph through an external source on the GPU.
@@ -15,7 +16,9 @@ Routes:
 
 ``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
 (codec, size and pixel format against ``gpus``' table) unless a measurement says torchcodec is faster for the
-camera's samples (``speed``), else DALI's CPU decoder for VP8/VP9, else torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses torchcodec for every codec.
+camera's samples (``speed``), else torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses
+torchcodec for every codec; ``"dali-cpu"`` takes DALI's CPU decoder for the cameras it decodes (VP8/VP9/MJPEG; DALI installed), torchcodec for
+the rest.
 A dict maps camera keys to one of those words.
 
 What the node can decode (`Node`, its probes and rules) is `decode.node`'s.
@@ -41,14 +44,28 @@ class RouteChoice:
     reason: str  # one line: why this route on this node
 
 
-def _fallback(fmt: StreamFormat, why_not_nvdec: str, dali: bool = True) -> RouteChoice:
-    if DALI_CPU.takes(fmt.codec) and dali:
-        return RouteChoice(DALI_CPU.name, f"{why_not_nvdec}; DALI's CPU decoder handles {fmt.codec}")
+def _fallback(fmt: StreamFormat, why_not_nvdec: str) -> RouteChoice:
+    """An `auto` camera off NVDEC: torchcodec, FFmpeg's decoders as lerobot decodes with them, for VP8/VP9 too: over
+    whole epochs of two VP9 cameras torchcodec ran 1.11x (1.04-1.23x) the samples/s of DALI's CPU decoder
+    (`decode='dali-cpu'`) at 96x128 and 1.42x (1.41-1.47x) at 640x480 (2-core VM, `benchmarks/vp9_route.py`), and
+    DALI's colours are not FFmpeg's."""
     if DALI_CPU.takes(fmt.codec):
-        return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; NVIDIA DALI is not installed (the CPU install): "
-                                         "torchcodec")
-    return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; DALI's CPU decoder has no {fmt.codec} "
-                                     f"(only {', '.join(sorted(DALI_CPU_CODECS))}): torchcodec")
+        return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; torchcodec (FFmpeg's {fmt.codec} decoder: lerobot's "
+                                         "frames; DALI's CPU decoder, decode='dali-cpu', is slower and its colours "
+                                         "differ)")
+    return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; torchcodec")
+
+
+def _dali_cpu(key: str, fmt: StreamFormat, dali: bool) -> RouteChoice:
+    """decode='dali-cpu' for camera `key`: DALI's CPU decoder where it takes the stream, torchcodec where it does
+    not; DALI not installed is an error (it was asked for)."""
+    if not DALI_CPU.takes(fmt.codec):
+        return RouteChoice(TORCHCODEC.name, f"decode='dali-cpu', but DALI's CPU decoder has no {fmt.codec} (only "
+                                         f"{', '.join(sorted(DALI_CPU_CODECS))}): torchcodec")
+    if not dali:
+        raise DeviceError(f"decode='dali-cpu' for camera {key!r} ({fmt.describe()}), but NVIDIA DALI is not installed "
+                          "(the CPU install); install the [dali] extra, or use decode='cpu' (torchcodec)")
+    return RouteChoice(DALI_CPU.name, f"decode='dali-cpu': DALI's CPU decoder takes {fmt.codec}")
 
 
 def formats_of(meta) -> dict[str, StreamFormat]:
@@ -90,6 +107,9 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         if want == "cpu":
             out[key] = RouteChoice(TORCHCODEC.name, "decode='cpu': torchcodec for every camera")
             continue
+        if want == DALI_CPU.choice:
+            out[key] = _dali_cpu(key, fmt, node.dali)
+            continue
         if want == "cpu-open":
             out[key] = RouteChoice(CPU_OPEN.name, "decode='cpu-open': FFmpeg's decoders kept open and fed packets (the "
                                                "open-decoder engine on the CPU)")
@@ -98,7 +118,7 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         doubt = unproven(key) if unproven is not None and want == "auto" and refused is None else None
         slower, note = measured(key) if measured is not None and want == "auto" else (None, "")
         if doubt is not None:
-            out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}", node.dali)
+            out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}")
         elif refused is None and slower is not None:
             out[key] = RouteChoice(TORCHCODEC.name, f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
                                                  f"these samples: {slower}; decode='gpu' insists on NVDEC")
@@ -106,7 +126,7 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
             out[key] = RouteChoice(NVDEC.name, f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
                                             f"{fmt.describe()}{f' ({note})' if note else ''}")
         elif want == "auto":
-            out[key] = _fallback(fmt, refused, node.dali)
+            out[key] = _fallback(fmt, refused)
         elif node.gpus == 0:
             raise DeviceError(
                 f"decode='gpu' for camera {key!r} ({fmt.codec}) but this node has no CUDA GPU that DALI and torch "

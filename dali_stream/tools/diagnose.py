@@ -115,7 +115,7 @@ def _dali_probe() -> dict[str, Any]:
     if not dali_present():
         return {"ok": False, "installed": False,
                 "error": "not installed (the CPU install: every camera decodes through torchcodec, batches without a "
-                         f"DALI graph; resize=, crop=, augment= and DALI's VP9 decoder need it: {DALI_EXTRA_LINE})"}
+                         f"DALI graph; resize=, crop=, augment= and decode='dali-cpu' need it: {DALI_EXTRA_LINE})"}
     return _guard(_dali)
 
 
