@@ -32,11 +32,11 @@ def _png(value: int) -> bytes:
     return b"".join(bytes(p) for p in codec.encode(frame))
 
 
-def _without_video(folder, size: int, png, **where):
+def _without_video(folder, size: int, png, episodes: int = 4, episodes_per_file: int = 2, **where):
     """A sample turned into what lerobot writes without videos: the camera's feature becomes dtype "image" (`size`
     square), its PNGs (`png(index)` for the row whose `index` is that) a column of the frame tables (one row group
     per episode, as written; `where`: `add_columns`' `first` or `after`), no videos/, video_path null."""
-    spec = SampleSpec(episodes=4, min_length=6, max_length=9, gop=4, episodes_per_file=2,
+    spec = SampleSpec(episodes=episodes, min_length=6, max_length=9, gop=4, episodes_per_file=episodes_per_file,
                       cameras=parse_cameras("front:h264"), seed=5)
     root = write_sample(folder, spec)
     shutil.rmtree(root / "videos")
@@ -381,21 +381,22 @@ def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_rea
     assert decoded == len(want) - 4
 
 
+def _noise(index: int) -> bytes:
+    """A 64 x 64 PNG of noise seeded by `index` (~12 KB)."""
+    import av
+
+    codec = av.CodecContext.create("png", "w")
+    codec.width, codec.height, codec.pix_fmt = 64, 64, "rgb24"
+    rgb = np.random.default_rng(index).integers(0, 256, (64, 64, 3), np.uint8)
+    return b"".join(bytes(p) for p in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+
+
 @pytest.fixture(scope="module")
 def noisy_dataset(tmp_path_factory):
     """64 x 64 noise for images (~12 KB a PNG: more than a row's other columns, ~100 bytes, and a row group's image
     column past `fetch.tables.RANGE_GAP`), its column where lerobot's recorder writes a camera's: after the robot's
     action and state, before `timestamp`."""
-    import av
-
-    codec = av.CodecContext.create("png", "w")
-    codec.width, codec.height, codec.pix_fmt = 64, 64, "rgb24"
-
-    def noise(index: int) -> bytes:
-        rgb = np.random.default_rng(index).integers(0, 256, (64, 64, 3), np.uint8)
-        return b"".join(bytes(p) for p in codec.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
-
-    return _without_video(tmp_path_factory.mktemp("ds") / "noisy", 64, noise, after="action")
+    return _without_video(tmp_path_factory.mktemp("ds") / "noisy", 64, _noise, after="action")
 
 
 def test_the_fetched_rows_count_their_images_bytes_against_cache_bytes(noisy_dataset):
@@ -515,6 +516,31 @@ def test_over_http_images_past_cache_bytes_go_to_the_drive_too(noisy_dataset, tm
                                               table_cache_dir=str(tmp_path))
     same_batches(got, want)
     assert fetch["image_columns_spilled"] >= 2 and bounded["peak"] <= images // 4, (fetch, bounded)
+
+
+def test_images_of_a_group_in_the_table_cache_are_read_from_its_mapping(tmp_path):
+    """Data files written as one row group for many episodes (lerobot's dataset tools) are decoded once into
+    `table_cache_dir` and read memory-mapped: their images are read from the mapping per sample, neither copied into
+    the fetched episodes (which hold little beyond the other columns) nor written again to the image spill; the
+    batches are those of a loader holding the images in memory (fails where the rows copy the images: the fetched
+    episodes then hold `cache_bytes` and the rest is spilled)."""
+    from dali_stream.fetch.mapped_images import MappedImages
+
+    root = _without_video(tmp_path / "one-group", 64, _noise, episodes=6, episodes_per_file=6, after="action")
+    (path,) = root.glob("data/*/*.parquet")
+    pq.write_table(pq.read_table(path), path, row_group_size=1 << 20)  # one group: each episode's rows a slice of it
+    images = _data_bytes(root)
+    with pytest.warns(UserWarning, match=r"row group 0 holds 47 rows, many episodes' worth .* table_cache_dir"):
+        want, _, everything = _global_shuffle(root, table_cache_dir="off")
+    got, fetch, bounded = _global_shuffle(root, cache_bytes=images // 4, table_cache_dir=str(tmp_path / "cache"))
+    same_batches(got, want)
+    assert everything["peak"] >= images * 0.9  # the groups kept in memory: every image copied into the rows
+    assert fetch["image_columns_spilled"] == 0 and bounded["peak"] < images // 20, (fetch, bounded, images)
+    with StreamLoader(str(root), batch_size=4, device="cpu", table_cache_dir=str(tmp_path / "cache")) as loader:
+        column = loader.stages.store.rows(0)[KEY]
+        assert isinstance(column, MappedImages) and len(column) == int(loader.meta.lengths[0])
+        with pytest.raises(IndexError):
+            column[len(column)]
 
 
 def test_rows_read_at_once_cannot_both_take_the_room_left_for_images(noisy_dataset, tmp_path):

@@ -372,5 +372,6 @@ def test_the_bound_deletes_the_group_read_longest_ago_first(tmp_path):
     again = DecodedGroups(str(tmp_path))
     for name, decoded in (("a", 0), ("c", 0), ("b", 1)):  # "b" was deleted: decoded again
         before = again.decoded
-        table = again.get(f"/data/{name}.parquet", (1, 1), (0,), 1000, ["index"], group(ord(name)))
+        table, mapped = again.get(f"/data/{name}.parquet", (1, 1), (0,), 1000, ["index"], group(ord(name)))
         assert again.decoded - before == decoded and table.column("index")[0].as_py() == ord(name) * 1000
+        assert mapped  # read from the folder (written there first where it was decoded)

@@ -66,7 +66,7 @@ def _drop(path: str) -> None:
 
 class DecodedGroups:
     """`get(name, rows, columns, make)`: the decoded row group `make()` reads, made once per node where `folder`
-    is set (module doc), else kept among the last `memory` groups in memory. Counters: `decoded` (groups this
+    is set (module doc), else kept among the last `memory` groups in memory; and whether it is mapped from the folder. Counters: `decoded` (groups this
     process decoded), `disk_hits` (groups mapped from files another process or run wrote), `written_bytes`."""
 
     def __init__(self, folder: str | None, memory: int = 2, bound: int | None = None) -> None:
@@ -85,16 +85,17 @@ class DecodedGroups:
         self._swept: set[str] = set()
 
     def get(self, path: str, stamp: tuple, part: tuple, rows: int, columns: list[str], make: Callable[[], object]):
-        """Row group `part` (the group and the columns) of data file `path` whose identity is `stamp`."""
+        """(row group `part` (the group and the columns) of data file `path` whose identity is `stamp`, whether that
+        table is mapped from the folder: its buffers the file's pages, not this process's memory)."""
         where, what = _digest(path), _digest((stamp,))[:16] + "-" + _digest(part)[:24]
         key = f"{where}/{what}"
         if self.folder is None or self.memory.holds(key):
-            return self.memory.get(key, lambda: self._decode(make))
+            return self.memory.get(key, lambda: self._decode(make)), False
         try:
-            return self.mapped.get(key, lambda: self._kept(key, rows, columns, make))
+            return self.mapped.get(key, lambda: self._kept(key, rows, columns, make)), True
         except _NotWritten as kept:
             table = kept.table
-            return self.memory.get(key, lambda: table)
+            return self.memory.get(key, lambda: table), False
 
     def _decode(self, make):
         table = make()
@@ -193,9 +194,10 @@ class DecodedGroups:
                 return table
             decoded = self._decode(make)
             self._sweep(path)
-            if not self._write(path, decoded):
+            table = self._mapped(path, rows, columns) if self._write(path, decoded) else None
+            if table is None:  # not written, or what was written does not map back: kept in memory
                 raise _NotWritten(decoded)
-            return self._mapped(path, rows, columns) or decoded
+            return table
         finally:
             os.close(fd)  # releases the lock
 

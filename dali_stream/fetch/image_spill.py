@@ -13,6 +13,9 @@ cache's, where the drive's pages are still cached), on the worker decoding it.
   leaves the episode cache (its `SpilledImages` collected).
 - **Floor**: a write that would leave its drive less free than `source.local_disk.spill_floor` is not made; nor is
   one that fails (read-only, full, over quota): the images stay in memory, with one warning naming the folder.
+
+Images of a row group mapped from the table cache are views of the mapping already (`fetch.mapped_images`): never
+written here.
 """
 
 from __future__ import annotations

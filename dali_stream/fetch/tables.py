@@ -36,6 +36,7 @@ from ..errors import DatasetError, RemoteError
 from ..source.local_disk import file_stamp
 from ..source.storage import parquet_errors, parquet_file
 from .decoded_groups import DecodedGroups
+from .mapped_images import MappedImages
 from .once import OncePerKey
 
 log = logging.getLogger("dali_stream")
@@ -74,12 +75,17 @@ def _objects(col) -> np.ndarray:
     return out
 
 
-def image_bytes(col) -> np.ndarray:
-    """An image column's encoded images, one `bytes` a row (HF datasets' Image: a struct of bytes and path)."""
+def image_bytes(col, mapped: bool = False):
+    """An image column's encoded images, one `bytes` a row (HF datasets' Image: a struct of bytes and path): an
+    object array, or where `mapped` (`col` a slice of a table mapped from the table cache) a view of the mapping
+    (`fetch.mapped_images`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    return _objects(pc.struct_field(col, "bytes") if pa.types.is_struct(col.type) else col)
+    blobs = pc.struct_field(col, "bytes") if pa.types.is_struct(col.type) else col
+    if mapped:
+        return MappedImages(blobs.chunks if isinstance(blobs, pa.ChunkedArray) else [blobs])
+    return _objects(blobs)
 
 
 def _shaped(rows: np.ndarray, feature: dict) -> np.ndarray:
@@ -274,7 +280,8 @@ class TableReader:
         return stamp
 
     def _decoded_group(self, path: str, pf, group: int, read_lock, episode: int):
-        """Row group `group` of `path`, one holding many episodes: decoded once (`DecodedGroups`)."""
+        """Row group `group` of `path`, one holding many episodes, decoded once (`DecodedGroups`), and whether it is
+        mapped from the table cache."""
         return self.groups.get(path, self._stamp(path), (group, tuple(self.keys)),
                                pf.metadata.row_group(group).num_rows, self.keys,
                                functools.partial(self._read, path, pf, [group], read_lock, episode))
@@ -394,10 +401,15 @@ class TableReader:
         start = int(meta.episodes["dataset_from_index"][pos])
         stop = int(meta.episodes["dataset_to_index"][pos])
         episode = meta.episode_index(pos)
+        mapped = bool(shared)  # every part a slice of a group mapped from the table cache: images read from there
         if shared:  # row groups holding many episodes: decode each once, keep it while its episodes are read
             self._warn_shared(path, pf, shared[0])
-            parts = [_rows_between(self._decoded_group(path, pf, g, read_lock, episode), start, stop)
-                     if g in shared else self._read(path, pf, [g], read_lock, episode) for g in groups]
+            parts = []
+            for g in groups:
+                group, on_drive = self._decoded_group(path, pf, g, read_lock, episode) if g in shared else \
+                    (self._read(path, pf, [g], read_lock, episode), False)
+                parts.append(_rows_between(group, start, stop) if g in shared else group)
+                mapped = mapped and on_drive
             table = pa.concat_tables(parts)
         else:
             table = self._read(path, pf, groups, read_lock, episode, spans, fetched, keys)
@@ -408,12 +420,13 @@ class TableReader:
             column = table.column("index")
             table = table.filter(pc.and_(pc.greater_equal(column, start), pc.less(column, stop)))
             table = table.sort_by("index")
+            mapped = False  # copies
         if table.num_rows != stop - start:
             raise DatasetError(
                 f"episode {meta.episode_index(pos)}: {path} holds {table.num_rows} rows with index in "
                 f"[{start}, {stop}) but the episodes table says {stop - start}; re-download data/ and meta/"
             )
-        rows = {k: _objects(table.column(k)) if k in meta.text_keys else image_bytes(table.column(k))
+        rows = {k: _objects(table.column(k)) if k in meta.text_keys else image_bytes(table.column(k), mapped)
                 if k in meta.image_keys else _shaped(_to_numpy(table.column(k)), meta.features.get(k, {}))
                 for k in keys}
         if "timestamp" in keys:

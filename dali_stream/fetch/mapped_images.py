@@ -1,0 +1,36 @@
+"""An image column of an episode's rows read from a row group mapped from `table_cache_dir`, not copied.
+
+A data file written as one row group for many episodes (lerobot's dataset tools) is decoded once into the table cache
+and read memory-mapped (`fetch.decoded_groups`). Its episodes' encoded images then already lie on a local drive, in
+pages the system's page cache holds or drops: the rows keep a view of the mapped column (`MappedImages`) instead of a
+copy of each image in memory (which the store would count against `cache_bytes` and, past it, write to the drive
+again: `fetch.image_spill`). A sample's image is copied out of the mapping when it is read, on the worker decoding it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class MappedImages:
+    """An image column (the Arrow binary chunks of a mapped table's slice): `column[i]` the `i`-th row's encoded
+    image (`bytes`), as the object array it replaces gives it. `nbytes`: what it holds in memory (its row offsets;
+    the images are the mapped file's pages)."""
+
+    def __init__(self, chunks: list) -> None:
+        self.chunks = [c for c in chunks if len(c)]
+        self.starts = np.cumsum([0, *(len(c) for c in self.chunks)])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, i: int) -> bytes:
+        i = int(i)
+        if not 0 <= i < len(self):
+            raise IndexError(f"row {i} of an image column of {len(self)} rows")
+        chunk = int(np.searchsorted(self.starts, i, side="right")) - 1
+        return self.chunks[chunk][i - int(self.starts[chunk])].as_py() or b""
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * (len(self) + 1)
