@@ -346,7 +346,7 @@ class LoaderSettings(TypedDict, total=False):
     max_episodes: Optional[int]
     drop_n_first_frames: int
     drop_n_last_frames: int
-    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu" | "cpu-open" | "dali-cpu", or camera key -> one of those
+    decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu" | "cpu-open" | "dali-cpu", or key -> one of them
     nvdec_engine: str  # "auto" | "dali" | "open"
     decode_threads: Optional[int]
     join_streams: Optional[int]

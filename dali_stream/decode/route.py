@@ -19,9 +19,8 @@ class Route:
     through PyAV on the workers' threads (`decode.depth`, "pyav"), or a camera stored as images in the frame tables,
     decoded from the rows' bytes on the workers (`decode.images`, "images"); `needs`: the module it
     imports to decode; `choice`: the `decode=` setting that gives a camera this route where its stream allows
-    (`nvdec-open` with nvdec_engine='open'); `codecs`: the
-    codecs it decodes where its decoder limits them (None: every codec its device takes: the capability table
-    decides NVDEC's, `decode.gpus`)."""
+    (`nvdec-open` with nvdec_engine='open'); `codecs`: the codecs it decodes where its decoder limits them (None:
+    every codec its device takes: the capability table decides NVDEC's, `decode.gpus`)."""
 
     name: str
     device: Literal["gpu", "cpu"]

@@ -17,8 +17,8 @@ Routes:
 ``decode`` picks per camera: ``"auto"`` takes NVDEC where this node's NVDEC takes the camera's stream
 (codec, size and pixel format against ``gpus``' table) unless a measurement says torchcodec is faster for the
 camera's samples (``speed``), else torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses
-torchcodec for every codec; ``"dali-cpu"`` takes DALI's CPU decoder for the cameras it decodes (VP8/VP9/MJPEG; DALI installed), torchcodec for
-the rest.
+torchcodec for every codec; ``"dali-cpu"`` takes DALI's CPU decoder for the cameras it decodes (VP8/VP9/MJPEG; DALI
+installed), torchcodec for the rest.
 A dict maps camera keys to one of those words.
 
 What the node can decode (`Node`, its probes and rules) is `decode.node`'s.

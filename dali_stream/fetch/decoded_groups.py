@@ -66,8 +66,9 @@ def _drop(path: str) -> None:
 
 class DecodedGroups:
     """`get(name, rows, columns, make)`: the decoded row group `make()` reads, made once per node where `folder`
-    is set (module doc), else kept among the last `memory` groups in memory; and whether it is mapped from the folder. Counters: `decoded` (groups this
-    process decoded), `disk_hits` (groups mapped from files another process or run wrote), `written_bytes`."""
+    is set (module doc), else kept among the last `memory` groups in memory; and whether it is mapped from the
+    folder. Counters: `decoded` (groups this process decoded), `disk_hits` (groups mapped from files another process
+    or run wrote), `written_bytes`."""
 
     def __init__(self, folder: str | None, memory: int = 2, bound: int | None = None) -> None:
         self.folder = None if folder is None else os.path.join(os.path.abspath(folder), LAYOUT)
