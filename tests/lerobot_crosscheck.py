@@ -7,6 +7,8 @@ lerobot needs Python >= 3.12 while our CI runs 3.11, so the check runs in two in
     # 2. in this project's .venv: StreamLoader streams an epoch, each sample is compared with lerobot's
     .venv/bin/python tests/lerobot_crosscheck.py compare DATASET lerobot_items.npz
 
+(`--episodes 1,4,5` a subset, `--depth-unit m` depth cameras in metres: the same on both sides.)
+
 Tabular values, cameras stored as images in the tables and depth cameras' depth (lerobot's depth maps, in
 millimetres) must be bit-exact (dtype, shape, value); video frames must show the same painted (episode, frame) and be
 within decoder rounding of lerobot's pixels (where a lossy re-encode blurred the painted ids, as
@@ -53,7 +55,7 @@ def _info(root: Path) -> dict:
     return json.loads((root / "meta/info.json").read_text())
 
 
-def dump(root: Path, out: Path, episodes: list[int] | None = None) -> None:
+def dump(root: Path, out: Path, episodes: list[int] | None = None, depth_unit: str = "mm") -> None:
     import torch
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -61,7 +63,7 @@ def dump(root: Path, out: Path, episodes: list[int] | None = None) -> None:
     video_keys = [k for k, f in info["features"].items() if f["dtype"] == "video"]
     ds = LeRobotDataset("local/crosscheck", root=root, delta_timestamps=deltas(info["fps"], video_keys,
                                                                              depth_keys(info), image_keys(info)),
-                        video_backend="pyav", episodes=episodes)
+                        video_backend="pyav", episodes=episodes, depth_output_unit=depth_unit)
     arrays, tasks = {}, []
     for i in range(len(ds)):
         item = ds[i]
@@ -74,7 +76,7 @@ def dump(root: Path, out: Path, episodes: list[int] | None = None) -> None:
     print(f"lerobot {__import__('lerobot').__version__}: dumped {len(ds)} samples of {root} to {out}")
 
 
-def compare(root: Path, dumped: Path, episodes: list[int] | None = None) -> int:
+def compare(root: Path, dumped: Path, episodes: list[int] | None = None, depth_unit: str = "mm") -> int:
     from dali_stream import StreamLoader
     from dali_stream.tools.paint import UnreadableIds, read_ids
 
@@ -99,7 +101,8 @@ def compare(root: Path, dumped: Path, episodes: list[int] | None = None) -> int:
     depth = depth_keys(info)
     loader = StreamLoader(str(root), batch_size=8, delta_timestamps=deltas(info["fps"], video_keys, depth,
                                                                                         image_keys(info)),
-                          episode_pool_size=4, decode="auto", device="cpu", drop_last=False, episodes=episodes)
+                          episode_pool_size=4, decode="auto", device="cpu", drop_last=False, episodes=episodes,
+                          depth_output_unit=depth_unit)
     problems, seen = [], 0
     exact = [0, 0]  # video samples compared, and those bit for bit equal (the same decoder and lerobot's x / 255)
     for batch in loader:
@@ -163,11 +166,13 @@ def main(argv=None) -> int:
     p.add_argument("items", type=Path)
     p.add_argument("--episodes", type=lambda text: [int(e) for e in text.split(",")],
                    help="a subset, e.g. 1,4,5: lerobot's episodes= against the loader's (the same list both times)")
+    p.add_argument("--depth-unit", choices=("mm", "m"), default="mm",
+                   help="depth cameras' depth_output_unit on both sides (the same both times)")
     args = p.parse_args(argv)
     if args.mode == "dump":
-        dump(args.dataset, args.items, args.episodes)
+        dump(args.dataset, args.items, args.episodes, args.depth_unit)
         return 0
-    return compare(args.dataset, args.items, args.episodes)
+    return compare(args.dataset, args.items, args.episodes, args.depth_unit)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,14 @@ video (lossless, `gray12le`), the quantiser's parameters in the feature's `info`
 `DepthCoding.of(feature)` reads that (None: not a depth camera, lerobot's rule); `DepthCoding.write` turns decoded
 codes into depth in millimetres or metres as lerobot's `dequantize_depth` returns them: a code's place on the
 linear or logarithmic scale between depth_min and depth_max (metres, `shift` added inside the logarithm), clipped to
-that range; millimetres are then rounded to whole ones. float32 throughout, in the order of lerobot's torch path.
+that range; millimetres are then rounded to whole ones. There are 4,096 codes: each coding's depth of every code is
+computed once, by lerobot's own torch arithmetic (float32, in its order: numpy's `exp` rounds a third of the values
+one ulp away from torch's, and a rounding to millimetres then and again), and a frame's codes are looked up in it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -65,18 +68,12 @@ class DepthCoding:
 
     def write(self, codes: np.ndarray, out: np.ndarray, unit: DepthOutputUnit = "mm") -> None:
         """Depth of `codes` (any integer array, values 0..CODE_MAX) into `out` (float32, the same shape)."""
-        low, high = self._ends()
-        out[...] = codes
-        np.multiply(out, np.float32((high - low) / CODE_MAX), out=out)
-        np.add(out, np.float32(low), out=out)
-        if self.use_log:
-            np.exp(out, out=out)
-            np.subtract(out, np.float32(self.shift), out=out)
-        np.clip(out, np.float32(self.depth_min), np.float32(self.depth_max), out=out)
-        if unit == "mm":
-            np.multiply(out, np.float32(MM_PER_M), out=out)
-            np.rint(out, out=out)
-            np.clip(out, np.float32(0.0), np.float32(65535.0), out=out)
+        np.take(self.table(unit), codes, out=out, mode="clip")
+
+    def table(self, unit: DepthOutputUnit = "mm") -> np.ndarray:
+        """The depth of each code 0..CODE_MAX in `unit` (float32), as lerobot 0.6.1's `dequantize_depth` computes it
+        on a tensor (its torch path); computed once per coding and unit."""
+        return _table(self.depth_min, self.depth_max, self.shift, self.use_log, unit)
 
     def stats_factor(self, unit: DepthOutputUnit) -> float:
         """What the recorded stats are multiplied by to be in `unit` (lerobot rescales all but `count`)."""
@@ -90,3 +87,22 @@ class DepthCoding:
         low, high = self._ends()
         norm = ((np.log(metres + self.shift) if self.use_log else metres) - low) / (high - low)
         return np.clip(np.rint(norm * CODE_MAX), 0, CODE_MAX).astype(np.uint16)
+
+
+@functools.lru_cache(maxsize=64)
+def _table(depth_min: float, depth_max: float, shift: float, use_log: bool, unit: str) -> np.ndarray:
+    """`DepthCoding.table`: lerobot's torch arithmetic on the codes 0..CODE_MAX (read-only)."""
+    import torch
+
+    coding = DepthCoding(depth_min, depth_max, shift, use_log)
+    low, high = coding._ends()
+    buf = torch.arange(CODE_MAX + 1, dtype=torch.float32)
+    buf.mul_((high - low) / CODE_MAX).add_(low)
+    if use_log:
+        buf.exp_().sub_(shift)
+    buf.clamp_(depth_min, depth_max)
+    if unit == "mm":
+        buf.mul_(MM_PER_M).round_().clamp_(0.0, 65535.0)
+    out = buf.numpy()
+    out.flags.writeable = False
+    return out
