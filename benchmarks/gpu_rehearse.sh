@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A GPU visit rehearsed on a CPU machine with the node's software: a virtual environment of Python 3.12 holding
-# PyPI's torch 2.11.0 (its CUDA 13 build, as on the node), numpy, pyarrow and fsspec, plus what tier 2 stages
+# PyPI's torch 2.11.0 (its CUDA 13 build, as on the node), numpy, pyarrow, fsspec and pytest, plus what tier 2 stages
 # (`gpu_second.py`'s WHEELS; PyNvVideoCodec left out: it does not import without NVIDIA's driver libraries). Then,
 # on the small datasets `gpu_first.py prepare --small` writes:
 #   1. tier 1 on `cpu-open`, the imports the node lacks refused (as tests/test_gpu_first.py does on Python 3.11);
@@ -24,7 +24,7 @@ if [ ! -x "$PY" ]; then
 fi
 wheels=$("$PY" -c 'import sys; sys.path.insert(0, "benchmarks"); from gpu_second import WHEELS
 print(" ".join(w for w in WHEELS if not w.lower().startswith("pynvvideocodec")))')
-"$PY" -m pip install -q torch==2.11.0 numpy pyarrow fsspec $wheels
+"$PY" -m pip install -q torch==2.11.0 numpy pyarrow fsspec pytest $wheels  # pytest: the node has it (tier 2 runs tests)
 "$PY" -c 'import sys, torch; print(f"gpu-rehearse: Python {sys.version.split()[0]}, torch {torch.__version__}")'
 
 work=$(mktemp -d)
