@@ -375,3 +375,28 @@ def test_the_bound_deletes_the_group_read_longest_ago_first(tmp_path):
         table, mapped = again.get(f"/data/{name}.parquet", (1, 1), (0,), 1000, ["index"], group(ord(name)))
         assert again.decoded - before == decoded and table.column("index")[0].as_py() == ord(name) * 1000
         assert mapped  # read from the folder (written there first where it was decoded)
+
+
+@pytest.mark.parametrize("kind", ["binary", "large_binary"])
+def test_mapped_images_give_each_rows_bytes_across_slices_chunks_and_empty_rows(kind, tmp_path):
+    """`fetch.mapped_images.MappedImages` over a mapped Arrow file's column, sliced mid-chunk and across chunks (an
+    episode's rows from two groups), empty and null rows among them: row i's bytes, as the object column gives them."""
+    import numpy as np
+    import pyarrow as pa
+
+    from dali_stream.fetch.mapped_images import MappedImages
+
+    rng = np.random.default_rng(7)
+    values = [rng.bytes(int(n)) if n % 7 else (b"" if n % 2 else None) for n in rng.integers(0, 3000, 500)]
+    typ = getattr(pa, kind)()
+    table = pa.table({"img": pa.chunked_array([pa.array(values[:180], typ), pa.array(values[180:], typ)])})
+    path = tmp_path / "t.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=180)
+    mapped = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all().column("img")
+    for start, stop in ((0, 500), (33, 170), (150, 420), (181, 182)):
+        column = MappedImages(mapped.slice(start, stop - start).chunks)
+        assert len(column) == stop - start and column.nbytes == 8 * (stop - start + 1)
+        assert [bytes(column[i]) for i in range(len(column))] == [v or b"" for v in values[start:stop]]
+    with pytest.raises(IndexError, match="row 3 of an image column of 3 rows"):
+        MappedImages(mapped.slice(0, 3).chunks)[3]

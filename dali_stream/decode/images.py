@@ -12,13 +12,13 @@ from .colour import rgb24
 _CODECS = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "mjpeg"))
 
 
-def image_codec(data: bytes) -> str | None:
+def image_codec(data: bytes | memoryview) -> str | None:
     """FFmpeg's decoder of an encoded image by its first bytes: "png", "mjpeg" (JPEG), or None (neither)."""
     return next((name for magic, name in _CODECS if data[:len(magic)] == magic), None)
 
 
-def decode_image(data: bytes, where: str) -> np.ndarray:
-    """(H, W, 3) uint8 RGB of one encoded image; `where` names it in an error (episode, frame, camera)."""
+def decode_image(data: bytes | memoryview, where: str) -> np.ndarray:
+    """(H, W, 3) uint8 RGB of one encoded image (bytes-like); `where` names it in an error (episode, frame, camera)."""
     import av
 
     codec = image_codec(data)

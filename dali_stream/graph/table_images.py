@@ -25,9 +25,10 @@ from .sources import CameraBatch, CameraFrames, Output
 @dataclass
 class StoredImages:
     """What `graph.locate` gives in place of a segment for a camera stored in the tables: a sample's steps' encoded
-    images and, for messages, its episode and the steps' frame indices."""
+    images (`bytes`, or a `memoryview` of a table mapped from the table cache: `fetch.mapped_images`) and, for
+    messages, its episode and the steps' frame indices."""
 
-    blobs: list[bytes]
+    blobs: list[bytes | memoryview]
     episode: int
     frames: list[int]
 
