@@ -10,14 +10,15 @@ each part (`PATH` names it; one part per call, carrying it: `bash .devwheels/par
 before the visit: the node idles while it runs.
 
 `measure` runs, in this order, each step's result written to DIR before the next begins (a call cut short keeps
-what it got):
+what it got), each bench's JSON folded into `gpu_second.json` (a device call returns at most 8 files: DIR holds 7):
 1. `dali-stream bench` on the tier-1 H.264 dataset, batch 64: `--decode gpu --nvdec-engine open` with
    `--cpu-all-cores` (the CPU route on every core of the node, in the same call): the loader's samples/s on NVDEC
    against the CPU route measured beside it, the open engine's NVDEC limit and utilisation;
 2. the H.264 and HEVC datasets as one mixture on NVDEC, with `--gpu-load` (bfloat16 matmuls on the loader's GPU
    beside it): whether decode stalls a training step's kernels;
 3. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
-   `decode/proven.py`'s entries), with a JUnit file.
+   `decode/proven.py`'s entries), with a JUnit file, on 4 processes where pytest-xdist is there (the node's image
+   has it: on one process the 15 tests passed 240 s on an H200 at 8 of them).
 With `--route cpu-open` (the CI dry run): FFmpeg's decoders in NVDEC's place, no GPU load, and the boundary tests
 of `cpu-open` (tests/test_boundaries.py) collected, not run (CI runs them), so a wrong flag or path fails on the CPU
 first.
@@ -26,8 +27,10 @@ first.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -41,6 +44,7 @@ DATA = ROOT / ".demo/gpu-first"
 WHEELS = ("nvidia-dali-cuda120==2.4.0", "astunparse", "gast", "optree", "makefun", "nvtx", "av==18.1.0",
           "torchcodec==0.11.1", "pynvvideocodec==2.2.4", "rich", "psutil")
 STEP_TIMEOUT_S = 240
+BOUNDARY_TIMEOUT_S = 330  # the boundary matrix's step (on 4 processes); the benches' steps take STEP_TIMEOUT_S
 
 
 def prepare(stage_tool: Path) -> int:
@@ -55,15 +59,21 @@ def prepare(stage_tool: Path) -> int:
     return proc.returncode
 
 
-def _run(name: str, cmd: list[str], out: Path, report: dict, env: dict) -> None:
+def _run(name: str, cmd: list[str], out: Path, report: dict, env: dict, timeout_s: float = STEP_TIMEOUT_S,
+         results: Path | None = None) -> None:
+    """Step `name`: `cmd`'s output in `name.log`, its status and time in the report; `results`: the bench's output
+    folder, whose JSON results are folded into the report's step (and the folder removed)."""
     t0 = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=STEP_TIMEOUT_S)
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s)
             status = proc.returncode
         except subprocess.TimeoutExpired:
             status = "timeout"
     report["steps"][name] = {"command": " ".join(cmd), "status": status, "seconds": time.perf_counter() - t0}
+    if results is not None and results.is_dir():
+        report["steps"][name]["results"] = [json.loads(p.read_text()) for p in sorted(results.glob("bench-*.json"))]
+        shutil.rmtree(results, ignore_errors=True)
     (out / "gpu_second.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"{name}: {status} in {time.perf_counter() - t0:.0f} s", flush=True)
 
@@ -81,18 +91,17 @@ def measure(args) -> int:
     short = ["--duration-s", str(args.window_s), "--warmup-batches", "2", "--no-baseline", "--no-peers"]
     report: dict = {"route": args.route, "date": time.strftime("%Y-%m-%d %H:%M"), "steps": {}}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    _run("open_vs_cpu", [*dali_stream, "bench", str(data / "h264"), *decode, "--batch-size", "64",
-                         "--cpu-all-cores", *short, "--out-dir", str(out / "open_vs_cpu")], out, report, env)
-    _run("open_vs_cpu_256", [*dali_stream, "bench", str(data / "h264-256"), *decode, "--batch-size", "64",
-                             "--cpu-all-cores", *short, "--out-dir", str(out / "open_vs_cpu_256")], out, report, env)
-    _run("mixture_beside_kernel", [*dali_stream, "bench", str(mixture), *decode, "--batch-size", "64",
-                                   *(["--gpu-load"] if gpu else []), *short, "--no-limit",
-                                   "--out-dir", str(out / "mixture")], out, report, env)
+    for name, dataset, extra in (("open_vs_cpu", data / "h264", ["--cpu-all-cores"]),
+                                 ("open_vs_cpu_256", data / "h264-256", ["--cpu-all-cores"]),
+                                 ("mixture_beside_kernel", mixture, [*(["--gpu-load"] if gpu else []), "--no-limit"])):
+        _run(name, [*dali_stream, "bench", str(dataset), *decode, "--batch-size", "64", *extra, *short,
+                    "--out-dir", str(out / name)], out, report, env, results=out / name)
     # the CPU dry run only collects them (CI runs them anyway): the selection must name tests that exist
-    tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu"] if gpu
+    processes = ["-n", "4"] if gpu and importlib.util.find_spec("xdist") is not None else []
+    tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu", *processes] if gpu
              else ["tests/test_boundaries.py", "-k", "cpu-open", "--collect-only"])
     _run("boundaries", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
-                        f"--junitxml={out / 'boundaries.xml'}"], out, report, env)
+                        f"--junitxml={out / 'boundaries.xml'}"], out, report, env, BOUNDARY_TIMEOUT_S)
     failed = [n for n, s in report["steps"].items() if s["status"] != 0]
     report["failed"] = failed
     (out / "gpu_second.json").write_text(json.dumps(report, indent=1) + "\n")
