@@ -499,7 +499,9 @@ def test_a_global_shuffle_keeps_images_past_cache_bytes_on_the_drive(noisy_datas
     same_batches(got, want)
     assert everything["peak"] >= images * 0.9  # without the drive: every image in memory
     assert fetch["image_columns_spilled"] >= 2 and fetch["image_bytes_spilled"] >= images // 3, fetch
-    assert bounded["peak"] <= images // 4, bounded  # the bound held: fetches ending together reserve their room
+    # the images in memory never pass the bound (fetches ending together reserve their room); the episodes whose
+    # images went to the drive still hold their other columns (~100 bytes a row), which may
+    assert bounded["peak"] <= images // 4 + 200 * loader_frames(noisy_dataset), bounded
     assert not [w for w in recwarn if "pinned episodes" in str(w.message) or "image" in str(w.message)]
     assert [p for p in (tmp_path / "image-spill").iterdir()] == []
 
@@ -515,7 +517,8 @@ def test_over_http_images_past_cache_bytes_go_to_the_drive_too(noisy_dataset, tm
         got, fetch, bounded = _global_shuffle(f"{base}/{noisy_dataset.name}", cache_bytes=images // 4,
                                               table_cache_dir=str(tmp_path))
     same_batches(got, want)
-    assert fetch["image_columns_spilled"] >= 2 and bounded["peak"] <= images // 4, (fetch, bounded)
+    assert fetch["image_columns_spilled"] >= 2, fetch
+    assert bounded["peak"] <= images // 4 + 200 * loader_frames(noisy_dataset), bounded  # as above
 
 
 def test_images_of_a_group_in_the_table_cache_are_read_from_its_mapping(tmp_path):
