@@ -19,9 +19,9 @@ class MappedImages:
     file's pages)."""
 
     def __init__(self, chunks: list) -> None:
-        self.chunks = [c for c in chunks if len(c)]
-        self.starts = np.cumsum([0, *(len(c) for c in self.chunks)])
-        self._parts = [_offsets_and_data(c) for c in self.chunks]
+        chunks = [c for c in chunks if len(c)]  # their buffers are kept alive by the views of them
+        self.starts = np.cumsum([0, *(len(c) for c in chunks)])
+        self._parts = [_offsets_and_data(c) for c in chunks]
 
     def __len__(self) -> int:
         return int(self.starts[-1])

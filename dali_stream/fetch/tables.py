@@ -406,10 +406,13 @@ class TableReader:
             self._warn_shared(path, pf, shared[0])
             parts = []
             for g in groups:
-                group, on_drive = self._decoded_group(path, pf, g, read_lock, episode) if g in shared else \
-                    (self._read(path, pf, [g], read_lock, episode), False)
-                parts.append(_rows_between(group, start, stop) if g in shared else group)
-                mapped = mapped and on_drive
+                if g in shared:
+                    group, on_drive = self._decoded_group(path, pf, g, read_lock, episode)
+                    parts.append(_rows_between(group, start, stop))
+                    mapped = mapped and on_drive
+                else:
+                    parts.append(self._read(path, pf, [g], read_lock, episode))
+                    mapped = False
             table = pa.concat_tables(parts)
         else:
             table = self._read(path, pf, groups, read_lock, episode, spans, fetched, keys)

@@ -73,7 +73,7 @@ class DepthCoding:
     def table(self, unit: DepthOutputUnit = "mm") -> np.ndarray:
         """The depth of each code 0..CODE_MAX in `unit` (float32), as lerobot 0.6.1's `dequantize_depth` computes it
         on a tensor (its torch path); computed once per coding and unit."""
-        return _table(self.depth_min, self.depth_max, self.shift, self.use_log, unit)
+        return _table(self, unit)
 
     def stats_factor(self, unit: DepthOutputUnit) -> float:
         """What the recorded stats are multiplied by to be in `unit` (lerobot rescales all but `count`)."""
@@ -90,17 +90,17 @@ class DepthCoding:
 
 
 @functools.lru_cache(maxsize=64)
-def _table(depth_min: float, depth_max: float, shift: float, use_log: bool, unit: str) -> np.ndarray:
-    """`DepthCoding.table`: lerobot's torch arithmetic on the codes 0..CODE_MAX (read-only)."""
+def _table(coding: DepthCoding, unit: str) -> np.ndarray:
+    """`DepthCoding.table` (a frozen coding: its own cache key): lerobot's torch arithmetic on the codes 0..CODE_MAX
+    (read-only)."""
     import torch
 
-    coding = DepthCoding(depth_min, depth_max, shift, use_log)
     low, high = coding._ends()
     buf = torch.arange(CODE_MAX + 1, dtype=torch.float32)
     buf.mul_((high - low) / CODE_MAX).add_(low)
-    if use_log:
-        buf.exp_().sub_(shift)
-    buf.clamp_(depth_min, depth_max)
+    if coding.use_log:
+        buf.exp_().sub_(coding.shift)
+    buf.clamp_(coding.depth_min, coding.depth_max)
     if unit == "mm":
         buf.mul_(MM_PER_M).round_().clamp_(0.0, 65535.0)
     out = buf.numpy()
