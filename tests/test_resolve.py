@@ -75,7 +75,11 @@ def test_nvdec_node():
     unknown = resolve(LoaderConfig(), Facts(routes=routes, gpu=True, gpu_engines=None, cuda_batches=True))
     assert unknown.nvdec_engines == 2 and "does not know" in unknown.reasons["nvdec_engines"]
     opened = resolve(LoaderConfig(num_workers=2), Facts(routes={"front": "nvdec-open", "top": "cpu-open"}, **H100))
-    assert opened.engine_threads == {"cpu-open": 2, "nvdec-open": 7} and opened.join_streams == 0
+    # one decode thread per NVDEC engine, at most 4: past 4 the H200's engine lost samples/s (host-bound)
+    assert opened.engine_threads == {"cpu-open": 2, "nvdec-open": 4} and opened.join_streams == 0
+    assert "at most 4" in opened.reasons["engine_threads"]
+    two = resolve(LoaderConfig(), Facts(routes={"a": "nvdec-open"}, gpu=True, gpu_engines=2, cuda_batches=True))
+    assert two.engine_threads == {"nvdec-open": 2}
     assert resolve(LoaderConfig(decode_threads=3), Facts(routes={"a": "nvdec-open"}, **H100)).engine_threads == {
         "nvdec-open": 3}
 

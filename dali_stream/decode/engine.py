@@ -2,13 +2,13 @@
 
 Routes ``nvdec-open`` (NVDEC through PyNvVideoCodec) and ``cpu-open`` (FFmpeg's decoders through PyAV, the same
 engine on any node: the reference the NVDEC one is checked against) decode here instead of inside the DALI graph
-(`decode.packet_decoders`). The engine owns `threads` decode threads (default: the GPU's NVDEC engines, 7 on an
-H100: one decoder instance cannot use more than one engine); each thread keeps one decoder per (camera, codec),
-opened on first use and reused by every later batch. A batch's samples of a camera are split into contiguous
-chunks, one per thread; a chunk's segments are fed to its thread's decoder as one packet feed (`decode.feed`), and
-the asked pictures come back by their feed time. The frames then enter the DALI graph through an external
-source on the device they were decoded on (`graph.pipeline`), so resize, crop, normalise, `augment=` and the
-DALI PyTorch iterator are the same as for every other route.
+(`decode.packet_decoders`). The engine owns `threads` decode threads (default: one per NVDEC engine, as one decoder
+instance cannot use more than one, at most 4: `decode.route.OPEN_NVDEC_THREADS`); each thread keeps one decoder per
+(camera, codec), opened on first use and reused by every later batch. A batch's samples of a camera are split into
+contiguous chunks, one per thread; a chunk's segments are fed to its thread's decoder as one packet feed
+(`decode.feed`), and the asked pictures come back by their feed time. The frames then enter the DALI graph through
+an external source on the device they were decoded on (`graph.pipeline`), so resize, crop, normalise, `augment=` and
+the DALI PyTorch iterator are the same as for every other route.
 
 Never silently wrong: a picture asked for that the decoder did not hand back raises `DecodeError` naming the
 episode, camera, frames and file (a decoder that drops a picture cannot shift the others: pictures are known by

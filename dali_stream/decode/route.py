@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Literal
 
+# The open engine's NVDEC decode threads by default: one per NVDEC engine, at most this many. Past it the threads
+# contend for the host, not for NVDEC: on an H200 (7 engines, benchmarks/results/NVIDIA-H200/2026-11-29/,
+# gpu-first) 4 threads gave the best or within 0.95 of the best samples/s in all six cases (640x480 H.264 and
+# HEVC, 256x256 H.264, one frame and 8-step windows), 7 threads 0.78-0.88 of it (one run each).
+OPEN_NVDEC_THREADS = 4
+
 
 @dataclass(frozen=True)
 class Route:
@@ -35,9 +41,10 @@ class Route:
         return self.codecs is None or codec in self.codecs
 
     def threads(self, nvdec_engines: int, num_workers: int) -> int:
-        """Decode threads an open-decoder engine on this route runs: one per NVDEC engine on the GPU (one decoder
-        instance cannot use more than one engine), else one per worker; at least 1."""
-        return max(1, nvdec_engines if self.on_gpu else num_workers)
+        """Decode threads an open-decoder engine on this route runs: on the GPU one per NVDEC engine (one decoder
+        instance cannot use more than one engine), at most `OPEN_NVDEC_THREADS` (past it the host binds); on the
+        CPU one per worker; at least 1."""
+        return max(1, min(nvdec_engines, OPEN_NVDEC_THREADS) if self.on_gpu else num_workers)
 
     @property
     def dali_gpu(self) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..config import TABLE_CACHE_OFF, LoaderConfig, pool_size
-from ..decode.route import any_where, route
+from ..decode.route import OPEN_NVDEC_THREADS, any_where, route
 
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 REMOTE_CUT_AHEAD = 16  # batches whose pieces are cut ahead from a remote source (reads in flight hide its latency)
@@ -309,13 +309,15 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     cut_ahead = 0 if facts.local else REMOTE_CUT_AHEAD
     why["cut_ahead"] = "local: reads take microseconds" if facts.local else "remote: reads in flight hide latency"
 
-    # the open-decoder engine: one thread per NVDEC engine (one decoder instance cannot use more than one engine)
+    # the open-decoder engine: one thread per NVDEC engine (one decoder instance cannot use more than one engine), at
+    # most 4 (`decode.route.OPEN_NVDEC_THREADS`: past it the threads contend for the host)
     engine_threads = {}
     for name in sorted({r for r in routes.values() if route(r).engine}):
         engine_threads[name] = cfg.decode_threads or route(name).threads(nvdec_engines, cfg.num_workers)
     if engine_threads:
-        why["engine_threads"] = given if cfg.decode_threads else \
-            "nvdec-open: one per NVDEC engine; cpu-open: num_workers, at least 1"
+        why["engine_threads"] = given if cfg.decode_threads else (
+            f"nvdec-open: one per NVDEC engine, at most {OPEN_NVDEC_THREADS} (past it the host binds, measured); "
+            "cpu-open: num_workers, at least 1")
     # The decoded-frame cache keeps a resized or cropped camera's frames at the batch's size (smaller: more of them
     # fit, and later epochs neither resize nor crop again): the workers resize and crop them with DALI's own
     # operators on the CPU (`graph.resizer`), the pixels the graph gives on the CPU. Batches on a GPU resize there
