@@ -26,7 +26,9 @@ it got:
    stream sync: `OpenDecoders.seconds`), and every decoded frame's painted ids against the plan (the id blocks are
    averaged on the device; only those numbers cross to the host);
 3. the colour check: the reference samples decoded by the engine against FFmpeg's pictures of the same packets:
-   the largest and mean difference in levels (FFmpeg's own conversion on the CPU: at most 2).
+   the largest and mean difference in levels (FFmpeg's own conversion on the CPU: at most 2);
+4. what the decode threads wait for (`benchmarks/gpu_scaling.py`, H.264 640x480 one frame): P processes of one
+   decode thread each against one process of P threads, and whether the decoder's calls hold the interpreter's lock.
 Exit status: 0 every check passed, 1 a wrong frame or a colour difference over 2 levels, 2 the preflight failed
 (the engine cannot start here; the reason is in the JSON).
 """
@@ -51,6 +53,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # gpu_scaling, beside this file, also where this file is imported
 
 
 class _Deny:
@@ -84,7 +87,8 @@ THREADS = (1, 2, 4, 7)
 MODES = {"single": 1, "window8": 8}  # frames per camera per sample
 BATCH, POOL, BUILDERS = 64, 16, 2
 COLOUR_LEVELS = 2  # FFmpeg's own conversion against ours, on the CPU: at most this many levels apart
-REFERENCE = [(0, 0), (0, 7), (1, 3), (2, 11)]  # (episode position, frame) whose pictures the colour check compares
+REFERENCE = [(0, 0), (0, 7), (1, 3), (2, 11)]
+SCALING = "h264"  # the dataset benchmarks/gpu_scaling.py measures  # (episode position, frame) whose pictures the colour check compares
 FULL = dict(episodes=8, min_length=50, max_length=70, height=480, width=640, episodes_per_file=4)
 SMALL = dict(episodes=4, min_length=16, max_length=24, height=96, width=128, episodes_per_file=2)
 
@@ -169,7 +173,7 @@ class Rig:
         from dali_stream.graph.sources import EngineSource
         from dali_stream.loader.source_setup import open_source, windows
 
-        self.root, self.route = root, route
+        self.root, self.route, self.steps = root, route, steps
         _, meta = open_source(str(root), LoaderConfig())
         self.cameras = list(meta.video_keys)
         fps = meta.fps
@@ -299,47 +303,58 @@ def measure_one(root: Path, route: str, threads: int, steps: int, window_s: floa
 
     rig = Rig(root, route, threads, steps, device_index)
     try:
-        epoch, plan = 0, rig.plan(0)
-        order = deque()
-
-        def batches():
-            nonlocal epoch, plan
-            while True:
-                for i in range(plan.num_batches):
-                    yield plan.batch(i)
-                epoch += 1
-                plan = rig.plan(epoch)
-
-        source = batches()
-        for _ in range(2):  # warm: decoders opened, first segments fetched, kernels loaded
-            rig.decode(next(source))
-        wrong: list[str] = []
-        samples = decoded = 0
-        rig_before, engine_before = dict(rig.seconds), dict(rig.engine.seconds)
-        pool = ThreadPoolExecutor(BUILDERS)
+        source = warm(rig)
         with NvdecUtilisation(device_index) as util:
-            t0, cpu0 = time.perf_counter(), time.process_time()
-            for _ in range(BUILDERS):
-                order.append(pool.submit(_timed, rig, next(source)))
-            while order:
-                size, got, bad = order.popleft().result()
-                samples, decoded, wrong = samples + size, decoded + got, wrong + bad
-                if time.perf_counter() - t0 < window_s:
-                    order.append(pool.submit(_timed, rig, next(source)))
-            seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        pool.shutdown()
-        # thread-milliseconds per sample in each phase: the builder threads' (fetch, engine, check) and, inside the
-        # engine's call, its decode threads' (summed over threads: more than the wall time when they overlap)
-        phases = {f"builder_{k}": 1e3 * (v - rig_before[k]) / samples for k, v in rig.seconds.items()}
-        phases.update({f"engine_{k}": 1e3 * (v - engine_before[k]) / samples for k, v in rig.engine.seconds.items()})
-        return {"route": route, "threads": threads, "frames_per_camera": steps, "batch": BATCH, "samples": samples,
-                "seconds": seconds, "samples_per_s": samples / seconds, "pictures_decoded": decoded,
-                "cpu_ms_per_sample": 1e3 * cpu / samples, "nvdec_utilisation": util.result(),
-                "wrong_frames": len(wrong), "wrong_examples": wrong[:5],
-                "frames_checked": samples * steps * len(rig.cameras), "decoders_opened": rig.engine.opened,
-                "ms_per_sample": phases}
+            run = window(rig, source, window_s)
+        return {"route": route, "threads": threads, "frames_per_camera": steps, **run,
+                "nvdec_utilisation": util.result()}
     finally:
         rig.close()
+
+
+def warm(rig: Rig):
+    """The rig's batches, epoch after epoch, two of them decoded (decoders opened, first segments fetched, kernels
+    loaded): what is left to measure."""
+    def batches():
+        epoch = 0
+        while True:
+            plan = rig.plan(epoch)
+            for i in range(plan.num_batches):
+                yield plan.batch(i)
+            epoch += 1
+
+    source = batches()
+    for _ in range(2):
+        rig.decode(next(source))
+    return source
+
+
+def window(rig: Rig, source, window_s: float) -> dict[str, Any]:
+    """Batches of `source` decoded and checked by BUILDERS threads for `window_s` seconds: samples/s, CPU ms per
+    sample of this process, wrong frames, and where a sample's time went."""
+    wrong: list[str] = []
+    samples = decoded = 0
+    rig_before, engine_before = dict(rig.seconds), dict(rig.engine.seconds)
+    order: deque = deque()
+    pool = ThreadPoolExecutor(BUILDERS)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for _ in range(BUILDERS):
+        order.append(pool.submit(_timed, rig, next(source)))
+    while order:
+        size, got, bad = order.popleft().result()
+        samples, decoded, wrong = samples + size, decoded + got, wrong + bad
+        if time.perf_counter() - t0 < window_s:
+            order.append(pool.submit(_timed, rig, next(source)))
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    pool.shutdown()
+    # thread-milliseconds per sample in each phase: the builder threads' (fetch, engine, check) and, inside the
+    # engine's call, its decode threads' (summed over threads: more than the wall time when they overlap)
+    phases = {f"builder_{k}": 1e3 * (v - rig_before[k]) / samples for k, v in rig.seconds.items()}
+    phases.update({f"engine_{k}": 1e3 * (v - engine_before[k]) / samples for k, v in rig.engine.seconds.items()})
+    return {"batch": BATCH, "samples": samples, "seconds": seconds, "samples_per_s": samples / seconds,
+            "pictures_decoded": decoded, "cpu_ms_per_sample": 1e3 * cpu / samples, "wrong_frames": len(wrong),
+            "wrong_examples": wrong[:5], "frames_checked": samples * rig.steps * len(rig.cameras),
+            "decoders_opened": rig.engine.opened, "ms_per_sample": phases}
 
 
 def _timed(rig: Rig, plan) -> tuple[int, int, list[str]]:
@@ -440,6 +455,12 @@ def summary(report: dict[str, Any]) -> str:
     for codec, c in report.get("colour", {}).items():
         lines.append(f"\ncolour check {codec}: {c['pictures']} pictures, max {c['max_levels']} levels, mean "
                      f"{c['mean_levels']:.2f} ({'passed' if c['passed'] else 'FAILED'}: at most {COLOUR_LEVELS})")
+    scaled = report.get("scaling")
+    if scaled is not None:
+        from gpu_scaling import table
+
+        lines += [f"\nwhat the decode threads wait for: failed ({scaled['error']})"] if "error" in scaled else \
+            table(scaled, report["runs"])
     return "\n".join(lines) + "\n"
 
 
@@ -472,8 +493,17 @@ def measure(args) -> int:
                       f"{run['cpu_ms_per_sample']:.2f} CPU ms/sample, wrong {run['wrong_frames']}", flush=True)
         report["colour"][name] = colour_check(root, args.route, device_index)
         save()
+    # what the decode threads wait for (benchmarks/gpu_scaling.py): processes against threads, the interpreter's lock
+    from gpu_scaling import scaling
+
+    try:
+        report["scaling"] = scaling(Path(args.data) / SCALING, args.route, threads, args.window_s, device_index)
+    except Exception as exc:  # noqa: BLE001 - a finding, written down; the checks above stand
+        report["scaling"] = {"error": f"{type(exc).__name__}: {exc}"}
+    save()
     print(summary(report), flush=True)
-    bad = any(r["wrong_frames"] for r in report["runs"]) or not all(c["passed"] for c in report["colour"].values())
+    bad = any(r["wrong_frames"] for r in report["runs"]) or not all(c["passed"] for c in report["colour"].values()) \
+        or any(p.get("wrong_frames") for p in report["scaling"].get("processes", []))
     return 1 if bad else 0
 
 

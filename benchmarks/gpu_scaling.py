@@ -1,0 +1,241 @@
+"""Tier 1's last step on the GPU node: what the open engine's decode threads wait for, measured two ways.
+
+Past 2-4 decode threads the engine's samples/s fall while NVDEC stays 4-14 % busy and the host's CPU is far from
+full (H200, 2026-11-29: 1.5 CPU ms a sample at 1,008 samples/s): the threads wait on something they share. This
+step tells which, so the engine's next form is chosen on a measurement:
+
+1. **Processes against threads**: P processes, each with the rig of `gpu_first.py` at one decode thread (its own
+   engine, decoders, CUDA context and interpreter), measured over the same window after a barrier; their summed
+   samples/s against one process at P decode threads (`gpu_first.py`'s runs of the same dataset). Processes that
+   scale where threads do not: the threads wait on something per process (the interpreter's lock, or a lock of
+   the CUDA context they share), and an engine in several processes is worth building.
+2. **The interpreter's lock during the decoder's calls**: one decoder fed a batch's packets call after call while
+   a Python thread counts; the counts it makes inside the calls against its rate while nothing else runs. Near 1:
+   the decoder releases the lock while it works (PyNvVideoCodec's `Decode`, FFmpeg's through PyAV); near 0: it
+   holds it, and every decode thread of a process waits on the others' calls.
+
+    python benchmarks/gpu_scaling.py --data .demo/gpu-first/h264 [--route cpu-open] [--procs 1,2,4,7]
+
+`gpu_first.py measure` runs both after its colour check and writes them into `gpu_first.json` ("scaling").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+PROCS = (1, 2, 4, 7)
+START_TIMEOUT_S = 120  # a child that has not warmed up by then is reported, not waited for
+
+
+def processes(root: Path, route: str, procs: int, window_s: float, device_index: int | None) -> dict[str, Any]:
+    """`procs` processes, each one rig at one decode thread on dataset `root` (one frame per camera), measured over
+    `window_s` after all have warmed up: their summed samples/s and each one's figures."""
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter and CUDA context each
+    barrier, results = ctx.Barrier(procs + 1), ctx.Queue()
+    children = [ctx.Process(target=_child, args=(str(root), route, device_index, window_s, barrier, results),
+                            daemon=True) for _ in range(procs)]
+    for child in children:
+        child.start()
+    t0 = time.perf_counter()
+    try:
+        barrier.wait(timeout=START_TIMEOUT_S)
+    except threading.BrokenBarrierError:
+        return {"processes": procs, "error": f"not every process warmed up within {START_TIMEOUT_S} s",
+                "exit_codes": [c.exitcode for c in children]}
+    started_s = time.perf_counter() - t0
+    got = []
+    for _ in children:
+        try:
+            got.append(results.get(timeout=window_s + 60))
+        except Exception:  # noqa: BLE001 - reported: a child that died says so by its exit code
+            break
+    for child in children:
+        child.join(timeout=30)
+    failed = [r["error"] for r in got if "error" in r]
+    runs = [r for r in got if "error" not in r]
+    out: dict[str, Any] = {"processes": procs, "start_s": started_s, "exit_codes": [c.exitcode for c in children]}
+    if failed or len(runs) < procs:
+        out["error"] = failed[0] if failed else f"{procs - len(runs)} of {procs} processes sent no result"
+        return out
+    seconds = max(r["seconds"] for r in runs)
+    out.update(samples_per_s=sum(r["samples"] for r in runs) / seconds,
+               cpu_ms_per_sample=sum(r["cpu_ms_per_sample"] * r["samples"] for r in runs)
+               / max(1, sum(r["samples"] for r in runs)),
+               wrong_frames=sum(r["wrong_frames"] for r in runs), each=[
+                   {k: r[k] for k in ("samples", "seconds", "samples_per_s", "cpu_ms_per_sample", "wrong_frames",
+                                      "ms_per_sample")} for r in runs])
+    return out
+
+
+def _child(root: str, route: str, device_index: int | None, window_s: float, barrier, results) -> None:
+    from gpu_first import Rig, warm, window
+
+    try:
+        rig = Rig(Path(root), route, 1, 1, device_index)
+    except Exception as exc:  # noqa: BLE001 - sent to the parent, which reports it
+        barrier.abort()
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+        return
+    try:
+        source = warm(rig)
+        barrier.wait(timeout=START_TIMEOUT_S)
+        results.put(window(rig, source, window_s))
+    except Exception as exc:  # noqa: BLE001
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        rig.close()
+
+
+def gil_probe(root: Path, route: str, device_index: int | None, seconds: float = 2.0) -> dict[str, Any]:
+    """How much of the interpreter's time a counting thread gets while one decoder of the engine's kind is inside
+    its calls, against while nothing else runs (module doc, 2)."""
+    from gpu_first import Rig
+
+    from dali_stream.decode.feed import build_feed
+
+    rig = Rig(root, route, 1, 1, device_index)
+    count = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal count
+        while not stop.is_set():
+            count += 1
+
+    switch = sys.getswitchinterval()
+    try:
+        plan = rig.plan(0).batch(0)
+        rows = [rig.store.rows(int(p)) for p in plan.episodes]
+        key = rig.cameras[0]
+        segs, idx = rig.builder.locate(plan, rows, key)
+        feed = build_feed(list(zip(segs, idx)))
+        dec = rig.engine.make(feed.codec, key)
+        calls = _raw_calls(dec, feed)
+        for call in calls:  # warm: the decoder configured, its first pictures out
+            call()
+        sys.setswitchinterval(1e-4)  # the spinner and the caller trade the lock often: its share is what is seen
+        spinner = threading.Thread(target=spin, daemon=True)
+        spinner.start()
+        time.sleep(0.2)
+        c0 = count
+        time.sleep(0.5)
+        free_rate = (count - c0) / 0.5
+        inside = counted = 0.0
+        n = 0
+        t_end = time.perf_counter() + seconds
+        while time.perf_counter() < t_end:
+            for call in calls:
+                c0, t0 = count, time.perf_counter()
+                call()
+                inside += time.perf_counter() - t0
+                counted += count - c0
+                n += 1
+        stop.set()
+        spinner.join()
+        dec.close()
+        return {"camera": key, "calls": n, "ms_per_call": 1e3 * inside / max(1, n), "free_counts_per_s": free_rate,
+                "gil_free_fraction": counted / (free_rate * inside) if free_rate and inside else None}
+    finally:
+        stop.set()
+        sys.setswitchinterval(switch)
+        rig.close()
+
+
+def _raw_calls(dec, feed) -> list:
+    """One callable per decoder call of `feed` (each packet, then each clip's end of stream), straight into the
+    decoder (PyNvVideoCodec's `Decode`, or PyAV's `CodecContext.decode`), pictures dropped: no conversion, no copy."""
+    calls = []
+    pts_all = feed.pts.tolist()
+    if dec.device == "gpu":
+        import numpy as np
+
+        nvc = dec.nvc
+
+        def call(unit: bytes | None, pts: int = 0):
+            p = nvc.PacketData()
+            buf = np.frombuffer(unit or b"", np.uint8)  # held by the call below: alive whenever it runs
+            p.bsl_data, p.bsl = (int(buf.ctypes.data), int(buf.size)) if unit else (0, 0)
+            p.pts = int(pts)
+            return lambda: (list(dec.dec.Decode(p)), buf)
+
+        for first, end in feed.clip_ranges():
+            calls += [call(u, t) for u, t in zip(feed.units[first:end], pts_all[first:end])]
+            calls.append(call(None))  # end of stream: the clip's last pictures out
+        return calls
+    import av
+
+    for first, end in feed.clip_ranges():
+        for unit, t in zip(feed.units[first:end], pts_all[first:end]):
+            def send(unit=unit, t=t):
+                p = av.Packet(unit)
+                p.pts = t
+                return list(dec.ctx.decode(p))
+            calls.append(send)
+        calls.append(lambda: (list(dec.ctx.decode(None)), dec.ctx.flush_buffers()))
+    return calls
+
+
+def scaling(root: Path, route: str, procs: list[int], window_s: float, device_index: int | None) -> dict[str, Any]:
+    """Both measurements of the module doc on dataset `root`."""
+    out: dict[str, Any] = {"dataset": root.name, "gil": gil_probe(root, route, device_index), "processes": []}
+    for p in procs:
+        out["processes"].append(processes(root, route, p, window_s, device_index))
+        print(f"scaling: {p} processes: " + (f"{out['processes'][-1]['samples_per_s']:.0f} samples/s"
+                                             if "samples_per_s" in out["processes"][-1]
+                                             else out["processes"][-1]["error"]), flush=True)
+    return out
+
+
+def table(scaled: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
+    """summary.md's lines: processes against one process at as many decode threads (`runs`: gpu_first's)."""
+    threads = {r["threads"]: r["samples_per_s"] for r in runs
+               if r.get("dataset") == scaled["dataset"] and r.get("frames_per_camera") == 1}
+    gil = scaled["gil"]
+    lines = ["", f"processes against threads ({scaled['dataset']}, one frame per camera): P processes of one decode "
+             "thread each, against one process of P decode threads", "",
+             "| P | processes: samples/s | threads: samples/s | processes ÷ threads | CPU ms/sample | wrong frames |",
+             "|---|---|---|---|---|---|"]
+    for p in scaled["processes"]:
+        n = p["processes"]
+        if "samples_per_s" not in p:
+            lines.append(f"| {n} | failed: {p.get('error')} | - | - | - | - |")
+            continue
+        t = threads.get(n)
+        rate = p["samples_per_s"]
+        shown, ratio = (f"{t:.0f}", f"{rate / t:.2f}") if t else ("-", "-")
+        lines.append(f"| {n} | {rate:.0f} | {shown} | {ratio} | {p['cpu_ms_per_sample']:.2f} | {p['wrong_frames']} |")
+    fraction = gil.get("gil_free_fraction")
+    lines += ["", f"the interpreter's lock during the decoder's calls: a counting thread got "
+              f"{'-' if fraction is None else f'{fraction:.2f}'} of its free rate inside {gil['calls']} calls of "
+              f"{gil['ms_per_call']:.3f} ms (near 1: the decoder releases the lock; near 0: it holds it)"]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="a dataset of gpu_first.py prepare (e.g. .demo/gpu-first/h264)")
+    ap.add_argument("--route", default="nvdec-open", choices=("nvdec-open", "cpu-open"))
+    ap.add_argument("--procs", default=",".join(map(str, PROCS)))
+    ap.add_argument("--window-s", type=float, default=3.0)
+    args = ap.parse_args(argv)
+    device_index = 0 if args.route == "nvdec-open" else None
+    result = scaling(Path(args.data), args.route, [int(p) for p in args.procs.split(",")], args.window_s,
+                     device_index)
+    print(json.dumps(result, indent=1))
+    print("\n".join(table(result, [])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
