@@ -69,6 +69,17 @@ def test_bench_measures_the_mixture_against_its_members(mixture_file, tmp_path):
         assert sum(r["window_shares"].values()) == pytest.approx(1.0, abs=1e-3)  # rounded to 4 places
     assert result["config"]["mixture"]["members"][1]["weight"] == 2.0
     assert "mixture:" in proc.stdout
+    assert result["gpu_load"] is None and result["nvdec_utilisation"] is None  # neither asked for nor on NVDEC
+
+
+def test_bench_gpu_load_on_a_mixture_is_run_or_refused_not_ignored(mixture_file, tmp_path):
+    """`--gpu-load` beside a mixture runs the matmul loop beside every window (a GPU node) or says what it needs, as
+    for one dataset: never a run that silently leaves it out."""
+    proc = dali_stream("bench", mixture_file, "--batch-size", 4, "--duration-s", 0.4, "--gpu-load",
+                       "--out-dir", tmp_path, timeout=600)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "--gpu-load runs a matmul loop on the loader's CUDA device" in proc.stderr
+    assert not list(tmp_path.glob("bench-*.json"))
 
 
 def test_demo_streams_a_mixture_of_two_embodiments(tmp_path):

@@ -11,18 +11,24 @@ mixing cost nothing it would deliver
 samples/s (the members' rates weighted by their shares: each sample costs what it costs in its own member).
 `ratio` = the mixture's rate / expected, per round and as the median; `share_m` is what the mixture's window
 drew (its `dataset_index`), beside the epoch's target (frames x weight, `plan.mixture_epoch`).
+
+`--gpu-load` runs the bfloat16 matmul loop (`bench_gpu.GpuLoad`) beside every window, the members' and the
+mixture's alike, so the ratio compares streams under the same load; `gpu_load` records its TFLOP/s alone and beside
+each stream. NVDEC's utilisation is read beside the mixture's last window where a camera decodes on NVDEC.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from typing import Any
 
 import numpy as np
 
-from ..decode.route import route
-from .bench import BenchConfig, RssSampler, _device, _versions, mode_deltas, stream
+from ..decode.route import any_where, route
+from .bench import GPU_LOAD_ALONE_S, BenchConfig, RssSampler, _device, _versions, mode_deltas, stream
+from .bench_gpu import GpuLoad, NvdecUtilisation
 
 
 def _member_deltas(member, deltas: dict[str, list[float]]) -> dict[str, list[float]]:
@@ -63,7 +69,17 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         # `Route.choice`: the decode= setting that gives a member alone that route)
         as_mixed = {m.name: {m.own[k]: route(r).choice for k, r in probe.routes.items() if k in m.own}
                     for m in members}
+        nvdec = probe.stages.dali_device if any_where(probe.routes.values(), "on_gpu") else None
+        device = probe.device
         probe.close()
+        load = GpuLoad(device) if cfg.gpu_load else None
+        gpu_load: dict[str, Any] | None = None
+        if load is not None:
+            if progress:
+                progress("gpu load alone")
+            gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S),
+                        "beside": []}
+        utilisation = None
         for r in range(rounds):
             order: list[Any] = [*members, None]  # None: the mixture
             if r % 2:
@@ -73,9 +89,11 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
                 name = "mixture" if who is None else who.name
                 if progress:
                     progress(f"round {r + 1}/{rounds}: {name}")
+                beside = load if load is not None else contextlib.nullcontext()
                 if who is None:
                     loader = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
-                    got = stream(loader, cfg, catalog.video_keys)
+                    with NvdecUtilisation(nvdec) as utilisation, beside:
+                        got = stream(loader, cfg, catalog.video_keys)
                     window = got.get("window", [])
                     drawn = np.concatenate([catalog.member_index(loader.batch_plan(e, i).episodes)
                                             for e, i in window]) if window else np.zeros(0, np.int64)
@@ -91,9 +109,12 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
                         "decode": as_mixed[who.name],
                         "storage_options": {**settings["storage_options"], **(spec.storage_options or {})},
                         "tolerance_s": who.tolerance_s if who.tolerance_s is not None else cfg.loader.tolerance_s})
-                    rates[name] = stream(alone, cfg, [who.own[k] for k in catalog.video_keys if k in who.own]).get(
-                        "samples_per_s", 0.0)
+                    with beside:
+                        rates[name] = stream(alone, cfg, [who.own[k] for k in catalog.video_keys
+                                                          if k in who.own]).get("samples_per_s", 0.0)
                     alone.close()
+                if load is not None and gpu_load is not None:
+                    gpu_load["beside"].append({"round": r + 1, "stream": name, "tflops": load.tflops})
             expected = 1.0 / sum(s / rates[m.name] for s, m in zip(shares, members) if s > 0 and rates[m.name])
             per_round.append({"order": [("mixture" if w is None else w.name) for w in order], "samples_per_s": rates,
                               "window_shares": dict(zip((m.name for m in members), shares.round(4).tolist())),
@@ -117,7 +138,20 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
                             "mixture's window drew (1 / sum(share / rate)); each round measures every member alone "
                             "and the mixture, odd rounds in reverse order"},
         "limit_ratio": None, "baseline_ratio": None, "nvdec_limit_ratio": None, "gpu_over_cpu_all_cores": None,
+        "gpu_load": _load_summary(gpu_load),
+        "nvdec_utilisation": utilisation.result() if utilisation is not None and nvdec is not None else None,
     }
     loader.close()
     result["wallclock_s"] = time.perf_counter() - t_run
     return result
+
+
+def _load_summary(gpu_load: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`gpu_load` with the single path's keys (`bench.run`): beside the mixture's last window, and its ratio to the
+    loop alone; every window's figure stays in `beside`."""
+    if gpu_load is None:
+        return None
+    mixed = [b["tflops"] for b in gpu_load["beside"] if b["stream"] == "mixture"]
+    last = mixed[-1] if mixed else None
+    alone = gpu_load["alone_tflops"]
+    return {**gpu_load, "beside_loader_tflops": last, "ratio": last / alone if last is not None and alone else None}
