@@ -89,7 +89,7 @@ def test_with_the_open_episodes_frames_the_limit_is_each_episode_decoded_once(sm
 
 
 def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
-    """Issue 25's measurements on a CPU node: the VP9 camera's DALI CPU decoder on whole files (its stream limit,
+    """The measurements on a CPU node: the VP9 camera's DALI CPU decoder on whole files (its stream limit,
     independent of the loader) against the frames the loader's decoder works through per sample; the NVDEC
     limit, NVDEC utilisation and the GPU peers say they do not apply here, and why."""
     result, _, _ = tiny_run

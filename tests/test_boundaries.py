@@ -1,7 +1,7 @@
 """The boundary matrix: every frame of every episode (first and last included), with and without windows that
 cross both ends, on every CPU route, for files written the way lerobot's recorder writes them (an encode per
 episode, appended: B-frames across the joins, HEVC open GOP) and the way one continuous encode does (episodes
-starting mid-GOP, HEVC closed GOP), at GOP 2 and 30. Issue 27: the last frame of an episode came back as the
+starting mid-GOP, HEVC closed GOP), at GOP 2 and 30. Once, the last frame of an episode came back as the
 next episode's first on lerobot-recorded H.264/HEVC. The same matrix runs on NVDEC in tests/test_gpu.py."""
 
 from __future__ import annotations

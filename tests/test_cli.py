@@ -106,7 +106,7 @@ def test_demo_streams_and_summarises(written):
 
 
 def test_the_demo_on_a_gpu_node_says_why_its_cameras_run_on_the_cpu_and_how_to_see_nvdec(written):
-    """Issue 26: on an H100 (simulated node, real routing rules) the demo's 128x96 sample never reaches NVDEC; the
+    """On an H100 (simulated node, real routing rules) the demo's 128x96 sample never reaches NVDEC; the
     demo must say so, per camera, and give the command that shows NVDEC."""
     from dali_stream.decode.node import Node, NodeFacts
     from dali_stream.decode.proven import rule

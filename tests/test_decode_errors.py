@@ -139,7 +139,7 @@ def test_unknown_failures_do_not_blame_the_profile(small_dataset):
 
 
 def test_an_unknown_failure_checks_only_the_frames_the_batch_asked_for(small_dataset, monkeypatch):
-    """Issue 26: the CPU check behind an unexplained DALI failure decodes the frames the failed batch asked of
+    """The CPU check behind an unexplained DALI failure decodes the frames the failed batch asked of
     each DALI-routed camera, not every frame of every segment (minutes on hour-long episodes). The real
     torchcodec decode runs; the test records what it was asked."""
     from dali_stream.graph import forensics

@@ -246,7 +246,7 @@ def test_second_gpu_holds_images_and_tables(gpu_dataset):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_each_torchrun_rank_decodes_on_its_local_gpu(gpu_dataset):
-    """Issue 26: a rank that did not call set_device decodes on LOCAL_RANK's GPU (naming the GPU initialised CUDA
+    """A rank that did not call set_device decodes on LOCAL_RANK's GPU (naming the GPU initialised CUDA
     before the current device was read, so every rank took GPU 0). A real process per rank, as torchrun starts."""
     import os
     import subprocess

@@ -319,7 +319,7 @@ def test_bad_trimming_and_shuffle_values(kwargs, match):
 
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_any_batch_is_computed_on_its_own_as_the_sequential_plan_gives_it(drop_last):
-    """Issue 28: resume in constant time. A batch (and the pool before it) comes out of a fresh plan, asked in any
+    """Resume in constant time. A batch (and the pool before it) comes out of a fresh plan, asked in any
     order, as a plan read from the start gives it, padding passes included (the smallest of three uneven shares
     without drop_last); a plan keeps no per-batch state, whatever it was asked."""
     lengths = np.concatenate([np.tile(LENGTHS, 6), [7]])  # shares that cannot be equal

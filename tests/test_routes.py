@@ -294,7 +294,7 @@ def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
 
 
 def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
-    """Issue 26: naming the GPU (`Node.probe`, torch.cuda.get_device_name) initialises CUDA, after which torch says
+    """Naming the GPU (`Node.probe`, torch.cuda.get_device_name) initialises CUDA, after which torch says
     device 0 is current; `place` must read the current device first. A 2-GPU node is simulated at torch's and
     DALI's probe functions (this machine has no GPU); the order of our calls is what is under test."""
     import torch
@@ -332,7 +332,7 @@ def test_the_device_is_read_before_naming_the_gpu_initialises_cuda(monkeypatch):
 
 
 def test_auto_keeps_streams_nvdec_is_not_proven_on_off_the_gpu():
-    """Issue 26 / decode/proven.py: until `make gpu-check` proves NVDEC on a kind of stream (codec, DALI minor,
+    """decode/proven.py: until `make gpu-check` proves NVDEC on a kind of stream (codec, DALI minor,
     joined or per-sample clips), `auto` decodes it on a CPU route and says why; an entry lets NVDEC take it;
     decode='gpu' uses NVDEC anyway."""
     from dali_stream.decode.proven import PROVEN, Proven, rule

@@ -28,6 +28,17 @@ def test_no_line_speaks_of_how_the_product_was_built():
     assert not found, "\n".join(found)
 
 
+# the tests too, where pytest's word for a run ("session" scope) and random generators' seeds are their own words
+TEST_WORDS = re.compile(r"\bleases?\b|\bissues? #?\d+|\.\./shared", re.I)
+
+
+def test_no_test_speaks_of_how_the_product_was_built():
+    found = [f"{path.relative_to(REPO)}:{n}: {line.strip()[:120]}"
+             for path in sorted((REPO / "tests").rglob("*.py")) if path.name != "test_words.py"
+             for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if TEST_WORDS.search(line)]
+    assert not found, "\n".join(found)
+
+
 def test_the_pattern_catches_what_it_should():
     for text in ("this session's runs", "A lease is short", "issue 25's numbers", "Issue 28's targets",
                  "the seeds' definition", "../shared/gpu-staging"):
