@@ -62,18 +62,23 @@ def _check_ids(batch, loader, keys, steps=STEPS):
 
 def test_routes_follow_the_table_and_auto_the_proofs_on_this_gpu(gpu_dataset):
     """decode='gpu' takes NVDEC wherever the capability table does; `auto` only for kinds of stream proven on
-    NVDEC (decode/proven.py), the others on a CPU route with the reason."""
-    from dali_stream.decode.proven import installed_dali, unproven
+    the NVDEC engine it takes on this GPU (decode/proven.py: the open engine's record where it is proven here,
+    else DALI's), the others on a CPU route with the reason."""
+    from dali_stream.decode.proven import installed_dali, open_stream_unproven, open_unproven, unproven
     from dali_stream.loader.resolve import nvdec_joins
 
     loader = StreamLoader(str(gpu_dataset), batch_size=4)
     node = loader.stages.node
     assert loader.device.startswith("cuda:") and loader.stages.dali_device == int(loader.device.split(":")[1])
+    gpu = node.gpu.name if node.gpu else None
     for key, fmt in formats_of(loader.meta).items():
         refused = node.nvdec_refuses(fmt)
-        doubt = unproven(installed_dali(), fmt.codec, nvdec_joins(loader.config))
+        if open_unproven(gpu) is None:
+            doubt = open_stream_unproven(gpu, fmt.codec, fmt.width * fmt.height if fmt.width and fmt.height else None)
+        else:
+            doubt = unproven(installed_dali(), fmt.codec, nvdec_joins(loader.config))
         if refused is not None or doubt is not None:
-            assert loader.routes[key] != "nvdec", (key, loader.route_reasons[key])
+            assert loader.routes[key] not in ("nvdec", "nvdec-open"), (key, loader.route_reasons[key])
         if refused is None and doubt is not None:
             assert doubt in loader.route_reasons[key], (key, loader.route_reasons[key])
     insisted = StreamLoader(str(gpu_dataset), batch_size=4, decode=dict.fromkeys((FRONT, SIDE, TOP), "gpu"))

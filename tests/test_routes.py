@@ -353,3 +353,58 @@ def test_auto_keeps_streams_nvdec_is_not_proven_on_off_the_gpu():
     insisted = choose_routes(fmts, {"front": "gpu"}, H100, unproven=rule(fmts, True, "2.4.0", ()))
     assert insisted["front"].route == "nvdec"
     assert all(p.source for p in PROVEN)  # every entry says where it was proven
+
+
+H200 = _gpu_node("NVIDIA H200", (9, 0))
+
+
+def test_auto_on_the_open_engine_follows_its_proofs_per_codec_and_frame_size():
+    """decode/proven.py's OPEN_PROVEN: on a GPU where the open engine is proven for a codec, `auto` sends a camera of
+    it there for frames at least as large as the loader was measured faster than the CPU route at; smaller frames,
+    other codecs and other GPUs keep the CPU route, each with the reason; decode='gpu' insists on NVDEC."""
+    from dali_stream.decode.proven import OpenProven, open_rule, open_stream_unproven
+
+    table = (OpenProven("NVIDIA H200", "h264", 640 * 480, "results/X (2026-12-01): 1.11x at 640x480, 0.95x at 256x256"),)
+    fmts = {"big": StreamFormat("h264", **VGA), "small": StreamFormat("h264", width=256, height=256, pix_fmt="yuv420p"),
+            "hevc": StreamFormat("hevc", **VGA), "av1": StreamFormat("av1", **VGA)}
+    chosen = choose_routes(fmts, "auto", H200, unproven=open_rule("NVIDIA H200", fmts, table))
+    assert {k: c.route for k, c in chosen.items()} == {"big": "nvdec", "small": "torchcodec", "hevc": "torchcodec",
+                                                      "av1": "torchcodec"}
+    assert "measured slower than the CPU route" in chosen["small"].reason and "under 307,200 pixels" in \
+        chosen["small"].reason and "0.95x at 256x256" in chosen["small"].reason
+    assert "not yet proven for hevc on NVIDIA H200" in chosen["hevc"].reason
+    assert "no NVDEC support for av1" in chosen["av1"].reason  # refused first: the proof is not the question
+    assert open_stream_unproven("NVIDIA H200", "h264", None, table) is None  # size not stated: the codec's proof
+    assert open_stream_unproven("NVIDIA H100 80GB HBM3", "h264", 640 * 480, table) is not None
+    insisted = choose_routes(fmts, {"small": "gpu"}, H200, unproven=open_rule("NVIDIA H200", fmts, table))
+    assert insisted["small"].route == "nvdec"
+
+
+def test_the_loader_weighs_the_open_engines_proofs_once_it_takes_that_engine(small_dataset):
+    """`loader.routing.camera_routes` on a simulated H200: with an OPEN_PROVEN entry for it, nvdec_engine='auto' takes
+    the open engine and the h264 camera goes there, the vp9 one (below NVDEC's VP9 minimum) to torchcodec; without
+    one, DALI's engine
+    and its proofs decide (none: both on the CPU), and nvdec_engine='open' asked without a proof names the open
+    engine's record, not DALI's."""
+    from dali_stream.config import LoaderConfig
+    from dali_stream.decode.proven import OpenProven
+    from dali_stream.loader.routing import camera_routes
+    from dali_stream.loader.source_setup import open_source, windows
+
+    front, top = "observation.images.front", "observation.images.top"
+    table = (OpenProven("NVIDIA H200", "h264", 1, "results/X (2026-12-01)"),)
+    cfg = LoaderConfig()
+    catalog, _ = open_source(str(small_dataset), cfg)
+    deltas = windows(catalog, cfg)[0]
+    proven = camera_routes(cfg, catalog, H200, deltas, table)
+    assert proven.routes == {front: "nvdec-open", top: "torchcodec"}, proven.reasons
+    assert "the open-decoder engine is proven on this node" in proven.reasons[front]
+    assert "below NVDEC's minimum" in proven.reasons[top]
+    unproven = camera_routes(cfg, catalog, H200, deltas, ())
+    assert unproven.routes == {front: "torchcodec", top: "torchcodec"}
+    assert "on DALI" in unproven.reasons[front]  # DALI's engine, and DALI's proofs: none
+    asked = camera_routes(LoaderConfig(nvdec_engine="open"), catalog, H200, deltas, ())
+    assert asked.routes == {front: "torchcodec", top: "torchcodec"}
+    assert "the open-decoder engine is not yet proven for h264 on NVIDIA H200" in asked.reasons[front]
+    dali = camera_routes(LoaderConfig(nvdec_engine="dali"), catalog, H200, deltas, table)
+    assert dali.routes[front] == "torchcodec" and "on DALI" in dali.reasons[front]

@@ -1,6 +1,7 @@
-"""Which kinds of stream NVDEC, through DALI's mixed decoder and the clips this version cuts, has been shown to
-return the planned frames for: `decode="auto"` sends any other kind to a CPU route and says why.
-`decode="gpu"` still uses NVDEC where the capability table (`gpus`) says it can.
+"""Which kinds of stream NVDEC, through DALI's mixed decoder and the clips this version cuts (`PROVEN`), or through
+the open-decoder engine on a given GPU (`OPEN_PROVEN`), has been shown to return the planned frames for:
+`decode="auto"` sends any other kind to a CPU route and says why. `decode="gpu"` still uses NVDEC where the
+capability table (`gpus`) says it can.
 
 A kind is a codec on a DALI minor version, as one clip per sample or as joined streams (`graph.joined`): the two
 paths hand NVDEC different streams. An entry is earned by `make gpu-check` on a GPU node: the boundary matrix of
@@ -72,17 +73,57 @@ def installed_dali() -> str:
     return str(__version__)
 
 
-# The open-decoder engine (`decode.engine`, nvdec_engine="open"): the GPUs it has passed the same checks and paid on
-# (`make gpu-check`: the boundary matrix and the wild encodings through nvdec-open, and its samples/s against DALI's
-# engine and the CPU route), each with its results folder and date. Empty: its first run (H200, 2026-11-29,
-# benchmarks/results/NVIDIA-H200/2026-11-29/) gave right frames but stopped its boundary matrix at 8 of 15 tests,
-# and paid 1.11x the CPU route at 640x480, 0.95x at 256x256.
-OPEN_PROVEN: tuple[tuple[str, str], ...] = ()  # (GPU name as torch reports it, source)
+# ---- the open-decoder engine (`decode.engine`, nvdec_engine="open") ----------------------------------------------
+@dataclass(frozen=True)
+class OpenProven:
+    """On GPU `gpu` (its name as torch reports it) the open engine decoded `codec` streams to the planned frames in
+    every check of `source` (`make gpu-check`, or a visit's tier 2: the boundary matrix and the wild encodings
+    through nvdec-open), and the whole loader on it gave more samples/s than the CPU route on all the node's cores
+    for frames of at least `min_pixels` (height x width); smaller frames keep the CPU route under `auto`."""
+
+    gpu: str
+    codec: str
+    min_pixels: int
+    source: str
 
 
-def open_unproven(gpu_name: str | None, table: tuple[tuple[str, str], ...] = OPEN_PROVEN) -> str | None:
-    """Why `nvdec_engine="auto"` keeps DALI's engine on this GPU (None: the open engine is proven here)."""
-    if any(name == gpu_name for name, _ in table):
+# Empty: the open engine's first run (H200, 2026-11-29, benchmarks/results/NVIDIA-H200/2026-11-29/) gave right frames
+# but stopped its boundary matrix at 8 of 15 tests, and paid 1.11x the CPU route at 640x480, 0.95x at 256x256.
+OPEN_PROVEN: tuple[OpenProven, ...] = ()
+
+
+def open_unproven(gpu_name: str | None, table: tuple[OpenProven, ...] = OPEN_PROVEN) -> str | None:
+    """Why `nvdec_engine="auto"` keeps DALI's engine on this GPU (None: the open engine is proven here for some
+    kind of stream; `open_rule` then says, camera by camera, where `decode="auto"` takes it)."""
+    if any(p.gpu == gpu_name for p in table):
         return None
     return (f"the open-decoder engine is not yet proven on {gpu_name or 'this GPU'} (decode/proven.py; "
             "`make gpu-check` measures and checks it)")
+
+
+def open_stream_unproven(gpu_name: str | None, codec: str, pixels: int | None,
+                         table: tuple[OpenProven, ...] = OPEN_PROVEN) -> str | None:
+    """Why `decode="auto"` keeps a camera of `codec` with frames of `pixels` (height x width; None: not stated) off
+    the open engine on this GPU (None: an entry proves the stream kind and the frames are as large as measured
+    faster than the CPU route)."""
+    entries = [p for p in table if p.gpu == gpu_name and p.codec == codec]
+    if not entries:
+        return (f"the open-decoder engine is not yet proven for {codec} on {gpu_name or 'this GPU'} "
+                "(decode/proven.py; `make gpu-check` checks and measures it)")
+    least = min(entries, key=lambda p: p.min_pixels)
+    if pixels is not None and pixels < least.min_pixels:
+        return (f"the whole loader on the open-decoder engine was measured slower than the CPU route on this "
+                f"node's cores for {codec} frames under {least.min_pixels:,} pixels on {gpu_name} ({least.source})")
+    return None
+
+
+def open_rule(gpu_name: str | None, formats: Mapping, table: tuple[OpenProven, ...] = OPEN_PROVEN
+              ) -> Callable[[str], str | None]:
+    """`choose_routes`' `unproven` argument when NVDEC cameras go to the open engine: camera key -> why `auto`
+    keeps it on a CPU route (`open_stream_unproven`), or None."""
+    def why(key: str) -> str | None:
+        fmt = formats[key]
+        pixels = fmt.width * fmt.height if fmt.width and fmt.height else None
+        return open_stream_unproven(gpu_name, fmt.codec, pixels, table)
+
+    return why

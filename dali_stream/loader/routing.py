@@ -1,9 +1,10 @@
 """Each camera's route, chosen in one place: `camera_routes(config, catalog, node, deltas)`.
 
 For one dataset, each camera's route is `decode.routes.choose_routes` on this node: the `decode=` setting, what the
-node's NVDEC takes (`decode.node`), what has been proven on a GPU (`decode.proven`) and whether a measurement says
-torchcodec is faster for the sample's shape (`decode.speed`); NVDEC cameras then go to DALI's decoder or the
-open-decoder engine (`nvdec_engine`). A mixture's members choose each as they would alone, and a key takes one
+node's NVDEC takes (`decode.node`), and what has been proven of the NVDEC engine the cameras go to (`nvdec_engine`):
+DALI's decoder, proven per codec and DALI version with the sample shapes a measurement found torchcodec faster for
+(`decode.proven.PROVEN`, `decode.speed`), or the open-decoder engine, proven per GPU and codec with the frame sizes
+where the whole loader beat the CPU route (`decode.proven.OPEN_PROVEN`). A mixture's members choose each as they would alone, and a key takes one
 route for all of them (`decode.routes.mixture_routes`). The loader (`loader.assemble`) and `dali-stream inspect`
 both call this: what one shows is what the other does.
 """
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..config import DECODE_CHOICES, LoaderConfig
 from ..decode import proven
-from ..decode.node import Node
+from ..decode.node import Node, StreamFormat
 from ..decode.route import TABLE_IMAGES
 from ..decode.routes import RouteChoice, choose_routes, formats_of, mixture_routes, nvdec_engine, open_routes
 from ..decode.speed import gpu_slower, unmeasured
@@ -37,18 +38,11 @@ class CameraRoutes:
     members: dict[str, dict[str, str]]
 
 
-def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mapping[str, Any]) -> CameraRoutes:
+def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mapping[str, Any],
+                  open_table: tuple[proven.OpenProven, ...] = proven.OPEN_PROVEN) -> CameraRoutes:
     """Each camera key's route and why (module doc); `deltas`: key -> its window's frame offsets (the frames a sample
-    shows, which the speed measurement depends on)."""
-    dali_version = proven.installed_dali()  # "0" without DALI: no GPU route then
-    # NVDEC cameras: DALI's fn.decoders.video, or the open-decoder engine (decode.engine)
-    engine, engine_why = nvdec_engine(cfg.nvdec_engine, proven.open_unproven(node.gpu.name if node.gpu else None))
-    measured, joined = measured_speed(cfg, deltas, dali_version), nvdec_joins(cfg)
-
-    def choose(formats: dict, decode: Any) -> dict[str, RouteChoice]:
-        return open_routes(choose_routes(formats, decode, node, measured, proven.rule(formats, joined)), engine,
-                           engine_why)
-
+    shows, which the speed measurement depends on); `open_table`: the open engine's proofs (`decode.proven`)."""
+    choose = route_chooser(cfg, node, deltas, open_table)
     images = table_images(cfg.decode, catalog.image_keys)
     decode = cfg.decode if isinstance(cfg.decode, str) else {k: v for k, v in cfg.decode.items() if k not in images}
     if not catalog.is_mixture:
@@ -76,6 +70,29 @@ def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mappi
     for key, choice in choices.items():
         log.info("camera %s: %s (%s)", key, choice.route, choice.reason)
     return CameraRoutes({k: c.route for k, c in choices.items()}, {k: c.reason for k, c in choices.items()}, alone)
+
+
+def route_chooser(cfg: LoaderConfig, node: Node, deltas: Mapping[str, Any],
+                  open_table: tuple[proven.OpenProven, ...] = proven.OPEN_PROVEN
+                  ) -> Callable[[Mapping[str, StreamFormat], Any], dict[str, RouteChoice]]:
+    """`choose(formats, decode)`: the routes of one dataset's cameras on this node under these settings (module
+    doc), for `camera_routes` and for `dali-stream diagnose`, which routes the formats it reads from the files."""
+    dali_version = proven.installed_dali()  # "0" without DALI: no GPU route then
+    gpu_name = node.gpu.name if node.gpu else None
+    # NVDEC cameras: DALI's fn.decoders.video, or the open-decoder engine (decode.engine)
+    engine, engine_why = nvdec_engine(cfg.nvdec_engine, proven.open_unproven(gpu_name, open_table))
+    measured, joined = measured_speed(cfg, deltas, dali_version), nvdec_joins(cfg)
+
+    def choose(formats: Mapping[str, StreamFormat], decode: Any) -> dict[str, RouteChoice]:
+        # what `auto` weighs for an NVDEC camera is the chosen engine's own record: the open engine's proofs on this
+        # GPU (codec, and the frame sizes where it beat the CPU route), or DALI's proofs and speed measurements
+        if engine == "open":
+            chosen = choose_routes(formats, decode, node, None, proven.open_rule(gpu_name, formats, open_table))
+        else:
+            chosen = choose_routes(formats, decode, node, measured, proven.rule(formats, joined))
+        return open_routes(chosen, engine, engine_why)
+
+    return choose
 
 
 def table_images(decode: Any, keys: list[str]) -> dict[str, RouteChoice]:

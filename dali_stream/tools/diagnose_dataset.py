@@ -244,9 +244,10 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
     `open_meta()`: how to open the dataset's metadata (default `DatasetMeta.open(source)`)."""
     import numpy as np
 
-    from ..decode import proven
+    from ..config import LoaderConfig
     from ..decode.node import StreamFormat
-    from ..decode.routes import choose_routes, formats_of
+    from ..decode.routes import formats_of
+    from ..loader.routing import route_chooser
     from ..meta.dataset import DatasetMeta
 
     try:
@@ -256,6 +257,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
     pos = int(np.flatnonzero(meta.lengths > 0)[0])
     painted = meta.info.get("robot_type") == "dali_stream_sample"
     declared = formats_of(meta)
+    choose = route_chooser(LoaderConfig(), node, {})  # as a loader with the defaults routes it, one frame a sample
     cameras = {}
     for key, cam in meta.cameras.items():
         path = meta.video_file(pos, key)
@@ -270,8 +272,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
         # Route on what the file holds (size, pixel format) where it could be read, else on info.json.
         fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"], cam.depth is not None) \
             if "width" in entry else declared[key]
-        choice = choose_routes({key: fmt}, "auto", node,  # as the loader's defaults take it: joined streams
-                               unproven=proven.rule({key: fmt}))[key]
+        choice = choose({key: fmt}, "auto")[key]
         entry.update(route=choice.route, reason=choice.reason)
         if "layer" not in entry:
             if route(choice.route).depth:
