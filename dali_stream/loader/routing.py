@@ -4,10 +4,10 @@ For one dataset, each camera's route is `decode.routes.choose_routes` on this no
 node's NVDEC takes (`decode.node`), and what has been proven of the NVDEC engine the cameras go to (`nvdec_engine`):
 DALI's decoder, proven per codec and DALI version with the sample shapes a measurement found torchcodec faster for
 (`decode.proven.PROVEN`, `decode.speed`), or the open-decoder engine, proven per GPU and codec with the frame sizes
-where the whole loader beat the CPU route (`decode.proven.OPEN_PROVEN`). A mixture's members choose each as they would alone, and a key takes one
-route for all of them (`decode.routes.mixture_routes`). The loader (`loader.assemble`) and `dali-stream inspect`
-both call this: what one shows is what the other does.
-"""
+where the whole loader beat the CPU route (`decode.proven.OPEN_PROVEN`). A mixture's members choose each as they
+would alone, and a key takes one route for all of them (`decode.routes.mixture_routes`). The loader
+(`loader.assemble`) and `dali-stream inspect` and `dali-stream diagnose` (`route_chooser`) all call this: what one
+shows is what the other does. """
 
 from __future__ import annotations
 
