@@ -6,8 +6,9 @@ DALI's decoder, proven per codec and DALI version with the sample shapes a measu
 (`decode.proven.PROVEN`, `decode.speed`), or the open-decoder engine, proven per GPU and codec with the frame sizes
 where the whole loader beat the CPU route (`decode.proven.OPEN_PROVEN`). A mixture's members choose each as they
 would alone, and a key takes one route for all of them (`decode.routes.mixture_routes`). The loader
-(`loader.assemble`) and `dali-stream inspect` and `dali-stream diagnose` (`route_chooser`) all call this: what one
-shows is what the other does. """
+(`loader.assemble`), `dali-stream inspect` and `dali-stream diagnose` (`route_chooser`) all call this: what one shows
+is what the others do.
+"""
 
 from __future__ import annotations
 
