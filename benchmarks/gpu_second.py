@@ -10,15 +10,17 @@ each part (`PATH` names it; one part per call, carrying it: `bash .devwheels/par
 before the visit: the node idles while it runs.
 
 `measure` runs, in this order, each step's result written to DIR before the next begins (a call cut short keeps
-what it got), each bench's JSON folded into `gpu_second.json` (a device call returns at most 8 files: DIR holds 7):
-1. `dali-stream bench` on the tier-1 H.264 dataset, batch 64: `--decode gpu --nvdec-engine open` with
-   `--cpu-all-cores` (the CPU route on every core of the node, in the same call): the loader's samples/s on NVDEC
-   against the CPU route measured beside it, the open engine's NVDEC limit and utilisation;
-2. the H.264 and HEVC datasets as one mixture on NVDEC, with `--gpu-load` (bfloat16 matmuls on the loader's GPU
-   beside it): whether decode stalls a training step's kernels;
-3. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
+what it got), each bench's JSON folded into `gpu_second.json` (a device call returns at most 8 files: DIR holds 8):
+1. `dali-stream bench` on the tier-1 datasets (H.264 640x480 and 256x256, HEVC 640x480), batch 64: `--decode gpu
+   --nvdec-engine open` with `--cpu-all-cores` (the CPU route on every core of the node, in the same call): the
+   loader's samples/s on NVDEC against the CPU route measured beside it, the open engine's NVDEC limit and
+   utilisation;
+2. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
    `decode/proven.py`'s entries), with a JUnit file, on 4 processes where pytest-xdist is there (the node's image
-   has it: on one process the 15 tests passed 240 s on an H200 at 8 of them).
+   has it: on one process the 15 tests passed 240 s on an H200 at 8 of them);
+3. the H.264 and HEVC datasets as one mixture on NVDEC, with `--gpu-load` (bfloat16 matmuls on the loader's GPU
+   beside it): whether decode stalls a training step's kernels.
+`python benchmarks/gpu_decide.py DIR/..` then says which `decode/proven.py` entries the results earn.
 With `--route cpu-open` (the CI dry run): FFmpeg's decoders in NVDEC's place, no GPU load, and the boundary tests
 of `cpu-open` (tests/test_boundaries.py) collected, not run (CI runs them), so a wrong flag or path fails on the CPU
 first.
@@ -43,6 +45,8 @@ DATA = ROOT / ".demo/gpu-first"
 # colours FFmpeg reads, segment cuts it falls back to), torchcodec 0.11.1 (torch 2.11's: the CPU route beside).
 WHEELS = ("nvidia-dali-cuda120==2.4.0", "astunparse", "gast", "optree", "makefun", "nvtx", "av==18.1.0",
           "torchcodec==0.11.1", "pynvvideocodec==2.2.4", "rich", "psutil")
+# step -> the tier-1 dataset the loader is measured on against the CPU route on all cores (`--cpu-all-cores`)
+OPEN_VS_CPU = {"open_vs_cpu": "h264", "open_vs_cpu_256": "h264-256", "open_vs_cpu_hevc": "hevc"}
 STEP_TIMEOUT_S = 240
 BOUNDARY_TIMEOUT_S = 330  # the boundary matrix's step (on 4 processes); the benches' steps take STEP_TIMEOUT_S
 
@@ -91,17 +95,22 @@ def measure(args) -> int:
     short = ["--duration-s", str(args.window_s), "--warmup-batches", "2", "--no-baseline", "--no-peers"]
     report: dict = {"route": args.route, "date": time.strftime("%Y-%m-%d %H:%M"), "steps": {}}
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    for name, dataset, extra in (("open_vs_cpu", data / "h264", ["--cpu-all-cores"]),
-                                 ("open_vs_cpu_256", data / "h264-256", ["--cpu-all-cores"]),
-                                 ("mixture_beside_kernel", mixture, [*(["--gpu-load"] if gpu else []), "--no-limit"])):
+
+    def bench(name: str, dataset: Path, extra: list[str]) -> None:
         _run(name, [*dali_stream, "bench", str(dataset), *decode, "--batch-size", "64", *extra, *short,
                     "--out-dir", str(out / name)], out, report, env, results=out / name)
+
+    # what `decode/proven.py`'s entries need first (`benchmarks/gpu_decide.py`): the loader against the CPU route per
+    # codec and frame size, then the checks
+    for name, dataset in OPEN_VS_CPU.items():
+        bench(name, data / dataset, ["--cpu-all-cores"])
     # the CPU dry run only collects them (CI runs them anyway): the selection must name tests that exist
     processes = ["-n", "4"] if gpu and importlib.util.find_spec("xdist") is not None else []
     tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu", *processes] if gpu
              else ["tests/test_boundaries.py", "-k", "cpu-open", "--collect-only"])
     _run("boundaries", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
                         f"--junitxml={out / 'boundaries.xml'}"], out, report, env, BOUNDARY_TIMEOUT_S)
+    bench("mixture_beside_kernel", mixture, [*(["--gpu-load"] if gpu else []), "--no-limit"])
     failed = [n for n, s in report["steps"].items() if s["status"] != 0]
     report["failed"] = failed
     (out / "gpu_second.json").write_text(json.dumps(report, indent=1) + "\n")

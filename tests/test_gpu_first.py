@@ -100,8 +100,8 @@ def test_a_wrong_frame_is_counted_not_hidden(prepared):
 
 
 def test_the_second_tier_runs_as_on_the_node(prepared, tmp_path):
-    """Tier 2's measuring call on the CPU: the loader on `cpu-open` against the CPU route on every core (640x480 and
-    256x256), the mixture of two datasets, and the boundary tests of that route collected, each step's status and
+    """Tier 2's measuring call on the CPU: the loader on `cpu-open` against the CPU route on every core (H.264 at
+    640x480 and 256x256, HEVC), the boundary tests of that route collected, the mixture, each step's status and
     each bench's JSON in `gpu_second.json`: no more files than a device call returns (8)."""
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "OUT": str(out)}
@@ -109,7 +109,8 @@ def test_the_second_tier_runs_as_on_the_node(prepared, tmp_path):
                            "--window-s", "0.5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     report = json.loads((out / "gpu_second.json").read_text())
     assert proc.returncode == 0 and report["failed"] == [], (report, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert list(report["steps"]) == ["open_vs_cpu", "open_vs_cpu_256", "mixture_beside_kernel", "boundaries"]
+    assert list(report["steps"]) == ["open_vs_cpu", "open_vs_cpu_256", "open_vs_cpu_hevc", "boundaries",
+                                     "mixture_beside_kernel"]
     (result,) = report["steps"]["open_vs_cpu"]["results"]
     assert set(result["routes"].values()) == {"cpu-open"} and result["gpu_over_cpu_all_cores"] > 0
     assert report["steps"]["mixture_beside_kernel"]["results"][0]["mixture"]["ratio_median"] > 0

@@ -87,6 +87,8 @@ class OpenProven:
     source: str
 
 
+# Entries are what `benchmarks/gpu_decide.py` prints for a visit's results (one rule: every check passed, and the
+# frame sizes from which the loader beat the CPU route), added in the commit that adds those results.
 # Empty: the open engine's first run (H200, 2026-11-29, benchmarks/results/NVIDIA-H200/2026-11-29/) gave right frames
 # but stopped its boundary matrix at 8 of 15 tests, and paid 1.11x the CPU route at 640x480, 0.95x at 256x256.
 OPEN_PROVEN: tuple[OpenProven, ...] = ()

@@ -315,6 +315,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
                   image_shape={k: [*loader.stages.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
+                  codecs={k: c.codec for k, c in meta.cameras.items()},
                   sample=sample)
     result["batch_mixing"] = batch_mixing(loader)
     result.update(
