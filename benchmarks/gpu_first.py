@@ -28,7 +28,8 @@ it got:
 3. the colour check: the reference samples decoded by the engine against FFmpeg's pictures of the same packets:
    the largest and mean difference in levels (FFmpeg's own conversion on the CPU: at most 2);
 4. what the decode threads wait for (`benchmarks/gpu_scaling.py`, H.264 640x480 one frame): P processes of one
-   decode thread each against one process of P threads, and whether the decoder's calls hold the interpreter's lock.
+   decode thread each against one process of P threads, 2 and 4 such processes handing their frames to one
+   consumer (CUDA IPC), and whether the decoder's calls hold the interpreter's lock.
 Exit status: 0 every check passed, 1 a wrong frame or a colour difference over 2 levels, 2 the preflight failed
 (the engine cannot start here; the reason is in the JSON).
 """
@@ -497,7 +498,8 @@ def measure(args) -> int:
     from gpu_scaling import scaling
 
     try:
-        report["scaling"] = scaling(Path(args.data) / SCALING, args.route, threads, args.window_s, device_index)
+        report["scaling"] = scaling(Path(args.data) / SCALING, args.route, threads, args.window_s, device_index,
+                                    tuple(p for p in threads if 1 < p <= 4) or (2,))
     except Exception as exc:  # noqa: BLE001 - a finding, written down; the checks above stand
         report["scaling"] = {"error": f"{type(exc).__name__}: {exc}"}
     save()

@@ -9,14 +9,18 @@ step tells which, so the engine's next form is chosen on a measurement:
    samples/s against one process at P decode threads (`gpu_first.py`'s runs of the same dataset). Processes that
    scale where threads do not: the threads wait on something per process (the interpreter's lock, or a lock of
    the CUDA context they share), and an engine in several processes is worth building.
-2. **The interpreter's lock during the decoder's calls**: one decoder fed a batch's packets call after call while
+2. **Processes handing their frames to one consumer**, as an engine of several processes would: each process
+   decodes whole batches (one decode thread) and puts each camera's frames on a `torch.multiprocessing` queue
+   (CUDA tensors cross by CUDA IPC, host ones by shared memory); the consumer reads every frame's painted ids on
+   the device and drops it. Its samples/s against the processes' own (1.) is what the hand-off costs.
+3. **The interpreter's lock during the decoder's calls**: one decoder fed a batch's packets call after call while
    a Python thread counts; the counts it makes inside the calls against its rate while nothing else runs. Near 1:
    the decoder releases the lock while it works (PyNvVideoCodec's `Decode`, FFmpeg's through PyAV); near 0: it
    holds it, and every decode thread of a process waits on the others' calls.
 
     python benchmarks/gpu_scaling.py --data .demo/gpu-first/h264 [--route cpu-open] [--procs 1,2,4,7]
 
-`gpu_first.py measure` runs both after its colour check and writes them into `gpu_first.json` ("scaling").
+`gpu_first.py measure` runs them after its colour check and writes them into `gpu_first.json` ("scaling").
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 PROCS = (1, 2, 4, 7)
+HANDOFF_PROCS = (2, 4)  # processes handing frames to one consumer (2.)
 START_TIMEOUT_S = 120  # a child that has not warmed up by then is reported, not waited for
 
 
@@ -97,9 +102,122 @@ def _child(root: str, route: str, device_index: int | None, window_s: float, bar
         rig.close()
 
 
+def handoff(root: Path, route: str, procs: int, window_s: float, device_index: int | None) -> dict[str, Any]:
+    """`procs` decoding processes handing each camera's frames of every batch to this one (module doc, 2.): the
+    samples/s this consumer receives over `window_s`, and the wrong frames among them by their painted ids."""
+    import torch.multiprocessing as tmp
+
+    from dali_stream.tools.paint import UnreadableIds, ids_of
+
+    ctx = tmp.get_context("spawn")
+    frames_q, barrier, stop = ctx.Queue(maxsize=4 * procs), ctx.Barrier(procs + 1), ctx.Event()
+    children = [ctx.Process(target=_producer, args=(str(root), route, device_index, i, procs, frames_q, barrier, stop),
+                            daemon=True) for i in range(procs)]
+    for child in children:
+        child.start()
+    out: dict[str, Any] = {"processes": procs}
+    try:
+        barrier.wait(timeout=START_TIMEOUT_S)
+    except threading.BrokenBarrierError:
+        stop.set()
+        try:
+            said = frames_q.get(timeout=5).get("error")
+        except Exception:  # noqa: BLE001 - none said: the time ran out
+            said = None
+        return {**out, "error": said or f"not every process warmed up within {START_TIMEOUT_S} s",
+                "exit_codes": [c.exitcode for c in children]}
+    from gpu_first import block_cells
+
+    samples = frames_n = wrong = 0
+    cameras = None
+    t0 = time.perf_counter()
+    try:
+        while time.perf_counter() - t0 < window_s:
+            item = frames_q.get(timeout=60)
+            if "error" in item:
+                out["error"] = item["error"]
+                break
+            frames, expected = item["frames"], item["expected"]
+            cells = block_cells(frames if frames.is_cuda else frames.numpy())
+            for got_cells, want in zip(cells, expected):
+                try:
+                    wrong += ids_of(got_cells) != tuple(want)
+                except UnreadableIds:
+                    wrong += 1
+            frames_n += len(expected)
+            cameras = item["cameras"]
+            samples += item["samples"] if item["last_camera"] else 0
+            del frames, item
+        seconds = time.perf_counter() - t0
+    finally:
+        stop.set()
+        while any(c.is_alive() for c in children):  # the producers end once their frames are consumed
+            try:
+                frames_q.get(timeout=0.2)
+            except Exception:  # noqa: BLE001 - empty: look again
+                pass
+            for child in children:
+                child.join(timeout=0.1)
+    if "error" in out:
+        return out
+    return {**out, "samples_per_s": samples / seconds, "frames": frames_n, "wrong_frames": wrong, "cameras": cameras,
+            "exit_codes": [c.exitcode for c in children]}
+
+
+def _producer(root: str, route: str, device_index: int | None, index: int, procs: int, frames_q, barrier,
+              stop) -> None:
+    """One decoding process of `handoff`: the batches of its share of each epoch (every `procs`-th), decoded on one
+    thread, each camera's frames put on `frames_q` complete (the engine's stream synchronised first: the consumer
+    waits on nothing of ours)."""
+    import torch
+    from gpu_first import Rig
+
+    try:
+        rig = Rig(Path(root), route, 1, 1, device_index)
+    except Exception as exc:  # noqa: BLE001 - sent to the consumer, which reports it
+        barrier.abort()
+        frames_q.put({"error": f"{type(exc).__name__}: {exc}"})
+        return
+    try:
+        def batch(plan):
+            rows = [rig.store.rows(int(p)) for p in plan.episodes]
+            for n, key in enumerate(rig.cameras):
+                segs, idx = rig.builder.locate(plan, rows, key)
+                frames, _ = rig.engine.decode(key, segs, idx)
+                if rig.engine.stream is not None:
+                    rig.engine.stream.synchronize()
+                yield {"frames": frames if isinstance(frames, torch.Tensor) else torch.from_numpy(frames),
+                       "expected": rig.expected(plan, key), "samples": plan.size, "cameras": len(rig.cameras),
+                       "last_camera": n == len(rig.cameras) - 1}
+
+        plan = rig.plan(0)
+        for item in batch(plan.batch(index % plan.num_batches)):  # warm: decoders opened, kernels loaded
+            del item
+        barrier.wait(timeout=START_TIMEOUT_S)
+        epoch = 0
+        while not stop.is_set():
+            plan = rig.plan(epoch)
+            for i in range(index, plan.num_batches, procs):
+                for item in batch(plan.batch(i)):
+                    while not stop.is_set():
+                        try:
+                            frames_q.put(item, timeout=0.2)
+                            break
+                        except Exception:  # noqa: BLE001 - full: the consumer is behind
+                            continue
+                if stop.is_set():
+                    break
+            epoch += 1
+    except Exception as exc:  # noqa: BLE001
+        frames_q.put({"error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        frames_q.cancel_join_thread()  # frames still queued are not waited for: the consumer has stopped
+        rig.close()
+
+
 def gil_probe(root: Path, route: str, device_index: int | None, seconds: float = 2.0) -> dict[str, Any]:
     """How much of the interpreter's time a counting thread gets while one decoder of the engine's kind is inside
-    its calls, against while nothing else runs (module doc, 2)."""
+    its calls, against while nothing else runs (module doc, 3)."""
     from gpu_first import Rig
 
     from dali_stream.decode.feed import build_feed
@@ -186,14 +304,17 @@ def _raw_calls(dec, feed) -> list:
     return calls
 
 
-def scaling(root: Path, route: str, procs: list[int], window_s: float, device_index: int | None) -> dict[str, Any]:
-    """Both measurements of the module doc on dataset `root`."""
-    out: dict[str, Any] = {"dataset": root.name, "gil": gil_probe(root, route, device_index), "processes": []}
-    for p in procs:
-        out["processes"].append(processes(root, route, p, window_s, device_index))
-        print(f"scaling: {p} processes: " + (f"{out['processes'][-1]['samples_per_s']:.0f} samples/s"
-                                             if "samples_per_s" in out["processes"][-1]
-                                             else out["processes"][-1]["error"]), flush=True)
+def scaling(root: Path, route: str, procs: list[int], window_s: float, device_index: int | None,
+            handoff_procs: tuple[int, ...] = HANDOFF_PROCS) -> dict[str, Any]:
+    """The module doc's measurements on dataset `root`."""
+    out: dict[str, Any] = {"dataset": root.name, "gil": gil_probe(root, route, device_index), "processes": [],
+                           "handoff": []}
+    for kind, counts, measure in (("processes", procs, processes), ("handoff", handoff_procs, handoff)):
+        for p in counts:
+            got = measure(root, route, p, window_s, device_index)
+            out[kind].append(got)
+            print(f"scaling: {p} processes{' handing frames over' if kind == 'handoff' else ''}: "
+                  + (f"{got['samples_per_s']:.0f} samples/s" if "samples_per_s" in got else got["error"]), flush=True)
     return out
 
 
@@ -215,6 +336,18 @@ def table(scaled: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
         rate = p["samples_per_s"]
         shown, ratio = (f"{t:.0f}", f"{rate / t:.2f}") if t else ("-", "-")
         lines.append(f"| {n} | {rate:.0f} | {shown} | {ratio} | {p['cpu_ms_per_sample']:.2f} | {p['wrong_frames']} |")
+    alone = {p["processes"]: p.get("samples_per_s") for p in scaled["processes"]}
+    if scaled.get("handoff"):
+        lines += ["", "the same processes handing each camera's frames to one consumer (CUDA IPC on the GPU), which "
+                  "reads their painted ids", "", "| P | samples/s received | ÷ the processes alone | wrong frames |",
+                  "|---|---|---|---|"]
+        for h in scaled["handoff"]:
+            if "samples_per_s" not in h:
+                lines.append(f"| {h['processes']} | failed: {h.get('error')} | - | - |")
+                continue
+            base, rate = alone.get(h["processes"]), h["samples_per_s"]
+            ratio = f"{rate / base:.2f}" if base else "-"
+            lines.append(f"| {h['processes']} | {rate:.0f} | {ratio} | {h['wrong_frames']} of {h['frames']} |")
     fraction = gil.get("gil_free_fraction")
     lines += ["", f"the interpreter's lock during the decoder's calls: a counting thread got "
               f"{'-' if fraction is None else f'{fraction:.2f}'} of its free rate inside {gil['calls']} calls of "

@@ -67,14 +67,20 @@ def test_the_first_call_runs_as_on_the_node(prepared, tmp_path):
         assert c["passed"] and c["max_levels"] == 0, (codec, c)  # FFmpeg against FFmpeg: the same pictures
     table = (out / "summary.md").read_text()
     assert "| h264 | 8 | 2 |" in table and "colour check hevc" in table and "thread-ms per sample" in table
-    # what the decode threads wait for: processes of one thread against one process of as many threads, and the
-    # interpreter's lock inside the decoder's calls (FFmpeg's decode through PyAV releases it)
+    # what the decode threads wait for: processes of one thread against one process of as many threads, processes
+    # handing frames over, and the interpreter's lock inside the decoder's calls (FFmpeg's decode through PyAV
+    # releases it)
     scaled = report["scaling"]
     assert [p["processes"] for p in scaled["processes"]] == [1, 2], scaled
     for p in scaled["processes"]:
         assert p["samples_per_s"] > 0 and p["wrong_frames"] == 0 and len(p["each"]) == p["processes"], p
     assert scaled["gil"]["calls"] > 0 and scaled["gil"]["gil_free_fraction"] > 0.3, scaled["gil"]
+    # two decoding processes handing their frames (shared memory here, CUDA IPC there) to one consumer reading ids
+    (handed,) = scaled["handoff"]
+    assert handed["processes"] == 2 and handed["samples_per_s"] > 0 and handed["frames"] > 0, handed
+    assert handed["wrong_frames"] == 0 and handed["exit_codes"] == [0, 0], handed
     assert "processes ÷ threads" in table and "| 2 |" in table and "interpreter's lock" in table
+    assert "samples/s received" in table
 
 
 def test_a_wrong_frame_is_counted_not_hidden(prepared):
