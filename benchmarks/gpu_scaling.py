@@ -14,9 +14,10 @@ step tells which, so the engine's next form is chosen on a measurement:
    (CUDA tensors cross by CUDA IPC, host ones by shared memory); the consumer reads every frame's painted ids on
    the device and drops it. Its samples/s against the processes' own (1.) is what the hand-off costs.
 3. **The interpreter's lock during the decoder's calls**: one decoder fed a batch's packets call after call while
-   a Python thread counts; the counts it makes inside the calls against its rate while nothing else runs. Near 1:
-   the decoder releases the lock while it works (PyNvVideoCodec's `Decode`, FFmpeg's through PyAV); near 0: it
-   holds it, and every decode thread of a process waits on the others' calls.
+   a Python thread spins, and the time it slept waiting for the lock is read from Linux's schedstat
+   (`lock_share`). Near 0: the decoder releases the lock
+   while it works (FFmpeg's through PyAV); near 1: it holds it, and every decode thread of a process waits on the
+   others' calls.
 
     python benchmarks/gpu_scaling.py --data .demo/gpu-first/h264 [--route cpu-open] [--procs 1,2,4,7]
 
@@ -223,15 +224,6 @@ def gil_probe(root: Path, route: str, device_index: int | None, seconds: float =
     from dali_stream.decode.feed import build_feed
 
     rig = Rig(root, route, 1, 1, device_index)
-    count = 0
-    stop = threading.Event()
-
-    def spin() -> None:
-        nonlocal count
-        while not stop.is_set():
-            count += 1
-
-    switch = sys.getswitchinterval()
     try:
         plan = rig.plan(0).batch(0)
         rows = [rig.store.rows(int(p)) for p in plan.episodes]
@@ -239,35 +231,67 @@ def gil_probe(root: Path, route: str, device_index: int | None, seconds: float =
         segs, idx = rig.builder.locate(plan, rows, key)
         feed = build_feed(list(zip(segs, idx)))
         dec = rig.engine.make(feed.codec, key)
-        calls = _raw_calls(dec, feed)
-        for call in calls:  # warm: the decoder configured, its first pictures out
-            call()
-        sys.setswitchinterval(1e-4)  # the spinner and the caller trade the lock often: its share is what is seen
-        spinner = threading.Thread(target=spin, daemon=True)
-        spinner.start()
-        time.sleep(0.2)
-        c0 = count
-        time.sleep(0.5)
-        free_rate = (count - c0) / 0.5
-        inside = counted = 0.0
-        n = 0
-        t_end = time.perf_counter() + seconds
-        while time.perf_counter() < t_end:
-            for call in calls:
-                c0, t0 = count, time.perf_counter()
+        try:
+            calls = _raw_calls(dec, feed)
+            for call in calls:  # warm: the decoder configured, its first pictures out
                 call()
-                inside += time.perf_counter() - t0
-                counted += count - c0
-                n += 1
-        stop.set()
-        spinner.join()
-        dec.close()
-        return {"camera": key, "calls": n, "ms_per_call": 1e3 * inside / max(1, n), "free_counts_per_s": free_rate,
-                "gil_free_fraction": counted / (free_rate * inside) if free_rate and inside else None}
+            return {"camera": key, **lock_share(calls, seconds)}
+        finally:
+            dec.close()
+    finally:
+        rig.close()
+
+
+def lock_share(calls: list, seconds: float) -> dict[str, Any]:
+    """`calls` made one after another for `seconds` alone (their mean time), then as long again while a Python thread
+    spins: `gil_held_fraction` is the part of that time the spinning thread slept, neither running nor waiting for a
+    core (Linux's per-thread schedstat: run and run-queue time), that is, waited for the interpreter's lock (near 1:
+    the calls hold it; near 0: they release it). A busy machine reads low: a waiting thread wakes each switch
+    interval (1 ms here) and then queues for a core. None where the kernel keeps no schedstat."""
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for call in calls:
+            call()
+            n += 1
+    alone_ms = 1e3 * (time.perf_counter() - t0) / max(1, n)
+    stop = threading.Event()
+    tid: list[int] = []
+
+    def spin() -> None:
+        tid.append(threading.get_native_id())
+        while not stop.is_set():
+            pass
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-3)  # a lock held by a call is asked back this often
+    spinner = threading.Thread(target=spin, daemon=True)
+    try:
+        spinner.start()
+        time.sleep(0.1)
+        before, t0 = _schedstat(tid[0]), time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for call in calls:
+                call()
+        after, wall = _schedstat(tid[0]), time.perf_counter() - t0
     finally:
         stop.set()
+        spinner.join()
         sys.setswitchinterval(switch)
-        rig.close()
+    held = None
+    if before is not None and after is not None:
+        ran, queued = (after[0] - before[0]) / 1e9, (after[1] - before[1]) / 1e9
+        held = min(1.0, max(0.0, (wall - ran - queued) / wall))
+    return {"calls": n, "ms_per_call": alone_ms, "gil_held_fraction": held}
+
+
+def _schedstat(tid: int) -> tuple[int, int] | None:
+    """(ns on a core, ns runnable on a run queue) of thread `tid` of this process, None without schedstat."""
+    try:
+        run, queued, _ = open(f"/proc/self/task/{tid}/schedstat").read().split()
+    except (OSError, ValueError):
+        return None
+    return int(run), int(queued)
 
 
 def _raw_calls(dec, feed) -> list:
@@ -348,10 +372,10 @@ def table(scaled: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
             base, rate = alone.get(h["processes"]), h["samples_per_s"]
             ratio = f"{rate / base:.2f}" if base else "-"
             lines.append(f"| {h['processes']} | {rate:.0f} | {ratio} | {h['wrong_frames']} of {h['frames']} |")
-    fraction = gil.get("gil_free_fraction")
-    lines += ["", f"the interpreter's lock during the decoder's calls: a counting thread got "
-              f"{'-' if fraction is None else f'{fraction:.2f}'} of its free rate inside {gil['calls']} calls of "
-              f"{gil['ms_per_call']:.3f} ms (near 1: the decoder releases the lock; near 0: it holds it)"]
+    fraction = gil.get("gil_held_fraction")
+    lines += ["", f"the interpreter's lock during the decoder's calls: a spinning Python thread waited for it "
+              f"{'-' if fraction is None else f'{fraction:.2f}'} of the time over {gil['calls']} calls of "
+              f"{gil['ms_per_call']:.3f} ms (near 1: the decoder holds the lock; near 0: it releases it)"]
     return lines
 
 
