@@ -85,7 +85,7 @@ def processes(root: Path, route: str, procs: int, window_s: float, device_index:
 
 
 def _child(root: str, route: str, device_index: int | None, window_s: float, barrier, results) -> None:
-    from gpu_first import Rig, warm, window
+    from gpu_rig import Rig, warm, window
 
     try:
         rig = Rig(Path(root), route, 1, 1, device_index)
@@ -127,7 +127,7 @@ def handoff(root: Path, route: str, procs: int, window_s: float, device_index: i
             said = None
         return {**out, "error": said or f"not every process warmed up within {START_TIMEOUT_S} s",
                 "exit_codes": [c.exitcode for c in children]}
-    from gpu_first import block_cells
+    from gpu_rig import block_cells
 
     samples = frames_n = wrong = 0
     cameras = None
@@ -171,7 +171,7 @@ def _producer(root: str, route: str, device_index: int | None, index: int, procs
     thread, each camera's frames put on `frames_q` complete (the engine's stream synchronised first: the consumer
     waits on nothing of ours)."""
     import torch
-    from gpu_first import Rig
+    from gpu_rig import Rig
 
     try:
         rig = Rig(Path(root), route, 1, 1, device_index)
@@ -219,7 +219,7 @@ def _producer(root: str, route: str, device_index: int | None, index: int, procs
 def gil_probe(root: Path, route: str, device_index: int | None, seconds: float = 2.0) -> dict[str, Any]:
     """How much of the interpreter's time a counting thread gets while one decoder of the engine's kind is inside
     its calls, against while nothing else runs (module doc, 3)."""
-    from gpu_first import Rig
+    from gpu_rig import Rig
 
     from dali_stream.decode.feed import build_feed
 

@@ -87,7 +87,7 @@ def test_a_wrong_frame_is_counted_not_hidden(prepared):
     """The check reads the painted ids of what the engine returned: a plan asking other frames than it decodes
     is reported frame by frame."""
     sys.path.insert(0, str(REPO))
-    from benchmarks.gpu_first import Rig
+    from benchmarks.gpu_rig import Rig
 
     rig = Rig(prepared / "h264", "cpu-open", 1, 1)
     try:
@@ -134,7 +134,7 @@ def test_the_fetch_stage_and_packet_feed_run_without_pyav(prepared):
 import sys
 sys.path.insert(0, ".")
 from pathlib import Path
-from benchmarks.gpu_first import Rig
+from benchmarks.gpu_rig import Rig
 from dali_stream.decode.feed import build_feed
 for codec in ("h264", "hevc"):
     rig = Rig(Path(sys.argv[1]) / codec, "cpu-open", 1, 8)
