@@ -13,7 +13,8 @@ from typing import Iterable, Literal
 # The open engine's NVDEC decode threads by default: one per NVDEC engine, at most this many. Past it the threads
 # contend for the host, not for NVDEC: on an H200 (7 engines, benchmarks/results/NVIDIA-H200/2026-11-29/,
 # gpu-first) 4 threads gave the best or within 0.95 of the best samples/s in all six cases (640x480 H.264 and
-# HEVC, 256x256 H.264, one frame and 8-step windows), 7 threads 0.78-0.88 of it (one run each).
+# HEVC, 256x256 H.264, one frame and 8-step windows), 7 threads 0.78-0.88 of it (one run each); the H100's run of
+# an earlier engine (2026-11-26) put 4 threads at 0.70-1.0 of its best, 7 at 0.50-0.77.
 OPEN_NVDEC_THREADS = 4
 
 
