@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,13 +57,13 @@ def processes(root: Path, route: str, procs: int, window_s: float, device_index:
     try:
         barrier.wait(timeout=START_TIMEOUT_S)
     except threading.BrokenBarrierError:
-        return {"processes": procs, "error": f"not every process warmed up within {START_TIMEOUT_S} s",
+        return {"processes": procs, "error": _said(results) or f"not every process warmed up within {START_TIMEOUT_S} s",
                 "exit_codes": [c.exitcode for c in children]}
     started_s = time.perf_counter() - t0
     got = []
     for _ in children:
         try:
-            got.append(results.get(timeout=window_s + 60))
+            got.append(results.get(timeout=window_s + 30))
         except Exception:  # noqa: BLE001 - reported: a child that died says so by its exit code
             break
     for child in children:
@@ -82,6 +82,14 @@ def processes(root: Path, route: str, procs: int, window_s: float, device_index:
                    {k: r[k] for k in ("samples", "seconds", "samples_per_s", "cpu_ms_per_sample", "wrong_frames",
                                       "ms_per_sample")} for r in runs])
     return out
+
+
+def _said(queue) -> str | None:
+    """The error a child that could not start put on `queue`, if it said one within a few seconds."""
+    try:
+        return queue.get(timeout=5).get("error")
+    except Exception:  # noqa: BLE001 - none said
+        return None
 
 
 def _child(root: str, route: str, device_index: int | None, window_s: float, barrier, results) -> None:
@@ -121,11 +129,7 @@ def handoff(root: Path, route: str, procs: int, window_s: float, device_index: i
         barrier.wait(timeout=START_TIMEOUT_S)
     except threading.BrokenBarrierError:
         stop.set()
-        try:
-            said = frames_q.get(timeout=5).get("error")
-        except Exception:  # noqa: BLE001 - none said: the time ran out
-            said = None
-        return {**out, "error": said or f"not every process warmed up within {START_TIMEOUT_S} s",
+        return {**out, "error": _said(frames_q) or f"not every process warmed up within {START_TIMEOUT_S} s",
                 "exit_codes": [c.exitcode for c in children]}
     from gpu_rig import block_cells
 
@@ -134,7 +138,7 @@ def handoff(root: Path, route: str, procs: int, window_s: float, device_index: i
     t0 = time.perf_counter()
     try:
         while time.perf_counter() - t0 < window_s:
-            item = frames_q.get(timeout=60)
+            item = frames_q.get(timeout=30)
             if "error" in item:
                 out["error"] = item["error"]
                 break
@@ -329,14 +333,27 @@ def _raw_calls(dec, feed) -> list:
 
 
 def scaling(root: Path, route: str, procs: list[int], window_s: float, device_index: int | None,
-            handoff_procs: tuple[int, ...] = HANDOFF_PROCS) -> dict[str, Any]:
-    """The module doc's measurements on dataset `root`."""
-    out: dict[str, Any] = {"dataset": root.name, "gil": gil_probe(root, route, device_index), "processes": [],
-                           "handoff": []}
+            handoff_procs: tuple[int, ...] = HANDOFF_PROCS, out: dict[str, Any] | None = None,
+            saved: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The module doc's measurements on dataset `root`, into `out` (a new dict if None), `saved()` called after each
+    one (a call cut short keeps what it measured); a part that fails is written down with its error, and the next
+    runs."""
+    out = {} if out is None else out
+    out.update(dataset=root.name, gil=None, processes=[], handoff=[])
+
+    def attempt(measure: Callable[..., dict[str, Any]], *args) -> dict[str, Any]:
+        try:
+            return measure(*args)
+        except Exception as exc:  # noqa: BLE001 - a finding, written down
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    out["gil"] = attempt(gil_probe, root, route, device_index)
+    saved()
     for kind, counts, measure in (("processes", procs, processes), ("handoff", handoff_procs, handoff)):
         for p in counts:
-            got = measure(root, route, p, window_s, device_index)
+            got = {"processes": p, **attempt(measure, root, route, p, window_s, device_index)}
             out[kind].append(got)
+            saved()
             print(f"scaling: {p} processes{' handing frames over' if kind == 'handoff' else ''}: "
                   + (f"{got['samples_per_s']:.0f} samples/s" if "samples_per_s" in got else got["error"]), flush=True)
     return out
@@ -344,6 +361,8 @@ def scaling(root: Path, route: str, procs: list[int], window_s: float, device_in
 
 def table(scaled: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
     """summary.md's lines: processes against one process at as many decode threads (`runs`: gpu_first's)."""
+    if "dataset" not in scaled:
+        return []
     threads = {r["threads"]: r["samples_per_s"] for r in runs
                if r.get("dataset") == scaled["dataset"] and r.get("frames_per_camera") == 1}
     gil = scaled["gil"]
@@ -372,6 +391,8 @@ def table(scaled: dict[str, Any], runs: list[dict[str, Any]]) -> list[str]:
             base, rate = alone.get(h["processes"]), h["samples_per_s"]
             ratio = f"{rate / base:.2f}" if base else "-"
             lines.append(f"| {h['processes']} | {rate:.0f} | {ratio} | {h['wrong_frames']} of {h['frames']} |")
+    if gil is None or "error" in gil:
+        return lines + ["", f"the interpreter's lock during the decoder's calls: not measured ({(gil or {}).get('error')})"]
     fraction = gil.get("gil_held_fraction")
     lines += ["", f"the interpreter's lock during the decoder's calls: a spinning Python thread waited for it "
               f"{'-' if fraction is None else f'{fraction:.2f}'} of the time over {gil['calls']} calls of "

@@ -207,3 +207,18 @@ def test_the_lock_probe_tells_a_call_that_holds_the_interpreter_from_one_that_re
     # seven runnable threads on this machine's two cores, near 1 idle
     assert held["gil_held_fraction"] > 0.4 and released["gil_held_fraction"] < 0.15, (held, released)
     assert 20 < held["ms_per_call"] and 4 < released["ms_per_call"] < 20, (held, released)
+
+
+def test_a_scaling_part_that_fails_is_written_down_and_the_next_runs(tmp_path):
+    """On the node a failure is a finding: each part of the scaling step that cannot run (here: no dataset) says
+    why in its own entry, the summary shows it, and the parts after it still run, each saved as it ends."""
+    from benchmarks.gpu_scaling import scaling, table
+
+    saves = []
+    out = scaling(tmp_path / "missing", "cpu-open", [1], 0.2, None, (2,), saved=lambda: saves.append(1))
+    assert "does not exist" in out["gil"]["error"]
+    assert [p["processes"] for p in out["processes"]] == [1] and "does not exist" in out["processes"][0]["error"]
+    assert [h["processes"] for h in out["handoff"]] == [2] and "does not exist" in out["handoff"][0]["error"]
+    assert len(saves) == 3
+    shown = "\n".join(table(out, []))
+    assert shown.count("failed: DatasetNotFoundError") == 2 and "not measured (DatasetNotFoundError" in shown
