@@ -52,8 +52,11 @@ def decide(folder: Path) -> dict[str, Any]:
     else:
         boundary = second.get("steps", {}).get("boundaries", {})
         if boundary.get("status") != 0:
+            failed = _failed_tests(folder / "gpu-second" / "boundaries.xml")
+            named = f": failed {', '.join(failed)}" if failed else ""
             for reasons in why.values():
-                reasons.append(f"tier 2's boundary matrix did not pass (status {boundary.get('status', 'not run')})")
+                reasons.append(f"tier 2's boundary matrix did not pass (status {boundary.get('status', 'not run')}"
+                               f"{named})")
         for name, step in second.get("steps", {}).items():
             for result in step.get("results", []):
                 ratio = result.get("gpu_over_cpu_all_cores")
@@ -80,6 +83,17 @@ def decide(folder: Path) -> dict[str, Any]:
 
 def _load(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def _failed_tests(junit: Path) -> list[str]:
+    """The names of the failed or erring tests in a JUnit file (none where it is absent or unreadable)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        cases = ET.parse(junit).getroot().iter("testcase")
+    except (OSError, ET.ParseError):
+        return []
+    return [str(c.get("name")) for c in cases if c.find("failure") is not None or c.find("error") is not None]
 
 
 def _measured(result: dict[str, Any]) -> tuple[str | None, int]:

@@ -26,6 +26,16 @@ def test_the_h200_visit_earned_nothing_and_says_why():
         assert "boundary matrix did not pass (status timeout)" in said and "did not measure the loader" in said
 
 
+def test_the_second_h200_visit_earned_nothing_and_names_the_check_that_failed():
+    """Every frame check passed there, the loader beat the CPU route at 640x480 and 256x256, but one test of the
+    boundary step failed (batches waited behind the default stream's kernels) and HEVC's ratio is missing: the rule
+    withholds both codecs and names that test."""
+    got = decide(H200.parent / "2026-11-29-2")
+    assert got["gpu"] == "NVIDIA H200" and got["entries"] == []
+    assert "failed test_the_open_engine_does_not_wait_behind_the_training_stream" in got["withheld"]["h264"][0]
+    assert "did not measure the loader" in " ".join(got["withheld"]["hevc"])
+
+
 def _bench(codec: str, height: int, width: int, ratio: float, route: str = "nvdec-open") -> dict:
     keys = ("observation.images.front", "observation.images.wrist")
     return {"gpu_over_cpu_all_cores": ratio, "image_shape": {k: [3, height, width] for k in keys},
