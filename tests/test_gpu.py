@@ -412,6 +412,26 @@ def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_datase
             assert [read_ids(f) for f in flat_got] == [read_ids(f) for f in flat_want], k
 
 
+@pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
+def test_closed_open_engines_give_their_gpu_memory_back(gpu_dataset):
+    """Loaders on nvdec-open built and closed one after another in one process: each engine's streams' cached memory
+    goes back to the device when it closes (torch keeps a stream's freed blocks for that stream alone: without it a
+    process that built 18 engines held 129 GiB of an H200 and the next processes on the GPU ran out of memory)."""
+    _open_engine_or_skip()
+    settings = dict(decode={FRONT: "gpu", SIDE: "gpu"}, batch_size=16, delta_timestamps=DELTAS, device="cuda",
+                    nvdec_engine="open", decode_threads=2)
+    reserved = []
+    for _ in range(4):
+        with StreamLoader(str(gpu_dataset), **settings) as loader:
+            for _, batch in zip(range(3), loader):
+                assert batch[FRONT].is_cuda
+            del batch
+        reserved.append(torch.cuda.memory_reserved())
+    # what stays is what the next loader reuses (its batches' memory on the current stream); before, each engine's
+    # decode streams kept their conversions' blocks, usable by those streams alone, and reserved grew per loader
+    assert reserved[-1] <= reserved[0] + (16 << 20), [r >> 20 for r in reserved]
+
+
 @pytest.fixture(scope="module")
 def h264_10fps(tmp_path_factory):
     """A second embodiment for mixtures: H.264 at 10 fps, a 7-dof state, no side camera, ids painted from 100."""

@@ -198,7 +198,12 @@ class OpenDecoders:
 
     def close(self, wait: bool = True) -> None:
         """End the decode threads, then close every decoder (each was used by its own thread only). `wait=False`
-        (a finalizer's close) does not wait for a running chunk, and leaves its decoders to garbage collection."""
+        (a finalizer's close) does not wait for a running chunk, and leaves its decoders to garbage collection.
+
+        On the GPU the memory torch's caching allocator keeps for the engine's streams goes back to the device: it
+        keeps each stream's freed blocks for that stream alone, so the blocks of an engine's streams would stay
+        reserved, unusable, after them (an H200 process that built 18 engines one after another held 129 GiB, and the
+        next processes on the GPU ran out of memory)."""
         self.pool.shutdown(wait=wait, cancel_futures=True)
         if not wait:
             return
@@ -206,6 +211,12 @@ class OpenDecoders:
             decoders, self._all = self._all, []
         for dec in decoders:
             dec.close()
+        if self.stream is not None:
+            import torch
+
+            decoders = []
+            self.stream = None
+            torch.cuda.empty_cache()
 
 
 def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None],
