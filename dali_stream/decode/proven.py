@@ -89,8 +89,9 @@ class OpenProven:
 
 # Entries are what `benchmarks/gpu_decide.py` prints for a visit's results (one rule: every check passed, and the
 # frame sizes from which the loader beat the CPU route), added in the commit that adds those results.
-# Empty: the open engine's first run (H200, 2026-11-29, benchmarks/results/NVIDIA-H200/2026-11-29/) gave right frames
-# but stopped its boundary matrix at 8 of 15 tests, and paid 1.11x the CPU route at 640x480, 0.95x at 256x256.
+# Empty: on an H200 (2026-11-29, benchmarks/results/NVIDIA-H200/2026-11-29-2/) every frame check passed and the
+# loader paid 1.34x the CPU route at 640x480, 1.13x at 256x256, but one check failed (batches waited behind the
+# default stream's kernels) and HEVC has no ratio: the rule withholds both codecs.
 OPEN_PROVEN: tuple[OpenProven, ...] = ()
 
 
