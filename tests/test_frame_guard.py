@@ -66,6 +66,20 @@ def test_a_wrong_frame_raises_naming_episode_camera_and_times(lerobot_h264):
     assert read_ids(torchcodec_frames(right, last)[0]) == (meta.episode_index(pos), int(last[0]))
 
 
+def test_a_wrong_frame_names_a_torchcodec_known_to_misread_the_codec_and_the_way_out():
+    """torchcodec 0.11.1 with FFmpeg 8 returned other frames of lerobot-recorded HEVC (an H200 node's staged
+    software; reproduced on the CPU with those wheels), 0.13 reads them right: the error says so where the installed
+    torchcodec is older, with the camera's way out, and says nothing more for other codecs or newer versions."""
+    from dali_stream.decode.cpu import misread_hint
+
+    said = misread_hint("hevc", "observation.images.front", "0.11.1")
+    assert "This torchcodec is 0.11.1" in said and ">= 0.13" in said
+    assert "decode={'observation.images.front': 'cpu-open'}" in said
+    assert misread_hint("hevc", "x", "0.12.0+cu128") != ""
+    assert misread_hint("hevc", "x", "0.13.0+cpu") == misread_hint("hevc", "x", "0.17.0") == ""
+    assert misread_hint("h264", "x", "0.11.1") == misread_hint("hevc", "x", None) == ""
+
+
 def test_a_loader_reports_a_wrong_frame_instead_of_returning_it(lerobot_h264, monkeypatch):
     """The whole loader over segments cut without the edit list, decoding per sample (an episode decoded front to
     back gets its last frames right without it): the first wrong frame stops the epoch."""

@@ -153,9 +153,40 @@ def check_frame_times(seg: Segment, indices: np.ndarray, got_s: np.ndarray, rout
             f"{seg.camera!r} ({seg.codec}, cut from {seg.source}) for frame {int(indices[k])}, planned at "
             f"{want[k]:.6f}s (file time {seg.pts_s[indices[k]]:.6f}s); {int(off.sum())} of {len(indices)} frames "
             "of that call were off. The decoder handed back another frame than the one asked for: a bug in "
-            "dali_stream or the decoder, not in your data. Please report it with the output of `dali-stream "
-            "verify DATASET --decode`; check_frames=False turns this check off (the wrong frames then reach "
-            "training silently)")
+            "dali_stream or the decoder, not in your data. "
+            + (misread_hint(seg.codec, seg.camera, _torchcodec_version()) if route == TORCHCODEC.name else "")
+            + "Please report it with the output of `dali-stream verify DATASET --decode`; check_frames=False turns "
+            "this check off (the wrong frames then reach training silently)")
+
+
+# torchcodec versions seen to return other frames than asked for, by codec: (below this version, what was seen)
+MISREADS = {"hevc": ((0, 13), "torchcodec 0.11.1 with FFmpeg 8 returned the frame shown at 2.2 s for frame 5 (0.17 s) "
+                              "of lerobot-recorded HEVC (GOP 2), where torchcodec 0.13 with the same FFmpeg reads "
+                              "every frame right")}
+
+
+def misread_hint(codec: str, camera: str, version: str | None) -> str:
+    """What is known of this torchcodec `version` misreading `codec`, and the way out for `camera` ("" where nothing
+    is known)."""
+    known = MISREADS.get(codec)
+    if known is None or version is None:
+        return ""
+    below, seen = known
+    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
+    if parts >= below:
+        return ""
+    return (f"This torchcodec is {version}: {seen}; upgrade torchcodec (>= {'.'.join(map(str, below))}, with its "
+            f"matching torch), or decode the camera with FFmpeg's own decoders through PyAV, decode={{{camera!r}: "
+            "'cpu-open'}. ")
+
+
+def _torchcodec_version() -> str | None:
+    import importlib.metadata as md
+
+    try:
+        return md.version("torchcodec")
+    except md.PackageNotFoundError:
+        return None
 
 
 def warm_decoders(seg: Segment, count: int, cache: DecoderCache) -> None:
