@@ -67,9 +67,10 @@ def test_a_wrong_frame_raises_naming_episode_camera_and_times(lerobot_h264):
 
 
 def test_a_wrong_frame_names_a_torchcodec_known_to_misread_the_codec_and_the_way_out():
-    """torchcodec 0.11.1 with FFmpeg 8 returned other frames of lerobot-recorded HEVC (an H200 node's staged
-    software; reproduced on the CPU with those wheels), 0.13 reads them right: the error says so where the installed
-    torchcodec is older, with the camera's way out, and says nothing more for other codecs or newer versions."""
+    """torchcodec 0.11.1 with FFmpeg 7.1 or 8 returned other frames of lerobot-recorded HEVC (an H200 node's staged
+    software; reproduced on the CPU with those wheels; right with FFmpeg 5.1), 0.13 with FFmpeg 8 reads them right:
+    the error says so where the installed torchcodec is older, with the camera's way out, and says nothing more for
+    other codecs or newer versions."""
     from dali_stream.decode.cpu import misread_hint
 
     said = misread_hint("hevc", "observation.images.front", "0.11.1")

@@ -160,9 +160,9 @@ def check_frame_times(seg: Segment, indices: np.ndarray, got_s: np.ndarray, rout
 
 
 # torchcodec versions seen to return other frames than asked for, by codec: (below this version, what was seen)
-MISREADS = {"hevc": ((0, 13), "torchcodec 0.11.1 with FFmpeg 8 returned the frame shown at 2.2 s for frame 5 (0.17 s) "
-                              "of lerobot-recorded HEVC (GOP 2), where torchcodec 0.13 with the same FFmpeg reads "
-                              "every frame right")}
+MISREADS = {"hevc": ((0, 13), "torchcodec 0.11.1 with FFmpeg 7.1 or 8 returned the frame shown at 2.2 s for frame 5 "
+                              "(0.17 s) of lerobot-recorded HEVC (GOP 2), where it read every frame right with FFmpeg "
+                              "5.1, and torchcodec 0.13 with FFmpeg 8 did too")}
 
 
 def misread_hint(codec: str, camera: str, version: str | None) -> str:
