@@ -199,7 +199,7 @@ class NvdecPacketDecoder:
 
         Each asked picture is copied out of its surface as it comes (one launch, before the decoder's next call may
         overwrite the surface); the copies of one stream are converted together once the feed is decoded. The
-        conversion is some twenty small kernels: launched per picture, they took half a decode thread's time and,
+        conversion is a few dozen small kernels: launched per picture, they took half a decode thread's time and,
         launched from several decode threads at once, queued on the GIL (thread-ms of the conversion 1.3 a sample
         at one thread, 15 at seven, on an H100); launched per stream, they cost the same for one picture or
         sixty."""
