@@ -84,6 +84,19 @@ def processes(root: Path, route: str, procs: int, window_s: float, device_index:
     return out
 
 
+def _rig_or_say(root: str, route: str, device_index: int | None, barrier, queue):
+    """A child's rig at one decode thread; None where it cannot be built, the error put on `queue` for the parent
+    and the start barrier broken so that nobody waits for this child."""
+    from gpu_rig import Rig
+
+    try:
+        return Rig(Path(root), route, 1, 1, device_index)
+    except Exception as exc:  # noqa: BLE001 - sent to the parent, which reports it
+        barrier.abort()
+        queue.put({"error": f"{type(exc).__name__}: {exc}"})
+        return None
+
+
 def _said(queue) -> str | None:
     """The error a child that could not start put on `queue`, if it said one within a few seconds."""
     try:
@@ -93,13 +106,10 @@ def _said(queue) -> str | None:
 
 
 def _child(root: str, route: str, device_index: int | None, window_s: float, barrier, results) -> None:
-    from gpu_rig import Rig, warm, window
+    from gpu_rig import warm, window
 
-    try:
-        rig = Rig(Path(root), route, 1, 1, device_index)
-    except Exception as exc:  # noqa: BLE001 - sent to the parent, which reports it
-        barrier.abort()
-        results.put({"error": f"{type(exc).__name__}: {exc}"})
+    rig = _rig_or_say(root, route, device_index, barrier, results)
+    if rig is None:
         return
     try:
         source = warm(rig)
@@ -175,13 +185,9 @@ def _producer(root: str, route: str, device_index: int | None, index: int, procs
     thread, each camera's frames put on `frames_q` complete (the engine's stream synchronised first: the consumer
     waits on nothing of ours)."""
     import torch
-    from gpu_rig import Rig
 
-    try:
-        rig = Rig(Path(root), route, 1, 1, device_index)
-    except Exception as exc:  # noqa: BLE001 - sent to the consumer, which reports it
-        barrier.abort()
-        frames_q.put({"error": f"{type(exc).__name__}: {exc}"})
+    rig = _rig_or_say(root, route, device_index, barrier, frames_q)
+    if rig is None:
         return
     try:
         def batch(plan):
