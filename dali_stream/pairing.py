@@ -51,7 +51,8 @@ def install_line(chosen: str) -> str:
             f"'.[{chosen}]'")  # each set has the extra of its name
 
 
-def _minor(version: str | None) -> tuple[int, int] | None:
+def minor_of(version: str | None) -> tuple[int, int] | None:
+    """(major, minor) of a version string ("0.11.1+cpu": (0, 11)); None where it does not start with them."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
     return (int(m.group(1)), int(m.group(2))) if m else None
 
@@ -71,7 +72,7 @@ def constraint_set(driver: str | None) -> str:
 
 def torchcodec_problem(torchcodec: str | None, torch: str | None, torch_cuda: str | None = None) -> str | None:
     """Why this torchcodec does not load next to this torch; None when the pair is known to work."""
-    tc, tv = _minor(torchcodec), _minor(torch)
+    tc, tv = minor_of(torchcodec), minor_of(torch)
     if tc is None or tv is None:
         return None
     if tc >= STABLE_ABI_FROM:
@@ -208,7 +209,7 @@ def cpu_node_cuda_problem(torch: str | None, cuda: str | None, driver: str | Non
     """A CUDA build of torch on a node without an NVIDIA driver: gigabytes of CUDA libraries that cannot run here
     (PyPI's Linux torch is a CUDA build), which diagnose warns of; None otherwise, and where `torchcodec` (>= 0.14
     from PyPI: it links CUDA 13) needs that build to import (the newest tested set)."""
-    if driver is not None or cuda is None or (_minor(torchcodec) or (0, 0)) >= (0, 14):
+    if driver is not None or cuda is None or (minor_of(torchcodec) or (0, 0)) >= (0, 14):
         return None
     return (f"torch {torch} is a CUDA {cuda} build, and this node has no NVIDIA driver: its CUDA libraries (~4 GB) "
             "cannot run here")

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import ConfigError, WrongFrameError
 from ..fetch.segments import Segment, decode_error
+from ..pairing import minor_of
 from .route import TORCHCODEC
 
 
@@ -172,8 +173,8 @@ def misread_hint(codec: str, camera: str, version: str | None) -> str:
     if known is None or version is None:
         return ""
     below, seen = known
-    parts = tuple(int(p) for p in version.split("+")[0].split(".")[:2] if p.isdigit())
-    if parts >= below:
+    minor = minor_of(version)
+    if minor is not None and minor >= below:
         return ""
     return (f"This torchcodec is {version}: {seen}; upgrade torchcodec (>= {'.'.join(map(str, below))}, with its "
             f"matching torch), or decode the camera with FFmpeg's own decoders through PyAV, decode={{{camera!r}: "
