@@ -214,7 +214,6 @@ class OpenDecoders:
         if self.stream is not None:
             import torch
 
-            decoders = []
             self.stream = None
             torch.cuda.empty_cache()
 

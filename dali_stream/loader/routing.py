@@ -90,7 +90,7 @@ def route_chooser(cfg: LoaderConfig, node: Node, deltas: Mapping[str, Any],
         if engine == "open":
             chosen = choose_routes(formats, decode, node, None, proven.open_rule(gpu_name, formats, open_table))
         else:
-            chosen = choose_routes(formats, decode, node, measured, proven.rule(formats, joined))
+            chosen = choose_routes(formats, decode, node, measured, proven.rule(formats, joined, dali_version))
         return open_routes(chosen, engine, engine_why)
 
     return choose
