@@ -269,7 +269,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         if load is not None:
             if progress:
                 progress("gpu load alone")
-            gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S)}
+            gpu_load = load.alone(GPU_LOAD_ALONE_S)
         if progress:
             progress("loader")
         nvdec = any_where(loader.routes.values(), "on_gpu")
@@ -277,8 +277,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
                 (load if load is not None else contextlib.nullcontext()):
             got = stream(loader, cfg, cameras)
         if load is not None and gpu_load is not None:
-            gpu_load.update(beside_loader_tflops=load.tflops, ratio=load.tflops / gpu_load["alone_tflops"]
-                            if gpu_load["alone_tflops"] else None)
+            gpu_load = GpuLoad.beside(gpu_load, load.tflops)
     if measured is not None and got["samples"]:
         measured(got)
     result: dict[str, Any] = {"config": cfg.record(), "data_wait": loader.data_wait(),

@@ -342,6 +342,17 @@ class GpuLoad:
             time.sleep(seconds)
         return self.tflops
 
+    def alone(self, seconds: float) -> dict[str, Any]:
+        """The record `bench` keeps of the load (`gpu_load`): what it is and its TFLOP/s alone for `seconds`."""
+        return {"matrix": self.size, "dtype": "bfloat16", "alone_tflops": self.measure(seconds)}
+
+    @staticmethod
+    def beside(record: dict[str, Any], tflops: float | None) -> dict[str, Any]:
+        """`record` (`alone`) with the TFLOP/s the load kept beside the loader, and its ratio to alone."""
+        alone = record["alone_tflops"]
+        return {**record, "beside_loader_tflops": tflops,
+                "ratio": tflops / alone if tflops is not None and alone else None}
+
     def __enter__(self) -> "GpuLoad":
         self.done, self._t0 = 0, time.perf_counter()
         self._stop.clear()

@@ -77,8 +77,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
         if load is not None:
             if progress:
                 progress("gpu load alone")
-            gpu_load = {"matrix": load.size, "dtype": "bfloat16", "alone_tflops": load.measure(GPU_LOAD_ALONE_S),
-                        "beside": []}
+            gpu_load = {**load.alone(GPU_LOAD_ALONE_S), "beside": []}
         utilisation = None
         for r in range(rounds):
             order: list[Any] = [*members, None]  # None: the mixture
@@ -152,6 +151,4 @@ def _load_summary(gpu_load: dict[str, Any] | None) -> dict[str, Any] | None:
     if gpu_load is None:
         return None
     mixed = [b["tflops"] for b in gpu_load["beside"] if b["stream"] == "mixture"]
-    last = mixed[-1] if mixed else None
-    alone = gpu_load["alone_tflops"]
-    return {**gpu_load, "beside_loader_tflops": last, "ratio": last / alone if last is not None and alone else None}
+    return GpuLoad.beside(gpu_load, mixed[-1] if mixed else None)
