@@ -254,10 +254,10 @@ def gil_probe(root: Path, route: str, device_index: int | None, seconds: float =
 
 def lock_share(calls: list, seconds: float) -> dict[str, Any]:
     """`calls` made one after another for `seconds` alone (their mean time), then as long again while a Python thread
-    spins: `gil_held_fraction` is the part of that time the spinning thread slept, neither running nor waiting for a
-    core (Linux's per-thread schedstat: run and run-queue time), that is, waited for the interpreter's lock (near 1:
-    the calls hold it; near 0: they release it). A busy machine reads low: a waiting thread wakes each switch
-    interval (1 ms here) and then queues for a core. None where the kernel keeps no schedstat."""
+    spins: `gil_held_fraction` is the part of the time the spinning thread was not queued for a core that it slept
+    rather than ran (Linux's per-thread schedstat: run and run-queue time), that is, waited for the interpreter's lock
+    (near 1: the calls hold it; near 0: they release it). Queued time is left out of both: a busy machine keeps a
+    waking thread on a run queue, which says nothing about the lock. None where the kernel keeps no schedstat."""
     n = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < seconds:
@@ -291,7 +291,7 @@ def lock_share(calls: list, seconds: float) -> dict[str, Any]:
     held = None
     if before is not None and after is not None:
         ran, queued = (after[0] - before[0]) / 1e9, (after[1] - before[1]) / 1e9
-        held = min(1.0, max(0.0, (wall - ran - queued) / wall))
+        held = min(1.0, max(0.0, (wall - ran - queued) / max(1e-9, wall - queued)))
     return {"calls": n, "ms_per_call": alone_ms, "gil_held_fraction": held}
 
 

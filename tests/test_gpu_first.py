@@ -203,10 +203,9 @@ def test_the_lock_probe_tells_a_call_that_holds_the_interpreter_from_one_that_re
     held = lock_share([lambda: sorted(items)], 0.5)
     released = lock_share([lambda: time.sleep(0.005)], 0.5)
     assert held["calls"] > 0 and released["calls"] > 0
-    # a busy machine reads the held lock low (the waiting thread queues for a core each time it wakes): 0.6-0.8 with
-    # seven runnable threads on this machine's two cores, near 1 idle
-    assert held["gil_held_fraction"] > 0.4 and released["gil_held_fraction"] < 0.15, (held, released)
-    assert 20 < held["ms_per_call"] and 4 < released["ms_per_call"] < 20, (held, released)
+    # the time the spinning thread spends queued for a core is left out: a busy machine (the test suite's workers on
+    # two cores) must not read a held lock as a released one
+    assert held["gil_held_fraction"] > 0.8 and released["gil_held_fraction"] < 0.15, (held, released)
 
 
 def test_a_scaling_part_that_fails_is_written_down_and_the_next_runs(tmp_path):
