@@ -462,7 +462,9 @@ def _check_mixture_batch(batch, route: str) -> set:
 def test_the_open_engine_does_not_wait_behind_the_training_stream(gpu_dataset, h264_10fps):
     """A mixture on nvdec-open while seconds of matmuls are queued on the default stream (a training step): batches
     are handed out before those kernels end (the engine joins and DALI copies on a stream of their own, never the
-    legacy default one), and every frame is the planned one (the per-member join reads complete frames)."""
+    legacy default one; the batch is made on the loader's stream and the samples a member lacks the camera of are
+    zeroed without reading the mask back), and every frame is the planned one (the per-member join reads complete
+    frames)."""
     from dali_stream import Member, Mixture
 
     _open_engine_or_skip()

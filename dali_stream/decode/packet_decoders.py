@@ -21,8 +21,9 @@ conversion of each asked picture and the stacking run on that stream, in order, 
 decoder's next picture may overwrite it. Before the frames leave the decode thread that stream is synchronised
 (`finish`). The engine then joins the threads' frames on its hand-off stream (`engine.OpenDecoders.hand_over`),
 and DALI's external source copies them on that same stream without blocking (`graph.pipeline`); neither the
-join nor the copy touches the legacy default stream, where the training step's kernels run, so a batch never
-waits behind them. No lock is held while a stream synchronises, and no stream waits on another's work.
+join nor the copy touches the legacy default stream, where the training step's kernels run, and the batch is
+made on the loader's own stream and handed to the caller's by a wait on the GPU (`loader.deliver.HandOff`), so a
+batch never waits behind them. No lock is held while a stream synchronises.
 
 What PyNvVideoCodec does on a failed CUDA driver call (2.2): it logs FATAL and ends the process with exit(1) (in
 its constructor, in a frame's DLPack set-up and in `__dlpack__`'s stream wait): no exception reaches Python, so

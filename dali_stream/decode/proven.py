@@ -91,7 +91,8 @@ class OpenProven:
 # frame sizes from which the loader beat the CPU route), added in the commit that adds those results.
 # Empty: on an H200 (2026-11-29, benchmarks/results/NVIDIA-H200/2026-11-29-2/) every frame check passed and the
 # loader paid 1.34x the CPU route at 640x480, 1.13x at 256x256, but one check failed (batches waited behind the
-# default stream's kernels) and HEVC has no ratio: the rule withholds both codecs.
+# default stream's kernels: a mixture's mask was read back from the GPU, and DALI copied its outputs on the
+# caller's stream; since then neither, `loader.deliver`) and HEVC has no ratio: the rule withholds both codecs.
 OPEN_PROVEN: tuple[OpenProven, ...] = ()
 
 

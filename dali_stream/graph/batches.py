@@ -74,6 +74,9 @@ class Prepared:
     # text key -> per sample its frame's value (a string, or lerobot's language rows; None: a mixture's member lacks
     # the key), handed over as a list as `task` is
     texts: dict[str, list] = field(default_factory=dict)
+    # camera a mixture's member lacks -> per sample, whether its member lacks it (the host's copy of the batch's
+    # `<key>_is_missing`): the caller's batch zeroes those samples without reading a mask back from the GPU
+    lacking: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class BatchBuilder:
@@ -260,8 +263,10 @@ class BatchBuilder:
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
         texts = {key: [None if (own := self.fields[key].own[m.index]) is None else r[own][f]
                        for m, r, f in zip(members, rows, plan.frames.tolist())] for key in self.spec.text_keys}
+        lacking = {key: np.array([self.fields[key].own[m.index] is None for m in members])
+                   for key in self.masks if key in self.sources}
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays,
-                        texts=texts)
+                        texts=texts, lacking=lacking)
 
     def release(self) -> None:
         """Close the sources: drop the host-frame buffers (batches the caller holds stay valid) and the workers'

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Generator, Mapping
 
+import numpy as np
+
 from ..decode.errors import classify
 from ..graph.batches import Prepared
 from ..graph.host import to_output
@@ -68,9 +70,10 @@ class Delivery:
             tensors[k] = prepared.images[k] if k in prepared.images else to_output(v, squeeze[k], channels_last)
         for k in builder.masks:  # a mixture's member lacking a camera: zeros (after mean/std too)
             if k in builder.graph_routes:
-                missing = tensors[f"{k}_is_missing"]
-                if bool(missing.any()):
-                    tensors[k][missing.to(tensors[k].device)] = 0
+                # samples picked on the host, each zeroed through a view: reading the CUDA mask back (or indexing
+                # by it) would wait for every kernel queued on the caller's stream, the training step's
+                for j in np.flatnonzero(prepared.lacking[k]).tolist():
+                    tensors[k][j] = 0
         order = [*routes, *(k for k in got if k not in routes)]
         batch = Batch({k: tensors[k] if str(tensors[k].device) == st.device else tensors[k].to(st.device)
                        for k in order})
@@ -143,12 +146,48 @@ class Delivery:
                                      engine_sources={r: schedule.engine_source(r) for r in builder.engine_outputs},
                                      engine_streams={r: st.engines[r].stream for r in builder.engine_outputs},
                                      shaped=st.resolved.shaped_on_workers)
-        with self._dali_errors(schedule):  # the iterator runs the first batch while constructed
+        hand_off = HandOff(st.device)
+        with self._dali_errors(schedule), hand_off:  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:
-            try:
-                with self._dali_errors(schedule):
-                    out = next(iterator)
-            except StopIteration:
-                return
-            yield self.batch(out[0], schedule.handed.popleft())
+            with hand_off:
+                try:
+                    with self._dali_errors(schedule):
+                        out = next(iterator)
+                except StopIteration:
+                    return
+                batch = self.batch(out[0], schedule.handed.popleft())
+            hand_off.to_caller(batch)
+            yield batch
+
+
+class HandOff:
+    """Where a CUDA batch is made: a CUDA stream of the loader's own, never the caller's. DALI's iterator copies its
+    outputs into torch tensors on the current stream, and a host camera's frames go to the device by a copy that
+    waits for the current stream's work: on the caller's stream both would wait for the training step's kernels
+    queued there (and DALI's next outputs behind them). Made on this stream, a batch is handed over by making the
+    caller's stream wait for it (on the GPU, not here) and marking its tensors as used there, so their memory is
+    not given to this stream again before the caller's kernels have read them. On the CPU it does nothing."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.stream = torch.cuda.Stream(device=device) if device.startswith("cuda") else None
+
+    def __enter__(self) -> None:
+        self._on = self.torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
+        self._on.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._on.__exit__(*exc)
+
+    def to_caller(self, batch: Mapping[str, Any]) -> None:
+        """The caller's current stream waits for `batch` (made on this stream)."""
+        if self.stream is None:
+            return
+        caller = self.torch.cuda.current_stream(self.stream.device)
+        caller.wait_stream(self.stream)
+        for value in batch.values():
+            if isinstance(value, self.torch.Tensor) and value.is_cuda:
+                value.record_stream(caller)
