@@ -8,7 +8,8 @@ the node's cores, per codec and frame size; the boundary matrix and the wild enc
 A codec is proven on the GPU when every check ran and passed: tier 1 read no wrong frame of it and its colours are
 within the check's levels, and tier 2's boundary step ended with every test passed (status 0). It then gets an
 entry whose `min_pixels` is the smallest frame size from which on the loader was measured faster than the CPU
-route at every size measured (ratio > 1); a codec measured slower at every size, or not measured, gets none.
+route at every size measured (ratio > 1); a codec measured slower at every size, or not measured, gets none. Each
+ratio names the CPU route it was measured against (torchcodec; cpu-open where tier 2 says why).
 Prints the entries as Python to paste into `OPEN_PROVEN` in the commit that adds the results, and every reason
 an entry was withheld. Exit status: 0 some entry earned, 1 none.
 """
@@ -61,8 +62,10 @@ def decide(folder: Path) -> dict[str, Any]:
             for result in step.get("results", []):
                 ratio = result.get("gpu_over_cpu_all_cores")
                 codec, pixels = _measured(result)
+                # the CPU route measured against (`gpu_second.OPEN_VS_CPU`: torchcodec, or cpu-open for HEVC)
+                against = "/".join(sorted(set(((result.get("cpu_all_cores") or {}).get("routes") or {}).values())))
                 if ratio is not None and codec in ratios and pixels:
-                    ratios[codec].append((pixels, float(ratio), name))
+                    ratios[codec].append((pixels, float(ratio), against or "unnamed"))
     entries = []
     for codec, reasons in why.items():
         measured = sorted(ratios[codec])
@@ -71,13 +74,13 @@ def decide(folder: Path) -> dict[str, Any]:
             continue
         faster = [pixels for i, (pixels, _, _) in enumerate(measured) if all(r > 1 for _, r, _ in measured[i:])]
         if not faster:
-            shown = ", ".join(f"{r:.2f}x at {p:,} pixels" for p, r, _ in measured)
+            shown = ", ".join(f"{r:.2f}x {a} at {p:,} pixels" for p, r, a in measured)
             reasons.append(f"the loader on the open engine was not faster than the CPU route at its largest size ({shown})")
             continue
         if reasons:
             continue
-        said = ", ".join(f"{r:.2f}x at {p:,} pixels" for p, r, _ in measured)
-        entries.append((codec, faster[0], f"{folder.as_posix()}: the loader {said} the CPU route on all cores"))
+        said = ", ".join(f"{r:.2f}x {a} at {p:,} pixels" for p, r, a in measured)
+        entries.append((codec, faster[0], f"{folder.as_posix()}: the loader {said}, the CPU route on all cores"))
     return {"gpu": gpu, "entries": entries, "withheld": {c: r for c, r in why.items() if r}}
 
 

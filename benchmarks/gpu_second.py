@@ -12,9 +12,9 @@ before the visit: the node idles while it runs.
 `measure` runs, in this order, each step's result written to DIR before the next begins (a call cut short keeps
 what it got), each bench's JSON folded into `gpu_second.json` (a device call returns at most 8 files: DIR holds 8):
 1. `dali-stream bench` on the tier-1 datasets (H.264 640x480 and 256x256, HEVC 640x480), batch 64: `--decode gpu
-   --nvdec-engine open` with `--cpu-all-cores` (the CPU route on every core of the node, in the same call): the
-   loader's samples/s on NVDEC against the CPU route measured beside it, the open engine's NVDEC limit and
-   utilisation;
+   --nvdec-engine open` with `--cpu-all-cores` (the CPU route on every core of the node, in the same call; HEVC's
+   is cpu-open, `OPEN_VS_CPU` says why): the loader's samples/s on NVDEC against the CPU route measured beside it,
+   the open engine's NVDEC limit and utilisation;
 2. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
    `decode/proven.py`'s entries), with a JUnit file, on 4 processes where pytest-xdist is there (the node's image
    has it: on one process the 15 tests passed 240 s on an H200 at 8 of them);
@@ -45,8 +45,12 @@ DATA = ROOT / ".demo/gpu-first"
 # colours FFmpeg reads, segment cuts it falls back to), torchcodec 0.11.1 (torch 2.11's: the CPU route beside).
 WHEELS = ("nvidia-dali-cuda120==2.4.0", "astunparse", "gast", "optree", "makefun", "nvtx", "av==18.1.0",
           "torchcodec==0.11.1", "pynvvideocodec==2.2.4", "rich", "psutil")
-# step -> the tier-1 dataset the loader is measured on against the CPU route on all cores (`--cpu-all-cores`)
-OPEN_VS_CPU = {"open_vs_cpu": "h264", "open_vs_cpu_256": "h264-256", "open_vs_cpu_hevc": "hevc"}
+# step -> (the tier-1 dataset the loader is measured on, the CPU route it is measured against on all cores:
+# `--cpu-all-cores ROUTE`). HEVC against FFmpeg's decoders through PyAV (cpu-open): the node's torchcodec (0.11.1,
+# the one its torch pairs with) misreads lerobot-recorded HEVC with the FFmpeg it finds there (PyAV's, 7.1 or 8),
+# which the CPU route's frame check stops (an H200, 2026-11-29)
+OPEN_VS_CPU = {"open_vs_cpu": ("h264", "cpu"), "open_vs_cpu_256": ("h264-256", "cpu"),
+               "open_vs_cpu_hevc": ("hevc", "cpu-open")}
 STEP_TIMEOUT_S = 240
 BOUNDARY_TIMEOUT_S = 330  # the boundary matrix's step (on 4 processes); the benches' steps take STEP_TIMEOUT_S
 
@@ -102,8 +106,8 @@ def measure(args) -> int:
 
     # what `decode/proven.py`'s entries need first (`benchmarks/gpu_decide.py`): the loader against the CPU route per
     # codec and frame size, then the checks
-    for name, dataset in OPEN_VS_CPU.items():
-        bench(name, data / dataset, ["--cpu-all-cores"])
+    for name, (dataset, cpu_route) in OPEN_VS_CPU.items():
+        bench(name, data / dataset, ["--cpu-all-cores", cpu_route])
     # the CPU dry run only collects them (CI runs them anyway): the selection must name tests that exist
     processes = ["-n", "4"] if gpu and importlib.util.find_spec("xdist") is not None else []
     tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu", *processes] if gpu

@@ -111,16 +111,19 @@ def test_the_dali_decoders_stream_limit_and_peers_are_reported(tiny_run):
                                                                     "loader on CUDA"}
 
 
-def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path):
+@pytest.mark.parametrize("route", [[], ["cpu-open"]], ids=["torchcodec", "cpu-open"])
+def test_cpu_route_on_every_core_beside_the_run(small_dataset, tmp_path, route):
+    """`--cpu-all-cores` streams torchcodec, or with `cpu-open` FFmpeg's decoders through PyAV (where a node's
+    torchcodec misreads a stream), with a worker per core."""
     proc = _bench(small_dataset, "--decode", "dali-cpu", "--batch-size", 4, "--pool", 3, "--num-batches", 3, "--warmup-batches", 1,
-                  "--no-baseline", "--no-limit", "--cpu-all-cores", "--join-streams", "1", "--episode-frames-bytes", 0,
-                  "--out-dir", tmp_path)
+                  "--no-baseline", "--no-limit", "--cpu-all-cores", *route, "--join-streams", "1",
+                  "--episode-frames-bytes", 0, "--out-dir", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (path,) = tmp_path.glob("bench-*.json")
     result = json.loads(path.read_text())
     cpu = result["cpu_all_cores"]
     assert cpu["num_workers"] == len(__import__("os").sched_getaffinity(0)) and cpu["samples_per_s"] > 0
-    assert set(cpu["routes"].values()) == {"torchcodec"}
+    assert set(cpu["routes"].values()) == {"cpu-open" if route else "torchcodec"}
     assert result["gpu_over_cpu_all_cores"] == pytest.approx(result["samples_per_s"] / cpu["samples_per_s"])
     assert result["config"]["join_streams"] == 1 and result["dali_decoder"]["observation.images.top"]["join_streams"] == 1
 

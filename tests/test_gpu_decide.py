@@ -36,10 +36,12 @@ def test_the_second_h200_visit_earned_nothing_and_names_the_check_that_failed():
     assert "did not measure the loader" in " ".join(got["withheld"]["hevc"])
 
 
-def _bench(codec: str, height: int, width: int, ratio: float, route: str = "nvdec-open") -> dict:
+def _bench(codec: str, height: int, width: int, ratio: float, route: str = "nvdec-open",
+           against: str = "torchcodec") -> dict:
     keys = ("observation.images.front", "observation.images.wrist")
     return {"gpu_over_cpu_all_cores": ratio, "image_shape": {k: [3, height, width] for k in keys},
-            "codecs": dict.fromkeys(keys, codec), "routes": dict.fromkeys(keys, route)}
+            "codecs": dict.fromkeys(keys, codec), "routes": dict.fromkeys(keys, route),
+            "cpu_all_cores": {"routes": dict.fromkeys(keys, against)}}
 
 
 def _visit(tmp_path: Path, boundaries: int | str, *results: dict, wrong: int = 0) -> Path:
@@ -58,10 +60,12 @@ def _visit(tmp_path: Path, boundaries: int | str, *results: dict, wrong: int = 0
 
 def test_a_codec_is_proven_from_the_smallest_size_the_loader_beat_the_cpu_route_at(tmp_path):
     folder = _visit(tmp_path, 0, _bench("h264", 480, 640, 1.11), _bench("h264", 256, 256, 0.95),
-                    _bench("hevc", 480, 640, 1.3))
+                    _bench("hevc", 480, 640, 1.3, against="cpu-open"))
     got = decide(folder)
     assert [(c, p) for c, p, _ in got["entries"]] == [("h264", 640 * 480), ("hevc", 640 * 480)]
-    assert "1.11x at 307,200 pixels" in got["entries"][0][2] and "0.95x at 65,536 pixels" in got["entries"][0][2]
+    assert "1.11x torchcodec at 307,200 pixels" in got["entries"][0][2]
+    assert "0.95x torchcodec at 65,536 pixels" in got["entries"][0][2]
+    assert "1.30x cpu-open at 307,200 pixels" in got["entries"][1][2]  # the route each ratio was measured against
     # what it prints is the entry itself: 640x480 H.264 on the open engine, 256x256 kept on the CPU route
     proc = subprocess.run([sys.executable, "benchmarks/gpu_decide.py", str(folder)], cwd=REPO, capture_output=True,
                           text=True, timeout=120)

@@ -35,6 +35,9 @@ class Delivery:
     def __init__(self, stages: Stages) -> None:
         self.stages = stages
         self.cfg = stages.config
+        # one stream for the loader's life: torch's caching allocator keeps a stream's freed blocks for that stream
+        # alone, so a stream per epoch would hold each epoch's batches' memory apart
+        self.hand_off = HandOff(stages.device)
 
     def batches(self, schedule: Schedule, plan, start: int) -> Generator[dict[str, Any], None, None]:
         """Batches `start`, `start + 1`, ... of `plan`, as the schedule builds them."""
@@ -146,7 +149,7 @@ class Delivery:
                                      engine_sources={r: schedule.engine_source(r) for r in builder.engine_outputs},
                                      engine_streams={r: st.engines[r].stream for r in builder.engine_outputs},
                                      shaped=st.resolved.shaped_on_workers)
-        hand_off = HandOff(st.device)
+        hand_off = self.hand_off
         with self._dali_errors(schedule), hand_off:  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:

@@ -25,7 +25,7 @@ import platform
 import threading
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, get_args
 
 import numpy as np
 
@@ -47,6 +47,8 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "limit_ratio_per_sample", "baseline_ratio",
                "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
                "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores", "open_engine", "engine_limits", "data_wait")
+CpuAllCores = Literal["cpu", "cpu-open"]  # the CPU routes `--cpu-all-cores` streams beside the loader
+CPU_ALL_CORES = get_args(CpuAllCores)
 GPU_LOAD_ALONE_S = 3.0  # the GPU load's rate alone is measured this long before the loader starts
 
 
@@ -66,7 +68,9 @@ class BenchConfig:
     num_batches: int | None = None  # close the window after this many batches instead of `duration_s`
     peers: bool = True  # torchcodec on CUDA and PyNvVideoCodec on the NVDEC cameras' frames (GPU nodes)
     gpu_load: bool = False  # a model-sized matmul loop on the loader's GPU beside it (`bench_gpu.GpuLoad`)
-    cpu_all_cores: bool = False  # the CPU route (torchcodec) again with a worker per core, same window length
+    # a CPU route ("cpu": torchcodec; "cpu-open": FFmpeg's decoders through PyAV) again with a worker per core, same
+    # window length (None: not measured)
+    cpu_all_cores: CpuAllCores | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -79,6 +83,10 @@ class BenchConfig:
                               f"{self.warmup_batches}")
         if self.num_batches is not None and self.num_batches < 1:
             raise ConfigError(f"--num-batches must be >= 1. Found: {self.num_batches}")
+        if self.cpu_all_cores not in (None, *CPU_ALL_CORES):
+            raise ConfigError(f"--cpu-all-cores takes one of {CPU_ALL_CORES} or nothing (cpu). Found: "
+                              f"{self.cpu_all_cores!r}; a dataset written right after the flag is read as its route: "
+                              "put the dataset first")
 
     def record(self) -> dict[str, Any]:
         """The run's settings as one flat JSON-ready dict (results files, bench.csv): loader settings by their
@@ -410,14 +418,14 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
 
 
 def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[str, Any]:
-    """The same configuration on the CPU route (torchcodec, every camera) with a worker thread per core, streamed
-    for the same window: what the node's CPUs deliver without NVDEC."""
+    """The same configuration on the CPU route `cfg.cpu_all_cores` (every camera) with a worker thread per core,
+    streamed for the same window: what the node's CPUs deliver without NVDEC."""
     import dataclasses
 
     from ..loader import StreamLoader
 
     cores = len(os.sched_getaffinity(0))
-    settings = dataclasses.replace(cfg.loader, decode="cpu", num_workers=cores, join_streams=None)
+    settings = dataclasses.replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None)
     with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
         got = stream(loader, cfg, cameras)
         out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}

@@ -228,8 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "cameras' frames (GPU nodes; reported as not available elsewhere)")
     p.add_argument("--gpu-load", action="store_true", help="run bfloat16 8192x8192 matmuls on the loader's GPU beside "
                    "it (own CUDA stream) and report their rate alone and beside the loader")
-    p.add_argument("--cpu-all-cores", action="store_true", help="also stream the CPU route (torchcodec) with a worker "
-                   "per core for the same window: gpu_over_cpu_all_cores")
+    p.add_argument("--cpu-all-cores", nargs="?", const="cpu", default=None,
+                   metavar="ROUTE", help="also stream a CPU route with a worker per core for the same window: "
+                   "gpu_over_cpu_all_cores; ROUTE cpu (torchcodec, the default) or cpu-open (FFmpeg's decoders through "
+                   "PyAV: where this node's torchcodec cannot read the stream)")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("bench-summarize", help="merge bench result files into one table and a PNG chart")
