@@ -202,8 +202,9 @@ class NvdecPacketDecoder:
         overwrite the surface); the copies of one stream are converted together once the feed is decoded. The
         conversion is a few dozen small kernels: launched per picture, they took half a decode thread's time and,
         launched from several decode threads at once, queued on the GIL (thread-ms of the conversion 1.3 a sample
-        at one thread, 15 at seven, on an H100); launched per stream, they cost the same for one picture or
-        sixty."""
+        at one thread, 15 at seven, on an H100); launched per stream, a slice of up to `colour.CONVERT_PICTURES`
+        pictures at a time (which bounds the conversion's float memory), they cost the same for one picture or
+        sixteen."""
         nvc = self.nvc
         wanted = set(feed.wanted.tolist())
         kept: dict[tuple, list[tuple[int, Any]]] = {}  # (colour, picture shape) -> [(feed time, NV12 copy)]
