@@ -47,7 +47,7 @@ METRIC_KEYS = ("frames_per_s_node", "frames_per_s_node_seed", "decoded_frames_pe
                "limit_ratio_per_sample", "baseline_ratio",
                "dali_decoder", "stream_limits", "nvdec_limit", "nvdec_limit_ratio", "peers", "nvdec_utilisation",
                "gpu_load", "cpu_all_cores", "gpu_over_cpu_all_cores", "open_engine", "engine_limits", "data_wait")
-CpuAllCores = Literal["cpu", "cpu-open"]  # the CPU routes `--cpu-all-cores` streams beside the loader
+CpuAllCores = Literal["cpu", "cpu-open"]  # `--cpu-all-cores`: torchcodec, or FFmpeg's decoders through PyAV
 CPU_ALL_CORES = get_args(CpuAllCores)
 GPU_LOAD_ALONE_S = 3.0  # the GPU load's rate alone is measured this long before the loader starts
 
@@ -68,9 +68,7 @@ class BenchConfig:
     num_batches: int | None = None  # close the window after this many batches instead of `duration_s`
     peers: bool = True  # torchcodec on CUDA and PyNvVideoCodec on the NVDEC cameras' frames (GPU nodes)
     gpu_load: bool = False  # a model-sized matmul loop on the loader's GPU beside it (`bench_gpu.GpuLoad`)
-    # a CPU route ("cpu": torchcodec; "cpu-open": FFmpeg's decoders through PyAV) again with a worker per core, same
-    # window length (None: not measured)
-    cpu_all_cores: CpuAllCores | None = None
+    cpu_all_cores: CpuAllCores | None = None  # a CPU route again with a worker per core, same window (None: not run)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
