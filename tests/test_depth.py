@@ -74,9 +74,9 @@ def lerobot_depth_torch(codes: np.ndarray, coding: DepthCoding, unit: str) -> np
 def test_every_code_is_lerobots_depth_bit_for_bit(coding, unit):
     """Every 12-bit code, in a frame's shape and alone, gives the depth lerobot's torch arithmetic gives, bit for bit
     (numpy's float32 `exp` put about a third of the codes one ulp off in metres, and 150 pixels of a random 480p
-    frame a millimetre off). The tables are computed afresh here: twice in a full CI run (never alone) the cached
-    table of this process held other values for half its codes, left by an earlier test; that is chased apart
-    (a stray write is the likeliest cause), this test checks the arithmetic."""
+    frame a millimetre off). The tables are computed afresh here: twice in a full CI run (never alone) a table of
+    this coding came out with half its codes off, computed so in this very test (no other test caches it); tables
+    are now checked as they are made (the next test)."""
     from dali_stream.meta.depth import _table
 
     _table.cache_clear()
@@ -86,6 +86,39 @@ def test_every_code_is_lerobots_depth_bit_for_bit(coding, unit):
     np.testing.assert_array_equal(out, lerobot_depth_torch(codes, coding, unit))
     every = np.arange(CODE_MAX + 1, dtype=np.uint16)
     np.testing.assert_array_equal(coding.table(unit), lerobot_depth_torch(every, coding, unit))
+
+
+def test_a_table_whose_arithmetic_went_wrong_is_computed_again_or_refused(monkeypatch):
+    """Twice in many test runs a lerobot-default table came out with half its codes up to 0.4 of a code's step off
+    (the `exp` of 4,096 values is split between two threads; the cause is not found). Such a table, here made by
+    putting that error into the upper half of lerobot's arithmetic, is computed again with a warning naming the codes,
+    and refused where it comes out wrong twice; the arithmetic's own rounding (0.0007 of a step) passes."""
+    import torch
+
+    from dali_stream.meta import depth
+
+    coding = DepthCoding(0.01, 9.0, 3.5, True)  # a coding of its own: nothing else caches it
+    right = depth._metres(coding)
+    assert depth._errors(right.numpy(), coding).max() < depth.TABLE_TOLERANCE_CODES / 10
+    low, high = coding._ends()
+    x = np.arange(CODE_MAX + 1) * ((high - low) / CODE_MAX) + low
+    wrong = right.clone()
+    upper = slice(2048, None)  # as seen: up to 0.4 of a step, oscillating with the exponent's range reduction
+    step = (high - low) / CODE_MAX * np.exp(x[upper])
+    wrong[upper] += torch.from_numpy((0.4 * np.sin(x[upper] / np.log(2) * 2 * np.pi) * step).astype(np.float32))
+    made = [wrong, right]
+    monkeypatch.setattr(depth, "_metres", lambda c: made.pop(0).clone())
+    depth._table.cache_clear()
+    with pytest.warns(RuntimeWarning, match=r"came out up to 0\.\d+ of a code's step off .*codes, 20\d\d\.\.4095\); "
+                                            r"computed again"):
+        table = coding.table("m")
+    np.testing.assert_array_equal(table, right.numpy())
+    made = [wrong, wrong]
+    monkeypatch.setattr(depth, "_metres", lambda c: made.pop(0).clone())
+    depth._table.cache_clear()
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="off the float64 scale twice"):
+        coding.table("mm")
+    depth._table.cache_clear()
 
 
 def _check(batch, key=DEPTH) -> int:
