@@ -142,7 +142,9 @@ class LoaderConfig:
               "thread, where torch spreads each op over the cores: better for large images on few cores, "
               "docs/configuration.md#transforms)")
     # threads and memory
-    num_workers: int = _s(2, "threads that fetch and CPU-decode batches ahead (0: in the calling thread)")
+    num_workers: Optional[int] = _s(None, "threads that fetch and CPU-decode batches ahead (0: in the calling thread; "
+                                          "default derived from the cores this rank may use: `dali-stream inspect` "
+                                          "shows the value and why, dali_stream/loader/resolve.py)")
     prefetch_batches: Optional[int] = _s(None, "batches prepared ahead of DALI (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
     fetch_workers: Optional[int] = _s(None, "threads fetching admitted episodes in the background, and as many "
                                             "cutting long episodes' pieces ahead of the builders (0: when a batch "
@@ -248,9 +250,9 @@ class LoaderConfig:
             if name == "episode_pool_size" and self.episode_pool_size == GLOBAL_POOL:
                 continue
             _integer(name, getattr(self, name), 1, "or 'all' (a global shuffle)" if name == "episode_pool_size" else "")
-        for name in ("num_workers", "seed", "drop_n_first_frames", "drop_n_last_frames", "frame_cache_bytes"):
+        for name in ("seed", "drop_n_first_frames", "drop_n_last_frames", "frame_cache_bytes"):
             _integer(name, getattr(self, name), 0)
-        for name, low in (("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
+        for name, low in (("num_workers", 0), ("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("episode_frames_bytes", 0), ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1),
                           ("remote_concurrency", 1), ("table_cache_bytes", 1)):
@@ -361,7 +363,7 @@ class LoaderSettings(TypedDict, total=False):
     augment: Optional[Callable[[Any, str, Any], Any]]
     image_transforms: Optional[Callable[[Any], Any]]
     transform_workers: Optional[int]
-    num_workers: int
+    num_workers: Optional[int]
     prefetch_batches: Optional[int]
     fetch_workers: Optional[int]
     cache_bytes: int

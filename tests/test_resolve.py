@@ -48,6 +48,21 @@ def test_cpu_defaults_and_their_reasons():
     assert all(why for why in r.reasons.values())
 
 
+@pytest.mark.parametrize("cores,workers", [(1, 2), (2, 2), (4, 3), (12, 11), (64, 16)])
+def test_num_workers_are_the_ranks_cores_less_one(cores, workers):
+    """The decoding threads follow the cores a rank may use (`decode.node.rank_cores`), one left for the training
+    loop, at least MIN_WORKERS, at most MAX_WORKERS; they size what follows them (threads of the graph, batches
+    ahead, decoders kept); a given value wins."""
+    from dali_stream.loader.resolve import MAX_WORKERS, MIN_WORKERS
+
+    r = resolve(LoaderConfig(batch_size=8), Facts(routes=CPU, rank_cores=cores, episodes=10))
+    assert r.num_workers == workers == max(MIN_WORKERS, min(MAX_WORKERS, cores - 1))
+    assert f"the {cores} cores this rank may use less one" in r.reasons["num_workers"]
+    assert (r.dali_threads, r.prefetch_batches, r.max_decoders) == (workers, workers + 1, workers * 1 * 8)
+    given = resolve(LoaderConfig(num_workers=0), Facts(routes=CPU, rank_cores=cores))
+    assert given.num_workers == 0 and given.reasons["num_workers"] == "given"
+
+
 def test_every_derived_setting_says_what_it_is():
     """inspect and bench print each derived setting's name: each comes with what it is, in plain words."""
     from dataclasses import fields

@@ -206,3 +206,38 @@ def warn_once(message: str) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
         warnings.warn(message, stacklevel=3)
+
+
+def rank_cores(local_world_size: int = 1, root: str = "/sys/fs/cgroup") -> int:
+    """The cores this rank may use: its CPU affinity where the launcher narrowed it (SLURM's `--cpus-per-task`,
+    `taskset`, a container's cpuset), else the node's cores over its ranks (`local_world_size`, the launcher's);
+    at most the container's CPU quota (cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us`) over those ranks."""
+    node = os.cpu_count() or 1
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else node
+    cores = allowed if allowed < node else node // max(1, local_world_size)
+    quota = _cgroup_quota(root)
+    if quota is not None:
+        cores = min(cores, int(quota // max(1, local_world_size)))
+    return max(1, cores)
+
+
+def _cgroup_quota(root: str) -> float | None:
+    """The container's CPU quota in cores (None: none set, or no cgroup to read)."""
+    v1 = (f"{root}/cpu/cpu.cfs_quota_us", f"{root}/cpu/cpu.cfs_period_us")
+    for path, period_path in ((f"{root}/cpu.max", None), v1):
+        try:
+            text = _read(path).split() + ([_read(period_path).strip()] if period_path is not None else [])
+        except OSError:
+            continue
+        if len(text) < 2 or text[0] in ("max", "-1"):
+            return None
+        try:
+            return max(1.0, int(text[0]) / int(text[1]))
+        except ValueError:
+            return None
+    return None
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()

@@ -23,7 +23,7 @@ from ..decode.device import place
 from ..decode.engine import OpenDecoders, make_engine
 from ..decode.episode_frames import EpisodeFrames, Released
 from ..decode.frames import EpisodeHeld, FrameCache, frame_bytes, kept_as, kept_bytes, room_warning, stamper
-from ..decode.node import Node
+from ..decode.node import Node, rank_cores
 from ..decode.route import ROUTES, keys_where, route
 from ..errors import ConfigError, InstallError
 from ..fetch.store import EpisodeStore
@@ -107,7 +107,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   gpu_engines=node.gpu.nvdec_engines if node.gpu is not None else None,
                                   cuda_batches=placement.torch_device.startswith("cuda"), local=local,
                                   episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
-                                  cpu_count=os.cpu_count() or 1, mixture=catalog.is_mixture,
+                                  cpu_count=os.cpu_count() or 1, rank_cores=rank_cores(world.local_world_size),
+                                  mixture=catalog.is_mixture,
                                   frame_bytes={k: frame_bytes(catalog.fields[k].shape[0],
                                                               catalog.fields[k].shape[1]) for k in routes},
                                   user_cache_dir=user_cache_dir()))
@@ -140,7 +141,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                      for m in catalog.members for k in catalog.video_keys if k in m.own})
         log.info("%s: %d decode threads, their decoders kept open", name, threads)
     log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
-             "rank %d of %d", placement.torch_device, cfg.num_workers, resolved.fetch_workers, resolved.max_decoders,
+             "rank %d of %d", placement.torch_device, resolved.num_workers, resolved.fetch_workers, resolved.max_decoders,
              cfg.cache_bytes >> 20, world.rank, world.world_size)
     transforms = None if cfg.image_transforms is None else TransformPool(cfg.image_transforms,
                                                                           resolved.transform_processes)

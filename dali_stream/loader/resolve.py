@@ -25,6 +25,8 @@ REMOTE_FETCHES = 4  # fetch threads of a pool from a remote source
 UNKNOWN_ENGINES = 2  # NVDEC engines assumed of a GPU the capability table does not know
 KEPT_CHW_BYTES = 256 << 10  # a host camera's frames at most this size are kept channels-first (`kept_chw`)
 EPISODE_FRAMES_BYTES = 1 << 30  # a pool's open episodes' decoded frames held at most, per rank (`decode.episode_frames`)
+MIN_WORKERS = 2  # worker threads of a rank with one or two cores (the 2-core VM's measured default)
+MAX_WORKERS = 16  # worker threads at most by default: the most the CPU route was measured with (a 16-core H200 node)
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class Facts:
     `routes`: camera key -> its route (`decode.routes`); `gpu`: the loader's device is a GPU; `gpu_engines`: its
     NVDEC engines as the capability table knows them (None: unknown); `cuda_batches`: batches land on a CUDA
     device; `local`: every file of every member is on a local file system; `episodes`: the selected episodes;
-    `world_size`: ranks; `cpu_count`: this node's cores; `mixture`: the source is a mixture of datasets;
+    `world_size`: ranks; `cpu_count`: this node's cores; `rank_cores`: the cores this rank may use
+    (`decode.node.rank_cores`); `mixture`: the source is a mixture of datasets;
     `frame_bytes`: camera key -> one decoded frame's bytes, 3 x H x W (unknown: not kept channels-first);
     `user_cache_dir`: dali_stream's folder in this user's cache (None: no home to put one in)."""
 
@@ -46,6 +49,7 @@ class Facts:
     episodes: int = 1
     world_size: int = 1
     cpu_count: int = 1
+    rank_cores: int = 1
     mixture: bool = False
     frame_bytes: Mapping[str, int] = field(default_factory=dict)
     user_cache_dir: str | None = None  # this user's cache folder for dali_stream (`loader.assemble.user_cache_dir`)
@@ -53,6 +57,7 @@ class Facts:
 
 # What each derived setting is, in plain words: `describe()` hands it to inspect and bench beside the value and why.
 MEANING = {
+    "num_workers": "threads that fetch and CPU-decode batches ahead (0: in the calling thread)",
     "drop_last": "an epoch's partial last batch is dropped",
     "pool": "episodes a rank keeps open and draws samples from (None: every episode, a global shuffle)",
     "global_shuffle": "every batch drawn from all of a rank's episodes",
@@ -91,6 +96,7 @@ MEANING = {
 class Resolved:
     """The derived settings (module doc); `reasons[name]` says why each has its value, `MEANING[name]` what it is."""
 
+    num_workers: int
     drop_last: bool
     pool: int | None  # the planner's pool size; None: a global shuffle draws from every episode
     global_shuffle: bool
@@ -140,6 +146,15 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     why: dict[str, str] = {}
     given = "given"
 
+    # Decoding on the CPU scales with its threads (decoders release the interpreter's lock): a core each, one left
+    # for the training loop, as docs/training.md advises
+    if cfg.num_workers is not None:
+        workers, why["num_workers"] = cfg.num_workers, given
+    else:
+        workers = max(MIN_WORKERS, min(MAX_WORKERS, facts.rank_cores - 1))
+        why["num_workers"] = (f"the {facts.rank_cores} cores this rank may use less one for the training loop, at "
+                              f"least {MIN_WORKERS}, at most {MAX_WORKERS} (the most measured)")
+
     if cfg.drop_last is not None:
         drop_last, why["drop_last"] = cfg.drop_last, given
     else:  # lerobot's evaluation loaders keep every sample: an unshuffled pass drops no tail unless asked to
@@ -164,7 +179,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16 threads cost the same
     # (benchmarks/results/NVIDIA-H100-80GB-HBM3/).
     dali_nvdec = any_where(routes.values(), "dali_gpu")
-    dali_threads = max(1, cfg.num_workers, nvdec_engines if dali_nvdec else 0)
+    dali_threads = max(1, workers, nvdec_engines if dali_nvdec else 0)
     why["dali_threads"] = (f"one per NVDEC engine ({nvdec_engines}), at least num_workers" if dali_nvdec
                            else "num_workers, at least 1")
 
@@ -260,9 +275,9 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     if cfg.prefetch_batches is not None:
         prefetch_batches, why["prefetch_batches"] = cfg.prefetch_batches, given
     elif host_frames:
-        prefetch_batches, why["prefetch_batches"] = cfg.num_workers + 1, "num_workers + 1 (host frames)"
+        prefetch_batches, why["prefetch_batches"] = workers + 1, "num_workers + 1 (host frames)"
     else:
-        prefetch_batches, why["prefetch_batches"] = 2 * cfg.num_workers, "2 x num_workers"
+        prefetch_batches, why["prefetch_batches"] = 2 * workers, "2 x num_workers"
     why["fetch_ahead"] = "episodes admitted this many batches beyond the built ones are fetched"
 
     # Local fetches are CPU work (remux): one thread per core; remote ones wait, and a global shuffle's batches
@@ -281,7 +296,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     if cfg.max_decoders is not None:
         max_decoders, why["max_decoders"] = cfg.max_decoders, given
     else:  # what the builders touch per batch: every distinct segment, every thread
-        max_decoders = max(1, cfg.num_workers) * max(1, cpu_cameras) * min(cfg.batch_size, pool or cfg.batch_size)
+        max_decoders = max(1, workers) * max(1, cpu_cameras) * min(cfg.batch_size, pool or cfg.batch_size)
         why["max_decoders"] = "num_workers x torchcodec cameras x min(batch_size, pool)"
 
     # An episode's camera whose segment would take more than its share of the cache (half of cache_bytes over the
@@ -313,7 +328,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # most 4 (`decode.route.OPEN_NVDEC_THREADS`: past it the threads contend for the host)
     engine_threads = {}
     for name in sorted({r for r in routes.values() if route(r).engine}):
-        engine_threads[name] = cfg.decode_threads or route(name).threads(nvdec_engines, cfg.num_workers)
+        engine_threads[name] = cfg.decode_threads or route(name).threads(nvdec_engines, workers)
     if engine_threads:
         why["engine_threads"] = given if cfg.decode_threads else (
             f"nvdec-open: one per NVDEC engine, at most {OPEN_NVDEC_THREADS} (past it the host binds, measured); "
@@ -347,8 +362,8 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     elif cfg.transform_workers is not None:
         transform_processes, why["transform_processes"] = cfg.transform_workers, given
     else:
-        transform_processes, why["transform_processes"] = cfg.num_workers, "num_workers"
-    return Resolved(drop_last=drop_last, frame_cache=frame_cache, transform_processes=transform_processes, pool=pool,
+        transform_processes, why["transform_processes"] = workers, "num_workers"
+    return Resolved(num_workers=workers, drop_last=drop_last, frame_cache=frame_cache, transform_processes=transform_processes, pool=pool,
                     global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
                     dali_threads=dali_threads, join_streams=join_streams, host_frames=host_frames,
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,

@@ -262,7 +262,7 @@ class StreamLoader:
         st = self.stages
         host_transforms = st.transforms is not None and st.transforms.in_processes and not st.device.startswith("cuda")
         r = st.resolved
-        producer = Schedule(st.builder, plan, start, self.config.num_workers, r.prefetch_batches, r.fetch_ahead,
+        producer = Schedule(st.builder, plan, start, r.num_workers, r.prefetch_batches, r.fetch_ahead,
                             r.cut_ahead, self.delivery.transform_host if host_transforms else None)
         t0 = time.perf_counter()
         first_s = None

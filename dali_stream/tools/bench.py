@@ -286,8 +286,8 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
             gpu_load = GpuLoad.beside(gpu_load, load.tflops)
     if measured is not None and got["samples"]:
         measured(got)
-    result: dict[str, Any] = {"config": cfg.record(), "data_wait": loader.data_wait(),
-                              "setup_s": setup_s, "notes": [], "gpu_load": gpu_load,
+    result: dict[str, Any] = {"config": cfg.record() | {"num_workers": loader.resolved.num_workers},  # as resolved
+                              "data_wait": loader.data_wait(), "setup_s": setup_s, "notes": [], "gpu_load": gpu_load,
                               "nvdec_utilisation": utilisation.result() if nvdec else None}
     if got["samples"] == 0:
         result.update(samples_per_s=0.0, error=(
@@ -347,7 +347,7 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     )
     if cfg.limit and progress:
         progress("limit")
-    result["limit"] = raw_limit(loader, got["window"], max(1, cfg.loader.num_workers)) if cfg.limit else None
+    result["limit"] = raw_limit(loader, got["window"], max(1, loader.resolved.num_workers)) if cfg.limit else None
     result.update(limit_ratios(got["frames_per_s_node"], result["limit"]))
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
                                   "join_streams": loader.resolved.join_streams}

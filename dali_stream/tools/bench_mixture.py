@@ -123,7 +123,7 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2)
     assert loader is not None
     ratios = [p["ratio"] for p in per_round]
     result: dict[str, Any] = {
-        "config": cfg.record() | {"mixture": mixture.describe()},
+        "config": cfg.record() | {"mixture": mixture.describe(), "num_workers": loader.resolved.num_workers},
         "samples_per_s": got.get("samples_per_s", 0.0), "frames_per_s_node": got.get("frames_per_s_node", 0.0),
         "first_batch_latency_s": got.get("first_batch_latency_s"),
         **{k: got.get(k) for k in ("p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms")},

@@ -45,11 +45,11 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
     for r in results:
         c = r["config"]
         if r.get("skipped") or r.get("error"):
-            out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
+            out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c.get("num_workers", "derived")),
                         *["-"] * (len(HEADER) - 5), str(r.get("skipped") or r.get("error"))])
             continue
         best_base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
-        out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c["num_workers"]),
+        out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c.get("num_workers", "derived")),
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
                     _fmt(r["p95_batch_latency_ms"]), limit_text(r.get("limit_ratio")), _fmt(r.get("nvdec_limit_ratio"), 2),
                     _fmt(r.get("gpu_over_cpu_all_cores"), 2),
@@ -141,7 +141,7 @@ def write(result: dict[str, Any], out_dir: str | Path) -> Path:
     cfg = result["config"]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rank, world = result.get("rank", 0), result.get("world_size", 1)
-    path = out / (f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg['num_workers']}"
+    path = out / (f"bench-{stamp}-{cfg['mode']}-{cfg['decode']}-b{cfg['batch_size']}-w{cfg.get('num_workers', 'd')}"
                   f"-r{rank}of{world}.json")
     path.write_text(json.dumps(result, indent=2, default=str))
     append_csv(out / "bench.csv", csv_row(result, path.name))

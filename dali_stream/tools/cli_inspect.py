@@ -156,13 +156,14 @@ def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
 
     from ..config import LoaderConfig
     from ..decode.frames import frame_bytes
+    from ..decode.node import rank_cores
     from ..loader.resolve import Facts, resolve
     from ..source.local_disk import user_cache_dir
     from ..source.storage import is_local
 
     facts = Facts(routes=routes, gpu=node.gpu is not None, gpu_engines=node.gpu.nvdec_engines if node.gpu else None,
                   cuda_batches=node.gpus > 0, local=is_local(meta.data_fs), episodes=meta.num_episodes,
-                  cpu_count=os.cpu_count() or 1,
+                  cpu_count=os.cpu_count() or 1, rank_cores=rank_cores(),
                   frame_bytes={k: frame_bytes(c.height, c.width) for k, c in meta.cameras.items() if k in routes},
                   user_cache_dir=user_cache_dir())
     return resolve(LoaderConfig(), facts).describe()
