@@ -61,6 +61,9 @@ def test_num_workers_are_the_ranks_cores_less_one(cores, workers):
     assert (r.dali_threads, r.prefetch_batches, r.max_decoders) == (workers, workers + 1, workers * 1 * 8)
     given = resolve(LoaderConfig(num_workers=0), Facts(routes=CPU, rank_cores=cores))
     assert given.num_workers == 0 and given.reasons["num_workers"] == "given"
+    # every camera on NVDEC: the workers only fetch and lay out, as the GPU runs were measured
+    gpu = resolve(LoaderConfig(), Facts(routes={"front": "nvdec-open"}, rank_cores=cores, **H100))
+    assert gpu.num_workers == MIN_WORKERS and "every camera decodes on the GPU" in gpu.reasons["num_workers"]
 
 
 def test_every_derived_setting_says_what_it_is():

@@ -147,9 +147,12 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     given = "given"
 
     # Decoding on the CPU scales with its threads (decoders release the interpreter's lock): a core each, one left
-    # for the training loop, as docs/training.md advises
+    # for the training loop, as docs/training.md advises. Where every camera decodes on the GPU the workers only
+    # fetch and lay out: the GPU measurements were taken with MIN_WORKERS.
     if cfg.num_workers is not None:
         workers, why["num_workers"] = cfg.num_workers, given
+    elif routes and all(route(r).on_gpu for r in routes.values()):
+        workers, why["num_workers"] = MIN_WORKERS, "every camera decodes on the GPU: the workers only fetch and lay out"
     else:
         workers = max(MIN_WORKERS, min(MAX_WORKERS, facts.rank_cores - 1))
         why["num_workers"] = (f"the {facts.rank_cores} cores this rank may use less one for the training loop, at "
