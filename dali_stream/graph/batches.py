@@ -246,6 +246,8 @@ class BatchBuilder:
             with self._count_lock:
                 self.decode_s += time.perf_counter() - t0
                 self.decoded_frames += got.decoded
+        # the cameras' masks as `_tables` made them, per sample, before they are stacked into the graph's groups
+        lacking = {key: np.array(values[f"{key}_is_missing"], bool) for key in self.masks if key in self.sources}
         stacked = [*self.table_keys, *(f"{k}_is_pad" for k in plan.windows)]
         if self.mixed:
             stacked += ["dataset_index", *(f"{k}_is_missing" for k in self.masks),
@@ -263,8 +265,6 @@ class BatchBuilder:
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
         texts = {key: [None if (own := self.fields[key].own[m.index]) is None else r[own][f]
                        for m, r, f in zip(members, rows, plan.frames.tolist())] for key in self.spec.text_keys}
-        lacking = {key: np.array([self.fields[key].own[m.index] is None for m in members])
-                   for key in self.masks if key in self.sources}
         return Prepared(plan, [values[o.name] for o in self.outputs], tasks, host, groups, asked, engine_arrays,
                         texts=texts, lacking=lacking)
 

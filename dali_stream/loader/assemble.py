@@ -141,8 +141,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                      for m in catalog.members for k in catalog.video_keys if k in m.own})
         log.info("%s: %d decode threads, their decoders kept open", name, threads)
     log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
-             "rank %d of %d", placement.torch_device, resolved.num_workers, resolved.fetch_workers, resolved.max_decoders,
-             cfg.cache_bytes >> 20, world.rank, world.world_size)
+             "rank %d of %d", placement.torch_device, resolved.num_workers, resolved.fetch_workers,
+             resolved.max_decoders, cfg.cache_bytes >> 20, world.rank, world.world_size)
     transforms = None if cfg.image_transforms is None else TransformPool(cfg.image_transforms,
                                                                           resolved.transform_processes)
     # decoded frames kept for later epochs (decode.frames), resized first by the workers where set

@@ -150,10 +150,10 @@ class Delivery:
                                      engine_streams={r: st.engines[r].stream for r in builder.engine_outputs},
                                      shaped=st.resolved.shaped_on_workers)
         hand_off = self.hand_off
-        with self._dali_errors(schedule), hand_off:  # the iterator runs the first batch while constructed
+        with self._dali_errors(schedule), hand_off.making():  # the iterator runs the first batch while constructed
             iterator = DALIGenericIterator([pipe], names, auto_reset=False, last_batch_policy=LastBatchPolicy.PARTIAL)
         while True:
-            with hand_off:
+            with hand_off.making():
                 try:
                     with self._dali_errors(schedule):
                         out = next(iterator)
@@ -178,12 +178,9 @@ class HandOff:
         self.torch = torch
         self.stream = torch.cuda.Stream(device=device) if device.startswith("cuda") else None
 
-    def __enter__(self) -> None:
-        self._on = self.torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
-        self._on.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self._on.__exit__(*exc)
+    def making(self):
+        """The context a batch is made in: this stream current (nothing on the CPU)."""
+        return self.torch.cuda.stream(self.stream) if self.stream is not None else contextlib.nullcontext()
 
     def to_caller(self, batch: Mapping[str, Any]) -> None:
         """The caller's current stream waits for `batch` (made on this stream)."""

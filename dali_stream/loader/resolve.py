@@ -366,8 +366,8 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
         transform_processes, why["transform_processes"] = cfg.transform_workers, given
     else:
         transform_processes, why["transform_processes"] = workers, "num_workers"
-    return Resolved(num_workers=workers, drop_last=drop_last, frame_cache=frame_cache, transform_processes=transform_processes, pool=pool,
-                    global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
+    return Resolved(num_workers=workers, drop_last=drop_last, frame_cache=frame_cache,
+                    transform_processes=transform_processes, pool=pool, global_shuffle=global_shuffle, nvdec_engines=nvdec_engines,
                     dali_threads=dali_threads, join_streams=join_streams, host_frames=host_frames,
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
                     max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,

@@ -44,12 +44,13 @@ def rows(results: list[dict[str, Any]]) -> list[list[str]]:
     out: list[list[str]] = []
     for r in results:
         c = r["config"]
+        workers = str(c.get("num_workers", "derived"))  # a run that never built its loader has only the setting
         if r.get("skipped") or r.get("error"):
-            out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c.get("num_workers", "derived")),
+            out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), workers,
                         *["-"] * (len(HEADER) - 5), str(r.get("skipped") or r.get("error"))])
             continue
         best_base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
-        out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), str(c.get("num_workers", "derived")),
+        out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), workers,
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
                     _fmt(r["p95_batch_latency_ms"]), limit_text(r.get("limit_ratio")), _fmt(r.get("nvdec_limit_ratio"), 2),
                     _fmt(r.get("gpu_over_cpu_all_cores"), 2),
