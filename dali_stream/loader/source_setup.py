@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import warnings
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..errors import ConfigError
 from ..meta.catalog import Catalog, MixtureMeta
 from ..meta.dataset import DatasetMeta
 from ..mixture import as_mixture
-from ..plan.epoch import delta_indices
+from ..plan.epoch import delta_indices, frame_counts
 from ..plan.mixture_epoch import Mix, member_mass
 from ..plan.selection import select
 from ..plan.world import resolve_world
@@ -141,6 +142,8 @@ def windows(catalog: Catalog, cfg: LoaderConfig) -> tuple[dict[str, tuple[int, .
     (its own `delta_timestamps` where given) at its own fps and tolerance; a member lacking a key gets None."""
     if not catalog.is_mixture:
         meta = catalog.members[0].meta
+        for key, seconds in cfg.delta_timestamps.items():
+            _not_frame_counts(key, seconds, meta.fps, catalog.members[0].lengths)
         return delta_indices(cfg.delta_timestamps, meta.fps, cfg.tolerance_s), ()
     per_member = []
     for member in catalog.members:
@@ -158,6 +161,8 @@ def windows(catalog: Catalog, cfg: LoaderConfig) -> tuple[dict[str, tuple[int, .
             if len(own) != len(seconds):
                 raise ConfigError(f"mixture member {member.name!r}: delta_timestamps[{key!r}] has {len(own)} offsets, "
                                   f"the loader's {len(seconds)}; every member's window of a key has the same steps")
+            _not_frame_counts(key, own, member.meta.fps, member.lengths,
+                              f"mixture member {member.name!r} ({member.meta.fps:g} fps): ")
             tolerance = member.tolerance_s if member.tolerance_s is not None else cfg.tolerance_s
             try:
                 mine[key] = delta_indices({key: own}, member.meta.fps, tolerance)[key]
@@ -169,6 +174,16 @@ def windows(catalog: Catalog, cfg: LoaderConfig) -> tuple[dict[str, tuple[int, .
     for key in cfg.delta_timestamps:
         plan[key] = next(d for d in (m[key] for m in per_member) if d is not None)
     return plan, tuple(per_member)
+
+
+def _not_frame_counts(key: str, seconds: Any, fps: float, lengths: np.ndarray, who: str = "") -> None:
+    """Offsets that look like frame counts (`plan.epoch.frame_counts`): refused where every sample would pad some
+    step, else a warning (a whole-second window is plausible). `lengths`: the selected episodes' (0: not selected)."""
+    verdict = frame_counts(key, seconds, fps, int(np.max(lengths)) if len(lengths) else 0)
+    if verdict is not None and verdict.fatal:
+        raise ConfigError(who + verdict.message)
+    if verdict is not None:
+        warnings.warn(who + verdict.message, stacklevel=5)  # at the StreamLoader(...) call
 
 
 def planner_mix(catalog: Catalog, member_deltas: tuple) -> Mix | None:

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import posixpath
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -380,8 +381,9 @@ class DatasetMeta(LerobotMetadata):
     def stats(self) -> dict[str, dict[str, np.ndarray]]:
         """meta/stats.json as lerobot's `dataset.meta.stats`: feature -> statistic (mean, std, min, max, count,
         quantiles such as q01/q99 where the writer computed them) -> numpy array, e.g. for a policy's
-        normalisation; {} for a dataset without the file. A depth camera's are in `depth_output_unit`, as lerobot's
-        dataset rescales them from the unit they were recorded in (all but `count`). Read on first use."""
+        normalisation; {} for a dataset without the file, with a warning (once a dataset: a policy's normalisation
+        would see nothing). A depth camera's are in `depth_output_unit`, as lerobot's dataset rescales them from the
+        unit they were recorded in (all but `count`). Read on first use."""
         stats = self._stats_as_recorded
         for key, cam in self.cameras.items():
             factor = cam.depth.stats_factor(self.depth_output_unit) if cam.depth is not None else 1.0
@@ -393,6 +395,12 @@ class DatasetMeta(LerobotMetadata):
     def _stats_as_recorded(self) -> dict[str, dict[str, np.ndarray]]:
         path = posixpath.join(self.root, STATS_PATH)
         if not self.fs.exists(path):
+            # once a dataset: Python shows a warning once for each text, and this one names the file
+            warnings.warn(f"{self.source!r} has no {STATS_PATH} ({path} does not exist), so `meta.stats` is {{}} and a "
+                          "policy's normalisation sees no statistics (lerobot's normalisers then pass the features "
+                          "through unnormalised). Compute the stats with lerobot (`compute_episode_stats` and "
+                          f"`aggregate_stats` of lerobot.datasets.compute_stats) and write them to {path}, or copy "
+                          "the file from the dataset's origin", stacklevel=4)
             return {}
         try:
             raw = json.loads(self.fs.cat_file(path))

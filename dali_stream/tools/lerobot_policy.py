@@ -22,9 +22,42 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
+
+from ..errors import DatasetError
 
 LOADER_STATE = "loader_state.json"
+# the statistics each of lerobot's normalisation modes reads (its NormalizerProcessorStep); IDENTITY reads none
+NEEDED_STATS = {"MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max"), "QUANTILES": ("q01", "q99"),
+                "QUANTILE10": ("q10", "q90")}
+
+
+def _name(value: Any) -> str:
+    """A lerobot enum member (FeatureType, NormalizationMode) or its name, as its name ("STATE", "MEAN_STD")."""
+    return str(getattr(value, "value", value))
+
+
+def require_stats(features: Mapping[str, Any], modes: Mapping[str, Any], stats: Mapping[str, Mapping[str, Any]],
+                  source: str) -> None:
+    """Refuse, before training, a policy whose normalisation would get no statistics: lerobot's normalisers pass a
+    feature without stats through unnormalised, without a word (and fail on a missing statistic only at the first
+    batch). `features`: feature key -> lerobot feature type (the policy config's input and output features' types);
+    `modes`: feature type -> normalisation mode (its `normalization_mapping`); `stats`: the loader's `meta.stats`."""
+    kinds = {key: _name(kind) for key, kind in features.items()}
+    mode = {_name(kind): _name(m) for kind, m in modes.items()}
+    lacking: dict[str, list[str]] = {}
+    for key, kind in kinds.items():
+        missing = [n for n in NEEDED_STATS.get(mode.get(kind, "IDENTITY"), ()) if n not in stats.get(key, {})]
+        if missing:
+            lacking[key] = missing
+    if not lacking:
+        return
+    said = "; ".join(f"{k!r} ({kinds[k]}, normalised {mode[kinds[k]]}) needs {v}" for k, v in lacking.items())
+    raise DatasetError(f"the policy normalises features whose statistics {source!r} lacks in meta/stats.json "
+                       f"({'the file is absent' if not stats else 'present, but without them'}): {said}. "
+                       "Compute the dataset's stats with lerobot (`compute_episode_stats` and `aggregate_stats` of "
+                       "lerobot.datasets.compute_stats) into meta/stats.json, or give the policy a "
+                       "normalization_mapping of IDENTITY for those feature types to train on raw values")
 
 
 def _lerobot():
@@ -60,9 +93,13 @@ class LerobotTrainer:
         self.postprocessor: Any = None
 
     def build(self, meta) -> None:
-        """The policy from the loader's metadata, its processors with the dataset's stats, the optimizer and the
-        scheduler from the policy config's presets."""
-        self.policy = self._make_policy(self.cfg, ds_meta=meta)
+        """The policy from the loader's metadata, its processors with the dataset's stats (refused where the policy
+        normalises a feature the stats lack: `require_stats`), the optimizer and the scheduler from the policy
+        config's presets."""
+        self.policy = self._make_policy(self.cfg, ds_meta=meta)  # sets the config's input and output features
+        features = {**self.cfg.input_features, **self.cfg.output_features}
+        require_stats({k: f.type for k, f in features.items()}, dict(self.cfg.normalization_mapping), meta.stats,
+                      str(getattr(meta, "source", getattr(meta, "repo_id", "the dataset"))))
         self.preprocessor, self.postprocessor = self._make_processors(self.cfg, dataset_stats=meta.stats)
         preset = self.cfg.get_optimizer_preset()
         self.grad_clip_norm = float(preset.grad_clip_norm)
