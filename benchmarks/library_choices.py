@@ -37,14 +37,14 @@ def mp4_index(video: Path, repeat: int = 10, rounds: int = 5) -> dict:
     import av
     import numpy as np
 
-    from dali_stream.fetch.mp4index import _boxes, _track_arrays
+    from dali_stream.fetch.mp4boxes import boxes, track_arrays
 
     data = video.read_bytes()
-    moov = next(data[s:e] for kind, s, e in _boxes(data) if kind == b"moov")
+    moov = next(data[s:e] for kind, s, e in boxes(data) if kind == b"moov")
     arrays: dict = {}
 
     def ours() -> None:
-        _, offsets, sizes, dts, _pts, _dur, sync, _stsd = _track_arrays(moov)
+        _, offsets, sizes, dts, _pts, _dur, sync, _stsd = track_arrays(moov, len(data))
         arrays["ours"] = offsets, sizes, dts, sync
 
     container = av.open(str(video))  # PyAV's index is read with the container: open once, as ours reads moov once

@@ -76,6 +76,7 @@ from .config import LoaderConfig  # noqa: E402 - after the environment DALI read
 from .errors import (  # noqa: E402
     ConfigError,
     DaliStreamError,
+    DamagedFileError,
     DatasetError,
     DatasetNotFoundError,
     DecodeError,
@@ -90,7 +91,7 @@ from .errors import (  # noqa: E402
 from .mixture import Member, Mixture  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["StreamLoader", "open_meta", "LoaderConfig", "Mixture", "Member", "DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError",
+__all__ = ["StreamLoader", "open_meta", "LoaderConfig", "Mixture", "Member", "DaliStreamError", "ConfigError", "DamagedFileError", "DatasetError", "DatasetNotFoundError", "DecodeError",
            "DeviceError", "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError", "VideoFileError",
            "__version__"]
 

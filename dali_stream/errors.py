@@ -32,6 +32,27 @@ class VideoFileError(DaliStreamError, RuntimeError):
     """A video file is missing, truncated or not a readable container."""
 
 
+class DamagedFileError(DaliStreamError, RuntimeError):
+    """A file's own bytes contradict themselves: a size, count or offset that its box (or footer) cannot hold, or
+    that points past the file's end. `path` names the file, `part` the box or footer that says so; found before
+    anything that size is allocated or read. Catch this one for both kinds below."""
+
+    def __init__(self, message: str, path: str = "", part: str = "") -> None:
+        super().__init__(message)
+        self.path, self.part = path, part
+
+    def __reduce__(self):  # pickled across processes (DataLoader workers) with the file and part kept
+        return type(self), (str(self), self.path, self.part)
+
+
+class DamagedVideoError(DamagedFileError, VideoFileError):
+    """An MP4 whose boxes contradict themselves or the file's length (truncated, flipped bytes, lying sizes)."""
+
+
+class DamagedTableError(DamagedFileError, DatasetError):
+    """A parquet file (a data or metadata table) that pyarrow cannot read: truncated, a bad footer or pages."""
+
+
 class DecodeError(DaliStreamError, RuntimeError):
     """A decoder could not turn an episode's segment into frames."""
 

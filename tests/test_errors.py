@@ -234,7 +234,7 @@ def test_truncated_episodes_table(copy):
     _truncate(path)
     with pytest.raises(DatasetError, match=rf"{path.name} is not a readable parquet file.*truncated or damaged"):
         StreamLoader(str(copy))
-    _one_line_error(_inspect(copy), "DatasetError", path.name, "re-download it")
+    _one_line_error(_inspect(copy), "DamagedTableError", path.name, "re-download it")
 
 
 def test_truncated_data_file_at_construction_and_later(copy):
@@ -259,8 +259,8 @@ def test_damaged_moov(copy, camera, decode):
     rnd = random.Random(0)
     data[at + 200:at + 600] = bytes(rnd.randrange(256) for _ in range(400))
     path.write_bytes(bytes(data))
-    with pytest.raises(VideoFileError, match=rf"{path.name} has no readable video track \(episode \d+, camera "
-                                             rf"'{camera}'\).*moov.*re-download"):
+    with pytest.raises(VideoFileError, match=rf"{path.name} is damaged \([a-z0-9 ]+ box: .*\); re-download .*"
+                                             rf"\(episode \d+, camera '{camera}'\)"):
         _loop(copy, decode=decode)
 
 

@@ -119,3 +119,29 @@ def test_decoding_every_frame_goes_in_chunks_and_still_finds_a_misread(damaged, 
     found = verify.episode_problems(DatasetMeta.open(str(root)), 1e-4)
     assert set(found) == set(rel.values()), found  # both scribbled files, whichever way their damage shows
     assert all(problem.startswith("loader: ") for problems in found.values() for problem in problems)
+
+
+def test_a_wrong_fps_is_the_datasets_problem_not_the_videos(small_dataset, tmp_path):
+    """info.json's fps 25 on a 30 fps recording: the loader refuses at the first video it opens, naming both rates
+    and the fix (its windows would be 1/30 s apart with no padding flags), and `verify` reports the dataset's fps,
+    not every video as damaged ("... frames show other painted ids")."""
+    from dali_stream import StreamLoader
+    from dali_stream.errors import DatasetError
+
+    root = tmp_path / "fps"
+    shutil.copytree(small_dataset, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    assert info["fps"] == 30
+    info["fps"] = 25
+    (root / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(DatasetError, match=r"info.json says fps 25, but video file .*\.mp4 shows 30 frames a second"
+                                           r".*Correct `fps` in meta/info.json .* to 30"):
+        with StreamLoader(str(root), batch_size=4, device="cpu", delta_timestamps={"action": [0, 1 / 25]}) as loader:
+            next(iter(loader))
+    ran = _verify(str(root))
+    report = json.loads(ran.stdout)
+    assert ran.returncode == 1 and report["damaged"] == [], report["damaged"]
+    assert [p.split(":")[0] for p in report["dataset_problems"]] == [f"camera {FRONT!r}", f"camera {TOP!r}"]
+    assert all("says fps 25" in p for p in report["dataset_problems"])
+    text = dali_stream("verify", str(root))
+    assert "the dataset, not a file: camera" in text.stdout and "no damaged file" in text.stdout, text.stdout

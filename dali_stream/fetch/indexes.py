@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..config import DEFAULT_INDEX_BYTES
-from ..errors import VideoFileError
+from ..errors import DamagedFileError, VideoFileError
 from .mp4index import IndexUnsupported, Mp4Index, read_index
 
 
@@ -35,14 +35,16 @@ class IndexCache:
     are dropped beyond `capacity_bytes` of index arrays (the loader's `index_bytes`).
 
     A file whose layout `read_index` does not handle maps to None (why: `unsupported`): its episodes are
-    cut through the demuxer and plain range requests."""
+    cut through the demuxer and plain range requests. A damaged file raises `DamagedVideoError` (each `get`)."""
 
-    def __init__(self, rfs, capacity_bytes: int = DEFAULT_INDEX_BYTES, *, shared: "IndexCache | None" = None) -> None:
+    def __init__(self, rfs, capacity_bytes: int = DEFAULT_INDEX_BYTES, *, shared: "IndexCache | None" = None,
+                 fps: float | None = None) -> None:
         """`shared`: another file system's cache whose bound this one shares (a mixture's members: one
-        `capacity_bytes` for all of them, each file kept under its own file system's name)."""
+        `capacity_bytes` for all of them, each file kept under its own file system's name). `fps`: the dataset's
+        (info.json), which each file's own frame rate is checked against as it is indexed (`check_rate`)."""
         from .once import OncePerKey
 
-        self.rfs = rfs
+        self.rfs, self.fps = rfs, fps
         self.files: Any = shared.files if shared is not None else \
             OncePerKey(capacity_bytes=capacity_bytes, weigh=_index_bytes)
         # path -> why it is read without an index (of every file system sharing the bound)
@@ -58,9 +60,13 @@ class IndexCache:
     def _open(self, path: str) -> IndexedFile | None:
         try:
             index = read_index(self.rfs, path)
+        except DamagedFileError:
+            raise  # the file contradicts itself: named as such, not read again through the demuxer
         except (IndexUnsupported, VideoFileError, struct.error, IndexError, ValueError) as exc:
             self.unsupported[path] = f"{type(exc).__name__}: {exc}"
             return None
+        if self.fps is not None:
+            check_rate(index, self.fps, path)
         try:
             import av
         except ImportError:  # a node without PyAV (NVDEC's open engine needs no FFmpeg): our index alone
@@ -82,3 +88,22 @@ class IndexCache:
             return None
         # the bytes read while indexing served FFmpeg's check; the index no longer needs them
         return IndexedFile(dataclasses.replace(index, pieces=()))
+
+
+RATE_TOLERANCE = 0.01  # relative: 29.97 fps video in a 30 fps dataset passes, 25 in 30 does not
+
+
+def check_rate(index: Mp4Index, fps: float, path: str) -> None:
+    """A `DatasetError` where the video's own frame rate (its decode steps) disagrees with the dataset's `fps` by more
+    than `RATE_TOLERANCE`: every window (`delta_timestamps` in seconds, turned into frames at `fps`) and frame time
+    would come out wrong without another error."""
+    from ..errors import DatasetError
+
+    rate = index.frame_rate
+    if rate is None or abs(rate - fps) <= RATE_TOLERANCE * fps:
+        return
+    raise DatasetError(
+        f"meta/info.json says fps {fps:g}, but video file {path} shows {rate:.6g} frames a second (its frames are "
+        f"{1 / rate:.6f} s apart, not {1 / fps:.6f}): windows (delta_timestamps) and frame times would come out "
+        f"wrong. Correct `fps` in meta/info.json (and the cameras' `video.fps`) to {rate:.6g}, or re-encode the "
+        f"videos at {fps:g} fps")

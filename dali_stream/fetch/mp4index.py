@@ -2,8 +2,8 @@
 
 `read_index(rfs, path)` walks the file's top-level boxes with small range reads (the first 4 KB, one
 16-byte header per later box, then the whole `moov`) and parses the video track's sample tables
-(stts/ctts/stss/stsz/stsc/stco|co64, mdhd timescale, elst shift) into per-sample offset, size, dts, pts,
-duration and keyframe flag, exactly as FFmpeg's mov demuxer reports them (tests compare every packet of
+(stts/ctts/stss/stsz/stsc/stco|co64, mdhd timescale, elst shift; `mp4boxes`) into per-sample offset, size, dts,
+pts, duration and keyframe flag, exactly as FFmpeg's mov demuxer reports them (tests compare every packet of
 H.264 with B-frames, HEVC, AV1 and VP9 files). `Mp4Index.cut(from_s, to_s)` names the samples an
 episode's segment holds: the same rule as the demuxing cut in `segments`, so `segments.cut_segment` can
 build the segment from one range request without opening a demuxer per episode.
@@ -12,7 +12,9 @@ build the segment from one range request without opening a demuxer per episode.
 opened over them and closed), within a bound of bytes, least recently used first out.
 
 Unsupported layouts (fragmented MP4, no video track, several edits) raise `IndexUnsupported`; the caller
-then cuts through the demuxer and plain range requests.
+then cuts through the demuxer and plain range requests. A damaged file (its boxes contradicting themselves or its
+length, checked before anything of a stated size is allocated: `mp4boxes`) raises `errors.DamagedVideoError`
+naming the file and the box.
 
 Why not PyAV's `Stream.index_entries` (it reads the same tables): it matches these arrays exactly but costs
 ~30x more per file (a Python object per sample) and has no pts, so ctts and the edit list would still be
@@ -26,12 +28,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .mp4boxes import Damaged, IndexUnsupported, box_name, boxes, track_arrays, track_of
+
+__all__ = ["Damaged", "IndexUnsupported", "Mp4Index", "Span", "read_index", "track_of"]
+
 HEAD_BYTES = 4096  # read first: ftyp and, for faststart files, the start of moov
-_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts"}
-
-
-class IndexUnsupported(Exception):
-    """The file's layout is not one this index handles (the caller falls back to plain range reads)."""
 
 
 CHECKPOINT = 256  # samples: an offset is kept at least this often, so a span's offsets sum few sizes
@@ -184,6 +185,15 @@ class Mp4Index:
     sync = property(lambda self: self.whole.sync)
 
     @property
+    def frame_rate(self) -> float | None:
+        """Frames a second of the track by its decode times (the median step where they vary); None with fewer than
+        two samples."""
+        if self.count < 2:
+            return None
+        step = self.dts_step or float(np.median(self.dts_steps))  # type: ignore[arg-type]
+        return self.timescale / step if step > 0 else None
+
+    @property
     def nbytes(self) -> int:
         """Bytes the index's arrays hold (what `IndexCache`'s bound weighs, with `stsd` and any `pieces`)."""
         arrays = (self.sample_sizes, self.run_first, self.run_offset, self.dts_steps, self.dts_marks,
@@ -261,114 +271,23 @@ class Mp4Index:
         return int(offsets.min()), int((offsets + sizes).max())
 
 
-def _boxes(buf: bytes, start: int = 0, end: int | None = None):
-    """(type, payload start, box end) of the boxes in buf[start:end]."""
-    end = len(buf) if end is None else end
-    pos = start
-    while pos + 8 <= end:
-        size, kind = struct.unpack_from(">I4s", buf, pos)
-        head = 8
-        if size == 1:
-            size = struct.unpack_from(">Q", buf, pos + 8)[0]
-            head = 16
-        elif size == 0:
-            size = end - pos
-        if size < head:
-            raise IndexUnsupported(f"box {kind!r} at {pos} has size {size}")
-        yield kind, pos + head, min(end, pos + size)
-        pos += size
-
-
-def _find(buf: bytes, start: int, end: int, *path: bytes) -> list[tuple[int, int]]:
-    """Payload (start, end) of every box at `path` below buf[start:end]."""
-    found = [(start, end)]
-    for kind in path:
-        found = [(s, e) for ps, pe in found for k, s, e in _boxes(buf, ps, pe) if k == kind]
-    return found
-
-
-def _table(buf: bytes, box: tuple[int, int], fmt: str, fields: int) -> np.ndarray:
-    start, _ = box
-    count = struct.unpack_from(">I", buf, start + 4)[0]
-    arr = np.frombuffer(buf, dtype=np.dtype(fmt), count=count * fields, offset=start + 8)
-    return arr.astype(np.int64).reshape(count, fields)
-
-
-def _track_arrays(moov: bytes) -> tuple:
-    if _find(moov, 0, len(moov), b"mvex"):
-        raise IndexUnsupported("fragmented MP4 (moov/mvex)")
-    for trak in _find(moov, 0, len(moov), b"trak"):
-        hdlr = _find(moov, *trak, b"mdia", b"hdlr")
-        if not hdlr or moov[hdlr[0][0] + 8:hdlr[0][0] + 12] != b"vide":
-            continue
-        mdhd = _find(moov, *trak, b"mdia", b"mdhd")[0][0]
-        timescale = struct.unpack_from(">I", moov, mdhd + (20 if moov[mdhd] == 1 else 12))[0]
-        stbl = _find(moov, *trak, b"mdia", b"minf", b"stbl")[0]
-
-        def box(kind: bytes):
-            hit = _find(moov, *stbl, kind)
-            return hit[0] if hit else None
-
-        stsz = box(b"stsz")
-        fixed, count = struct.unpack_from(">II", moov, stsz[0] + 4)
-        sizes = (np.full(count, fixed, np.int64) if fixed else
-                 np.frombuffer(moov, ">u4", count, stsz[0] + 12).astype(np.int64))
-        stts = _table(moov, box(b"stts"), ">u4", 2)
-        deltas = np.repeat(stts[:, 1], stts[:, 0])[:count]
-        dts = np.concatenate([[0], np.cumsum(deltas)[:-1]]).astype(np.int64)
-        ctts_box = box(b"ctts")
-        if ctts_box is not None:
-            fmt = ">i4" if moov[ctts_box[0]] == 1 else ">u4"
-            ctts = _table(moov, ctts_box, fmt, 2)
-            comp = np.repeat(ctts[:, 1], ctts[:, 0])[:count]
-        else:
-            comp = np.zeros(count, np.int64)
-        stss_box = box(b"stss")
-        sync = np.ones(count, bool) if stss_box is None else np.zeros(count, bool)
-        if stss_box is not None:
-            sync[_table(moov, stss_box, ">u4", 1)[:, 0] - 1] = True
-        co = box(b"stco") or box(b"co64")
-        chunk_offsets = _table(moov, co, ">u4" if box(b"stco") else ">u8", 1)[:, 0]
-        stsc = _table(moov, box(b"stsc"), ">u4", 3)  # first_chunk (1-based), samples_per_chunk, desc
-        per_chunk = np.zeros(len(chunk_offsets), np.int64)
-        for i, (first, n, _) in enumerate(stsc):
-            stop = stsc[i + 1][0] - 1 if i + 1 < len(stsc) else len(chunk_offsets)
-            per_chunk[first - 1:stop] = n
-        chunk_of = np.repeat(np.arange(len(chunk_offsets)), per_chunk)[:count]
-        first_in_chunk = np.concatenate([[0], np.cumsum(per_chunk)[:-1]])
-        csum = np.concatenate([[0], np.cumsum(sizes)])
-        offsets = chunk_offsets[chunk_of] + csum[np.arange(count)] - csum[first_in_chunk[chunk_of]]
-        shift = 0
-        elst = _find(moov, *trak, b"edts", b"elst")
-        if elst:
-            version = moov[elst[0][0]]
-            entries = struct.unpack_from(">I", moov, elst[0][0] + 4)[0]
-            fmt, width = (">Qq", 16) if version == 1 else (">Ii", 8)
-            edits = [struct.unpack_from(fmt, moov, elst[0][0] + 8 + k * (width + 4)) for k in range(entries)]
-            media = [m for _, m in edits if m >= 0]
-            if len(media) != 1:
-                raise IndexUnsupported(f"edit list with {entries} entries")
-            shift = media[0]
-        if len(sizes) != count or len(chunk_of) != count:
-            raise IndexUnsupported("sample tables disagree on the sample count")
-        stsd_start, stsd_end = box(b"stsd")
-        stsd = moov[stsd_start - 8:stsd_end]
-        if struct.unpack_from(">I4s", stsd)[1] != b"stsd":
-            raise IndexUnsupported("stsd box with a 64-bit size")
-        return timescale, offsets.astype(np.int64), sizes, dts - shift, dts + comp - shift, deltas, sync, stsd
-    raise IndexUnsupported("no video track")
-
-
-def track_of(data: bytes) -> tuple:
-    """The video track's arrays (as `Mp4Index` holds them, then its `stsd` box) of a whole MP4 in memory."""
-    for kind, start, end in _boxes(data):
-        if kind == b"moov":
-            return _track_arrays(data[start:end])
-    raise IndexUnsupported("no moov box")
+FIX = ("re-download it (or re-encode it from its source); `dali-stream verify DATASET` lists every damaged file of "
+       "the dataset")
 
 
 def read_index(rfs, path: str) -> Mp4Index:
-    """Index the video track of the MP4 at `path` on a RemoteFS (a few small range reads + the moov)."""
+    """Index the video track of the MP4 at `path` on a RemoteFS (a few small range reads + the moov). A file whose
+    boxes contradict themselves or its length raises `DamagedVideoError` naming the file and the box."""
+    from ..errors import DamagedVideoError
+
+    try:
+        return _read_index(rfs, path)
+    except Damaged as exc:
+        raise DamagedVideoError(f"video file {path} is damaged ({exc.part} box: {exc.why}); {FIX}", path,
+                                exc.part) from None
+
+
+def _read_index(rfs, path: str) -> Mp4Index:
     size = rfs.size(path)
     head = rfs.read_range(path, 0, min(size, HEAD_BYTES))
     pieces = [(0, head)]
@@ -381,13 +300,18 @@ def read_index(rfs, path: str) -> Mp4Index:
             pieces.append((pos, header))
         box_size, kind = struct.unpack_from(">I4s", header, 0)
         if box_size == 1:
+            if len(header) < 16:
+                raise Damaged(box_name(kind), f"its 64-bit size lies past the file's end ({size} bytes)")
             box_size = struct.unpack_from(">Q", header, 8)[0]
         elif box_size == 0:
             box_size = size - pos
         if box_size < 8:
-            raise IndexUnsupported(f"box {kind!r} at {pos} has size {box_size}")
+            raise Damaged(box_name(kind), f"at byte {pos} declares {box_size} bytes, less than its own header")
+        if pos + box_size > size:
+            raise Damaged(box_name(kind), f"at byte {pos} declares {box_size} bytes; the file ends {size - pos} bytes "
+                                       "later: it is truncated or the size damaged")
         if kind == b"moov":
-            end = min(size, pos + box_size)
+            end = pos + box_size
             moov = head[pos:end] if end <= len(head) else rfs.read_range(path, pos, end)
             pieces.append((pos, moov))
             break
@@ -395,8 +319,11 @@ def read_index(rfs, path: str) -> Mp4Index:
             raise IndexUnsupported("fragmented MP4 (moof before moov)")
         pos += box_size
     if moov is None:
+        if head[4:8] == b"ftyp":  # an MP4 (fragmented ones too) always has one: the file ends before it
+            raise Damaged("moov", f"missing: the top-level boxes end at byte {pos} of {size} without one (a file "
+                                  "truncated before its index)")
         raise IndexUnsupported("no moov box")
-    payload = next(_boxes(moov))[1]
-    arrays = _track_arrays(moov[payload:])
+    payload = next(boxes(moov))[1]
+    arrays = track_arrays(moov[payload:], size)
     pieces = [(p, b) for p, b in pieces if not (p >= len(head) and p + len(b) <= len(head))]
     return Mp4Index.of(size, tuple(pieces), *arrays)

@@ -28,7 +28,9 @@ def named(exc: BaseException, where: str, camera: str) -> BaseException:
     happened on unless it does already."""
     if f"({where}," in str(exc):
         return exc
-    return type(exc)(f"{exc} ({where}, camera {camera!r})")
+    out = type(exc)(f"{exc} ({where}, camera {camera!r})")
+    out.__dict__.update(exc.__dict__)  # what the error carries besides its text (a damaged file's path and box)
+    return out
 
 
 @dataclass

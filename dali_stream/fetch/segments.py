@@ -413,11 +413,11 @@ def entry_size(stsd: bytes | None) -> tuple[int, int] | None:
 def packet_index(data: bytes) -> PacketIndex:
     """Every packet of a segment's bytes, read from its own `moov` with numpy as `mp4index` reads files; a
     layout that index does not take is demuxed once by PyAV instead."""
-    from .mp4index import IndexUnsupported, track_of
+    from .mp4index import Damaged, IndexUnsupported, track_of
 
     try:
         timescale, offsets, sizes, dts, pts, durations, sync, stsd = track_of(data)
-    except (IndexUnsupported, struct.error, IndexError, ValueError):
+    except (IndexUnsupported, Damaged, struct.error, IndexError, ValueError):
         return _demuxed_packets(data)
     keep = sizes > 0
     return PacketIndex(offsets[keep], sizes[keep], pts[keep], dts[keep], durations[keep], sync[keep],

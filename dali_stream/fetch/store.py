@@ -83,7 +83,7 @@ class _Files:
         # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
         # behind the same interface (a file the index cannot handle is cut through the demuxer).
         self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
-        self.indexes: IndexCache = IndexCache(self.ranges, index_bytes,
+        self.indexes: IndexCache = IndexCache(self.ranges, index_bytes, fps=float(meta.fps),
                                               shared=first.indexes if first is not None else None)
 
 

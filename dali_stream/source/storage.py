@@ -210,13 +210,15 @@ def parquet_file(fs, path: str):
     import io
     import struct
 
+    import pyarrow as pa
+
     size = fs.size(path)
     tail = fs.read_range(path, max(0, size - 8), size)
     if size < 12 or tail[4:] != b"PAR1":
-        import pyarrow as pa
-
         raise pa.ArrowInvalid(f"{path} is not a parquet file (it does not end in PAR1: {tail!r})")
     length = struct.unpack("<I", tail[:4])[0]
+    if length > size - 12:
+        raise pa.ArrowInvalid(f"its footer declares {length} bytes; the file has {size}")
     footer = fs.read_range(path, max(0, size - 8 - length), size - 8)
     metadata = pq.read_metadata(io.BytesIO(b"PAR1" + footer + tail))
     raw = fs.open(path, "rb")
@@ -233,17 +235,19 @@ def read_parquet(fs, path: str, columns: list[str] | None = None):
 
 @contextlib.contextmanager
 def parquet_errors(path: str, what: str = ""):
-    """pyarrow's errors on a damaged file (bad magic bytes, truncated pages, a bad footer) as a DatasetError
-    naming the file and the fix; missing files and remote failures pass through."""
+    """pyarrow's errors on a damaged file (bad magic bytes, truncated pages, a bad footer) as a DamagedTableError
+    (a DatasetError) naming the file and the fix; missing files and remote failures pass through. A footer's
+    stated length is bounded by the file's before it is read, and pyarrow bounds what its footer declares."""
     import pyarrow as pa
 
-    from ..errors import DaliStreamError, DatasetError
+    from ..errors import DaliStreamError, DamagedTableError
 
     try:
         yield
     except (FileNotFoundError, DaliStreamError):
         raise
     except (pa.ArrowException, OSError, EOFError) as exc:
-        raise DatasetError(f"{path} is not a readable parquet file{what} ({type(exc).__name__}: "
-                           f"{str(exc).splitlines()[0] if str(exc) else ''}): it is truncated or damaged; "
-                           "re-download it (`dali-stream verify` lists every damaged file)") from None
+        raise DamagedTableError(f"{path} is not a readable parquet file{what} ({type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}): it is truncated or damaged; "
+                                "re-download it (`dali-stream verify` lists every damaged file)", path,
+                                "parquet") from None

@@ -113,8 +113,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
                                      else ""]))
     if report["meta_error"]:
         out.print(f"[red]the dataset's metadata does not load: {report['meta_error']}[/]")
+    for problem in report["dataset_problems"]:
+        out.print(f"[red]the dataset, not a file: {problem}[/]")
     if not report["damaged"]:
-        out.print(f"[green]OK[/]: {report['files_here']} files of {report['source']} checked ({checks})")
+        if report["exit_code"] == 0:
+            out.print(f"[green]OK[/]: {report['files_here']} files of {report['source']} checked ({checks})")
+        else:
+            out.print(f"no damaged file among the {report['files_here']} of {report['source']} ({checks})")
         return report["exit_code"]
     from rich.table import Table
 

@@ -17,7 +17,10 @@ the frame-time check on every frame (`decode.cpu.check_frame_times`), the whole 
 first and last frames alone (each a seek in a fresh decoder, where a cut's end went wrong before), so a frame
 the loader would get wrong is reported with its episode.
 
-The report lists each damaged file with why (missing, size, hash, decode) and the episodes it holds.
+The report lists each damaged file with why (missing, size, hash, decode) and the episodes it holds, each
+problem under the file it is about (an episode's files are read together: one damaged file fails every camera's
+read of its episodes, and is named alone), and apart from them what is wrong with the dataset as a whole
+(`dataset_problems`: info.json's fps against the videos' own frame rate), which is then not blamed on the videos.
 """
 
 from __future__ import annotations
@@ -245,12 +248,54 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
                 except RemoteError:
                     raise  # the remote read failed, not the file: no finding about its bytes
                 except DaliStreamError as exc:
-                    found.setdefault(rel, []).append(f"loader: {type(exc).__name__}: {exc}")
+                    held = [posixpath.relpath(meta.data_file(pos), meta.data_root)] + \
+                        [posixpath.relpath(meta.video_file(pos, k), meta.data_root) for k in meta.video_keys]
+                    why = f"loader: {type(exc).__name__}: {exc}"
+                    problems = found.setdefault(_blamed(exc, held, rel, meta.data_root), [])
+                    if why.split(" (episode ")[0] not in (p.split(" (episode ")[0] for p in problems):
+                        problems.append(why)
             if progress:
                 progress(pos + 1, meta.num_episodes)
     finally:
         store.close()
     return found
+
+
+def _dataset_problems(meta) -> list[str]:
+    """What is wrong with the dataset as a whole rather than with a file: each camera's videos against info.json's
+    fps (its first file's frame rate, `fetch.indexes.check_rate`: a wrong fps shifts every window and frame time,
+    and would otherwise show as other painted ids in every video). A damaged first file is the file's finding."""
+    from ..errors import DaliStreamError, DamagedFileError, DatasetError
+    from ..fetch.indexes import IndexCache
+    from ..source.storage import LocalRanges, is_local
+
+    if meta.num_episodes == 0:
+        return []
+    cache = IndexCache(LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs, fps=meta.fps)
+    found = []
+    for key in meta.video_keys:
+        try:
+            cache.get(meta.video_file(0, key))
+        except DamagedFileError:
+            continue
+        except DatasetError as exc:
+            found.append(f"camera {key!r}: {exc}")
+        except DaliStreamError:
+            continue
+    return found
+
+
+def _blamed(exc: Exception, held: list[str], reading: str, root: str) -> str:
+    """Which of an episode's files (`held`: relative paths, its data file first) an error reading camera file
+    `reading` is about: the file a `DamagedFileError` names, else the one file of `held` its message names, else
+    `reading`. The loader fetches an episode's files together, so one damaged file fails every camera's read of
+    that episode: the healthy ones are not blamed for it."""
+    path = getattr(exc, "path", "")
+    if path and path.startswith(root.rstrip("/") + "/"):
+        return path[len(root.rstrip("/")) + 1:]
+    text = str(exc)
+    named = [rel for rel in held if posixpath.join(root, rel) in text or f" {rel}" in text]
+    return named[0] if len(set(named)) == 1 else reading
 
 
 def _painted_ids(meta, path: str) -> dict[int, tuple[int, int]] | None:
@@ -302,6 +347,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
         raise  # a remote read that failed says nothing of the files' bytes: not a finding
     except Exception as exc:  # a damaged meta file is itself a finding; keep going without the episode map
         meta, holders, meta_error = None, {}, f"{type(exc).__name__}: {exc}"
+    dataset_problems = _dataset_problems(meta) if meta is not None else []
     damaged: dict[str, list[str]] = {}
     checked = 0
     if what:
@@ -339,12 +385,13 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     if decode:
         todo = sorted(p for p in mine if p.endswith((".mp4", ".parquet")))
         for n, rel in enumerate(todo):
-            why = _decode_problems(meta, rel, fs, root)
+            # a dataset-level cause (the fps) would show in every video's painted ids: not the files' fault
+            why = _decode_problems(None if dataset_problems and rel.endswith(".mp4") else meta, rel, fs, root)
             if why:
                 damaged.setdefault(rel, []).append(f"decode: {why}")
             if progress:
                 progress("decode", n + 1, len(todo))
-        if meta is not None:
+        if meta is not None and not dataset_problems:
             # episodes are read in file order, so a row group holding many episodes is decoded once here whatever
             # the layout: the loader's warning about such files (a training run's random order) does not apply
             with warnings.catch_warnings():
@@ -359,4 +406,4 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     return {"source": source, "reference": what or None, "decoded": decode, "decoded_why": decoded_why,
             "files_here": len(mine),
             "files_compared": checked, "damaged": files, "damaged_episodes": episodes, "meta_error": meta_error,
-            "exit_code": 1 if files or meta_error else 0}
+            "dataset_problems": dataset_problems, "exit_code": 1 if files or meta_error or dataset_problems else 0}
