@@ -177,13 +177,11 @@ def windows(catalog: Catalog, cfg: LoaderConfig) -> tuple[dict[str, tuple[int, .
 
 
 def _not_frame_counts(key: str, seconds: Any, fps: float, lengths: np.ndarray, who: str = "") -> None:
-    """Offsets that look like frame counts (`plan.epoch.frame_counts`): refused where every sample would pad some
-    step, else a warning (a whole-second window is plausible). `lengths`: the selected episodes' (0: not selected)."""
-    verdict = frame_counts(key, seconds, fps, int(np.max(lengths)) if len(lengths) else 0)
-    if verdict is not None and verdict.fatal:
-        raise ConfigError(who + verdict.message)
-    if verdict is not None:
-        warnings.warn(who + verdict.message, stacklevel=5)  # at the StreamLoader(...) call
+    """A warning for offsets that look like frame counts (`plan.epoch.frame_counts`). `lengths`: the selected
+    episodes' (0: not selected)."""
+    told = frame_counts(key, seconds, fps, int(np.max(lengths)) if len(lengths) else 0)
+    if told is not None:
+        warnings.warn(who + told, stacklevel=5)  # at the StreamLoader(...) call
 
 
 def planner_mix(catalog: Catalog, member_deltas: tuple) -> Mix | None:

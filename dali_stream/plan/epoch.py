@@ -331,23 +331,14 @@ def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
     return out
 
 
-@dataclass(frozen=True)
-class FrameCounts:
-    """`delta_timestamps[key]` that look like frame counts (`frame_counts`): what to say, and whether to refuse."""
-
-    message: str
-    fatal: bool
-
-
-def frame_counts(key: str, deltas: Sequence[float], fps: float, longest: int) -> FrameCounts | None:
-    """Whether the offsets `delta_timestamps[key]` look like frame counts where seconds are meant (lerobot's
-    `delta_timestamps` are seconds, k / fps): every offset a whole number and some beyond 1 in size, at fps > 1.
-    None when they do not look so (e.g. [0, 1]: now and 1 s later, or frames 0 and 1: either reading is plausible).
-
-    `fatal` (the loader raises ConfigError) when, read as seconds, some step also lies `longest` frames or more from
-    now (`longest`: the longest selected episode's length), so that no sample of any episode holds it and every
-    sample pads it: no window in seconds asks for that. Otherwise the loader warns only: a whole-second offset
-    within the episodes (e.g. [0, 2]: now and 2 s later) is a plausible window in seconds."""
+def frame_counts(key: str, deltas: Sequence[float], fps: float, longest: int) -> str | None:
+    """What to warn of where the offsets `delta_timestamps[key]` look like frame counts where seconds are meant
+    (lerobot's `delta_timestamps` are seconds, k / fps): every offset a whole number and some beyond 1 in size, at
+    fps > 1. None when they do not look so (e.g. [0, 1]: now and 1 s later, or frames 0 and 1: either reading is
+    plausible). A warning, never an error: a window of whole seconds is a real one (a reward model's 8 steps 1 s
+    apart), even where it reaches past every episode of a small dataset; the message says so where, read as seconds,
+    a step lies `longest` frames or more from now (`longest`: the longest selected episode's length), so that every
+    sample pads it."""
     values = [float(d) for d in deltas]
     if fps <= 1 or not values or not all(v.is_integer() for v in values) or max(abs(v) for v in values) <= 1:
         return None
@@ -360,10 +351,10 @@ def frame_counts(key: str, deltas: Sequence[float], fps: float, longest: int) ->
                f"convention (k / fps); at {rate} fps write [k / {rate} for k in {listed}]")
     never = [d for d in ints if abs(d) * fps >= longest] if longest > 0 else []
     if never:
-        return FrameCounts(f"{message}. Read as seconds, the steps at {_abridged(never)} s lie past the longest "
-                           f"episode ({longest} frames, {longest / fps:.3g} s): every sample would pad them", True)
-    return FrameCounts(f"{message}. If whole seconds are meant, this warning can be ignored "
-                       "(warnings.filterwarnings('ignore', '.*look like frame counts') hides it)", False)
+        message += (f". Read as seconds, the steps at {_abridged(never)} s lie past the longest episode ({longest} "
+                    f"frames, {longest / fps:.3g} s): every sample pads them")
+    return (f"{message}. If whole seconds are meant, this warning can be ignored "
+            "(warnings.filterwarnings('ignore', '.*look like frame counts') hides it)")
 
 
 def _abridged(values: Sequence[int]) -> str:
