@@ -121,7 +121,7 @@ def open_engine(root: Path, key: str) -> dict:
         fail(f"the open-decoder engine cannot start: {exc}")
     if found["version"] is None:
         fail("PyNvVideoCodec is not installed, so the open-decoder engine (nvdec_engine='open') cannot be measured "
-             "or tested: pip install 'dali-stream[nvdec]' (on an offline node, stage its wheel) and run again")
+             "or tested: pip install '.[nvdec]' in the checkout (on an offline node, stage its wheel) and run again")
     try:
         ran = subprocess.run([sys.executable, "-c", OPEN_CHILD, str(root), key], capture_output=True, text=True,
                              timeout=300, stdin=subprocess.DEVNULL)

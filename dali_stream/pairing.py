@@ -51,6 +51,12 @@ def install_line(chosen: str) -> str:
             f"'.[{chosen}]'")  # each set has the extra of its name
 
 
+def extra_line(extras: str) -> str:
+    """How to add the extras `extras` ("nvdec", "cpu,remote") to an install: dali-stream is installed from a
+    checkout of its repository (README's install lines), so the command runs there."""
+    return f"pip install '.[{extras}]' in the dali_stream checkout"
+
+
 def minor_of(version: str | None) -> tuple[int, int] | None:
     """(major, minor) of a version string ("0.11.1+cpu": (0, 11)); None where it does not start with them."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
@@ -109,8 +115,8 @@ def dali_flavour_problem(flavours: list[str], driver: str | None) -> str | None:
     is installed on a node without an NVIDIA driver (the CPU install: DALI is optional there, `dali_missing`)."""
     if not flavours:
         return None if driver is None else (
-            "no NVIDIA DALI is installed, so this node's GPUs are not used (the CPU install): pip install "
-            "'dali-stream[cu12]' (NVIDIA driver 525 to 579) or 'dali-stream[cu13]' (driver >= 580)")
+            "no NVIDIA DALI is installed, so this node's GPUs are not used (the CPU install): in the dali_stream "
+            f"checkout {install_line('cu12')} (NVIDIA driver 525 to 579) or {install_line('cu13')} (driver >= 580)")
     if len(flavours) > 1:
         return (f"{' and '.join(flavours)} are installed together; they share the nvidia/dali folder and "
                 f"overwrite each other's files: pip uninstall -y {' '.join(flavours)}, then install one "

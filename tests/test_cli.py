@@ -200,9 +200,9 @@ def test_inspect_and_diagnose_print_camera_keys_whole(written, columns):
 
 def test_diagnose_at_80_columns_keeps_every_header_whole_and_prints_extras_literally(written):
     """A table too wide for the terminal is printed a camera at a time, so no header is folded letter by letter;
-    `pip install 'dali-stream[nvdec]'` keeps its brackets (no rich markup)."""
+    `pip install '.[nvdec]'` keeps its brackets (no rich markup)."""
     out = dali_stream("diagnose", written, env={"COLUMNS": "80"}).stdout
     flat = " ".join(out.split())
     for field in ("codec vp9", "pix_fmt yuv420p", "route (auto) torchcodec", "decodable yes"):
         assert field in flat, (field, out)
-    assert "dali-stream[nvdec]" in out.replace("\n", "").replace("│", "").replace(" ", ""), out
+    assert "pipinstall'.[nvdec]'" in out.replace("\n", "").replace("│", "").replace(" ", ""), out

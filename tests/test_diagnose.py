@@ -233,7 +233,7 @@ def test_diagnose_says_why_pynvvideocodec_does_not_import(tmp_path, monkeypatch)
     from dali_stream.tools.diagnose import probe_software
 
     assert probe_software()["PyNvVideoCodec"] == {"ok": True, "version": None, "imports": None, "note": (
-        "not installed (optional: nvdec_engine='open'; pip install 'dali-stream[nvdec]')")}
+        "not installed (optional: nvdec_engine='open'; pip install '.[nvdec]' in the dali_stream checkout)")}
     info = tmp_path / "pynvvideocodec-2.2.4.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pynvvideocodec\nVersion: 2.2.4\n")

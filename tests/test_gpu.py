@@ -357,7 +357,7 @@ def _open_engine_or_skip():
         import PyNvVideoCodec  # type: ignore[import-not-found]  # noqa: F401
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"PyNvVideoCodec does not import here ({type(exc).__name__}: {exc}); "
-                    "pip install 'dali-stream[nvdec]' (or stage its wheel) to test the open-decoder engine")
+                    "pip install '.[nvdec]' in the checkout (or stage its wheel) to test the open-decoder engine")
 
 
 @pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py

@@ -95,6 +95,10 @@ class RemoteOptions:
         return replace(self, storage_options={**dict(self.storage_options), **dict(storage_options or {})})
 
 
+# The protocols whose fsspec filesystems the [remote] extra brings (aiohttp for HTTP, s3fs for S3)
+REMOTE_EXTRA = ("http", "https", "s3", "s3a")
+
+
 def open_fs(source: str, remote: RemoteOptions | None = None, revision: str | None = None):
     """(filesystem, root path without trailing slash) for a local path or an fsspec URL.
 
@@ -110,12 +114,18 @@ def open_fs(source: str, remote: RemoteOptions | None = None, revision: str | No
     try:
         fs, root = fsspec.core.url_to_fs(str(source), **dict(remote.storage_options))
     except (ImportError, ValueError) as exc:
-        from ..errors import ConfigError
+        from ..errors import ConfigError, InstallError
+        from ..pairing import extra_line
         from .remote import redact
 
         protocol = str(source).split("://", 1)[0] if "://" in str(source) else "file"
-        raise ConfigError(f"cannot open {redact(str(source))!r} (protocol {protocol!r}): {exc}; for s3:// install "
-                          "s3fs, for hf:// huggingface_hub, and check `storage_options`") from None
+        if isinstance(exc, ImportError) and protocol in REMOTE_EXTRA:
+            raise InstallError(f"cannot open {redact(str(source))!r}: {protocol}:// URLs need the [remote] extra "
+                               f"(aiohttp and s3fs), which this install lacks ({exc}): {extra_line('remote')}, "
+                               "or read a local copy of the dataset") from None
+        raise ConfigError(f"cannot open {redact(str(source))!r} (protocol {protocol!r}): {exc}; check the URL and "
+                          "`storage_options`, and install fsspec's filesystem for that protocol (hf:// comes with "
+                          "huggingface_hub, s3:// and https:// with the [remote] extra)") from None
     if not is_local(fs):
         from .remote import RemoteFS, RetryPolicy
 

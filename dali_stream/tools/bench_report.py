@@ -14,6 +14,9 @@ def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     """Result dicts from files and folders (every bench-*.json inside a folder), oldest first."""
     files: list[Path] = []
     for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"{p} does not exist: pass bench result files (bench-*.json) or folders holding "
+                                    "them (`dali-stream bench` writes them into its --out-dir, ./dali-stream-bench)")
         files.extend(sorted(p.glob("bench-*.json")) if p.is_dir() else [p])
     results = []
     for f in files:
@@ -107,8 +110,21 @@ def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench",
         console.print(run)
 
 
+def require_matplotlib() -> None:
+    """An `InstallError` naming the extra that brings matplotlib (the chart's), where it does not import."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as exc:
+        from ..errors import InstallError
+        from ..pairing import extra_line
+
+        raise InstallError(f"--png draws with matplotlib, which does not import here ({exc}): add the [bench] extra "
+                           f"({extra_line('bench')}), or leave out --png for the table alone") from None
+
+
 def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
     """Bar chart of frames/s per run (route and mode), with the seed targets as horizontal lines."""
+    require_matplotlib()
     import matplotlib
 
     matplotlib.use("Agg")

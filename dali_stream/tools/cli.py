@@ -1,4 +1,4 @@
-"""`dali-stream` command line: make-sample, inspect, verify, diagnose, bench, demo.
+"""`dali-stream` command line: make-sample, inspect, verify, diagnose, bench, bench-summarize, demo, train.
 
 Only the standard library is imported at module level, so `dali-stream --help` works on a node whose
 torch or DALI install is broken; each command imports what it needs.
@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 from .cli_bench import cmd_bench, cmd_bench_summarize
 from .cli_common import BENCH_SETTINGS, DEMO_SETTINGS, make_sample_args, sample_spec, write_with_progress
@@ -81,8 +82,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     )
 
     from ..mixture import is_mixture_file
+    from .flags import checked_settings
     from .verify import verify
 
+    checked_settings(args, ("tolerance_s",))
     if is_mixture_file(args.dataset):
         from ..mixture import load_mixture
 
@@ -141,9 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="dali-stream", description="An exactly resumable loader for LeRobot v3 datasets, built on NVIDIA DALI. "
-        "Where it decodes: on the CPU (torchcodec/FFmpeg) for every camera today, GPU nodes included; NVDEC through "
-        "the open-decoder engine has not been measured on a GPU yet, and DALI's NVDEC decoder measured slower than "
-        "the CPU route (H100, 2026-11-23): `dali-stream diagnose` says what this node would do.")
+        "Where it decodes: decode='auto' takes the CPU (torchcodec/FFmpeg) for every camera today, GPU nodes "
+        "included. NVDEC on request (decode='gpu'): DALI's decoder measured slower than the CPU route (H100, "
+        "2026-11-23); the open-decoder engine (nvdec_engine='open') gave the right frames on an H200 and 1.34x the "
+        "CPU route's rate on all 16 cores at 640x480 (2026-11-29), not yet taken by 'auto'. `dali-stream diagnose` "
+        "says what this node would do.")
     parser.add_argument("--version", action="version", version=f"dali-stream {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -198,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="GPU-vs-CPU decode and dataloading benchmark with limit and baseline ratios",
                        description="Runs StreamLoader for a steady window, then the raw decode limit and a "
                                    "LeRobotDataset-style DataLoader baseline on the same samples. "
-                                   "`dali-stream bench summarize RESULTS...` merges result files.")
+                                   "`dali-stream bench-summarize RESULTS...` merges result files.")
     p.add_argument("dataset", nargs="?", help="dataset root, or a mixture file (.json: the mixture's samples/s against "
                                               "its members' own, tools/bench_mixture.py) (default: the benchmark "
                                               "sample, written on first use)")
@@ -273,14 +278,20 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["train"]:
         from .train import main as train
 
-        return train(argv[1:])
+        return reported("train", lambda: train(argv[1:]))
     args = build_parser().parse_args(argv)
+    return reported(args.command, lambda: args.func(args))
+
+
+def reported(command: str, run: Callable[[], int | None]) -> int:
+    """`run()`'s exit status; an error it raises for the user (a bad argument or dataset, a missing package) is one
+    line, `dali-stream COMMAND: error: ...`, and exit status 2."""
     from ..errors import DaliStreamError
 
     try:
-        return int(args.func(args) or 0)
+        return int(run() or 0)
     except (DaliStreamError, ValueError, OSError) as exc:
-        print(f"dali-stream {args.command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"dali-stream {command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,4 +1,4 @@
-"""`dali-stream bench` and `bench summarize`: the commands over `tools.bench` (one run per configuration, the
+"""`dali-stream bench` and `bench-summarize`: the commands over `tools.bench` (one run per configuration, the
 plan printed before, the results summarised)."""
 
 from __future__ import annotations
@@ -8,16 +8,21 @@ import sys
 from pathlib import Path
 
 from .cli_common import BENCH_SETTINGS, write_with_progress
-from .flags import loader_settings
+from .flags import checked_settings
 
 
 def _bench_configs(args: argparse.Namespace):
     from ..config import LoaderConfig
+    from ..errors import ConfigError
     from .bench import BenchConfig
 
-    workers = tuple(int(w) for w in args.baseline_workers.split(",") if w.strip())
+    words = [w.strip() for w in args.baseline_workers.split(",") if w.strip()]
+    if not all(w.isdigit() for w in words) or not (words or args.no_baseline):
+        raise ConfigError(f"--baseline-workers takes DataLoader worker counts >= 0, comma-separated (0,1,2). Found: "
+                          f"{args.baseline_workers!r}")
+    workers = tuple(int(w) for w in words)
     grid = [(d, m) for d in ("gpu", "cpu") for m in ("single", "sarm")] if args.matrix else [(args.decode, args.mode)]
-    settings = loader_settings(args, BENCH_SETTINGS)
+    settings = checked_settings(args, BENCH_SETTINGS)
     return [BenchConfig(dataset=args.dataset, mode=m, loader=LoaderConfig(**(settings | {"decode": d})),
                         duration_s=args.duration_s, warmup_batches=args.warmup_batches, baseline=not args.no_baseline,
                         baseline_workers=workers, limit=not args.no_limit, num_batches=args.num_batches,
@@ -53,6 +58,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench, bench_mixture, bench_report, bench_samples
 
     console = Console(stderr=True)
+    _bench_configs(args)  # every flag checked before a sample is written
     own_dataset_hint = args.dataset is None
     if args.dataset is None and args.sample in bench_samples.BENCH_MIXTURES:
         def write(path: Path, spec, why: str) -> None:
@@ -131,9 +137,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_bench_summarize(args: argparse.Namespace) -> int:
     from . import bench_report
 
+    if args.png:
+        bench_report.require_matplotlib()  # before anything is printed
     results = bench_report.load(args.results)
     if not results:
-        print(f"dali-stream bench summarize: error: no bench-*.json in {args.results}", file=sys.stderr)
+        print(f"dali-stream bench-summarize: error: no bench-*.json in {args.results}", file=sys.stderr)
         return 2
     bench_report.print_table(results, title=f"dali-stream bench: {len(results)} runs")
     if args.png:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from .cli_common import DEMO_SETTINGS, sample_spec, write_with_progress
-from .flags import loader_settings
+from .flags import checked_settings, loader_settings, require_at_least
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -19,6 +19,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..meta.dataset import INFO_PATH
     from .sample_data import SAMPLE_KEY
 
+    checked_settings(args, DEMO_SETTINGS)  # every flag checked before a sample is written
+    require_at_least(args, batches=1, action_horizon=1)
     console = Console()
     if args.mixture or args.dataset.endswith(".json"):  # a mixture of datasets (`demo_mixture`)
         from . import demo_mixture

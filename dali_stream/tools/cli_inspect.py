@@ -20,7 +20,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ..meta.dataset import DatasetMeta
     from ..mixture import is_mixture_file
     from .bench_cache import decoded_bytes
+    from .flags import require_at_least
 
+    require_at_least(args, nodes=1)
     if is_mixture_file(args.dataset):
         return _inspect_mixture(args)
     meta = DatasetMeta.open(args.dataset, revision=args.revision)

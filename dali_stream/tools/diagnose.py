@@ -173,15 +173,17 @@ def _pynvvideocodec() -> dict[str, Any]:
     """Whether PyNvVideoCodec (the open-decoder NVDEC engine, nvdec_engine='open') imports here, tried in a child
     process: its import opens the driver's NVENC library (libnvidia-encode.so.1) and asks it for NVENC API >= 12.1
     even to decode, and a failure there must not take this process down. Not installed is no failure: it is
-    optional (`pip install 'dali-stream[nvdec]'`)."""
+    optional (`pip install '.[nvdec]'` in the dali_stream checkout)."""
     import importlib.metadata as md
     import subprocess
+
+    from ..pairing import extra_line
 
     try:
         version = md.version("pynvvideocodec")
     except md.PackageNotFoundError:
-        return {"version": None, "imports": None, "note": "not installed (optional: nvdec_engine='open'; "
-                                                          "pip install 'dali-stream[nvdec]')"}
+        return {"version": None, "imports": None,
+                "note": f"not installed (optional: nvdec_engine='open'; {extra_line('nvdec')})"}
     try:
         ran = subprocess.run([sys.executable, "-c", "import PyNvVideoCodec"], capture_output=True, text=True,
                              timeout=120, stdin=subprocess.DEVNULL)
@@ -205,7 +207,7 @@ def _pynvvideocodec() -> dict[str, Any]:
 
 def _distributions() -> dict[str, Any]:
     """What pip installed, whether or not it imports: the DALI flavours, torchcodec's version, and PyNvVideoCodec's
-    (the open-decoder NVDEC engine, nvdec_engine='open'; None: not installed, `pip install 'dali-stream[nvdec]'`)."""
+    (the open-decoder NVDEC engine, nvdec_engine='open'; None: not installed, the [nvdec] extra)."""
     import importlib.metadata as md
 
     from ..pairing import installed_dali

@@ -98,7 +98,7 @@ def render(report: dict[str, Any]) -> None:
                       f"{escape(str(gpu['fix']))}[/]")
     table = keyed_table(("package", "version", "details"), [row[0] for row in _software_rows(report["software"])],
                         title="software")
-    for row in _software_rows(report["software"]):  # texts such as `pip install 'dali-stream[nvdec]'` are no markup
+    for row in _software_rows(report["software"]):  # texts such as `pip install '.[nvdec]'` are no markup
         table.add_row(*map(escape, row), style="red" if row[1] == "FAILED" else None)
     console.print(table)
     dataset = report.get("dataset")

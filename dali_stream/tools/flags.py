@@ -9,6 +9,7 @@ import typing
 from typing import Any, Iterable, Literal, Union, get_args, get_origin
 
 from ..config import LoaderConfig
+from ..errors import ConfigError
 
 # Older, shorter spellings kept working beside the generated `--episode-pool-size`.
 ALIASES = {"episode_pool_size": ("--pool", "--pool-size"), "disk_cache_dir": ("--disk-cache",)}
@@ -60,3 +61,31 @@ def add_loader_flags(parser: argparse.ArgumentParser, names: Iterable[str], **de
 def loader_settings(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
     """The named settings from parsed flags, for `StreamLoader(source, **settings)` or `LoaderConfig(...)`."""
     return {name: getattr(args, name) for name in names}
+
+
+def flag(name: str) -> str:
+    """The command-line spelling of setting or argument `name`: batch_size -> --batch-size."""
+    return "--" + name.replace("_", "-")
+
+
+def checked_settings(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:
+    """`loader_settings`, validated as `LoaderConfig` validates them, so that a command refuses a bad value before it
+    does any work: a `ConfigError` naming the flag (`--batch-size must be a positive integer. Found: -1`)."""
+    settings = loader_settings(args, names)
+    try:
+        LoaderConfig(**settings)
+    except ConfigError as exc:
+        text = str(exc)
+        for name in settings:
+            text = text.replace(f"`{name}`", flag(name))
+        raise ConfigError(text) from None
+    return settings
+
+
+def require_at_least(args: argparse.Namespace, **least: float) -> None:
+    """A `ConfigError` naming the first of the flags `least` names (argument name -> its least value) whose value is
+    below it; a flag not given (None) passes."""
+    for name, low in least.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise ConfigError(f"{flag(name)} must be at least {low}. Found: {value}")

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import DatasetError
+from ..errors import DatasetError, InstallError
 
 LOADER_STATE = "loader_state.json"
 # the statistics each of lerobot's normalisation modes reads (its NormalizerProcessorStep); IDENTITY reads none
@@ -66,10 +66,12 @@ def _lerobot():
         from lerobot.datasets.factory import resolve_delta_timestamps
         from lerobot.policies.factory import make_policy, make_policy_config, make_pre_post_processors
     except Exception as exc:  # noqa: BLE001 - not installed, or an incompatible version
-        raise SystemExit(
+        raise InstallError(
             f"--policy needs lerobot 0.5-0.6, which does not import here ({type(exc).__name__}: {exc}). lerobot "
-            "needs Python >= 3.12: `pip install lerobot==0.6.1 'dali-stream[cu12]'` in one environment (docs/"
-            "training.md). --policy builtin needs no lerobot") from None
+            "needs Python >= 3.12; install both into one environment: `pip install 'lerobot[dataset,training]==0.6.1'`"
+            ", then in the dali_stream checkout `pip install '.[cu12]'` ('.[cu13]' on NVIDIA drivers >= 580, "
+            "'.[cpu]' without a GPU; docs/install.md, \"Into lerobot's environment\", holds lerobot's versions). "
+            "--policy builtin needs no lerobot") from None
     return (make_policy_config, make_policy, make_pre_post_processors, resolve_delta_timestamps,
             save_training_state, load_training_state)
 

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dali_stream.tools.flags import add_loader_flags, loader_settings
+from dali_stream.errors import ConfigError, DatasetError
+from dali_stream.tools.flags import add_loader_flags, checked_settings, require_at_least
 
 # Loader settings taken as flags (type, default and help from dali_stream.LoaderConfig).
 LOADER_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "seed", "tolerance_s", "memory_format",
@@ -64,7 +65,8 @@ def feature_size(meta, key: str, source: str) -> int:
     for a 6-dof state; a mixture's: the longest member's)."""
     features = meta.features
     if key not in features:
-        raise SystemExit(f"dali-stream train needs the dataset feature {key!r}; {source} has {sorted(features)}")
+        raise DatasetError(f"the built-in policy needs the dataset feature {key!r}; {source} has {sorted(features)}: "
+                           "train a lerobot policy that reads these (--policy), or a dataset that has it")
     size = 1
     for dim in features[key].get("shape") or [1]:
         size *= int(dim)
@@ -120,7 +122,7 @@ def _override(text: str) -> tuple[str, object]:
     """--lerobot-arg NAME=JSON as (name, value); a value that is not JSON is taken as a string."""
     name, sep, value = text.partition("=")
     if not sep or not name:
-        raise SystemExit(f"--lerobot-arg {text!r}: expected NAME=VALUE, e.g. pretrained_backbone_weights=null")
+        raise ConfigError(f"--lerobot-arg {text!r}: expected NAME=VALUE, e.g. pretrained_backbone_weights=null")
     try:
         return name, json.loads(value)
     except ValueError:
@@ -128,13 +130,18 @@ def _override(text: str) -> tuple[str, object]:
 
 
 def resolve_checkpoint(path: str) -> Path:
+    """The checkpoint `--resume-from path` names: a checkpoint itself, or the one a run's directory (or its 'latest'
+    pointer) points at; a `FileNotFoundError` with the fix where there is none."""
     p = Path(path)
     if p.name == "latest" or p.is_dir():
         pointer = (p if p.name == "latest" else p / "latest")
         if not pointer.exists():
             raise FileNotFoundError(f"--resume-from {path}: no 'latest' checkpoint pointer there; "
                                     "pass a step-XXXXXXX.pt file or the checkpoint directory of a run")
-        return pointer.parent / pointer.read_text().strip()
+        p = pointer.parent / pointer.read_text().strip()
+    if not p.exists():
+        raise FileNotFoundError(f"--resume-from {path}: no checkpoint {p} there; pass the --checkpoint-dir of an "
+                                "earlier run (its 'latest' checkpoint) or one of its step-XXXXXXX checkpoints")
     return p
 
 
@@ -159,6 +166,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lerobot-arg", action="append", default=[], metavar="NAME=JSON",
                     help="a lerobot policy config field, e.g. pretrained_backbone_weights=null (repeatable)")
     args = ap.parse_args(argv)
+    settings = checked_settings(args, LOADER_SETTINGS)  # every argument checked before any work
+    require_at_least(args, epochs=1, steps=1, chunk=1, log_every=1, checkpoint_every=1)
+    resume = resolve_checkpoint(args.resume_from) if args.resume_from else None
+    overrides = dict(_override(a) for a in args.lerobot_arg)
 
     import torch
     from accelerate import Accelerator
@@ -177,7 +188,6 @@ def main(argv=None) -> int:
     if args.policy != "builtin":  # lerobot's policy: its delta indices, the dataset's own image sizes
         from dali_stream.tools.lerobot_policy import LerobotTrainer
 
-        overrides = dict(_override(a) for a in args.lerobot_arg)
         trainer = LerobotTrainer(args.policy, meta, str(accelerator.device),
                                  args.steps or 100_000, **overrides)
         deltas, resize = trainer.delta_timestamps, None
@@ -189,7 +199,7 @@ def main(argv=None) -> int:
     source = meta
     if trainer is None and args.chunk > 1 and isinstance(meta, MixtureMeta):  # a mixture: each member's chunk is
         source = per_member_chunks(meta.catalog.mixture, meta, args.chunk)  # --chunk steps at its own fps
-    loader = StreamLoader(source, **loader_settings(args, LOADER_SETTINGS),
+    loader = StreamLoader(source, **settings,
                           device=str(accelerator.device),
                           rank=rank, world_size=world, resize=resize, drop_last=True, delta_timestamps=deltas)
     if trainer is not None:
@@ -206,12 +216,12 @@ def main(argv=None) -> int:
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         model, optimizer = accelerator.prepare(model, optimizer)
     step = 0
-    if args.resume_from and trainer is not None:
-        step, state = trainer.load(resolve_checkpoint(args.resume_from), accelerator)
+    if resume is not None and trainer is not None:
+        step, state = trainer.load(resume, accelerator)
         loader.load_state_dict(state)
         accelerator.print(f"resumed from step {step}: epoch {state['epoch']}, batch {state['batches_consumed']}")
-    elif args.resume_from:
-        ckpt = torch.load(resolve_checkpoint(args.resume_from), map_location="cpu", weights_only=False)
+    elif resume is not None:
+        ckpt = torch.load(resume, map_location="cpu", weights_only=False)
         loader.load_state_dict(ckpt["loader"])
         step = ckpt["step"]
         if model is not None and ckpt.get("model") is not None:
