@@ -100,10 +100,14 @@ class LoaderConfig:
     nvdec_engine: NvdecEngine = _s(
         "auto", "which engine decodes NVDEC cameras: dali (DALI's fn.decoders.video, a decoder per stream), "
                 "open (PyNvVideoCodec's decoders kept open for the loader's life and fed packets: "
-                "dali_stream/decode/engine.py; pip install 'dali-stream[nvdec]'), or auto (dali until the open "
+                "dali_stream/decode/engine.py; pip install '.[nvdec]' in the checkout), or auto (dali until the open "
                 "engine is proven on this node: decode/proven.py)")
     decode_threads: Optional[int] = _s(
         None, "threads of the open-decoder engine, each with its own decoders (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
+    decode_processes: Optional[int] = _s(
+        None, "processes the open-decoder engine decodes in, each one thread with its decoders kept open (0: its "
+              "threads in the loader's process; default derived: `dali-stream inspect` shows the value and why, "
+              "dali_stream/decode/route.py)")
     join_streams: Optional[int] = _s(
         None, "DALI-decoded cameras: a batch is decoded in at most this many groups, each group's clips of a "
               "camera joined into one stream, one decoder each (DALI 2.4 opens a decoder per stream: ~8 ms "
@@ -252,7 +256,7 @@ class LoaderConfig:
             _integer(name, getattr(self, name), 1, "or 'all' (a global shuffle)" if name == "episode_pool_size" else "")
         for name in ("seed", "drop_n_first_frames", "drop_n_last_frames", "frame_cache_bytes"):
             _integer(name, getattr(self, name), 0)
-        for name, low in (("num_workers", 0), ("join_streams", 0), ("decode_threads", 1), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
+        for name, low in (("num_workers", 0), ("join_streams", 0), ("decode_threads", 1), ("decode_processes", 0), ("prefetch_batches", 0), ("fetch_workers", 0), ("transform_workers", 0), ("max_decoders", 1),
                           ("episode_frames_bytes", 0), ("max_episodes", 1), ("segment_bytes", 1),
                           ("rank", 0), ("world_size", 1), ("remote_max_retries", 0), ("disk_cache_bytes", 1),
                           ("remote_concurrency", 1), ("table_cache_bytes", 1)):
@@ -351,6 +355,7 @@ class LoaderSettings(TypedDict, total=False):
     decode: Union[str, Mapping[str, str]]  # "auto" | "gpu" | "cpu" | "cpu-open" | "dali-cpu", or key -> one of them
     nvdec_engine: str  # "auto" | "dali" | "open"
     decode_threads: Optional[int]
+    decode_processes: Optional[int]
     join_streams: Optional[int]
     device: Any  # "cpu", "cuda", "cuda:N" or a torch.device
     image_dtype: Any  # "float32" | "uint8", or torch.float32 / torch.uint8

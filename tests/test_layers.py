@@ -190,7 +190,7 @@ def test_the_public_surface_is_small_and_resolves():
 
     errors = {"DaliStreamError", "ConfigError", "DatasetError", "DatasetNotFoundError", "DecodeError", "DeviceError",
               "FrameTimestampError", "InstallError", "RemoteError", "StateError", "UnsupportedVersionError",
-              "VideoFileError"}
+              "VideoFileError", "DamagedFileError"}
     assert set(dali_stream.__all__) == {"StreamLoader", "open_meta", "LoaderConfig", "Mixture", "Member",
                                         "__version__"} | errors
     for name in dali_stream.__all__:

@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import DaliStreamError, DecodeError
-from ..fetch.segments import decode_error
-from .feed import Feed, build_feed
+from .engine_parts import check_sizes, culprit, hand_over, missing_error, mixed_sizes, split
+from .feed import build_feed
 from .route import NVDEC_OPEN
 
 
@@ -64,7 +64,7 @@ class OpenDecoders:
         n = len(segs)
         with self._lock:
             self.samples += n
-        chunks = [c for c in np.array_split(np.arange(n), min(self.threads, n)) if len(c)]
+        chunks = split(n, self.threads)
         futures = [self.pool.submit(self._decode_chunk, camera, [segs[j] for j in c], [idx[j] for j in c])
                    for c in chunks]
         parts = [f.result() for f in futures]
@@ -72,23 +72,10 @@ class OpenDecoders:
         frames = [p[0] for p in parts]
         if isinstance(frames[0], np.ndarray):
             return (frames[0] if len(frames) == 1 else np.concatenate(frames)), decoded
-        return self.hand_over(frames), decoded
+        return hand_over(self.stream, frames), decoded
 
     def hand_over(self, parts: list) -> Any:
-        """CUDA frames joined into one tensor on the engine's hand-off stream, which is the stream DALI copies them
-        on (`graph.pipeline`: the external source's `cuda_stream`): the join, DALI's copy and any later reuse of
-        the memory are queued on one stream in that order, and nothing waits on the legacy default stream (where
-        the training step runs). Every part, made on a decode thread's stream (complete: `finish`), is marked as
-        used on the hand-off stream, so the caching allocator cannot give its memory to the next decode before
-        the join has read it; the joined tensor is allocated on the hand-off stream itself."""
-        import torch
-
-        with torch.cuda.stream(self.stream):
-            joined = parts[0] if len(parts) == 1 else torch.cat(parts)
-        for part in parts:
-            if part.is_cuda:
-                part.record_stream(self.stream)
-        return joined
+        return hand_over(self.stream, parts)
 
     def _decoder(self, camera: str, codec: str):
         mine = getattr(self._local, "decoders", None)
@@ -110,7 +97,7 @@ class OpenDecoders:
     def _decode_chunk(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
         codec = segs[0].codec
         t0 = time.perf_counter()
-        self._check_sizes(camera, segs)
+        check_sizes(self.sizes, camera, segs)
         feed = build_feed(list(zip(segs, idx)))
         dec = self._decoder(camera, codec)
         t1 = time.perf_counter()
@@ -120,18 +107,16 @@ class OpenDecoders:
             raise
         except Exception as exc:  # noqa: BLE001 - the decoder's own error: name the segment that causes it
             self._drop(camera, codec)
-            raise self._culprit(camera, segs, idx, exc) from exc
+            raise culprit(self.make, self.route, camera, segs, idx, exc) from exc
         t2 = time.perf_counter()
         missing = feed.missing(got)
         if len(missing):
             self._drop(camera, codec)
-            raise self._missing(camera, segs, idx, feed, missing)
+            raise missing_error(self.route, camera, segs, idx, feed, missing)
         try:
             frames = dec.stack([got[int(t)] for steps in feed.asked for t in steps])
         except (RuntimeError, ValueError) as exc:  # frames of different sizes in one camera
-            sizes = sorted({tuple(f.shape) for f in got.values()})
-            raise DecodeError(f"camera {camera!r}: the episodes {sorted({s.episode for s in segs})} decode to frames "
-                              f"of different sizes {sizes}; every file of a camera must have one size") from exc
+            raise mixed_sizes(camera, segs, sorted({tuple(f.shape) for f in got.values()})) from exc
         t3 = time.perf_counter()
         dec.finish()
         t4 = time.perf_counter()
@@ -145,54 +130,9 @@ class OpenDecoders:
                 self.seconds[phase] += seconds
         return frames, len(got)
 
-    def _check_sizes(self, camera: str, segs: list) -> None:
-        """Every segment's picture size (its MP4 sample entry) is the camera's: an NVDEC decoder reconfigured for
-        another size would scale its pictures to the first one's without a word."""
-        want = self.sizes.get(camera)
-        if want is None:
-            return
-        for seg in segs:
-            got = seg.size()
-            if got is not None and tuple(got) != tuple(want):
-                raise DecodeError(
-                    f"camera {camera!r}: episode {seg.episode} in {seg.source} is {got[1]}x{got[0]} (width x height) "
-                    f"but meta/info.json gives the camera {want[1]}x{want[0]}; every file of a camera must have the "
-                    "camera's size: re-encode the file at that size, or fix the feature's shape in meta/info.json")
-
-    def _culprit(self, camera: str, segs: list, idx: list[np.ndarray], exc: BaseException) -> DecodeError:
-        """The segment whose packets the decoder fails on, each decoded alone on a fresh decoder."""
-        for seg in {s.uid: s for s in segs}.values():
-            parts = [(s, i) for s, i in zip(segs, idx) if s.uid == seg.uid]
-            fresh = self.make(seg.codec, camera)
-            try:
-                fresh.decode(build_feed(parts))
-            except Exception as alone:  # noqa: BLE001 - this segment is the one
-                return decode_error(seg, f"the open-decoder engine ({self.route})", alone)
-            finally:
-                fresh.close()
-        episodes = sorted({s.episode for s in segs})
-        return DecodeError(
-            f"the open-decoder engine ({self.route}) failed on camera {camera!r}, episodes {episodes} fed together "
-            f"({type(exc).__name__}: {exc}), although each decodes alone: feeding them back to back is what failed. "
-            f"Decode the camera with torchcodec, decode={{{camera!r}: 'cpu'}}, and report it with the output of "
-            "`dali-stream verify DATASET --decode`")
-
-    def _missing(self, camera: str, segs: list, idx: list[np.ndarray], feed: Feed, missing: np.ndarray) -> DecodeError:
-        """An asked picture the decoder never handed back: name the sample's episode, frames and file."""
-        lost = set(missing.tolist())
-        for seg, steps, asked in zip(segs, idx, feed.asked):
-            gone = [int(f) for f, t in zip(np.asarray(steps).tolist(), asked.tolist()) if t in lost]
-            if gone:
-                return DecodeError(
-                    f"the open-decoder engine ({self.route}) got no picture for frames {sorted(set(gone))} of "
-                    f"episode {seg.episode}, camera {camera!r} (cut from {seg.source}): the decoder dropped them, so "
-                    f"they never reach training. Decode the camera with torchcodec, decode={{{camera!r}: 'cpu'}}, "
-                    "and report it with the output of `dali-stream verify DATASET --decode`")
-        raise AssertionError("missing pictures belong to no sample")  # Feed.missing only lists asked times
-
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"threads": self.threads, "decoders_opened": self.opened, "samples": self.samples,
+            return {"threads": self.threads, "processes": 0, "decoders_opened": self.opened, "samples": self.samples,
                     "feeds": self.feeds, "clips": self.clips, "packets": self.packets, "pictures": self.decoded,
                     "seconds": dict(self.seconds)}
 
@@ -219,13 +159,15 @@ class OpenDecoders:
 
 
 def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None],
-                colours: dict | None = None) -> OpenDecoders:
+                colours: dict | None = None, processes: int = 0) -> Any:
     """The engine of `route` ("nvdec-open" on CUDA device `device_index`, or "cpu-open"); `sizes`: camera ->
     (height, width) from meta/info.json, the NVDEC surfaces' size (None: the stream's own). `colours`: file ->
     `decode.colour.Colour` known beforehand (else each file's is read by FFmpeg on first use: a node without PyAV
-    must give them)."""
+    must give them). `processes` > 0: in that many decode processes of one thread each
+    (`decode.process_engine`), else `threads` decode threads in this process."""
     from .packet_decoders import AvPacketDecoder, NvdecPacketDecoder
 
+    stream = None
     if route == NVDEC_OPEN.name:
         if device_index is None:
             raise DecodeError("the nvdec-open route needs a CUDA device; decode='cpu' decodes on the CPU")
@@ -233,7 +175,13 @@ def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[
 
         # a stream of its own, never the legacy default one (`hand_over`)
         stream = torch.cuda.Stream(device=device_index)
-        colours = {} if colours is None else colours  # each file's colour, read once for every thread's decoders
-        return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, device_index, sizes.get(camera), colours),
+    colours = {} if colours is None else colours  # each file's colour, read once for every thread's decoders
+    if processes:
+        from .process_engine import ProcessEngine
+
+        return ProcessEngine(route, processes, device_index, sizes, colours, stream)
+    if stream is not None and device_index is not None:
+        gpu = device_index
+        return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, gpu, sizes.get(camera), colours),
                             threads, route, sizes, stream)
     return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route, sizes)

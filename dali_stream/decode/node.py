@@ -71,7 +71,7 @@ class Node:
             return cls(0, gpu_problem=f"{ENV_CPU_ONLY}=1 is set: GPUs are not used", facts=f, dali=f.dali)
         if not f.dali:
             return cls(0, gpu_problem=(f"torch sees {f.torch_devices} CUDA device(s), but NVIDIA DALI is not installed "
-                                       "(the CPU install): pip install 'dali-stream[cu12]' or '[cu13]' (docs/install.md)"
+                                       "(the CPU install): pip install '.[cu12]' or '.[cu13]' in the dali_stream checkout (docs/install.md)"
                                        if f.torch_devices else None), facts=f, dali=False)
         if f.dali_devices == 0:
             problem = None

@@ -167,7 +167,7 @@ class NvdecPacketDecoder:
             raise DecodeError(
                 f"the open-decoder NVDEC engine needs PyNvVideoCodec, which does not import here "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); `dali-stream diagnose` "
-                "says why; install it with `pip install 'dali-stream[nvdec]'`, or use DALI's NVDEC engine: "
+                "says why; install it with `pip install '.[nvdec]'` in the dali_stream checkout, or use DALI's NVDEC engine: "
                 "nvdec_engine='dali'") from None
         if codec not in NVDEC_CODECS:
             raise DecodeError(f"NVDEC has no {codec} decoder; decode the camera with torchcodec: decode='cpu'")

@@ -47,6 +47,18 @@ class Route:
         CPU one per worker; at least 1."""
         return max(1, min(nvdec_engines, OPEN_NVDEC_THREADS) if self.on_gpu else num_workers)
 
+    def processes(self, nvdec_engines: int, rank_cores: int) -> int:
+        """Decode processes an open-decoder engine on this route runs by default (`decode.process_engine`; 0: its
+        threads in the loader's process): on the GPU one per NVDEC engine, at most the rank's cores less one for the
+        loop, where that makes two or more (an H200's NVDEC, 640x480: processes of one thread gave 1,130 / 1,975 /
+        3,114 samples/s at 2 / 4 / 7 where 4 threads in one process gave 1,006 and more threads less; one process
+        556); on the CPU 0: FFmpeg's decoders release the interpreter's lock, and processes are not yet measured
+        faster there."""
+        if not self.on_gpu:
+            return 0
+        n = min(nvdec_engines, rank_cores - 1)
+        return n if n >= 2 else 0
+
     @property
     def dali_gpu(self) -> bool:
         """DALI's decoder on NVDEC, inside the graph: a thread per NVDEC engine, one sample's clip per decode."""

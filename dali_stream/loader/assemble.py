@@ -134,12 +134,15 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     decoders = DecoderCache(resolved.max_decoders, cfg.check_frames)
     engines = {}
     for name, threads in resolved.engine_threads.items():
+        processes = resolved.engine_processes.get(name, 0)
         engines[name] = make_engine(name, threads, placement.dali_device,
                                     {engine_camera(k, m.name, catalog.is_mixture):
                                      (m.camera(k).height, m.camera(k).width)
                                      if m.camera(k).height and m.camera(k).width else None
-                                     for m in catalog.members for k in catalog.video_keys if k in m.own})
-        log.info("%s: %d decode threads, their decoders kept open", name, threads)
+                                     for m in catalog.members for k in catalog.video_keys if k in m.own},
+                                    processes=processes)
+        log.info("%s: %s, their decoders kept open", name,
+                 f"{processes} decode processes" if processes else f"{threads} decode threads")
     log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
              "rank %d of %d", placement.torch_device, resolved.num_workers, resolved.fetch_workers,
              resolved.max_decoders, cfg.cache_bytes >> 20, world.rank, world.world_size)

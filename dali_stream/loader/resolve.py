@@ -74,7 +74,10 @@ MEANING = {
     "segment_bytes": "an episode's camera larger than this is read one sample's frames at a time",
     "epoch_episodes": "episodes a rank's epoch keeps fetched where they fit the cache",
     "cut_ahead": "batches ahead whose frames' bytes are read ahead of decoding (remote sources)",
-    "engine_threads": "decode threads of the open-decoder engine, per route",
+    "engine_threads": "decode threads of the open-decoder engine, per route (in each decode process where it runs in "
+                      "processes: 1)",
+    "engine_processes": "decode processes of the open-decoder engine, per route, each one thread with its decoders "
+                        "(0: its threads in the loader's process)",
     "frame_cache": "decoded frames are kept for later epochs (frame_cache_bytes, frame_cache_dir)",
     "transform_processes": "processes lerobot's image_transforms run in (0: the thread iterating the loader)",
     "shaped_on_workers": "cameras resized and cropped by the decoding threads, before the decoded-frame cache",
@@ -113,6 +116,7 @@ class Resolved:
     epoch_episodes: int | None  # the store keeps retired episodes where a rank's epoch fits (None: always)
     cut_ahead: int
     engine_threads: Mapping[str, int] = field(default_factory=dict)  # open-decoder engine route -> threads
+    engine_processes: Mapping[str, int] = field(default_factory=dict)  # route -> decode processes (0: threads)
     frame_cache: bool = False  # decoded frames kept for later epochs (`decode.frames`)
     transform_processes: int = 0  # processes lerobot's image_transforms run in (0: the iterating thread)
     shaped_on_workers: tuple[str, ...] = ()  # cameras resized and cropped before the decoded-frame cache keeps them
@@ -332,6 +336,9 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     engine_threads = {}
     for name in sorted({r for r in routes.values() if route(r).engine}):
         engine_threads[name] = cfg.decode_threads or route(name).threads(nvdec_engines, workers)
+    engine_processes = _engine_processes(cfg, facts, sorted(engine_threads), nvdec_engines, why)
+    for name, processes in engine_processes.items():
+        engine_threads[name] = 1 if processes else engine_threads[name]
     if engine_threads:
         why["engine_threads"] = given if cfg.decode_threads else (
             f"nvdec-open: one per NVDEC engine, at most {OPEN_NVDEC_THREADS} (past it the host binds, measured); "
@@ -372,11 +379,27 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
                     prefetch_batches=prefetch_batches, fetch_ahead=FETCH_AHEAD_BATCHES, fetch_workers=fetch_workers,
                     max_decoders=max_decoders, rank_episodes=rank_episodes, segment_bytes=segment_bytes,
                     epoch_episodes=epoch_episodes, cut_ahead=cut_ahead, engine_threads=engine_threads,
+                    engine_processes=engine_processes,
                     shaped_on_workers=shaped_on_workers, episode_frames=episode_frames,
                     episode_frames_each=episode_frames_each,
                     dali_on_workers=dali_on_workers,
                     host_cameras=host_cameras, host_batches=host_batches, kept_chw=kept_chw,
                     table_cache_dir=_table_cache_dir(cfg, facts, why), reasons=why)
+
+
+def _engine_processes(cfg: LoaderConfig, facts: Facts, names: list[str], nvdec_engines: int,
+                      why: dict[str, str]) -> dict[str, int]:
+    """Each open-decoder route's decode processes: as given (`decode_processes`), else the route's rule
+    (`decode.route.Route.processes`: NVDEC's engines, within the rank's cores)."""
+    if not names:
+        return {}
+    if cfg.decode_processes is not None:
+        why["engine_processes"] = "given"
+        return {name: cfg.decode_processes for name in names}
+    why["engine_processes"] = (f"nvdec-open: one per NVDEC engine ({nvdec_engines}), at most the rank's "
+                               f"{facts.rank_cores} cores less one, where that makes 2 or more (processes scale where "
+                               "threads stop: measured); cpu-open: 0, its threads")
+    return {name: route(name).processes(nvdec_engines, facts.rank_cores) for name in names}
 
 
 def _table_cache_dir(cfg: LoaderConfig, facts: Facts, why: dict[str, str]) -> str | None:

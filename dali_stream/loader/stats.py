@@ -15,14 +15,15 @@ def _part(held: int, peak: int | None, bound: int | None, setting: str, unit: st
 
 
 def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, frames=None,
-                 episodes=None) -> dict[str, Any]:
+                 episodes=None, engines=None) -> dict[str, Any]:
     """`bounded`: one entry per structure kept across batches (`held`, `peak` where it is tracked, `bound` (None:
     bounded through the setting named, not counted against a number), `setting`, `unit`);
     `fetch`: the store's counters (`fetch.store_stats.StoreStats`, the episodes fetched counted, the table bytes
     read, the image columns and bytes kept on the drive); `decoders`: CPU decoders opened and closed;
     `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder (None: off);
     `episode_frames`: the open episodes' frames (`decode.episode_frames`: segments and frames decoded whole, asks
-    refused for room; None: off)."""
+    refused for room; None: off); `engines`: each open-decoder engine's counters by route (`decode.engine`,
+    `decode.process_engine`: threads or processes and their ids, samples, pictures, seconds by phase)."""
     held = episodes.stats() if episodes is not None else None
     indexes, footers = store.indexes.files, store.tables.files
     groups = store.tables.groups
@@ -56,6 +57,7 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
         "episode_frames": held,
         "fetch": counters,
         "decoders": {"opened": decoders.opened, "closed": decoders.closed},
+        "engines": {name: engine.stats() for name, engine in (engines or {}).items()},
     }
 
 

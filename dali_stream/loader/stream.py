@@ -162,10 +162,11 @@ class StreamLoader:
     def stats(self) -> dict[str, Any]:
         """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
         cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
-        cache's hits (`frames`), the fetch counters and the decoders opened (`loader/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
+        cache's hits (`frames`), the fetch counters, the decoders opened and the open-decoder engines' counters
+        (`engines`; `loader/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
         st = self.stages
         return loader_stats(st.store, st.decoders, st.builder.buffers, st.resolved.segment_bytes, st.frames,
-                            st.episodes)
+                            st.episodes, st.engines)
 
     def data_wait(self) -> dict[str, Any]:
         """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:

@@ -10,7 +10,7 @@ from pathlib import Path
 DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "device", "tolerance_s", "frame_cache_bytes",
                  "frame_cache_dir")
 BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "memory_format",
-                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", "decode_threads",
+                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", "decode_threads", "decode_processes",
                   "frame_cache_bytes", "frame_cache_dir", "episode_frames_bytes", "disk_cache_dir", "disk_cache_bytes",
                   "remote_concurrency", "partition", "table_cache_dir", "table_cache_bytes")
 
