@@ -5,7 +5,8 @@ The race: a KeyboardInterrupt that lands in `ThreadPoolExecutor.submit` between 
 its registration leaves a thread that interpreter exit never hands its end-of-work sentinel, and then joins
 forever (it hung about 1 run in 40 with long episodes' pieces cut ahead). The first test puts the interrupt exactly
 there, in each of the loader's pools; the second sends SIGINT at random moments from construction to the third
-batch, with 0, 2 and 8 workers, episodes read whole and in pieces."""
+batch, with 0, 2 and 8 workers, episodes read whole and in pieces. The last one interrupts the first batch while
+`image_transforms`' worker processes start, which takes seconds each: nothing waits for them."""
 
 from __future__ import annotations
 
@@ -174,3 +175,92 @@ def test_ctrl_c_while_an_epoch_ends_is_not_swallowed(dataset):
         loader.stages.store.pieces._ahead.update({"failed": (failed, 0), "interrupted": (running, 0)})  # (a batch's task, place)
         with pytest.raises(KeyboardInterrupt):
             loader.stages.store.drop_ahead()
+
+
+TRANSFORMS_EXIT_S = 5.0  # a quiet machine needs 1.5-2.5 s; the transform processes' start must not count
+
+SLOW_START = r'''
+import time
+
+class SlowToStart:
+    """A transform whose unpickling, in each transform process, takes 10 s: a heavy import (torchvision's, lerobot's)
+    on a loaded machine."""
+
+    def __init__(self):
+        self.start_s = 10.0
+
+    def __setstate__(self, state):
+        time.sleep(state["start_s"])
+        self.__dict__.update(state)
+
+    def __call__(self, frames):
+        return frames
+'''
+
+TRANSFORMED = r'''
+import os, signal, sys, time
+import multiprocessing.context
+root = sys.argv[1]
+signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as a terminal delivers it (see CHILD)
+# Ctrl-C during the first batch as the builder threads start the transform processes, before these exist: none of
+# them receives it, and each then takes its time to start
+start, starts = multiprocessing.context.SpawnProcess.start, []
+def starting(self):
+    starts.append(self)
+    if len(starts) == 1:
+        print(f"sigint {time.monotonic()}", flush=True)
+        os.killpg(0, signal.SIGINT)
+        time.sleep(0.2)  # the main thread takes it before the processes start
+    start(self)
+multiprocessing.context.SpawnProcess.start = starting
+from slow_start import SlowToStart
+from dali_stream import StreamLoader
+loader = StreamLoader(root, batch_size=4, episode_pool_size=4, num_workers=2, decode="cpu", device="cpu",
+                      image_transforms=SlowToStart())
+assert loader.stages.transforms.in_processes and loader.stages.transforms.processes == 2
+for batch in loader:
+    print("batch", flush=True)
+'''
+
+
+def test_ctrl_c_while_the_transform_processes_start_ends_the_process_promptly(dataset, tmp_path):
+    """Ctrl-C during the first batch with `image_transforms` in worker processes, which start on that batch and take
+    seconds to (importing torch, the transform's modules): the builder threads waiting on them stop waiting, so the
+    process ends within TRANSFORMS_EXIT_S of it, as without transforms, and no transform process outlives it."""
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    (tmp_path / "slow_start.py").write_text(SLOW_START)
+    script = tmp_path / "transformed.py"
+    script.write_text(TRANSFORMED)
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, str(script), str(dataset)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    assert proc.stdout is not None
+    sent = None
+    for line in proc.stdout:  # to the Ctrl-C (or the end, if it never came)
+        if line.startswith("sigint "):
+            sent = float(line.split()[1])
+            break
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"still running 120 s after Ctrl-C; {err[-2000:]}")
+    assert sent is not None, f"no Ctrl-C sent: the transform processes never started; {out[-300:]!r} {err[-2000:]}"
+    took = time.monotonic() - sent
+    assert proc.returncode != 0 and "KeyboardInterrupt" in err, err[-2000:]
+    # no process of its group outlives it: the transform processes end with it (multiprocessing's resource tracker,
+    # which ends when it reads the end of its pipe, is given a moment)
+    deadline = time.monotonic() + 2.0
+    while True:
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        if time.monotonic() > deadline:
+            left = subprocess.run(["ps", "-o", "pid,stat,args", "-g", str(proc.pid)], capture_output=True, text=True)
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"processes of its group outlived it:\n{left.stdout}")
+        time.sleep(0.05)
+    assert took < TRANSFORMS_EXIT_S, f"exit {took:.1f} s after Ctrl-C; {err[-2000:]}"

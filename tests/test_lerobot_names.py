@@ -133,6 +133,43 @@ def test_a_dataloader_around_the_loader_is_refused_and_around_its_dataset_covers
     loader.close()
 
 
+AFTER_A_SAMPLE = r"""
+import sys
+import torch
+from dali_stream import StreamLoader
+loader = StreamLoader(sys.argv[1], batch_size=4, device="cpu", delta_timestamps={"action": [0.0, 1 / 30]})
+loader[0]  # a lerobot habit: look at a sample first; its loader's fetch threads start here
+wrapped = torch.utils.data.DataLoader(loader.dataset, batch_size=8, shuffle=True, num_workers=2,
+                                      generator=torch.Generator().manual_seed(0))
+for n, batch in enumerate(wrapped):
+    for j, i in enumerate(batch["index"].tolist()):  # each sample as loader.dataset[i] gives it in this process
+        want = loader.dataset[i]
+        assert batch["task"][j] == want["task"], (i, batch["task"][j], want["task"])
+        for key, value in want.items():
+            if key != "task":
+                assert torch.equal(batch[key][j], value), (i, key)
+    if n == 1:
+        break
+print("batches", n + 1, flush=True)
+"""
+
+
+def test_a_dataloader_around_its_dataset_after_looking_at_a_sample_yields_its_samples(small_dataset):
+    """`loader[0]` opens the samples' loader and starts its fetch threads; torch's DataLoader then forks its
+    workers, which have none of those threads: each opens its own, and the batches hold `loader.dataset[i]` for the
+    indices drawn (a worker waited forever on a fetch begun by the parent's threads). A real child process, so a hang
+    fails the test instead of hanging it."""
+    import subprocess
+    import sys
+
+    try:
+        proc = subprocess.run([sys.executable, "-c", AFTER_A_SAMPLE, str(small_dataset)], capture_output=True,
+                              text=True, timeout=180)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"no batch in 180 s: the DataLoader's workers hung ({exc.stderr!r})")
+    assert proc.returncode == 0 and proc.stdout.split() == ["batches", "2"], proc.stdout + proc.stderr[-3000:]
+
+
 def test_an_episode_selection_indexes_its_own_frames(small_dataset):
     loader = StreamLoader(str(small_dataset), episodes=[2, 5], device="cpu", batch_size=2)
     lengths = {int(e): int(n) for e, n in zip(loader.meta.episodes["episode_index"], loader.meta.lengths)}

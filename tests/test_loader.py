@@ -699,6 +699,43 @@ def test_a_forked_child_closes_on_a_thread_of_its_own(small_dataset):
     assert proc.returncode == 0 and proc.stdout.split() == ["child", "0"], proc.stdout + proc.stderr
 
 
+FORKED_AFTER_FETCHING = r"""
+import os, signal, sys
+from dali_stream import DaliStreamError, StreamLoader
+
+loader = StreamLoader(sys.argv[1], batch_size=2, episode_pool_size=2, device="cpu", decode="cpu")
+batches = iter(loader)
+next(batches)  # its fetch threads have run
+batches.close()
+pid = os.fork()
+if pid == 0:
+    signal.alarm(60)  # a wait that never ends kills the child (SIGALRM) instead of hanging the test
+    try:
+        for _ in loader:  # an epoch needs episodes the parent never fetched
+            pass
+    except DaliStreamError as exc:
+        print("error", exc, flush=True)
+        os._exit(4)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_loader_used_in_a_process_forked_after_it_fetched_is_a_named_error(small_dataset):
+    """A forked process has none of the fetch threads of a loader that fetched before the fork (a fetch they began,
+    a task handed to their pool, never ends there): iterating it there raises, naming both processes and the fix,
+    instead of waiting forever."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FORKED_AFTER_FETCHING, str(small_dataset)], capture_output=True,
+                          text=True, timeout=180)
+    lines = proc.stdout.splitlines()
+    assert proc.returncode == 0 and lines[-1:] == ["child 4"], proc.stdout + proc.stderr[-3000:]
+    assert "forked from it after the loader had fetched" in lines[0] and "loader.dataset" in lines[0], lines[0]
+
+
 def test_a_loader_on_open_meta_reads_what_a_loader_on_the_path_reads(small_dataset, monkeypatch):
     """`open_meta` then `StreamLoader(meta)`: the same batches as from the path, the metadata read once (the
     loader opens nothing), and the settings that open a dataset refused beside an opened one."""

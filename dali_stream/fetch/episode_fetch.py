@@ -55,6 +55,10 @@ class Fetcher:
         self.pool = ThreadPoolExecutor(workers, thread_name_prefix="dali-stream-fetch") if workers > 0 else None
         self._lock, self._read_rows, self._work, self._ended = lock, read_rows, work, ended
 
+    def threads_ran(self) -> bool:
+        """Whether a background thread was started (a process forked since has none of them)."""
+        return self.pool is not None and bool(self.pool._threads)
+
     def close(self, wait: bool) -> None:
         """End the background threads: pending fetches are cancelled (`wait`: and the running ones waited for)."""
         pool, self.pool = self.pool, None

@@ -127,6 +127,10 @@ class Pieces:
             return set()
         return {pos for pos, entry in self.entries_of(positions).items() if _may_cut(entry)}
 
+    def threads_ran(self) -> bool:
+        """Whether a piece thread was started (a process forked since has none of them)."""
+        return self._pool is not None and bool(self._pool._threads)
+
     def close(self, wait: bool) -> None:
         pool, self._pool = self._pool, None
         if pool is not None:

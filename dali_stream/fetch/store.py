@@ -28,6 +28,7 @@ from typing import Any, Callable, Hashable, Protocol
 from ..config import DEFAULT_FOOTER_BYTES, DEFAULT_INDEX_BYTES
 from ..errors import DaliStreamError, RemoteError, VideoFileError
 from .episode_fetch import Fetch, Fetcher
+from .fork_guard import ForkGuard
 from .image_spill import ImageSpill, held_images_said
 from .pieces import Pieces, named
 from .segments import Segment, cut_segment
@@ -136,15 +137,22 @@ class EpisodeStore:
         # pieces of long episodes, cut ahead on threads of their own (`fetch.pieces`)
         self.pieces = Pieces(catalog, self.files, segment_bytes_limit, fetch_workers, self.stats, self._tolerance_s,
                              self._entries_of)
+        self.fork_guard = ForkGuard(self._threads_ran)
 
     @property
     def table_bytes_read(self) -> int:
         """Compressed bytes of table row groups read, over every member."""
         return sum(f.tables.bytes_read for f in self.files)
 
+    def _threads_ran(self) -> bool:  # a fetch begun, a thread started (`ForkGuard` asks it in a forked child)
+        return self.fetcher.threads_ran() or self.pieces.threads_ran() or any(
+            entry.started and not entry.done.is_set() for entry in list(self._entries.values()))
+
     def close(self, wait: bool = True) -> None:
         """End the fetch threads (pending fetches are cancelled; `wait`: and wait for the running ones), close
         decoders and index containers, and drop the fetched episodes. Safe to call more than once."""
+        if self.fork_guard.forked:  # a process forked after the threads ran: all that is the parent's (`fork_guard`)
+            return
         # Every episode not fetched yet is failed first, waking whoever waits for it: a piece thread or a builder
         # waiting for a fetch that was cancelled, or never submitted (an interrupt in `pin` between marking it begun
         # and handing it to the pool), would otherwise hold up the shutdowns below forever. A fetch still running
@@ -173,6 +181,7 @@ class EpisodeStore:
         """Keep each of `positions` until `unpin`; fetch those nobody has started to in the background now: their
         rows in one task (`TableReader.episodes`: a remote store's requests in flight together), each camera in a
         task of its own."""
+        self.fork_guard.check()
         starting = []
         with self._lock:
             for pos in positions:
@@ -185,6 +194,8 @@ class EpisodeStore:
             self.fetcher.fill_together(starting)
 
     def unpin(self, pos: int) -> None:
+        if self.fork_guard.forked:  # nothing was pinned in this process (`pin` raised)
+            return
         with self._lock:
             entry = self._entries.get(pos)
             if entry is not None and entry.refs > 0:
@@ -265,15 +276,18 @@ class EpisodeStore:
 
     def cut_ahead(self, asks: list[tuple[Hashable, int, str, Callable[[dict], Any]]]) -> None:
         """Begin cutting the pieces a batch's samples will ask for (`Pieces.cut_ahead`)."""
+        self.fork_guard.check()
         self.pieces.cut_ahead(asks)
 
     def may_cut(self, positions: list[int]) -> set[int]:
         """Those of `positions` whose pieces `cut_ahead` may cut (`Pieces.may_cut`)."""
+        self.fork_guard.check()
         return self.pieces.may_cut(positions)
 
     def drop_ahead(self) -> None:
         """Forget the pieces cut ahead that nobody took (`Pieces.drop_ahead`)."""
-        self.pieces.drop_ahead()
+        if not self.fork_guard.forked:  # none were cut ahead in this process
+            self.pieces.drop_ahead()
 
     def _entries_of(self, positions: list[int]) -> dict[int, _Episode]:
         """The entries of `positions` that exist, under one hold of the lock."""
@@ -288,6 +302,7 @@ class EpisodeStore:
         return entry
 
     def _ready(self, pos: int) -> _Episode:
+        self.fork_guard.check()
         with self._lock:
             entry = self._entry(pos)
             owner = not entry.started

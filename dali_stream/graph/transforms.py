@@ -10,6 +10,12 @@ parallel, while the loader's threads build the next batches. Batches on a GPU, o
 in the calling thread (CUDA kernels are queued there anyway). The transform must be picklable to reach the
 processes (torchvision's and lerobot's ImageTransforms are; a lambda is not: it then runs in the calling thread,
 with a warning).
+
+The processes are the loader's: they ignore Ctrl-C (a terminal sends it to every process of the foreground group)
+and end when the loader closes, at the latest at interpreter exit, or when the loader's process is gone. A Ctrl-C
+in the loop ends the epoch's builder threads without waiting for the transforms they asked for (`stop`): the first
+batch's wait on processes still starting (importing torch and the transform's modules, seconds each) would
+otherwise hold the process's exit that long.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import contextlib
 import logging
 import multiprocessing
 import pickle
+import signal
 import threading
 import time
 from typing import Any, Callable
@@ -27,6 +34,7 @@ import numpy as np
 from ..plan import salts
 
 log = logging.getLogger("dali_stream")
+PARENT_CHECK_S = 1.0  # how often an idle worker process looks whether the loader's process is still there
 
 
 def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -> np.ndarray:
@@ -48,12 +56,23 @@ def apply(transform: Callable[[Any], Any], frames: Any, seed_list: Any, devices:
 
 def _work(transform: Callable[[Any], Any], jobs: Any, results: Any) -> None:
     """A worker process: (job, frames, seed_list) from `jobs` -> (job, transformed frames or the exception) to
-    `results`, until None."""
+    `results`, until None, or until the loader's process is gone (killed: nothing would end this one). Ctrl-C is
+    ignored: the loader ends its processes (`TransformPool.close`, at exit the same), and one interrupted would print
+    a traceback per process and fail the batches of a loop that goes on after a Ctrl-C it caught."""
+    import queue
+
     import torch
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)  # one core a process: the processes are the parallelism
+    parent = multiprocessing.parent_process()
     while True:
-        item = jobs.get()
+        try:
+            item = jobs.get(timeout=PARENT_CHECK_S)
+        except queue.Empty:
+            if parent is not None and not parent.is_alive():
+                return
+            continue
         if item is None:
             return
         job, frames, seed_list = item
@@ -103,33 +122,50 @@ class TransformPool:
         self._closed = False
         self._jobs: Any = None
         self._results: Any = None
-        self._done: dict[int, Any] = {}
+        self._done: dict[int, Any] = {}  # results that came, by job, until their caller takes them
+        self._abandoned: set[int] = set()  # jobs whose caller stopped waiting: their results are dropped
         self._next_job = 0
         self._arrived = threading.Condition()
 
-    def __call__(self, frames: Any, seed_list: Any) -> Any:
-        """`frames` (CPU tensor, samples first) transformed, in the processes where it can be."""
+    def __call__(self, frames: Any, seed_list: Any, stop: threading.Event | None = None) -> Any:
+        """`frames` (CPU tensor, samples first) transformed, in the processes where it can be. `stop` (the epoch
+        ended: a Ctrl-C, a `break`) set before they are done: DaliStreamError, their results dropped on arrival."""
         if not self.in_processes or len(frames) == 0:
             return apply(self.transform, frames, seed_list, [])
         import torch
 
+        _stopped(stop)  # no process started for a batch nobody will take
         self._open()
         parts = [p for p in np.array_split(np.arange(len(frames)), min(self.processes, len(frames))) if len(p)]
         with self._lock:
             jobs = list(range(self._next_job, self._next_job + len(parts)))
             self._next_job += len(parts)
-        for job, p in zip(jobs, parts):  # each part copied once, into shared memory: it travels as a handle
-            part = torch.empty(frames[p[0]:p[-1] + 1].shape, dtype=frames.dtype).share_memory_()
-            part.copy_(frames[p[0]:p[-1] + 1])
-            self._jobs.put((job, part, [int(s) for s in seed_list[p[0]:p[-1] + 1]]))
-        out = [self._result(job) for job in jobs]
+        sent: list[int] = []
+        try:
+            for job, p in zip(jobs, parts):  # each part copied once, into shared memory: it travels as a handle
+                part = torch.empty(frames[p[0]:p[-1] + 1].shape, dtype=frames.dtype).share_memory_()
+                part.copy_(frames[p[0]:p[-1] + 1])
+                self._jobs.put((job, part, [int(s) for s in seed_list[p[0]:p[-1] + 1]]))
+                sent.append(job)
+            out = [self._result(job, stop) for job in jobs]
+        except BaseException:  # stopped, closed, a worker gone, a Ctrl-C: results still to come are not kept
+            self._abandon(sent)
+            raise
         return torch.cat(out)
 
-    def _result(self, job: int) -> Any:
+    def _abandon(self, jobs: list[int]) -> None:
+        """Nobody waits for `jobs` any more: their results, filed or still to come, are dropped."""
+        with self._arrived:
+            for job in jobs:
+                if self._done.pop(job, None) is None:
+                    self._abandoned.add(job)
+
+    def _result(self, job: int, stop: threading.Event | None = None) -> Any:
         """Job `job`'s result: whichever thread waits reads the results queue and files what it reads."""
         import queue
 
         while True:
+            _stopped(stop)
             with self._arrived:
                 if job in self._done:
                     got = self._done.pop(job)
@@ -148,7 +184,10 @@ class TransformPool:
                                           "transform_workers=0 to transform in the calling thread") from None
                 continue
             with self._arrived:
-                self._done[other] = value
+                if other in self._abandoned:
+                    self._abandoned.discard(other)
+                else:
+                    self._done[other] = value
                 self._arrived.notify_all()
         if isinstance(got, BaseException):
             raise got
@@ -195,6 +234,15 @@ class TransformPool:
             if worker.is_alive():  # SIGTERM ignored or blocked: SIGKILL cannot be
                 worker.kill()
                 worker.join()
+
+
+def _stopped(stop: threading.Event | None) -> None:
+    """Raise where `stop` is set: the batch being transformed will not be taken."""
+    if stop is not None and stop.is_set():
+        from ..errors import DaliStreamError
+
+        raise DaliStreamError("image_transforms stopped: the epoch this batch was built for ended before it was "
+                              "handed over (a Ctrl-C, a break out of the loop)")
 
 
 def _picklable(transform: Callable[[Any], Any]) -> bool:

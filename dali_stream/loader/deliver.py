@@ -5,11 +5,13 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Generator, Mapping
 
 import numpy as np
 
 from ..decode.errors import classify
+from ..errors import DaliStreamError
 from ..graph.batches import Prepared
 from ..graph.host import to_output
 from ..graph.transforms import apply, sample_seeds
@@ -51,8 +53,9 @@ class Delivery:
         try:
             yield
         except RuntimeError as exc:
-            if "decoders.video" not in str(exc) and classify(str(exc)).kind == "unknown":
-                raise
+            if isinstance(exc, DaliStreamError) or "decoders.video" not in str(exc) and \
+                    classify(str(exc)).kind == "unknown":
+                raise  # our own errors name what they are about already
             raise self.stages.builder.explain_dali_failure(list(schedule.handed), exc, self.stages.node) from None
 
     def batch(self, got: Mapping[str, Any], prepared: Prepared) -> dict[str, Any]:
@@ -102,9 +105,10 @@ class Delivery:
             batch[key] = (st.transforms(batch[key], seed_list) if not devices
                           else apply(transform, batch[key], seed_list, devices))
 
-    def transform_host(self, prepared: Prepared) -> None:
+    def transform_host(self, prepared: Prepared, stop: threading.Event | None = None) -> None:
         """`image_transforms` on a CPU batch's host-frame cameras, in the thread that built it (a schedule worker):
-        the caller's loop then receives them done, while the next batches build."""
+        the caller's loop then receives them done, while the next batches build. `stop` set (the epoch ended):
+        the wait for the transform processes ends, raising."""
         st = self.stages
         assert st.transforms is not None
         plan = prepared.plan
@@ -112,7 +116,7 @@ class Delivery:
             if key in prepared.host:
                 frames = to_output(prepared.host[key], st.squeeze[key], st.image_ops.channels_last)
                 prepared.images[key] = st.transforms(frames, sample_seeds(self.cfg.seed, plan.epoch, plan.index,
-                                                                          k, len(frames)))
+                                                                          k, len(frames)), stop)
 
     def _host_batches(self, schedule: Schedule, plan, start: int):
         """Batches without a DALI graph (`host_batches`): the workers' host frames and tables."""

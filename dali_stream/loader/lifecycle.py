@@ -68,6 +68,20 @@ else:  # an interpreter without it: at least close them at exit
     atexit.register(close_open_loaders)
 
 
+_INHERITED: list[Any] = []  # loaders a forked process got from its parent: kept, never closed or collected there
+
+
+def inherited(loader: "StreamLoader") -> None:
+    """Let go of `loader` in a process forked after it was made (a DataLoader's worker): its threads do not exist here,
+    so it is never used, closed or collected here (a close, or its finalizer, would join threads, take locks held at
+    the fork and free decoders whose threads are gone). Kept referenced for the process's life, its finalizer
+    detached, out of the loaders closed at exit; the parent's own copy is untouched."""
+    loader._closed = True
+    loader._finalizer.detach()
+    OPEN_LOADERS.discard(loader)
+    _INHERITED.append(loader)
+
+
 def shut(store: Any, engines: list[Any], transforms: Any, wait: bool = False) -> None:
     """A loader's close: the store's threads, the engines' threads and the transform processes end, waited for
     with `wait` (`close()`); a collected loader's on a thread of its own, without waiting."""

@@ -6,18 +6,25 @@ order (with every episode selected, the frame whose `index` is i, as lerobot's).
 the same opened metadata and settings (cameras, windows, resize, dtype, `image_transforms` seeded per sample), one
 sample a batch, in order: an evaluation pass (`shuffle=False`) on one rank, positioned at batch i by
 `load_state_dict` as a resumed run is, so nothing before it is fetched or decoded.
+
+Fork-safe: torch's DataLoader around `loader.dataset` forks its workers, perhaps after `loader[i]` opened the second
+loader here and its threads ran. A forked worker has none of those threads (a fetch they began would never end), so
+each process opens its own second loader on first use; one inherited from the parent is let go of unused
+(`lifecycle.inherited`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import operator
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..config import LoaderConfig
 from ..errors import ConfigError
 from .deliver import Batch
+from .lifecycle import inherited
 from .source_setup import OPENING
 
 if TYPE_CHECKING:
@@ -30,6 +37,7 @@ class Samples:
     def __init__(self, owner: "StreamLoader") -> None:
         self._owner = owner
         self._reader: "StreamLoader | None" = None
+        self._pid = os.getpid()  # the process `_reader` was opened in
 
     def __len__(self) -> int:
         return int(self._owner.stages.catalog.lengths.sum())
@@ -56,6 +64,7 @@ class Samples:
             yield self[i]
 
     def _open(self) -> "StreamLoader":
+        self._let_go_if_forked()
         if self._reader is None:
             owner = self._owner
             defaults = LoaderConfig()
@@ -64,9 +73,17 @@ class Samples:
                                       drop_n_last_frames=0, device=owner.device,
                                       **{name: getattr(defaults, name) for name in OPENING})
             self._reader = type(owner)(owner.meta, config=cfg)
+            self._pid = os.getpid()
         return self._reader
 
+    def _let_go_if_forked(self) -> None:
+        """In a process forked from the one that opened the second loader: let go of it, unused (see above)."""
+        if self._reader is not None and self._pid != os.getpid():
+            inherited(self._reader)
+            self._reader = None
+
     def close(self) -> None:
+        self._let_go_if_forked()
         if self._reader is not None:
             self._reader.close()
             self._reader = None

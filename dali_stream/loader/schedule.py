@@ -56,8 +56,9 @@ class Schedule:
                  fetch_ahead: int, cut_ahead: int = 0, finish=None) -> None:
         """Batches `lookahead` ahead are built; the pieces of long episodes of `max(lookahead, cut_ahead)` ahead
         are cut (a remote source's reads need more in flight than the builders do); what `lookahead +
-        fetch_ahead` ahead admit is fetched. `finish(prepared)`, where given, runs on each built batch in the
-        thread that built it (`image_transforms` of host frames)."""
+        fetch_ahead` ahead admit is fetched. `finish(prepared, stop)`, where given, runs on each built batch in the
+        thread that built it (`image_transforms` of host frames); `stop` is set when the schedule closes, and a wait
+        of `finish` on other processes ends there (the close does not wait for the transform processes to start)."""
         self.builder, self.plan, self.start, self.finish = builder, plan, start, finish
         self.lookahead = lookahead
         self.cut_lookahead = min(max(lookahead, cut_ahead), lookahead + fetch_ahead)  # its episodes are pinned
@@ -71,6 +72,7 @@ class Schedule:
         self.build_s = 0.0
         self.wait_s = 0.0  # time DALI's callback waited for a batch the workers had not finished
         self.owner = threading.current_thread()  # the iterating thread
+        self.stop = threading.Event()  # set by `close`: nobody takes the batches being built
         self.sources = 1 + len(builder.engine_outputs)  # external sources per iteration
         self._taking: dict[int, tuple[Prepared, set[str]]] = {}  # iteration -> batch, sources that took their part
         self._take_lock = threading.Lock()
@@ -80,7 +82,7 @@ class Schedule:
         out = self.builder.build(plan)
         self.prefetcher.built(plan.index)
         if self.finish is not None:
-            self.finish(out)
+            self.finish(out, self.stop)
         self.build_s += time.perf_counter() - t0
         return out
 
@@ -151,6 +153,7 @@ class Schedule:
             in_background(self._close, False)
 
     def _close(self, wait: bool) -> None:
+        self.stop.set()  # builds in progress give up their waits on the transform processes: their batches go unused
         if self.pool is not None:
             for fut in list(self.futures.values()):
                 fut.cancel()
