@@ -241,3 +241,33 @@ def test_the_default_is_threads_on_the_cpu_and_processes_on_nvdec():
     assert NVDEC_OPEN.processes(7, 16) == 7 and NVDEC_OPEN.processes(7, 5) == 4 and NVDEC_OPEN.processes(5, 64) == 5
     assert NVDEC_OPEN.processes(7, 2) == 0 and NVDEC_OPEN.processes(0, 16) == 0
     assert np.array_equal(np.concatenate(process_engine.split(7, 3)), np.arange(7))
+
+
+def test_decode_processes_end_when_the_loaders_process_is_killed(four_codec_dataset, tmp_path):
+    """SIGKILL to the loader's process (no close ever comes): its decode processes end by themselves within seconds
+    instead of living on as orphans."""
+    script = tmp_path / "killed.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from dali_stream import StreamLoader
+        loader = StreamLoader({str(four_codec_dataset)!r}, batch_size=6, decode="cpu-open", device="cpu",
+                              decode_processes=2)
+        next(iter(loader))
+        print("pids", *loader.stages.engines["cpu-open"].pids(), flush=True)
+        time.sleep(600)
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    line = proc.stdout.readline()
+    assert line.startswith("pids"), proc.stderr.read()[-3000:]
+    pids = [int(p) for p in line.split()[1:]]
+    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 15
+    while any(_alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if _alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left

@@ -238,10 +238,19 @@ def _begin(spec: tuple) -> None:
     global _SPEC
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _SPEC = spec
+    threading.Thread(target=_orphaned, args=(os.getppid(),), name="dali-stream-parent", daemon=True).start()
     if spec[0] == "nvdec-open":
         import torch
 
         torch.set_num_threads(1)
+
+
+def _orphaned(parent: int) -> None:
+    """End this decode process once the loader's process is gone (killed: no close ever comes, and the pool's queue,
+    which every process holds both ends of, never reports the end)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
 
 
 def _ready() -> int:
