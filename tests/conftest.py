@@ -51,7 +51,7 @@ def _gpu_node():
 # processes in collection order (`--dist loadfile --no-loadscope-reorder`), so these start first and short files
 # fill the end, instead of one long file starting last while the other processes idle.
 LONG_FIRST = ("test_readme_install",  # 178: a fresh environment from the README's install line
-              "test_boundaries", "test_loader", "test_multirank", "test_diagnose", "test_interrupt", "test_docs",
+              "test_boundaries", "test_process_engine", "test_loader", "test_multirank", "test_diagnose", "test_interrupt", "test_docs",
               "test_train", "test_sample_data", "test_wild_encodings", "test_bench", "test_slurm", "test_frame_cache",
               "test_gpu_first", "test_cli", "test_pipelines", "test_frame_guard")  # the last: ~57
 

@@ -145,3 +145,27 @@ def test_a_wrong_fps_is_the_datasets_problem_not_the_videos(small_dataset, tmp_p
     assert all("says fps 25" in p for p in report["dataset_problems"])
     text = dali_stream("verify", str(root))
     assert "the dataset, not a file: camera" in text.stdout and "no damaged file" in text.stdout, text.stdout
+
+
+def test_the_frame_rate_check_takes_rounded_times_and_whole_multiples():
+    """A video's rate is its mean decode step: 30 fps in milliseconds (steps of 33 and 34 ms, whose median says
+    30.3) and 60 fps in milliseconds pass at 30 and 60 fps; a 30 fps video of a 10 fps dataset holds every frame
+    asked for and passes; 30 fps against info.json's 25 does not."""
+    import numpy as np
+
+    from dali_stream.errors import DatasetError
+    from dali_stream.fetch.indexes import check_rate
+    from dali_stream.fetch.mp4index import Mp4Index
+
+    def index(fps: float, timescale: int, n: int = 300) -> Mp4Index:
+        dts = np.round(np.arange(n) * timescale / fps).astype(np.int64)
+        steps = np.diff(dts)
+        return Mp4Index.of(10 ** 6, (), timescale, np.arange(n) * 10, np.full(n, 10), dts, dts,
+                           np.append(steps, steps[-1]), np.arange(n) % 30 == 0, b"")
+
+    assert index(30, 1000).dts_step == 0  # the steps vary: the median would say 1000 / 33
+    for fps, timescale, dataset in ((30, 1000, 30), (60, 1000, 60), (30, 15360, 30), (30, 1000, 10),
+                                    (29.97, 30000, 30)):
+        check_rate(index(fps, timescale), dataset, "cam.mp4")
+    with pytest.raises(DatasetError, match=r"says fps 25, but video file cam.mp4 shows 30"):
+        check_rate(index(30, 1000), 25, "cam.mp4")

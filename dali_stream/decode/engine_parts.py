@@ -18,8 +18,8 @@ def hand_over(stream: Any, parts: list) -> Any:
     """CUDA frames joined into one tensor on the engine's hand-off `stream`, which is the stream DALI copies them on
     (`graph.pipeline`: the external source's `cuda_stream`): the join, DALI's copy and any later reuse of the memory
     are queued on one stream in that order, and nothing waits on the legacy default stream (where the training step
-    runs). Every part, made on a decode thread's stream (complete: `finish`) or handed over by a decode process, is
-    marked as used on the hand-off stream, so the caching allocator cannot give its memory to the next decode before
+    runs). Every part, made on a decode thread's stream (complete: `finish`) or copied there from a decode process's
+    memory (`ProcessEngine._own`), is marked as used on the hand-off stream, so the caching allocator cannot give its memory to the next decode before
     the join has read it; the joined tensor is allocated on the hand-off stream itself."""
     import torch
 

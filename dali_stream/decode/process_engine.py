@@ -23,20 +23,17 @@ pictures are known by their times, never by the process that decoded them. A bat
 Never a wrong or missing frame: a decoder that drops a picture is named as in the threaded engine. `close()` ends
 every process (joined); Ctrl-C reaches the loader's process only (the decode processes ignore SIGINT and end when it
 closes them). The processes are spawned (a forked CUDA context is unusable) without running the caller's script
-(`_no_script`): a training script needs no `if __name__ == "__main__":` guard for them.
+(`decode.spawning`): a training script needs no `if __name__ == "__main__":` guard for them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
-import types
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -47,11 +44,13 @@ import numpy as np
 from ..errors import DecodeError
 from .engine_parts import check_sizes, hand_over, missing_error, mixed_sizes, split
 from .feed import Feed, build_feed
+from .spawning import without_main
 
 log = logging.getLogger("dali_stream")
 
 RETRIES = 1  # a batch's chunks decoded again after the pool broke, before the batch is an error
-ANSWER_S = 300.0  # seconds a chunk may take before its process is taken for hung (a 480p chunk takes milliseconds)
+ANSWER_S = 300.0  # seconds a batch's chunks may take before a process is taken for hung (a 480p chunk: milliseconds)
+END_S = 10.0  # seconds close() gives running chunks before the processes are terminated
 
 
 class ProcessEngine:
@@ -84,7 +83,7 @@ class ProcessEngine:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
                                              initializer=_begin, initargs=(self._spec,))
-            with _no_script():  # every process is spawned by these first submissions (none is idle yet)
+            with without_main():  # every process is spawned by these first submissions (none is idle yet)
                 for _ in range(self.processes):
                     self._pool.submit(_ready)
             self._procs[self._pool] = list((getattr(self._pool, "_processes", None) or {}).values())
@@ -107,7 +106,19 @@ class ProcessEngine:
             decoded += answer[2]
         if self.stream is None:
             return (frames[0] if len(frames) == 1 else np.concatenate(frames)), decoded
-        return hand_over(self.stream, frames), decoded
+        return self._own(frames), decoded
+
+    def _own(self, parts: list) -> Any:
+        """CUDA frames handed back by the processes (IPC memory, theirs) copied into one tensor of this process's on
+        the hand-off stream, which is waited for before the parts are let go: torch's caching allocator does not
+        track IPC memory (`record_stream` is a no-op there), and a process may reuse it for its next chunk as soon as
+        it is released here."""
+        import torch
+
+        with torch.cuda.stream(self.stream):
+            joined = torch.cat(parts) if len(parts) > 1 else parts[0].clone()
+        self.stream.synchronize()
+        return joined
 
     def hand_over(self, parts: list) -> Any:
         return hand_over(self.stream, parts)
@@ -143,7 +154,8 @@ class ProcessEngine:
             t0 = time.perf_counter()
             try:
                 futures = [pool.submit(_decode, *job) for job in jobs]  # a pool already broken refuses here
-                answers = [f.result(timeout=ANSWER_S) for f in futures]
+                deadline = time.monotonic() + ANSWER_S  # one for the batch's chunks, not one each
+                answers = [f.result(timeout=max(0.0, deadline - time.monotonic())) for f in futures]
                 with self._lock:
                     self.seconds["wait"] += time.perf_counter() - t0
                 return answers
@@ -173,8 +185,11 @@ class ProcessEngine:
         codes.sort(key=lambda code: code == -signal.SIGTERM)  # the pool ends the others with SIGTERM once broken
         return f"exit status {codes[0]}" if codes else "its exit status unknown"
 
-    def pids(self) -> list[int]:
-        """The decode processes' ids (tests, tools)."""
+    def pids(self, every: bool = False) -> list[int]:
+        """The decode processes' ids (tests, tools): the running pool's, or with `every` those of every pool started
+        since the engine was made (replaced ones included) until it closed."""
+        if every:
+            return sorted(p.pid for procs in self._procs.values() for p in procs)
         return sorted(p.pid for p in self._procs.get(self._pool, [])) if self._pool is not None else []
 
     def stats(self) -> dict[str, Any]:
@@ -199,32 +214,20 @@ class ProcessEngine:
 
 
 def _end(pool: ProcessPoolExecutor, wait: bool = False, processes: list | None = None) -> None:
-    """Shut a pool down and join its `processes`; those a broken pool (or a running chunk, without `wait`) leaves
-    alive are terminated first."""
+    """Shut a pool down and join its `processes`, within bounds: with `wait` a running chunk may finish
+    (`END_S`), then any process still alive (a hung decoder, a broken pool's others) is terminated, then killed."""
     processes = list((getattr(pool, "_processes", None) or {}).values()) if processes is None else processes
-    pool.shutdown(wait=wait, cancel_futures=True)
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + (END_S if wait else 0.0)
     for p in processes:
-        if p.is_alive() and not wait:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        if p.is_alive():
             p.terminate()
-        p.join(timeout=10)
+            p.join(timeout=2)
         if p.is_alive():
             p.kill()
             p.join()
-
-
-@contextlib.contextmanager
-def _no_script():
-    """Processes spawned inside it do not run the caller's script: a spawned process imports the parent's `__main__`
-    (its file) before anything else, which re-runs a training script that has no `if __name__ == "__main__":` guard
-    (multiprocessing's rule, which torch's DataLoader workers impose on their users). The decode processes run this
-    package's functions only, so `__main__` is a bare module while they are spawned."""
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is not None:
-            sys.modules["__main__"] = main
 
 
 # ---- in each decode process ----------------------------------------------------------------------------------

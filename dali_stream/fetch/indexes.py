@@ -94,16 +94,20 @@ RATE_TOLERANCE = 0.01  # relative: 29.97 fps video in a 30 fps dataset passes, 2
 
 
 def check_rate(index: Mp4Index, fps: float, path: str) -> None:
-    """A `DatasetError` where the video's own frame rate (its decode steps) disagrees with the dataset's `fps` by more
-    than `RATE_TOLERANCE`: every window (`delta_timestamps` in seconds, turned into frames at `fps`) and frame time
-    would come out wrong without another error."""
+    """A `DatasetError` where the video's own frame rate (`Mp4Index.frame_rate`) is not the dataset's `fps`, nor a
+    whole multiple of it (a 30 fps video of a 10 fps dataset holds every frame asked for: frames are found by
+    time), within `RATE_TOLERANCE`: every window (`delta_timestamps` in seconds, turned into frames at `fps`) and
+    frame time would come out wrong without another error."""
     from ..errors import DatasetError
 
     rate = index.frame_rate
-    if rate is None or abs(rate - fps) <= RATE_TOLERANCE * fps:
+    if rate is None:
+        return
+    times = max(1, round(rate / fps))
+    if abs(rate - times * fps) <= RATE_TOLERANCE * times * fps:
         return
     raise DatasetError(
-        f"meta/info.json says fps {fps:g}, but video file {path} shows {rate:.6g} frames a second (its frames are "
+        f"meta/info.json says fps {fps:g}, but video file {path} shows {rate:.4g} frames a second (its frames are "
         f"{1 / rate:.6f} s apart, not {1 / fps:.6f}): windows (delta_timestamps) and frame times would come out "
-        f"wrong. Correct `fps` in meta/info.json (and the cameras' `video.fps`) to {rate:.6g}, or re-encode the "
+        f"wrong. Correct `fps` in meta/info.json (and the cameras' `video.fps`) to {rate:.4g}, or re-encode the "
         f"videos at {fps:g} fps")

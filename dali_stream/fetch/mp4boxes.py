@@ -1,9 +1,9 @@
 """The video track's sample tables in an MP4's `moov` box, read into per-sample arrays with every size, count and
 offset the file states checked first: every box size bounded by its parent's and the file's, every table's entry
-count by the bytes its box holds, every run-length table's runs by the track's sample count (as every muxer writes
-them: exactly), every sample's bytes by the file's end, before anything of the stated size is allocated or read (a
+count by the bytes its box holds, every run-length table's runs by the track's sample count, every sample's bytes by the file's end, before anything of the stated size is allocated or read (a
 `ctts` whose runs claimed 12.9 G samples once asked numpy for 96 GiB). A contradiction raises `Damaged` (the box
-that says so); a layout these readers do not handle (fragmented, several edits, no video track) `IndexUnsupported`.
+that says so); a layout these readers do not handle (fragmented, several edits, no video track, `stz2`, runs that
+cover fewer samples than the track) `IndexUnsupported`, and the file is read through the demuxer.
 `mp4index` builds the compact index from these arrays."""
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ def box_name(kind: bytes) -> str:
 
 def boxes(buf: bytes, start: int = 0, end: int | None = None):
     """(type, payload start, box end) of the boxes in buf[start:end]; a box that declares more bytes than its
-    parent holds from where it starts is damage (FFmpeg and mp4box bound every box by its parent's the same way)."""
+    parent holds from where it starts is damage (FFmpeg trims such a box to its parent and reads on; here it is named,
+    since what lies past the parent's end is not the box's: at the top level, a file truncated)."""
     end = len(buf) if end is None else end
     pos = start
     while pos + 8 <= end:
@@ -79,13 +80,17 @@ def _table(buf: bytes, box: tuple[int, int], kind: str, fmt: str, fields: int) -
 
 
 def _runs(table: np.ndarray, count: int, kind: str) -> np.ndarray:
-    """Each of `count` samples' value from a run-length table (stts, ctts: rows of (samples, value)), whose runs
-    must cover the track's samples exactly (as every muxer writes them): the sum is checked before `np.repeat`
-    allocates it."""
-    total = int(table[:, 0].sum())
-    if total != count:
-        raise Damaged(kind, f"its runs cover {total} samples; the track has {count} (stsz)")
-    return np.repeat(table[:, 1], table[:, 0])
+    """Each of `count` samples' value from a run-length table (stts, ctts: rows of (samples, value)). A run longer
+    than the whole track is damage (no muxer writes one: a `ctts` whose runs claimed 12.9 G samples once asked numpy
+    for 96 GiB); runs that cover more samples than the track are cut at `count` before anything is allocated, as
+    FFmpeg cuts them; fewer is a layout this index leaves to the demuxer (FFmpeg repeats the last duration)."""
+    lengths = table[:, 0]
+    if len(lengths) and int(lengths.max()) > count:
+        raise Damaged(kind, f"a run of {int(lengths.max())} samples in a track of {count} (stsz)")
+    ends = np.minimum(np.cumsum(lengths), count)
+    if count and (len(ends) == 0 or int(ends[-1]) < count):
+        raise IndexUnsupported(f"{kind} runs cover {int(ends[-1]) if len(ends) else 0} of the {count} samples")
+    return np.repeat(table[:, 1], np.diff(ends, prepend=0))
 
 
 def _box(moov: bytes, within: tuple[int, int], kind: bytes, *, needed: bool = True) -> tuple[int, int] | None:
@@ -180,6 +185,8 @@ def _checked_track(moov: bytes, limit: int) -> tuple:
         def box(kind: bytes, needed: bool = True):
             return _box(moov, stbl[0], kind, needed=needed)
 
+        if box(b"stsz", False) is None and box(b"stz2", False) is not None:
+            raise IndexUnsupported("compact sample sizes (stz2)")
         sizes = _sample_sizes(moov, box(b"stsz"), limit)
         count = len(sizes)
         deltas = _runs(_table(moov, box(b"stts"), "stts", ">u4", 2), count, "stts")

@@ -20,7 +20,6 @@ otherwise hold the process's exit that long.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import pickle
@@ -31,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..decode.spawning import without_main
 from ..plan import salts
 
 log = logging.getLogger("dali_stream")
@@ -82,30 +82,6 @@ def _work(transform: Callable[[Any], Any], jobs: Any, results: Any) -> None:
             results.put((job, exc))
 
 
-@contextlib.contextmanager
-def _without_main():
-    """Spawned workers that do not run the user's `__main__` again: multiprocessing's spawn re-imports the main
-    script in each child (a script without an `if __name__ == "__main__":` guard would build its loaders and train
-    there too); the workers need only the transform, which `TransformPool` checked names nothing of `__main__`."""
-    from multiprocessing import spawn
-
-    original = spawn.get_preparation_data
-
-    def prepare(name: str) -> dict[str, Any]:
-        data = original(name)
-        data.pop("init_main_from_path", None)
-        data.pop("init_main_from_name", None)
-        return data
-
-    with _SPAWN_LOCK:
-        spawn.get_preparation_data = prepare
-        try:
-            yield
-        finally:
-            spawn.get_preparation_data = original
-
-
-_SPAWN_LOCK = threading.Lock()
 
 
 class TransformPool:
@@ -205,7 +181,7 @@ class TransformPool:
 
             ctx = multiprocessing.get_context("spawn")
             self._jobs, self._results = ctx.Queue(), ctx.Queue()
-            with _without_main():
+            with without_main():
                 for _ in range(self.processes):
                     worker = ctx.Process(target=_work, args=(self.transform, self._jobs, self._results), daemon=True,
                                          name="dali-stream-transforms")

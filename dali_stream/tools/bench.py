@@ -423,7 +423,9 @@ def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[st
     from ..loader import StreamLoader
 
     cores = len(os.sched_getaffinity(0))
-    settings = dataclasses.replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None)
+    # the CPU route as it runs by default: its threads (a decode_processes given for the GPU route is not its)
+    settings = dataclasses.replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None,
+                                   decode_processes=None, decode_threads=None)
     with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
         got = stream(loader, cfg, cameras)
         out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}

@@ -263,8 +263,8 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
 
 def _dataset_problems(meta) -> list[str]:
     """What is wrong with the dataset as a whole rather than with a file: each camera's videos against info.json's
-    fps (its first file's frame rate, `fetch.indexes.check_rate`: a wrong fps shifts every window and frame time,
-    and would otherwise show as other painted ids in every video). A damaged first file is the file's finding."""
+    fps (its first file that indexes, `fetch.indexes.check_rate`: a wrong fps shifts every window and frame time,
+    and would otherwise show as other painted ids in every video). A damaged file is the file's finding."""
     from ..errors import DaliStreamError, DamagedFileError, DatasetError
     from ..fetch.indexes import IndexCache
     from ..source.storage import LocalRanges, is_local
@@ -274,14 +274,16 @@ def _dataset_problems(meta) -> list[str]:
     cache = IndexCache(LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs, fps=meta.fps)
     found = []
     for key in meta.video_keys:
-        try:
-            cache.get(meta.video_file(0, key))
-        except DamagedFileError:
-            continue
-        except DatasetError as exc:
-            found.append(f"camera {key!r}: {exc}")
-        except DaliStreamError:
-            continue
+        for path in dict.fromkeys(meta.video_file(pos, key) for pos in range(meta.num_episodes)):
+            try:
+                cache.get(path)
+            except DamagedFileError:
+                continue  # the file's own finding: the camera's next file tells its rate
+            except DatasetError as exc:
+                found.append(f"camera {key!r}: {exc}")
+            except DaliStreamError:
+                continue
+            break
     return found
 
 
