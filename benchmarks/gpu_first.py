@@ -1,7 +1,8 @@
 """The first call on a GPU node: NVDEC through the open-decoder engine, measured and checked without DALI or FFmpeg.
 
     python benchmarks/gpu_first.py prepare [--data .demo/gpu-first] [--small]     # on the CPU machine, once
-    python benchmarks/gpu_first.py measure --out DIR [--route nvdec-open|cpu-open] [--data ...] [--window-s 3]
+    python benchmarks/gpu_first.py measure --out DIR [--route nvdec-open|cpu-open] [--data ...] [--window-s 2]
+        [--threads 1,4] [--scaling]
 
 `prepare` (the CPU machine, with FFmpeg and PyAV): three datasets written as lerobot's recorder writes them, two
 cameras each at GOP 2 and crf 30: 640x480 H.264, 640x480 HEVC, and 256x256 H.264 (LIBERO's frame size); FFmpeg's pictures of a few samples of every
@@ -16,20 +17,23 @@ it got:
 1. preflight: the driver (nvidia-smi), PyNvVideoCodec's import and the driver libraries it needs
    (libnvcuvid, libnvidia-encode), CUDA's start and the first conversion kernel's launch (PTX compiled on first
    use) timed apart from the second;
-2. per dataset (H.264, HEVC, H.264 at 256x256) and mode (one frame per camera; an 8-step window of consecutive frames per camera),
-   at 1, 2, 4 and 7 decode threads: batches of 64 planned as the loader plans them (pool of 16), fetched from the
-   dataset (fetch stage), fed as packets (`decode.feed`) to the engine's decoders kept open, frames out as tensors
-   on the device; two builder threads keep it fed, as the loader's workers do. Reported: samples/s over a
-   `--window-s` window after two warm-up batches, the process's CPU milliseconds per sample, NVDEC utilisation
-   (nvidia-smi dmon) while it runs, where a sample's time goes (thread-ms per sample: the builder threads' fetch,
-   engine call and id check; inside the engine, its decode threads' feed, decoder calls, RGB conversion, stack and
-   stream sync: `OpenDecoders.seconds`), and every decoded frame's painted ids against the plan (the id blocks are
-   averaged on the device; only those numbers cross to the host);
+2. per dataset (H.264, HEVC, H.264 at 256x256) and mode (one frame per camera; an 8-step window of consecutive frames
+   per camera), at 1 and 4 decode threads (`--threads`; 2 and 7 were measured twice on H200s): batches of 64 planned
+   as the loader plans them (pool of 16), fetched from the dataset (fetch stage), fed as packets (`decode.feed`) to
+   the engine's decoders kept open, frames out as tensors on the device; two builder threads keep it fed, as the
+   loader's workers do. Reported: samples/s over a `--window-s` window after two warm-up batches, the process's CPU
+   milliseconds per sample, NVDEC utilisation (nvidia-smi dmon) while it runs, where a sample's time goes (thread-ms
+   per sample: the builder threads' fetch, engine call and id check; inside the engine, its decode threads' feed,
+   decoder calls, RGB conversion, stack and stream sync: `OpenDecoders.seconds`), and every decoded frame's painted
+   ids against the plan (the id blocks are averaged on the device; only those numbers cross to the host);
 3. the colour check: the reference samples decoded by the engine against FFmpeg's pictures of the same packets:
    the largest and mean difference in levels (FFmpeg's own conversion on the CPU: at most 2);
-4. what the decode threads wait for (`benchmarks/gpu_scaling.py`, H.264 640x480 one frame): P processes of one
-   decode thread each against one process of P threads, 2 and 4 such processes handing their frames to one
-   consumer (CUDA IPC), and whether the decoder's calls hold the interpreter's lock.
+4. with `--scaling` only: what the decode threads wait for (`benchmarks/gpu_scaling.py`, H.264 640x480 one frame):
+   P processes of one decode thread each against one process of P threads, 2 and 4 such processes handing their
+   frames to one consumer (CUDA IPC), and whether the decoder's calls hold the interpreter's lock. It answered its
+   question on an H200 (processes scale where threads stop: `results/NVIDIA-H200/2026-11-29-2/`) and the engine in
+   decode processes came of it; the whole loader in them is measured by tier 2 (`gpu_processes.py`), so a visit
+   spends its ~75 s there.
 Exit status: 0 every check passed, 1 a wrong frame or a colour difference over 2 levels, 2 the preflight failed
 (the engine cannot start here; the reason is in the JSON).
 """
@@ -66,7 +70,7 @@ NOT_ON_THE_NODE = "torchcodec,nvidia,huggingface_hub,rich,accelerate"
 # NVDEC's per-frame cost stay below the CPU route's where decode is cheap, or does the host path bind first?)
 DATASETS = {"h264": ("h264", {}), "hevc": ("hevc", {}), "h264-256": ("h264", {"height": 256, "width": 256})}
 SMALL_SQUARE = {"height": 64, "width": 64}  # the 256x256 dataset's stand-in in the CI dry run
-THREADS = (1, 2, 4, 7)
+THREADS = (1, 4)  # the engine's one thread and its default 4: what the visit's time goes to is tier 2's sweep
 MODES = {"single": 1, "window8": 8}  # frames per camera per sample
 COLOUR_LEVELS = 2  # FFmpeg's own conversion against ours, on the CPU: at most this many levels apart
 SCALING = "h264"  # the dataset benchmarks/gpu_scaling.py measures
@@ -287,14 +291,15 @@ def measure(args) -> int:
         report["colour"][name] = colour_check(root, args.route, device_index)
         save()
     # what the decode threads wait for (benchmarks/gpu_scaling.py): processes against threads, the interpreter's lock
-    from gpu_scaling import scaling
+    if args.scaling:
+        from gpu_scaling import scaling
 
-    report["scaling"] = {}
-    scaling(Path(args.data) / SCALING, args.route, threads, args.window_s, device_index,
-            tuple(p for p in threads if 1 < p <= 4) or (2,), out=report["scaling"], saved=save)
+        report["scaling"] = {}
+        scaling(Path(args.data) / SCALING, args.route, threads, args.window_s, device_index,
+                tuple(p for p in threads if 1 < p <= 4) or (2,), out=report["scaling"], saved=save)
     print(summary(report), flush=True)
     bad = any(r["wrong_frames"] for r in report["runs"]) or not all(c["passed"] for c in report["colour"].values()) \
-        or any(p.get("wrong_frames") for p in report["scaling"].get("processes", []))
+        or any(p.get("wrong_frames") for p in report.get("scaling", {}).get("processes", []))
     return 1 if bad else 0
 
 
@@ -309,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--route", default="nvdec-open", choices=("nvdec-open", "cpu-open"))
     p.add_argument("--threads", default=",".join(map(str, THREADS)))
-    p.add_argument("--window-s", type=float, default=3.0)
+    p.add_argument("--window-s", type=float, default=2.0)
+    p.add_argument("--scaling", action="store_true", help="then processes against threads (gpu_scaling.py)")
     args = ap.parse_args(argv)
     if args.command == "prepare":
         report = prepare(Path(args.data), args.small)

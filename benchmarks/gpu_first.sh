@@ -4,7 +4,7 @@
 # `make gpu-first-prepare` writes the datasets, FFmpeg's reference pictures and fetches the PyNvVideoCodec wheel;
 # the call carries them (.demo/gpu-first, .devwheels-first) with the tree. The wheel is installed into /tmp/site when
 # PyNvVideoCodec does not import yet. Results in $OUT (the device tool's folder), else benchmarks/results/gpu-first.
-#   OUT=/tmp/out bash benchmarks/gpu_first.sh [--route cpu-open --data DIR --threads 1,2 --window-s 3]
+#   OUT=/tmp/out bash benchmarks/gpu_first.sh [--route cpu-open --data DIR --threads 1,4 --window-s 2 --scaling]
 # PY: the interpreter (default python3; the CPU dry run passes .venv/bin/python). The measure step is stopped after
 # GPU_FIRST_TIMEOUT seconds (default 270): what it measured by then is already in $OUT.
 set -uo pipefail

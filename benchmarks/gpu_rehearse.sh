@@ -4,11 +4,13 @@
 # (`gpu_second.py`'s WHEELS; PyNvVideoCodec left out: it does not import without NVIDIA's driver libraries). Then,
 # on the small datasets `gpu_first.py prepare --small` writes:
 #   1. tier 1 on `cpu-open`, the imports the node lacks refused (as tests/test_gpu_first.py does on Python 3.11);
-#   2. tier 2 on `cpu-open`;
-#   3. tier 1 as the node starts it (`nvdec-open`): its wheel installed into /tmp/site, and the preflight must stop
+#   2. tier 2 on `cpu-open` (its first step the loader in decode processes, `gpu_processes.py`);
+#   3. `gpu_decide.py` on what the two tiers wrote, laid out as a visit's results: the ratios and targets it prints;
+#   4. tier 1 as the node starts it (`nvdec-open`): its wheel installed into /tmp/site, and the preflight must stop
 #      with status 2, naming the driver libraries this machine lacks.
 # What the CI's dry runs cannot show: a difference of Python 3.12 or torch 2.11 that breaks a visit. About 3 GB of
-# wheels into VENV, once; then ~1 minute. Run after the README's install: the project's .venv writes the datasets.
+# wheels into VENV, once; then ~2 minutes. Run after the README's install: the project's .venv writes the datasets.
+# KEEP=DIR keeps the outputs in DIR (default: a temporary folder, removed at the end).
 #   PY312=/path/to/python3.12 bash benchmarks/gpu_rehearse.sh [VENV (default /tmp/gpu-rehearse-py312)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,8 +29,13 @@ print(" ".join(w for w in WHEELS if not w.lower().startswith("pynvvideocodec")))
 "$PY" -m pip install -q torch==2.11.0 numpy pyarrow fsspec pytest $wheels  # pytest: the node has it (tier 2 runs tests)
 "$PY" -c 'import sys, torch; print(f"gpu-rehearse: Python {sys.version.split()[0]}, torch {torch.__version__}")'
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+if [ -n "${KEEP:-}" ]; then
+    work=$KEEP
+    mkdir -p "$work"
+else
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+fi
 .venv/bin/python benchmarks/gpu_first.py prepare --small --data "$work/data" | tail -n 1
 deny=$("$PY" -c 'import sys; sys.path.insert(0, "benchmarks"); from gpu_first import NOT_ON_THE_NODE; print(NOT_ON_THE_NODE)')
 
@@ -41,6 +48,19 @@ PY="$PY" OUT="$work/second" bash benchmarks/gpu_second.sh --route cpu-open --dat
     > "$work/second.log" 2>&1 \
     || { tail -n 40 "$work/second.log"; echo "gpu-rehearse: tier 2 on cpu-open failed" >&2; exit 1; }
 echo "gpu-rehearse: tier 2 on cpu-open passed"
+
+mkdir -p "$work/visit"
+ln -sfn "$work/first" "$work/visit/gpu-first"
+ln -sfn "$work/second" "$work/visit/gpu-second"
+status=0
+"$PY" benchmarks/gpu_decide.py "$work/visit" > "$work/decide.log" 2>&1 || status=$?
+if [ "$status" -gt 1 ] || ! grep -q "^target " "$work/decide.log"; then  # 1: no entry earned (cpu-open): expected
+    tail -n 40 "$work/decide.log"
+    echo "gpu-rehearse: gpu_decide.py did not read the visit (status $status)" >&2
+    exit 1
+fi
+echo "gpu-rehearse: gpu_decide.py read the visit:"
+grep -E "^target |^\| h264/single \| " "$work/decide.log" | sed 's/^/   /'
 
 status=0
 PY="$PY" OUT="$work/nvdec" GPU_FIRST_TIMEOUT=60 bash benchmarks/gpu_first.sh --data "$work/data" --threads 1 \

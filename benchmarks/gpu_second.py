@@ -10,11 +10,13 @@ each part (`PATH` names it; one part per call, carrying it: `bash .devwheels/par
 before the visit: the node idles while it runs.
 
 `measure` runs, in this order, each step's result written to DIR before the next begins (a call cut short keeps
-what it got), each bench's JSON folded into `gpu_second.json` (a device call returns at most 8 files: DIR holds 8):
-1. `dali-stream bench` on the tier-1 datasets (H.264 640x480 and 256x256, HEVC 640x480), batch 64: `--decode gpu
-   --nvdec-engine open` with `--cpu-all-cores` (the CPU route on every core of the node, in the same call; HEVC's
-   is cpu-open, `OPEN_VS_CPU` says why): the loader's samples/s on NVDEC against the CPU route measured beside it,
-   the open engine's NVDEC limit and utilisation;
+what it got), each step's JSON folded into `gpu_second.json` (a device call returns at most 8 files: DIR holds 6):
+1. the whole loader on NVDEC's open engine in decode processes against the CPU route on every core of the node
+   (`benchmarks/gpu_processes.py`, its doc says what it measures): the tier-1 datasets (H.264 640x480 and 256x256,
+   one frame and 8-step windows; HEVC 640x480 against cpu-open), `decode_processes` 0 (the threaded engine), 7, 4,
+   2, 1 and the loader's default, batch 64, 2-s windows: samples/s, NVDEC utilisation (NVML), the engine's
+   counters (restarts), every frame's painted ids; no run starts after `PROCESSES_BUDGET_S` (~130 s planned on an
+   H200);
 2. the boundary matrix and the wild encodings through `nvdec-open` (the `gpu`-marked tests that earn
    `decode/proven.py`'s entries), with a JUnit file, on 4 processes where pytest-xdist is there (the node's image
    has it: on one process the 15 tests passed 240 s on an H200 at 8 of them);
@@ -45,13 +47,9 @@ DATA = ROOT / ".demo/gpu-first"
 # colours FFmpeg reads, segment cuts it falls back to), torchcodec 0.11.1 (torch 2.11's: the CPU route beside).
 WHEELS = ("nvidia-dali-cuda120==2.4.0", "astunparse", "gast", "optree", "makefun", "nvtx", "av==18.1.0",
           "torchcodec==0.11.1", "pynvvideocodec==2.2.4", "rich", "psutil")
-# step -> (the tier-1 dataset the loader is measured on, the CPU route it is measured against on all cores:
-# `--cpu-all-cores ROUTE`). HEVC against FFmpeg's decoders through PyAV (cpu-open): the node's torchcodec (0.11.1,
-# the one its torch pairs with) misreads lerobot-recorded HEVC with the FFmpeg it finds there (PyAV's, 7.1 or 8),
-# which the CPU route's frame check stops (an H200, 2026-11-29)
-OPEN_VS_CPU = {"open_vs_cpu": ("h264", "cpu"), "open_vs_cpu_256": ("h264-256", "cpu"),
-               "open_vs_cpu_hevc": ("hevc", "cpu-open")}
 STEP_TIMEOUT_S = 240
+PROCESSES_BUDGET_S = 140  # the loader in decode processes (step 1): no run starts after this
+PROCESSES_TIMEOUT_S = 250  # the budget, one run's own limit (gpu_processes.RUN_TIMEOUT_S) and its start
 BOUNDARY_TIMEOUT_S = 330  # the boundary matrix's step (on 4 processes); the benches' steps take STEP_TIMEOUT_S
 
 
@@ -68,9 +66,9 @@ def prepare(stage_tool: Path) -> int:
 
 
 def _run(name: str, cmd: list[str], out: Path, report: dict, env: dict, timeout_s: float = STEP_TIMEOUT_S,
-         results: Path | None = None) -> None:
-    """Step `name`: `cmd`'s output in `name.log`, its status and time in the report; `results`: the bench's output
-    folder, whose JSON results are folded into the report's step (and the folder removed)."""
+         results: Path | None = None, pattern: str = "bench-*.json") -> None:
+    """Step `name`: `cmd`'s output in `name.log`, its status and time in the report; `results`: the step's output
+    folder, whose JSON results (`pattern`) are folded into the report's step (and the folder removed)."""
     t0 = time.perf_counter()
     with open(out / f"{name}.log", "w") as log:
         try:
@@ -80,7 +78,7 @@ def _run(name: str, cmd: list[str], out: Path, report: dict, env: dict, timeout_
             status = "timeout"
     report["steps"][name] = {"command": " ".join(cmd), "status": status, "seconds": time.perf_counter() - t0}
     if results is not None and results.is_dir():
-        report["steps"][name]["results"] = [json.loads(p.read_text()) for p in sorted(results.glob("bench-*.json"))]
+        report["steps"][name]["results"] = [json.loads(p.read_text()) for p in sorted(results.glob(pattern))]
         shutil.rmtree(results, ignore_errors=True)
     (out / "gpu_second.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"{name}: {status} in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -105,9 +103,13 @@ def measure(args) -> int:
                     "--out-dir", str(out / name)], out, report, env, results=out / name)
 
     # what `decode/proven.py`'s entries need first (`benchmarks/gpu_decide.py`): the loader against the CPU route per
-    # codec and frame size, then the checks
-    for name, (dataset, cpu_route) in OPEN_VS_CPU.items():
-        bench(name, data / dataset, ["--cpu-all-cores", cpu_route])
+    # codec and frame size, at each decode_processes and its default, then the checks
+    window = args.processes_window_s if args.processes_window_s is not None else min(args.window_s, 2.0)
+    _run("processes", [sys.executable, str(ROOT / "benchmarks/gpu_processes.py"), "--out", str(out / "processes"),
+                       "--data", str(data), "--route", args.route, "--window-s", str(window),
+                       "--budget-s", str(args.processes_budget_s)],
+         out, report, env, PROCESSES_TIMEOUT_S + args.processes_budget_s - PROCESSES_BUDGET_S,
+         results=out / "processes", pattern="processes.json")
     # the CPU dry run only collects them (CI runs them anyway): the selection must name tests that exist
     processes = ["-n", "4"] if gpu and importlib.util.find_spec("xdist") is not None else []
     tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu", *processes] if gpu
@@ -130,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--data", default=str(DATA))
     p.add_argument("--route", default="nvdec-open", choices=("nvdec-open", "cpu-open"))
-    p.add_argument("--window-s", type=float, default=8.0)
+    p.add_argument("--window-s", type=float, default=8.0, help="the mixture's window (the sweep's: at most 2 s)")
+    p.add_argument("--processes-window-s", type=float, help="the decode-processes sweep's windows (default: "
+                                                             "--window-s, at most 2 s)")
+    p.add_argument("--processes-budget-s", type=float, default=PROCESSES_BUDGET_S,
+                   help="no run of the sweep starts after this many seconds")
     args = ap.parse_args(argv)
     return prepare(Path(args.stage_tool)) if args.command == "prepare" else measure(args)
 

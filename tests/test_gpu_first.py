@@ -47,8 +47,8 @@ def test_the_first_call_runs_as_on_the_node(prepared, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "OUT": str(out), "DALI_STREAM_DENY_IMPORTS": NOT_ON_THE_NODE}
     proc = subprocess.run(["bash", "benchmarks/gpu_first.sh", "--route", "cpu-open", "--data", str(prepared),
-                           "--threads", "1,2", "--window-s", "0.3"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
+                           "--threads", "1,2", "--window-s", "0.3", "--scaling"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((out / "gpu_first.json").read_text())
     assert report["preflight"]["ok"] and report["route"] == "cpu-open"
@@ -106,19 +106,36 @@ def test_a_wrong_frame_is_counted_not_hidden(prepared):
 
 
 def test_the_second_tier_runs_as_on_the_node(prepared, tmp_path):
-    """Tier 2's measuring call on the CPU: the loader on `cpu-open` against the CPU route on every core (H.264 at
-    640x480 and 256x256, HEVC), the boundary tests of that route collected, the mixture, each step's status and
-    each bench's JSON in `gpu_second.json`: no more files than a device call returns (8)."""
+    """Tier 2's measuring call on the CPU: the loader on `cpu-open` in decode processes (0 and 2) against the CPU
+    route on every core (H.264 at 640x480 and 256x256, one frame and windows, HEVC), every frame checked, the
+    boundary tests of that route collected, the mixture, each step's status and JSON in `gpu_second.json`: no more
+    files than a device call returns (8); `gpu_decide.py` reads the sweep and states the targets."""
     out = tmp_path / "out"
     env = {**os.environ, "PY": sys.executable, "OUT": str(out)}
     proc = subprocess.run(["bash", "benchmarks/gpu_second.sh", "--route", "cpu-open", "--data", str(prepared),
                            "--window-s", "0.5"], cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     report = json.loads((out / "gpu_second.json").read_text())
     assert proc.returncode == 0 and report["failed"] == [], (report, proc.stdout[-2000:], proc.stderr[-2000:])
-    assert list(report["steps"]) == ["open_vs_cpu", "open_vs_cpu_256", "open_vs_cpu_hevc", "boundaries",
-                                     "mixture_beside_kernel"]
-    (result,) = report["steps"]["open_vs_cpu"]["results"]
-    assert set(result["routes"].values()) == {"cpu-open"} and result["gpu_over_cpu_all_cores"] > 0
+    assert list(report["steps"]) == ["processes", "boundaries", "mixture_beside_kernel"]
+    (sweep,) = report["steps"]["processes"]["results"]
+    runs = {r["id"]: r for r in sweep["runs"]}
+    assert {c for c in (r["case"] for r in sweep["runs"])} == {
+        "h264/single", "h264-256/single", "hevc/single", "h264/window8", "h264-256/window8"}
+    assert runs["h264/single/default"]["event"] == "same"  # cpu-open's default is 0, measured under its number
+    assert runs["h264/single/2"]["engines"]["cpu-open"]["processes"] == 2
+    assert set(runs["hevc/single/cpu"]["routes"].values()) == {"cpu-open"}
+    for r in sweep["runs"]:
+        if r.get("event") != "same":
+            assert not r.get("error") and r["samples_per_s"] > 0, r
+            assert r["wrong_frames"] == 0 and r["frames_checked"] > 0 and r.get("restarts", 0) == 0, r
+    visit = tmp_path / "visit"
+    (visit / "gpu-second").mkdir(parents=True)
+    (visit / "gpu-second" / "gpu_second.json").write_text(json.dumps(report))
+    decided = subprocess.run([sys.executable, "benchmarks/gpu_decide.py", str(visit)], cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+    assert decided.returncode == 1, decided.stderr  # no entry earned on cpu-open
+    assert "| h264/single | 2 |" in decided.stdout and "target MET: 0 wrong frames" in decided.stdout
+    assert "target not measured: NVDEC >= 50 % busy" in decided.stdout
     assert report["steps"]["mixture_beside_kernel"]["results"][0]["mixture"]["ratio_median"] > 0
     files = [p for p in out.rglob("*") if p.is_file()]
     assert len(files) <= 8, files
