@@ -71,7 +71,7 @@ def _put(data: bytes, at: int, fmt: str, value: int) -> bytes:
 def damaged_mp4s(data: bytes):
     """(what was damaged, the damaged file's bytes) for a one-track MP4: each a contradiction of the file with itself
     that its index must find (a box larger than its parent or smaller than its header, a table counting more entries
-    than its box holds, a run longer than the track, offsets and sizes past the file's end, a zero timescale,
+    than its box holds, a run before the last longer than the track, offsets and sizes past the file's end, a zero timescale,
     truncations), at every box the index reads. (Runs that cover more or fewer samples than the track are not here:
     FFmpeg reads such files, and so does the loader: cut at the track, or through the demuxer.)"""
     import struct
@@ -97,11 +97,12 @@ def damaged_mp4s(data: bytes):
             first = pos + 16
             runs = struct.unpack_from(">I", data, first)[0]
             entries = struct.unpack_from(">I", data, pos + 12)[0]
-            bad = data
-            for k in range(min(3, entries)):  # three runs of 4 G samples: 12.9 G samples, 96 GiB as int64
-                bad = _put(bad, first + 8 * k, ">I", 0xFFFFFFFF)
-            yield f"{name} {min(3, entries)} runs of 4 G samples", bad
-            yield f"{name} first run longer than the track", _put(data, first, ">I", runs + (1 << 20))
+            if entries > 1:  # a last run that outcounts the track is cut there, as FFmpeg cuts it: not damage
+                bad = data
+                for k in range(min(3, entries - 1)):  # three runs of 4 G samples: 12.9 G samples, 96 GiB as int64
+                    bad = _put(bad, first + 8 * k, ">I", 0xFFFFFFFF)
+                yield f"{name} {min(3, entries - 1)} runs of 4 G samples", bad
+                yield f"{name} first run longer than the track", _put(data, first, ">I", runs + (1 << 20))
         if kind == b"stsz":
             count = struct.unpack_from(">I", data, pos + 16)[0]
             yield "stsz a fixed size of 4 GiB", _put(data, pos + 12, ">I", 0xFFFFFFFF)

@@ -245,3 +245,20 @@ def test_the_loader_names_a_damaged_parquet_footer(small_dataset, tmp_path):
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "UNNAMED" not in ran.stdout, ran.stdout[-3000:]
     assert int(ran.stdout.strip().splitlines()[-1].split()[1]) >= 15, ran.stdout[-3000:]
+
+
+def test_a_time_table_that_outcounts_the_track_is_read_as_ffmpeg_reads_it(small_dataset, tmp_path):
+    """Not every contradiction is damage a reader must refuse: an `stts` whose (last) run covers one sample more than
+    the track (a muxer's rounding) is cut at the track, as FFmpeg cuts it, and every painted frame reads right."""
+    import struct
+
+    from .test_boundaries import check_every_frame
+
+    root, target = _damaged_copy(small_dataset, tmp_path, "sloppy")
+    data = target.read_bytes()
+    pos = next(p for k, p, *_ in mp4_boxes(data) if k == b"stts")
+    entries, runs = struct.unpack_from(">II", data, pos + 12)
+    assert entries == 1  # one run: every frame 1/30 s
+    data = data[:pos + 16] + struct.pack(">I", runs + 1) + data[pos + 20:]
+    target.write_bytes(data)
+    check_every_frame(root, 30, ["front", "top"], decode="cpu", windowed=False)

@@ -80,13 +80,15 @@ def _table(buf: bytes, box: tuple[int, int], kind: str, fmt: str, fields: int) -
 
 
 def _runs(table: np.ndarray, count: int, kind: str) -> np.ndarray:
-    """Each of `count` samples' value from a run-length table (stts, ctts: rows of (samples, value)). A run longer
-    than the whole track is damage (no muxer writes one: a `ctts` whose runs claimed 12.9 G samples once asked numpy
-    for 96 GiB); runs that cover more samples than the track are cut at `count` before anything is allocated, as
-    FFmpeg cuts them; fewer is a layout this index leaves to the demuxer (FFmpeg repeats the last duration)."""
+    """Each of `count` samples' value from a run-length table (stts, ctts: rows of (samples, value)). A run other than
+    the last that is longer than the whole track is damage (runs after it would describe samples that do not exist:
+    a `ctts` whose runs claimed 12.9 G samples once asked numpy for 96 GiB); runs that cover more samples than the
+    track are cut at `count` before anything is allocated, as FFmpeg cuts them (a last run one sample long is a
+    muxer's rounding); fewer is a layout this index leaves to the demuxer (FFmpeg repeats the last duration)."""
     lengths = table[:, 0]
-    if len(lengths) and int(lengths.max()) > count:
-        raise Damaged(kind, f"a run of {int(lengths.max())} samples in a track of {count} (stsz)")
+    if len(lengths) > 1 and int(lengths[:-1].max()) > count:
+        raise Damaged(kind, f"a run of {int(lengths[:-1].max())} samples in a track of {count} (stsz), with runs "
+                            "after it")
     ends = np.minimum(np.cumsum(lengths), count)
     if count and (len(ends) == 0 or int(ends[-1]) < count):
         raise IndexUnsupported(f"{kind} runs cover {int(ends[-1]) if len(ends) else 0} of the {count} samples")
