@@ -226,3 +226,25 @@ def test_the_loader_shows_its_public_parts_and_names_where_the_rest_is(small_dat
             getattr(loader, "store")  # noqa: B009 - the attribute the loader no longer shows
         with pytest.raises(AttributeError, match=r"has no attribute 'nonsense'$"):
             getattr(loader, "nonsense")  # noqa: B009
+
+
+def test_lerobots_names_of_the_dataset_and_its_episodes(small_dataset):
+    """What a lerobot user reads beside dataset[i]: `num_frames`, `num_episodes`, `fps` on the loader and on
+    `loader.dataset`, `loader.dataset.meta`, and `meta.episodes[i]` a row (lerobot's episodes are a dataset of rows)
+    while `meta.episodes["length"]` stays a column."""
+    from dali_stream import StreamLoader
+
+    episodes = [0, 2, 3]
+    with StreamLoader(str(small_dataset), device="cpu", episodes=episodes) as loader:
+        meta = loader.meta
+        lengths = {int(e): int(n) for e, n in zip(meta.episodes["episode_index"], meta.episodes["length"])}
+        for owner in (loader, loader.dataset):
+            assert owner.num_episodes == 3
+            assert owner.num_frames == sum(lengths[e] for e in episodes) == len(loader.dataset)
+            assert owner.fps == 30.0
+        assert loader.dataset.meta is meta
+        row = meta.episodes[0]
+        assert row["episode_index"] == 0 and row["length"] == lengths[0] and isinstance(row["length"], int)
+        assert meta.episodes[-1]["episode_index"] == max(lengths)
+        with pytest.raises(IndexError, match=r"episode row 99 is out of range: the episodes table holds"):
+            meta.episodes[99]

@@ -42,6 +42,24 @@ class Samples:
     def __len__(self) -> int:
         return int(self._owner.stages.catalog.lengths.sum())
 
+    # what lerobot's LeRobotDataset offers beside dataset[i]: its metadata, frames, episodes and fps
+    @property
+    def meta(self) -> Any:
+        """The loader's metadata (`loader.meta`: lerobot's `dataset.meta`)."""
+        return self._owner.meta
+
+    @property
+    def num_frames(self) -> int:
+        return self._owner.num_frames
+
+    @property
+    def num_episodes(self) -> int:
+        return self._owner.num_episodes
+
+    @property
+    def fps(self) -> float:
+        return self._owner.fps
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         n = len(self)
         try:

@@ -118,6 +118,11 @@ class StreamLoader:
         raise AttributeError(f"'StreamLoader' object has no attribute {name!r}" + (
             f": the loader's {name} is loader.stages.{name} (what it holds: loader.stats())" if inner else ""))
 
+    # lerobot's LeRobotDataset names: the selected episodes' frames (len(loader.dataset)) and count, the dataset's fps
+    num_frames = property(lambda self: int(self.stages.catalog.lengths.sum()), doc="frames of the selected episodes")
+    num_episodes = property(lambda self: int((self.stages.catalog.lengths > 0).sum()), doc="episodes selected")
+    fps = property(lambda self: float(self.meta.fps), doc="the dataset's frames a second (a mixture's first member's)")
+
     @property
     def host_batches(self) -> bool:
         """Whether batches skip DALI's graph: every camera laid out by the workers, batches on the CPU (`resolved`)."""

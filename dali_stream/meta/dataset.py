@@ -29,6 +29,7 @@ from ..source.storage import (
     resolve_source,
 )
 from .depth import DepthCoding
+from .episode_table import EpisodeTable
 from .schema import TEXT_DTYPES
 
 INFO_PATH = "meta/info.json"
@@ -157,7 +158,7 @@ class DatasetMeta(LerobotMetadata):
         self.info = info
         self.fps = float(info["fps"])
         self.features: dict[str, dict[str, Any]] = info["features"]
-        self.episodes = episodes
+        self.episodes = EpisodeTable(episodes)  # columns by name; rows by position, as lerobot's
         self.tasks = tasks
         # the unit depth cameras' frames and stats come in (lerobot's `depth_output_unit`; the loader sets it)
         self.depth_output_unit: DepthOutputUnit = "mm"

@@ -24,7 +24,7 @@ import os
 import platform
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Mapping, get_args
 
 import numpy as np
@@ -418,14 +418,11 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
 def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[str, Any]:
     """The same configuration on the CPU route `cfg.cpu_all_cores` (every camera) with a worker thread per core,
     streamed for the same window: what the node's CPUs deliver without NVDEC."""
-    import dataclasses
-
     from ..loader import StreamLoader
 
     cores = len(os.sched_getaffinity(0))
-    # the CPU route as it runs by default: its threads (a decode_processes given for the GPU route is not its)
-    settings = dataclasses.replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None,
-                                   decode_processes=None, decode_threads=None)
+    settings = replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None,
+                       decode_processes=None, decode_threads=None)  # the CPU route's own threads
     with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
         got = stream(loader, cfg, cameras)
         out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}
