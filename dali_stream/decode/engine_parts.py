@@ -68,12 +68,17 @@ def culprit(make: Callable[[str, str], Any], route: str, camera: str, segs: list
             return decode_error(seg, f"the open-decoder engine ({route})", alone)
         finally:
             fresh.close()
-    episodes = sorted({s.episode for s in segs})
+    return failed(route, camera, segs, f"fed together ({type(exc).__name__}: {exc}), although each decodes alone: "
+                                       "feeding them back to back is what failed")
+
+
+def failed(route: str, camera: str, segs: list, why: str) -> DecodeError:
+    """The engine (`route`, with how it runs) failed on a chunk of `camera` for a reason it cannot pin on one
+    segment: the episodes, the files, why, and the way round."""
     return DecodeError(
-        f"the open-decoder engine ({route}) failed on camera {camera!r}, episodes {episodes} fed together "
-        f"({type(exc).__name__}: {exc}), although each decodes alone: feeding them back to back is what failed. "
-        f"Decode the camera with torchcodec, decode={{{camera!r}: 'cpu'}}, and report it with the output of "
-        "`dali-stream verify DATASET --decode`")
+        f"the open-decoder engine ({route}) failed on camera {camera!r}, episodes {sorted({s.episode for s in segs})} "
+        f"(cut from {sorted({s.source for s in segs})}) {why}. Decode the camera with torchcodec, "
+        f"decode={{{camera!r}: 'cpu'}}, and report it with the output of `dali-stream verify DATASET --decode`")
 
 
 def missing_error(route: str, camera: str, segs: list, idx: list[np.ndarray], feed: Feed,

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import DecodeError
-from .engine_parts import check_sizes, hand_over, missing_error, mixed_sizes, split
+from .engine_parts import check_sizes, failed, hand_over, missing_error, mixed_sizes, split
 from .feed import Feed, build_feed
 from .spawning import without_main
 
@@ -131,12 +131,7 @@ class ProcessEngine:
         if kind == "sizes":
             raise mixed_sizes(camera, segs, answer[1])
         if kind == "error":
-            episodes = sorted({s.episode for s in segs})
-            raise DecodeError(
-                f"the open-decoder engine ({self.route}, in decode processes) failed on camera {camera!r}, episodes "
-                f"{episodes} (cut from {sorted({s.source for s in segs})}): {answer[1]}. Decode the camera with "
-                f"torchcodec, decode={{{camera!r}: 'cpu'}}, and report it with the output of `dali-stream verify "
-                "DATASET --decode`")
+            raise failed(f"{self.route}, in decode processes", camera, segs, f"in its decoder: {answer[1]}")
         _, frames, decoded, seconds = answer
         with self._lock:
             self.feeds += 1
