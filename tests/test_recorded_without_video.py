@@ -502,7 +502,7 @@ def test_a_global_shuffle_keeps_images_past_cache_bytes_on_the_drive(noisy_datas
     # the images in memory never pass the bound (fetches ending together reserve their room); the episodes whose
     # images went to the drive still hold their other columns (~100 bytes a row), which may
     assert bounded["peak"] <= images // 4 + 200 * loader_frames(noisy_dataset), bounded
-    assert not [w for w in recwarn if "pinned episodes" in str(w.message) or "image" in str(w.message)]
+    assert not [w for w in recwarn if "pinned episodes" in str(w.message) or "image" in str(w.message)], [str(w.message) for w in recwarn]
     assert [p for p in (tmp_path / "image-spill").iterdir()] == []
 
 
