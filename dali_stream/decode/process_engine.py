@@ -77,17 +77,14 @@ class ProcessEngine:
     def _start(self) -> ProcessPoolExecutor:
         """The pool, its processes spawned now (they import and start while the loader builds its first batch)."""
         with self._lock:
-            return self._started()
-
-    def _started(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_begin, initargs=(self._spec,))
-            with without_main():  # every process is spawned by these first submissions (none is idle yet)
-                for _ in range(self.processes):
-                    self._pool.submit(_ready)
-            self._procs[self._pool] = list((getattr(self._pool, "_processes", None) or {}).values())
-        return self._pool
+            if self._pool is None:
+                self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_begin, initargs=(self._spec,))
+                with without_main():  # every process is spawned by these first submissions (none is idle yet)
+                    for _ in range(self.processes):
+                        self._pool.submit(_ready)
+                self._procs[self._pool] = list((getattr(self._pool, "_processes", None) or {}).values())
+            return self._pool
 
     def decode(self, camera: str, segs: list, idx: list[np.ndarray]) -> tuple[Any, int]:
         """The batch's frames of `camera`: (sum of steps, H, W, 3) uint8, sample after sample, step after step, and
@@ -100,10 +97,9 @@ class ProcessEngine:
             self.seconds["feed"] += time.perf_counter() - t0
             self.samples += len(segs)
         answers = self._answers(camera, segs, [(camera, segs[c[0]].codec, feed) for c, feed in zip(chunks, feeds)])
-        frames, decoded = [], 0
-        for c, feed, answer in zip(chunks, feeds, answers):
-            frames.append(self._frames(camera, [segs[j] for j in c], [idx[j] for j in c], feed, answer))
-            decoded += answer[2]
+        frames = [self._frames(camera, [segs[j] for j in c], [idx[j] for j in c], feed, answer)
+                  for c, feed, answer in zip(chunks, feeds, answers)]
+        decoded = sum(answer[2] for answer in answers)  # every answer is "ok" here: `_frames` raised otherwise
         if self.stream is None:
             return (frames[0] if len(frames) == 1 else np.concatenate(frames)), decoded
         return self._own(frames), decoded
