@@ -102,15 +102,17 @@ def ms_per(work, items: int = 1, repeat: int = 1, warm: bool = False) -> dict:
     return {"ms": (time.perf_counter() - t0) / (repeat * items) * 1e3}
 
 
-def child(code: str, *args: str, cwd: str | Path | None = None, env: dict | None = None) -> dict:
+def child(code: str, *args: str, cwd: str | Path | None = None, env: dict | None = None,
+          python: str | None = None) -> dict:
     """Python `code` run in a process of its own with `args` as its sys.argv[1:]: the JSON its last line of
-    output prints, with the process's peak RSS in MB (`peak_rss_mb`)."""
+    output prints, with the process's peak RSS in MB (`peak_rss_mb`). `python`: another interpreter (default
+    this one)."""
     import subprocess
     import sys
 
     wrapped = (f"{code}\nimport resource as _r, json as _j\n"
                "print(_j.dumps({**RESULT, 'peak_rss_mb': _r.getrusage(_r.RUSAGE_SELF).ru_maxrss / 1024}))")
-    done = subprocess.run([sys.executable, "-c", wrapped, *args], cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run([python or sys.executable, "-c", wrapped, *args], cwd=cwd, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"benchmark child failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

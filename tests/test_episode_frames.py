@@ -95,8 +95,9 @@ def _whole(segs):
 
 
 def test_threads_asking_for_one_segment_decode_it_once(four_codec_dataset):
-    """Eight threads ask for the same two segments at once: each is decoded once (one call, both segments), the
-    others wait and get the same frames, each showing its painted frame."""
+    """Eight threads ask for the same two segments at once: each is decoded once (claimed one at a time, each
+    decoded alone, so a second thread takes the second segment), the others wait and get the same frames, each
+    showing its painted frame."""
     loader, segs = _segments(four_codec_dataset)
     episodes = EpisodeFrames(1 << 30)
     calls, started, go = [], threading.Event(), threading.Event()
@@ -120,7 +121,7 @@ def test_threads_asking_for_one_segment_decode_it_once(four_codec_dataset):
     go.set()
     for t in threads:
         t.join(10)
-    assert calls == [[s.uid for s in segs]]
+    assert sorted(calls) == sorted([s.uid] for s in segs)
     for got in out:
         assert set(got) == {s.uid for s in segs}
         for s in segs:
@@ -133,6 +134,38 @@ def test_threads_asking_for_one_segment_decode_it_once(four_codec_dataset):
     for s in segs:
         episodes.release(s)
     assert episodes.stats()["held"] == 0
+    loader.close()
+
+
+def test_a_segment_is_decoded_whole_from_the_second_batch_asking(four_codec_dataset):
+    """The first batch that asks for a segment decodes its own frames (nothing held: an epoch's first batch draws
+    from every episode of the pool at once); a later batch asking decodes it whole; asked again by an earlier
+    batch (builders run ahead out of order) it stays per sample; without a batch, whole at once."""
+    loader, segs = _segments(four_codec_dataset)
+    episodes = EpisodeFrames(1 << 30)
+    assert episodes.take(segs, _whole, batch=3) == {}
+    assert episodes.take(segs, _whole, batch=2) == {}  # built before batch 3's ask came: still its first
+    assert episodes.stats()["first_asks"] == 4 and episodes.stats()["decoded_segments"] == 0
+    got = episodes.take(segs[:1], _whole, batch=3)
+    assert set(got) == {segs[0].uid} and len(got[segs[0].uid]) == len(segs[0].pts_s)
+    episodes.release(segs[1])  # its episode retired: asked again, it is new
+    assert episodes.take(segs[1:], _whole, batch=4) == {}
+    assert set(episodes.take(segs[1:], _whole)) == {segs[1].uid}  # no batch: whole at once
+    loader.close()
+
+
+def test_a_pool_epochs_first_batch_decodes_no_episode_whole(four_codec_dataset):
+    """A pool's epoch: its first batch decodes only the frames it shows (the next batches the episodes whole); the
+    same batches as decoded per sample."""
+    args = {**ARGS, "max_episodes": 6, "decode": "cpu", "num_workers": 0, "prefetch_batches": 0}
+    want = batches(StreamLoader(str(four_codec_dataset), **args, episode_frames_bytes=0), 1)
+    loader = StreamLoader(str(four_codec_dataset), **args)
+    got = iter(loader)
+    first = dict(next(got))
+    stats = loader.stages.episodes.stats()
+    assert stats["decoded_segments"] == 0 and stats["first_asks"] > 0, stats
+    assert_same([first, *(dict(b) for b in got)], want)
+    assert loader.stages.episodes.stats()["decoded_segments"] > 0
     loader.close()
 
 

@@ -258,8 +258,7 @@ class BatchBuilder:
                 else [a[None] if a.flags.c_contiguous else np.stack([a]) for a in values[key]]
         if self.spec.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.sources):
-                rng = np.random.default_rng([self.spec.augment_seed, plan.epoch, plan.index, k, salts.AUGMENT])
-                values[f"{key}@rand"] = list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
+                values[f"{key}@rand"] = augment_randoms(self.spec.augment_seed, plan, k)
         tasks = [m.meta.tasks.get(int(r["task_index"][f]), "") for m, r, f in zip(members, rows, plan.frames)]
         asked = {key: (cameras[key].segs, cameras[key].idx) for key in self.dali_keys}
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
@@ -316,6 +315,17 @@ class BatchBuilder:
         from .forensics import explain
 
         return explain(self, pending, exc, node)
+
+
+def augment_randoms(seed: int, plan: BatchPlan, camera: int) -> list[np.ndarray]:
+    """Each sample's AUGMENT_RANDOMS numbers for camera number `camera`: drawn per batch, or, for picked samples
+    (`plan.picked`), per sample as `loader.dataset[i]` alone draws them (batch i of epoch 0 of one sample)."""
+    if plan.samples is None:
+        rng = np.random.default_rng([seed, plan.epoch, plan.index, camera, salts.AUGMENT])
+        return list(rng.random((plan.size, AUGMENT_RANDOMS), dtype=np.float32))
+    return [np.random.default_rng([seed, 0, int(i), camera, salts.AUGMENT]).random((1, AUGMENT_RANDOMS),
+                                                                                   dtype=np.float32)[0]
+            for i in plan.samples.tolist()]
 
 
 _NO_BUFFERS = BufferPool(0)

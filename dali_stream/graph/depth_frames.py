@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import DepthOutputUnit
 from ..decode.depth import depth_codes_each
-from ..decode.episode_frames import EpisodeFrames
+from ..decode.episode_frames import EpisodeFrames, asked_by
 from ..decode.frames import FrameCache
 from ..meta.depth import DepthCoding
 from .buffers import BufferPool
@@ -51,7 +51,8 @@ class DepthFrames:
         planes = out[..., 0] if self.channels_last else out[:, :, 0]  # (B, T, H, W) views
         decoded = 0
         for members, wanted, codes, n in decode_segments(segs, idx, None, self.frames, batch.names,
-                                                         decode=depth_codes_each, episodes=self.episodes,
+                                                         decode=depth_codes_each,
+                                                         episodes=asked_by(self.episodes, batch.plan),
                                                          pixel_bytes=2):
             decoded += n
             codes = np.asarray(codes)  # a list where some came from the cache

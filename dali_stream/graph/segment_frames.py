@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, NamedTuple, cast
 import numpy as np
 
 from ..decode.cpu import torchcodec_tensor
-from ..decode.episode_frames import EpisodeFrames
+from ..decode.episode_frames import AskedBy, EpisodeFrames
 from ..decode.frames import FrameCache
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out, scatter_frames
@@ -35,7 +35,7 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
 
 def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
                     resize: Callable | None = None, decode: Callable | None = None,
-                    episodes: EpisodeFrames | None = None, chw: bool = False, pixel_bytes: int = 3):
+                    episodes: EpisodeFrames | AskedBy | None = None, chw: bool = False, pixel_bytes: int = 3):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
     With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
@@ -150,7 +150,7 @@ def _ask(seg, members: list[int], idx, cached: list | None) -> _Ask:
 
 def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
                    cached: list | None = None, resize: Callable | None = None,
-                   decode: Callable | None = None, episodes: EpisodeFrames | None = None) -> tuple[list[np.ndarray], int]:
+                   decode: Callable | None = None, episodes: EpisodeFrames | AskedBy | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
     for a sample without a segment; `frames`, `cached`, `resize`: the decoded-frame cache, `decode` the decoder
     (`decode_segments`), `episodes` the open episodes' frames."""
@@ -167,7 +167,7 @@ def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: Fr
 
 def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
                 frames: FrameCache | None = None, cached: list | None = None, decode: Callable | None = None,
-                episodes: EpisodeFrames | None = None, chw: bool = False):
+                episodes: EpisodeFrames | AskedBy | None = None, chw: bool = False):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
     none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `cached`: the

@@ -26,7 +26,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..decode.cpu import DecoderCache
-from ..decode.episode_frames import EpisodeFrames
+from ..decode.episode_frames import EpisodeFrames, asked_by
 from ..decode.frames import FrameCache
 from ..errors import DecodeError
 from ..plan.epoch import BatchPlan
@@ -196,7 +196,8 @@ class WorkerPixels:
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         pixels, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_grouped(
-            s, i, w.decoders, self.blank(len(i[0])), w.frames, batch.names, self.resizer, self.dali, w.episodes),
+            s, i, w.decoders, self.blank(len(i[0])), w.frames, batch.names, self.resizer, self.dali,
+            asked_by(w.episodes, batch.plan)),
             joinable=self.dali is None)
         g = batch.groups
         return CameraFrames({self.outputs[0].name: pixels if g == 1 else [
@@ -225,8 +226,8 @@ class HostFrames:
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         host, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_host(
-            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali, w.episodes,
-            self.chw),
+            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali,
+            asked_by(w.episodes, batch.plan), self.chw),
             joinable=self.dali is None)
         return CameraFrames(host=host, decoded=decoded)
 

@@ -42,6 +42,15 @@ def sample_seeds(seed: int, epoch: int, batch: int, camera: int, samples: int) -
     return np.random.SeedSequence([seed, epoch, batch, camera, salts.TRANSFORMS]).generate_state(samples, dtype=np.uint64)
 
 
+def plan_seeds(seed: int, plan: Any, camera: int) -> np.ndarray:
+    """The torch seed of each sample of batch `plan` (`plan.epoch.BatchPlan`) for camera number `camera`; a batch
+    of picked samples (`plan.picked`) gives each sample the seed `loader.dataset[i]` alone gets (batch i of epoch 0 of
+    one sample), whatever was asked beside it."""
+    if plan.samples is None:
+        return sample_seeds(seed, plan.epoch, plan.index, camera, plan.size)
+    return np.array([sample_seeds(seed, 0, int(i), camera, 1)[0] for i in plan.samples.tolist()], dtype=np.uint64)
+
+
 def apply(transform: Callable[[Any], Any], frames: Any, seed_list: Any, devices: list[int]) -> Any:
     """`transform` on each of `frames` (a tensor, samples first) under its seed; torch's RNG restored after."""
     import torch

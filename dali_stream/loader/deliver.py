@@ -14,7 +14,7 @@ from ..decode.errors import classify
 from ..errors import DaliStreamError
 from ..graph.batches import Prepared
 from ..graph.host import to_output
-from ..graph.transforms import apply, sample_seeds
+from ..graph.transforms import apply, plan_seeds
 from .assemble import Stages
 from .schedule import Schedule
 
@@ -40,6 +40,14 @@ class Delivery:
         # one stream for the loader's life: torch's caching allocator keeps a stream's freed blocks for that stream
         # alone, so a stream per epoch would hold each epoch's batches' memory apart
         self.hand_off = HandOff(stages.device)
+
+    def schedule(self, plan, start: int) -> Schedule:
+        """The run-ahead of `plan` (an epoch's, or picked samples': `plan.picked`) from batch `start`: host
+        frames' `image_transforms` in its builder threads where transform processes take them."""
+        st, r = self.stages, self.stages.resolved
+        host_transforms = st.transforms is not None and st.transforms.in_processes and not st.device.startswith("cuda")
+        return Schedule(st.builder, plan, start, r.num_workers, r.prefetch_batches, r.fetch_ahead, r.cut_ahead,
+                        self.transform_host if host_transforms else None)
 
     def batches(self, schedule: Schedule, plan, start: int) -> Generator[dict[str, Any], None, None]:
         """Batches `start`, `start + 1`, ... of `plan`, as the schedule builds them."""
@@ -101,7 +109,7 @@ class Delivery:
         for k, key in enumerate(st.routes):
             if key in prepared.images:
                 continue
-            seed_list = sample_seeds(self.cfg.seed, plan.epoch, plan.index, k, len(batch[key]))
+            seed_list = plan_seeds(self.cfg.seed, plan, k)
             batch[key] = (st.transforms(batch[key], seed_list) if not devices
                           else apply(transform, batch[key], seed_list, devices))
 
@@ -115,8 +123,7 @@ class Delivery:
         for k, key in enumerate(st.routes):
             if key in prepared.host:
                 frames = to_output(prepared.host[key], st.squeeze[key], st.image_ops.channels_last)
-                prepared.images[key] = st.transforms(frames, sample_seeds(self.cfg.seed, plan.epoch, plan.index,
-                                                                          k, len(frames)), stop)
+                prepared.images[key] = st.transforms(frames, plan_seeds(self.cfg.seed, plan, k), stop)
 
     def _host_batches(self, schedule: Schedule, plan, start: int):
         """Batches without a DALI graph (`host_batches`): the workers' host frames and tables."""

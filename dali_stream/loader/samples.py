@@ -1,11 +1,17 @@
 """`loader.dataset[i]` (and `loader[i]`): sample i as lerobot's `dataset[i]` returns it, one dict without a batch
-axis, for looking at a dataset the way a lerobot user does.
+axis; `loader.dataset.__getitems__(indices)`, which torch's DataLoader calls for a batch of indices, those samples
+built together.
 
 Sample i is the i-th frame of the loader's selected episodes, episodes in the episodes table's order and frames in
-order (with every episode selected, the frame whose `index` is i, as lerobot's). It is read by a second loader on
-the same opened metadata and settings (cameras, windows, resize, dtype, `image_transforms` seeded per sample), one
-sample a batch, in order: an evaluation pass (`shuffle=False`) on one rank, positioned at batch i by
-`load_state_dict` as a resumed run is, so nothing before it is fetched or decoded.
+order (with every episode selected, the frame whose `index` is i, as lerobot's). The samples are built by a second
+loader on the same opened metadata and settings (cameras, windows, resize, dtype, `image_transforms` seeded per
+sample), opened on first use and kept with its fetch threads, MP4 indexes, parquet footers and fetched episodes.
+It is resolved as a global shuffle's, which is random access too: no episode decoded whole for one sample (each
+frame decoded from the keyframe before it, as lerobot's), retired episodes kept in the store while they fit
+`cache_bytes`. The samples asked for together are planned as batches of at most `PICKED_BATCH` (`plan.picked`) and
+built as an epoch's are, so a DataLoader's batch costs one build: its episodes fetched once, each camera's samples
+joined into one stream and decoded by one decoder. A sample asked alone or beside others gets the same values (its
+random numbers follow the sample).
 
 Fork-safe: torch's DataLoader around `loader.dataset` forks its workers, perhaps after `loader[i]` opened the second
 loader here and its threads ran. A forked worker has none of those threads (a fetch they began would never end), so
@@ -19,16 +25,19 @@ import dataclasses
 import operator
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from ..config import LoaderConfig
 from ..errors import ConfigError
+from ..plan.picked import PickedPlan
 from .deliver import Batch
 from .lifecycle import inherited
 from .source_setup import OPENING
 
 if TYPE_CHECKING:
     from . import StreamLoader
+
+PICKED_BATCH = 8  # samples built together at most (a DataLoader's batch_size 8: one build)
 
 
 class Samples:
@@ -38,6 +47,7 @@ class Samples:
         self._owner = owner
         self._reader: "StreamLoader | None" = None
         self._pid = os.getpid()  # the process `_reader` was opened in
+        self._builds = 0  # batches of picked samples built by `_reader`
 
     def __len__(self) -> int:
         return int(self._owner.stages.catalog.lengths.sum())
@@ -61,21 +71,43 @@ class Samples:
         return self._owner.fps
 
     def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Samples `indices`, in that order (what torch's DataLoader asks its dataset for a batch)."""
         n = len(self)
-        try:
-            i = operator.index(i)
-        except TypeError:
-            raise TypeError(f"samples are indexed by an integer (0 to {n - 1}). Found: {i!r}") from None
-        if not -n <= i < n:
-            raise IndexError(f"sample {i} is out of range: the loader's selected episodes hold {n} frames")
+        asked = []
+        for i in indices:
+            try:
+                i = operator.index(i)
+            except TypeError:
+                raise TypeError(f"samples are indexed by an integer (0 to {n - 1}). Found: {i!r}") from None
+            if not -n <= i < n:
+                raise IndexError(f"sample {i} is out of range: the loader's selected episodes hold {n} frames")
+            asked.append(i % n)
+        if not asked:
+            return []
         reader = self._open()
-        reader.load_state_dict({**reader.state_dict(), "epoch": 0, "batches_consumed": i % n, "elastic": []})
-        batches = iter(reader)
+        plan = PickedPlan(reader._plan(0), asked, reader.config.batch_size)
+        schedule = reader.delivery.schedule(plan, 0)
+        batches = reader.delivery.batches(schedule, plan, 0)
+        out: list[dict[str, Any]] = []
         try:
-            batch = next(batches)
+            for batch in batches:
+                self._builds += 1
+                out += [Batch({k: v[j] for k, v in batch.items()}) for j in range(len(batch["task"]))]
         finally:
-            batches.close()  # type: ignore[attr-defined]
-        return Batch({k: v[0] for k, v in batch.items()})
+            batches.close()
+            schedule.close()
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The second loader's `stats()` in this process (its fetches, decoders opened, batches built: `builds`);
+        empty before the first sample was asked for here."""
+        self._let_go_if_forked()
+        if self._reader is None:
+            return {}
+        return {**self._reader.stats(), "builds": self._builds}
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for i in range(len(self)):
@@ -86,12 +118,14 @@ class Samples:
         if self._reader is None:
             owner = self._owner
             defaults = LoaderConfig()
-            cfg = dataclasses.replace(owner.config, batch_size=1, shuffle=False, drop_last=False, num_workers=0,
-                                      prefetch_batches=0, rank=0, world_size=1, drop_n_first_frames=0,
-                                      drop_n_last_frames=0, device=owner.device,
+            # random access, resolved as a global shuffle's (`loader.resolve`); the picked plans decide what is drawn
+            cfg = dataclasses.replace(owner.config, batch_size=PICKED_BATCH, shuffle=True, episode_pool_size="all",
+                                      drop_last=False, num_workers=0, prefetch_batches=0, rank=0, world_size=1,
+                                      drop_n_first_frames=0, drop_n_last_frames=0, device=owner.device,
                                       **{name: getattr(defaults, name) for name in OPENING})
             self._reader = type(owner)(owner.meta, config=cfg)
             self._pid = os.getpid()
+            self._builds = 0
         return self._reader
 
     def _let_go_if_forked(self) -> None:
@@ -122,4 +156,4 @@ def wrapped(loader: "StreamLoader", *_: Any) -> ConfigError:
         f"take len(loader) = {batches} batches for {batches} samples and cover {batches} of the {frames} frames. "
         f"Iterate the loader itself; for lerobot's map-style samples use loader.dataset ({frames} samples, "
         "loader.dataset[i] as LeRobotDataset's dataset[i]), e.g. DataLoader(loader.dataset, batch_size=8, "
-        "shuffle=True): slower, one sample at a time")
+        "shuffle=True, num_workers=2), as lerobot's LeRobotDataset")

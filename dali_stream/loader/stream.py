@@ -32,7 +32,6 @@ from .memory import TRIM_EVERY, release_freed
 from .position import Position
 from .resolve import Resolved
 from .samples import Samples, asked_by_torch_data, wrapped
-from .schedule import Schedule
 from .source_setup import open_meta as _open_meta
 from .stats import loader_stats, memory_budget
 from .wait import DataWait
@@ -191,7 +190,8 @@ class StreamLoader:
         """The loader's samples as lerobot's dataset offers them: `len(loader.dataset)` frames, `loader.dataset[i]`
         sample i as `LeRobotDataset.__getitem__` returns it (one dict, no batch axis, `task` a string); sample i is
         the i-th frame of the selected episodes in order (`loader.samples`). Iterating the loader is the fast
-        way through an epoch; this is for looking at samples."""
+        way through an epoch; torch's DataLoader around this one builds each of its batches together
+        (`__getitems__`)."""
         if self._samples is None:
             self._samples = Samples(self)
         return self._samples
@@ -265,11 +265,7 @@ class StreamLoader:
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
-        st = self.stages
-        host_transforms = st.transforms is not None and st.transforms.in_processes and not st.device.startswith("cuda")
-        r = st.resolved
-        producer = Schedule(st.builder, plan, start, r.num_workers, r.prefetch_batches, r.fetch_ahead,
-                            r.cut_ahead, self.delivery.transform_host if host_transforms else None)
+        producer = self.delivery.schedule(plan, start)
         t0 = time.perf_counter()
         first_s = None
         delivered = 0

@@ -106,6 +106,9 @@ class BatchPlan:
     windows: Mapping[str, Window]
     admitted: tuple[int, ...] = ()  # positions that entered the pool while this batch was drawn
     retired: tuple[int, ...] = ()  # positions whose last frame this batch drew (they left the pool)
+    # the caller's sample numbers where it picked the samples (`plan.picked`: map-style access); None in an epoch.
+    # Per-sample random numbers (augmentation, image_transforms' seed) then follow each sample, not the batch
+    samples: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -267,15 +270,17 @@ class EpochPlan:
         else:
             admitted = tuple(dict.fromkeys(int(positions[e]) for e, p in zip(local, places) if p == 0))
             retired = tuple(dict.fromkeys(int(positions[e]) for e, p, c in zip(local, places, counts) if p == c - 1))
+        return BatchPlan(self.epoch, index, episodes, frames_arr, self.windows(episodes, frames_arr), admitted, retired)
+
+    def windows(self, episodes: np.ndarray, frames: np.ndarray) -> dict[str, Window]:
+        """Each windowed key's rows and padding for samples (episode position, frame): lerobot's clamped query."""
         lengths = self.lengths[episodes]
         if self.mix is not None and self.mix.delta_indices:  # each member's own frame offsets (its fps)
             members = self.mix.member_of[episodes]
-            windows = {key: Window(*windows_by_member(frames_arr, lengths, members,
-                                                      [d.get(key) for d in self.mix.delta_indices], len(deltas)))
-                       for key, deltas in self.config.delta_indices.items()}
-        else:
-            windows = {key: window(frames_arr, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
-        return BatchPlan(self.epoch, index, episodes, frames_arr, windows, admitted, retired)
+            return {key: Window(*windows_by_member(frames, lengths, members,
+                                                   [d.get(key) for d in self.mix.delta_indices], len(deltas)))
+                    for key, deltas in self.config.delta_indices.items()}
+        return {key: window(frames, lengths, deltas) for key, deltas in self.config.delta_indices.items()}
 
     def frames_drawn(self, batches: int) -> dict[int, np.ndarray]:
         """Episode position -> the frames this rank drew in its first `batches` batches, a frame as often as it
