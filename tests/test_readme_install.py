@@ -119,6 +119,6 @@ def test_the_blocks_named_here_are_the_readmes():
     """The sections the fresh-environment test runs hold the commands a new user meets first."""
     quick, train, mix = (section(n) for n in ("Quickstart", "Training lerobot's policies", "Mixtures"))
     assert "dali-stream make-sample" in quick and "StreamLoader(" in quick
-    assert re.search(r"^dali-stream train \.demo/sample .*--checkpoint-dir ckpt$", train, flags=re.M)
+    assert re.search(r"^dali-stream train \.demo/sample .*--checkpoint-dir \.demo/ckpt$", train, flags=re.M)
     assert "dali-stream demo --mixture .demo/mixture" in mix and "Mixture([" in mix
     assert shlex.split(install_line())[:2] == ["pip", "install"]

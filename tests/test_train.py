@@ -90,6 +90,17 @@ def test_steps_action_chunk_and_the_total_throughput_line(small_dataset, tmp_pat
     assert "data wait" in proc.stdout and "max over ranks" in proc.stdout, proc.stdout[-2000:]
 
 
+def test_a_short_run_shows_its_progress_and_writes_no_checkpoint_unasked(small_dataset, tmp_path):
+    """A run shorter than --log-every shows rank 0's progress bar (steps of the run, loss, samples/s); without
+    --checkpoint-dir it writes nothing where it runs (a `./checkpoints/` folder was left behind), and says so."""
+    proc = subprocess.run([*TRAIN, str(small_dataset), "--steps", "6", "--batch-size", "3", "--tolerance-s", "1e-3"],
+                          capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "6/6 steps" in proc.stderr and "loss " in proc.stderr and "samples/s" in proc.stderr, proc.stderr[-2000:]
+    assert "writes no checkpoints" in proc.stdout
+    assert list(tmp_path.iterdir()) == [], list(tmp_path.iterdir())
+
+
 def test_a_resumed_run_ends_with_the_weights_of_the_uninterrupted_one(small_dataset, tmp_path):
     """8 steps at once, and 4 steps, a checkpoint, then a resume to 8: the same batches in the same order and the
     optimizer's state restored, so the final weights are equal, tensor for tensor (CPU, one thread)."""

@@ -21,7 +21,7 @@ import numpy as np
 from .epoch import BatchPlan, EpochPlan
 
 
-def locate_samples(lengths: np.ndarray, samples: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def locate_samples(lengths: np.ndarray, samples: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(episode position, frame in it) of each sample number (0 <= i < lengths.sum(), checked by the caller)."""
     ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
     asked = np.asarray(samples, dtype=np.int64)

@@ -145,13 +145,56 @@ def resolve_checkpoint(path: str) -> Path:
     return p
 
 
+def steps_ahead(loader, epochs: int, steps: int | None, step: int) -> int:
+    """The optimizer steps this run will take: what is left of the epoch the loader is in, the later epochs (as
+    many batches each as the next), at most `steps` in all."""
+    state = loader.state_dict()
+    per_epoch = len(loader)
+    left = per_epoch - state["batches_consumed"] + max(0, epochs - state["epoch"] - 1) * per_epoch
+    return left if steps is None else max(0, min(left, steps - step))
+
+
+class StepBar:
+    """Rank 0's progress bar on stderr: steps done of the run's, the loss, samples/s, time left (other ranks none).
+    Log lines printed meanwhile go above it."""
+
+    def __init__(self, shown: bool, total: int) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[now]}"),
+                                 console=Console(stderr=True), disable=not shown)
+        self.task = self.progress.add_task("train", total=total, now="")
+
+    def __enter__(self) -> "StepBar":
+        self.progress.start()
+        return self
+
+    def step(self, step: int, loss: float | None, rate: float) -> None:
+        now = ("" if loss is None else f"loss {loss:.4f}  ") + f"{rate:.0f} samples/s"
+        self.progress.update(self.task, advance=1, now=now)
+
+    def __exit__(self, *exc) -> None:
+        self.progress.stop()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="dali-stream train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", help="dataset root, Hub id or URL, or a mixture file (.json: dali_stream.mixture.load_mixture)")
     ap.add_argument("--epochs", type=int, default=1)
     add_loader_flags(ap, LOADER_SETTINGS, batch_size=8, episode_pool_size=8)
     ap.add_argument("--dummy", action="store_true", help="no model: measure and test pure data loading")
-    ap.add_argument("--checkpoint-dir", default="checkpoints")
+    ap.add_argument("--checkpoint-dir", default=None,
+                    help="where rank 0 writes checkpoints (none without it; a folder of .demo/ keeps them out of a "
+                         "checkout)")
     ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (rank 0)")
     ap.add_argument("--resume-from", default=None, help="a checkpoint file, or a directory / its 'latest' pointer")
     ap.add_argument("--log-every", type=int, default=20)
@@ -238,6 +281,8 @@ def main(argv=None) -> int:
 
     def checkpoint(at: int) -> int:
         """Rank 0 writes the checkpoint of step `at` (lerobot's layout for lerobot's policies); `at`."""
+        if args.checkpoint_dir is None:
+            return at
         if accelerator.is_main_process and trainer is not None:
             save_lerobot_checkpoint(Path(args.checkpoint_dir), at, trainer, loader.state_dict(), accelerator)
         elif accelerator.is_main_process:
@@ -247,40 +292,44 @@ def main(argv=None) -> int:
             save_checkpoint(Path(args.checkpoint_dir), at, payload)
         return at
 
+    if args.checkpoint_dir is None:
+        accelerator.print("no --checkpoint-dir: this run writes no checkpoints (give one to resume it later)")
     t0, samples = time.perf_counter(), 0
-    for _ in range(start_epoch, args.epochs):
-        if args.steps is not None and step >= args.steps:
-            break
-        for batch in loader:
-            loss_value = None
-            if trainer is not None and not args.dummy:
-                loss_value = trainer.step(batch, accelerator)
-            elif model is not None:
-                images = [batch[k] for k in cameras]
-                pred = model(images, batch["observation.state"].flatten(1))
-                loss = torch.nn.functional.mse_loss(pred, batch["action"].flatten(1))
-                loss_value = float(loss.detach())
-                accelerator.backward(loss)
-                optimizer.step()
-                optimizer.zero_grad()
-            step += 1
-            samples += len(batch["task"])
-            if log is not None:
-                log.write(json.dumps({"step": step, "indices": batch["index"].tolist()}) + "\n")
-                log.flush()
-            if step % args.log_every == 0:  # every rank reaches it at the same step (equal batch counts)
-                rate = samples / (time.perf_counter() - t0)
-                recent = loader.data_wait()["recent"] or {}
-                mine = torch.tensor([[recent.get("wait_fraction") or 0.0, recent.get("p95_ms") or 0.0]],
-                                    device=accelerator.device)
-                worst = accelerator.gather(mine).max(dim=0).values.tolist()  # the rank that waits most
-                print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
-                      f"{'' if loss_value is None else f'loss {loss_value:.4f} '}{rate:.1f} samples/s, "
-                      f"data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
-            if step % args.checkpoint_every == 0:
-                saved = checkpoint(step)
+    with StepBar(accelerator.is_main_process, steps_ahead(loader, args.epochs, args.steps, step)) as bar:
+        for _ in range(start_epoch, args.epochs):
             if args.steps is not None and step >= args.steps:
                 break
+            for batch in loader:
+                loss_value = None
+                if trainer is not None and not args.dummy:
+                    loss_value = trainer.step(batch, accelerator)
+                elif model is not None:
+                    images = [batch[k] for k in cameras]
+                    pred = model(images, batch["observation.state"].flatten(1))
+                    loss = torch.nn.functional.mse_loss(pred, batch["action"].flatten(1))
+                    loss_value = float(loss.detach())
+                    accelerator.backward(loss)
+                    optimizer.step()
+                    optimizer.zero_grad()
+                step += 1
+                samples += len(batch["task"])
+                bar.step(step, loss_value, samples / (time.perf_counter() - t0))
+                if log is not None:
+                    log.write(json.dumps({"step": step, "indices": batch["index"].tolist()}) + "\n")
+                    log.flush()
+                if step % args.log_every == 0:  # every rank reaches it at the same step (equal batch counts)
+                    rate = samples / (time.perf_counter() - t0)
+                    recent = loader.data_wait()["recent"] or {}
+                    mine = torch.tensor([[recent.get("wait_fraction") or 0.0, recent.get("p95_ms") or 0.0]],
+                                        device=accelerator.device)
+                    worst = accelerator.gather(mine).max(dim=0).values.tolist()  # the rank that waits most
+                    print(f"[rank {rank}/{world}] step {step} epoch {loader.state_dict()['epoch']} "
+                          f"{'' if loss_value is None else f'loss {loss_value:.4f} '}{rate:.1f} samples/s, "
+                          f"data wait {100 * float(mine[0, 0]):.0f}% (p95 {float(mine[0, 1]):.0f} ms), max over ranks {100 * worst[0]:.0f}% (p95 {worst[1]:.0f} ms)", flush=True)
+                if step % args.checkpoint_every == 0:
+                    saved = checkpoint(step)
+                if args.steps is not None and step >= args.steps:
+                    break
     if saved != step:  # the run's last step, so that --resume-from goes on from where it ended
         saved = checkpoint(step)
     elapsed = time.perf_counter() - t0
