@@ -70,6 +70,10 @@ def test_the_readme_is_a_way_in():
         assert needed in first_screen, needed
     quick = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     assert sum(len(code.splitlines()) for _, _, code in runnable(quick)) <= 15
+    # what, why, install, the first batch, the switch from LeRobotDataset: read in minutes; figures after
+    before = text.split("\n## Performance", 1)[0]
+    assert len(before.split()) <= 1500, f"{len(before.split())} words before Performance"
+    assert text.index("\n## Status") > text.index("\n## Performance"), "the Status table's words come after"
 
 
 @pytest.fixture(scope="module")

@@ -230,8 +230,8 @@ def test_the_loader_shows_its_public_parts_and_names_where_the_rest_is(small_dat
 
 def test_lerobots_names_of_the_dataset_and_its_episodes(small_dataset):
     """What a lerobot user reads beside dataset[i]: `num_frames`, `num_episodes`, `fps` on the loader and on
-    `loader.dataset`, `loader.dataset.meta`, and `meta.episodes[i]` a row (lerobot's episodes are a dataset of rows)
-    while `meta.episodes["length"]` stays a column."""
+    `loader.dataset`, `loader.dataset.meta`, and `meta.episodes[i]` a row, `len()` and iteration by rows (lerobot's
+    episodes are a dataset of rows) while `meta.episodes["length"]` stays a column."""
     from dali_stream import StreamLoader
 
     episodes = [0, 2, 3]
@@ -248,3 +248,7 @@ def test_lerobots_names_of_the_dataset_and_its_episodes(small_dataset):
         assert meta.episodes[-1]["episode_index"] == max(lengths)
         with pytest.raises(IndexError, match=r"episode row 99 is out of range: the episodes table holds"):
             meta.episodes[99]
+        # rows counted and iterated as lerobot's (a dataset of rows), columns named as its `column_names`
+        assert len(meta.episodes) == meta.total_episodes == len(lengths)
+        assert [r["episode_index"] for r in meta.episodes] == sorted(lengths)
+        assert "length" in meta.episodes.column_names and "length" in meta.episodes

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Iterator
 
 
 class EpisodeTable(dict):
-    """The episodes table (meta/episodes) as columns, `table["length"]` an array of every episode's, and, as lerobot's
-    `meta.episodes` (a Hugging Face dataset) also gives them, rows: `table[0]` the first episode's row as a dict of
-    its values, `table[-1]` the last's."""
+    """The episodes table (meta/episodes) as lerobot's `meta.episodes` (a Hugging Face dataset) gives it: rows,
+    `len(table)` of them, `table[0]` the first episode's row as a dict of its values (`table[-1]` the last's),
+    iterated row by row; and columns, `table["length"]` an array of every episode's, `table.column_names`. The
+    dict's own methods (`keys()`, `items()`, `in`) see the columns."""
 
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str):
@@ -18,9 +19,21 @@ class EpisodeTable(dict):
             row = operator.index(key)
         except TypeError:
             return dict.__getitem__(self, key)
-        n = len(dict.__getitem__(self, "episode_index"))
+        n = len(self)
         if not -n <= row < n:
             raise IndexError(f"episode row {row} is out of range: the episodes table holds {n} rows (columns: "
-                             f"{', '.join(sorted(self))[:200]})")
+                             f"{', '.join(sorted(self.keys()))[:200]})")
         return {name: (column[row].item() if hasattr(column[row], "item") else column[row])
                 for name, column in self.items()}
+
+    def __len__(self) -> int:
+        """Rows: the episodes (lerobot's `len(meta.episodes)`)."""
+        return len(dict.__getitem__(self, "episode_index")) if dict.__contains__(self, "episode_index") else 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+        """Row after row, as a Hugging Face dataset iterates."""
+        return (self[row] for row in range(len(self)))
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.keys())
