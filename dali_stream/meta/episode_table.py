@@ -30,7 +30,7 @@ class EpisodeTable(dict):
         """Rows: the episodes (lerobot's `len(meta.episodes)`)."""
         return len(dict.__getitem__(self, "episode_index")) if dict.__contains__(self, "episode_index") else 0
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         """Row after row, as a Hugging Face dataset iterates."""
         return (self[row] for row in range(len(self)))
 

@@ -1,4 +1,5 @@
-"""`dali-stream` command line: make-sample, inspect, verify, diagnose, bench, bench-summarize, demo, train.
+"""`dali-stream` command line: make-sample, inspect, verify, diagnose, bench, bench-summarize, demo, train,
+transcode.
 
 Only the standard library is imported at module level, so `dali-stream --help` works on a node whose
 torch or DALI install is broken; each command imports what it needs.
@@ -267,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("train", help="train a policy (a small built-in one, or lerobot's: --policy act) on StreamLoader "
                                  "batches, with checkpoints and exact resume, on one process or under torchrun/"
                                  "accelerate/SLURM (dali-stream train --help)", add_help=False)
+    sub.add_parser("transcode", help="write a dataset's AV1 (or other) cameras again in H.264/HEVC, which NVDEC on "
+                                     "A100/H100/H200 decodes (dali-stream transcode --help)", add_help=False)
     return parser
 
 
@@ -279,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         from .train import main as train
 
         return reported("train", lambda: train(argv[1:]))
+    if argv[:1] == ["transcode"]:
+        from .transcode import main as transcode
+
+        return reported("transcode", lambda: transcode(argv[1:]))
     args = build_parser().parse_args(argv)
     return reported(args.command, lambda: args.func(args))
 

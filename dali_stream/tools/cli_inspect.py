@@ -21,6 +21,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from ..mixture import is_mixture_file
     from .bench_cache import decoded_bytes
     from .flags import require_at_least
+    from .transcode import nvdec_hint
 
     require_at_least(args, nodes=1)
     if is_mixture_file(args.dataset):
@@ -53,6 +54,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "disk_tier": _disk_need(meta, catalog.lengths, args.nodes),  # what disk_cache_dir holds (docs/remote.md)
         "data_layout": _data_layout(meta),  # row groups per episode, or one for many (docs/memory.md)
         "derived": _derived(meta, named, node),
+        "nvdec_hint": nvdec_hint(meta.source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None}),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -69,6 +71,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for k, c in report["cameras"].items():
         table.add_row(k, c["codec"], f"{c['width']}x{c['height']}", c["route_auto"], c["reason"])
     console.print(table)
+    if report["nvdec_hint"]:
+        console.print(report["nvdec_hint"], markup=False)
     if report["cameras"]:
         sized = " at {1}x{2}".format(*kept.out_shape(0, 0)) if kept else \
             " (as decoded: batches on this node's GPU resize there)" if _kept_ops(args) else ""

@@ -296,5 +296,8 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
         cameras[key] = entry
     for key in meta.image_keys:
         cameras[key] = _image_camera(meta, pos, key, software, decode_test)
+    from .transcode import nvdec_hint
+
     return {"ok": True, "source": source, "codebase_version": meta.info.get("codebase_version"),
-            "episodes": meta.num_episodes, "frames": meta.total_frames, "fps": meta.fps, "cameras": cameras}
+            "episodes": meta.num_episodes, "frames": meta.total_frames, "fps": meta.fps, "cameras": cameras,
+            "nvdec_hint": nvdec_hint(source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None})}

@@ -111,6 +111,8 @@ def render(report: dict[str, Any]) -> None:
                                                 f"{escape(str(cam['fix']))}"))
             for key, route in dataset.get("mixture_routes", {}).items():  # a mixture: one route per key
                 console.print(f"  mixture key {escape(key)}: {route['route']} ({escape(route['reason'])})")
+            if dataset.get("nvdec_hint"):
+                console.print(escape(dataset["nvdec_hint"]))
         else:
             console.print(f"[red]dataset: {dataset.get('layer', '')} {escape(str(dataset.get('error')))}[/]")
     colour = EXIT_COLOURS[report["exit_code"]]
