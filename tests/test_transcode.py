@@ -121,6 +121,10 @@ def test_a_run_killed_midway_continues_to_the_same_dataset(av1_dataset, tmp_path
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    deadline = time.monotonic() + 5  # its encoding processes end with it, writing nothing more
+    while time.monotonic() < deadline and _writing(dest):
+        time.sleep(0.1)
+    assert not _writing(dest), "an encoding process outlived the command"
     assert not (dest / "meta/info.json").exists(), "killed after the end: the test did not test a resume"
     for path in dest.rglob("*.mp4"):  # every final name a whole file
         with av.open(str(path)) as container:
@@ -128,6 +132,18 @@ def test_a_run_killed_midway_continues_to_the_same_dataset(av1_dataset, tmp_path
     run(av1_dataset, dest, "--workers", "1")
     assert digests(dest, "videos") == digests(whole, "videos")
     assert digests(dest, "meta") == digests(whole, "meta") and digests(dest, "data") == digests(whole, "data")
+
+
+def _writing(dest: Path) -> list[int]:
+    """Processes whose command line names `dest` (the command and its encoding processes)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and str(dest).encode() in (proc / "cmdline").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            pass
+    return found
 
 
 def test_refusals_name_what_is_wrong(av1_dataset, tmp_path):

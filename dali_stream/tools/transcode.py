@@ -14,7 +14,7 @@ Quality: per camera the PSNR of the new frames against the source's decoded fram
 `--psnr-floor` (40 dB by default: a re-encode at that level differs from its source by less than the source's own
 compression error does) fails the run, naming the camera and the episode.
 
-Safe to stop: every file is written under `<name>.partial` and renamed once complete (checked, for the videos), and
+Safe to stop: every file is written under a `.partial` name and renamed once complete (checked, for the videos), and
 `meta/info.json` comes last, so a DST never holds a partial file under a final name and a DST with info.json is
 whole. The same command again continues where a run stopped (`.transcode.json` in DST says what it is a transcode
 of: another SRC or other settings are refused, as is a folder that holds something else).
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .transcode_video import DEFAULT_QUALITY, ENCODERS, Unit, transcode_unit
+from .transcode_video import DEFAULT_QUALITY, ENCODERS, Unit, die_with_parent, transcode_unit
 
 MANIFEST = ".transcode.json"  # in DST: what it is a transcode of, and the units done
 REPORT = "transcode_report.json"
@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
             copy(meta.data_fs, posixpath.join(meta.data_root, rel), dest / rel)
     columns = (TextColumn("[bold]transcoding"), BarColumn(), MofNCompleteColumn(), TextColumn("frames"),
                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[now]}"))
-    with Progress(*columns, console=console) as bar, ProcessPoolExecutor(workers) as pool:
+    for stale in dest.rglob("*.partial"):  # a killed run's (its processes ended with it)
+        stale.unlink()
+    with Progress(*columns, console=console) as bar, \
+            ProcessPoolExecutor(workers, initializer=die_with_parent) as pool:
         task = bar.add_task("frames", total=sum(u.frames for u in todo), now="")
         threads = max(1, (os.cpu_count() or 1) // workers)
         futures = {pool.submit(transcode_unit, meta.data_fs, u, args.codec, encoder, args.gop, args.quality, threads): u

@@ -6,7 +6,7 @@ frames exactly (no scene-cut keyframes), no B-frames (a frame's decode never wai
 time base, each frame's pts as the source's: an episode's frames keep the timestamps `meta/episodes` points at.
 MP4 with its index first (`faststart`): a reader's first request finds it.
 
-The check, after the file is written under a temporary name: the new file decoded and the source decoded again in
+The check, after the file is written under a temporary name of the writing process's own (`<name>.<pid>.partial`): the new file decoded and the source decoded again in
 step, frame by frame: the same number of frames, each at the same time (to the microsecond), and the PSNR of its
 RGB pixels against the source's (8-bit, over the three channels), summed per episode by the episode's time span.
 """
@@ -66,7 +66,7 @@ def transcode_unit(fs: Any, unit: Unit, codec: str, encoder: str, gop: int, qual
     file does not hold the source's frames at their times."""
     import av
 
-    partial = unit.target + ".partial"
+    partial = f"{unit.target}.{os.getpid()}.partial"  # this process's alone, whoever else writes the unit
     os.makedirs(os.path.dirname(unit.target), exist_ok=True)
     with fs.open(unit.source, "rb") as raw, av.open(raw) as src:
         stream_in = src.streams.video[0]
@@ -94,6 +94,32 @@ def transcode_unit(fs: Any, unit: Unit, codec: str, encoder: str, gop: int, qual
     report["bytes"], report["source_bytes"] = os.path.getsize(partial), fs.size(unit.source)
     os.replace(partial, unit.target)
     return report
+
+
+def die_with_parent() -> None:
+    """A transcode process's start: it ends the moment the command's process does (killed: a process left encoding
+    would go on writing into DST beside the run that continues it). Linux's parent-death signal, else a watch."""
+    import ctypes
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the command's to handle
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent went before the signal was set
+            os._exit(1)
+        return
+    except (AttributeError, OSError):
+        pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.2)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
