@@ -1,10 +1,10 @@
 """`dali-stream transcode` measured: its time and the new files' size and PSNR over a few GOP sizes, and the CPU
 route's samples/s on each result against the original, alternated.
 
-    .venv/bin/python benchmarks/transcode.py DATASET [DATASET ...] [--gops 2,8,32] [--codecs h264,hevc]
+    .venv/bin/python benchmarks/transcode.py DATASET [DATASET ...] [--configs h264:2,h264:8,h264:32,hevc:8]
         [--rounds 3] [--batches 40] [--out benchmarks/results/cpu-2core-transcode/transcode.json]
 
-Each (dataset, codec, GOP) is transcoded once into `.demo/transcode-bench/` (its wall time, with every core: the
+Each dataset is transcoded once per (codec, GOP) of `--configs` into `.demo/transcode-bench/` (its wall time, with every core: the
 command's default), the report's size ratio and PSNR kept. The loader then reads the original and every result,
 one process each, alternated `--rounds` times: `StreamLoader(root, device="cpu", episode_pool_size="all")` (a global
 shuffle: every sample a random access, what a GOP costs most), `--batches` batches after 3 untimed ones, samples/s;
@@ -67,8 +67,7 @@ def transcode(source: str, dest: Path, codec: str, gop: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("datasets", nargs="+")
-    ap.add_argument("--gops", default="2,8,32")
-    ap.add_argument("--codecs", default="h264")
+    ap.add_argument("--configs", default="h264:2,h264:8,h264:32,hevc:8", help="codec:gop pairs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--out", default="benchmarks/results/cpu-2core-transcode/transcode.json")
@@ -80,13 +79,13 @@ def main() -> int:
         name = Path(dataset).name
         made: dict[str, str] = {"original": str(Path(dataset).resolve())}
         transcodes: dict[str, dict] = {}
-        for codec in args.codecs.split(","):
-            for gop in map(int, args.gops.split(",")):
-                label = f"{codec} gop {gop}"
-                dest = ROOT / ".demo/transcode-bench" / f"{name}-{codec}-g{gop}"
-                transcodes[label] = transcode(str(Path(dataset).resolve()), dest, codec, gop)
-                made[label] = str(dest)
-                print(name, label, transcodes[label], flush=True)
+        for config in args.configs.split(","):
+            codec, gop = config.split(":")
+            label = f"{codec} gop {gop}"
+            dest = ROOT / ".demo/transcode-bench" / f"{name}-{codec}-g{gop}"
+            transcodes[label] = transcode(str(Path(dataset).resolve()), dest, codec, int(gop))
+            made[label] = str(dest)
+            print(name, label, transcodes[label], flush=True)
         runs = alternate(list(made), args.rounds,
                          lambda label: child(RUN, made[label], str(args.batches), cwd=ROOT, env=env))
         report["datasets"][name] = {

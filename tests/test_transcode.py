@@ -46,13 +46,14 @@ def digests(root: Path, under: str = "") -> dict[str, str]:
 
 
 def frames_of(root: Path) -> dict:
-    """Every sample's (index, timestamp) and each camera's painted ids, in order."""
+    """Every sample's index -> its timestamp, each camera's painted ids, and each camera's frame (uint8)."""
     out = {}
     with StreamLoader(str(root), batch_size=8, shuffle=False, device="cpu", decode="cpu",
                       image_dtype="uint8") as loader:
         for batch in loader:
             for j, i in enumerate(batch["index"].tolist()):
-                out[i] = (float(batch["timestamp"][j]), {k: read_ids(batch[k][j]) for k in loader.meta.video_keys})
+                out[i] = (float(batch["timestamp"][j]), {k: read_ids(batch[k][j]) for k in loader.meta.video_keys},
+                          {k: batch[k][j].numpy() for k in loader.meta.video_keys})
     return out
 
 
@@ -87,7 +88,15 @@ def test_an_av1_dataset_becomes_nvdec_ready(av1_dataset, source_frames, tmp_path
     assert set(report["cameras"]) == {"observation.images.front", "observation.images.wrist"}
     for cam in report["cameras"].values():
         assert cam["psnr_mean"] >= 40 and cam["psnr_worst"] > 30 and len(cam["episodes"]) == 6, cam
-    assert frames_of(dest) == source_frames
+    from dali_stream.tools.transcode_video import psnr
+
+    got = frames_of(dest)  # the loader's samples: the same indexes, times and ids, pixels within the floor
+    assert sorted(got) == sorted(source_frames)
+    for i, (t, ids, pixels) in got.items():
+        assert (t, ids) == source_frames[i][:2], i
+        assert np.array_equal(pixels[COPIED], source_frames[i][2][COPIED])
+        for key in ("observation.images.front", "observation.images.wrist"):
+            assert psnr(pixels[key], source_frames[i][2][key]) >= 40, (i, key)
     for path in (dest / "videos/observation.images.front").rglob("*.mp4"):
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
@@ -134,6 +143,17 @@ def test_a_run_killed_midway_continues_to_the_same_dataset(av1_dataset, tmp_path
     assert digests(dest, "meta") == digests(whole, "meta") and digests(dest, "data") == digests(whole, "data")
 
 
+def test_a_remote_source_transcodes_as_the_local_one(av1_dataset, tmp_path):
+    """SRC over HTTP (a real server on loopback): the same files as from the folder."""
+    from .httpserver import Server
+
+    run(av1_dataset, tmp_path / "local", "--workers", "1")
+    with Server(av1_dataset) as url:
+        run(url, tmp_path / "remote", "--workers", "1")
+    for part in ("videos", "data", "meta"):
+        assert digests(tmp_path / "remote", part) == digests(tmp_path / "local", part), part
+
+
 def _writing(dest: Path) -> list[int]:
     """Processes whose command line names `dest` (the command and its encoding processes)."""
     found = []
@@ -164,6 +184,23 @@ def test_refusals_name_what_is_wrong(av1_dataset, tmp_path):
     assert proc.returncode == 2 and "not cameras of" in proc.stderr
     proc = run(av1_dataset, tmp_path / "y", "--gop", "0", check=False)
     assert proc.returncode == 2 and "--gop must be at least 1" in proc.stderr
+
+
+def test_diagnose_names_the_command_on_a_gpu_without_av1_nvdec(av1_dataset):
+    """diagnose's dataset probe on an H100 (a node as the probe would find it; the routing rules real): the AV1
+    cameras named with the command; on an L40S, whose NVDEC decodes AV1, nothing to say."""
+    from dali_stream.decode.gpus import lookup
+    from dali_stream.decode.node import Node
+    from dali_stream.tools.diagnose import probe_software
+    from dali_stream.tools.diagnose_dataset import probe_dataset
+
+    software = probe_software()
+    h100 = probe_dataset(str(av1_dataset), software, Node(1, gpu=lookup("NVIDIA H100 80GB HBM3", (9, 0))), False)
+    hint = h100["nvdec_hint"]
+    assert "H100" in hint and "observation.images.front (av1)" in hint and "observation.images.top" not in hint
+    assert f"dali-stream transcode {av1_dataset} DST" in hint
+    l40s = probe_dataset(str(av1_dataset), software, Node(1, gpu=lookup("NVIDIA L40S", (8, 9))), False)
+    assert l40s["nvdec_hint"] is None
 
 
 def test_the_psnr_of_identical_and_different_pictures():

@@ -54,7 +54,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "disk_tier": _disk_need(meta, catalog.lengths, args.nodes),  # what disk_cache_dir holds (docs/remote.md)
         "data_layout": _data_layout(meta),  # row groups per episode, or one for many (docs/memory.md)
         "derived": _derived(meta, named, node),
-        "nvdec_hint": nvdec_hint(meta.source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None}),
+        "nvdec_hint": nvdec_hint(meta.source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None},
+                                 node.gpu if node.gpus else None),
     }
     if args.json:
         print(json.dumps(report, indent=2))

@@ -300,4 +300,5 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
 
     return {"ok": True, "source": source, "codebase_version": meta.info.get("codebase_version"),
             "episodes": meta.num_episodes, "frames": meta.total_frames, "fps": meta.fps, "cameras": cameras,
-            "nvdec_hint": nvdec_hint(source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None})}
+            "nvdec_hint": nvdec_hint(source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None},
+                                     node.gpu if node is not None and node.gpus else None)}

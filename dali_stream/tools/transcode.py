@@ -46,15 +46,21 @@ DEFAULT_FLOOR_DB = 40.0
 SIZE_RATIO = 4.0  # a transcoded camera's bytes at most this many times its source's, for the free-space check
 
 
-def nvdec_hint(source: str, codecs: dict[str, str]) -> str | None:
-    """What `inspect` and `diagnose` say where cameras are in a codec NVDEC on A100/H100/H200 cannot decode
-    (`codecs`: camera -> codec, depth cameras and images left out); None where every one is H.264/HEVC."""
-    other = {k: c for k, c in codecs.items() if c not in NVDEC_CODECS}
+def nvdec_hint(source: str, codecs: dict[str, str], gpu: Any = None) -> str | None:
+    """What `inspect` and `diagnose` say where cameras are in a codec NVDEC cannot decode (`codecs`: camera ->
+    codec, depth cameras and images left out): on this node's GPU where there is one (`gpu`: `decode.gpus.GpuCaps`),
+    else on A100/H100/H200. None where every camera decodes on NVDEC there."""
+    if gpu is not None:
+        other = {k: c for k, c in codecs.items() if not gpu.decodes(c)}
+        where = f"this node's {gpu.name} has no NVDEC for them, so they decode on the CPU here"
+    else:
+        other = {k: c for k, c in codecs.items() if c not in NVDEC_CODECS}
+        where = ("NVDEC on A100, H100 and H200 cannot decode them (L4, L40S and newer decode AV1), so they decode on "
+                 "the CPU there")
     if not other:
         return None
     named = ", ".join(f"{k} ({c})" for k, c in other.items())
-    return (f"cameras {named}: NVDEC on A100, H100 and H200 cannot decode them (L4, L40S and newer decode AV1), so "
-            f"they decode on the CPU there; `dali-stream transcode {source} DST` writes the dataset once with them in "
+    return (f"cameras {named}: {where}; `dali-stream transcode {source} DST` writes the dataset once with them in "
             "H.264 (docs/transcode.md)")
 
 
