@@ -22,9 +22,8 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Mapping, get_args
 
 import numpy as np
@@ -33,7 +32,7 @@ from ..config import LoaderConfig, as_dict
 from ..decode.route import NVDEC, NVDEC_OPEN, any_where
 from ..errors import ConfigError
 from .bench_limit import limit_ratios, raw_limit
-from .bench_report import _versions, dataset_bytes
+from .bench_plan import RssSampler
 from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
 
@@ -112,44 +111,23 @@ def mode_deltas(mode: str, cameras: list[str], features) -> dict[str, list[float
     return {key: offsets for key in cameras}
 
 
-class RssSampler:
-    """Peak resident memory of this process and its children (psutil), sampled every 50 ms."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _sample(self) -> int:
+def _versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("dali_stream", "torch", "nvidia.dali", "torchcodec", "av", "pyarrow"):
         try:
-            import psutil
+            out[name] = __import__(name, fromlist=["__version__"]).__version__
+        except Exception as exc:  # a benchmark still reports what it can
+            out[name] = f"unavailable ({type(exc).__name__})"
+    return out
 
-            me = psutil.Process()
-            total = me.memory_info().rss
-            for child in me.children(recursive=True):
-                try:
-                    total += child.memory_info().rss
-                except psutil.Error:
-                    pass
-            return total
-        except ImportError:
-            import resource
 
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> "RssSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._sample())
+def dataset_bytes(meta) -> int:
+    total = 0
+    for sub in ("data", "videos"):
+        path = f"{meta.data_root}/{sub}"
+        if meta.data_fs.exists(path):
+            total += int(meta.data_fs.du(path))
+    return total
 
 
 def _frames_in(batch: dict, cameras: list[str]) -> int:
@@ -379,8 +357,6 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
     result["cpu_all_cores"] = result["gpu_over_cpu_all_cores"] = None
     if cfg.cpu_all_cores:
         phase("cpu route, every core")
-        from .bench_gpu import cpu_route_all_cores
-
         result["cpu_all_cores"] = cpu = cpu_route_all_cores(cfg, deltas, cameras)
         result["gpu_over_cpu_all_cores"] = (got["samples_per_s"] / cpu["samples_per_s"]
                                             if cpu.get("samples_per_s") else None)
@@ -409,6 +385,20 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
     result["phases"] = phase.end()
     result["wallclock_s"] = time.perf_counter() - t_run
     return result
+
+
+def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[str, Any]:
+    """The same configuration on the CPU route `cfg.cpu_all_cores` (every camera) with a worker thread per core,
+    streamed for the same window: what the node's CPUs deliver without NVDEC."""
+    from ..loader import StreamLoader
+
+    cores = len(os.sched_getaffinity(0))
+    settings = replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None,
+                       decode_processes=None, decode_threads=None)  # the CPU route's own threads
+    with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
+        got = stream(loader, cfg, cameras)
+        out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}
+    return out | {k: got.get(k) for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s")}
 
 
 def _device(loader) -> str:

@@ -369,20 +369,3 @@ class GpuLoad:
     @property
     def tflops(self) -> float:
         return 2 * LOAD_SIZE ** 3 * self.done / self.seconds / 1e12 if self.seconds else 0.0
-
-
-def cpu_route_all_cores(cfg, deltas, cameras: list[str]) -> dict[str, Any]:
-    """The same configuration on the CPU route `cfg.cpu_all_cores` (every camera) with a worker thread per core,
-    streamed for the same window: what the node's CPUs deliver without NVDEC."""
-    from dataclasses import replace
-
-    from ..loader import StreamLoader
-    from .bench import stream
-
-    cores = len(os.sched_getaffinity(0))
-    settings = replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None,
-                       decode_processes=None, decode_threads=None)  # the CPU route's own threads
-    with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
-        got = stream(loader, cfg, cameras)
-        out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}
-    return out | {k: got.get(k) for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s")}

@@ -4,11 +4,52 @@ time said before the window matches the run's."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable
 
 SETUP, WARMUP, WINDOW, STATISTICS = "setup", "loader warm-up", "loader window", "the window's statistics"
 LIMIT, BASELINE = "decode limit", "baseline"
+
+
+class RssSampler:
+    """Peak resident memory of this process and its children (psutil), sampled every 50 ms."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _sample(self) -> int:
+        try:
+            import psutil
+
+            me = psutil.Process()
+            total = me.memory_info().rss
+            for child in me.children(recursive=True):
+                try:
+                    total += child.memory_info().rss
+                except psutil.Error:
+                    pass
+            return total
+        except ImportError:
+            import resource
+
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._sample())
 
 
 class Phases:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import platform
 import time
 from pathlib import Path
 from typing import Any, Iterable
@@ -139,7 +138,10 @@ def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench",
             console.print(f"{name}: {MEANING[name]}", highlight=False)
         return
     for row in rows(results):
-        run = Table("metric", "value", "what it is", title=f"{title}: {row[0]}")
+        run = Table(title=f"{title}: {row[0]}")
+        run.add_column("metric", no_wrap=True)
+        for column in ("value", "what it is"):  # a long path folds, never cut to an ellipsis
+            run.add_column(column, overflow="fold")
         for name, value in zip(HEADER[1:], row[1:]):
             run.add_row(name, value, MEANING[name])
         console.print(run)
@@ -263,22 +265,3 @@ def append_csv(csv_path: Path, row: dict[str, Any]) -> None:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows([*rows, row])
-
-
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for name in ("dali_stream", "torch", "nvidia.dali", "torchcodec", "av", "pyarrow"):
-        try:
-            out[name] = __import__(name, fromlist=["__version__"]).__version__
-        except Exception as exc:  # a benchmark still reports what it can
-            out[name] = f"unavailable ({type(exc).__name__})"
-    return out
-
-
-def dataset_bytes(meta) -> int:
-    total = 0
-    for sub in ("data", "videos"):
-        path = f"{meta.data_root}/{sub}"
-        if meta.data_fs.exists(path):
-            total += int(meta.data_fs.du(path))
-    return total
