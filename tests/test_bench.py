@@ -172,8 +172,60 @@ def test_bench_says_what_it_measures_for_how_long_and_where_it_wrote(tiny_run):
     """The time each part takes is said before it starts (the baseline's worker counts share --duration-s), and
     the results' folder is printed whole."""
     result, out, proc = tiny_run
-    assert "bench: 1 run(s), each measuring the loader for" in proc.stderr, proc.stderr
+    assert "bench: 1 run(s), each: setup; the loader's warm-up (2 batches) and its window (0.5 s)" in proc.stderr, \
+        proc.stderr
     assert f"wrote {out.resolve()}/bench-" in proc.stderr.replace("\n", ""), proc.stderr
+
+
+def test_the_estimate_printed_matches_the_run_it_estimates(tiny_run):
+    """The run's time is estimated from what its warm-up measured (the phases to come: the window, the decode limit
+    and the baseline), said as its window opens and again once it closed, and the real time is said at the end: both
+    within a factor 2.5 of it (a printed 16 s for an 80 s run fails), its phases timed in the result."""
+    import re
+
+    result, _, proc = tiny_run
+    said = " ".join(proc.stderr.split())
+    took = re.search(r"took (\d+) s \(estimated (\d+) s as its window opened, (\d+) s once it closed\)", said)
+    assert took, said[-3000:]
+    real, first, last = (max(1, int(v)) for v in took.groups())
+    assert 0.4 <= first / real <= 2.5 and 0.4 <= last / real <= 2.5, took.group(0)
+    assert re.search(r"about \d+ s in all \(setup \d+ s, .*baseline \d+ s; from the warm-up's decode cost\)", said)
+    phases = result["phases"]
+    assert {"setup", "loader warm-up", "loader window", "decode limit", "baseline"} <= set(phases)
+    assert sum(phases.values()) == pytest.approx(result["wallclock_s"], rel=0.05)
+    assert [e["when"] for e in result["estimates"]] == ["warm-up", "window"]
+
+
+def test_every_printed_figure_says_what_it_is(tiny_run):
+    """Beside each figure of the table, what it is: the decode limit's ratio says what decoding alone is and what
+    lowers it; the batch-mixing figures say what the bracketed values are (a shuffled DataLoader's)."""
+    from dali_stream.tools.bench_report import HEADER, MEANING
+
+    _, _, proc = tiny_run
+    said = " ".join(proc.stdout.replace("│", " ").split())
+    for name in HEADER[1:]:
+        assert " ".join(MEANING[name].split()[:4]) in said, name
+    assert "a short --duration-s or few cores lowers it" in " ".join(MEANING["loader ÷ decode alone"].split())
+    assert "in brackets a shuffled DataLoader's" in said and "near 1, the pool rotates the same episodes" in said
+
+
+def test_the_dataset_row_shows_the_dataset_given(tiny_run, small_dataset):
+    from dali_stream.tools.bench_report import dataset_text, rows
+
+    result, _, proc = tiny_run
+    assert rows([result])[0][1] == str(small_dataset) == result["config"]["dataset"]
+    assert str(small_dataset) in "".join(proc.stdout.replace("│", "").split())
+    own = {"config": {"dataset": ".demo/bench-av1-quick"}}
+    assert dataset_text(own) == "sample av1-quick" and dataset_text({"config": {"dataset": "lerobot/pusht"}}) == \
+        "lerobot/pusht"
+
+
+def test_each_run_writes_its_chart_next_to_its_result(tiny_run):
+    pytest.importorskip("matplotlib")
+    _, out, proc = tiny_run
+    (png,) = out.glob("bench-*-r0of1.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    assert f"wrote its chart {png.resolve()}" in proc.stderr.replace("\n", "")
 
 
 def test_the_baseline_shares_the_window_over_its_worker_counts():
@@ -207,6 +259,7 @@ def test_csv_row_table_and_summary_png(tiny_run, tmp_path):
     assert "loader ÷ decode alone" in proc.stdout and "camera-window / dali-cpu" in proc.stdout
     said = " ".join(proc.stdout.split())
     assert "distinct episodes ÷ batch" in said and "recent share" in said, "the batch-mixing figures are labelled"
+    pytest.importorskip("matplotlib")
     png = tmp_path / "chart.png"
     summary = dali_stream("bench", "summarize", out, "--png", png)
     assert summary.returncode == 0, summary.stderr

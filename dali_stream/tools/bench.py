@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import threading
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, Mapping, get_args
@@ -33,6 +32,7 @@ from ..config import LoaderConfig, as_dict
 from ..decode.route import NVDEC, NVDEC_OPEN, any_where
 from ..errors import ConfigError
 from .bench_limit import limit_ratios, raw_limit
+from .bench_plan import RssSampler
 from .sample_data import SAMPLE_KEY
 from .steady import SteadyWindow
 
@@ -111,46 +111,6 @@ def mode_deltas(mode: str, cameras: list[str], features) -> dict[str, list[float
     return {key: offsets for key in cameras}
 
 
-class RssSampler:
-    """Peak resident memory of this process and its children (psutil), sampled every 50 ms."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _sample(self) -> int:
-        try:
-            import psutil
-
-            me = psutil.Process()
-            total = me.memory_info().rss
-            for child in me.children(recursive=True):
-                try:
-                    total += child.memory_info().rss
-                except psutil.Error:
-                    pass
-            return total
-        except ImportError:
-            import resource
-
-            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> "RssSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._sample())
-
-
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("dali_stream", "torch", "nvidia.dali", "torchcodec", "av", "pyarrow"):
@@ -174,13 +134,16 @@ def _frames_in(batch: dict, cameras: list[str]) -> int:
     return sum(int(np.prod(batch[k].shape[:-3])) for k in cameras)
 
 
-def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
-    """Run the loader through warm-up and a steady window; returns measurements and the window's batches."""
+def stream(loader, cfg: BenchConfig, cameras: list[str], warm=None) -> dict[str, Any]:
+    """Run the loader through warm-up and a steady window; returns measurements and the window's batches.
+    `warm()` is called once, as the window opens (the warm-up batches delivered)."""
     steady = SteadyWindow(cfg.warmup_batches, cfg.duration_s, cfg.num_batches)
     window, seen_eps = [], []
     samples = frames = 0
     t_iter = time.perf_counter()
     epochs = 0
+    if warm is not None and cfg.warmup_batches == 0:
+        warm()
     while not steady.closed and epochs < 10:  # warm-up that needs more than 10 epochs is a configuration error
         epochs += 1
         epoch_before = loader.state_dict()["epoch"]
@@ -189,6 +152,8 @@ def stream(loader, cfg: BenchConfig, cameras: list[str]) -> dict[str, Any]:
         got_any = False
         for batch, in_window in steady.timed(it):
             got_any = True
+            if warm is not None and steady.delivered == cfg.warmup_batches and not in_window:
+                warm()
             if in_window:
                 n = len(batch["task"])
                 samples += n
@@ -249,16 +214,20 @@ def whole_batches(cfg: BenchConfig, meta) -> None:
                           f"of at most {frames}, or a larger dataset")
 
 
-def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
-    """One benchmark run; returns the result dict (see METRIC_KEYS) with `config` and `notes`. `progress(stage)` is
-    told each stage as it begins; `measured(got)` the loader's own numbers as soon as its window is measured, before
-    the limits and the baseline."""
+def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[str, Any]:
+    """One benchmark run; returns the result dict (see METRIC_KEYS) with `config`, `notes` and each phase's time
+    (`phases`). `progress(phase)` is told each phase as it begins; `estimated(estimate)` the run's time estimated from
+    what the loader's warm-up measured (`bench_plan.estimate`), as its window opens, and again once it closed;
+    `measured(got)` the loader's own numbers as soon as its window is measured, before the limits and the baseline."""
     from ..decode.node import Node
     from ..decode.routes import formats_of
     from ..loader import StreamLoader
     from ..meta.dataset import DatasetMeta
+    from .bench_plan import BASELINE, LIMIT, SETUP, STATISTICS, WARMUP, WINDOW, Phases, estimate
 
-    t_run = time.perf_counter()
+    phase = Phases(progress)
+    t_run = phase.started
+    phase(SETUP)
     meta = DatasetMeta.open(cfg.dataset, data_files_root=cfg.loader.data_files_root, revision=cfg.loader.revision)
     cameras = list(meta.camera_keys)  # video, and images stored in the tables
     deltas = mode_deltas(cfg.mode, cameras, meta.features)
@@ -273,17 +242,25 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         load = GpuLoad(loader.device) if cfg.gpu_load else None
         gpu_load: dict[str, Any] | None = None
         if load is not None:
-            if progress:
-                progress("gpu load alone")
+            phase("gpu load alone")
             gpu_load = load.alone(GPU_LOAD_ALONE_S)
-        if progress:
-            progress("loader")
+        phase(WARMUP)
         nvdec = any_where(loader.routes.values(), "on_gpu")
+
+        per_sample = sum(len(deltas.get(k, [0])) for k in cameras)  # camera frames a sample
+
+        def warm() -> None:
+            phase(WINDOW)
+            if estimated is not None:
+                estimated(estimate(cfg, loader, phase, per_sample))
         with NvdecUtilisation(loader.stages.dali_device if nvdec else None) as utilisation, \
                 (load if load is not None else contextlib.nullcontext()):
-            got = stream(loader, cfg, cameras)
+            got = stream(loader, cfg, cameras, warm)
+        phase(STATISTICS)
         if load is not None and gpu_load is not None:
             gpu_load = GpuLoad.beside(gpu_load, load.tflops)
+    if got["samples"] and estimated is not None:
+        estimated(estimate(cfg, loader, phase, per_sample, got))
     if measured is not None and got["samples"]:
         measured(got)
     result: dict[str, Any] = {"config": cfg.record() | {"num_workers": loader.resolved.num_workers},  # as resolved
@@ -294,7 +271,8 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
             f"the loader delivered {got['batches']} batches in up to 10 epochs, none inside the measured window "
             f"(warm-up {cfg.warmup_batches} batches; {len(loader)} batches per epoch of {cfg.loader.batch_size} with "
             f"drop_last): lower --warmup-batches or --batch-size, or use a larger dataset"),
-            rank=loader.world.rank, world_size=loader.world.world_size, wallclock_s=time.perf_counter() - t_run)
+            rank=loader.world.rank, world_size=loader.world.world_size, wallclock_s=time.perf_counter() - t_run,
+            phases=phase.end())
         return result
     if got["ran_out"]:  # measured all the same, over the batches there were
         result["notes"].append(
@@ -345,8 +323,8 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         device=_device(loader), memory_budget=loader.memory_budget(), derived=loader.resolved.describe(),
         versions=_versions(), cpu_cores=len(os.sched_getaffinity(0)),
     )
-    if cfg.limit and progress:
-        progress("limit")
+    if cfg.limit:
+        phase(LIMIT)
     result["limit"] = raw_limit(loader, got["window"], max(1, loader.resolved.num_workers)) if cfg.limit else None
     result.update(limit_ratios(got["frames_per_s_node"], result["limit"]))
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
@@ -355,15 +333,11 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
     result["open_engine"] = {route: engine.stats() for route, engine in loader.stages.engines.items()} or None
     result["engine_limits"] = None
     if cfg.limit and loader.stages.engines:
-        if progress:
-            progress("engine limit")
         from .bench_gpu import engine_limits
 
         result["engine_limits"] = engine_limits(loader, got["window"])
     result["stream_limits"] = result["nvdec_limit"] = result["nvdec_limit_ratio"] = None
     if cfg.limit and builder.dali_counts:
-        if progress:
-            progress("stream limit")
         from .bench_gpu import stream_limits
 
         result["stream_limits"] = limits = stream_limits(loader, got["window"])
@@ -376,21 +350,18 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         result["nvdec_limit_ratio"] = got["samples_per_s"] / open_limit
     result["peers"] = None
     if cfg.peers:
-        if progress:
-            progress("peers")
+        phase("peers")
         from .bench_gpu import peers
 
         result["peers"] = peers(loader, got["window"])
     result["cpu_all_cores"] = result["gpu_over_cpu_all_cores"] = None
     if cfg.cpu_all_cores:
-        if progress:
-            progress("cpu route, every core")
+        phase("cpu route, every core")
         result["cpu_all_cores"] = cpu = cpu_route_all_cores(cfg, deltas, cameras)
         result["gpu_over_cpu_all_cores"] = (got["samples_per_s"] / cpu["samples_per_s"]
                                             if cpu.get("samples_per_s") else None)
     if cfg.baseline:
-        if progress:
-            progress("baseline")
+        phase(BASELINE)
         from .bench_baseline import run_baseline
 
         base = run_baseline(cfg, meta, deltas, loader, got["window"])
@@ -404,13 +375,14 @@ def run(cfg: BenchConfig, progress=None, measured=None) -> dict[str, Any]:
         from .bench_cache import cache_epochs
 
         loader.close()  # its frames held too: not beside the new loader's
-        result["frame_cache"] = cache_epochs(cfg, meta, deltas, decode, progress)
+        result["frame_cache"] = cache_epochs(cfg, meta, deltas, decode, phase)
     result["disk_cache"] = None
     if cfg.loader.disk_cache_dir:  # epochs 1 and 2 of a loader whose disk tier starts empty
         from .bench_disk import disk_epochs
 
         loader.close()
-        result["disk_cache"] = disk_epochs(cfg, deltas, decode, progress)
+        result["disk_cache"] = disk_epochs(cfg, deltas, decode, phase)
+    result["phases"] = phase.end()
     result["wallclock_s"] = time.perf_counter() - t_run
     return result
 

@@ -41,9 +41,10 @@ def _member_deltas(member, deltas: dict[str, list[float]]) -> dict[str, list[flo
     return out
 
 
-def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2) -> dict[str, Any]:
+def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2, estimated=None) -> dict[str, Any]:
     """Bench the mixture file `cfg.dataset` against its members (module doc); the result dict has the usual
-    `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates."""
+    `samples_per_s` and friends of the mixture's last window, and `mixture` with every round's rates. (`estimated`:
+    `bench.run`'s, not given: its rounds are not estimated.)"""
     from ..loader import StreamLoader
     from ..loader.source_setup import epoch_shares
     from ..meta.catalog import Catalog

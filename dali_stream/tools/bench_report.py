@@ -7,8 +7,6 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
-TARGETS_FRAMES_PER_S = (120, 320)  # the seed targets drawn on the chart, frames/s/node
-
 
 def load(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     """Result dicts from files and folders (every bench-*.json inside a folder), oldest first."""
@@ -43,17 +41,29 @@ def _fmt(value, digits=1) -> str:
     return str(value)
 
 
+def dataset_text(r: dict[str, Any]) -> str:
+    """The dataset as the run was given it (a path, URL or Hub id); `sample <variant>` for bench's own samples."""
+    from .bench_samples import BENCH_MIXTURES, BENCH_SAMPLES, default_dataset
+
+    given = str(r["config"]["dataset"])
+    for variant in (*BENCH_SAMPLES, *BENCH_MIXTURES):
+        own = default_dataset(variant)
+        if given in (own, f"{own}/mixture.json"):
+            return f"sample {variant}"
+    return given
+
+
 def rows(results: list[dict[str, Any]]) -> list[list[str]]:
     out: list[list[str]] = []
     for r in results:
         c = r["config"]
         workers = str(c.get("num_workers", "derived"))  # a run that never built its loader has only the setting
         if r.get("skipped") or r.get("error"):
-            out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), workers,
+            out.append([label(r), dataset_text(r), str(c["batch_size"]), workers,
                         *["-"] * (len(HEADER) - 5), str(r.get("skipped") or r.get("error"))])
             continue
         best_base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
-        out.append([label(r), Path(str(c["dataset"])).name, str(c["batch_size"]), workers,
+        out.append([label(r), dataset_text(r), str(c["batch_size"]), workers,
                     _fmt(r["frames_per_s_node"]), _fmt(r["samples_per_s"]), _fmt(r["first_batch_latency_s"], 2),
                     _fmt(r["p95_batch_latency_ms"]), limit_text(r.get("limit_ratio")), _fmt(r.get("nvdec_limit_ratio"), 2),
                     _fmt(r.get("gpu_over_cpu_all_cores"), 2),
@@ -67,6 +77,26 @@ HEADER = ["run", "dataset", "batch", "workers", "frames/s", "samples/s", "first 
           "loader ÷ decode alone", "loader ÷ NVDEC alone", "loader ÷ CPU all cores",
           "loader ÷ lerobot-style DataLoader", "batch mixing (vs DataLoader)", "peak RSS GB",
           "device / note"]
+# What each figure is, printed beside it (one phrase; benchmarks/README.md has every metric in full)
+MEANING = {
+    "dataset": "the path or Hub id given; `sample NAME`: bench's own sample",
+    "batch": "samples a batch",
+    "workers": "the loader's worker threads",
+    "frames/s": "camera frames delivered a second (samples x cameras x steps)",
+    "samples/s": "samples delivered a second over the measured window",
+    "first batch s": "seconds from iter() to the first batch",
+    "p95 ms": "95th percentile of the training loop's wait for a batch",
+    "loader ÷ decode alone": "frames/s over the decode limit (the same frames decoded with nothing else, warm): "
+                             "1 = as fast as decoding alone; a short --duration-s or few cores lowers it",
+    "loader ÷ NVDEC alone": "samples/s over NVDEC decoding the same samples alone (GPU runs only)",
+    "loader ÷ CPU all cores": "samples/s over the CPU route with a worker per core (--cpu-all-cores only)",
+    "loader ÷ lerobot-style DataLoader": "samples/s over a torch DataLoader reading as LeRobotDataset does, its best "
+                                         "worker count (its rate in brackets); above 1 = faster",
+    "batch mixing (vs DataLoader)": "how random batches are; in brackets a shuffled DataLoader's on the same "
+                                    "episodes",
+    "peak RSS GB": "peak resident memory of this process and its children",
+    "device / note": "where it ran",
+}
 
 
 def mixing_text(m: dict[str, Any] | None) -> str:
@@ -76,9 +106,11 @@ def mixing_text(m: dict[str, Any] | None) -> str:
     if not m:
         return "-"
     ours, theirs = m["loader"], m["shuffled_dataloader"]
-    return (f"distinct episodes ÷ batch {ours['distinct_frac']:.2f} ({theirs['distinct_frac']:.2f}), episodes per 100 "
-            f"batches {ours['touched_per_100']:.0f} ({theirs['touched_per_100']:.0f}), recent share "
-            f"{ours['recent_frac']:.2f} ({theirs['recent_frac']:.2f})")
+    return (f"distinct episodes ÷ batch {ours['distinct_frac']:.2f} ({theirs['distinct_frac']:.2f}; 1: each sample "
+            f"from another episode), episodes per 100 batches {ours['touched_per_100']:.0f} "
+            f"({theirs['touched_per_100']:.0f}), recent share {ours['recent_frac']:.2f} ({theirs['recent_frac']:.2f}; "
+            "a batch's episodes also drawn in the previous pool ÷ batch batches: near 1, the pool rotates the same "
+            "episodes)")
 
 
 def limit_text(ratio: float | None) -> str:
@@ -102,11 +134,16 @@ def print_table(results: list[dict[str, Any]], title: str = "dali-stream bench",
         table.add_row(*row)
     if Measurement.get(console, console.options.update_width(10**6), table).maximum <= console.width:
         console.print(table)
+        for name in HEADER[1:]:  # each column's meaning under the table
+            console.print(f"{name}: {MEANING[name]}", highlight=False)
         return
     for row in rows(results):
-        run = Table("metric", "value", title=f"{title}: {row[0]}")
+        run = Table(title=f"{title}: {row[0]}")
+        run.add_column("metric", no_wrap=True)
+        for column in ("value", "what it is"):  # a long path folds, never cut to an ellipsis
+            run.add_column(column, overflow="fold")
         for name, value in zip(HEADER[1:], row[1:]):
-            run.add_row(name, value)
+            run.add_row(name, value, MEANING[name])
         console.print(run)
 
 
@@ -122,8 +159,25 @@ def require_matplotlib() -> None:
                            f"({extra_line('bench')}), or leave out --png for the table alone") from None
 
 
+def has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _date(r: dict[str, Any]) -> str:
+    """The run's date, from its file's name (bench-YYYYMMDD-HHMMSS-...)."""
+    import re
+
+    m = re.search(r"bench-(\d{4})(\d{2})(\d{2})-", Path(str(r.get("_file") or r.get("file") or "")).name)
+    return "-".join(m.groups()) if m else time.strftime("%Y-%m-%d")
+
+
 def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
-    """Bar chart of frames/s per run (route and mode), with the seed targets as horizontal lines."""
+    """Bars per run (route and mode): the loader's samples/s beside the decode limit's and the lerobot-style
+    DataLoader's (its best worker count) on the same samples; titled with the datasets, modes and dates."""
     require_matplotlib()
     import matplotlib
 
@@ -131,22 +185,36 @@ def plot(results: list[dict[str, Any]], png: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     done = [r for r in results if not r.get("skipped") and not r.get("error")]
-    labels = [f"{label(r)}\n{Path(str(r['config']['dataset'])).name}".replace(" (", "\n(") for r in done]
-    values = [r["frames_per_s_node"] for r in done]
-    fig, ax = plt.subplots(figsize=(max(6, 2.4 * len(done)), 4.5))
-    bars = ax.bar(range(len(done)), values, color="#4c72b0")
-    ax.bar_label(bars, fmt="%.0f")
-    for target, style in zip(TARGETS_FRAMES_PER_S, ("--", ":")):
-        ax.axhline(target, linestyle=style, color="#c44e52", label=f"target {target} frames/s/node")
-    ax.set_xticks(range(len(done)), labels, fontsize=8)
-    ax.set_ylabel("decoded frames / s (node)")
-    devices = sorted({r.get("device", "?") for r in done})
-    ax.set_title("dali-stream bench: " + "; ".join(devices), fontsize=9)
-    ax.legend(fontsize=8)
+    kinds = [("loader", "#4c72b0"), ("decode limit (same frames decoded alone)", "#8c8c8c"),
+             ("lerobot-style DataLoader (best worker count)", "#dd8452")]
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(done) + 2), 4.2))
+    width = 0.27
+    for k, (name, colour) in enumerate(kinds):
+        values = []
+        for r in done:
+            base = max((b["samples_per_s"] for b in r.get("baseline", {}).get("runs", [])), default=None)
+            limit = r["samples_per_s"] / r["limit_ratio"] if r.get("limit_ratio") else None
+            values.append((r["samples_per_s"], limit, base)[k])
+        xs = [i + (k - 1) * width for i in range(len(done))]
+        bars = ax.bar(xs, [v or 0 for v in values], width, color=colour, label=name)
+        ax.bar_label(bars, labels=["not run" if v is None else f"{v:.0f}" for v in values], fontsize=7)
+    ticks = [f"{label(r)}\n{r['config'].get('image_dtype', '')} {r['config'].get('memory_format', '')}".replace(" (", "\n(")
+             for r in done]
+    ax.set_xticks(range(len(done)), ticks, fontsize=8)
+    ax.set_ylabel("samples / s (higher is faster)")
+    ax.set_xlabel("run: mode / decode (routes), batch dtype and layout")
+    datasets = sorted({dataset_text(r) for r in done})
+    modes = sorted({r["config"]["mode"] for r in done})
+    dates = sorted({_date(r) for r in done})
+    devices = sorted({str(r.get("device", "?")) for r in done})
+    ax.set_title(f"dali-stream bench: {', '.join(datasets)}; mode {', '.join(modes)}; {', '.join(dates)}\n"
+                 f"{'; '.join(devices)}", fontsize=9)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.margins(y=0.45)
     fig.tight_layout()
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=110)
+    fig.savefig(png, dpi=90)
     plt.close(fig)
     return png
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
+import time
 from pathlib import Path
 
 from .cli_common import BENCH_SETTINGS, write_with_progress
@@ -31,22 +33,63 @@ def _bench_configs(args: argparse.Namespace):
 
 
 def _time_plan(configs: list) -> str:
-    """What `bench` will measure and for about how long, said before it starts."""
+    """What `bench` will measure, phase by phase, said before it starts: the time of its windows; the whole run's is
+    estimated once the loader's warm-up has measured this node's decode cost (`bench_plan.estimate`)."""
     from .bench_baseline import window_s
 
     cfg = configs[0]
-    parts = [f"the loader for {cfg.duration_s:g} s (after {cfg.warmup_batches} warm-up batches)"]
-    total = cfg.duration_s
+    window = f"{cfg.num_batches} batches" if cfg.num_batches else f"{cfg.duration_s:g} s"
+    parts = [f"setup; the loader's warm-up ({cfg.warmup_batches} batches) and its window ({window})"]
+    floor = 0.0 if cfg.num_batches else cfg.duration_s
     if cfg.limit:
-        parts.append("the same samples decoded alone (the decode limit)")
-        total += cfg.duration_s
+        parts.append("the decode limit (the window's frames decoded again, alone)")
     if cfg.baseline:
         each = window_s(cfg)
-        parts.append(f"a lerobot-style DataLoader at {len(cfg.baseline_workers)} worker counts, {each:.3g} s each")
-        total += each * len(cfg.baseline_workers)
+        parts.append(f"a lerobot-style DataLoader at {len(cfg.baseline_workers)} worker counts ({each:.3g} s windows)")
+        floor += each * len(cfg.baseline_workers)
     skips = " (--no-limit / --no-baseline skip those)" if cfg.limit or cfg.baseline else ""
-    return (f"bench: {len(configs)} run(s), each measuring {'; then '.join(parts)}: about {total:.0f} s a run plus "
-            f"start-up{skips}")
+    return (f"bench: {len(configs)} run(s), each: {'; '.join(parts)}{skips}. The windows alone take {floor:.0f} s a "
+            "run; the whole run's time is estimated once the warm-up has measured this node's decode speed")
+
+
+def _estimate_text(name: str, est: dict) -> str:
+    """A run's estimate (`bench_plan.estimate`) in one line: the total, then each phase (done or to come)."""
+    parts = ", ".join(f"{phase} {seconds:.0f} s" for phase, seconds in est["phases"].items() if seconds >= 0.5)
+    if est["when"] == "warm-up":
+        return f"{name}: about {est['total_s']:.0f} s in all ({parts}; from the warm-up's decode cost)"
+    return f"{name}: about {est['total_s']:.0f} s in all, now that the window is measured ({parts})"
+
+
+class _RunBar:
+    """One run's row of the progress bar: the phase under way named, the bar moving with the seconds spent against
+    the run's estimate (its windows' time until the warm-up's estimate comes, `bench_plan.estimate`)."""
+
+    def __init__(self, bar, name: str, floor: float) -> None:
+        self.bar, self.name, self.total = bar, name, max(1.0, floor)
+        self.task = bar.add_task(f"{name}: setup", total=self.total)
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self.bar.update(self.task, completed=min(time.perf_counter() - self.t0, 0.99 * self.total))
+
+    def phase(self, name: str) -> None:
+        self.bar.update(self.task, description=f"{self.name}: {name}")
+
+    def estimate(self, est: dict) -> None:
+        self.total = max(1.0, est["total_s"])
+        self.bar.update(self.task, total=self.total)
+
+    def done(self) -> float:
+        """The run's seconds; the bar full."""
+        self._stop.set()
+        self._thread.join()
+        spent = time.perf_counter() - self.t0
+        self.bar.update(self.task, total=spent, completed=spent, description=f"{self.name}: done")
+        return spent
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -81,12 +124,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     configs = _bench_configs(args)
     node = Node.probe()
     console.print(_time_plan(configs))
+    from .bench_baseline import window_s
+
     results, failed = [], []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} runs"),
-                  TimeElapsedColumn(), console=console) as bar:
-        task = bar.add_task("bench", total=len(configs))
-        for cfg in configs:
-            bar.update(task, description=f"bench {cfg.mode}/{cfg.loader.decode}")
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:.0f}/{task.total:.0f} s estimated"), TimeElapsedColumn(),
+                  console=console) as bar:
+        for i, cfg in enumerate(configs):
+            name = f"bench {cfg.mode}/{cfg.loader.decode}" + (f" ({i + 1}/{len(configs)})" if len(configs) > 1 else "")
+            floor = (0 if cfg.num_batches else cfg.duration_s) + window_s(cfg) * len(cfg.baseline_workers) * cfg.baseline
+            run_bar = _RunBar(bar, name, floor)
+            estimates: list[dict] = []
+
+            def estimated(est: dict, name=name, run_bar=run_bar, estimates=estimates) -> None:
+                estimates.append(est)
+                run_bar.estimate(est)
+                console.print(_estimate_text(name, est))
             if cfg.loader.decode == "gpu" and node.gpus == 0:
                 why = f" ({node.gpu_problem})" if node.gpu_problem else ""
                 result = {"config": cfg.record(),
@@ -99,17 +152,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
                     rest = ["the members alone"]
                 # a mixture file: the mixture's rate against its members' own (`bench_mixture`)
                 runner = bench_mixture.run_mixture if is_mixture_file(cfg.dataset) else bench.run
-                result = runner(cfg, progress=lambda stage: bar.update(
-                    task, description=f"bench {cfg.mode}/{cfg.loader.decode}: {stage}"),
-                    measured=lambda got: console.print(
+                result = runner(cfg, progress=run_bar.phase, estimated=estimated, measured=lambda got: console.print(
                         f"bench {cfg.mode}/{cfg.loader.decode}: loader {got['samples_per_s']:.1f} samples/s "
                         f"({got['frames_per_s_node']:.0f} frames/s)"
                         + (f"; now {' and '.join(rest)} for the ratios" if rest else "")))
                 if result.get("error"):
                     failed.append(f"bench delivered 0 samples: {result['error']}")
+            spent = run_bar.done()
+            if estimates:
+                result["estimates"] = [{k: e[k] for k in ("when", "total_s", "phases")} for e in estimates]
+                console.print(f"{name} took {spent:.0f} s (estimated {estimates[0]['total_s']:.0f} s as its window "
+                              f"opened, {estimates[-1]['total_s']:.0f} s once it closed)")
+            else:
+                console.print(f"{name} took {spent:.0f} s")
             result["file"] = str(bench_report.write(result, args.out_dir))
             results.append(result)
-            bar.advance(task)
+            if bench_report.has_matplotlib() and not result.get("skipped") and not result.get("error"):
+                png = bench_report.plot([result], Path(result["file"]).with_suffix(".png"))
+                console.print(f"wrote its chart {png.resolve()} (the loader, the decode limit and the baseline)")
     bench_report.print_table(results)
     if own_dataset_hint:
         console.print("bench your own dataset: dali-stream bench PATH_OR_HUB_ID (a LeRobot v3 root, hf://, s3://, or "
