@@ -36,12 +36,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..meta.dataset import EPISODES_GLOB
 from .transcode_video import DEFAULT_QUALITY, ENCODERS, Unit, die_with_parent, transcode_unit
 
 MANIFEST = ".transcode.json"  # in DST: what it is a transcode of, and the units done
 REPORT = "transcode_report.json"
 NVDEC_CODECS = ("h264", "hevc")  # what every NVDEC since Maxwell decodes (AV1 only from Ampere's consumer parts on)
-DEFAULT_GOP = 8
+DEFAULT_GOP = 2  # lerobot's own recorder's: random access decodes at most 2 frames (docs/transcode.md)
 DEFAULT_FLOOR_DB = 40.0
 SIZE_RATIO = 4.0  # a transcoded camera's bytes at most this many times its source's, for the free-space check
 
@@ -112,8 +113,8 @@ def choose_encoder(codec: str, wanted: str) -> str:
         return cpu
 
 
-def plan(meta: Any, dest: Path, args: argparse.Namespace) -> tuple[list[Unit], list[str], list[str]]:
-    """(camera files to transcode, files to copy as they are (paths under the source root), cameras transcoded)."""
+def plan(meta: Any, dest: Path, args: argparse.Namespace) -> tuple[list[Unit], list[tuple[Any, str, str]], list[str]]:
+    """(camera files to transcode, files to copy as they are (`dataset_files`), cameras transcoded)."""
     cameras = [k for k in meta.video_keys if meta.cameras[k].depth is None]
     if args.cameras:
         wanted = [c.strip() for c in args.cameras.split(",") if c.strip()]
@@ -138,12 +139,24 @@ def plan(meta: Any, dest: Path, args: argparse.Namespace) -> tuple[list[Unit], l
                                                                float(cam.to_timestamp[pos]))
             frames = (unit.frames if unit else 0) + int(meta.lengths[pos])
             units[rel] = Unit(key, source, str(dest / rel), spans, frames)
-    skipped = {posixpath.relpath(u.source, meta.data_root) for u in units.values()}
-    root = meta.data_root.rstrip("/")
-    files = sorted(posixpath.relpath(p, root) for p in meta.data_fs.find(root) if not p.endswith(".partial"))
-    copies = [f for f in files if f not in skipped and f != "meta/info.json" and not f.startswith(".")
-              and f != REPORT]
-    return list(units.values()), copies, cameras
+    return list(units.values()), dataset_files(meta, cameras), cameras
+
+
+def dataset_files(meta: Any, transcoded: list[str]) -> list[tuple[Any, str, str]]:
+    """(file system, path, path under DST) of each file the dataset is made of but meta/info.json and the transcoded
+    cameras' videos: meta/ (stats, tasks, the episodes tables), the README (a Hub dataset's card), data/ and the
+    other cameras' videos as the episodes table names them."""
+    out = []
+    for rel in ("meta/stats.json", "meta/tasks.parquet", "README.md"):
+        path = posixpath.join(meta.root, rel)
+        if meta.fs.exists(path):
+            out.append((meta.fs, path, rel))
+    for path in sorted(meta.fs.glob(posixpath.join(meta.root, EPISODES_GLOB))):
+        out.append((meta.fs, path, posixpath.relpath(path, meta.root)))
+    named = {meta.data_file(p) for p in range(meta.num_episodes)}
+    named |= {meta.video_file(p, k) for k in meta.video_keys if k not in transcoded for p in range(meta.num_episodes)}
+    out += [(meta.data_fs, path, posixpath.relpath(path, meta.data_root)) for path in sorted(named)]
+    return out
 
 
 def identity(meta: Any, args: argparse.Namespace, cameras: list[str]) -> dict:
@@ -190,12 +203,11 @@ def copy(fs: Any, source: str, target: Path) -> None:
     os.replace(partial, target)
 
 
-def check_space(meta: Any, dest: Path, units: list[Unit], copies: list[str]) -> None:
+def check_space(meta: Any, dest: Path, units: list[Unit], copies: list[tuple[Any, str, str]]) -> None:
     """Refuse before any work where DST's drive cannot hold the copies and the new cameras (at most SIZE_RATIO
     times their source's bytes)."""
-    fs, root = meta.data_fs, meta.data_root
-    need = sum(fs.size(posixpath.join(root, c)) for c in copies if not (dest / c).exists())
-    need += int(SIZE_RATIO * sum(fs.size(u.source) for u in units if not Path(u.target).exists()))
+    need = sum(fs.size(path) for fs, path, rel in copies if not (dest / rel).exists())
+    need += int(SIZE_RATIO * sum(meta.data_fs.size(u.source) for u in units if not Path(u.target).exists()))
     free = shutil.disk_usage(dest).free
     if need > free:
         raise ConfigError(f"{dest}: {free / 2**30:.1f} GiB free, and this transcode may write up to "
@@ -248,9 +260,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"(GOP {args.gop}, quality {args.quality}): {len(todo)} of {len(units)} files left, "
                   f"{workers} at once")
     t0 = time.perf_counter()
-    for rel in copies:  # tables and metadata first: small, byte for byte
+    for fs, path, rel in copies:  # tables and metadata first: byte for byte
         if not (dest / rel).exists():
-            copy(meta.data_fs, posixpath.join(meta.data_root, rel), dest / rel)
+            copy(fs, path, dest / rel)
     columns = (TextColumn("[bold]transcoding"), BarColumn(), MofNCompleteColumn(), TextColumn("frames"),
                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[now]}"))
     for stale in dest.rglob("*.partial"):  # a killed run's (its processes ended with it)
@@ -259,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             ProcessPoolExecutor(workers, initializer=die_with_parent) as pool:
         task = bar.add_task("frames", total=sum(u.frames for u in todo), now="")
         threads = max(1, (os.cpu_count() or 1) // workers)
-        futures = {pool.submit(transcode_unit, meta.data_fs, u, args.codec, encoder, args.gop, args.quality, threads): u
+        futures = {pool.submit(transcode_unit, args.source, u, args.codec, encoder, args.gop, args.quality, threads): u
                    for u in todo}
         for fut in as_completed(futures):
             unit = futures[fut]

@@ -13,6 +13,7 @@ RGB pixels against the source's (8-bit, over the three channels), summed per epi
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -60,12 +61,24 @@ def _frames(container) -> Iterator[Any]:
         yield frame
 
 
-def transcode_unit(fs: Any, unit: Unit, codec: str, encoder: str, gop: int, quality: int, threads: int = 1) -> dict:
-    """Write `unit.target` (through `<target>.partial`, renamed once checked) and return its report: frames,
-    bytes, PSNR mean and worst per episode and over the file. Raises ValueError where a frame has no time or the new
-    file does not hold the source's frames at their times."""
+@functools.lru_cache(maxsize=4)
+def data_fs(dataset: str) -> Any:
+    """The file system `dataset`'s data/ and videos/ are read through, opened once a process (a remote one holds
+    locks and sessions: it does not travel to the encoding processes)."""
+    from dali_stream import open_meta
+
+    return open_meta(dataset).data_fs
+
+
+def transcode_unit(dataset: str, unit: Unit, codec: str, encoder: str, gop: int, quality: int,
+                   threads: int = 1) -> dict:
+    """Write `unit.target` (through a partial name, renamed once checked) and return its report: frames, bytes,
+    PSNR mean and worst per episode and over the file. `dataset`: the source as the command was given it (its files
+    are read through `data_fs`). Raises ValueError where a frame has no time or the new file does not hold the
+    source's frames at their times."""
     import av
 
+    fs = data_fs(dataset)
     partial = f"{unit.target}.{os.getpid()}.partial"  # this process's alone, whoever else writes the unit
     os.makedirs(os.path.dirname(unit.target), exist_ok=True)
     with fs.open(unit.source, "rb") as raw, av.open(raw) as src:
