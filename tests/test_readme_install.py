@@ -77,7 +77,7 @@ def test_the_readmes_blocks_run_after_its_install_line(fresh, tmp_path):
     bin_dir, env = fresh
     for name in FRESH_SECTIONS:  # tests/test_docs.py runs the README's other blocks
         run_blocks(section(name), tmp_path, bin_dir, env)
-    assert (tmp_path / "ckpt").is_dir() and (tmp_path / ".demo" / "mixture").is_dir()
+    assert (tmp_path / ".demo" / "ckpt").is_dir() and (tmp_path / ".demo" / "mixture").is_dir()
     where = subprocess.run([str(bin_dir / "python"), "-c", "import dali_stream, torch, torchcodec; "
                             "print(dali_stream.__file__, torch.__version__, torchcodec.__version__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -44,6 +44,7 @@ class _Episode(Fetch):
     long: set = field(default_factory=set)  # cameras whose episode is read in pieces (`segment_for`), not whole
     nbytes: int = 0
     reserved: int = 0  # bytes of its rows the image spill let it hold in memory, counted until `nbytes` is
+    spilled: bool = False  # its images went to the drive (`fetch.image_spill`): it holds the other columns alone
     refs: int = 0
 
 
@@ -348,6 +349,7 @@ class EpisodeStore:
                 self._reserved += nbytes
                 entry.reserved = nbytes
                 return rows
+        entry.spilled = True
         return self.spill.rows(rows, self.catalog.locate(pos)[0].meta.image_keys, self.catalog.describe(pos))
 
     def _work(self, pos: int, entry: _Episode, camera: str | None) -> None:
@@ -431,7 +433,10 @@ class EpisodeStore:
                 self.stats.evictions += 1
                 if self.bytes <= self.capacity_bytes:
                     return
-        if not self._warned:
+        # Past the bound by the episodes whose images went to the drive alone, nothing is to be done: they hold the
+        # columns besides the images, which the batches in flight read (cache_bytes bounds what can go to the drive)
+        spilled = sum(e.nbytes for e in self._entries.values() if e.spilled)
+        if not self._warned and self.bytes - spilled > self.capacity_bytes:
             self._warned = True
             pinned = [(pos, e) for pos, e in self._entries.items() if e.refs > 0]
             warnings.warn(

@@ -64,7 +64,7 @@ def _frames(container) -> Iterator[Any]:
 @functools.lru_cache(maxsize=4)
 def data_fs(dataset: str) -> Any:
     """The file system `dataset`'s data/ and videos/ are read through, opened once a process (a remote one holds
-    locks and sessions: it does not travel to the encoding processes)."""
+    locks and connections: it does not travel to the encoding processes)."""
     from dali_stream import open_meta
 
     return open_meta(dataset).data_fs
