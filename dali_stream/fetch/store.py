@@ -4,15 +4,12 @@ A camera whose episode would take more than `segment_bytes_limit` (an hour-long 
 sample asks `segment_for` and gets a piece cut for its frames alone (`fetch.pieces`, cut ahead on threads of their
 own). The threads that close a collected loader's stages are `fetch.closer`'s.
 
-An episode is fetched whole (its rows, and a segment per camera, in parallel) by the first of: the
-background fetch threads after `pin` (the loader pins an episode when the plan admits it to the pool, so
-it arrives before its first batch), or a batch builder that needs it and finds it missing (counted in
-`demand_fetches`). Others wait for that fetch. The fetch's parts, threads and claims are `fetch.episode_fetch`'s;
-what each part reads, and what its end counts, are here. Entries are bounded in bytes (`capacity_bytes`, compressed segments plus table rows) and
-refcounted: `unpin` (the plan retired the episode and every batch drawing it was built) makes an entry
-evictable, least recently used first, or drops it at once where a pool's epoch does not fit the capacity
-(`epoch_episodes`: it would be evicted unused before the next epoch came back to it). Pinned entries are never evicted; when they alone exceed the
-capacity a warning names the sizes and the fix.
+An episode is fetched whole (rows, and a segment per camera, in parallel) by the background fetch threads after
+`pin` (when the plan admits it), or by a builder that finds it missing (`demand_fetches`); others wait for that
+fetch (its parts, threads and claims: `fetch.episode_fetch`). Entries are bounded in bytes (`capacity_bytes`,
+segments plus rows) and refcounted: `unpin` (retired, every batch drawing it built) makes an entry evictable, least
+recently used first, or drops it where a pool's epoch does not fit (`epoch_episodes`). Pinned entries are never
+evicted; past the capacity (episodes whose images went to the drive aside) a warning names the sizes and the fix.
 """
 
 from __future__ import annotations
@@ -433,9 +430,7 @@ class EpisodeStore:
                 self.stats.evictions += 1
                 if self.bytes <= self.capacity_bytes:
                     return
-        # Past the bound by the episodes whose images went to the drive alone, nothing is to be done: they hold the
-        # columns besides the images, which the batches in flight read (cache_bytes bounds what can go to the drive)
-        spilled = sum(e.nbytes for e in self._entries.values() if e.spilled)
+        spilled = sum(e.nbytes for e in self._entries.values() if e.spilled)  # their other columns: nothing to move
         if not self._warned and self.bytes - spilled > self.capacity_bytes:
             self._warned = True
             pinned = [(pos, e) for pos, e in self._entries.items() if e.refs > 0]
