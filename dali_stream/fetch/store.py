@@ -430,8 +430,8 @@ class EpisodeStore:
                 self.stats.evictions += 1
                 if self.bytes <= self.capacity_bytes:
                     return
-        spilled = sum(e.nbytes for e in self._entries.values() if e.spilled)  # their other columns: nothing to move
-        if not self._warned and self.bytes - spilled > self.capacity_bytes:
+        if not self._warned and self.bytes - sum(  # the images on the drive: their episodes' other columns stay
+                e.nbytes for e in self._entries.values() if e.spilled) > self.capacity_bytes:
             self._warned = True
             pinned = [(pos, e) for pos, e in self._entries.items() if e.refs > 0]
             warnings.warn(

@@ -50,7 +50,7 @@ class Samples:
         self._builds = 0  # batches of picked samples built by `_reader`
 
     def __len__(self) -> int:
-        return int(self._owner.stages.catalog.lengths.sum())
+        return self._owner.num_frames
 
     # what lerobot's LeRobotDataset offers beside dataset[i]: its metadata, frames, episodes and fps
     @property

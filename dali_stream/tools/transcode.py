@@ -14,7 +14,7 @@ Quality: per camera the PSNR of the new frames against the source's decoded fram
 `--psnr-floor` (40 dB by default: a re-encode at that level differs from its source by less than the source's own
 compression error does) fails the run, naming the camera and the episode.
 
-Safe to stop: every file is written under a `.partial` name and renamed once complete (checked, for the videos), and
+Safe to stop: every file is written under a `.partial` name of its writing process's and renamed once complete (checked, for the videos), and
 `meta/info.json` comes last, so a DST never holds a partial file under a final name and a DST with info.json is
 whole. The same command again continues where a run stopped (`.transcode.json` in DST says what it is a transcode
 of: another SRC or other settings are refused, as is a folder that holds something else).
@@ -33,11 +33,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 from ..errors import ConfigError
 from ..meta.dataset import EPISODES_GLOB
-from .transcode_video import DEFAULT_QUALITY, ENCODERS, Unit, die_with_parent, transcode_unit
+from .transcode_video import DEFAULT_QUALITY, ENCODERS, Unit, die_with_parent, partial_name, transcode_unit
 
 MANIFEST = ".transcode.json"  # in DST: what it is a transcode of, and the units done
 REPORT = "transcode_report.json"
@@ -188,19 +188,22 @@ def open_dest(dest: Path, wanted: dict) -> dict:
     return have
 
 
+def land(target: Path, write: Callable[[BinaryIO], object]) -> None:
+    """`target` written by `write(file)` under its partial name (`partial_name`), then renamed into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = partial_name(target)
+    with open(partial, "wb") as out:
+        write(out)
+    os.replace(partial, target)
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    land(path, lambda out: out.write(data))
 
 
 def copy(fs: Any, source: str, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    with fs.open(source, "rb") as src, open(partial, "wb") as out:
-        shutil.copyfileobj(src, out, 1 << 20)
-    os.replace(partial, target)
+    with fs.open(source, "rb") as src:
+        land(target, lambda out: shutil.copyfileobj(src, out, 1 << 20))
 
 
 def check_space(meta: Any, dest: Path, units: list[Unit], copies: list[tuple[Any, str, str]]) -> None:

@@ -61,6 +61,11 @@ def _frames(container) -> Iterator[Any]:
         yield frame
 
 
+def partial_name(target: Any) -> str:
+    """Where `target` is written until it is complete: a name of the writing process's own, whoever else writes it."""
+    return f"{target}.{os.getpid()}.partial"
+
+
 @functools.lru_cache(maxsize=4)
 def data_fs(dataset: str) -> Any:
     """The file system `dataset`'s data/ and videos/ are read through, opened once a process (a remote one holds
@@ -79,7 +84,7 @@ def transcode_unit(dataset: str, unit: Unit, codec: str, encoder: str, gop: int,
     import av
 
     fs = data_fs(dataset)
-    partial = f"{unit.target}.{os.getpid()}.partial"  # this process's alone, whoever else writes the unit
+    partial = partial_name(unit.target)
     os.makedirs(os.path.dirname(unit.target), exist_ok=True)
     with fs.open(unit.source, "rb") as raw, av.open(raw) as src:
         stream_in = src.streams.video[0]
