@@ -42,12 +42,13 @@ def _pipeline(feed, batch: int):
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
+    from dali_stream.decode.route import DALI_CPU
     from dali_stream.graph.pipeline import video_decoder
 
     pipe = Pipeline(batch_size=batch, num_threads=2, device_id=None, prefetch_queue_depth=1)
     with pipe:
         enc, idx = fn.external_source(source=feed, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
-        pipe.set_outputs(video_decoder(enc, idx, "dali-cpu"))
+        pipe.set_outputs(video_decoder(enc, idx, DALI_CPU))
     pipe.build()
     return pipe
 

@@ -103,10 +103,10 @@ def timed_runs(inputs, batch: int, threads: int, decode: bool = True) -> dict[st
 
 def open_engine_ms(loader, key: str, pictures: int, count: int) -> float | None:
     """Milliseconds per picture through the open-decoder engine, one thread, decoders kept open."""
-    from dali_stream.decode.engine import make_engine
+    from dali_stream.decode.route import CPU_OPEN, NVDEC_OPEN
 
-    route = "cpu-open" if DEV == "cpu" else "nvdec-open"
-    engine = make_engine(route, 1, None if DEV == "cpu" else 0, {})
+    route = CPU_OPEN if DEV == "cpu" else NVDEC_OPEN
+    engine = route.make_engine(1, None if DEV == "cpu" else 0, {})
     rng = np.random.default_rng(1)
     segs = [loader.stages.store.segment(p, key) for p in range(len(loader.meta.lengths))]
     parts = []

@@ -218,7 +218,6 @@ def one_run(root: Path, mode: str, decode: Any, processes: int | None, cpu_route
             gpu: bool) -> dict[str, Any]:
     """One loader on dataset `root`: built, warmed, measured over `window_s`, checked, closed."""
     from dali_stream.decode.node import rank_cores
-    from dali_stream.decode.route import route
     from dali_stream.loader import StreamLoader
     from dali_stream.meta.dataset import DatasetMeta
 
@@ -235,11 +234,11 @@ def one_run(root: Path, mode: str, decode: Any, processes: int | None, cpu_route
     loader = StreamLoader(str(root), **settings)
     out: dict[str, Any] = {"setup_s": time.perf_counter() - t0}
     try:
-        engines = sorted({r for r in loader.routes.values() if route(r).engine})
+        engines = sorted({r for r in loader.decode_routes.values() if r.engine}, key=lambda r: r.name)
         out.update(routes=dict(loader.routes), num_workers=loader.resolved.num_workers,
                    engine_processes=dict(loader.resolved.engine_processes),
                    engine_threads=dict(loader.resolved.engine_threads),
-                   default_processes={r: route(r).processes(loader.resolved.nvdec_engines, rank_cores())
+                   default_processes={r.name: r.processes(loader.resolved.nvdec_engines, rank_cores())
                                       for r in engines},
                    codecs={k: c.codec for k, c in meta.cameras.items()},
                    frame_size={k: [int(c.height), int(c.width)] for k, c in meta.cameras.items()},

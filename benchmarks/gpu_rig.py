@@ -47,14 +47,14 @@ class Rig:
         from dali_stream.config import LoaderConfig
         from dali_stream.decode.colour import Colour
         from dali_stream.decode.cpu import DecoderCache
-        from dali_stream.decode.engine import make_engine
+        from dali_stream.decode.route import route_named
         from dali_stream.fetch.store import EpisodeStore
         from dali_stream.graph.batches import BatchBuilder, BuildSpec
         from dali_stream.graph.engine_frames import EngineFrames
         from dali_stream.graph.sources import EngineSource
         from dali_stream.loader.source_setup import open_source, windows
 
-        self.root, self.route, self.steps = root, route, steps
+        self.root, self.route, self.steps = root, route_named(route), steps
         _, meta = open_source(str(root), LoaderConfig())
         self.cameras = list(meta.video_keys)
         fps = meta.fps
@@ -74,9 +74,9 @@ class Rig:
                     rel = os.path.relpath(path, str(root))
                     if rel in known:
                         colours[path] = Colour(int(known[rel]["matrix"]), bool(known[rel]["full_range"]))
-        self.engine = make_engine(route, threads, device_index, sizes, colours)
-        pictures = EngineFrames(self.catalog, {route: self.engine}, {}, None, lambda key, steps: None)
-        self.builder = BatchBuilder(self.catalog, self.store, {k: EngineSource(k, route, pictures) for k in self.cameras},
+        self.engine = self.route.make_engine(threads, device_index, sizes, colours)
+        pictures = EngineFrames(self.catalog, {self.route: self.engine}, {}, None, lambda key, steps: None)
+        self.builder = BatchBuilder(self.catalog, self.store, {k: EngineSource(k, self.route, pictures) for k in self.cameras},
                                     BuildSpec(self.deltas, cfg.tolerance_s))
         # builder-thread seconds: episodes' rows and segments from the fetch stage, the engine's decode call, the
         # painted-id check (the engine's own phases: `OpenDecoders.seconds`)

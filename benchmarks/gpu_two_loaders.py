@@ -17,6 +17,7 @@ import numpy as np
 from _common import gpu_test_dataset
 
 from dali_stream import StreamLoader
+from dali_stream.decode.route import DALI_CPU, NVDEC
 from dali_stream.graph.pipeline import decode_once
 from dali_stream.tools.paint import UnreadableIds, read_ids
 
@@ -55,7 +56,7 @@ def redecode(loader, prepared):
     print("  batch", prepared.plan.index, "episodes", prepared.plan.episodes.tolist(), "frames",
           prepared.plan.frames.tolist(), "clip bytes", [len(e) for e in enc], "indices", [f.tolist() for f in fr])
     for k in range(len(enc)):
-        one = decode_once(enc[k].tobytes(), fr[k].tolist(), "dali-cpu" if LOCAL else "nvdec")
+        one = decode_once(enc[k].tobytes(), fr[k].tolist(), DALI_CPU if LOCAL else NVDEC)
         print("   sample", k, "alone ->", [ids(im) for im in one], flush=True)
     pipe = Pipeline(batch_size=len(enc), num_threads=7, device_id=None if LOCAL else 0, prefetch_queue_depth=1)
     with pipe:

@@ -23,6 +23,7 @@ from nvidia.dali.pipeline import Pipeline
 from dali_stream import StreamLoader
 from dali_stream.graph.clips import dali_input
 from dali_stream.graph.joined import group_sizes, join_group
+from dali_stream.decode.route import DALI_CPU, NVDEC
 from dali_stream.graph.pipeline import video_decoder
 from dali_stream.tools.paint import read_ids
 
@@ -59,7 +60,7 @@ def pipeline(batch_size: int, threads: int, feed):
     with pipe:
         enc, frames, order = fn.external_source(source=feed, num_outputs=3, batch=True,
                                                 dtype=[types.UINT8, types.INT32, types.INT32])
-        video = video_decoder(enc, frames, "nvdec" if DEV != "cpu" else "dali-cpu")
+        video = video_decoder(enc, frames, NVDEC if DEV != "cpu" else DALI_CPU)
         pipe.set_outputs(fn.sequence_rearrange(video, new_order=order))
     pipe.build()
     return pipe

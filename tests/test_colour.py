@@ -132,11 +132,12 @@ DALI_CPU = ("DALI 2.4's CPU decoder interpolates chroma across colour edges (up 
 def test_dalis_cpu_decoder_gives_ffmpegs_colours(clips, tagging):
     """The dali-cpu route (VP9 only: DALI's CPU decoder has no other codec of these). Known to differ (`DALI_CPU`):
     strict xfail, so a DALI that converts as FFmpeg does turns this red and the mark goes."""
+    from dali_stream.decode.route import DALI_CPU
     from dali_stream.graph.pipeline import decode_once
 
     path = clips[("vp9", tagging)]
     want = ffmpeg_rgb(path)
-    got = decode_once(path.read_bytes(), list(range(len(want))), "dali-cpu")
+    got = decode_once(path.read_bytes(), list(range(len(want))), DALI_CPU)
     assert _far(got, want) <= TOLERANCE
 
 

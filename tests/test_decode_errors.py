@@ -9,6 +9,7 @@ import pytest
 from dali_stream import DecodeError, DeviceError, StreamLoader
 from dali_stream.decode.errors import classify, explain_device
 from dali_stream.decode.node import Node, NodeFacts
+from dali_stream.decode.route import NVDEC
 from dali_stream.graph.pipeline import build_pipeline
 
 TOP, FRONT = "observation.images.top", "observation.images.front"
@@ -109,7 +110,7 @@ def test_out_of_range_index_in_a_joined_stream_names_its_episodes(small_dataset)
 def test_nvdec_refusal_names_the_camera_whose_stream_is_too_small(small_dataset):
     """A VP9 camera of 128x96 on the NVDEC route (info.json claimed a larger size): the too-small message
     names that camera, its real size and the way out."""
-    loader, builder, prepared = _prepared(small_dataset, {TOP: "nvdec"})
+    loader, builder, prepared = _prepared(small_dataset, {TOP: NVDEC})
     exc = RuntimeError(WRAP.format(MESSAGES["too-small"]))
     err = builder.explain_dali_failure([prepared], exc, H100)
     assert isinstance(err, DeviceError)
@@ -123,7 +124,7 @@ def test_nvdec_refusal_names_the_camera_whose_stream_is_too_small(small_dataset)
     ("out-of-memory", ["NVIDIA H100 80GB HBM3 ran out of memory", "lower batch_size", "nvidia-smi"]),
 ])
 def test_device_failures_say_what_to_change(small_dataset, kind, words):
-    loader, builder, prepared = _prepared(small_dataset, {TOP: "nvdec"})
+    loader, builder, prepared = _prepared(small_dataset, {TOP: NVDEC})
     err = builder.explain_dali_failure([prepared], RuntimeError(WRAP.format(MESSAGES[kind])), H100)
     assert isinstance(err, DeviceError)
     for w in words:

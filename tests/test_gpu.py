@@ -533,6 +533,7 @@ def colour_clips(tmp_path_factory):
 
 def test_colour_on_dalis_nvdec(colour_clips):
     """DALI's mixed decoder (route nvdec) against FFmpeg: at most 2 levels on every clip."""
+    from dali_stream.decode.route import NVDEC
     from dali_stream.graph.pipeline import decode_once
     from dali_stream.tools.colour_bars import ffmpeg_rgb
 
@@ -541,20 +542,20 @@ def test_colour_on_dalis_nvdec(colour_clips):
     far = {}
     for name, path in colour_clips.items():
         want = ffmpeg_rgb(path)
-        far[name] = _far(decode_once(path.read_bytes(), list(range(len(want))), "nvdec"), want)
+        far[name] = _far(decode_once(path.read_bytes(), list(range(len(want))), NVDEC), want)
     assert max(far.values()) <= 2, far
 
 
 @pytest.mark.child  # PyNvVideoCodec ends the process on a failed driver call: tests/child.py
 def test_colour_on_the_open_engine(colour_clips):
     """nvdec-open (NV12 out of NVDEC, converted by decode.colour) against FFmpeg: at most 2 levels on every clip."""
-    from dali_stream.decode.engine import make_engine
+    from dali_stream.decode.route import NVDEC_OPEN
     from dali_stream.tools.colour_bars import ffmpeg_rgb
 
     from .test_colour import _far, _segment
 
     _open_engine_or_skip()
-    engine = make_engine("nvdec-open", 1, 0, {"bars": (192, 256)})
+    engine = NVDEC_OPEN.make_engine(1, 0, {"bars": (192, 256)})
     far = {}
     try:
         for name, path in colour_clips.items():

@@ -92,10 +92,11 @@ def _packet_bytes(seg):
 
 @pytest.mark.parametrize("members", [9, 3])
 def test_joined_vp9_streams_show_the_planned_frames_through_dalis_cpu_decoder(dataset, members):
+    from dali_stream.decode.route import DALI_CPU
     from dali_stream.graph.pipeline import decode_once
 
     for segs, idx, want in planned_batches(dataset, "observation.images.top", True):
-        got = joined_ids(segs, idx, members, lambda data, frames: decode_once(data, frames, "dali-cpu"))
+        got = joined_ids(segs, idx, members, lambda data, frames: decode_once(data, frames, DALI_CPU))
         assert got == want
 
 

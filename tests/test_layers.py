@@ -251,9 +251,9 @@ def test_the_loaders_insides_are_read_through_its_stages():
 
 def test_the_batch_builder_loops_over_its_cameras_sources():
     """Each camera's frames come from one `graph.sources.FrameSource` (DALI's decoder in the graph, an open-decoder
-    engine, the workers' decoders, host frames), chosen from its route in one place (`loader.assemble.
-    camera_sources`): `BatchBuilder` takes at most 6 parameters and its `build()` asks every source the same way,
-    never which route or kind of source a camera has."""
+    engine, the workers' decoders, host frames), which its route picks (`decode.route.Route.frame_source`, made by
+    `graph.source_kit.SourceKit`): `BatchBuilder` takes at most 6 parameters and asks every source the same way,
+    never which route or kind of source a camera has, nor the decoded-frame cache (behind the sources it keeps)."""
     import inspect
     import re
 
@@ -264,5 +264,75 @@ def test_the_batch_builder_loops_over_its_cameras_sources():
     assert len(params) <= 6, params
     build = inspect.getsource(BatchBuilder.build)
     assert "frames_for(" in build
-    assert not re.search(r"route_of|\.torchcodec\b|\.engine\b.*:|isinstance\(", build), build
+    assert not re.search(r"route_of|\.torchcodec\b|\.engine\b.*:|isinstance\(|frames\.look", build), build
     assert "route_of" not in inspect.getsource(batches)
+    assert "isinstance(" not in inspect.getsource(BatchBuilder)
+
+
+# Where a route may be found by its name: a name read back from a report (diagnose's per-member routes) and the
+# registry's own module. Everywhere else a route travels as the `Route` object the settings' edge chose.
+NAMED_AT_THE_EDGE = {"decode/route.py", "tools/diagnose_dataset.py"}
+
+
+def test_routes_travel_as_objects():
+    """No route is looked up by name past the settings' edge (`route_named`, `ROUTES[...]`), and no property is named
+    as a string (`keys_where(routes, "in_dali")`, `getattr(route, "...")`): code holds the `Route` and asks it."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Call, ast.Subscript)):
+                continue
+            what = node.func if isinstance(node, ast.Call) else node.value
+            name = what.attr if isinstance(what, ast.Attribute) else what.id if isinstance(what, ast.Name) else ""
+            if name in ("route_named", "ROUTES") and rel not in NAMED_AT_THE_EDGE:
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+            if isinstance(node, ast.Call) and name in ("keys_where", "any_where") and any(
+                    isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "routes looked up by name, or properties named as strings:\n" + "\n".join(found)
+
+
+def test_a_new_engine_route_is_a_class_and_a_registration(tmp_path):
+    """Adding an engine route: a subclass of `EngineRoute` saying which packet decoder it opens, registered. Its
+    engine (threads, or decode processes) and its frame source come from the base class; a second route of one name
+    is refused. Run in a child so the registry of this process stays the package's."""
+    import subprocess
+    import sys
+
+    code = """
+from dataclasses import dataclass
+from dali_stream.decode.route import ROUTES, CpuOpenRoute, EngineRoute, register
+from dali_stream.decode.packet_decoders import AvPacketDecoder
+
+OPENED = []
+
+@dataclass(frozen=True, eq=False)
+class Counted(EngineRoute):
+    def packet_decoder(self, codec, camera, device_index, sizes, colours):
+        OPENED.append((codec, camera))
+        return AvPacketDecoder(codec)
+
+route = register(Counted("cpu-counted", "cpu", "engine", "av", "cpu-open", "FFmpeg's decoders, counted"))
+assert ROUTES["cpu-counted"] is route and route.engine and route.cached
+engine = route.make_engine(2, None, {})
+dec = engine.make("h264", "front")
+assert OPENED == [("h264", "front")] and type(dec).__name__ == "AvPacketDecoder"
+engine.close()
+
+class Kit:  # what `graph.source_kit.SourceKit` offers a route: the engine's source
+    def engine(self, key, route):
+        return ("engine", key, route.name)
+assert route.frame_source("front", Kit()) == ("engine", "front", "cpu-counted")
+try:
+    register(CpuOpenRoute("cpu-counted", "cpu", "engine", "av", "cpu-open", "again"))
+except ValueError as exc:
+    assert "registered twice" in str(exc)
+else:
+    raise AssertionError("a second route of one name was taken")
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={**__import__("os").environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

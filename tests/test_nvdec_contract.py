@@ -15,8 +15,8 @@ import torch
 
 from dali_stream import DecodeError, StreamLoader
 from dali_stream.decode import packet_decoders
-from dali_stream.decode.engine import make_engine
 from dali_stream.decode.feed import build_feed
+from dali_stream.decode.route import CPU_OPEN, NVDEC_OPEN, route_named
 from dali_stream.tools.paint import read_ids
 
 from . import fake_nvc
@@ -62,8 +62,8 @@ def test_the_packet_feed_reaches_the_decoder_as_built(four_codec_dataset, nvdec,
         size = (loader.meta.cameras[key].height, loader.meta.cameras[key].width)
         parts = _parts(loader, key)
         segs, idx = [p[0] for p in parts], [p[1] for p in parts]
-        engine = make_engine("nvdec-open", 1, 0, {key: size})
-        reference = make_engine("cpu-open", 1, None, {key: size})
+        engine = NVDEC_OPEN.make_engine(1, 0, {key: size})
+        reference = CPU_OPEN.make_engine(1, None, {key: size})
         try:
             got, _ = engine.decode(key, segs, idx)
             want, _ = reference.decode(key, segs, idx)
@@ -100,7 +100,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec, mon
     files = set()
     with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
         sizes = {k: (loader.meta.cameras[k].height, loader.meta.cameras[k].width) for k in keys}
-        engine = make_engine("nvdec-open", 2, 0, sizes)
+        engine = NVDEC_OPEN.make_engine(2, 0, sizes)
         try:
             for _ in range(3):
                 for key in keys:
@@ -124,7 +124,7 @@ def test_a_segment_of_another_size_is_refused_not_rescaled(four_codec_dataset, n
     with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
         h, w = loader.meta.cameras[key].height, loader.meta.cameras[key].width
         parts = _parts(loader, key)[:2]
-        engine = make_engine(route, 1, 0, {key: (h + 16, w)})
+        engine = route_named(route).make_engine(1, 0, {key: (h + 16, w)})
         try:
             with pytest.raises(DecodeError) as info:
                 engine.decode(key, [p[0] for p in parts], [p[1] for p in parts])

@@ -14,6 +14,7 @@ from dali_stream import DecodeError, StreamLoader
 from dali_stream.decode.engine import OpenDecoders
 from dali_stream.decode.feed import START_CODE, av1_has_sequence_header, bitstream_unit, build_feed, decoder_config
 from dali_stream.decode.packet_decoders import AvPacketDecoder
+from dali_stream.decode.route import CPU_OPEN, NVDEC, TORCHCODEC
 from dali_stream.decode.routes import RouteChoice, nvdec_engine, open_routes
 from dali_stream.fetch.tables import FRAME_TIME_S
 from dali_stream.tools.paint import read_ids
@@ -139,12 +140,12 @@ def test_a_picture_the_decoder_drops_is_a_named_error_never_a_shifted_frame(wild
     key = "observation.images.side"
     with StreamLoader(str(root), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
         _, seg, idx = next(episode_segments(loader, key))
-    engine = OpenDecoders(lambda codec, camera: DroppingDecoder(codec), 1, "cpu-open")
+    engine = OpenDecoders(lambda codec, camera: DroppingDecoder(codec), 1, CPU_OPEN)
     try:
         with pytest.raises(DecodeError, match=rf"got no picture for frames \[{int(idx[5])}\] of episode {seg.episode}, "
                                               rf"camera '{key}' \(cut from .*decode=\{{'{key}': 'cpu'\}}"):
             engine.decode(key, [seg, seg], [idx[[1, 2]], idx[[5]]])
-        frames, decoded = OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), 1, "cpu-open").decode(
+        frames, decoded = OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), 1, CPU_OPEN).decode(
             key, [seg, seg], [idx[[1, 2]], idx[[5]]])
         assert decoded == 3 and [read_ids(f)[1] for f in frames] == [1, 2, 5]
     finally:
@@ -189,7 +190,7 @@ def test_nvdec_engine_choice():
     assert nvdec_engine("auto", None)[0] == "open"
     assert nvdec_engine("open", "not proven here")[0] == "open"
     assert nvdec_engine("dali", None)[0] == "dali"
-    choices = {"a": RouteChoice("nvdec", "NVDEC decodes h264"), "b": RouteChoice("torchcodec", "cpu")}
+    choices = {"a": RouteChoice(NVDEC, "NVDEC decodes h264"), "b": RouteChoice(TORCHCODEC, "cpu")}
     moved = open_routes(choices, "open", "why")
     assert moved["a"].route == "nvdec-open" and moved["b"] == choices["b"]
     assert open_routes(choices, "dali", "why")["a"].route == "nvdec"

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from dali_stream.config import LoaderConfig
+from dali_stream.decode.route import route_named
 from dali_stream.loader.resolve import (
     EPISODE_FRAMES_BYTES,
     LONG_SEGMENT_FLOOR,
@@ -18,6 +19,11 @@ from dali_stream.loader.resolve import (
 )
 
 CPU = {"front": "torchcodec", "top": "dali-cpu"}
+
+
+def facts(routes, **kw) -> Facts:
+    """`Facts` of cameras given by route names (the loader passes the routes themselves)."""
+    return Facts(routes={k: route_named(v) for k, v in routes.items()}, **kw)
 H100 = dict(gpu=True, gpu_engines=7, cuda_batches=True)
 
 
@@ -29,13 +35,13 @@ def test_it_imports_without_dali_or_torch():
 
 
 def test_cpu_defaults_and_their_reasons():
-    r = resolve(LoaderConfig(num_workers=2, batch_size=8), Facts(routes=CPU, cpu_count=2, episodes=10))
+    r = resolve(LoaderConfig(num_workers=2, batch_size=8), facts(routes=CPU, cpu_count=2, episodes=10))
     assert (r.drop_last, r.pool, r.global_shuffle) == (True, 16, False)
     # a pool's open episodes decoded once each, DALI's CPU decoder on the workers for them: no graph
     assert r.episode_frames == EPISODE_FRAMES_BYTES and r.dali_on_workers == ("top",) and r.host_batches
     assert r.episode_frames_each == EPISODE_FRAMES_BYTES // (16 * 2)  # the pool's episodes, two cameras each
     assert (r.nvdec_engines, r.dali_threads, r.join_streams) == (0, 2, 0)
-    in_graph = resolve(LoaderConfig(num_workers=2, episode_frames_bytes=0), Facts(routes=CPU))
+    in_graph = resolve(LoaderConfig(num_workers=2, episode_frames_bytes=0), facts(routes=CPU))
     assert in_graph.episode_frames == 0 and in_graph.reasons["episode_frames"] == "episode_frames_bytes given"
     assert in_graph.join_streams == 2 and in_graph.dali_on_workers == ()  # one stream per DALI thread
     assert r.host_frames and r.prefetch_batches == 3  # num_workers + 1 where frames skip the graph
@@ -55,14 +61,14 @@ def test_num_workers_are_the_ranks_cores_less_one(cores, workers):
     ahead, decoders kept); a given value wins."""
     from dali_stream.loader.resolve import MAX_WORKERS, MIN_WORKERS
 
-    r = resolve(LoaderConfig(batch_size=8), Facts(routes=CPU, rank_cores=cores, episodes=10))
+    r = resolve(LoaderConfig(batch_size=8), facts(routes=CPU, rank_cores=cores, episodes=10))
     assert r.num_workers == workers == max(MIN_WORKERS, min(MAX_WORKERS, cores - 1))
     assert f"the {cores} cores this rank may use less one" in r.reasons["num_workers"]
     assert (r.dali_threads, r.prefetch_batches, r.max_decoders) == (workers, workers + 1, workers * 1 * 8)
-    given = resolve(LoaderConfig(num_workers=0), Facts(routes=CPU, rank_cores=cores))
+    given = resolve(LoaderConfig(num_workers=0), facts(routes=CPU, rank_cores=cores))
     assert given.num_workers == 0 and given.reasons["num_workers"] == "given"
     # every camera on NVDEC: the workers only fetch and lay out, as the GPU runs were measured
-    gpu = resolve(LoaderConfig(), Facts(routes={"front": "nvdec-open"}, rank_cores=cores, **H100))
+    gpu = resolve(LoaderConfig(), facts(routes={"front": "nvdec-open"}, rank_cores=cores, **H100))
     assert gpu.num_workers == MIN_WORKERS and "every camera decodes on the GPU" in gpu.reasons["num_workers"]
 
 
@@ -78,7 +84,7 @@ def test_every_derived_setting_says_what_it_is():
 def test_given_settings_win_and_say_so():
     cfg = LoaderConfig(prefetch_batches=5, fetch_workers=1, max_decoders=3, segment_bytes=123, join_streams=4,
                        drop_last=False, episode_frames_bytes=0)
-    r = resolve(cfg, Facts(routes=CPU))
+    r = resolve(cfg, facts(routes=CPU))
     assert (r.prefetch_batches, r.fetch_workers, r.max_decoders, r.segment_bytes, r.join_streams, r.drop_last) == \
         (5, 1, 3, 123, 4, False)
     assert {r.reasons[k] for k in ("prefetch_batches", "fetch_workers", "max_decoders", "segment_bytes",
@@ -87,25 +93,25 @@ def test_given_settings_win_and_say_so():
 
 def test_nvdec_node():
     routes = {"front": "nvdec", "wrist": "torchcodec"}
-    r = resolve(LoaderConfig(num_workers=2), Facts(routes=routes, **H100))
+    r = resolve(LoaderConfig(num_workers=2), facts(routes=routes, **H100))
     assert (r.nvdec_engines, r.dali_threads, r.join_streams) == (7, 7, 7)
     assert not r.host_frames and r.prefetch_batches == 4
-    unknown = resolve(LoaderConfig(), Facts(routes=routes, gpu=True, gpu_engines=None, cuda_batches=True))
+    unknown = resolve(LoaderConfig(), facts(routes=routes, gpu=True, gpu_engines=None, cuda_batches=True))
     assert unknown.nvdec_engines == 2 and "does not know" in unknown.reasons["nvdec_engines"]
-    opened = resolve(LoaderConfig(num_workers=2), Facts(routes={"front": "nvdec-open", "top": "cpu-open"}, **H100))
+    opened = resolve(LoaderConfig(num_workers=2), facts(routes={"front": "nvdec-open", "top": "cpu-open"}, **H100))
     # one decode thread per NVDEC engine, at most 4: past 4 the H200's engine lost samples/s (host-bound)
     assert opened.engine_threads == {"cpu-open": 2, "nvdec-open": 4} and opened.join_streams == 0
     assert "at most 4" in opened.reasons["engine_threads"]
-    two = resolve(LoaderConfig(), Facts(routes={"a": "nvdec-open"}, gpu=True, gpu_engines=2, cuda_batches=True))
+    two = resolve(LoaderConfig(), facts(routes={"a": "nvdec-open"}, gpu=True, gpu_engines=2, cuda_batches=True))
     assert two.engine_threads == {"nvdec-open": 2}
-    assert resolve(LoaderConfig(decode_threads=3), Facts(routes={"a": "nvdec-open"}, **H100)).engine_threads == {
+    assert resolve(LoaderConfig(decode_threads=3), facts(routes={"a": "nvdec-open"}, **H100)).engine_threads == {
         "nvdec-open": 3}
 
 
 @pytest.mark.parametrize("why, cfg, facts", [
-    ("a mixture", LoaderConfig(), Facts(routes=CPU, mixture=True)),
-    ("augment", LoaderConfig(augment=lambda v, k, r: v), Facts(routes=CPU)),
-    ("no DALI camera", LoaderConfig(), Facts(routes={"front": "torchcodec"})),
+    ("a mixture", LoaderConfig(), facts(routes=CPU, mixture=True)),
+    ("augment", LoaderConfig(augment=lambda v, k, r: v), facts(routes=CPU)),
+    ("no DALI camera", LoaderConfig(), facts(routes={"front": "torchcodec"})),
 ])
 def test_one_clip_per_sample_where_joining_cannot_apply(why, cfg, facts):
     assert resolve(cfg, facts).join_streams == 0, why
@@ -113,19 +119,19 @@ def test_one_clip_per_sample_where_joining_cannot_apply(why, cfg, facts):
 
 def test_global_shuffle_and_remote_sources():
     cfg = LoaderConfig(episode_pool_size="all", cache_bytes=1 << 30)
-    r = resolve(cfg, Facts(routes=CPU, local=False, episodes=1000, world_size=4))
+    r = resolve(cfg, facts(routes=CPU, local=False, episodes=1000, world_size=4))
     assert r.global_shuffle and r.pool is None and r.epoch_episodes is None
     assert r.fetch_workers == 16 and r.cut_ahead == REMOTE_CUT_AHEAD
     assert r.rank_episodes == 250 and r.segment_bytes == (1 << 30) // (2 * 250 * 2)
-    small = resolve(LoaderConfig(cache_bytes=1 << 20), Facts(routes=CPU))
+    small = resolve(LoaderConfig(cache_bytes=1 << 20), facts(routes=CPU))
     assert small.segment_bytes == LONG_SEGMENT_FLOOR  # a pool's piece limit never goes below the floor
-    pool = resolve(LoaderConfig(), Facts(routes=CPU, local=False))
+    pool = resolve(LoaderConfig(), facts(routes=CPU, local=False))
     assert pool.fetch_workers == 4 and not pool.global_shuffle
-    evaluation = resolve(LoaderConfig(shuffle=False), Facts(routes=CPU))
+    evaluation = resolve(LoaderConfig(shuffle=False), facts(routes=CPU))
     assert evaluation.drop_last is False and "evaluation" in evaluation.reasons["drop_last"]
     assert evaluation.episode_frames == EPISODE_FRAMES_BYTES  # episodes in order: each decoded once
     assert r.episode_frames == 0 and "global shuffle" in r.reasons["episode_frames"]
-    nvdec = resolve(LoaderConfig(), Facts(routes={"front": "nvdec", "side": "cpu-open"}, **H100))
+    nvdec = resolve(LoaderConfig(), facts(routes={"front": "nvdec", "side": "cpu-open"}, **H100))
     assert nvdec.episode_frames == 0 and "no camera decoded on the CPU" in nvdec.reasons["episode_frames"]
 
 
@@ -142,46 +148,46 @@ def test_the_cache_keeps_resized_frames_where_the_workers_can_resize_them():
     routes = {"front": "torchcodec", "side": "cpu-open", "top": "dali-cpu", "wrist": "nvdec"}
     cached = LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30)
     kept = ("front", "side", "top")
-    assert resolve(cached, Facts(routes=routes)).shaped_on_workers == kept
+    assert resolve(cached, facts(routes=routes)).shaped_on_workers == kept
     assert resolve(LoaderConfig(resize=(96, 128), frame_cache_dir="frames"),
-                   Facts(routes=routes)).shaped_on_workers == kept
-    assert resolve(LoaderConfig(crop=(64, 64), frame_cache_bytes=1), Facts(routes=routes)).shaped_on_workers == kept
-    assert resolve(cached, Facts(routes=routes)).dali_on_workers == ("top",)
-    assert resolve(LoaderConfig(episode_frames_bytes=0), Facts(routes=routes)).dali_on_workers == ()
-    for cfg, facts in [(cached, Facts(routes=routes, **H100)),
+                   facts(routes=routes)).shaped_on_workers == kept
+    assert resolve(LoaderConfig(crop=(64, 64), frame_cache_bytes=1), facts(routes=routes)).shaped_on_workers == kept
+    assert resolve(cached, facts(routes=routes)).dali_on_workers == ("top",)
+    assert resolve(LoaderConfig(episode_frames_bytes=0), facts(routes=routes)).dali_on_workers == ()
+    for cfg, given in [(cached, facts(routes=routes, **H100)),
                        (LoaderConfig(resize=(96, 128), frame_cache_bytes=1 << 30, augment=lambda v, k, r: v),
-                        Facts(routes=routes)),
-                       (LoaderConfig(resize=(96, 128)), Facts(routes=routes)),
-                       (LoaderConfig(frame_cache_bytes=1 << 30), Facts(routes=routes))]:
-        r = resolve(cfg, facts)
+                        facts(routes=routes)),
+                       (LoaderConfig(resize=(96, 128)), facts(routes=routes)),
+                       (LoaderConfig(frame_cache_bytes=1 << 30), facts(routes=routes))]:
+        r = resolve(cfg, given)
         assert r.shaped_on_workers == ()
         assert ("shaped_on_workers" in r.reasons) == (cfg.resize is not None and bool(cfg.frame_cache_bytes))
 
 
 def test_the_frame_cache_and_the_transform_processes_are_decided_here():
-    cpu = Facts(routes=CPU, cpu_count=2, episodes=10)
+    cpu = facts(routes=CPU, cpu_count=2, episodes=10)
     plain = resolve(LoaderConfig(num_workers=3), cpu)
     assert not plain.frame_cache and plain.transform_processes == 0
     assert resolve(LoaderConfig(frame_cache_dir="/tmp/frames"), cpu).frame_cache
     hook = dict(image_transforms=abs, num_workers=3)
     assert resolve(LoaderConfig(**hook), cpu).transform_processes == 3  # one per worker
     assert resolve(LoaderConfig(**hook, transform_workers=1), cpu).transform_processes == 1
-    on_gpu = resolve(LoaderConfig(**hook), Facts(routes=CPU, cuda_batches=True))
+    on_gpu = resolve(LoaderConfig(**hook), facts(routes=CPU, cuda_batches=True))
     assert on_gpu.transform_processes == 0 and "GPU" in on_gpu.reasons["transform_processes"]
 
 
 def test_which_cameras_skip_the_graph_and_whether_there_is_one():
     """Host frames: on a CPU node without image ops the workers lay out the torchcodec cameras (and, with the
     decoded-frame cache, DALI's CPU decoder's); no graph at all where every camera is laid out so."""
-    r = resolve(LoaderConfig(episode_frames_bytes=0), Facts(routes=CPU))
+    r = resolve(LoaderConfig(episode_frames_bytes=0), facts(routes=CPU))
     assert r.host_cameras == ("front",) and not r.host_batches and "DALI graph" in r.reasons["host_batches"]
-    r = resolve(LoaderConfig(frame_cache_bytes=1 << 20, episode_frames_bytes=0), Facts(routes=CPU))
+    r = resolve(LoaderConfig(frame_cache_bytes=1 << 20, episode_frames_bytes=0), facts(routes=CPU))
     assert r.dali_on_workers == ("top",) and r.host_cameras == ("front", "top") and r.host_batches
-    r = resolve(LoaderConfig(), Facts(routes={"front": "torchcodec"}))
+    r = resolve(LoaderConfig(), facts(routes={"front": "torchcodec"}))
     assert r.host_batches and r.reasons["host_batches"] == "every camera on host frames, batches on the CPU"
-    r = resolve(LoaderConfig(resize=(32, 32)), Facts(routes={"front": "torchcodec"}))
+    r = resolve(LoaderConfig(resize=(32, 32)), facts(routes={"front": "torchcodec"}))
     assert r.host_cameras == () and not r.host_batches
-    r = resolve(LoaderConfig(), Facts(routes={"front": "torchcodec"}, cuda_batches=True))
+    r = resolve(LoaderConfig(), facts(routes={"front": "torchcodec"}, cuda_batches=True))
     assert r.host_cameras == () and not r.host_batches and r.reasons["host_batches"] == "batches on a GPU"
 
 
@@ -193,16 +199,16 @@ def test_which_cameras_the_cache_keeps_channels_first():
 
     sizes = {"front": 3 * 96 * 128, "top": 3 * 480 * 640}
     cached = dict(frame_cache_bytes=1 << 30, episode_frames_bytes=0)
-    r = resolve(LoaderConfig(**cached), Facts(routes=CPU, frame_bytes=sizes))
+    r = resolve(LoaderConfig(**cached), facts(routes=CPU, frame_bytes=sizes))
     assert r.host_cameras == ("front", "top") and r.kept_chw == ("front",), r.reasons["kept_chw"]
     assert f"{KEPT_CHW_BYTES >> 10} KiB" in r.reasons["kept_chw"]
-    r = resolve(LoaderConfig(**cached), Facts(routes=CPU, frame_bytes=dict(sizes, top=3 * 256 * 256)))
+    r = resolve(LoaderConfig(**cached), facts(routes=CPU, frame_bytes=dict(sizes, top=3 * 256 * 256)))
     assert r.kept_chw == ("front", "top")
-    r = resolve(LoaderConfig(**cached, memory_format="channels_last"), Facts(routes=CPU, frame_bytes=sizes))
+    r = resolve(LoaderConfig(**cached, memory_format="channels_last"), facts(routes=CPU, frame_bytes=sizes))
     assert r.kept_chw == () and "channels_last" in r.reasons["kept_chw"]
-    r = resolve(LoaderConfig(episode_frames_bytes=0), Facts(routes=CPU, frame_bytes=sizes))
+    r = resolve(LoaderConfig(episode_frames_bytes=0), facts(routes=CPU, frame_bytes=sizes))
     assert r.kept_chw == () and r.reasons["kept_chw"] == "no decoded-frame cache"
-    r = resolve(LoaderConfig(**cached, resize=(32, 32)), Facts(routes=CPU, frame_bytes=sizes))
+    r = resolve(LoaderConfig(**cached, resize=(32, 32)), facts(routes=CPU, frame_bytes=sizes))
     assert r.kept_chw == ()  # through the DALI graph: kept (H, W, 3)
-    r = resolve(LoaderConfig(**cached), Facts(routes=CPU))  # sizes not known: as decoded
+    r = resolve(LoaderConfig(**cached), facts(routes=CPU))  # sizes not known: as decoded
     assert r.kept_chw == ()

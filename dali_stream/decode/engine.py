@@ -24,19 +24,19 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..errors import DaliStreamError, DecodeError
+from ..errors import DaliStreamError
 from .engine_parts import check_sizes, culprit, hand_over, missing_error, mixed_sizes, split
 from .feed import build_feed
-from .route import NVDEC_OPEN
 
 
 class OpenDecoders:
-    """`threads` decode threads, each with its decoders kept open (module doc). `make(codec, camera)` opens one.
+    """`threads` decode threads, each with its decoders kept open (module doc), for `route` (`decode.route.EngineRoute`,
+    whose `make_engine` builds it). `make(codec, camera)` opens one decoder.
 
     `sizes`: camera -> (height, width) every segment of it must have (None or absent: not checked). `stream`: the
     engine's hand-off CUDA stream (nvdec-open; None on the CPU): see `hand_over`."""
 
-    def __init__(self, make: Callable[[str, str], Any], threads: int, route: str,
+    def __init__(self, make: Callable[[str, str], Any], threads: int, route: Any,
                  sizes: Mapping[str, tuple[int, int] | None] | None = None, stream: Any = None) -> None:
         if threads < 1:
             raise ValueError(f"the open-decoder engine needs at least one thread. Found: {threads}")
@@ -156,32 +156,3 @@ class OpenDecoders:
 
             self.stream = None
             torch.cuda.empty_cache()
-
-
-def make_engine(route: str, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None],
-                colours: dict | None = None, processes: int = 0) -> Any:
-    """The engine of `route` ("nvdec-open" on CUDA device `device_index`, or "cpu-open"); `sizes`: camera ->
-    (height, width) from meta/info.json, the NVDEC surfaces' size (None: the stream's own). `colours`: file ->
-    `decode.colour.Colour` known beforehand (else each file's is read by FFmpeg on first use: a node without PyAV
-    must give them). `processes` > 0: in that many decode processes of one thread each
-    (`decode.process_engine`), else `threads` decode threads in this process."""
-    from .packet_decoders import AvPacketDecoder, NvdecPacketDecoder
-
-    stream = None
-    if route == NVDEC_OPEN.name:
-        if device_index is None:
-            raise DecodeError("the nvdec-open route needs a CUDA device; decode='cpu' decodes on the CPU")
-        import torch
-
-        # a stream of its own, never the legacy default one (`hand_over`)
-        stream = torch.cuda.Stream(device=device_index)
-    colours = {} if colours is None else colours  # each file's colour, read once for every thread's decoders
-    if processes:
-        from .process_engine import ProcessEngine
-
-        return ProcessEngine(route, processes, device_index, sizes, colours, stream)
-    if stream is not None and device_index is not None:
-        gpu = device_index
-        return OpenDecoders(lambda codec, camera: NvdecPacketDecoder(codec, gpu, sizes.get(camera), colours),
-                            threads, route, sizes, stream)
-    return OpenDecoders(lambda codec, camera: AvPacketDecoder(codec), threads, route, sizes)

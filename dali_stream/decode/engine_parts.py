@@ -56,7 +56,7 @@ def mixed_sizes(camera: str, segs: list, sizes: list) -> DecodeError:
                        f"different sizes {sizes}; every file of a camera must have one size")
 
 
-def culprit(make: Callable[[str, str], Any], route: str, camera: str, segs: list, idx: list[np.ndarray],
+def culprit(make: Callable[[str, str], Any], route: Any, camera: str, segs: list, idx: list[np.ndarray],
             exc: BaseException) -> DecodeError:
     """The segment whose packets a decoder fails on, each decoded alone on a fresh decoder (`make`)."""
     for seg in {s.uid: s for s in segs}.values():
@@ -72,7 +72,7 @@ def culprit(make: Callable[[str, str], Any], route: str, camera: str, segs: list
                                        "feeding them back to back is what failed")
 
 
-def failed(route: str, camera: str, segs: list, why: str) -> DecodeError:
+def failed(route: Any, camera: str, segs: list, why: str) -> DecodeError:
     """The engine (`route`, with how it runs) failed on a chunk of `camera` for a reason it cannot pin on one
     segment: the episodes, the files, why, and the way round."""
     return DecodeError(
@@ -81,7 +81,7 @@ def failed(route: str, camera: str, segs: list, why: str) -> DecodeError:
         f"decode={{{camera!r}: 'cpu'}}, and report it with the output of `dali-stream verify DATASET --decode`")
 
 
-def missing_error(route: str, camera: str, segs: list, idx: list[np.ndarray], feed: Feed,
+def missing_error(route: Any, camera: str, segs: list, idx: list[np.ndarray], feed: Feed,
                   missing: np.ndarray) -> DecodeError:
     """An asked picture the decoder never handed back: name the sample's episode, frames and file."""
     lost = set(np.asarray(missing).tolist())

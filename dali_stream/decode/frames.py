@@ -48,7 +48,7 @@ import numpy as np
 
 from ..fetch.tables import FRAME_TIME_S
 from ..source.local_disk import file_stamp, spill_floor, write_kept
-from .route import route
+from .route import Route
 
 FORMAT = "dali-stream-frames-2"  # what a spilled frame is: bump when a frame's bytes or its name change
 def _save(path: str, frame: np.ndarray) -> None:
@@ -103,11 +103,11 @@ def stamper(filesystems: list) -> Callable[[str], tuple]:
     return stamp
 
 
-def kept_as(route: str, shaped: str | None, chw: bool = False) -> str:
+def kept_as(route: Route, shaped: str | None, chw: bool = False) -> str:
     """How a camera's frames are kept, part of their names: the route that decodes them (routes may convert to RGB
     differently), what the workers do to them first (`graph.resizer.Resizer.label`: resized, cropped), if any, and
     their order where it is (3, H, W) (`chw`, `Resolved.kept_chw`)."""
-    return " ".join([route, *([shaped] if shaped is not None else []), *(["chw"] if chw else [])])
+    return " ".join([route.name, *([shaped] if shaped is not None else []), *(["chw"] if chw else [])])
 
 
 def frame_bytes(height: int, width: int, image_ops=None, depth: bool = False) -> int:
@@ -292,7 +292,7 @@ class EpisodeHeld:
     """What the decoded-frame cache `frames` holds of an episode, asked by the store before it fetches
     (`fetch.store.Held`). `catalog`: `meta.catalog.Catalog`; `routes`: camera key -> route."""
 
-    def __init__(self, frames: FrameCache, catalog, routes: Mapping[str, str]) -> None:
+    def __init__(self, frames: FrameCache, catalog, routes: Mapping[str, Route]) -> None:
         self.frames, self.catalog = frames, catalog
         self._videos: dict[tuple[int, str], str] = {}  # (member, its camera) -> label
         self._stored: dict[int, list[tuple[str, str]]] = {}  # member -> (its column, label) of images in the tables
@@ -301,7 +301,7 @@ class EpisodeHeld:
                 own = catalog.fields[key].own[m.index]
                 if own is None:
                     continue
-                if route(routes[key]).in_tables:
+                if routes[key].in_tables:
                     self._stored.setdefault(m.index, []).append((own, label))
                 else:
                     self._videos[(m.index, own)] = label

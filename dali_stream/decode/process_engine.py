@@ -54,12 +54,12 @@ END_S = 10.0  # seconds close() gives running chunks before the processes are te
 
 
 class ProcessEngine:
-    """`processes` decode processes (module doc) for `route` ("nvdec-open" on CUDA device `device_index`, or
-    "cpu-open"), with `OpenDecoders`' interface: `decode(camera, segs, idx)`, `stats()`, `close()`, and for CUDA
+    """`processes` decode processes (module doc) for `route` (a `decode.route.EngineRoute`, which opens each process's
+    decoders: nvdec-open on CUDA device `device_index`, or cpu-open), with `OpenDecoders`' interface: `decode(camera, segs, idx)`, `stats()`, `close()`, and for CUDA
     frames the hand-off `stream` they are joined on (`hand_over`). `sizes`: camera -> (height, width) from
     meta/info.json; `colours`: file -> `decode.colour.Colour` known beforehand (NVDEC)."""
 
-    def __init__(self, route: str, processes: int, device_index: int | None,
+    def __init__(self, route: Any, processes: int, device_index: int | None,
                  sizes: Mapping[str, tuple[int, int] | None], colours: dict | None = None, stream: Any = None) -> None:
         if processes < 1:
             raise ValueError(f"the process engine needs at least one process. Found: {processes}")
@@ -252,14 +252,11 @@ def _ready() -> int:
 
 
 def _decoder(camera: str, codec: str) -> Any:
-    from .packet_decoders import AvPacketDecoder, NvdecPacketDecoder
-
     dec = _DECODERS.get((camera, codec))
     if dec is None:
         assert _SPEC is not None
         route, device_index, sizes, colours = _SPEC
-        dec = (NvdecPacketDecoder(codec, device_index, sizes.get(camera), colours) if route == "nvdec-open"
-               else AvPacketDecoder(codec))
+        dec = route.packet_decoder(codec, camera, device_index, sizes, colours)
         _DECODERS[(camera, codec)] = dec
     return dec
 

@@ -1,14 +1,17 @@
-"""The decode routes, each named once here with what it is: where it decodes, which decoder, what it imports.
+"""The decode routes: one object per route, registered once here, that says what it is (where it decodes, which
+decoder, what it imports), makes its engine where it has one, and picks its camera's frame source.
 
-A camera's route is a name from `ROUTES` (what `loader.routes` reports); code asks a route's properties
-(`route(name).in_dali`, `.on_gpu`, `.engine`, ...) instead of testing names against sets of its own. Which route a
-camera takes on a node is `decode.routes`' business.
+A camera's route is a `Route` from the moment the `decode=` setting is read (`decode.routes`, the settings' edge)
+to the batch: code passes the object and asks its properties (`.in_dali`, `.on_gpu`, `.engine`, ...), never a name
+again. `loader.routes` reports the names. Adding a route is a subclass where its decoder differs (its frame source:
+`frame_source`, made by the graph's `SourceKit`; its engine: `EngineRoute.packet_decoder`) and one `register` call;
+which route a camera takes on a node is `decode.routes`' business.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Literal
+from typing import Any, Callable, Literal, Mapping
 
 # The open engine's NVDEC decode threads by default: one per NVDEC engine, at most this many. Past it the threads
 # contend for the host, not for NVDEC: on an H200 (7 engines, benchmarks/results/NVIDIA-H200/2026-11-29/,
@@ -119,38 +122,159 @@ class Route:
         their recorded size, one channel)."""
         return not self.depth
 
+    def frame_source(self, key: str, kit: Any) -> Any:
+        """Camera `key`'s frame source (`graph.sources`), made by `kit` (`graph.source_kit.SourceKit`, which holds
+        what sources share): decoded on the workers, laid out into the batch there (host frames) or fed to the
+        graph as pixels."""
+        return kit.host(key, self) if kit.on_host(key) else kit.pixels(key, self)
 
-NVDEC = Route("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
-              "DALI's fn.decoders.video(device='mixed') on NVDEC, inside the DALI graph")
-NVDEC_OPEN = Route("nvdec-open", "gpu", "engine", "PyNvVideoCodec", "gpu",
-                   "NVDEC through PyNvVideoCodec's decoders kept open and fed packets")
-DALI_CPU = Route("dali-cpu", "cpu", "dali", "nvidia.dali", "dali-cpu",
-                 "DALI's fn.decoders.video(device='cpu'), inside the DALI graph (VP8/VP9/MJPEG only)",
-                 frozenset({"vp8", "vp9", "mjpeg"}))
-TORCHCODEC = Route("torchcodec", "cpu", "torchcodec", "torchcodec", "cpu",
-                   "torchcodec on the workers' threads")
-CPU_OPEN = Route("cpu-open", "cpu", "engine", "av", "cpu-open",
-                 "FFmpeg's decoders through PyAV, kept open and fed packets (the open engine on the CPU)")
-DEPTH = Route("depth", "cpu", "pyav", "av", "auto",
-              "a depth camera's 12-bit codes through PyAV on the workers' threads, laid out as depth there")
-TABLE_IMAGES = Route("table-images", "cpu", "images", "av", "auto",
-                     "a camera stored as images in the frame tables: each row's image decoded on the workers")
-ROUTES: dict[str, Route] = {r.name: r for r in (NVDEC, NVDEC_OPEN, DALI_CPU, TORCHCODEC, CPU_OPEN, DEPTH, TABLE_IMAGES)}
+    def __str__(self) -> str:
+        return self.name
+
+    # a route is known by its name (unique in `ROUTES`): it equals its name, as `loader.routes` reports it
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Route):
+            return self.name == other.name
+        return isinstance(other, str) and self.name == other
+
+    def __hash__(self) -> int:
+        return hash(self.name)
 
 
-def route(name: str) -> Route:
-    """The route named `name` (a value of `loader.routes`)."""
+@dataclass(frozen=True, eq=False)
+class DaliRoute(Route):
+    """DALI's decoder: in the graph, a stream per sample or per group of joined clips; where its CPU decoder runs on
+    the workers instead (`Resolved.dali_on_workers`), as pixels or host frames like torchcodec's."""
+
+    def frame_source(self, key: str, kit: Any) -> Any:
+        if kit.on_host(key) or kit.dali_on_workers(key):
+            return super().frame_source(key, kit)
+        return kit.dali_clips(key, self)
+
+
+@dataclass(frozen=True, eq=False)
+class EngineRoute(Route):
+    """An open-decoder engine's route (`decode.engine`): its decoders stay open, fed packets; its pictures enter the
+    graph through the route's own external source. A subclass says which packet decoder it opens."""
+
+    def frame_source(self, key: str, kit: Any) -> Any:
+        return kit.engine(key, self)
+
+    def packet_decoder(self, codec: str, camera: str, device_index: int | None,
+                       sizes: Mapping[str, tuple[int, int] | None], colours: dict) -> Any:
+        """A new decoder of `codec` for `camera` (`decode.packet_decoders`), in the process that decodes."""
+        raise NotImplementedError
+
+    def hand_off_stream(self, device_index: int | None) -> Any:
+        """The CUDA stream the engine's frames are handed over on (`engine_parts.hand_over`); None on the CPU."""
+        return None
+
+    def make_engine(self, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None],
+                    colours: dict | None = None, processes: int = 0) -> Any:
+        """The engine: `processes` > 0: that many decode processes of one thread each (`decode.process_engine`),
+        else `threads` decode threads in this process (`decode.engine`). `sizes`: camera -> (height, width) from
+        meta/info.json (None: the stream's own); `colours`: file -> `decode.colour.Colour` known beforehand (else
+        each file's is read by FFmpeg on first use: a node without PyAV must give them)."""
+        from .engine import OpenDecoders
+        from .process_engine import ProcessEngine
+
+        stream = self.hand_off_stream(device_index)
+        colours = {} if colours is None else colours  # each file's colour, read once for every decoder
+        if processes:
+            return ProcessEngine(self, processes, device_index, sizes, colours, stream)
+        return OpenDecoders(lambda codec, camera: self.packet_decoder(codec, camera, device_index, sizes, colours),
+                            threads, self, sizes, stream)
+
+
+@dataclass(frozen=True, eq=False)
+class NvdecOpenRoute(EngineRoute):
+    """NVDEC through PyNvVideoCodec, on CUDA device `device_index`."""
+
+    def packet_decoder(self, codec: str, camera: str, device_index: int | None,
+                       sizes: Mapping[str, tuple[int, int] | None], colours: dict) -> Any:
+        from .packet_decoders import NvdecPacketDecoder
+
+        assert device_index is not None  # `hand_off_stream` refused the route without a CUDA device
+        return NvdecPacketDecoder(codec, device_index, sizes.get(camera), colours)
+
+    def hand_off_stream(self, device_index: int | None) -> Any:
+        if device_index is None:
+            from ..errors import DecodeError
+
+            raise DecodeError(f"the {self.name} route needs a CUDA device; decode='cpu' decodes on the CPU")
+        import torch
+
+        return torch.cuda.Stream(device=device_index)  # a stream of its own, never the legacy default one
+
+
+@dataclass(frozen=True, eq=False)
+class CpuOpenRoute(EngineRoute):
+    """FFmpeg's decoders through PyAV: the open engine on any node."""
+
+    def packet_decoder(self, codec: str, camera: str, device_index: int | None,
+                       sizes: Mapping[str, tuple[int, int] | None], colours: dict) -> Any:
+        from .packet_decoders import AvPacketDecoder
+
+        return AvPacketDecoder(codec)
+
+
+@dataclass(frozen=True, eq=False)
+class DepthRoute(Route):
+    def frame_source(self, key: str, kit: Any) -> Any:
+        return kit.depth(key, self)
+
+
+@dataclass(frozen=True, eq=False)
+class TableImagesRoute(Route):
+    def frame_source(self, key: str, kit: Any) -> Any:
+        return kit.tables(key, self)
+
+
+ROUTES: dict[str, Route] = {}  # name -> route, in the order registered
+
+
+def register(route: Route) -> Route:
+    """Add `route` to `ROUTES` (a second route of one name is a mistake, said at import)."""
+    if route.name in ROUTES:
+        raise ValueError(f"decode route {route.name!r} is registered twice")
+    ROUTES[route.name] = route
+    return route
+
+
+NVDEC = register(DaliRoute("nvdec", "gpu", "dali", "nvidia.dali", "gpu",
+                           "DALI's fn.decoders.video(device='mixed') on NVDEC, inside the DALI graph"))
+NVDEC_OPEN = register(NvdecOpenRoute("nvdec-open", "gpu", "engine", "PyNvVideoCodec", "gpu",
+                                     "NVDEC through PyNvVideoCodec's decoders kept open and fed packets"))
+DALI_CPU = register(DaliRoute("dali-cpu", "cpu", "dali", "nvidia.dali", "dali-cpu",
+                              "DALI's fn.decoders.video(device='cpu'), inside the DALI graph (VP8/VP9/MJPEG only)",
+                              frozenset({"vp8", "vp9", "mjpeg"})))
+TORCHCODEC = register(Route("torchcodec", "cpu", "torchcodec", "torchcodec", "cpu",
+                            "torchcodec on the workers' threads"))
+CPU_OPEN = register(CpuOpenRoute("cpu-open", "cpu", "engine", "av", "cpu-open",
+                                 "FFmpeg's decoders through PyAV, kept open and fed packets (the open engine on the CPU)"))
+DEPTH = register(DepthRoute("depth", "cpu", "pyav", "av", "auto",
+                            "a depth camera's 12-bit codes through PyAV on the workers' threads, laid out as depth "
+                            "there"))
+TABLE_IMAGES = register(TableImagesRoute("table-images", "cpu", "images", "av", "auto",
+                                         "a camera stored as images in the frame tables: each row's image decoded on "
+                                         "the workers"))
+
+
+def route_named(name: str) -> Route:
+    """The route named `name`: for the settings' edge only (a name read from a report or a command line)."""
     try:
         return ROUTES[name]
     except KeyError:
         raise ValueError(f"no decode route {name!r}; routes: {sorted(ROUTES)}") from None
 
 
-def keys_where(routes: dict[str, str], prop: str) -> list[str]:
-    """The camera keys of `routes` (key -> route name) whose route has property `prop` (e.g. "in_dali")."""
-    return [k for k, name in routes.items() if getattr(route(name), prop)]
+def keys_where(routes: Mapping[str, Route], test: Callable[[Route], bool]) -> list[str]:
+    """The camera keys of `routes` (key -> route) whose route passes `test`, e.g. `lambda r: r.in_dali`."""
+    return [k for k, r in routes.items() if test(r)]
 
 
-def any_where(names: Iterable[str], prop: str) -> bool:
-    """Whether any of the route `names` has property `prop`."""
-    return any(getattr(route(n), prop) for n in names)
+def names(routes: Mapping[str, Route]) -> dict[str, str]:
+    """`routes` (key -> route) as the names `loader.routes` reports."""
+    return {k: r.name for k, r in routes.items()}
+
+

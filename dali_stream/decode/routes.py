@@ -32,7 +32,7 @@ from typing import Callable, Mapping, Sequence
 from ..config import DECODE_CHOICES
 from ..errors import ConfigError, DeviceError
 from .node import Node, StreamFormat
-from .route import CPU_OPEN, DALI_CPU, DEPTH, NVDEC, NVDEC_OPEN, TORCHCODEC, route
+from .route import CPU_OPEN, DALI_CPU, DEPTH, NVDEC, NVDEC_OPEN, TORCHCODEC, Route
 
 DALI_CPU_CODECS: frozenset[str] = DALI_CPU.codecs or frozenset()  # what DALI's CPU decoder takes (`Route.codecs`)
 
@@ -40,7 +40,7 @@ DALI_CPU_CODECS: frozenset[str] = DALI_CPU.codecs or frozenset()  # what DALI's 
 # ---- routing ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RouteChoice:
-    route: str  # a name of `decode.route.ROUTES`
+    route: Route
     reason: str  # one line: why this route on this node
 
 
@@ -50,22 +50,22 @@ def _fallback(fmt: StreamFormat, why_not_nvdec: str) -> RouteChoice:
     (`decode='dali-cpu'`) at 96x128 and 1.42x (1.41-1.47x) at 640x480 (2-core VM, `benchmarks/vp9_route.py`), and
     DALI's colours are not FFmpeg's."""
     if DALI_CPU.takes(fmt.codec):
-        return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; torchcodec (FFmpeg's {fmt.codec} decoder: lerobot's "
+        return RouteChoice(TORCHCODEC, f"{why_not_nvdec}; torchcodec (FFmpeg's {fmt.codec} decoder: lerobot's "
                                          "frames; DALI's CPU decoder, decode='dali-cpu', is slower and its colours "
                                          "differ)")
-    return RouteChoice(TORCHCODEC.name, f"{why_not_nvdec}; torchcodec")
+    return RouteChoice(TORCHCODEC, f"{why_not_nvdec}; torchcodec")
 
 
 def _dali_cpu(key: str, fmt: StreamFormat, dali: bool) -> RouteChoice:
     """decode='dali-cpu' for camera `key`: DALI's CPU decoder where it takes the stream, torchcodec where it does
     not; DALI not installed is an error (it was asked for)."""
     if not DALI_CPU.takes(fmt.codec):
-        return RouteChoice(TORCHCODEC.name, f"decode='dali-cpu', but DALI's CPU decoder has no {fmt.codec} (only "
+        return RouteChoice(TORCHCODEC, f"decode='dali-cpu', but DALI's CPU decoder has no {fmt.codec} (only "
                                          f"{', '.join(sorted(DALI_CPU_CODECS))}): torchcodec")
     if not dali:
         raise DeviceError(f"decode='dali-cpu' for camera {key!r} ({fmt.describe()}), but NVIDIA DALI is not installed "
                           "(the CPU install); install the [dali] extra, or use decode='cpu' (torchcodec)")
-    return RouteChoice(DALI_CPU.name, f"decode='dali-cpu': DALI's CPU decoder takes {fmt.codec}")
+    return RouteChoice(DALI_CPU, f"decode='dali-cpu': DALI's CPU decoder takes {fmt.codec}")
 
 
 def formats_of(meta) -> dict[str, StreamFormat]:
@@ -101,17 +101,17 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
                               "12-bit grey video; use decode='auto' for it (its codes decode on the CPU, the rest "
                               f"on the GPU), e.g. decode={{'{key}': 'auto', ...}}")
         if fmt.depth:
-            out[key] = RouteChoice(DEPTH.name, f"a depth camera ({fmt.describe()}): its 12-bit codes through PyAV on "
+            out[key] = RouteChoice(DEPTH, f"a depth camera ({fmt.describe()}): its 12-bit codes through PyAV on "
                                                "the workers, as lerobot decodes them (torchcodec gives 8-bit RGB)")
             continue
         if want == "cpu":
-            out[key] = RouteChoice(TORCHCODEC.name, "decode='cpu': torchcodec for every camera")
+            out[key] = RouteChoice(TORCHCODEC, "decode='cpu': torchcodec for every camera")
             continue
         if want == DALI_CPU.choice:
             out[key] = _dali_cpu(key, fmt, node.dali)
             continue
         if want == "cpu-open":
-            out[key] = RouteChoice(CPU_OPEN.name, "decode='cpu-open': FFmpeg's decoders kept open and fed packets (the "
+            out[key] = RouteChoice(CPU_OPEN, "decode='cpu-open': FFmpeg's decoders kept open and fed packets (the "
                                                "open-decoder engine on the CPU)")
             continue
         refused = node.nvdec_refuses(fmt)
@@ -120,10 +120,10 @@ def choose_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str
         if doubt is not None:
             out[key] = _fallback(fmt, f"NVDEC would decode {fmt.describe()}, but {doubt}")
         elif refused is None and slower is not None:
-            out[key] = RouteChoice(TORCHCODEC.name, f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
+            out[key] = RouteChoice(TORCHCODEC, f"NVDEC would decode {fmt.describe()}, but torchcodec is faster for "
                                                  f"these samples: {slower}; decode='gpu' insists on NVDEC")
         elif refused is None:
-            out[key] = RouteChoice(NVDEC.name, f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
+            out[key] = RouteChoice(NVDEC, f"NVDEC on {node.gpu.name if node.gpu else 'the GPU'} decodes "
                                             f"{fmt.describe()}{f' ({note})' if note else ''}")
         elif want == "auto":
             out[key] = _fallback(fmt, refused)
@@ -154,12 +154,13 @@ def nvdec_engine(choice: str, proven_open: str | None) -> tuple[str, str]:
 def open_routes(choices: Mapping[str, RouteChoice], engine: str, why: str) -> dict[str, RouteChoice]:
     """`choices` with NVDEC cameras on the open-decoder engine when `engine` is "open" (route ``nvdec-open``), their
     reasons naming the engine either way."""
-    name = NVDEC_OPEN.name if engine == "open" else NVDEC.name
-    return {key: RouteChoice(name, f"{c.reason}; engine: {why}") if c.route == NVDEC.name else c
+    chosen = NVDEC_OPEN if engine == "open" else NVDEC
+    return {key: RouteChoice(chosen, f"{c.reason}; engine: {why}") if c.route == NVDEC else c
             for key, c in choices.items()}
 
 
-def resolve_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str], node: Node) -> dict[str, str]:
+def resolve_routes(formats: Mapping[str, StreamFormat], decode: str | Mapping[str, str], node: Node
+                   ) -> dict[str, Route]:
     """Camera key -> route (see `choose_routes` for the reasons)."""
     return {key: c.route for key, c in choose_routes(formats, decode, node).items()}
 
@@ -175,9 +176,9 @@ def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: S
     for key in keys:
         have = [(n, c[key]) for n, c in zip(names, member_choices) if key in c]
         lacking = [n for n, c in zip(names, member_choices) if key not in c]
-        routes = sorted({c.route for _, c in have})
+        routes = sorted({c.route for _, c in have}, key=lambda r: r.name)
         said = "; ".join(f"{n}: {c.route} ({c.reason})" for n, c in have)
-        if len(routes) == 1 and not (lacking and route(routes[0]).in_dali):
+        if len(routes) == 1 and not (lacking and routes[0].in_dali):
             note = f"; members {lacking} lack it (zeros, with {key + '_is_missing'!r})" if lacking else ""
             if len(have) == 1:
                 reason = have[0][1].reason
@@ -195,5 +196,5 @@ def mixture_routes(member_choices: Sequence[Mapping[str, RouteChoice]], names: S
             raise DeviceError(f"decode='gpu' for camera {key!r}, but {why}; use nvdec_engine='open' (its decoders take "
                               f"samples without a camera), decode={{{key!r}: 'auto'}}, or map the members' cameras to "
                               "different keys with Member(keys={...})")
-        out[key] = RouteChoice(TORCHCODEC.name, f"{why}: torchcodec, which decodes every member's stream")
+        out[key] = RouteChoice(TORCHCODEC, f"{why}: torchcodec, which decodes every member's stream")
     return out

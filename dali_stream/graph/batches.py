@@ -20,17 +20,16 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..decode.frames import FrameCache
+from ..decode.route import Route
 from ..errors import DaliStreamError
 from ..plan import salts
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
 from .clips import DaliInput, dali_input
-from .depth_frames import DepthFrames
 from .joined import group_sizes
 from .locate import Locator
 from .segment_frames import held_samples
-from .sources import CameraBatch, DaliClips, FrameSource, HostFrames, Output
-from .table_images import TableImages
+from .sources import CameraBatch, FrameSource, Output
 
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 
@@ -67,7 +66,7 @@ class Prepared:
     asked: dict[str, tuple[list, list[np.ndarray]]] = field(default_factory=dict)
     # open-decoder engine route -> per output of `BatchBuilder.engine_outputs[route]`, per group: its camera's frames
     # as the engine decoded them (CUDA tensors for nvdec-open), for the graph's external source of that route
-    engine_arrays: dict[str, list[list[Any]]] = field(default_factory=dict)
+    engine_arrays: dict[Route, list[list[Any]]] = field(default_factory=dict)
     # camera -> its output tensor already laid out and through `image_transforms` (by the worker that built the
     # batch, `transforms.TransformPool`): the caller hands it over as it is
     images: dict[str, Any] = field(default_factory=dict)
@@ -86,8 +85,9 @@ class BatchBuilder:
         in each member (the sources' keys and `spec`'s are in the catalog's keys: a mixture's). A mixture's batch also
         carries `dataset_index`, `<key>_is_missing` for keys some member lacks (zeros in the batch) and
         `<key>_dim_is_pad` for vectors some member has shorter (zero-padded). `store`: the episodes' rows and
-        segments (`fetch.store`). `sources`: camera -> where its frames come from (`graph.sources`); `frames`: the
-        decoded-frame cache the cameras it labels read before their source is asked (None: off)."""
+        segments (`fetch.store`). `sources`: camera -> where its frames come from (`graph.sources`: those the
+        decoded-frame cache keeps are behind it, `CachedFrames`); `frames`: that cache, whose names the samples' frames
+        are located by (None: off)."""
         self.catalog, self.store, self.sources, self.spec, self.frames = catalog, store, dict(sources), spec, frames
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields
@@ -95,7 +95,7 @@ class BatchBuilder:
         self.table_keys = list(spec.table_keys)
         self.table_dtypes = dict(spec.table_dtypes)
         outputs = [o for s in self.sources.values() if s.in_graph and s.engine is None for o in s.outputs]
-        self.engine_outputs: dict[str, list[Output]] = {}
+        self.engine_outputs: dict[Route, list[Output]] = {}
         for s in self.sources.values():
             if s.engine is not None:
                 self.engine_outputs.setdefault(s.engine, []).extend(s.outputs)
@@ -124,14 +124,14 @@ class BatchBuilder:
         self._count_lock = threading.Lock()
 
     @property
-    def routes(self) -> dict[str, str]:
+    def routes(self) -> dict[str, Route]:
         """Camera -> its route."""
         return {k: s.route for k, s in self.sources.items()}
 
     @property
     def dali_keys(self) -> list[str]:
         """The cameras DALI decodes in the graph (the others' pictures come decoded, by the workers or an engine)."""
-        return [k for k, s in self.sources.items() if isinstance(s, DaliClips)]
+        return [k for k, s in self.sources.items() if s.counts is not None]
 
     @property
     def host_keys(self) -> list[str]:
@@ -142,14 +142,13 @@ class BatchBuilder:
     def buffers(self) -> BufferPool:
         """The host-frame buffers the cameras laid out by the workers share (host frames, depth, images stored in the
         tables; an empty pool without any)."""
-        host = (HostFrames, DepthFrames, TableImages)
-        return next((s.buffers for s in self.sources.values() if isinstance(s, host)), _NO_BUFFERS)
+        return next((s.buffers for s in self.sources.values() if s.buffers is not None), _NO_BUFFERS)
 
     @property
     def dali_counts(self) -> dict[str, list[int]]:
         """Per DALI-decoded camera: [samples, streams (decoders DALI opened: one per joined stream or per sample),
         frames DALI's decoder works through (clip frames up to the last asked)]."""
-        return {k: s.counts for k, s in self.sources.items() if isinstance(s, DaliClips)}
+        return {k: s.counts for k, s in self.sources.items() if s.counts is not None}
 
     @property
     def dali_samples(self) -> int:
@@ -167,7 +166,7 @@ class BatchBuilder:
         return sum(c[2] for c in self.dali_counts.values())
 
     @property
-    def graph_routes(self) -> dict[str, str]:
+    def graph_routes(self) -> dict[str, Route]:
         """The cameras that go through the DALI graph (all but host frames), with their routes."""
         return {k: s.route for k, s in self.sources.items() if s.in_graph}
 
@@ -230,10 +229,9 @@ class BatchBuilder:
         member_index, members = self._members(plan)
         values = self._tables(plan, rows, member_index, members)
         # frames the decoded-frame cache keeps, by its names: a sample whose frames are all held is not located
-        cached = {k: self.frames.look(self.locator.cache_names(plan, rows, k)) for k in self.sources
-                  if self.frames is not None and k in self.frames.labels}
-        cameras = {key: CameraBatch(plan, *self.locate(plan, rows, key, held_samples(cached.get(key))),
-                                    cached.get(key), member_index) for key in self.sources}
+        cached = {k: s.held(plan, rows, self.locator) for k, s in self.sources.items()}
+        cameras = {key: CameraBatch(plan, *self.locate(plan, rows, key, held_samples(cached[key])),
+                                    cached[key], member_index) for key in self.sources}
         groups = self._groups(cameras, plan.size)
         host: dict[str, np.ndarray] = {}
         engine_values: dict[str, list] = {}
@@ -277,7 +275,7 @@ class BatchBuilder:
         """Samples per group of the graph's batch (`graph.joined`): `group_sizes(size, join_streams)` where every
         DALI-decoded camera's groups can each be one stream (their streams then set on `cameras`), else 1 (a clip
         per sample)."""
-        dali = {k: s for k, s in self.sources.items() if isinstance(s, DaliClips) and k in cameras}
+        dali = {k: s for k, s in self.sources.items() if s.counts is not None and k in cameras}
         if not self.spec.join_streams or not dali:
             return 1
         members = group_sizes(size, self.spec.join_streams)

@@ -58,7 +58,7 @@ class DaliFrames:
         with pipe:
             encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
             frames = fn.external_source(name="frames", dtype=types.INT32, ndim=1)
-            pipe.set_outputs(video_decoder(encoded, frames, DALI_CPU.name))
+            pipe.set_outputs(video_decoder(encoded, frames, DALI_CPU))
         pipe.build()
         return pipe
 

@@ -20,23 +20,23 @@ from ..config import DepthOutputUnit
 from ..decode.depth import depth_codes_each
 from ..decode.episode_frames import EpisodeFrames, asked_by
 from ..decode.frames import FrameCache
+from ..decode.route import Route
 from ..meta.depth import DepthCoding
 from .buffers import BufferPool
 from .segment_frames import decode_segments
-from .sources import CameraBatch, CameraFrames, Output
+from .sources import CameraBatch, CameraFrames, Source
 
 
-class DepthFrames:
+class DepthFrames(Source):
     """A FrameSource (`graph.sources`) for a depth camera: host frames of one channel of depth. `codings`: per
     mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W); `frames`: the
     decoded-frame cache, or None; `episodes`: the pool's open episodes' frames (each episode's codes decoded once,
     front to back), or None."""
 
-    engine: str | None = None
     in_graph = False
-    outputs: tuple[Output, ...] = ()
+    buffers: BufferPool
 
-    def __init__(self, key: str, route: str, buffers: BufferPool, codings: Sequence[DepthCoding | None],
+    def __init__(self, key: str, route: Route, buffers: BufferPool, codings: Sequence[DepthCoding | None],
                  size: tuple[int, int], unit: DepthOutputUnit, channels_last: bool = False,
                  frames: FrameCache | None = None, episodes: EpisodeFrames | None = None) -> None:
         self.key, self.route, self.buffers, self.frames, self.episodes = key, route, buffers, frames, episodes

@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..decode.frames import FrameCache
+from ..decode.route import Route
 from .segment_frames import Held
 
 
@@ -17,11 +18,11 @@ class EngineFrames:
     `resizers`: camera -> the `graph.resizer.Resizer` its frames go through first; `frames`: the decoded-frame cache
     (None: off); `blank(key, steps)`: a sample's zeros for a member lacking the camera."""
 
-    def __init__(self, catalog, engines: Mapping[str, Any], resizers: Mapping[str, Any], frames: FrameCache | None,
+    def __init__(self, catalog, engines: Mapping[Route, Any], resizers: Mapping[str, Any], frames: FrameCache | None,
                  blank: Callable[[str, int], np.ndarray]) -> None:
         self.catalog, self.engines, self.resizers, self.frames, self.blank = catalog, engines, resizers, frames, blank
 
-    def __call__(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,
+    def __call__(self, route: Route, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,
                  cached: list | None):
         """`decode`, with the decoded-frame cache (`cached`: per sample, `FrameCache.look`; None: off): a
         `Held` sample's frames are taken as they are, the other samples decoded and their frames kept."""
@@ -58,7 +59,7 @@ class EngineFrames:
                 out[j * steps + t] = picture
         return out, n
 
-    def decode(self, route: str, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray):
+    def decode(self, route: Route, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray):
         """Camera `key`'s frames from the open-decoder engine of `route`, sample after sample: one call per member
         (its stream kind and size are its own: the engine keeps decoders per member camera, `engine_camera`),
         each member's through the camera's resizer where the workers resize it (`resizers`)."""

@@ -10,8 +10,6 @@ import numpy as np
 
 from ..decode.cpu import torchcodec_frames
 from ..decode.errors import classify, explain_device, stream_format
-from ..decode.route import keys_where
-from ..decode.route import route as route_of
 from ..errors import DaliStreamError, DecodeError
 from ..fetch.segments import FIX_FILE
 
@@ -25,7 +23,7 @@ def explain(builder, pending: list[Prepared], exc: BaseException, node=None) -> 
     failure = classify(str(exc))
     dali_keys = builder.dali_keys
     nvdec = {k: [seg for b in pending for seg in b.asked.get(k, ([], []))[0]]
-             for k in keys_where(builder.routes, "dali_gpu")}
+             for k, r in builder.routes.items() if r.dali_gpu}
     found = explain_device(failure, nvdec, node)
     if found is not None:
         return found
@@ -64,7 +62,7 @@ def _unopened(builder, pending: list[Prepared], failure) -> DecodeError | None:
                         f"FFmpeg cannot open it either: the cut is wrong, not the file. Decode the camera with "
                         f"torchcodec, decode={{{key!r}: 'cpu'}}, and report it with "
                         "`dali-stream diagnose DATASET --decode-test --json`")
-                decoder = route_of(builder.routes[key])
+                decoder = builder.routes[key]
                 if not decoder.takes(fmt.codec):
                     member = builder.catalog.locate(int(prepared.plan.episodes[g * n]))[0]
                     claimed = member.camera(key).codec

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..decode.frames import FrameCache, micros
-from ..decode.route import route
+from ..decode.route import Route
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
 from .table_images import StoredImages
@@ -21,7 +21,7 @@ class Locator:
     (`fetch.store.EpisodeStore`): the segments; `routes`: camera -> route; `tolerance_s`: the loader's, unless a
     member sets its own; `frames`: the decoded-frame cache (None: off)."""
 
-    def __init__(self, catalog, store, routes: dict[str, str], tolerance_s: float,
+    def __init__(self, catalog, store, routes: dict[str, Route], tolerance_s: float,
                  frames: FrameCache | None) -> None:
         self.catalog, self.fields, self.store = catalog, catalog.fields, store
         self.routes, self.tolerance_s, self.frames = routes, tolerance_s, frames
@@ -35,7 +35,7 @@ class Locator:
         idx: list[np.ndarray] = []
         f = self.fields[key]
         steps = plan.windows[key].rows.shape[1] if key in plan.windows else 1
-        stored = route(self.routes[key]).in_tables  # images in the frame tables: the rows' bytes, no segment
+        stored = self.routes[key].in_tables  # images in the frame tables: the rows' bytes, no segment
         for j, (pos, r) in enumerate(zip(plan.episodes, rows)):
             member, local = self.catalog.locate(int(pos))
             own = f.own[member.index]
@@ -85,7 +85,7 @@ class Locator:
         camera stored in the tables: `_row_names`)."""
         assert self.frames is not None
         label, own = self.frames.labels[key], self.fields[key].own
-        if route(self.routes[key]).in_tables:
+        if self.routes[key].in_tables:
             return [self._row_names(plan, j, key, label) for j, _ in samples]
         digests: list[str | None] = []
         times = []
@@ -129,7 +129,7 @@ class Locator:
         if not candidates:
             return
         asks = []
-        for key in (k for k, name in self.routes.items() if not route(name).in_tables):
+        for key in (k for k, r in self.routes.items() if not r.in_tables):
             f = self.fields[key]
             for j, pos in enumerate(positions):
                 own = f.own[self.catalog.locate(pos)[0].index] if pos in candidates else None

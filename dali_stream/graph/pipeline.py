@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from ..decode.route import route as route_of
+from ..decode.route import Route
 from .imageops import ImageOps
 from .sources import Output
 
@@ -26,7 +26,7 @@ _DALI_TYPES = {"uint8": "UINT8", "int32": "INT32", "int64": "INT64", "float32": 
                "bool": "BOOL"}
 
 
-def video_decoder(encoded, frames, route: str):
+def video_decoder(encoded, frames, route: Route):
     """DALI's video decoder for `route` (a route decoded in DALI: nvdec or dali-cpu) at per-sample frame indices.
 
     `pad_mode="none"`: an index past the stream's frames is an error (DALI's default "constant" returns a
@@ -35,17 +35,17 @@ def video_decoder(encoded, frames, route: str):
     CUDA_VISIBLE_DEVICES narrowed to one GPU per rank every rank's threads would share GPU 0's socket."""
     from nvidia.dali import fn
 
-    if route_of(route).on_gpu:
+    if route.on_gpu:
         return fn.decoders.video(encoded, frames=frames, device="mixed", pad_mode="none", affine=False)
     return fn.decoders.video(encoded, frames=frames, device="cpu", pad_mode="none")
 
 
-def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
+def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, Route],
                    source: Callable, batch_size: int, num_threads: int, device_id: int | None,
                    image_ops: ImageOps, prefetch_queue_depth: int = 2, on_gpu: bool = False,
-                   augment: Callable | None = None, engine_outputs: Mapping[str, Sequence[Output]] | None = None,
-                   engine_sources: Mapping[str, Callable] | None = None,
-                   engine_streams: Mapping[str, Any] | None = None, shaped: Collection[str] = ()):
+                   augment: Callable | None = None, engine_outputs: Mapping[Route, Sequence[Output]] | None = None,
+                   engine_sources: Mapping[Route, Callable] | None = None,
+                   engine_streams: Mapping[Route, Any] | None = None, shaped: Collection[str] = ()):
     """Build (not yet run) the pipeline; returns (pipeline, output names in order).
 
     `on_gpu`: batches land on the CUDA device `device_id`, so CPU-decoded frames and tables move there inside
@@ -85,7 +85,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
         fed = fed if isinstance(fed, (list, tuple)) else [fed]
         by_name = dict(zip((o.name for o in outputs), fed))
         for route, outs in (engine_outputs or {}).items():
-            gpu = route_of(route).on_gpu
+            gpu = route.on_gpu
             frames = fn.external_source(
                 source=(engine_sources or {})[route], num_outputs=len(outs), batch=True, batch_info=True,
                 device="gpu" if gpu else "cpu", dtype=[types.UINT8] * len(outs), ndim=[4] * len(outs),
@@ -102,7 +102,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
             else:
                 video = video_decoder(by_name[f"{key}@encoded"], by_name[f"{key}@frames"], route)
                 video = fn.sequence_rearrange(video, new_order=by_name[f"{key}@order"])  # distinct -> steps
-            if on_gpu and not route_of(route).on_gpu:
+            if on_gpu and not route.on_gpu:
                 video = video.gpu()
             if augment is not None:
                 video = augment(video, key, by_name[f"{key}@rand"])
@@ -127,7 +127,7 @@ def build_pipeline(outputs: Sequence[Output], routes: Mapping[str, str],
     return pipe, names
 
 
-def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
+def decode_once(data: bytes, frames: list[int], route: Route, device_id: int = 0):
     """Decode `frames` of one encoded stream through DALI alone (a route decoded in DALI); (N, H, W, 3) uint8.
 
     A one-sample pipeline for probes such as `dali-stream diagnose --decode-test`, not for training.
@@ -138,7 +138,7 @@ def decode_once(data: bytes, frames: list[int], route: str, device_id: int = 0):
 
     encoded = np.frombuffer(data, dtype=np.uint8)
     wanted = np.asarray(frames, dtype=np.int32)
-    gpu = route_of(route).on_gpu
+    gpu = route.on_gpu
     pipe = Pipeline(batch_size=1, num_threads=1, device_id=device_id if gpu else None, prefetch_queue_depth=1)
     with pipe:
         enc, idx = fn.external_source(source=lambda: ([encoded], [wanted]), num_outputs=2, batch=True,

@@ -28,6 +28,7 @@ import numpy as np
 from ..decode.cpu import DecoderCache
 from ..decode.episode_frames import EpisodeFrames, asked_by
 from ..decode.frames import FrameCache
+from ..decode.route import Route
 from ..errors import DecodeError
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
@@ -76,29 +77,89 @@ class CameraFrames:
 
 class FrameSource(Protocol):
     key: str
-    route: str
+    route: Route
     outputs: tuple[Output, ...]  # the graph's inputs it fills (on its engine's source when `engine`)
-    engine: str | None  # the open-decoder engine route whose external source takes `outputs`, else None
+    engine: Route | None  # the open-decoder engine route whose external source takes `outputs`, else None
     in_graph: bool  # False: host frames, the camera never enters the graph
+
+    @property
+    def buffers(self) -> BufferPool | None:
+        """The host-frame buffers it lays its batches out in (None: none)."""
+        ...
+
+    @property
+    def counts(self) -> list[int] | None:
+        """DALI's decoder in the graph: [samples, streams opened, frames fed] (None: another decoder)."""
+        ...
+
+    def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
+        """Per sample, what the decoded-frame cache names and holds of the camera (`FrameCache.look`); None: the
+        camera is not cached."""
+        ...
+
+    def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
+        """One stream per group of `members` samples where the source joins clips (DALI's decoder), else None."""
+        ...
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames: ...
 
     def close(self) -> None: ...
 
 
-class DaliClips:
+class Source:
+    """What every source says unless it says otherwise: in the graph, no engine, no buffers, not cached, no DALI
+    counts, clips not joined."""
+
+    key: str
+    route: Route
+    outputs: tuple[Output, ...] = ()
+    engine: Route | None = None
+    in_graph = True
+    buffers: BufferPool | None = None
+    counts: list[int] | None = None
+
+    def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
+        return None
+
+    def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class CachedFrames:
+    """`inner`'s camera behind the decoded-frame cache (`decode.frames`): the samples whose frames the cache holds
+    are named and taken from it (`held`) before `inner` is asked for the others, which it keeps there."""
+
+    def __init__(self, inner: FrameSource, cache: FrameCache) -> None:
+        self.inner, self.cache = inner, cache
+        self.key, self.route, self.outputs, self.engine = inner.key, inner.route, inner.outputs, inner.engine
+        self.in_graph, self.buffers, self.counts = inner.in_graph, inner.buffers, inner.counts
+
+    def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
+        return self.cache.look(locator.cache_names(plan, rows, self.inner.key))
+
+    def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
+        return self.inner.join(segs, idx, members)
+
+    def frames_for(self, batch: CameraBatch) -> CameraFrames:
+        return self.inner.frames_for(batch)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class DaliClips(Source):
     """DALI's decoder in the graph: per group a stream of encoded bytes, its distinct frames and their order.
     `counts`: [samples, streams DALI opened a decoder for, frames its decoder works through]."""
 
-    engine: str | None = None
-    in_graph = True
-
-    def __init__(self, key: str, route: str) -> None:
+    def __init__(self, key: str, route: Route) -> None:
         self.key, self.route = key, route
         self.outputs: tuple[Output, ...] = (Output(f"{key}@encoded", "encoded", key, np.dtype(np.uint8), 1),
                         Output(f"{key}@frames", "frames", key, np.dtype(np.int32), 1),
                         Output(f"{key}@order", "order", key, np.dtype(np.int32), 1))
-        self.counts = [0, 0, 0]
+        self.counts: list[int] | None = [0, 0, 0]
         self._lock = threading.Lock()
 
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
@@ -109,6 +170,7 @@ class DaliClips:
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         inputs = batch.streams if batch.streams is not None else [dali_input(s, i) for s, i in zip(batch.segs,
                                                                                                     batch.idx)]
+        assert self.counts is not None
         with self._lock:
             self.counts[0] += len(batch.segs)
             self.counts[1] += len(inputs)
@@ -117,20 +179,15 @@ class DaliClips:
                              f"{self.key}@frames": [d.frames for d in inputs],
                              f"{self.key}@order": [d.order for d in inputs]})
 
-    def close(self) -> None:
-        pass
 
-
-class EngineSource:
+class EngineSource(Source):
     """An open-decoder engine's pictures (`graph.engine_frames.EngineFrames`, shared by the route's cameras, resized
     there by `resizer` where the workers resize the camera), per group, for the external source of the engine's
     route."""
 
-    in_graph = True
-
-    def __init__(self, key: str, route: str, pictures: Any, resizer: Any = None) -> None:
+    def __init__(self, key: str, route: Route, pictures: Any, resizer: Any = None) -> None:
         self.key, self.route, self.pictures, self.resizer = key, route, pictures, resizer  # resizer: closed here
-        self.engine: str | None = route
+        self.engine = route
         self.outputs: tuple[Output, ...] = (Output(f"{key}@decoded", "decoded", key, np.dtype(np.uint8), 4),)
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
@@ -180,15 +237,12 @@ class Workers:
         return decode(segs, idx)
 
 
-class WorkerPixels:
+class WorkerPixels(Source):
     """Decoded on the workers (torchcodec; DALI's CPU decoder where `dali` is given), through `resizer` where the
     workers resize, and fed to the graph as (members x steps, H, W, 3) pixels per group. `blank(steps)`: a sample's
     zeros for a mixture's member lacking the camera."""
 
-    engine: str | None = None
-    in_graph = True
-
-    def __init__(self, key: str, route: str, workers: Workers, blank: Callable[[int], np.ndarray],
+    def __init__(self, key: str, route: Route, workers: Workers, blank: Callable[[int], np.ndarray],
                  resizer: Any = None, dali: Any = None) -> None:
         self.key, self.route, self.workers, self.blank, self.resizer, self.dali = key, route, workers, blank, resizer, dali
         self.outputs: tuple[Output, ...] = (Output(f"{key}@pixels", "pixels", key, np.dtype(np.uint8), 4),)
@@ -209,16 +263,15 @@ class WorkerPixels:
                 pipelines.close()
 
 
-class HostFrames:
+class HostFrames(Source):
     """Decoded on the workers and laid out as `image_ops` says straight into a buffer of `buffers` (host frames,
     `graph.host`): the camera's (B, T, 3, H, W) batch tensor, no graph. `size`: the camera's (H, W); `chw`: the
     decoded-frame cache keeps its frames (3, H, W) (`Resolved.kept_chw`)."""
 
-    engine: str | None = None
     in_graph = False
-    outputs: tuple[Output, ...] = ()
+    buffers: BufferPool
 
-    def __init__(self, key: str, route: str, workers: Workers, buffers: BufferPool, image_ops: ImageOps,
+    def __init__(self, key: str, route: Route, workers: Workers, buffers: BufferPool, image_ops: ImageOps,
                  size: tuple[int, int], dali: Any = None, chw: bool = False) -> None:
         self.key, self.route, self.workers, self.buffers = key, route, workers, buffers
         self.image_ops, self.size, self.dali, self.chw = image_ops, size, dali, chw

@@ -15,11 +15,12 @@ import numpy as np
 
 from ..decode.frames import FrameCache
 from ..decode.images import decode_image
+from ..decode.route import Route
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out
 from .imageops import ImageOps
 from .segment_frames import Held, chw_frames
-from .sources import CameraBatch, CameraFrames, Output
+from .sources import CameraBatch, CameraFrames, Source
 
 
 @dataclass
@@ -33,18 +34,17 @@ class StoredImages:
     frames: list[int]
 
 
-class TableImages:
+class TableImages(Source):
     """A FrameSource (`graph.sources`): per sample its steps' encoded images (`batch.segs[j]`, a `StoredImages`; a
     `Held` where the decoded-frame cache holds them all; None where a mixture's member lacks the camera: zeros),
     laid out into a buffer of `buffers`. `size`: the camera's (H, W) as stored; `resizer`:
     `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None; `frames`: the decoded-frame cache, or None;
     `chw`: it keeps the pictures (3, H, W)."""
 
-    engine: str | None = None
     in_graph = False
-    outputs: tuple[Output, ...] = ()
+    buffers: BufferPool
 
-    def __init__(self, key: str, route: str, buffers: BufferPool, image_ops: ImageOps, size: tuple[int, int],
+    def __init__(self, key: str, route: Route, buffers: BufferPool, image_ops: ImageOps, size: tuple[int, int],
                  resizer: Any = None, frames: FrameCache | None = None, chw: bool = False) -> None:
         self.key, self.route, self.buffers, self.image_ops = key, route, buffers, image_ops
         self.size, self.resizer, self.frames, self.chw = size, resizer, frames, chw

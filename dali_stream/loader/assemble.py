@@ -8,7 +8,6 @@ engines, the decoded-frame cache, the transform processes and the batch builder 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import warnings
@@ -17,25 +16,24 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..config import DepthOutputUnit, LoaderConfig
+from ..config import LoaderConfig
 from ..decode.cpu import DecoderCache
 from ..decode.device import place
-from ..decode.engine import OpenDecoders, make_engine
+from ..decode.engine import OpenDecoders
 from ..decode.episode_frames import EpisodeFrames, Released
 from ..decode.frames import EpisodeHeld, FrameCache, frame_bytes, kept_as, kept_bytes, room_warning, stamper
 from ..decode.node import Node, rank_cores
-from ..decode.route import ROUTES, keys_where, route
+from ..decode.route import ROUTES, EngineRoute, Route, names
 from ..errors import ConfigError, InstallError
 from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder, BuildSpec
 from ..graph.buffers import BufferPool
 from ..graph.dali_frames import DaliFrames
-from ..graph.depth_frames import DepthFrames
-from ..graph.engine_frames import EngineFrames, engine_camera
+from ..graph.engine_frames import engine_camera
 from ..graph.imageops import ImageOps
 from ..graph.resizer import Resizer
-from ..graph.sources import DaliClips, EngineSource, FrameSource, HostFrames, WorkerPixels, Workers
-from ..graph.table_images import TableImages
+from ..graph.source_kit import SourceKit
+from ..graph.sources import FrameSource, Workers
 from ..graph.transforms import TransformPool
 from ..meta.catalog import Catalog
 from ..pairing import check_dali, dali_missing, dali_present
@@ -55,8 +53,8 @@ log = logging.getLogger("dali_stream")
 
 @dataclass
 class Stages:
-    """What `assemble` built (module doc). `routes`: camera key -> route name (`decode.route`), `route_reasons`
-    why; `member_routes`: a mixture's members' own choices; `device`: where batches land ("cpu", "cuda:N"),
+    """What `assemble` built (module doc). `decode_routes`: camera key -> route (`decode.route`; `routes` their names,
+    as `loader.routes` reports them), `route_reasons` why; `member_routes`: a mixture's members' own choices (names); `device`: where batches land ("cpu", "cuda:N"),
     `dali_device` the CUDA index the graph runs on (None: CPU only); `squeeze`: camera key -> one step (no window axis)."""
 
     config: LoaderConfig
@@ -69,18 +67,23 @@ class Stages:
     node: Node
     device: str
     dali_device: int | None
-    routes: dict[str, str]
+    decode_routes: dict[str, Route]
     route_reasons: dict[str, str]
     member_routes: Any
     resolved: Resolved
     decoders: DecoderCache
     store: EpisodeStore
-    engines: dict[str, OpenDecoders]
+    engines: dict[Route, OpenDecoders]
     frames: FrameCache | None
     episodes: EpisodeFrames | None
     transforms: TransformPool | None
     builder: BatchBuilder
     squeeze: Mapping[str, bool]
+
+    @property
+    def routes(self) -> dict[str, str]:
+        """Camera key -> its route's name (`loader.routes`)."""
+        return names(self.decode_routes)
 
     @property
     def plan_lengths(self) -> np.ndarray:
@@ -125,24 +128,14 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
             raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
                                "names the broken layer and the constraint set that fixes it")
     check_camera_sizes(catalog, image_ops)
-    in_tables = keys_where(routes, "in_tables")
+    in_tables = [k for k, r in routes.items() if r.in_tables]
     if in_tables and cfg.augment is not None:
         raise ConfigError(f"augment= runs in the DALI graph, which cameras {in_tables} never enter: the dataset stores "
                           "them as images in its tables, laid out on the workers; use image_transforms (lerobot's, per "
                           "sample) for them, or convert the dataset to videos (lerobot-edit-dataset --operation.type "
                           "convert_image_to_video)")
     decoders = DecoderCache(resolved.max_decoders, cfg.check_frames)
-    engines = {}
-    for name, threads in resolved.engine_threads.items():
-        processes = resolved.engine_processes.get(name, 0)
-        engines[name] = make_engine(name, threads, placement.dali_device,
-                                    {engine_camera(k, m.name, catalog.is_mixture):
-                                     (m.camera(k).height, m.camera(k).width)
-                                     if m.camera(k).height and m.camera(k).width else None
-                                     for m in catalog.members for k in catalog.video_keys if k in m.own},
-                                    processes=processes)
-        log.info("%s: %s, their decoders kept open", name,
-                 f"{processes} decode processes" if processes else f"{threads} decode threads")
+    engines = open_engines(catalog, routes, resolved, placement.dali_device)
     log.info("batches on %s; %d worker threads, %d fetch threads, at most %d idle CPU decoders, cache %d MiB; "
              "rank %d of %d", placement.torch_device, resolved.num_workers, resolved.fetch_workers,
              resolved.max_decoders, cfg.cache_bytes >> 20, world.rank, world.world_size)
@@ -165,9 +158,12 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read (no images)
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),
                                                             frozenset(catalog.members[0].meta.image_keys)))
-    sources = camera_sources(catalog, routes, engines, Workers(decoders, frames, resolved.global_shuffle,
-                                                                     episodes),
-                             resizers, dali_workers, image_ops, resolved, cfg.depth_output_unit)
+    # host-frame buffers alive at once: the batches built ahead (`prefetch_batches` + 1), the one DALI holds and the
+    # one the caller holds, per host camera (cameras of one shape share them)
+    buffers = BufferPool((resolved.prefetch_batches + 3) * max(1, len(resolved.host_cameras)))
+    kit = SourceKit(catalog, engines, Workers(decoders, frames, resolved.global_shuffle, episodes), resizers,
+                    dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit)
+    sources: dict[str, FrameSource] = kit.sources(routes)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
                                      table_dtypes, cfg.seed if cfg.augment is not None else None,
@@ -181,26 +177,26 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                  f"one clip per sample ({resolved.reasons['join_streams']})")
     return Stages(config=cfg, image_ops=image_ops, catalog=catalog, meta=meta, world=world, plan_config=plan_config,
                   mix=planner_mix(catalog, member_deltas), node=node, device=placement.torch_device,
-                  dali_device=placement.dali_device, routes=routes, route_reasons=chosen.reasons,
-                  member_routes=chosen.members, resolved=resolved, decoders=decoders, store=store, engines=engines,
+                  dali_device=placement.dali_device, decode_routes=routes, route_reasons=chosen.reasons,
+                  member_routes={m: names(r) for m, r in chosen.members.items()}, resolved=resolved, decoders=decoders, store=store, engines=engines,
                   frames=frames, episodes=episodes, transforms=transforms, builder=builder,
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
 
 
-def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], resolved: Resolved,
+def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, Route], resolved: Resolved,
                 resizers: Mapping[str, Resizer], image_ops: ImageOps, world: World) -> FrameCache:
     """The decoded-frame cache (`decode.frames`) for the cameras whose routes it serves, each labelled by what it
     keeps (as decoded, or resized first by the workers; in the batch's order: `Resolved.kept_chw`); warned where
     the node's memory would not hold it, and where cameras it cannot serve are decoded every epoch."""
     labels = {k: kept_as(r, resizers[k].label() if k in resizers else None, k in resolved.kept_chw)
-              for k, r in routes.items() if route(r).cached}
+              for k, r in routes.items() if r.cached}
     frames = FrameCache(cfg.frame_cache_bytes, cfg.frame_cache_dir,
                         stamper([m.meta.data_fs for m in catalog.members]), labels)
     decoded = kept_bytes(catalog, labels, image_ops if resolved.shaped_on_workers else None)
     why = room_warning(cfg.frame_cache_bytes, decoded, world.local_world_size, available_bytes())
     if why:
         warnings.warn(why, stacklevel=4)
-    uncached = {k: r for k, r in routes.items() if not route(r).cached}
+    uncached = {k: r for k, r in routes.items() if not r.cached}
     if uncached:
         named = ", ".join(f"{k!r} (route {r})" for k, r in uncached.items())
         served = ", ".join(n for n, r in ROUTES.items() if r.cached)
@@ -210,45 +206,20 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, str], 
     return frames
 
 
-def camera_sources(catalog: Catalog, routes: Mapping[str, str], engines: Mapping[str, Any], workers: Workers,
-                   resizers: Mapping[str, Resizer], dali_workers: Mapping[str, DaliFrames], image_ops: ImageOps,
-                   resolved: Resolved, unit: DepthOutputUnit = "mm") -> dict[str, FrameSource]:
-    """Each camera's frame source (`graph.sources`), from its route: an open-decoder engine's, DALI's decoder in the
-    graph, or the workers' decoders (torchcodec; DALI's CPU decoder where `dali_workers` names the camera) feeding
-    the graph, or laying out host frames (`resolved.host_cameras`: batches on the CPU, no DALI image ops); a depth
-    camera's codes laid out as depth in `unit` (`graph.depth_frames`).
-    `resizers`: the cameras the workers resize and crop before the decoded-frame cache keeps them."""
-
-    def blank(key: str, steps: int) -> np.ndarray:  # a sample's frames where its member lacks the camera
-        h, w = resizers[key].out if key in resizers else catalog.fields[key].shape[:2]
-        return np.zeros((steps, h, w, 3), np.uint8)
-
-    pictures = EngineFrames(catalog, engines, resizers, workers.frames, blank)
-    # host-frame buffers alive at once: the batches built ahead (`prefetch_batches` + 1), the one DALI holds and the
-    # one the caller holds, per host camera (cameras of one shape share them)
-    buffers = BufferPool((resolved.prefetch_batches + 3) * max(1, len(resolved.host_cameras)))
-    sources: dict[str, FrameSource] = {}
-    for key, name in routes.items():
-        dali = dali_workers.get(key)
-        if route(name).depth:
-            codings = [m.camera(key).depth if key in m.own else None for m in catalog.members]
-            h, w = catalog.fields[key].shape[:2]
-            sources[key] = DepthFrames(key, name, buffers, codings, (h, w), unit, image_ops.channels_last,
-                                       workers.frames, workers.episodes)
-        elif route(name).in_tables:
-            h, w = catalog.fields[key].shape[:2]
-            sources[key] = TableImages(key, name, buffers, image_ops, (h, w), resizers.get(key), workers.frames,
-                                       key in resolved.kept_chw)
-        elif key in resolved.host_cameras:
-            h, w = catalog.fields[key].shape[:2]
-            sources[key] = HostFrames(key, name, workers, buffers, image_ops, (h, w), dali, key in resolved.kept_chw)
-        elif route(name).engine:
-            sources[key] = EngineSource(key, name, pictures, resizers.get(key))
-        elif route(name).in_dali and dali is None:
-            sources[key] = DaliClips(key, name)
-        else:
-            sources[key] = WorkerPixels(key, name, workers, functools.partial(blank, key), resizers.get(key), dali)
-    return sources
+def open_engines(catalog: Catalog, routes: Mapping[str, Route], resolved: Resolved,
+                 device_index: int | None) -> dict[Route, OpenDecoders]:
+    """Each open-decoder engine route's engine (`decode.route.EngineRoute.make_engine`), with the threads or decode
+    processes `resolved` gives it; each camera's NVDEC surface size from meta/info.json."""
+    sizes = {engine_camera(k, m.name, catalog.is_mixture): (m.camera(k).height, m.camera(k).width)
+             if m.camera(k).height and m.camera(k).width else None
+             for m in catalog.members for k in catalog.video_keys if k in m.own}
+    engines: dict[Route, OpenDecoders] = {}
+    for route in dict.fromkeys(r for r in routes.values() if isinstance(r, EngineRoute)):
+        threads, processes = resolved.engine_threads[route.name], resolved.engine_processes.get(route.name, 0)
+        engines[route] = route.make_engine(threads, device_index, sizes, processes=processes)
+        log.info("%s: %s, their decoders kept open", route,
+                 f"{processes} decode processes" if processes else f"{threads} decode threads")
+    return engines
 
 
 def without_dali(cfg: LoaderConfig) -> None:
@@ -261,14 +232,14 @@ def without_dali(cfg: LoaderConfig) -> None:
         raise InstallError(dali_missing(" and ".join(asked)))
 
 
-def check_installed(routes: dict[str, str]) -> None:
+def check_installed(routes: dict[str, Route]) -> None:
     """The routes chosen can run here: torchcodec's cameras need torchcodec to import, depth cameras PyAV."""
-    pyav = keys_where(routes, "depth") + keys_where(routes, "in_tables")
+    pyav = [k for k, r in routes.items() if r.depth or r.in_tables]
     exc = runtime_error("av") if pyav else None
     if exc is not None:
         raise InstallError(f"cameras {sorted(pyav)} (depth, or images in the tables) decode through PyAV, which does "
                            f"not import ({type(exc).__name__}: {exc}); pip install 'av>=14.2'")
-    cpu = keys_where(routes, "torchcodec")
+    cpu = [k for k, r in routes.items() if r.torchcodec]
     exc = runtime_error("torchcodec.decoders") if cpu else None
     if exc is not None:
         raise InstallError(f"cameras {sorted(cpu)} decode with torchcodec, which does not import ({type(exc).__name__}: "

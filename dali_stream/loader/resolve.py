@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..config import TABLE_CACHE_OFF, LoaderConfig, pool_size
-from ..decode.route import OPEN_NVDEC_THREADS, any_where, route
+from ..decode.route import OPEN_NVDEC_THREADS, Route
 
 FETCH_AHEAD_BATCHES = 16  # episodes admitted this many batches beyond the builders' lookahead are fetched
 REMOTE_CUT_AHEAD = 16  # batches whose pieces are cut ahead from a remote source (reads in flight hide its latency)
@@ -41,7 +41,7 @@ class Facts:
     `frame_bytes`: camera key -> one decoded frame's bytes, 3 x H x W (unknown: not kept channels-first);
     `user_cache_dir`: dali_stream's folder in this user's cache (None: no home to put one in)."""
 
-    routes: Mapping[str, str]
+    routes: Mapping[str, Route]
     gpu: bool = False
     gpu_engines: int | None = None
     cuda_batches: bool = False
@@ -155,7 +155,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # fetch and lay out: the GPU measurements were taken with MIN_WORKERS.
     if cfg.num_workers is not None:
         workers, why["num_workers"] = cfg.num_workers, given
-    elif routes and all(route(r).on_gpu for r in routes.values()):
+    elif routes and all(r.on_gpu for r in routes.values()):
         workers, why["num_workers"] = MIN_WORKERS, "every camera decodes on the GPU: the workers only fetch and lay out"
     else:
         workers = max(MIN_WORKERS, min(MAX_WORKERS, facts.rank_cores - 1))
@@ -185,7 +185,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # NVDEC engine: a thread per engine (H100: 7), not just num_workers. Measured on an H100 with DALI 2.4, the
     # decoder DALI creates for every sample (~8 ms) dominates and 2, 7 or 16 threads cost the same
     # (benchmarks/results/NVIDIA-H100-80GB-HBM3/).
-    dali_nvdec = any_where(routes.values(), "dali_gpu")
+    dali_nvdec = any(r.dali_gpu for r in routes.values())
     dali_threads = max(1, workers, nvdec_engines if dali_nvdec else 0)
     why["dali_threads"] = (f"one per NVDEC engine ({nvdec_engines}), at least num_workers" if dali_nvdec
                            else "num_workers, at least 1")
@@ -200,8 +200,8 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # the keyframe before it and a call (2-core VM, torchcodec: 13-15x the cost a frame at 96x128 GOP 30, 9-12x at
     # 256x256 AV1). A global shuffle draws an episode's frames all along its epoch: one decoded whole for a sample
     # would be mostly thrown away.
-    def whole_on_workers(name: str) -> bool:  # a camera whose open episodes the workers may decode whole
-        return route(name).from_segments_on_workers or (route(name).in_dali and route(name).cached)
+    def whole_on_workers(route: Route) -> bool:  # a camera whose open episodes the workers may decode whole
+        return route.from_segments_on_workers or (route.in_dali and route.cached)
 
     workers_decode = any(whole_on_workers(r) for r in routes.values())
     if cfg.episode_frames_bytes is not None:
@@ -223,14 +223,14 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     episode_frames_each = episode_frames // ((pool or 1) * max(1, workers_cameras))
     why["episode_frames_each"] = "episode_frames over the pool's episodes and the cameras decoded on the workers"
     cache_on = frame_cache or episode_frames > 0
-    dali_on_workers = tuple(k for k, r in routes.items() if route(r).in_dali and route(r).cached) if cache_on else ()
+    dali_on_workers = tuple(k for k, r in routes.items() if r.in_dali and r.cached) if cache_on else ()
     why["dali_on_workers"] = ("the decoded-frame cache or the open episodes' frames keep their pictures: DALI's CPU "
                               "decoder runs on the workers" if dali_on_workers else "no dali-cpu camera" if cache_on
                               else "no decoded-frame cache, no open episodes' frames held")
     # DALI-decoded cameras: a batch as at most this many groups, each group's clips joined into one stream, one
     # decoder each (graph.joined). A mixture's cameras, an augment hook (it draws per sample) or no camera decoded in
     # the graph: one clip per sample.
-    dali_decoded = any_where((r for k, r in routes.items() if k not in dali_on_workers), "in_dali")
+    dali_decoded = any(r.in_dali for k, r in routes.items() if k not in dali_on_workers)
     if facts.mixture:
         join_streams, why["join_streams"] = 0, "a mixture decodes one clip per sample"
     elif not dali_decoded:
@@ -250,9 +250,9 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
                           else "augment=, resize or crop run in the DALI graph")
     # Depth cameras and images stored in the tables are laid out by the workers whatever the batch (the graph takes
     # video pictures only)
-    always = [k for k, r in routes.items() if route(r).depth or route(r).in_tables]
+    always = [k for k, r in routes.items() if r.depth or r.in_tables]
     host_cameras = tuple(k for k, r in routes.items() if k in always or host_frames and (
-        route(r).torchcodec or k in dali_on_workers))
+        r.torchcodec or k in dali_on_workers))
     why["host_cameras"] = ("the cameras decoded on the workers (torchcodec, DALI's CPU decoder there)" if host_frames
                            else why["host_frames"]) + (", and depth cameras and images stored in the tables, always"
                                                        if always else "")
@@ -267,7 +267,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # then one copy of the batch's frames instead of a strided byte transpose of each, paid once as they are kept
     # (2-core VM, every frame from the cache, 3 alternated rounds: 1.28x samples/s at 96x128, 1.74x at 256x256). At
     # 640x480 it was no faster (0.91x epoch 2, uint8) and epoch 1 paid the copy's new pages (0.92x): not there.
-    small = [k for k in host_cameras if route(routes[k]).cached and route(routes[k]).rgb
+    small = [k for k in host_cameras if routes[k].cached and routes[k].rgb
              and 0 < facts.frame_bytes.get(k, 0) <= KEPT_CHW_BYTES]
     kept_chw = tuple(small) if frame_cache and cfg.memory_format != "channels_last" else ()
     why["kept_chw"] = (f"host cameras laid out channels-first, frames of at most {KEPT_CHW_BYTES >> 10} KiB: later "
@@ -299,7 +299,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     else:
         fetch_workers, why["fetch_workers"] = REMOTE_FETCHES, "remote"
 
-    cpu_cameras = sum(1 for r in routes.values() if route(r).torchcodec)
+    cpu_cameras = sum(1 for r in routes.values() if r.torchcodec)
     if cfg.max_decoders is not None:
         max_decoders, why["max_decoders"] = cfg.max_decoders, given
     else:  # what the builders touch per batch: every distinct segment, every thread
@@ -333,10 +333,9 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
 
     # the open-decoder engine: one thread per NVDEC engine (one decoder instance cannot use more than one engine), at
     # most 4 (`decode.route.OPEN_NVDEC_THREADS`: past it the threads contend for the host)
-    engine_threads = {}
-    for name in sorted({r for r in routes.values() if route(r).engine}):
-        engine_threads[name] = cfg.decode_threads or route(name).threads(nvdec_engines, workers)
-    engine_processes = _engine_processes(cfg, facts, sorted(engine_threads), nvdec_engines, why)
+    engine_routes = sorted({r for r in routes.values() if r.engine}, key=lambda r: r.name)
+    engine_threads = {r.name: cfg.decode_threads or r.threads(nvdec_engines, workers) for r in engine_routes}
+    engine_processes = _engine_processes(cfg, facts, engine_routes, nvdec_engines, why)
     for name, processes in engine_processes.items():
         engine_threads[name] = 1 if processes else engine_threads[name]
     if engine_threads:
@@ -349,7 +348,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
     # (kept as decoded); an augment hook runs before the resize (kept as decoded). Images stored in the tables never
     # enter the graph: the workers shape them whatever the batch.
     shaping = cfg.resize is not None or cfg.crop is not None
-    shaped_on_workers = tuple(k for k, r in routes.items() if route(r).in_tables) if shaping else ()
+    shaped_on_workers = tuple(k for k, r in routes.items() if r.in_tables) if shaping else ()
     if shaped_on_workers:
         why["shaped_on_workers"] = "images stored in the tables, resized and cropped by the workers (never in the graph)"
     if shaping and frame_cache:
@@ -361,7 +360,7 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
             why["shaped_on_workers"] = "augment= runs before resize and crop: the cache keeps frames as decoded" + \
                 tables_too
         else:
-            shaped_on_workers = tuple(k for k, r in routes.items() if route(r).cached and route(r).rgb)
+            shaped_on_workers = tuple(k for k, r in routes.items() if r.cached and r.rgb)
             why["shaped_on_workers"] = "the decoded-frame cache keeps CPU-decoded frames resized and cropped: the " \
                                        "workers do it (DALI's operators on the CPU, as the graph's)"
     # lerobot's image_transforms: in processes of their own for batches on the CPU, else in the iterating thread
@@ -387,19 +386,19 @@ def resolve(config: LoaderConfig, facts: Facts) -> Resolved:
                     table_cache_dir=_table_cache_dir(cfg, facts, why), reasons=why)
 
 
-def _engine_processes(cfg: LoaderConfig, facts: Facts, names: list[str], nvdec_engines: int,
+def _engine_processes(cfg: LoaderConfig, facts: Facts, engines: list[Route], nvdec_engines: int,
                       why: dict[str, str]) -> dict[str, int]:
     """Each open-decoder route's decode processes: as given (`decode_processes`), else the route's rule
     (`decode.route.Route.processes`: NVDEC's engines, within the rank's cores)."""
-    if not names:
+    if not engines:
         return {}
     if cfg.decode_processes is not None:
         why["engine_processes"] = "given"
-        return {name: cfg.decode_processes for name in names}
+        return {r.name: cfg.decode_processes for r in engines}
     why["engine_processes"] = (f"nvdec-open: one per NVDEC engine ({nvdec_engines}), at most the rank's "
                                f"{facts.rank_cores} cores less one, where that makes 2 or more (processes scale where "
                                "threads stop: measured); cpu-open: 0, its threads")
-    return {name: route(name).processes(nvdec_engines, facts.rank_cores) for name in names}
+    return {r.name: r.processes(nvdec_engines, facts.rank_cores) for r in engines}
 
 
 def _table_cache_dir(cfg: LoaderConfig, facts: Facts, why: dict[str, str]) -> str | None:

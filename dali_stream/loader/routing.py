@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 from ..config import DECODE_CHOICES, LoaderConfig
 from ..decode import proven
 from ..decode.node import Node, StreamFormat
-from ..decode.route import TABLE_IMAGES
+from ..decode.route import TABLE_IMAGES, Route
 from ..decode.routes import RouteChoice, choose_routes, formats_of, mixture_routes, nvdec_engine, open_routes
 from ..decode.speed import gpu_slower, unmeasured
 from ..errors import ConfigError, DeviceError
@@ -31,12 +31,12 @@ log = logging.getLogger("dali_stream")
 
 @dataclass(frozen=True)
 class CameraRoutes:
-    """`routes`: camera key -> route name (`decode.route`); `reasons`: why; `members`: member name -> {key: the route
-    it would take alone} (one dataset: itself)."""
+    """`routes`: camera key -> route (`decode.route`); `reasons`: why; `members`: member name -> {key: the route it
+    would take alone} (one dataset: itself)."""
 
-    routes: dict[str, str]
+    routes: dict[str, Route]
     reasons: dict[str, str]
-    members: dict[str, dict[str, str]]
+    members: dict[str, dict[str, Route]]
 
 
 def camera_routes(cfg: LoaderConfig, catalog: Catalog, node: Node, deltas: Mapping[str, Any],
@@ -108,7 +108,7 @@ def table_images(decode: Any, keys: list[str]) -> dict[str, RouteChoice]:
             raise DeviceError(f"decode='gpu' for camera {key!r}, which the dataset stores as images (PNG) in its frame "
                               "tables, not as video: NVDEC has no stream to decode; use decode='auto' for it (its "
                               f"images decode on the CPU, the rest on the GPU), e.g. decode={{'{key}': 'auto', ...}}")
-        out[key] = RouteChoice(TABLE_IMAGES.name, "stored as images in the frame tables (lerobot's use_videos=False): "
+        out[key] = RouteChoice(TABLE_IMAGES, "stored as images in the frame tables (lerobot's use_videos=False): "
                                                   "each row's image decoded on the workers")
     return out
 

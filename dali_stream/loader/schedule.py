@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..decode.route import Route
 from ..fetch.closer import in_background
 from ..fetch.prefetch import Prefetcher
 from ..graph.batches import BatchBuilder, Prepared
@@ -74,7 +75,7 @@ class Schedule:
         self.owner = threading.current_thread()  # the iterating thread
         self.stop = threading.Event()  # set by `close`: nobody takes the batches being built
         self.sources = 1 + len(builder.engine_outputs)  # external sources per iteration
-        self._taking: dict[int, tuple[Prepared, set[str]]] = {}  # iteration -> batch, sources that took their part
+        self._taking: dict[int, tuple[Prepared, set[Route | None]]] = {}  # iteration -> batch, sources that took their part
         self._take_lock = threading.Lock()
 
     def _timed_build(self, plan: BatchPlan) -> Prepared:
@@ -87,14 +88,14 @@ class Schedule:
         return out
 
     def __call__(self, info) -> list[list[np.ndarray]]:
-        return self._take(info.iteration, "")
+        return self._take(info.iteration, None)
 
-    def engine_source(self, route: str):
+    def engine_source(self, route: Route):
         """The external source of an open-decoder engine route's frames (`graph.pipeline`)."""
         return lambda info: self._take(info.iteration, route)
 
-    def _take(self, iteration: int, part: str) -> list[list[Any]]:
-        """Source `part`'s outputs ("" the main source's, else an engine route's) of batch `start + iteration`."""
+    def _take(self, iteration: int, part: Route | None) -> list[list[Any]]:
+        """Source `part`'s outputs (None: the main source's, else an engine route's) of batch `start + iteration`."""
         with self._take_lock:
             entry = self._taking.get(iteration)
             if entry is None:
@@ -107,7 +108,7 @@ class Schedule:
             taken.add(part)
             if len(taken) == self.sources:
                 del self._taking[iteration]
-        return prepared.engine_arrays[part] if part else prepared.arrays
+        return prepared.engine_arrays[part] if part is not None else prepared.arrays
 
     def prepared(self, index: int) -> Prepared:
         """Batch `index`, built by the workers, which this call keeps `lookahead` batches ahead."""

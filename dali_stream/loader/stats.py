@@ -57,7 +57,7 @@ def loader_stats(store, decoders, buffers, segment_bytes_limit: int | None, fram
         "episode_frames": held,
         "fetch": counters,
         "decoders": {"opened": decoders.opened, "closed": decoders.closed},
-        "engines": {name: engine.stats() for name, engine in (engines or {}).items()},
+        "engines": {route.name: engine.stats() for route, engine in (engines or {}).items()},
     }
 
 
@@ -65,9 +65,7 @@ def memory_budget(st: Any) -> dict[str, Any]:
     """`StreamLoader.memory_budget()` of the loader's stages `st` (`loader.assemble.Stages`): see its doc."""
     import numpy as np
 
-    from ..decode.route import keys_where, route
-
-    b, routes, resolved, builder, store = st.config.batch_size, st.routes, st.resolved, st.builder, st.store
+    b, routes, resolved, builder, store = st.config.batch_size, st.decode_routes, st.resolved, st.builder, st.store
     steps = {k: len(st.plan_config.delta_indices.get(k, (0,))) for k in routes}
     # each key's largest camera over the members
     size = {k: max(st.catalog.fields[k].sizes.values(), key=lambda hw: hw[0] * hw[1]) for k in routes}
@@ -75,12 +73,12 @@ def memory_budget(st: Any) -> dict[str, Any]:
     itemsize = 4 if st.image_ops.dtype == "float32" else 1
 
     def out_bytes(k: str) -> int:
-        if route(routes[k]).depth:  # float32 depth, one channel, as recorded (no image op applies)
+        if routes[k].depth:  # float32 depth, one channel, as recorded (no image op applies)
             return b * steps[k] * 4 * size[k][0] * size[k][1]
         return b * steps[k] * itemsize * int(np.prod(st.image_ops.out_shape(*size[k])))
 
     decoded = sum(b * steps[k] * size[k][0] * size[k][1] * 3
-                  for k in keys_where(routes, "torchcodec") if k not in host)
+                  for k, r in routes.items() if r.torchcodec and k not in host)
     host_batches_alive = resolved.prefetch_batches + (2 if resolved.host_batches else 3)
     prepared = (resolved.prefetch_batches + 1) * decoded + host_batches_alive * sum(map(out_bytes, host))
     footers, indexes = store.tables.files, store.indexes.files

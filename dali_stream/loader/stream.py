@@ -17,6 +17,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..config import LoaderConfig
+from ..decode.route import Route
 from ..errors import ConfigError, StateError
 from ..fetch.closer import CLOSER, in_background
 from ..meta.catalog import MixtureMeta
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 # The parts of its stages a loader shows as its own (`loader.meta`, `loader.routes`, ...: the public surface); the
 # others (the store, the builder, the decoders, ...) are `loader.stages.<name>`, their counters `loader.stats()`
-PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "route_reasons", "member_routes", "resolved"})
+PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "decode_routes", "route_reasons", "member_routes",
+                           "resolved"})
 log = logging.getLogger("dali_stream")
 
 
@@ -72,7 +74,8 @@ class StreamLoader:
 
     One CUDA device per loader (`dali_stream.decode.device`): "cuda:N", else torch's current device once CUDA
     is initialised, else LOCAL_RANK % visible devices; `loader.device` says which ("cuda:0", ..., or "cpu").
-    `loader.routes` says how each camera is decoded; `loader.host_batches` whether batches skip DALI's graph
+    `loader.routes` says how each camera is decoded (route names; `loader.decode_routes` the `decode.route.Route`
+    objects, whose properties say where and how); `loader.host_batches` whether batches skip DALI's graph
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
     """
 
@@ -82,6 +85,7 @@ class StreamLoader:
     world: World
     device: str
     routes: dict[str, str]
+    decode_routes: dict[str, Route]
     route_reasons: dict[str, str]
     member_routes: Any
     resolved: Resolved

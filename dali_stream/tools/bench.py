@@ -29,7 +29,7 @@ from typing import Any, Literal, Mapping, get_args
 import numpy as np
 
 from ..config import LoaderConfig, as_dict
-from ..decode.route import NVDEC, NVDEC_OPEN, any_where
+from ..decode.route import NVDEC, NVDEC_OPEN
 from ..errors import ConfigError
 from .bench_limit import limit_ratios, raw_limit
 from .bench_plan import RssSampler
@@ -245,7 +245,7 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
             phase("gpu load alone")
             gpu_load = load.alone(GPU_LOAD_ALONE_S)
         phase(WARMUP)
-        nvdec = any_where(loader.routes.values(), "on_gpu")
+        nvdec = any(r.on_gpu for r in loader.decode_routes.values())
 
         per_sample = sum(len(deltas.get(k, [0])) for k in cameras)  # camera frames a sample
 
@@ -330,7 +330,7 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
     result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
                                   "join_streams": loader.resolved.join_streams}
                               for k, c in builder.dali_counts.items()}
-    result["open_engine"] = {route: engine.stats() for route, engine in loader.stages.engines.items()} or None
+    result["open_engine"] = {route.name: engine.stats() for route, engine in loader.stages.engines.items()} or None
     result["engine_limits"] = None
     if cfg.limit and loader.stages.engines:
         from .bench_gpu import engine_limits

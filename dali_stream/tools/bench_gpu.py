@@ -32,8 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.route import keys_where
-from ..decode.route import route as route_of
 from .sample_data import SAMPLE_KEY
 
 FILE_FRAMES = 900  # frames decoded from the start of each file for the stream limit
@@ -68,8 +66,8 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
     from ..fetch.segments import packet_index
 
     out: dict[str, dict[str, Any]] = {}
-    for route in sorted({r for r in loader.routes.values() if route_of(r).in_dali}):
-        keys = [k for k, r in loader.routes.items() if r == route]
+    for route in sorted({r for r in loader.decode_routes.values() if r.in_dali}, key=lambda r: r.name):
+        keys = [k for k, r in loader.decode_routes.items() if r == route]
         work, _ = window_work(loader, window[:8], keys)
         files = list(dict.fromkeys(seg.source for _, segs, _ in work for seg in segs))[:LIMIT_FILES]
         streams = []
@@ -82,7 +80,7 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
         frames = sum(len(f) for _, f in streams)
         per_sample = _frames_per_sample(loader, keys)
         fps = frames / seconds if seconds else 0.0
-        out[route] = {"cameras": keys, "files": len(files), "frames": frames, "seconds": seconds,
+        out[route.name] = {"cameras": keys, "files": len(files), "frames": frames, "seconds": seconds,
                       "frames_per_s": fps, "frames_per_sample": per_sample,
                       "samples_per_s": fps / per_sample if per_sample else None,
                       "note": f"whole files decoded one after another by DALI's decoder (first {FILE_FRAMES} frames "
@@ -94,7 +92,7 @@ def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
     """Per open-decoder engine route of the loader: its engine on whole segments (see the module doc)."""
     out: dict[str, dict[str, Any]] = {}
     for route, engine in loader.stages.engines.items():
-        keys = [k for k, r in loader.routes.items() if r == route]
+        keys = [k for k, r in loader.decode_routes.items() if r == route]
         used = engine.stats()
         work, _ = window_work(loader, window[:8], keys)
         by_key: dict[str, dict[int, Any]] = {}
@@ -112,7 +110,7 @@ def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
             frames += decoded
         per_sample = used["packets"] / used["samples"] * len(keys) if used["samples"] else 0.0
         fps = frames / seconds if seconds else 0.0
-        out[route] = {"cameras": keys, "threads": engine.threads, "frames": frames, "seconds": seconds,
+        out[route.name] = {"cameras": keys, "threads": engine.threads, "frames": frames, "seconds": seconds,
                       "frames_per_s": fps, "frames_per_sample": per_sample,
                       "samples_per_s": fps / per_sample if per_sample else None,
                       "note": f"the first {ENGINE_FRAMES} frames of the window's episode segments, whole, on the "
@@ -120,7 +118,7 @@ def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _decode_files(streams, route: str, device_id) -> float:
+def _decode_files(streams, route, device_id) -> float:
     """Seconds DALI's decoder takes for `streams` (data, frames) one after another, the first one decoded once
     before timing (libraries loaded, decoder warm)."""
     from nvidia.dali import fn, types
@@ -131,7 +129,7 @@ def _decode_files(streams, route: str, device_id) -> float:
     if not streams:
         return 0.0
     feed = iter([streams[0], *streams])
-    gpu = route_of(route).on_gpu
+    gpu = route.on_gpu
     pipe = Pipeline(batch_size=1, num_threads=1, device_id=device_id if gpu else None, prefetch_queue_depth=1)
     with pipe:
         enc, frames = fn.external_source(source=lambda: [[x] for x in next(feed)], num_outputs=2, batch=True,
@@ -159,7 +157,7 @@ def _device_sync(device_id):
 def peers(loader, window) -> dict[str, dict[str, Any]]:
     """The NVDEC cameras' frames of the window through torchcodec on CUDA and PyNvVideoCodec (module doc)."""
 
-    keys = keys_where(loader.routes, "on_gpu")
+    keys = [k for k, r in loader.decode_routes.items() if r.on_gpu]
     why = (f"batches land on {loader.device}: the GPU peers run beside a loader on CUDA"
            if not loader.device.startswith("cuda") else
            None if keys else "no camera decodes on NVDEC here: nothing for a GPU peer to compare")

@@ -12,15 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.route import route as route_of
-
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
     from ..graph.segment_frames import decode_segments
     from .bench_gpu import window_work
 
-    work = [(loader.routes[key], key, segs, idx)  # (route, key, segs, idx)
+    work = [(loader.decode_routes[key], key, segs, idx)  # (route, key, segs, idx)
             for key, segs, idx in window_work(loader, window, list(loader.routes))[0]]
     frames = sum(int(sum(len(i) for i in idx)) for *_, idx in work)
     # Warm: one open torchcodec decoder per segment per thread before timing (unbounded: the ideal).
@@ -28,10 +26,10 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
 
     warm = DecoderCache(None)
     for route, _, segs, _ in work:
-        if route_of(route).torchcodec:
+        if route.torchcodec:
             for seg in segs:
                 warm_decoders(seg, threads, warm)
-    cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route_of(route).torchcodec]
+    cpu_work = [(segs, idx, warm) for route, _, segs, idx in work if route.torchcodec]
 
     def decode(work) -> None:  # decode and drop: a window of full-size frames does not fit in memory at once
         for _ in decode_segments(*work):
@@ -41,7 +39,7 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     from ..decode.depth import depth_codes_each
 
     depth_work = [(segs, idx, None, None, None, None, depth_codes_each) for route, _, segs, idx in work
-                  if route_of(route).depth]
+                  if route.depth]
     seconds += _on_threads(decode, depth_work, threads) if depth_work else 0.0
     from ..decode.images import decode_image
 
@@ -50,9 +48,9 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
             for blob in s.blobs if s is not None else ():
                 decode_image(blob, "bench")
 
-    image_work = [segs for route, _, segs, _ in work if route_of(route).in_tables]
+    image_work = [segs for route, _, segs, _ in work if route.in_tables]
     seconds += _on_threads(images, image_work, threads) if image_work else 0.0
-    dali_work = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).in_dali]
+    dali_work = [(key, segs, idx) for route, key, segs, idx in work if route.in_dali]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
     t0 = time.perf_counter()  # open-decoder engine routes: the loader's engine (its threads, its open decoders)
@@ -116,10 +114,10 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     from ..graph.pipeline import video_decoder
 
     total = 0.0
-    for route in sorted({loader.routes[key] for key, _, _ in work}):
+    for route in sorted({loader.decode_routes[key] for key, _, _ in work}, key=lambda r: r.name):
         # The same streams the loader feeds DALI (joined per group, or a clip per sample), cut before timing.
         items = [loader.stages.builder.streams_of(key, segs, idx)
-                 for key, segs, idx in work if loader.routes[key] == route]
+                 for key, segs, idx in work if loader.decode_routes[key] == route]
         batch_size = max(len(inputs) for inputs in items)
         feed = iter(items)
 
@@ -128,7 +126,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
             inputs = inputs + [inputs[0]] * (batch_size - len(inputs))  # a short last batch repeats its first
             return [d.data for d in inputs], [d.frames for d in inputs]
 
-        gpu = route_of(route).on_gpu
+        gpu = route.on_gpu
         pipe = Pipeline(batch_size=batch_size, num_threads=loader.resolved.dali_threads if gpu else max(1, threads),
                         device_id=loader.stages.dali_device if gpu else None, prefetch_queue_depth=1)
         with pipe:
@@ -156,7 +154,7 @@ def _whole_episodes(loader, work: list, threads: int) -> dict[str, Any]:
     from ..graph.segment_frames import decode_segments
 
     on_workers = set(loader.resolved.dali_on_workers)
-    mine = [(key, segs, idx) for route, key, segs, idx in work if route_of(route).torchcodec or key in on_workers]
+    mine = [(key, segs, idx) for route, key, segs, idx in work if route.torchcodec or key in on_workers]
     if not mine:
         return {}
     dali = DaliFrames() if on_workers else None

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.route import any_where, route
 from .bench import GPU_LOAD_ALONE_S, BenchConfig, RssSampler, _device, _versions, mode_deltas, stream
 from .bench_gpu import GpuLoad, NvdecUtilisation
 
@@ -68,9 +67,9 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2,
         targets = epoch_shares(catalog)
         # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`;
         # `Route.choice`: the decode= setting that gives a member alone that route)
-        as_mixed = {m.name: {m.own[k]: route(r).choice for k, r in probe.routes.items() if k in m.own}
+        as_mixed = {m.name: {m.own[k]: r.choice for k, r in probe.decode_routes.items() if k in m.own}
                     for m in members}
-        nvdec = probe.stages.dali_device if any_where(probe.routes.values(), "on_gpu") else None
+        nvdec = probe.stages.dali_device if any(r.on_gpu for r in probe.decode_routes.values()) else None
         device = probe.device
         probe.close()
         load = GpuLoad(device) if cfg.gpu_load else None

@@ -6,6 +6,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from .cli_common import DEMO_SETTINGS, sample_spec, write_with_progress
 from .flags import checked_settings, loader_settings, require_at_least
@@ -123,7 +124,7 @@ def _stream(args: argparse.Namespace, root, meta, sample: bool, console) -> int:
     for key, route in loader.routes.items():
         codec = loader.meta.cameras[key].codec if key in loader.meta.cameras else "images in the tables"
         summary.add_row(f"decode {key}", f"{codec} -> {route}")
-    summary.add_row("GPU", demo_gpu_note(loader.stages.node, loader.routes, loader.route_reasons))
+    summary.add_row("GPU", demo_gpu_note(loader.stages.node, loader.decode_routes, loader.route_reasons))
     summary.add_row("distinct frames seen", f"{len(seen)} of {loader.meta.total_frames}")
     if first_key is not None:
         summary.add_row("last sample check", f"{first_key} shows painted (episode, frame) = {ids}, table says "
@@ -134,16 +135,14 @@ def _stream(args: argparse.Namespace, root, meta, sample: bool, console) -> int:
     return 0
 
 
-def demo_gpu_note(node, routes: dict[str, str], reasons: dict[str, str]) -> str:
+def demo_gpu_note(node, routes: dict[str, Any], reasons: dict[str, str]) -> str:
     """What the demo says of the GPU: none usable (and why), NVDEC in use, or why every camera runs on the CPU
     here and the command that shows NVDEC (the sample's 128x96 cameras are below NVDEC's minimum for VP9/AV1/HEVC,
     and `auto` keeps unproven kinds of stream on the CPU)."""
     if node.gpus == 0:
         return f"none usable here ({node.gpu_problem or 'no CUDA GPU that DALI and torch both see'}): CPU routes"
-    from ..decode.route import keys_where
-
     name = node.gpu.name if node.gpu is not None else "a CUDA GPU"
-    nvdec = sorted(keys_where(routes, "on_gpu"))
+    nvdec = sorted(k for k, r in routes.items() if r.on_gpu)
     if nvdec:
         return f"{name}: NVDEC decodes {', '.join(nvdec)}"
     why = "; ".join(f"{k.rsplit('.', 1)[-1]}: {reasons[k]}" for k in routes)

@@ -31,8 +31,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     cfg = LoaderConfig()  # the routes a loader with the default settings takes here (`loader.routing`)
     catalog, _ = open_source(meta, cfg)
     chosen = camera_routes(cfg, catalog, node, windows(catalog, cfg)[0])
-    named = chosen.routes
-    kept = _kept_ops(args, named, node)  # the size the decoded-frame cache keeps frames at (None: as decoded)
+    routes, named = chosen.routes, {k: r.name for k, r in chosen.routes.items()}
+    kept = _kept_ops(args, routes, node)  # the size the decoded-frame cache keeps frames at (None: as decoded)
     report = {
         "source": meta.source,
         "revision": args.revision,
@@ -53,7 +53,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "memory_available_bytes": available_bytes(),  # this node's, now (MemAvailable, or the cgroup's limit's room)
         "disk_tier": _disk_need(meta, catalog.lengths, args.nodes),  # what disk_cache_dir holds (docs/remote.md)
         "data_layout": _data_layout(meta),  # row groups per episode, or one for many (docs/memory.md)
-        "derived": _derived(meta, named, node),
+        "derived": _derived(meta, routes, node),
         "nvdec_hint": nvdec_hint(meta.source, {k: c.codec for k, c in meta.cameras.items() if c.depth is None},
                                  node.gpu if node.gpus else None),
     }
@@ -140,7 +140,7 @@ def _disk_need(meta, lengths, nodes: int) -> dict[str, Any]:
     return {"nodes": nodes, "stored_bytes": stored, "per_node_bytes": int(stored * share), "node_share": share}
 
 
-def _kept_ops(args: argparse.Namespace, routes: dict[str, str] | None = None, node=None):
+def _kept_ops(args: argparse.Namespace, routes: dict[str, Any] | None = None, node=None):
     """The image ops `--resize`/`--crop` give, whose output size the decoded-frame cache keeps frames at (None:
     neither, or, given the `routes` and `node`, where a loader keeps them as decoded: `Resolved.shaped_on_workers`)."""
     from ..config import LoaderConfig
@@ -157,7 +157,7 @@ def _kept_ops(args: argparse.Namespace, routes: dict[str, str] | None = None, no
     return ImageOps.make(resize=resize, crop=crop)
 
 
-def _derived(meta, routes: dict[str, str], node) -> dict[str, dict[str, Any]]:
+def _derived(meta, routes: dict[str, Any], node) -> dict[str, dict[str, Any]]:
     """The settings a loader with the default settings derives on this dataset and node, one rank
     (`loader.resolve`): what each is and why."""
 
@@ -235,7 +235,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
                            "frames": m.frames, "fps": m.meta.fps,
                            "cameras": {key: {"own_key": m.own[key], "codec": m.camera(key).codec,
                                              "height": m.camera(key).height, "width": m.camera(key).width,
-                                             "route_auto": alone[m.name][key]}
+                                             "route_auto": alone[m.name][key].name}
                                        for key in catalog.video_keys if key in m.own}}
     keys: dict[str, dict[str, Any]] = {}
     for key, f in catalog.fields.items():
@@ -245,7 +245,7 @@ def _inspect_mixture(args: argparse.Namespace) -> int:
                      **({"sizes": {names[i]: list(hw) for i, hw in f.sizes.items()}} if f.visual else
                         {"padded": f.padded, "lengths": {names[i]: list(s) for i, s in enumerate(f.own_shapes)
                                                          if s is not None}}),
-                     **({"route_auto": routes[key], "reason": chosen.reasons[key]} if f.visual else {})}
+                     **({"route_auto": routes[key].name, "reason": chosen.reasons[key]} if f.visual else {})}
     report = {"source": args.dataset, "members": members, "samples_per_epoch": catalog.mixture.samples_per_epoch
               if catalog.mixture else None, "episodes": int(sum(len(m.episodes) for m in catalog.members)),
               "frames": int(sum(m.frames for m in catalog.members)), "keys": keys}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..decode.route import DALI_CPU, DEPTH, NVDEC, TORCHCODEC, route
+from ..decode.route import DALI_CPU, DEPTH, NVDEC, TORCHCODEC, route_named
 
 LFS_MAGIC = b"version https://git-lfs"  # the first bytes of a Git LFS pointer file
 
@@ -139,7 +139,7 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
     elif cam.codec in DALI_CPU_CODECS:
         from ..graph.pipeline import decode_once
 
-        attempt(DALI_CPU.name, lambda: decode_once(seg.data, list(idx), DALI_CPU.name))
+        attempt(DALI_CPU.name, lambda: decode_once(seg.data, list(idx), DALI_CPU))
     else:
         results[DALI_CPU.name] = {"ok": None, "layer": "codec-unsupported",
                                "error": f"DALI's CPU decoder has no {cam.codec} (only vp8/vp9/mjpeg)"}
@@ -147,7 +147,7 @@ def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: 
     if software["nvidia.dali"]["ok"] and refused is None:
         from ..graph.pipeline import decode_once
 
-        attempt(NVDEC.name, lambda: decode_once(seg.data, list(idx), NVDEC.name))
+        attempt(NVDEC.name, lambda: decode_once(seg.data, list(idx), NVDEC))
     elif node.gpus == 0:
         results[NVDEC.name] = {"ok": None, "layer": "dali-no-cuda", "error": refused}
     elif node.nvdec_problem:
@@ -184,10 +184,10 @@ def probe_mixture(path: str, software: dict, node, decode_test: bool) -> dict[st
             if to is None:
                 continue
             cameras[f"{member.name}/{key}"] = {**cam, "mixture_key": to}
-            mine[to] = RouteChoice(cam["route"], cam["reason"])
+            mine[to] = RouteChoice(route_named(cam["route"]), cam["reason"])  # a member's report: names
         choices.append(mine)
     keys = list(dict.fromkeys(k for mine in choices for k in mine))
-    routes = {k: {"route": c.route, "reason": c.reason} for k, c in mixture_routes(choices, mixture.names, keys).items()}
+    routes = {k: {"route": c.route.name, "reason": c.reason} for k, c in mixture_routes(choices, mixture.names, keys).items()}
     return {"ok": True, "source": path, "codebase_version": "mixture", "members": members,
             "episodes": sum(m["episodes"] for m in members.values()),
             "frames": sum(m["frames"] for m in members.values()), "fps": next(iter(members.values()))["fps"],
@@ -208,7 +208,7 @@ def _image_camera(meta, pos: int, key: str, software: dict, decode_test: bool) -
     path = meta.data_file(pos)
     choice = table_images("auto", [key])[key]
     entry: dict[str, Any] = {"codec": "image", "file": path, "height": height, "width": width,
-                             "route": choice.route, "reason": choice.reason}
+                             "route": choice.route.name, "reason": choice.reason}
     if is_depth(meta.features[key]):
         entry.update(layer="depth-images", error=f"{key} stores depth maps as images in the tables, which the loader "
                                                  "does not read")
@@ -228,7 +228,7 @@ def _image_camera(meta, pos: int, key: str, software: dict, decode_test: bool) -
                          error=f"{type(exc).__name__}: {exc}"[:600])
         else:
             if decode_test:
-                entry["decode_test"] = {choice.route: {"ok": True, "seconds": round(time.perf_counter() - t0, 4),
+                entry["decode_test"] = {choice.route.name: {"ok": True, "seconds": round(time.perf_counter() - t0, 4),
                                                        "shape": list(shape)}}
             if tuple(shape[:2]) != (height, width):
                 entry.update(layer="size", error=f"{where}: the image is {shape[1]}x{shape[0]}, meta/info.json "
@@ -273,19 +273,19 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
         fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"], cam.depth is not None) \
             if "width" in entry else declared[key]
         choice = choose({key: fmt}, "auto")[key]
-        entry.update(route=choice.route, reason=choice.reason)
+        entry.update(route=choice.route.name, reason=choice.reason)
         if "layer" not in entry:
-            if route(choice.route).depth:
+            if choice.route.depth:
                 if not software["av"]["ok"]:
                     entry.update(layer="av-import", error=software["av"]["error"])
-            elif route(choice.route).torchcodec and not software["torchcodec"]["ok"]:
+            elif choice.route.torchcodec and not software["torchcodec"]["ok"]:
                 entry.update(layer="torchcodec-load", error=software["torchcodec"]["error"])
-            elif not route(choice.route).torchcodec and not software["nvidia.dali"]["ok"]:
+            elif not choice.route.torchcodec and not software["nvidia.dali"]["ok"]:
                 entry.update(layer="dali-import", error=software["nvidia.dali"]["error"])
         if decode_test and "layer" not in entry:
             tests = _decode_tests(meta, pos, key, fmt, software, node, painted)
             entry["decode_test"] = tests
-            chosen = tests.get(choice.route) or tests["segment"]
+            chosen = tests.get(choice.route.name) or tests["segment"]
             if not tests["segment"]["ok"]:
                 entry.update(layer="container", error=tests["segment"]["error"])
             elif not chosen.get("ok"):
