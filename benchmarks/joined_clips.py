@@ -21,9 +21,9 @@ from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from dali_stream import StreamLoader
+from dali_stream.decode.route import DALI_CPU, NVDEC
 from dali_stream.graph.clips import dali_input
 from dali_stream.graph.joined import group_sizes, join_group
-from dali_stream.decode.route import DALI_CPU, NVDEC
 from dali_stream.graph.pipeline import video_decoder
 from dali_stream.tools.paint import read_ids
 

@@ -10,7 +10,15 @@ import json
 import pytest
 
 from dali_stream import ConfigError, LoaderConfig, StreamLoader
-from dali_stream.config import as_dict
+from dali_stream.config import (
+    GROUPS,
+    CacheConfig,
+    DecodeConfig,
+    SamplingConfig,
+    StorageConfig,
+    WorldConfig,
+    as_dict,
+)
 from dali_stream.tools.flags import add_loader_flags, loader_settings
 
 
@@ -100,25 +108,86 @@ def test_torch_dtypes_name_the_image_dtype():
         LoaderConfig(image_dtype=torch.float16)
 
 
-def test_typed_keywords_match_the_config_and_a_type_checker_sees_them(tmp_path):
-    """`StreamLoader(source, **settings: Unpack[LoaderSettings])`: every LoaderConfig field and nothing else, so an
-    editor completes them and mypy refuses a misspelt setting or a value of the wrong type."""
+def test_typed_keywords_come_from_the_config_and_a_type_checker_sees_them(tmp_path):
+    """`StreamLoader(source, **settings)` and `open_meta` are typed with `LoaderCall`'s signature (LoaderConfig's
+    fields and the loader's own four arguments), so an editor completes them and mypy refuses a misspelt setting or a
+    value of the wrong type, with no second list of the settings."""
+    import inspect
     import subprocess
     import sys
     from pathlib import Path
 
-    from dali_stream.config import LoaderSettings
+    from dali_stream import open_meta
+    from dali_stream.config import LoaderCall
 
-    assert list(LoaderSettings.__annotations__) == list(LoaderConfig.names())
+    own = [f.name for f in dataclasses.fields(LoaderCall) if f.name not in LoaderConfig.names()]
+    for function in (StreamLoader.__init__, open_meta):
+        params = [p.name for p in inspect.signature(function).parameters.values()
+                  if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
+        assert params == ["source", "config", "repo_id", "root"] and sorted(own) == sorted(params), function
     code = tmp_path / "use.py"
-    code.write_text("from dali_stream import StreamLoader\n"
+    code.write_text("from dali_stream import StreamLoader, open_meta\n"
                     "StreamLoader('x', batch_size=8, decode={'cam': 'cpu'}, delta_timestamps={'action': [0.0, 0.1]})\n"
                     "StreamLoader('x', batch_sise=8)\n"
-                    "StreamLoader('x', batch_size='8')\n")
+                    "StreamLoader('x', batch_size='8')\n"
+                    "mode = 'gpu' if len('x') else 'cpu'\n"
+                    "StreamLoader(repo_id='a/b', decode=mode, resize=[48, 64], episodes=range(3), device=None)\n"
+                    "open_meta('x', revison='main')\n")
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent", str(code)],
                          capture_output=True, text=True, cwd=repo, timeout=300)
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 2, out.stdout
+    assert len(errors) == 3, out.stdout
     assert 'Unexpected keyword argument "batch_sise"' in errors[0] and "use.py:3" in errors[0]
     assert 'Argument "batch_size"' in errors[1] and '"str"' in errors[1] and "use.py:4" in errors[1]
+    assert 'Unexpected keyword argument "revison" for "open_meta"' in errors[2] and "use.py:7" in errors[2]
+
+
+def test_every_setting_sits_in_one_documented_group():
+    """The settings are declared once, in six sub-configs; LoaderConfig is all of them, flat, in the groups' order."""
+    groups = LoaderConfig.groups()
+    assert list(groups) == ["sampling", "decoding", "output", "caches", "storage", "world"]
+    flat = [name for names in groups.values() for name in names]
+    assert flat == list(LoaderConfig.names()) and len(set(flat)) == len(flat)
+    for name, group in GROUPS.items():
+        doc = group.__doc__ or ""
+        assert len(doc.split("\n\n")[0]) > 80, name
+        assert all(f"    {setting} = " in doc for setting in groups[name]), name
+        assert getattr(LoaderConfig, name).__doc__, name  # `config.<group>` says what it reads
+
+
+def test_a_group_reads_as_its_own_sub_config_and_checks_its_own_settings():
+    cfg = LoaderConfig(batch_size=4, decode={"front": "cpu"}, resize=[48, 64], rank=1, world_size=2)
+    assert cfg.sampling == SamplingConfig(batch_size=4) and cfg.world == WorldConfig(rank=1, world_size=2)
+    assert dict(cfg.decoding.decode) == {"front": "cpu"} and cfg.output.resize == (48, 64)
+    assert cfg.caches == CacheConfig() and cfg.storage == StorageConfig()
+    with pytest.raises(ConfigError, match=r"decode='nvdec' is not one of"):
+        DecodeConfig(decode="nvdec")
+    with pytest.raises(ConfigError, match=r"`world_size` must be a positive integer. Found: 0"):
+        LoaderConfig(world_size=0)
+    with pytest.raises(ConfigError, match=r"`disk_cache_dir` must be a local folder's path"):
+        LoaderConfig.make(cfg, disk_cache_dir="s3://bucket/cache")
+
+
+def test_the_flat_keywords_and_reads_stay_as_they_were():
+    """What callers did before the groups: flat keywords, flat reads, `dataclasses.replace`, `fields`, `as_dict`."""
+    cfg = LoaderConfig.make(batch_size=8, nvdec_engine="open", table_cache_dir="off", seed=3)
+    assert (cfg.batch_size, cfg.nvdec_engine, cfg.table_cache_dir, cfg.seed) == (8, "open", "off", 3)
+    again = dataclasses.replace(cfg, batch_size=2, storage_options={"anon": True})
+    assert again.batch_size == 2 and dict(again.storage_options) == {"anon": True} and again.seed == 3
+    assert [f.name for f in dataclasses.fields(LoaderConfig)] == list(as_dict(cfg))
+    with pytest.raises(ConfigError, match=r"`batch_size` must be a positive integer"):
+        dataclasses.replace(cfg, batch_size=0)
+
+
+def test_the_documentation_lists_each_group_with_its_settings():
+    """docs/configuration.md's table of groups says what `LoaderConfig.groups()` holds."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
+    rows = {}
+    for line in text.split("## Groups", 1)[1].split("\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 4:
+            rows[cells[0].strip("`")] = (cells[1].strip("`"), tuple(s.strip().strip("`") for s in cells[3].split(",")))
+    assert rows == {name: (GROUPS[name].__name__, names) for name, names in LoaderConfig.groups().items()}

@@ -14,9 +14,9 @@ import logging
 import os
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-from ..config import LoaderConfig
+from ..config import LoaderConfig, loader_signature, open_meta_signature
 from ..decode.route import Route
 from ..errors import ConfigError, StateError
 from ..fetch.closer import CLOSER, in_background
@@ -37,11 +37,6 @@ from .source_setup import open_meta as _open_meta
 from .stats import loader_stats, memory_budget
 from .wait import DataWait
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..config import LoaderSettings
-
 # The parts of its stages a loader shows as its own (`loader.meta`, `loader.routes`, ...: the public surface); the
 # others (the store, the builder, the decoders, ...) are `loader.stages.<name>`, their counters `loader.stats()`
 PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "decode_routes", "route_reasons", "member_routes",
@@ -49,9 +44,9 @@ PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "decode_routes",
 log = logging.getLogger("dali_stream")
 
 
+@open_meta_signature  # its keywords, for a type checker and an editor: LoaderConfig's fields (config.py says how)
 def open_meta(source: str | Mixture | Sequence[str | Member] | None = None, *, config: LoaderConfig | None = None,
-              repo_id: str | None = None, root: str | os.PathLike | None = None,
-              **settings: Unpack[LoaderSettings]) -> Any:
+              repo_id: str | None = None, root: str | os.PathLike | None = None, **settings: Any) -> Any:
     """A source's metadata, as `loader.meta` of a loader built on it will be, without building the loader: what
     lerobot's `resolve_delta_timestamps(cfg, meta)` needs before the loader exists. A dataset's is lerobot's
     `LeRobotDatasetMetadata` in the parts policies read (`features`, `fps`, `stats`), a
@@ -90,9 +85,10 @@ class StreamLoader:
     member_routes: Any
     resolved: Resolved
 
+    @loader_signature  # its keywords, for a type checker and an editor: LoaderConfig's fields (config.py says how)
     def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta | None = None, *,
                  config: LoaderConfig | None = None, repo_id: str | None = None,
-                 root: str | os.PathLike | None = None, **settings: Unpack[LoaderSettings]) -> None:
+                 root: str | os.PathLike | None = None, **settings: Any) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
         self.stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
         named(stages.meta, repo_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -214,7 +214,7 @@ class MixtureMeta(LerobotMetadata):
     resolves `delta_timestamps`, which are seconds, at its own fps). `stats`: the members' stats merged in the
     mixture's keys (`schema.merge_stats`; quantiles are approximate, `stats_approximate` says which)."""
 
-    def __init__(self, catalog: Catalog, image_shape: tuple[int, int] | None = None) -> None:
+    def __init__(self, catalog: Catalog, image_shape: Sequence[int] | None = None) -> None:
         self.catalog = catalog
         self.members = [m.meta for m in catalog.members]
         self.member_names = [m.name for m in catalog.members]  # `names`, as lerobot's, holds the features' names
