@@ -206,3 +206,29 @@ def test_the_example_trains_and_resumes(small_dataset, tmp_path):
                       delta_timestamps={"action": [i / 30 for i in range(4)]}) as loader:
         expected = [b["index"].tolist() for _, b in zip(range(5), loader)]
     assert first["indices"] + resumed["indices"] == expected
+
+
+@pytest.mark.gpu
+def test_frames_enter_the_graph_on_the_gpu_without_a_host_copy(small_dataset):
+    """On a GPU node the loader's batches are CUDA tensors: the frames reach the user's graph through a device="gpu"
+    external source, handed to DALI as the CUDA tensors themselves (no host copy), the plan's numbers on the CPU
+    (operators' argument inputs), and the iterator's batches equal the loader's (NVDEC decodes the H.264 camera)."""
+    settings = dict(SETTINGS, device="cuda", decode={FRONT: "gpu"})
+    nodes: dict = {}
+    with dsd.Source(str(small_dataset), **settings) as source:
+        assert source.device_id is not None and source.loader.routes[FRONT] == "nvdec"
+        assert {source.schema[k].device for k in (FRONT, TOP, "index")} == {"gpu"}
+        pipe = _pipeline(source, nodes.update)
+        assert nodes[FRONT].device == "gpu" and nodes[TOP].device == "gpu" and nodes[FRONT + dsd.RAND].device == "cpu"
+        iterator = _iterator(source, pipe)
+        first = next(iterator)[0]
+        handed = dict(zip((o.name for o in source._chosen), source._handed[0].arrays))
+        assert isinstance(handed[FRONT], torch.Tensor) and handed[FRONT].is_cuda and handed[TOP].is_cuda
+        got = [{k: v.clone() for k, v in first.items()}, *_batches(iterator, 1)]
+    with StreamLoader(str(small_dataset), image_dtype="uint8", memory_format="channels_last", **settings) as loader:
+        expected = list(loader)
+    assert len(got) == len(expected)
+    for mine, theirs in zip(got, expected):
+        assert mine[FRONT].is_cuda and mine[FRONT].device == theirs[FRONT].device
+        _equal(mine, {k: channels_last(v) if k in (FRONT, TOP) else v for k, v in theirs.items() if k != "task"},
+               [k for k in theirs if k != "task"])
