@@ -164,9 +164,12 @@ def test_named_errors_say_the_fix(small_dataset):
     iterator = DALIGenericIterator(pipe, **source.iterator_args(output_map=["index", "rand"]))
     first = next(iterator)[0]
     assert first["index"].shape == (4,) and first["rand"].shape == (4, 16)
+    state = source.state_dict()
     with pytest.raises(StateError, match=r"after the pipeline began.*new Source"):
-        source.load_state_dict(source.state_dict())
+        source.load_state_dict(state)
+    assert state["batches_consumed"] == 1 and source.loader.state_dict()["batches_consumed"] == 3  # 2 run ahead
     source.close()
+    assert source.state_dict() == state  # where the loop stood, after close too
     with pytest.raises(dsd.SourceClosedError, match=r"Source was closed.*build a new"):
         for _ in range(5):  # past what DALI prepared before the source closed
             next(iterator)

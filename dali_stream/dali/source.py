@@ -71,7 +71,8 @@ class Source:
 
     `Source(dataset, **settings)` takes StreamLoader's arguments (dataset, `delta_timestamps`, `episodes`, `seed`,
     `decode`, caches, ...; rank and world from the environment as the loader's), with `image_dtype="uint8"` and
-    `memory_format="channels_last"` by default: the frames reach the pipeline as decoded, for your own operators.
+    `memory_format="channels_last"` by default (a `config=` keeps its own): the frames reach the pipeline as decoded,
+    for your own operators.
     `Source(loader)` takes a StreamLoader you built, its settings as they are. `source.loader` is the loader (`meta`,
     `routes`, `stats()`); closing the source closes a loader it built.
 
@@ -192,11 +193,12 @@ class Source:
     # ---- lifecycle ------------------------------------------------------------------------------------------------
     def close(self) -> None:
         """End the loader's epoch in progress and close the loader if the source built it. A pipeline still asking
-        for batches then gets SourceClosedError."""
+        for batches then gets SourceClosedError; `state_dict()` still gives where the loop stood."""
         self._closed = True
         self._end_run()
-        self._pending, self._current = None, None
-        self._handed.clear()
+        self._current = None
+        for item in [*self._handed, *([self._pending] if self._pending is not None else [])]:
+            item.batch, item.arrays = {}, None  # the positions stay: state_dict() still says where the loop stood
         if self._owns:
             self.loader.close()
 
