@@ -20,7 +20,6 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -101,7 +100,11 @@ class Source:
                     chosen.setdefault(name, value)
             self.loader, self._owns = StreamLoader(source, config=config, repo_id=repo_id, root=root, **chosen), True
         self._closed = False
-        self._pipe: weakref.ref | None = None  # the pipeline that read this source
+        # the pipeline that read this source, held (its count of batches run ahead is the resume point's, even where
+        # the caller dropped pipeline and iterator before asking for the state) until close(), which keeps the count
+        self._pipe: Any = None
+        self._read = False
+        self._waiting_at_close = 0
         self._outputs: list[Output] | None = None  # every output the batches give (`schema`)
         self._skipped: list[str] = []
         self._chosen: list[Output] = []  # the outputs the pipeline reads
@@ -179,8 +182,8 @@ class Source:
         return self.loader.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue at `state` (a Source's or a StreamLoader's). Before the pipeline asks for its first batch: load
-        it, then build the iterator (or at least iterate)."""
+        """Continue at `state` (a Source's or a StreamLoader's). Call it before the pipeline asks for its first batch:
+        before the iterator's first `next` (built with `iterator_args()`, the iterator asks for none before it)."""
         self._check_open()
         if self._asked:
             raise StateError("load_state_dict() after the pipeline began: DALI has already run batches from the old "
@@ -194,7 +197,10 @@ class Source:
     def close(self) -> None:
         """End the loader's epoch in progress and close the loader if the source built it. A pipeline still asking
         for batches then gets SourceClosedError; `state_dict()` still gives where the loop stood."""
+        if not self._closed:
+            self._waiting_at_close = self._waiting()
         self._closed = True
+        self._pipe = None
         self._end_run()
         self._current = None
         for item in [*self._handed, *([self._pending] if self._pending is not None else [])]:
@@ -222,8 +228,8 @@ class Source:
     def _attach(self, pipe: Any, keys: Sequence[str] | None) -> list[Output]:
         """Check `pipe` against the source and record it; the outputs it reads (`keys`, or all)."""
         self._check_open()
-        if self._pipe is not None:
-            same = self._pipe() is pipe
+        if self._read:
+            same = self._pipe is pipe
             raise SourceInUseError(
                 f"this Source was already read {'in this pipeline' if same else 'by another pipeline'}: a source feeds "
                 "one pipeline, read once (use the dict read() returned for every input). For another pipeline build "
@@ -243,7 +249,7 @@ class Source:
             raise PipelineError(
                 f"the source's batches are on {self.loader.device} ({on_gpu[:3]}...) but the pipeline has "
                 f"device_id={pipe.device_id}: build it with device_id=source.device_id ({self.device_id})")
-        self._pipe = weakref.ref(pipe)
+        self._pipe, self._read = pipe, True
         self._chosen = chosen
         return chosen
 
@@ -306,9 +312,9 @@ class Source:
 
     def _waiting(self) -> int:
         """Batches DALI ran that the iterator has not handed out (the pipeline's outputs not yet taken)."""
-        pipe = self._pipe() if self._pipe is not None else None
+        pipe = self._pipe
         if pipe is None:
-            return 0
+            return self._waiting_at_close
         try:
             waiting = int(pipe._batches_to_consume)
         except AttributeError:  # a DALI whose Pipeline counts otherwise: resume cannot be exact
