@@ -3,7 +3,8 @@ measured faster on a node: README, Status).
 
 The public surface is what this module exports: `StreamLoader`, `open_meta` (a source's metadata before a
 loader), `LoaderConfig` (its settings), `Mixture` and
-`Member` (several datasets as one source), the error classes and `__version__`. The subpackages (`source`, `plan`, `fetch`, `decode`, `graph`, `tools`) and the
+`Member` (several datasets as one source), the error classes and `__version__`; `dali_stream.dali` is public too (the
+loader's batches as inputs of your own DALI pipeline). The subpackages (`source`, `plan`, `fetch`, `decode`, `graph`, `tools`) and the
 other modules are internal: their names may change between versions. Heavy modules (torch, DALI) load on
 first use of `StreamLoader` or `open_meta`, so `dali-stream diagnose`-style tools import this package on a half-broken node.
 """

@@ -79,3 +79,26 @@ class RemoteError(DaliStreamError, OSError):
 
 class InstallError(DaliStreamError, ImportError):
     """The installed packages do not work together (no DALI, two DALI flavours, a mismatched pair)."""
+
+
+class PipelineError(DaliStreamError, ValueError):
+    """A `dali_stream.dali.Source` and the DALI pipeline it is read in do not fit (the subclasses below say how)."""
+
+
+class BatchSizeMismatchError(PipelineError):
+    """The pipeline's `batch_size` is not the source's: every batch the source hands DALI is the loader's."""
+
+
+class UnknownOutputError(PipelineError, KeyError):
+    """A camera or key the source's batches do not have (asked of `read(keys=...)` or of the inputs it returned)."""
+
+    def __str__(self) -> str:  # the message as written, not KeyError's quoted repr
+        return str(self.args[0]) if self.args else ""
+
+
+class SourceInUseError(PipelineError):
+    """A source read a second time: one source feeds one pipeline, once."""
+
+
+class SourceClosedError(PipelineError):
+    """A source (or the StreamLoader under it) used after close()."""

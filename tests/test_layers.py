@@ -1,6 +1,7 @@
 """The package's stage rule, checked on the source (docs/architecture.md).
 
-dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader,
+dali_stream's stages import only earlier stages: source -> meta -> plan -> fetch -> decode -> graph -> loader ->
+dali (the loader's batches in a user's own DALI pipeline),
 with the modules at the package's root (`errors`, `config`, `pairing`, `mixture`, and the self-contained
 `augment` users import) below all of them and `tools` above all of them (the package's
 `__init__`, the public surface, re-exports from any stage). A module's stage is the package it sits in: read
@@ -21,7 +22,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "dali_stream"
 
 # Stages, lowest first: a module may import its own stage and any stage before it. "base": the package's root.
-STAGES = ["base", "source", "meta", "plan", "fetch", "decode", "graph", "loader", "tools"]
+STAGES = ["base", "source", "meta", "plan", "fetch", "decode", "graph", "loader", "dali", "tools"]
 # The planner's whole world: the standard library's pure parts and numpy.
 PLAN_MAY_IMPORT = {"__future__", "bisect", "dataclasses", "hashlib", "heapq", "itertools", "math", "random",
                    "typing", "collections", "functools", "numpy"}

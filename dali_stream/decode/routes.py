@@ -19,7 +19,7 @@ Routes:
 camera's samples (``speed``), else torchcodec; ``"gpu"`` demands NVDEC and fails loudly otherwise; ``"cpu"`` uses
 torchcodec for every codec; ``"dali-cpu"`` takes DALI's CPU decoder for the cameras it decodes (VP8/VP9/MJPEG; DALI
 installed), torchcodec for the rest.
-A dict maps camera keys to one of those words.
+Each camera gets its `decode.route.Route` (a `RouteChoice`, with its reason): the routes travel as those objects from here on.
 
 What the node can decode (`Node`, its probes and rules) is `decode.node`'s.
 """

@@ -123,6 +123,11 @@ class StreamLoader:
     fps = property(lambda self: float(self.meta.fps), doc="the dataset's frames a second (a mixture's first member's)")
 
     @property
+    def closed(self) -> bool:
+        """Whether `close()` ran (iterating then raises ConfigError; `dali_stream.dali.Source` refuses such a loader)."""
+        return self._closed
+
+    @property
     def host_batches(self) -> bool:
         """Whether batches skip DALI's graph: every camera laid out by the workers, batches on the CPU (`resolved`)."""
         return self.stages.resolved.host_batches
