@@ -38,9 +38,7 @@ from ..errors import (
 from .schema import RAND, RANDOMS, Output, check_batch, dali_batch, outputs_of
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from ..config import LoaderConfig, LoaderSettings
+    from ..config import LoaderConfig
     from ..loader import StreamLoader
 
 # what frames reach the user's pipeline as, unless the settings say otherwise: decoded bytes, stored HWC
@@ -80,7 +78,7 @@ class Source:
     """
 
     def __init__(self, source: Any = None, *, config: LoaderConfig | None = None, repo_id: str | None = None,
-                 root: str | os.PathLike | None = None, **settings: Unpack[LoaderSettings]) -> None:
+                 root: str | os.PathLike | None = None, **settings: Any) -> None:
         from ..loader import StreamLoader
 
         self.loader: StreamLoader
