@@ -110,7 +110,8 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                   gpu_engines=node.gpu.nvdec_engines if node.gpu is not None else None,
                                   cuda_batches=placement.torch_device.startswith("cuda"), local=local,
                                   episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
-                                  cpu_count=os.cpu_count() or 1, rank_cores=rank_cores(world.local_world_size),
+                                  local_world_size=world.local_world_size, cpu_count=os.cpu_count() or 1,
+                                  rank_cores=rank_cores(world.local_world_size),
                                   mixture=catalog.is_mixture,
                                   frame_bytes={k: frame_bytes(catalog.fields[k].shape[0],
                                                               catalog.fields[k].shape[1]) for k in routes},
@@ -158,15 +159,13 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read (no images)
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),
                                                             frozenset(catalog.members[0].meta.image_keys)))
-    # host-frame buffers alive at once: the batches built ahead (`prefetch_batches` + 1), the one DALI holds and the
-    # one the caller holds, per host camera (cameras of one shape share them)
-    buffers = BufferPool((resolved.prefetch_batches + 3) * max(1, len(resolved.host_cameras)))
+    buffers = BufferPool(resolved.host_buffers)  # host-frame buffers alive at once (`Resolved.host_buffers`)
     kit = SourceKit(catalog, engines, Workers(decoders, frames, resolved.global_shuffle, episodes), resizers,
                     dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit)
     sources: dict[str, FrameSource] = kit.sources(routes)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
-                                     table_dtypes, cfg.seed if cfg.augment is not None else None,
+                                     table_dtypes, resolved.augment_seed,
                                      resolved.join_streams, one_group=resolved.host_batches,
                                      text_keys=tuple(catalog.text_keys)), frames)
     dali_cameras = builder.dali_keys
