@@ -337,3 +337,35 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
                          env={**__import__("os").environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+FUNCTION_LINES = 80  # the most lines one function of dali_stream/loader/ spans (docs/architecture.md)
+
+
+def long_functions(root: Path, limit: int = FUNCTION_LINES) -> list[str]:
+    """Every function (methods and nested ones included) under `root` spanning more than `limit` lines, from its
+    `def` to its last line."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {node.name} ({lines} lines)")
+    return found
+
+
+def test_no_loader_function_is_long():
+    """The loader is wiring: each of its functions does one thing (`loader.resolve` a composition of resolvers, one
+    per concern; `loader.assemble.assemble` the stages in order), none over 80 lines; a longer one is split by job."""
+    assert long_functions(PACKAGE / "loader") == []
+
+
+def test_the_length_check_catches_a_long_function(tmp_path):
+    """The checker itself: a method of 81 lines is reported, a function of 80 is not."""
+    def lines(n: int, indent: str) -> str:
+        return "".join(f"{indent}x{i} = {i}\n" for i in range(n))
+
+    (tmp_path / "a.py").write_text(f"def fits():\n{lines(FUNCTION_LINES - 1, '    ')}\n\n"
+                                   f"class C:\n    async def long(self):\n{lines(FUNCTION_LINES, '        ')}")
+    assert long_functions(tmp_path) == [f"a.py:{FUNCTION_LINES + 4}: long ({FUNCTION_LINES + 1} lines)"]

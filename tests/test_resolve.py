@@ -212,3 +212,34 @@ def test_which_cameras_the_cache_keeps_channels_first():
     assert r.kept_chw == ()  # through the DALI graph: kept (H, W, 3)
     r = resolve(LoaderConfig(**cached), facts(routes=CPU))  # sizes not known: as decoded
     assert r.kept_chw == ()
+
+
+def test_host_buffers_are_the_batches_alive_at_once_per_host_camera():
+    """`BufferPool` keeps (prefetch_batches + 3) buffers of a shape per host camera: the batches built ahead
+    (prefetch_batches + 1), the one DALI holds and the one the caller holds; at least one camera's worth."""
+    two = resolve(LoaderConfig(prefetch_batches=5, frame_cache_bytes=1 << 20, episode_frames_bytes=0),
+                  facts(routes=CPU))
+    assert two.host_cameras == ("front", "top") and two.host_buffers == (5 + 3) * 2 == 16
+    assert "prefetch_batches + 3" in two.reasons["host_buffers"]
+    none = resolve(LoaderConfig(num_workers=2), facts(routes={"front": "nvdec"}, **H100))
+    assert none.host_cameras == () and none.prefetch_batches == 4 and none.host_buffers == 4 + 3
+
+
+def test_the_augment_seed_is_the_runs_seed_only_with_a_hook():
+    hooked = resolve(LoaderConfig(seed=7, augment=lambda v, k, r: v), facts(routes=CPU))
+    assert hooked.augment_seed == 7 and "seed" in hooked.reasons["augment_seed"]
+    plain = resolve(LoaderConfig(seed=7), facts(routes=CPU))
+    assert plain.augment_seed is None and plain.reasons["augment_seed"] == "no augment= hook"
+
+
+@pytest.mark.parametrize("budget, ranks, each", [(None, 4, None), (10, 4, 2), (10, 1, 10), (3, 8, 1)])
+def test_remote_concurrency_is_the_nodes_budget_over_its_ranks(budget, ranks, each, monkeypatch):
+    """`remote_concurrency` is a node's: each of its ranks has its part, rounded down, at least 1 (None: no limit).
+    The source opens with the same value (`loader.source_setup.remote_options`)."""
+    from dali_stream.loader.source_setup import remote_options
+
+    r = resolve(LoaderConfig(remote_concurrency=budget), facts(routes=CPU, local=False, local_world_size=ranks))
+    assert r.remote_concurrency == each
+    assert (f"over its {ranks} ranks" in r.reasons["remote_concurrency"]) == (budget is not None)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
+    assert remote_options(LoaderConfig(remote_concurrency=budget)).concurrency == each

@@ -1,6 +1,6 @@
 """The loader stage: `StreamLoader` (`loader.stream`, the facade) over its stages built in one place
-(`loader.assemble`) from the settings derived in one pure function (`loader.resolve`); an epoch's run-ahead
-(`loader.schedule`) and the caller's batches (`loader.deliver`); where the run is and its resume state
+(`loader.assemble`) from the settings derived by pure resolvers, one per concern (`loader.resolve`); an epoch's
+run-ahead (`loader.schedule`) and the caller's batches (`loader.deliver`); where the run is and its resume state
 (`loader.position`); what a loader's life needs at import and exit (`loader.lifecycle`).
 
 `StreamLoader` and `open_meta` load on first use, so `loader.resolve` imports without DALI or torch."""

@@ -105,28 +105,12 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     chosen = camera_routes(cfg, catalog, node, plan_deltas)
     routes = chosen.routes
     check_installed(routes)
-    local = all(is_local(m.meta.data_fs) for m in catalog.members)
-    resolved = resolve(cfg, Facts(routes=routes, gpu=node.gpu is not None,
-                                  gpu_engines=node.gpu.nvdec_engines if node.gpu is not None else None,
-                                  cuda_batches=placement.torch_device.startswith("cuda"), local=local,
-                                  episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
-                                  cpu_count=os.cpu_count() or 1, rank_cores=rank_cores(world.local_world_size),
-                                  mixture=catalog.is_mixture,
-                                  frame_bytes={k: frame_bytes(catalog.fields[k].shape[0],
-                                                              catalog.fields[k].shape[1]) for k in routes},
-                                  user_cache_dir=user_cache_dir()))
+    resolved = resolve(cfg, facts(catalog, routes, node, placement.torch_device, world))
     plan_config = PlanConfig(batch_size=cfg.batch_size, pool_size=resolved.pool, seed=cfg.seed,
                              drop_last=resolved.drop_last, delta_indices=plan_deltas, shuffle=cfg.shuffle,
                              drop_n_first_frames=cfg.drop_n_first_frames, drop_n_last_frames=cfg.drop_n_last_frames,
                              partition=cfg.partition)
-    # DALI must import where it runs: its torch plugin for a graph, DALI itself for its CPU decoder on the workers
-    needs = "nvidia.dali.plugin.pytorch" if not resolved.host_batches else "nvidia.dali" if resolved.dali_on_workers \
-        else None
-    if needs is not None:
-        exc = runtime_error(needs)
-        if exc is not None:
-            raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
-                               "names the broken layer and the constraint set that fixes it")
+    dali_imports(resolved)
     check_camera_sizes(catalog, image_ops)
     in_tables = [k for k, r in routes.items() if r.in_tables]
     if in_tables and cfg.augment is not None:
@@ -158,15 +142,13 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
     table_dtypes = table_kinds(catalog, store,  # one dataset: its first selected episode's rows, as read (no images)
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),
                                                             frozenset(catalog.members[0].meta.image_keys)))
-    # host-frame buffers alive at once: the batches built ahead (`prefetch_batches` + 1), the one DALI holds and the
-    # one the caller holds, per host camera (cameras of one shape share them)
-    buffers = BufferPool((resolved.prefetch_batches + 3) * max(1, len(resolved.host_cameras)))
+    buffers = BufferPool(resolved.host_buffers)  # host-frame buffers alive at once (`Resolved.host_buffers`)
     kit = SourceKit(catalog, engines, Workers(decoders, frames, resolved.global_shuffle, episodes), resizers,
                     dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit)
     sources: dict[str, FrameSource] = kit.sources(routes)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
-                                     table_dtypes, cfg.seed if cfg.augment is not None else None,
+                                     table_dtypes, resolved.augment_seed,
                                      resolved.join_streams, one_group=resolved.host_batches,
                                      text_keys=tuple(catalog.text_keys)), frames)
     dali_cameras = builder.dali_keys
@@ -181,6 +163,20 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                   member_routes={m: names(r) for m, r in chosen.members.items()}, resolved=resolved, decoders=decoders, store=store, engines=engines,
                   frames=frames, episodes=episodes, transforms=transforms, builder=builder,
                   squeeze={k: len(plan_config.delta_indices.get(k, (0,))) == 1 for k in routes})
+
+
+def facts(catalog: Catalog, routes: dict[str, Route], node: Node, torch_device: str, world: World) -> Facts:
+    """What `resolve` reads besides the settings (`loader.resolve_base.Facts`), from what the loader found: the
+    catalog, each camera's route, the node, where batches land and the world."""
+    return Facts(routes=routes, gpu=node.gpu is not None,
+                 gpu_engines=node.gpu.nvdec_engines if node.gpu is not None else None,
+                 cuda_batches=torch_device.startswith("cuda"),
+                 local=all(is_local(m.meta.data_fs) for m in catalog.members),
+                 episodes=int(np.count_nonzero(catalog.lengths)), world_size=world.world_size,
+                 local_world_size=world.local_world_size, cpu_count=os.cpu_count() or 1,
+                 rank_cores=rank_cores(world.local_world_size), mixture=catalog.is_mixture,
+                 frame_bytes={k: frame_bytes(catalog.fields[k].shape[0], catalog.fields[k].shape[1]) for k in routes},
+                 user_cache_dir=user_cache_dir())
 
 
 def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, Route], resolved: Resolved,
@@ -230,6 +226,17 @@ def without_dali(cfg: LoaderConfig) -> None:
     asked = [f"{name}=" for name in ("resize", "crop", "augment") if getattr(cfg, name) is not None]
     if asked:
         raise InstallError(dali_missing(" and ".join(asked)))
+
+
+def dali_imports(resolved: Resolved) -> None:
+    """DALI must import where it runs: its torch plugin for a graph, DALI itself for its CPU decoder on the workers."""
+    needs = "nvidia.dali.plugin.pytorch" if not resolved.host_batches else "nvidia.dali" if resolved.dali_on_workers \
+        else None
+    if needs is not None:
+        exc = runtime_error(needs)
+        if exc is not None:
+            raise InstallError(f"NVIDIA DALI does not import ({type(exc).__name__}: {exc}); `dali-stream diagnose` "
+                               "names the broken layer and the constraint set that fixes it")
 
 
 def check_installed(routes: dict[str, Route]) -> None:

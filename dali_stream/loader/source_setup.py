@@ -27,6 +27,7 @@ from ..plan.mixture_epoch import Mix, member_mass
 from ..plan.selection import select
 from ..plan.world import resolve_world
 from ..source.storage import RemoteOptions
+from .resolve_fetch import remote_concurrency
 
 PER_MEMBER = ("episodes", "max_episodes", "revision", "data_files_root")  # settings a mixture takes per member
 
@@ -71,10 +72,10 @@ def _per_member_only(cfg: LoaderConfig) -> None:
 
 
 def remote_options(cfg: LoaderConfig) -> RemoteOptions:
-    """The settings that say how remote files are opened and read, as one value (`source.storage.RemoteOptions`)."""
-    concurrency = None
-    if cfg.remote_concurrency is not None:  # a node's budget, split over its ranks
-        concurrency = max(1, cfg.remote_concurrency // resolve_world(env=os.environ).local_world_size)
+    """The settings that say how remote files are opened and read, as one value (`source.storage.RemoteOptions`);
+    this rank's requests in flight as `Resolved.remote_concurrency` has them (`loader.resolve_fetch`), worked out
+    here by the same resolver since the source opens before the routes `resolve` needs are chosen."""
+    concurrency, _ = remote_concurrency(cfg, resolve_world(env=os.environ).local_world_size)
     return RemoteOptions(dict(cfg.storage_options or {}), cfg.remote_max_retries, cfg.remote_timeout_s,
                          cfg.remote_deadline_s, cfg.disk_cache_dir, cfg.disk_cache_bytes, concurrency)
 
