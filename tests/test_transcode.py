@@ -186,6 +186,31 @@ def test_refusals_name_what_is_wrong(av1_dataset, tmp_path):
     assert proc.returncode == 2 and "--gop must be at least 1" in proc.stderr
 
 
+def test_a_drive_too_small_is_refused_before_any_work(av1_dataset, tmp_path):
+    """DST on a drive with less room than the copies and the new cameras may need: refused up front, naming the
+    free and the needed space and the fix, nothing written. The small drive is a real 64 KiB tmpfs, mounted in a
+    user and mount namespace of the command's own (`unshare`), so no privilege is needed."""
+    import shlex
+    import shutil
+
+    unshare = shutil.which("unshare")
+    small = tmp_path / "small"
+    small.mkdir()
+    probe = subprocess.run([unshare or "unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k none {small}"],
+                           capture_output=True, text=True) if unshare else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("no unprivileged mount namespaces here (unshare -rm): "
+                    f"{probe.stderr.strip() if probe is not None else 'unshare not found'}")
+    command = " ".join(shlex.quote(str(a)) for a in [*TRANSCODE, av1_dataset, small / "out"])
+    proc = subprocess.run([unshare, "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k none {small} && {command}; "
+                           f"code=$?; find {small} -type f; exit $code"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "GiB free" in proc.stderr and "may write up to" in proc.stderr and "pass another DST" in proc.stderr
+    assert proc.stdout.strip() == "", f"files written on the small drive:\n{proc.stdout}"
+
+
 def test_diagnose_names_the_command_on_a_gpu_without_av1_nvdec(av1_dataset):
     """diagnose's dataset probe on an H100 (a node as the probe would find it; the routing rules real): the AV1
     cameras named with the command; on an L40S, whose NVDEC decodes AV1, nothing to say."""

@@ -167,8 +167,8 @@ def identity(meta: Any, args: argparse.Namespace, cameras: list[str]) -> dict:
 
 
 def open_dest(dest: Path, wanted: dict) -> dict:
-    """The manifest of DST: a new one for a new or empty folder, the one there for a run of the same transcode; else
-    ConfigError saying what differs."""
+    """The manifest of DST: a new one for a new or empty folder (written by `start_dest` once the drive is known to
+    have room), the one there for a run of the same transcode; else ConfigError saying what differs."""
     manifest = dest / MANIFEST
     if manifest.exists():
         have = json.loads(manifest.read_text())
@@ -182,10 +182,14 @@ def open_dest(dest: Path, wanted: dict) -> dict:
     if dest.exists() and any(dest.iterdir()):
         raise ConfigError(f"{dest} exists and holds files that are not a transcode (no {MANIFEST} there); pass a new "
                           "or empty folder as DST")
-    dest.mkdir(parents=True, exist_ok=True)
-    have = {"of": wanted, "done": {}}
-    write_atomic(manifest, json.dumps(have, indent=1).encode())
-    return have
+    return {"of": wanted, "done": {}}
+
+
+def start_dest(dest: Path, manifest: dict) -> None:
+    """DST made and its manifest written, where this is the transcode's first run."""
+    if not (dest / MANIFEST).exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        write_atomic(dest / MANIFEST, json.dumps(manifest, indent=1).encode())
 
 
 def land(target: Path, write: Callable[[BinaryIO], object]) -> None:
@@ -211,7 +215,8 @@ def check_space(meta: Any, dest: Path, units: list[Unit], copies: list[tuple[Any
     times their source's bytes)."""
     need = sum(fs.size(path) for fs, path, rel in copies if not (dest / rel).exists())
     need += int(SIZE_RATIO * sum(meta.data_fs.size(u.source) for u in units if not Path(u.target).exists()))
-    free = shutil.disk_usage(dest).free
+    drive = next(p for p in (dest, *dest.parents) if p.exists())  # DST itself may not exist yet
+    free = shutil.disk_usage(drive).free
     if need > free:
         raise ConfigError(f"{dest}: {free / 2**30:.1f} GiB free, and this transcode may write up to "
                           f"{need / 2**30:.1f} GiB (the copies, and up to {SIZE_RATIO:g}x the cameras' bytes); free "
@@ -256,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{dest} is this transcode of {args.source}, complete: nothing to do")
         return 0
     check_space(meta, dest, units, copies)
+    start_dest(dest, manifest)
     encoder = choose_encoder(args.codec, args.encoder)
     workers = args.workers or max(1, os.cpu_count() or 1)
     todo = [u for u in units if done_key(dest, u) not in manifest["done"] or not Path(u.target).exists()]
