@@ -88,9 +88,9 @@ class Samples:
         if not asked:
             return []
         reader = self._open()
-        plan = PickedPlan(reader._plan(0), asked, reader.config.batch_size)
-        schedule = reader.delivery.schedule(plan, 0)
-        batches = reader.delivery.batches(schedule, plan, 0)
+        plan = PickedPlan(reader.epoch_plan(0), asked, reader.config.batch_size)
+        schedule = reader._delivery.schedule(plan, 0)
+        batches = reader._delivery.batches(schedule, plan, 0)
         out: list[dict[str, Any]] = []
         try:
             for batch in batches:
