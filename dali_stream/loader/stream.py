@@ -25,10 +25,10 @@ from ..mixture import Member, Mixture
 from ..plan.world import World
 from ..source.lerobot import lerobot_source, named
 from .assemble import Stages, assemble
-from .deliver import Delivery
+from .deliver import Delivery, Outlet
 from .lifecycle import OPEN_LOADERS, shut
 from .memory import TRIM_EVERY, release_freed
-from .position import Position
+from .position import Planning, Position
 from .resolve import Resolved
 from .samples import Samples, asked_by_torch_data, wrapped
 from .source_setup import open_meta as _open_meta
@@ -106,7 +106,7 @@ class StreamLoader(LoaderViews):
         self._stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
         named(stages.meta, repo_id)
         self.plan_lengths = stages.plan_lengths
-        self._delivery = Delivery(stages)
+        self._delivery = Delivery(Outlet.of(stages))  # each gets the parts it reads
         self._closed = False
         self._samples: Samples | None = None  # `dataset`, opened on first use
         # Threads end with the loader, even unclosed: a collected loader is closed on a thread of its own, one open
@@ -116,7 +116,7 @@ class StreamLoader(LoaderViews):
                                            stages.transforms)
         self._finalizer.atexit = False
         OPEN_LOADERS.add(self)
-        self._position = Position(stages)
+        self._position = Position(Planning.of(stages))
         self._live: weakref.ref | None = None  # the generator of the epoch being iterated
         self.last_epoch_stats: dict[str, Any] = {}
         self._waits = DataWait()  # how long the loop waited for each batch (`data_wait`)
