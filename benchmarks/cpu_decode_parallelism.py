@@ -49,9 +49,8 @@ def _work(dataset: str, batches: int):
     items = []  # (segment, unique frame indices) per (batch, camera, segment)
     for b in range(batches):
         plan = loader.batch_plan(0, b)
-        rows = [loader.stages.store.rows(int(p)) for p in plan.episodes]
         for key in loader.routes:
-            segs, idx = loader.stages.builder.locate(plan, rows, key)
+            segs, idx = loader.locate(plan, key)
             groups: dict[int, tuple] = {}
             for seg, i in zip(segs, idx):
                 groups.setdefault(id(seg), (seg, []))[1].extend(int(x) for x in i)

@@ -36,13 +36,22 @@ BATCH = 16
 RUNS = 6
 
 
+def segments(loader, key: str) -> list:
+    """Camera `key`'s segment of every episode of the loader's dataset, cut by a store of their own."""
+    from dali_stream.decode.cpu import DecoderCache
+    from dali_stream.fetch.store import EpisodeStore
+
+    store = EpisodeStore(loader.catalog, loader.config.tolerance_s, 1 << 30, DecoderCache(1), 0)
+    return [store.segment(p, key) for p in range(len(loader.meta.lengths))]
+
+
 def clips(loader, key: str, pictures: int, count: int, whole: bool = False, seed: int = 0):
     """`count` (encoded, frames) inputs: per-sample clips of one camera starting at random frames, asking their
     first `pictures` frames (whole: the episode's whole segment from its first frame)."""
     from dali_stream.graph.clips import dali_input
 
     rng = np.random.default_rng(seed)
-    segs = [loader.stages.store.segment(p, key) for p in range(len(loader.meta.lengths))]
+    segs = segments(loader, key)
     out = []
     while len(out) < count:
         seg = segs[int(rng.integers(len(segs)))]
@@ -108,7 +117,7 @@ def open_engine_ms(loader, key: str, pictures: int, count: int) -> float | None:
     route = CPU_OPEN if DEV == "cpu" else NVDEC_OPEN
     engine = route.make_engine(1, None if DEV == "cpu" else 0, {})
     rng = np.random.default_rng(1)
-    segs = [loader.stages.store.segment(p, key) for p in range(len(loader.meta.lengths))]
+    segs = segments(loader, key)
     parts = []
     while len(parts) < count:
         seg = segs[int(rng.integers(len(segs)))]

@@ -36,7 +36,7 @@ def run(root: Path, config: str) -> dict:
         for batch in loader:
             n += len(batch["index"])
         rate = n / (time.perf_counter() - t0)
-        whole = loader.stages.episodes.stats()["decoded_segments"] if loader.stages.episodes else 0
+        whole = (loader.stats()["episode_frames"] or {}).get("decoded_segments", 0)
     return {"samples_per_s": rate, "segments_decoded_whole": whole}
 
 

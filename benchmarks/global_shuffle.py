@@ -48,7 +48,7 @@ def _child(source: str, pool, warmup: int, batches: int, out, segment_bytes) -> 
     t0 = time.perf_counter()
     loader = StreamLoader(source, batch_size=64, episode_pool_size=pool, device="cpu", num_workers=2,
                           image_dtype="uint8", seed=0, segment_bytes=segment_bytes)
-    loader.stages.store.pieces.log = []
+    log = loader.record_pieces()
     it = iter(loader)
     next(it)
     first_s = time.perf_counter() - t0
@@ -57,7 +57,7 @@ def _child(source: str, pool, warmup: int, batches: int, out, segment_bytes) -> 
         next(it)
     warmup_rate = warmup * 64 / (time.perf_counter() - t)
     remote0 = dict(loader.remote_stats or {})
-    logged = len(loader.stages.store.pieces.log)
+    logged = len(log)
     t, cpu = time.perf_counter(), time.process_time()
     for _ in range(batches):
         next(it)
@@ -69,7 +69,7 @@ def _child(source: str, pool, warmup: int, batches: int, out, segment_bytes) -> 
               "batch_mixing": batch_mixing(loader)}
     remote = loader.remote_stats
     if remote:
-        pieces = loader.stages.store.pieces.log[logged:]
+        pieces = log[logged:]
         result["remote"] = {"requests": remote["requests"] - remote0.get("requests", 0),
                             "bytes_read": remote["bytes"] - remote0.get("bytes", 0),
                             "pieces": len(pieces), "gop_bytes_needed": gop_bytes_needed(loader, pieces) if pool == "all"

@@ -46,12 +46,12 @@ def mismatches(batch, key):
     return [(ids(x[j]), (int(eps[j]), int(frs[j]))) for j in range(len(eps)) if ids(x[j]) != (int(eps[j]), int(frs[j]))]
 
 
-def redecode(loader, prepared):
-    """Decode one batch's DALI inputs for camera CK again: each sample alone, then the four together."""
+def redecode(slot, prepared):
+    """Decode one batch's DALI inputs for camera CK again (`slot`: the batch's output name -> its place): each sample
+    alone, then the four together."""
     from nvidia.dali import fn, types
     from nvidia.dali.pipeline import Pipeline
 
-    slot = loader.stages.builder._slot
     enc, fr = prepared.arrays[slot[f"{CK}@encoded"]], prepared.arrays[slot[f"{CK}@frames"]]
     print("  batch", prepared.plan.index, "episodes", prepared.plan.episodes.tolist(), "frames",
           prepared.plan.frames.tolist(), "clip bytes", [len(e) for e in enc], "indices", [f.tolist() for f in fr])
@@ -70,27 +70,34 @@ def redecode(loader, prepared):
 
 
 def run(label, with_cpu, gpu_keys, nb=6):
-    gpu = StreamLoader(str(p), decode={k: G for k in gpu_keys}, **args)
-    kept = {}
-    build = gpu.stages.builder.build
+    from dali_stream.graph.batches import BatchBuilder
 
-    def keep(plan, build=build):
-        kept[plan.index] = out = build(plan)
+    kept = {}  # batch -> (its DALI inputs of CK, where each output is), as the NVDEC loader's builder made them
+    build = BatchBuilder.build
+
+    def keep(builder, plan):  # every builder's: only the one that feeds DALI clips of CK keeps them
+        out = build(builder, plan)
+        if f"{CK}@encoded" in builder._slot:
+            kept[plan.index] = (builder._slot, out)
         return out
 
-    gpu.stages.builder.build = keep
-    it_cpu = iter(StreamLoader(str(p), decode="cpu", **args)) if with_cpu else None
-    bad = []
-    for n, a in enumerate(gpu):
-        if it_cpu is not None:
-            next(it_cpu)
-        bad += [(n, w) for w in mismatches(a, CK)]
-        if n == nb:
-            break
+    BatchBuilder.build = keep
+    try:
+        gpu = StreamLoader(str(p), decode={k: G for k in gpu_keys}, **args)
+        it_cpu = iter(StreamLoader(str(p), decode="cpu", **args)) if with_cpu else None
+        bad = []
+        for n, a in enumerate(gpu):
+            if it_cpu is not None:
+                next(it_cpu)
+            bad += [(n, w) for w in mismatches(a, CK)]
+            if n == nb:
+                break
+    finally:
+        BatchBuilder.build = build
     print(label, "routes", {k.rsplit(".", 1)[-1]: v for k, v in gpu.routes.items()}, "bad", bad, flush=True)
-    if f"{CK}@encoded" in gpu.stages.builder._slot:
-        for n, _ in bad[:2]:
-            redecode(gpu, kept[n])
+    for n, _ in bad[:2]:
+        if n in kept:
+            redecode(*kept[n])
 
 
 if "--both" in sys.argv:

@@ -42,7 +42,8 @@ while k < n:
     k += 1
 seconds = time.perf_counter() - t0
 RESULT = {"route": route, "dtype": dtype, "samples_per_s": n * 16 / seconds,
-          "host_frames": loader.stages.builder.host_keys, "host_buffers_mb": loader.stages.builder.buffers.nbytes / 2**20}
+          "host_frames": loader.memory_budget()["host_frames"],
+          "host_buffers_mb": loader.stats()["bounded"]["host_buffers"]["held"] / 2**20}
 loader.close()
 """
 

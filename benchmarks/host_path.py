@@ -42,13 +42,13 @@ start_s = time.perf_counter() - t0
 for _ in range(2):  # epoch 1 decodes and fills the cache; epoch 2 what epoch 1's dropped batch left
     for batch in loader:
         pass
-decoded = loader.stages.builder.decoded_frames
+decoded = loader.stats()["build"]["decoded_frames"]
 t0, n = time.perf_counter(), 0
 for _ in range(epochs):
     for batch in loader:
         n += len(batch["index"])
 seconds = time.perf_counter() - t0
-assert loader.stages.builder.decoded_frames == decoded, "a timed epoch decoded frames: not every frame was held"
+assert loader.stats()["build"]["decoded_frames"] == decoded, "a timed epoch decoded frames: not every frame was held"
 RESULT = {"samples_per_s": n / seconds, "samples": n, "import_and_construct_s": start_s}
 loader.close()
 """

@@ -75,7 +75,7 @@ def _child(source: str, variant: str, batches: int, out) -> None:
     for _ in range(batches):
         next(it)
     wall = time.perf_counter() - t
-    out.put({"variant": variant, "in_processes": loader.stages.transforms.in_processes,
+    out.put({"variant": variant, "in_processes": loader.stats()["transforms"]["in_processes"],
              "samples_per_s": batches * 16 / wall, "caller_cpu_ms_per_sample": 1e3 * (time.process_time() - cpu)
              / (batches * 16)})
     loader.close()

@@ -35,8 +35,7 @@ def planned(loader, key: str, batches: int):
     out = []
     for b in range(batches):
         plan = loader.batch_plan(0, b)
-        rows = [loader.stages.store.rows(int(p)) for p in plan.episodes]
-        segs, idx = loader.stages.builder.locate(plan, rows, key)
+        segs, idx = loader.locate(plan, key)
         want = [(int(loader.meta.episode_index(int(p))), int(f)) for p, f in zip(plan.episodes, plan.frames)]
         out.append((segs, idx, want))
     return out

@@ -34,7 +34,7 @@ root, batches, extra = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 t0 = time.perf_counter()
 loader = StreamLoader(root, batch_size=16, num_workers=2, device="cpu", **extra)
 setup = time.perf_counter() - t0
-loader.stages.store.pieces.log = []  # each piece's sample: the GOPs they need, exactly (`bench.gop_bytes_needed`)
+pieces = loader.record_pieces()  # each piece's sample: the GOPs they need, exactly (`bench.gop_bytes_needed`)
 t1 = time.perf_counter()
 it = iter(loader)
 next(it)
@@ -45,7 +45,7 @@ for _ in range(batches - 1):
 steady = time.perf_counter() - t2
 loader.close()
 stats = loader.stats()["fetch"]  # the store's counters (`StreamLoader.stats`)
-gops = gop_bytes_needed(loader, loader.stages.store.pieces.log)
+gops = gop_bytes_needed(loader, pieces)
 budget = loader.memory_budget()
 print(json.dumps({
     "constructor_s": setup, "first_batch_s": first, "samples_per_s_after_first": 16 * (batches - 1) / steady,

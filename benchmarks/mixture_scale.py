@@ -88,7 +88,7 @@ def child(kind: str, source: str, batches: int) -> dict:
     return {"construct_s": times, "construct_s_median": statistics.median(times),
             "rss_before_mb": before / 2**20, "rss_after_construct_mb": built / 2**20,
             "rss_after_batches_mb": streamed / 2**20, "batches": done,
-            "episodes": int(loader.stages.catalog.num_episodes), "members": len(loader.stages.catalog.members),
+            "episodes": int(loader.catalog.num_episodes), "members": len(loader.catalog.members),
             "memory_budget": {k: budget[k] for k in ("cache_peak", "cache_bound", "table_footers_peak",
                                                      "table_footers_bound", "mp4_indexes_peak", "mp4_indexes_bound")}}
 

@@ -18,12 +18,14 @@ from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from dali_stream import StreamLoader
+from dali_stream.decode.cpu import DecoderCache
+from dali_stream.fetch.store import EpisodeStore
 from dali_stream.graph.clips import dali_input
 
 root = sys.argv[1]
 DEV = os.environ.get("DEV", "mixed")
 L = StreamLoader(root, batch_size=4, decode="cpu", image_dtype="uint8", device="cpu")
-store = L.stages.builder.store
+store = EpisodeStore(L.catalog, L.config.tolerance_s, 1 << 30, DecoderCache(1), 0)  # the loader's episodes, read again
 key = os.environ.get("KEY", "observation.images.front")
 rng = np.random.default_rng(0)
 lengths = L.meta.lengths.tolist()

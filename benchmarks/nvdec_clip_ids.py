@@ -15,13 +15,15 @@ from nvidia.dali import fn, types
 from nvidia.dali.pipeline import Pipeline
 
 from dali_stream import StreamLoader
+from dali_stream.decode.cpu import DecoderCache
+from dali_stream.fetch.store import EpisodeStore
 from dali_stream.graph.clips import dali_input
 from dali_stream.tools.paint import UnreadableIds, read_ids
 
 DEV = os.environ.get("DEV", "mixed")
 p = gpu_test_dataset()
 L = StreamLoader(str(p), batch_size=4, decode="cpu", image_dtype="uint8", device="cpu")
-store = L.stages.builder.store
+store = EpisodeStore(L.catalog, L.config.tolerance_s, 1 << 30, DecoderCache(1), 0)  # the loader's episodes, read again
 eps = L.meta.episodes["episode_index"].tolist()
 lengths = L.meta.lengths.tolist()
 cams = {"front": "observation.images.front", "side": "observation.images.side", "top": "observation.images.top"}

@@ -81,7 +81,7 @@ from dali_stream.graph.segment_frames import decode_segments
 from dali_stream.tools.bench_gpu import window_work
 ds, threads = sys.argv[1], 2
 loader = StreamLoader(ds, device="cpu", seed=1)
-assert not loader.stages.engines and set(loader.stages.builder.host_keys) == set(loader.routes)
+assert not loader.stats()["engines"] and set(loader.memory_budget()["host_frames"]) == set(loader.routes)
 work, samples = window_work(loader, [(0, i) for i in range(len(loader))], list(loader.routes))
 dali = DaliFrames()
 on_dali = set(loader.resolved.dali_on_workers)

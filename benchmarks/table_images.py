@@ -83,13 +83,13 @@ def run(root: Path, config: str, epochs: int, cache_bytes: int) -> dict:
     out: dict[str, list] = {"samples_per_s": [], "decoded": [], "table_bytes": []}
     with StreamLoader(str(root), batch_size=BATCH, device="cpu", seed=5, cache_bytes=cache_bytes, **cache) as loader:
         for _ in range(epochs):
-            before = loader.stages.builder.decoded_frames
+            before = loader.stats()["build"]["decoded_frames"]
             read = loader.stats()["fetch"]["table_bytes_read"]
             t0, n = time.perf_counter(), 0
             for batch in loader:
                 n += len(batch["index"])
             out["samples_per_s"].append(n / (time.perf_counter() - t0))
-            out["decoded"].append(loader.stages.builder.decoded_frames - before)
+            out["decoded"].append(loader.stats()["build"]["decoded_frames"] - before)
             out["table_bytes"].append(loader.stats()["fetch"]["table_bytes_read"] - read)
         out["fetched_peak"] = loader.stats()["bounded"]["fetched_episodes"]["peak"]
     return out

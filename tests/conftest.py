@@ -19,6 +19,9 @@ if "DALI_STREAM_CACHE" not in os.environ:  # the loader's default cache folder (
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with a driver; skipped elsewhere")
     config.addinivalue_line("markers", "child: runs in a child process of its own (tests/child.py)")
+    from .insides import install
+
+    install()  # a loader's private attributes read from outside dali_stream/loader/ raise (tests/insides.py)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -45,7 +45,7 @@ def main(dataset: str, out: str, stop: int, mode: str = "", state_path: str = ""
         with open(state_path) as fh:
             loader.load_state_dict(json.load(fh))
         report["len"] = len(loader)
-        report["own"] = loader._plan(loader.state_dict()["epoch"]).num_frames  # its own draws; then padding
+        report["own"] = loader.epoch_plan(loader.state_dict()["epoch"]).num_frames  # its own draws; then padding
         report["tail"] = _indices(loader, stop or None)
         if next_path and rank == 0:
             with open(next_path, "w") as fh:

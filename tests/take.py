@@ -17,8 +17,8 @@ def epochs(loader, n: int = 2) -> list[tuple[list[dict], int]]:
     """`n` epochs of `loader`: each one's batches and the frames its batch builder decoded in it."""
     out = []
     for _ in range(n):
-        before = loader.stages.builder.decoded_frames
-        out.append(([dict(b) for b in loader], loader.stages.builder.decoded_frames - before))
+        before = loader.stats()["build"]["decoded_frames"]
+        out.append(([dict(b) for b in loader], loader.stats()["build"]["decoded_frames"] - before))
     return out
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dali_stream import DecodeError, DeviceError, StreamLoader
+from dali_stream import DecodeError, DeviceError
 from dali_stream.decode.errors import classify, explain_device
 from dali_stream.decode.node import Node, NodeFacts
 from dali_stream.decode.route import NVDEC
 from dali_stream.graph.pipeline import build_pipeline
+
+from .parts import parts_of, plan_of
 
 TOP, FRONT = "observation.images.top", "observation.images.front"
 H100 = Node.from_facts(NodeFacts(8, 8, "2.13.0+cu130", "13.0", "NVIDIA H100 80GB HBM3", (9, 0)))
@@ -55,23 +57,24 @@ def test_classify_dali_messages(kind):
 
 
 def _prepared(dataset, routes_override=None, **settings):
-    """A built batch; `routes_override`: camera -> the route its source then claims (NVDEC's, on this CPU node).
+    """A built batch, by a batch builder built as a loader builds it (`tests/parts.py`); `routes_override`: camera ->
+    the route its source then claims (NVDEC's, on this CPU node).
     Every camera decoded per sample (`episode_frames_bytes=0`), VP9 in the DALI graph (`decode="dali-cpu"`): its
     failures are read here."""
     settings.setdefault("episode_frames_bytes", 0)
     settings.setdefault("decode", "dali-cpu")
-    loader = StreamLoader(str(dataset), batch_size=3, episode_pool_size=2, device="cpu", num_workers=0, **settings)
-    builder = loader.stages.builder
+    parts = parts_of(dataset, batch_size=3, episode_pool_size=2, device="cpu", num_workers=0, **settings)
+    builder = parts.builder
     for key, route in (routes_override or {}).items():
         builder.sources[key].route = route
-    return loader, builder, builder.build(loader.batch_plan(0, 0))
+    return parts, builder, builder.build(plan_of(parts))
 
 
-def _dali_failure(loader, builder, prepared):
+def _dali_failure(parts, builder, prepared):
     """Run `prepared` through the loader's graph; DALI must refuse an out-of-bounds index: the loader's reading
     of that failure."""
     pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
-                             loader.stages.image_ops)
+                             parts.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError, match=r"out-of-bounds frame index") as raised:
         pipe.run()
@@ -80,13 +83,13 @@ def _dali_failure(loader, builder, prepared):
 
 def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(small_dataset):
     """pad_mode="none": an index past the segment is an error, never a black frame (one clip per sample)."""
-    loader, builder, prepared = _prepared(small_dataset, join_streams=0)
-    assert loader.routes[TOP] == "dali-cpu"
+    parts, builder, prepared = _prepared(small_dataset, join_streams=0)
+    assert parts.routes[TOP] == "dali-cpu"
     slot = [o.name for o in builder.outputs].index(f"{TOP}@frames")
-    seg = loader.stages.store.segment(int(prepared.plan.episodes[1]), TOP)
+    seg = parts.store.segment(int(prepared.plan.episodes[1]), TOP)
     bad = len(seg.pts_s) + 3
     prepared.arrays[slot][1] = np.array([bad], dtype=np.int32)
-    err = _dali_failure(loader, builder, prepared)
+    err = _dali_failure(parts, builder, prepared)
     assert isinstance(err, DecodeError)
     assert f"frame {bad} was asked for" in str(err) and f"episode {seg.episode}, camera '{TOP}'" in str(err)
     assert "frames in the clip of" in str(err) and "re-download the file" in str(err)
@@ -95,13 +98,13 @@ def test_out_of_range_index_on_the_dali_cpu_route_raises_and_names_the_sample(sm
 def test_out_of_range_index_in_a_joined_stream_names_its_episodes(small_dataset):
     """The same on a joined stream (graph/joined.py): the error names every episode the stream joins, and since
     each of their segments decodes apart, says joining is what failed and how to turn it off."""
-    loader, builder, prepared = _prepared(small_dataset, join_streams=1)
+    parts, builder, prepared = _prepared(small_dataset, join_streams=1)
     assert prepared.members == 3  # one group: the batch's 3 clips in one stream
     frames = prepared.arrays[[o.name for o in builder.outputs].index(f"{TOP}@frames")]
     bad = int(frames[0].max()) + 50
     frames[0] = np.append(frames[0], bad).astype(np.int32)
-    err = _dali_failure(loader, builder, prepared)
-    episodes = sorted({int(loader.meta.episode_index(int(p))) for p in prepared.plan.episodes})
+    err = _dali_failure(parts, builder, prepared)
+    episodes = sorted({int(parts.meta.episode_index(int(p))) for p in prepared.plan.episodes})
     assert isinstance(err, DecodeError)
     assert f"joining the clips of episodes {episodes}, camera '{TOP}'" in str(err), err
     assert f"frame {bad} was asked for" in str(err) and "join_streams=0" in str(err)
@@ -110,7 +113,7 @@ def test_out_of_range_index_in_a_joined_stream_names_its_episodes(small_dataset)
 def test_nvdec_refusal_names_the_camera_whose_stream_is_too_small(small_dataset):
     """A VP9 camera of 128x96 on the NVDEC route (info.json claimed a larger size): the too-small message
     names that camera, its real size and the way out."""
-    loader, builder, prepared = _prepared(small_dataset, {TOP: NVDEC})
+    parts, builder, prepared = _prepared(small_dataset, {TOP: NVDEC})
     exc = RuntimeError(WRAP.format(MESSAGES["too-small"]))
     err = builder.explain_dali_failure([prepared], exc, H100)
     assert isinstance(err, DeviceError)
@@ -124,7 +127,7 @@ def test_nvdec_refusal_names_the_camera_whose_stream_is_too_small(small_dataset)
     ("out-of-memory", ["NVIDIA H100 80GB HBM3 ran out of memory", "lower batch_size", "nvidia-smi"]),
 ])
 def test_device_failures_say_what_to_change(small_dataset, kind, words):
-    loader, builder, prepared = _prepared(small_dataset, {TOP: NVDEC})
+    parts, builder, prepared = _prepared(small_dataset, {TOP: NVDEC})
     err = builder.explain_dali_failure([prepared], RuntimeError(WRAP.format(MESSAGES[kind])), H100)
     assert isinstance(err, DeviceError)
     for w in words:
@@ -132,7 +135,7 @@ def test_device_failures_say_what_to_change(small_dataset, kind, words):
 
 
 def test_unknown_failures_do_not_blame_the_profile(small_dataset):
-    loader, builder, prepared = _prepared(small_dataset)
+    parts, builder, prepared = _prepared(small_dataset)
     err = builder.explain_dali_failure([prepared], RuntimeError(WRAP.format("something new went wrong")))
     assert isinstance(err, DecodeError) and "profile" not in str(err)
     assert "torchcodec decodes every frame those batches asked for" in str(err) and "--decode-test" in str(err)
@@ -145,7 +148,7 @@ def test_an_unknown_failure_checks_only_the_frames_the_batch_asked_for(small_dat
     torchcodec decode runs; the test records what it was asked."""
     from dali_stream.graph import forensics
 
-    loader, builder, prepared = _prepared(small_dataset, join_streams=1)
+    parts, builder, prepared = _prepared(small_dataset, join_streams=1)
     asked: list[tuple[int, list[int]]] = []
     real = forensics.torchcodec_frames
 
@@ -156,17 +159,17 @@ def test_an_unknown_failure_checks_only_the_frames_the_batch_asked_for(small_dat
     monkeypatch.setattr(forensics, "torchcodec_frames", recording)
     builder.explain_dali_failure([prepared], RuntimeError(WRAP.format("something new went wrong")))
     want: dict[int, set[int]] = {}
-    for pos, idx in zip(prepared.plan.episodes, builder.locate(prepared.plan, [loader.stages.store.rows(int(p)) for p in
+    for pos, idx in zip(prepared.plan.episodes, builder.locate(prepared.plan, [parts.store.rows(int(p)) for p in
                                                                                prepared.plan.episodes], TOP)[1]):
-        want.setdefault(loader.stages.store.segment(int(pos), TOP).uid, set()).update(int(i) for i in idx)
+        want.setdefault(parts.store.segment(int(pos), TOP).uid, set()).update(int(i) for i in idx)
     assert {uid: set(i) for uid, i in asked} == want
-    assert sum(len(i) for _, i in asked) < sum(len(loader.stages.store.segment(int(p), TOP).pts_s)
+    assert sum(len(i) for _, i in asked) < sum(len(parts.store.segment(int(p), TOP).pts_s)
                                                 for p in set(prepared.plan.episodes.tolist()))
 
 
-def _run_graph(loader, builder, prepared):
+def _run_graph(parts, builder, prepared):
     pipe, _ = build_pipeline(builder.outputs, builder.graph_routes, lambda info: prepared.arrays, 3, 1, None,
-                             loader.stages.image_ops)
+                             parts.image_ops)
     pipe.build()
     with pytest.raises(RuntimeError) as raised:
         pipe.run()
@@ -178,24 +181,24 @@ def test_a_stream_dali_cannot_open_is_named_from_dalis_real_failure(small_datase
     create video decoder' (why is a warning); the loader names the camera, the real codec and the fix."""
     from dali_stream.graph.clips import dali_input
 
-    loader, builder, prepared = _prepared(small_dataset, join_streams=0)
+    parts, builder, prepared = _prepared(small_dataset, join_streams=0)
     slot = [o.name for o in builder.outputs].index(f"{TOP}@encoded")
-    front = loader.stages.store.segment(int(prepared.plan.episodes[1]), FRONT)
+    front = parts.store.segment(int(prepared.plan.episodes[1]), FRONT)
     prepared.arrays[slot][1] = dali_input(front, np.array([0])).data
-    exc = _run_graph(loader, builder, prepared)
+    exc = _run_graph(parts, builder, prepared)
     assert classify(str(exc)).kind == "unopened", str(exc)
     err = builder.explain_dali_failure([prepared], exc)
-    episode = int(loader.meta.episode_index(int(prepared.plan.episodes[1])))
+    episode = int(parts.meta.episode_index(int(prepared.plan.episodes[1])))
     assert isinstance(err, DecodeError)
     assert f"camera '{TOP}', episodes [{episode}]" in str(err) and "the stream is h264" in str(err), err
     assert "meta/info.json says 'vp9'" in str(err) and f"decode={{'{TOP}': 'cpu'}}" in str(err)
 
 
 def test_bytes_nothing_can_open_are_named_as_a_wrong_cut(small_dataset):
-    loader, builder, prepared = _prepared(small_dataset, join_streams=0)
+    parts, builder, prepared = _prepared(small_dataset, join_streams=0)
     slot = [o.name for o in builder.outputs].index(f"{TOP}@encoded")
     prepared.arrays[slot][0] = np.frombuffer(b"\0\0\0\x20ftypisom" + bytes(range(256)) * 8, dtype=np.uint8)
-    exc = _run_graph(loader, builder, prepared)
+    exc = _run_graph(parts, builder, prepared)
     assert classify(str(exc)).kind == "unopened", str(exc)
     err = builder.explain_dali_failure([prepared], exc)
     assert isinstance(err, DecodeError) and "FFmpeg cannot open it either: the cut is wrong" in str(err), err

@@ -292,12 +292,12 @@ def test_a_pools_open_episodes_depth_is_decoded_once_each_and_equals_it_decoded_
     decoded a sample at a time, every key and value, each episode's depth decoded whole once an epoch."""
     args = dict(batch_size=5, device="cpu", delta_timestamps=DELTAS, drop_last=False, seed=3, decode="cpu")
     with StreamLoader(str(depth_dataset), episode_frames_bytes=0, **args) as plain:
-        assert plain.stages.episodes is None
+        assert plain.stats()["episode_frames"] is None
         want = epochs(plain)
     with StreamLoader(str(depth_dataset), **args) as held:
         assert held.resolved.episode_frames > 0
         got = epochs(held)
-        stats = held.stages.episodes.stats()
+        stats = held.stats()["episode_frames"]
     for (g, _), (w, _) in zip(got, want):
         same_batches(g, w)
         assert sum(_check(b) for b in g) > 0

@@ -13,6 +13,7 @@ from dali_stream import ConfigError, StreamLoader
 from dali_stream.decode.cpu import torchcodec_frames
 from dali_stream.decode.episode_frames import EpisodeFrames
 
+from .parts import store_of
 from .test_frame_cache import assert_same
 
 ARGS = dict(batch_size=4, device="cpu", decode="dali-cpu", image_dtype="uint8", seed=5, episode_pool_size=3)
@@ -36,7 +37,7 @@ def test_batches_are_those_decoded_per_sample(four_codec_dataset, setup):
     (the cache's epoch 2 not at all), and every frame held is released by the epoch's end."""
     args = {**ARGS, "max_episodes": 6, **setup}
     plain = StreamLoader(str(four_codec_dataset), **args, episode_frames_bytes=0)
-    assert plain.stages.episodes is None and plain.resolved.episode_frames == 0
+    assert plain.stats()["episode_frames"] is None and plain.resolved.episode_frames == 0
     want = batches(plain)
     plain.close()
     held = StreamLoader(str(four_codec_dataset), **args)
@@ -44,7 +45,7 @@ def test_batches_are_those_decoded_per_sample(four_codec_dataset, setup):
     # VP9 (dali-cpu) is decoded on the workers, where its frames can be held
     assert held.resolved.dali_on_workers == ("observation.images.top",)
     assert_same(batches(held), want)
-    stats = held.stages.episodes.stats()
+    stats = held.stats()["episode_frames"]
     epochs = 1 if "frame_cache_bytes" in setup else 2
     assert stats["decoded_segments"] == 6 * 4 * epochs, stats
     assert stats["held"] == 0 and stats["segments"] == 0 and stats["refused"] == 0, stats
@@ -63,7 +64,7 @@ def test_a_bound_holds_what_fits_and_decodes_the_rest_per_sample(four_codec_data
     loader = StreamLoader(str(four_codec_dataset), **args, episode_frames_bytes=bound)
     assert loader.resolved.episode_frames_each == 30 * frame
     assert_same(batches(loader, 1), want)
-    stats = loader.stages.episodes.stats()
+    stats = loader.stats()["episode_frames"]
     assert stats["peak"] <= bound and stats["refused"] > 0 and stats["decoded_segments"] > 0, stats
     assert stats["decoded_frames"] <= 30 * stats["decoded_segments"]
     loader.close()
@@ -72,7 +73,7 @@ def test_a_bound_holds_what_fits_and_decodes_the_rest_per_sample(four_codec_data
 def test_defaults_and_errors(four_codec_dataset):
     """A global shuffle holds nothing (an episode's frames are drawn all along the epoch); the bound is checked."""
     loader = StreamLoader(str(four_codec_dataset), **{**ARGS, "episode_pool_size": "all", "max_episodes": 2})
-    assert loader.resolved.episode_frames == 0 and loader.stages.episodes is None
+    assert loader.resolved.episode_frames == 0 and loader.stats()["episode_frames"] is None
     assert "global shuffle" in loader.resolved.reasons["episode_frames"]
     assert loader.resolved.dali_on_workers == ()  # VP9 stays in the graph
     loader.close()
@@ -84,10 +85,9 @@ def test_defaults_and_errors(four_codec_dataset):
 
 
 def _segments(dataset, n=2):
-    loader = StreamLoader(str(dataset), **{**ARGS, "decode": "cpu"})
-    store = loader.stages.store
+    store = store_of(dataset)
     segs = [store.segment(p, "observation.images.front") for p in range(n)]
-    return loader, segs
+    return store, segs
 
 
 def _whole(segs):
@@ -98,7 +98,7 @@ def test_threads_asking_for_one_segment_decode_it_once(four_codec_dataset):
     """Eight threads ask for the same two segments at once: each is decoded once (claimed one at a time, each
     decoded alone, so a second thread takes the second segment), the others wait and get the same frames, each
     showing its painted frame."""
-    loader, segs = _segments(four_codec_dataset)
+    store, segs = _segments(four_codec_dataset)
     episodes = EpisodeFrames(1 << 30)
     calls, started, go = [], threading.Event(), threading.Event()
 
@@ -134,14 +134,14 @@ def test_threads_asking_for_one_segment_decode_it_once(four_codec_dataset):
     for s in segs:
         episodes.release(s)
     assert episodes.stats()["held"] == 0
-    loader.close()
+    store.close()
 
 
 def test_a_segment_is_decoded_whole_from_the_second_batch_asking(four_codec_dataset):
     """The first batch that asks for a segment decodes its own frames (nothing held: an epoch's first batch draws
     from every episode of the pool at once); a later batch asking decodes it whole; asked again by an earlier
     batch (builders run ahead out of order) it stays per sample; without a batch, whole at once."""
-    loader, segs = _segments(four_codec_dataset)
+    store, segs = _segments(four_codec_dataset)
     episodes = EpisodeFrames(1 << 30)
     assert episodes.take(segs, _whole, batch=3) == {}
     assert episodes.take(segs, _whole, batch=2) == {}  # built before batch 3's ask came: still its first
@@ -151,7 +151,7 @@ def test_a_segment_is_decoded_whole_from_the_second_batch_asking(four_codec_data
     episodes.release(segs[1])  # its episode retired: asked again, it is new
     assert episodes.take(segs[1:], _whole, batch=4) == {}
     assert set(episodes.take(segs[1:], _whole)) == {segs[1].uid}  # no batch: whole at once
-    loader.close()
+    store.close()
 
 
 def test_a_pool_epochs_first_batch_decodes_no_episode_whole(four_codec_dataset):
@@ -162,17 +162,17 @@ def test_a_pool_epochs_first_batch_decodes_no_episode_whole(four_codec_dataset):
     loader = StreamLoader(str(four_codec_dataset), **args)
     got = iter(loader)
     first = dict(next(got))
-    stats = loader.stages.episodes.stats()
+    stats = loader.stats()["episode_frames"]
     assert stats["decoded_segments"] == 0 and stats["first_asks"] > 0, stats
     assert_same([first, *(dict(b) for b in got)], want)
-    assert loader.stages.episodes.stats()["decoded_segments"] > 0
+    assert loader.stats()["episode_frames"]["decoded_segments"] > 0
     loader.close()
 
 
 def test_a_failed_decode_wakes_its_waiters_and_holds_nothing(four_codec_dataset):
     """The thread whose decode fails raises; a thread waiting for that segment gets nothing (and decodes per
     sample, saying the error itself); nothing stays reserved."""
-    loader, segs = _segments(four_codec_dataset, 1)
+    store, segs = _segments(four_codec_dataset, 1)
     episodes = EpisodeFrames(1 << 30)
     started, go = threading.Event(), threading.Event()
 
@@ -200,11 +200,11 @@ def test_a_failed_decode_wakes_its_waiters_and_holds_nothing(four_codec_dataset)
     assert len(errors) == 1 and waited == [{}]
     assert episodes.stats()["held"] == 0
     assert set(episodes.take(segs, _whole)) == {segs[0].uid}  # asked again, decoded
-    loader.close()
+    store.close()
 
 
 def test_a_segment_released_while_decoding_is_not_kept(four_codec_dataset):
-    loader, segs = _segments(four_codec_dataset, 1)
+    store, segs = _segments(four_codec_dataset, 1)
     episodes = EpisodeFrames(1 << 30)
 
     def decode_all(got):
@@ -213,7 +213,7 @@ def test_a_segment_released_while_decoding_is_not_kept(four_codec_dataset):
 
     assert set(episodes.take(segs, decode_all)) == set()
     assert episodes.stats()["held"] == 0 and episodes.stats()["segments"] == 0
-    loader.close()
+    store.close()
 
 
 def test_dataloader_workers_forked_beside_the_loader_end_cleanly(small_dataset):

@@ -18,6 +18,7 @@ from dali_stream.fetch.mp4index import Mp4Index, read_index
 from dali_stream.fetch.segments import cut_segment
 from dali_stream.meta.dataset import DatasetMeta
 from dali_stream.source.remote import RemoteFS, RetryPolicy
+from dali_stream.source.storage import LocalRanges
 
 from .httpserver import Server
 
@@ -138,12 +139,13 @@ def test_local_files_are_cut_from_their_index(four_codec_dataset):
                           image_dtype="uint8", decode="cpu")
     batch = next(iter(loader))
     meta = loader.meta
+    indexes = IndexCache(LocalRanges(meta.data_fs))
     for key in meta.video_keys:
         path = meta.video_file(int(batch["episode_index"][0]), key)
-        assert loader.stages.store.indexes.get(path) is not None, loader.stages.store.indexes.unsupported
+        assert indexes.get(path) is not None, indexes.unsupported
         for i in range(4):
             assert read_ids(batch[key][i]) == (int(batch["episode_index"][i]), int(batch["frame_index"][i]))
-    assert loader.stages.store.indexes.unsupported == {}
+    assert loader.stats()["fetch"]["unindexed"] == {}  # the loader cut them through their indexes too
     loader.close()
 
 
@@ -190,7 +192,7 @@ def test_fragmented_mp4_is_cut_without_the_index(small_dataset, tmp_path):
     for a, b in zip(local, remote):
         for k in a:
             assert a[k] == b[k] if k == "task" else torch.equal(a[k], b[k]), k
-    unsupported = loader.stages.store.indexes.unsupported
+    unsupported = loader.stats()["fetch"]["unindexed"]
     assert {p.rsplit("/", 1)[-1] for p in unsupported} == {p.name for p in files}
     assert all("fragmented" in why for why in unsupported.values())
 
@@ -230,11 +232,11 @@ def test_one_epoch_fetches_only_the_episodes_it_reads(bulky_dataset):
     with server as url:
         loader = StreamLoader(url, rank=0, world_size=2, **ARGS)
         batches, ours, theirs = _fetched_during(loader, server, lambda: [b for b in loader])
-    plan = loader._plan(0)
+    plan = loader.epoch_plan(0)
     drawn = {int(p) for i in range(plan.num_batches) for p in plan.batch(i).episodes}
-    assert loader.stages.store.stats.episodes == drawn == set(plan.admission_order.tolist())
+    assert loader.fetched_episodes() == drawn == set(plan.admission_order.tolist())
     assert len(drawn) < meta.num_episodes
-    assert loader.stages.store.stats.segments_cut == len(drawn) * len(meta.cameras)
+    assert loader.stats()["fetch"]["segments_cut"] == len(drawn) * len(meta.cameras)
     needed = _episode_bytes(meta, drawn)
     assert ours == theirs, "our byte counter disagrees with the server's"
     assert needed <= theirs <= 1.2 * needed, (theirs, needed, theirs / needed)
@@ -249,9 +251,10 @@ def test_episodes_are_prefetched_when_admitted(bulky_dataset):
         a = [b for b in ahead]
         on_demand = StreamLoader(url, fetch_workers=0, **ARGS)
         b = [b for b in on_demand]
-    n = len(ahead.stages.store.stats.episodes)
-    assert ahead.stages.store.stats.demand_fetches == 0 and ahead.stages.store.stats.prefetches == n
-    assert on_demand.stages.store.stats.demand_fetches == n and on_demand.stages.store.stats.prefetches == 0
+    n = len(ahead.fetched_episodes())
+    fetched, on_demand_fetched = ahead.stats()["fetch"], on_demand.stats()["fetch"]
+    assert fetched["demand_fetches"] == 0 and fetched["prefetches"] == n
+    assert on_demand_fetched["demand_fetches"] == n and on_demand_fetched["prefetches"] == 0
     assert len(a) == len(b) and all(torch.equal(x["index"], y["index"]) for x, y in zip(a, b))
 
 
@@ -269,11 +272,11 @@ def test_remote_resume_fetches_nothing_for_skipped_episodes(bulky_dataset):
         second = StreamLoader(url, **ARGS)
         second.load_state_dict(state)
         rest, ours, theirs = _fetched_during(second, server, lambda: [b for b in second])
-    plan = second._plan(0)
+    plan = second.epoch_plan(0)
     assert len(rest) == plan.num_batches - k
     finished = {p for i in range(k) for p in plan.batch(i).retired}  # every frame drawn before the resume
     drawn_after = {int(p) for i in range(k, plan.num_batches) for p in plan.batch(i).episodes}
-    fetched = second.stages.store.stats.episodes
+    fetched = second.fetched_episodes()
     assert finished and not fetched & finished
     assert fetched == drawn_after | set(plan.pool_before(k))
     assert theirs <= 1.2 * _episode_bytes(meta, fetched)
@@ -286,20 +289,22 @@ def test_cache_is_bounded_in_bytes_and_refcounted(small_dataset):
     without fetching anything."""
     big = StreamLoader(str(small_dataset), **ARGS)
     want = [b["index"] for b in big]
-    assert big.stages.store.stats.evictions == 0
-    entries = list(big.stages.store._entries.values())
-    assert entries and all(e.refs == 0 for e in entries)
-    decoders = big.stages.decoders
-    assert decoders.opened > 0 and decoders.alive == 0, "retired decoders kept"
-    fetched = big.stages.store.stats.segments_cut
+    stats = big.stats()
+    assert stats["fetch"]["evictions"] == 0
+    entries = stats["bounded"]["fetched_episodes"]
+    assert entries["episodes"] > 0 and entries["pinned"] == 0
+    assert stats["decoders"]["opened"] > 0 and stats["bounded"]["cpu_decoders"]["held"] == 0, "retired decoders kept"
+    fetched = stats["fetch"]["segments_cut"]
     again = [b for b in big]
-    assert len(again) == len(want) and big.stages.store.stats.segments_cut == fetched  # all cached
+    assert len(again) == len(want) and big.stats()["fetch"]["segments_cut"] == fetched  # all cached
     tiny = StreamLoader(str(small_dataset), cache_bytes=1, **ARGS)
     with pytest.warns(UserWarning, match="raise cache_bytes or lower episode_pool_size"):
         got = [b["index"] for b in tiny]
     assert all(torch.equal(x, y) for x, y in zip(got, want)) and len(got) == len(want)
-    assert tiny.stages.store.stats.retired_dropped > 0  # the epoch does not fit: each episode dropped once retired
-    assert tiny.stages.store.bytes <= 1 and all(e.refs == 0 for e in tiny.stages.store._entries.values())
+    stats = tiny.stats()
+    assert stats["fetch"]["retired_dropped"] > 0  # the epoch does not fit: each episode dropped once retired
+    entries = stats["bounded"]["fetched_episodes"]
+    assert entries["held"] <= 1 and entries["pinned"] == 0
 
 
 def test_cache_settings_are_checked(small_dataset):

@@ -11,8 +11,10 @@ import torch
 
 from dali_stream import ConfigError, StreamLoader
 from dali_stream.augment import random_resized_crop_and_jitter
+from dali_stream.decode.frames import FrameCache
 from dali_stream.tools.paint import read_ids
 
+from .parts import built
 from .take import epochs
 
 ARGS = dict(batch_size=4, device="cpu", decode="cpu", image_dtype="uint8", seed=11)
@@ -62,7 +64,7 @@ def test_cached_epochs_are_the_uncached_ones(four_codec_dataset, setup):
     want = epochs(plain)
     # frames the graph's DALI decoder was asked for in the first epoch (the cache's count includes them)
     steps = len(args.get("delta_timestamps", {}).get("observation.images.top", [0]))
-    in_graph = sum(c[0] for c in plain.stages.builder.dali_counts.values()) // 2 * steps
+    in_graph = sum(c["samples"] for c in plain.stats()["build"]["dali"].values()) // 2 * steps
     plain.close()
     cached = StreamLoader(str(four_codec_dataset), **args, frame_cache_bytes=1 << 30)
     routes = {"cpu-open"} if setup.get("decode") == "cpu-open" else {"torchcodec"}
@@ -265,14 +267,14 @@ def test_dali_cpu_cameras_decode_in_the_graph_without_the_cache(small_dataset):
 
     plain = StreamLoader(str(small_dataset), batch_size=4, device="cpu", episode_frames_bytes=0, decode="dali-cpu")
     assert plain.routes["observation.images.top"] == "dali-cpu" and plain.resolved.dali_on_workers == ()
-    assert plain.stages.builder.dali_keys == ["observation.images.top"]
+    assert list(plain.stats()["build"]["dali"]) == ["observation.images.top"]
     plain.close()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cached = StreamLoader(str(small_dataset), batch_size=4, device="cpu", frame_cache_bytes=1 << 20,
                               episode_frames_bytes=0, decode="dali-cpu")
-    assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.stages.builder.dali_keys == []
-    assert "observation.images.top" in cached.stages.frames.labels
+    assert cached.resolved.dali_on_workers == ("observation.images.top",) and cached.stats()["build"]["dali"] == {}
+    assert "observation.images.top" in cached.stats()["frames"]["cameras"]
     cached.close()
 
 
@@ -377,10 +379,12 @@ def test_frames_are_kept_in_the_batchs_order_and_each_order_has_its_own_names(sm
     for memory_format, order in (("channels_last", "hwc"), ("contiguous", "chw")):
         args = dict(ARGS, memory_format=memory_format)
         want = epochs(StreamLoader(str(small_dataset), **args), 1)[0][0]
-        loader = StreamLoader(str(small_dataset), **args, frame_cache_bytes=1 << 30)
+        with built(FrameCache) as caches:  # the loader's decoded-frame cache, as the loader builds it
+            loader = StreamLoader(str(small_dataset), **args, frame_cache_bytes=1 << 30)
         (got, _), = epochs(loader, 1)
         assert_same(got, want)
-        kept = list(loader.stages.frames._frames.values())
+        (cache,) = caches
+        kept = list(cache._frames.values())
         assert all(f.flags.c_contiguous for f in kept)  # a later epoch's copy of each is a plain one
         shapes = {f.shape for f in kept}
         h, w = next(iter(got[0][k] for k in got[0] if k.startswith("observation.images."))).shape[-2:]

@@ -164,8 +164,8 @@ def test_two_loaders_in_one_process_with_churn_return_every_planned_frame(lerobo
                             else:
                                 assert read_ids(img) == (ep, fr), key
                             checked += 1
-        assert a.stages.store.stats.segments_cut > a.meta.num_episodes * 2  # episodes were evicted and cut again
-        assert a.stages.decoders.closed > 0  # decoders were closed and reopened
+        assert a.stats()["fetch"]["segments_cut"] > a.meta.num_episodes * 2  # episodes were evicted and cut again
+        assert a.stats()["decoders"]["closed"] > 0  # decoders were closed and reopened
     assert checked == 3 * 2 * len(cams) * sum(lengths.values())
 
 

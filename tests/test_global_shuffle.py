@@ -28,12 +28,13 @@ def test_an_epoch_draws_every_frame_once_from_everywhere(small_dataset, cache_by
     with StreamLoader(str(small_dataset), **settings) as loader:
         got = np.concatenate([b["index"] for b in batches(loader, len(loader))])
         total, episodes = int(loader.meta.total_frames), loader.meta.num_episodes
-        stats = loader.stages.store.stats
+        stats = loader.stats()["fetch"]
         if cache_bytes is None:
-            assert stats.segments_cut == 2 * episodes and stats.pieces_cut == 0, vars(stats)
-            assert loader.stages.decoders.opened <= 2 * len(loader), loader.stages.decoders.opened
+            assert stats["segments_cut"] == 2 * episodes and stats["pieces_cut"] == 0, stats
+            opened = loader.stats()["decoders"]["opened"]
+            assert opened <= 2 * len(loader), opened
         else:
-            assert stats.segments_cut == 0 and stats.pieces_cut >= 2 * total, vars(stats)
+            assert stats["segments_cut"] == 0 and stats["pieces_cut"] >= 2 * total, stats
     assert sorted(got.tolist()) == list(range(total))
     assert got.tolist() != sorted(got.tolist())
 

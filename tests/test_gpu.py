@@ -68,8 +68,8 @@ def test_routes_follow_the_table_and_auto_the_proofs_on_this_gpu(gpu_dataset):
     from dali_stream.loader.resolve import nvdec_joins
 
     loader = StreamLoader(str(gpu_dataset), batch_size=4)
-    node = loader.stages.node
-    assert loader.device.startswith("cuda:") and loader.stages.dali_device == int(loader.device.split(":")[1])
+    node = loader.node
+    assert loader.device.startswith("cuda:") and loader.dali_device == int(loader.device.split(":")[1])
     gpu = node.gpu.name if node.gpu else None
     for key, fmt in formats_of(loader.meta).items():
         refused = node.nvdec_refuses(fmt)
@@ -212,7 +212,7 @@ def test_the_frame_cache_keeps_the_cpu_camera_while_nvdec_decodes_its_own_each_e
     plain.close()
     with pytest.warns(UserWarning, match="are decoded every epoch"):
         cached = StreamLoader(str(gpu_dataset), frame_cache_bytes=1 << 30, **args)
-    assert set(cached.stages.frames.labels) == {WRIST}, cached.routes
+    assert set(cached.stats()["frames"]["cameras"]) == {WRIST}, cached.routes
     misses = []
     for epoch in range(2):
         got = _on_host(cached)
@@ -243,7 +243,7 @@ def test_the_make_demo_sample_decodes_on_this_gpu(small_dataset):
 def test_second_gpu_holds_images_and_tables(gpu_dataset):
     loader = StreamLoader(str(gpu_dataset), batch_size=4, device="cuda:1", delta_timestamps=DELTAS,
                           image_dtype="uint8", decode=dict.fromkeys((FRONT, SIDE, TOP), "gpu"))
-    assert loader.stages.dali_device == 1
+    assert loader.dali_device == 1
     batch = next(iter(loader))
     assert {str(v.device) for v in batch.values() if isinstance(v, torch.Tensor)} == {"cuda:1"}
     _check_ids(batch, loader, [FRONT, SIDE, TOP, WRIST])
@@ -259,7 +259,7 @@ def test_each_torchrun_rank_decodes_on_its_local_gpu(gpu_dataset):
 
     script = ("import torch; from dali_stream import StreamLoader; "
               f"l = StreamLoader({str(gpu_dataset)!r}, batch_size=2, image_dtype='uint8'); b = next(iter(l)); "
-              "print(l.device, l.stages.dali_device, sorted({str(v.device) for v in b.values() if hasattr(v, 'device')}))")
+              "print(l.device, l.dali_device, sorted({str(v.device) for v in b.values() if hasattr(v, 'device')}))")
     for rank in (0, 1):
         env = {**os.environ, "LOCAL_RANK": str(rank), "RANK": str(rank), "WORLD_SIZE": "2"}
         out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
@@ -398,7 +398,7 @@ def test_open_engine_matches_the_cpu_reference_and_keeps_its_decoders(gpu_datase
                       decode_threads=2, **settings) as gpu:
         assert [gpu.routes[k] for k in keys] == ["nvdec-open", "nvdec-open"]
         batches = [b for _, b in zip(range(6), gpu)]
-        stats = gpu.stages.engines["nvdec-open"].stats()
+        stats = gpu.stats()["engines"]["nvdec-open"]
     assert stats["decoders_opened"] <= 2 * len(keys) and stats["feeds"] >= 6
     with StreamLoader(str(gpu_dataset), decode={FRONT: "cpu-open", SIDE: "cpu-open"}, device="cpu",
                       **settings) as cpu:

@@ -29,7 +29,7 @@ FULL = (96, 128)  # the sample's frame size: a centre crop to it changes nothing
 def test_host_frames_equal_the_graphs(small_dataset, options):
     host = StreamLoader(str(small_dataset), **BASE, **options)
     graph = StreamLoader(str(small_dataset), crop=FULL, **BASE, **options)
-    assert host.stages.builder.host_keys == [FRONT] and graph.stages.builder.host_keys == []
+    assert host.memory_budget()["host_frames"] == [FRONT] and graph.memory_budget()["host_frames"] == []
     # output-sized prepared batches: one batch ahead per worker plus one by default, against 2 per worker
     assert host.resolved.prefetch_batches == BASE["num_workers"] + 1 and graph.resolved.prefetch_batches == 2 * BASE["num_workers"]
     for a, b in zip(take(host, 3), take(graph, 3)):
@@ -51,7 +51,7 @@ def test_float_frames_are_lerobots_division_of_the_decoded_bytes(small_dataset):
     settings = dict(BASE, decode="cpu")
     u8 = StreamLoader(str(small_dataset), image_dtype="uint8", **settings)
     f32 = StreamLoader(str(small_dataset), image_dtype="float32", **settings)
-    assert f32.stages.builder.host_keys == u8.stages.builder.host_keys == f32.meta.camera_keys
+    assert f32.memory_budget()["host_frames"] == u8.memory_budget()["host_frames"] == f32.meta.camera_keys
     for a, b in zip(take(u8, 3), take(f32, 3)):
         for key in f32.meta.camera_keys:
             assert b[key].dtype == torch.float32 and torch.equal(b[key], a[key].float() / 255), key
@@ -101,21 +101,21 @@ def test_a_batch_the_caller_holds_is_never_overwritten(small_dataset):
     for _ in range(12):  # many times the buffers in flight
         next(it)
     assert torch.equal(held, want) and torch.equal(view, want[1:3])
-    pool = loader.stages.builder.buffers
-    kept_before = pool.nbytes
+    kept_before = loader.stats()["bounded"]["host_buffers"]["held"]
     del held, view
     gc.collect()
     for _ in range(12):
         next(it)
     # bounded: buffers are reused, the pool holds at most `keep` of a shape (both cameras, 2x3x96x128 float32, share
     # one shape: it may still grow towards that bound where the builders ran further ahead than before)
-    assert pool.reused > pool.allocated and kept_before <= pool.nbytes <= pool.keep * 2 * 3 * 96 * 128 * 4
-    assert loader.memory_budget()["host_buffers_peak"] == pool.nbytes
+    pool = loader.stats()["bounded"]["host_buffers"]
+    assert pool["reused"] > pool["allocated"] and kept_before <= pool["held"] <= pool["keep"] * 2 * 3 * 96 * 128 * 4
+    assert loader.memory_budget()["host_buffers_peak"] == pool["held"]
     last = next(it)[FRONT]
     want_last = last.clone()
     it.close()
     loader.close()  # drops the pool's buffers; a batch the caller holds stays valid
-    assert pool.nbytes == 0 and torch.equal(last, want_last)
+    assert loader.stats()["bounded"]["host_buffers"]["held"] == 0 and torch.equal(last, want_last)
 
 
 def test_buffer_pool_reuses_only_what_nobody_holds():
@@ -141,7 +141,8 @@ def test_with_every_camera_on_host_frames_there_is_no_graph_and_the_first_batch_
     for decode, held, graph in (("cpu", None, []), ("dali-cpu", None, []), ("dali-cpu", 0, [TOP])):
         loader = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", num_workers=2,
                               decode=decode, delta_timestamps={"action": [0.0, 1 / 30]}, episode_frames_bytes=held)
-        assert list(loader.stages.builder.graph_routes) == graph and loader.host_batches == (not graph)
+        host = loader.memory_budget()["host_frames"]  # the cameras through the graph: the others
+        assert [k for k in loader.routes if k not in host] == graph and loader.host_batches == (not graph)
         it = iter(loader)
         try:
             first = next(it)
@@ -171,8 +172,8 @@ def test_host_buffers_stay_within_the_memory_budget(small_dataset, prefetch):
     budget = loader.memory_budget()
     frame_bytes = 4 * 3 * 96 * 128  # batch x C x H x W, uint8, one step
     assert budget["prepared_batches"] == (loader.resolved.prefetch_batches + 2) * 2 * frame_bytes
-    pool = loader.stages.builder.buffers
-    assert pool.allocated * frame_bytes == budget["host_buffers_peak"] <= budget["prepared_batches"]
+    pool = loader.stats()["bounded"]["host_buffers"]
+    assert pool["allocated"] * frame_bytes == budget["host_buffers_peak"] <= budget["prepared_batches"]
     loader.close()
 
 

@@ -202,8 +202,8 @@ def test_data_files_of_one_row_group_at_two_revisions_are_each_decoded_once(smal
             remote = StreamLoader("hf://datasets/lab/edited", revision=revision, storage_options=_options(hub),
                                   table_cache_dir=folder, **ARGS)
             _same_epoch(remote, StreamLoader(str(local), **ARGS))
-            groups = remote.stages.store.tables.groups
-            runs.append((groups.decoded, groups.disk_hits))
+            groups = remote.stats()["bounded"]["shared_row_groups"]
+            runs.append((groups["decoded"], groups["disk_hits"]))
     assert runs[0][0] > 0 and runs[1][0] > 0  # each revision's files decoded: none served from the other's
     assert runs[2] == (0, runs[0][0])  # main again: every group from the folder
     assert hub.unknown == []

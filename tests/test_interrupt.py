@@ -156,8 +156,9 @@ def test_ctrl_c_while_an_epoch_ends_is_not_swallowed(dataset):
     """At an epoch's end the pieces cut ahead that nobody took are waited for and dropped (`drop_ahead`); a Ctrl-C
     landing in that wait is the caller's, not one of the pieces' errors to forget (it was caught with them, and a
     training loop went on into the next epoch). The wait is a real batch task, begun, whose wait is interrupted."""
-    from dali_stream import StreamLoader
     from dali_stream.fetch.pieces import _BatchTask
+
+    from .parts import store_of
 
     class Interrupted(_BatchTask):
         def outcome(self, n):
@@ -166,15 +167,18 @@ def test_ctrl_c_while_an_epoch_ends_is_not_swallowed(dataset):
     def fails(asks):
         raise ValueError("a piece's own error: nobody asked for it")
 
-    with StreamLoader(str(dataset), batch_size=4, num_workers=0, decode="cpu", device="cpu",
-                      segment_bytes=1) as loader:
+    # the store a loader with `segment_bytes=1` builds: its episodes read in pieces, cut ahead on threads of its own
+    store = store_of(dataset, segment_bytes_limit=1, fetch_workers=2)
+    try:
         running = Interrupted(["ask"])
         running.claim()  # begun: drop_ahead waits for it
         failed = _BatchTask(["ask"])
         assert failed.run(fails)
-        loader.stages.store.pieces._ahead.update({"failed": (failed, 0), "interrupted": (running, 0)})  # (a batch's task, place)
+        store.pieces._ahead.update({"failed": (failed, 0), "interrupted": (running, 0)})  # (a batch's task, place)
         with pytest.raises(KeyboardInterrupt):
-            loader.stages.store.drop_ahead()
+            store.drop_ahead()
+    finally:
+        store.close()
 
 
 TRANSFORMS_EXIT_S = 5.0  # a quiet machine needs 1.5-2.5 s; the transform processes' start must not count
@@ -217,7 +221,8 @@ from slow_start import SlowToStart
 from dali_stream import StreamLoader
 loader = StreamLoader(root, batch_size=4, episode_pool_size=4, num_workers=2, decode="cpu", device="cpu",
                       image_transforms=SlowToStart())
-assert loader.stages.transforms.in_processes and loader.stages.transforms.processes == 2
+transforms = loader.stats()["transforms"]
+assert transforms["in_processes"] and transforms["processes"] == 2
 for batch in loader:
     print("batch", flush=True)
 '''

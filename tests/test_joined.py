@@ -36,8 +36,7 @@ def planned_batches(root, key: str, windowed: bool, batches: int = 6, batch_size
         out = []
         for b in range(min(batches, len(loader))):
             plan = loader.batch_plan(0, b)
-            rows = [loader.stages.store.rows(int(p)) for p in plan.episodes]
-            segs, idx = loader.stages.builder.locate(plan, rows, key)
+            segs, idx = loader.locate(plan, key)
             want = []
             for p, f in zip(plan.episodes, plan.frames):
                 ep = int(loader.meta.episode_index(int(p)))
@@ -142,14 +141,16 @@ def test_loader_batches_are_the_same_joined_or_per_sample(tmp_path_factory, join
     with StreamLoader(str(root), **settings, join_streams=0) as loader:
         assert loader.routes[key] == "dali-cpu" and loader.resolved.join_streams == 0
         per_sample = batches(loader)
-        counts = loader.stages.builder.dali_counts[key]
-        assert counts[0] == counts[1] == sum(len(b["index"]) for b in per_sample), counts
+        counts = loader.stats()["build"]["dali"][key]
+        assert counts["samples"] == counts["streams"] == sum(len(b["index"]) for b in per_sample), counts
     with StreamLoader(str(root), **settings, join_streams=join_streams) as loader:
         streams = loader.resolved.join_streams
         assert streams == (loader.resolved.dali_threads if join_streams is None else join_streams)
         joined = batches(loader)
         if streams:
-            assert loader.stages.builder.dali_streams <= streams * len(joined) < loader.stages.builder.dali_samples
+            dali = loader.stats()["build"]["dali"].values()
+            opened, samples = sum(c["streams"] for c in dali), sum(c["samples"] for c in dali)
+            assert opened <= streams * len(joined) < samples
     assert len(joined) == len(per_sample) and len(per_sample[-1]["index"]) == 6  # a short last batch too
     for a, b in zip(joined, per_sample):
         assert a.keys() == b.keys()

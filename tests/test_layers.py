@@ -236,20 +236,6 @@ def test_no_route_is_told_by_its_name_outside_decode():
     assert not found, "route names compared outside decode/ (ask the Route's properties):\n" + "\n".join(found)
 
 
-def test_the_loaders_insides_are_read_through_its_stages():
-    """Outside dali_stream/loader/, nothing reads a loader's store or builder as its own attributes: tools,
-    benchmarks and tests read `loader.stats()` or `loader.stages` (`StreamLoader` shows only its public stages)."""
-    import re
-
-    repo = PACKAGE.parent
-    pattern = re.compile(r"\bloader\.(?:store|builder)\b")
-    found = [f"{path.relative_to(repo)}:{n}: {line.strip()}"
-             for folder in ("dali_stream", "tests", "benchmarks", "pipelines") for path in (repo / folder).rglob("*.py")
-             if "loader" not in path.relative_to(repo).parts[1:2] and path.name != "test_layers.py"
-             for n, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
-    assert not found, "\n".join(found)
-
-
 def test_the_batch_builder_loops_over_its_cameras_sources():
     """Each camera's frames come from one `graph.sources.FrameSource` (DALI's decoder in the graph, an open-decoder
     engine, the workers' decoders, host frames), which its route picks (`decode.route.Route.frame_source`, made by

@@ -196,7 +196,7 @@ def test_episode_filter_keeps_the_episodes_its_predicate_keeps_as_lerobots_does(
     assert len(loader.dataset) == sum(r["length"] for r in rows if r["length"] >= 12)
     both = StreamLoader(str(small_dataset), episodes=[0, 1, long[-1]], episode_filter=lambda ep: ep["length"] >= 12,
                         device="cpu", batch_size=1)
-    assert both.stages.catalog.members[0].episodes.tolist() == sorted({0, 1, long[-1]} & set(long))
+    assert both.catalog.members[0].episodes.tolist() == sorted({0, 1, long[-1]} & set(long))
     with pytest.raises(ConfigError, match=r"episode_filter raised KeyError: 'lenght' on episode 0.*'length'"):
         StreamLoader(str(small_dataset), episode_filter=lambda ep: ep["lenght"] > 1, device="cpu")
     with pytest.raises(ConfigError, match=r"episode_filter keeps no episode"):
@@ -219,10 +219,17 @@ def test_a_wrong_batch_key_names_the_keys_there_are(small_dataset):
 
 
 def test_the_loader_shows_its_public_parts_and_names_where_the_rest_is(small_dataset):
+    """The values settled at construction under their own names (the same objects each time: what the loader reads
+    itself); its parts stay inside, and asking for one says where what it holds is (tests/test_insides.py: the
+    private attributes)."""
     with StreamLoader(str(small_dataset), batch_size=2, device="cpu") as loader:
-        assert loader.meta is loader.stages.meta and loader.routes == loader.stages.routes
-        assert loader.resolved is loader.stages.resolved and loader.device == "cpu" and loader.world.world_size == 1
-        with pytest.raises(AttributeError, match=r"the loader's store is loader\.stages\.store.*loader\.stats\(\)"):
+        assert loader.meta is loader.catalog.members[0].meta and loader.meta is loader.meta
+        assert set(loader.routes) == set(loader.route_reasons) == set(loader.meta.camera_keys)
+        assert loader.resolved is loader.resolved and loader.device == "cpu" and loader.world.world_size == 1
+        assert loader.dali_device is None and loader.node is loader.node and loader.node.gpus >= 0
+        assert loader.plan_config.batch_size == 2 and loader.image_ops.dtype == "float32"
+        with pytest.raises(AttributeError, match=r"the loader's store is its own, not shown; what it holds is in "
+                                                 r"loader\.stats\(\)"):
             getattr(loader, "store")  # noqa: B009 - the attribute the loader no longer shows
         with pytest.raises(AttributeError, match=r"has no attribute 'nonsense'$"):
             getattr(loader, "nonsense")  # noqa: B009

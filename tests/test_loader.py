@@ -13,6 +13,7 @@ import torch
 from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 
+from .parts import built
 from .reference import Reference
 from .take import take
 
@@ -175,8 +176,8 @@ def test_exact_resume(small_dataset, uninterrupted, num_workers, stop, decode):
         rest = _run(second)
         assert rest == epoch0[k:]
         # Nothing consumed before the resume point was fetched unless a later batch needs its episode.
-        needed = {int(p) for b in range(k, len(epoch0)) for p in second._plan(0).batch(b).episodes}
-        assert second.stages.store.stats.episodes == needed
+        needed = {int(p) for b in range(k, len(epoch0)) for p in second.epoch_plan(0).batch(b).episodes}
+        assert second.fetched_episodes() == needed
     assert _run(second) == epoch1
 
 
@@ -279,9 +280,9 @@ def test_cpu_decoders_alive_are_bounded(small_dataset):
     want = [b["index"].tolist() for b in free]
     tight = StreamLoader(str(small_dataset), max_decoders=2, **args)
     assert [b["index"].tolist() for b in tight] == want
-    cache = tight.stages.decoders
-    assert cache.peak <= 2 + 2 and cache.closed > 0 and cache.alive == 0
-    assert free.stages.decoders.peak > cache.peak
+    cache, closed = tight.stats()["bounded"]["cpu_decoders"], tight.stats()["decoders"]["closed"]
+    assert cache["peak"] <= 2 + 2 and closed > 0 and cache["held"] == 0
+    assert free.stats()["bounded"]["cpu_decoders"]["peak"] > cache["peak"]
 
 
 # ---- lerobot's habits -------------------------------------------------------------------------------------
@@ -298,7 +299,7 @@ def test_episode_subset_trimming_and_exact_resume(small_dataset):
     pairs = [(e, f) for b in full for e, f in zip(b["episode_index"].tolist(), b["frame_index"].tolist())]
     want = {(e, f) for e in (1, 3, 4, 6) for f in range(1, lengths[e] - 2)}
     assert set(pairs) <= want and len(pairs) == len(set(pairs)) and len(want) - len(pairs) < 3  # drop_last
-    assert loader.stages.store.stats.episodes <= {p for p, e in enumerate(loader.meta.episodes["episode_index"].tolist())
+    assert loader.fetched_episodes() <= {p for p, e in enumerate(loader.meta.episodes["episode_index"].tolist())
                                            if e in (1, 3, 4, 6)}, "only the subset is fetched"
     first = StreamLoader(str(small_dataset), **args)
     for i, _ in enumerate(first):
@@ -342,8 +343,19 @@ def test_bad_selections(small_dataset, kwargs, match):
 
 
 # ---- lifecycle and logging -------------------------------------------------------------------------------
-def _threads_of(loader) -> list:
-    threads = list(loader.stages.store.fetcher.pool._threads)
+def _with_store(**settings):
+    """A loader of `small_dataset`'s settings and its episode store, caught as the loader builds it
+    (`tests/parts.py`): the tests of what the loader's own fetch threads and store lock do when it is collected."""
+    from dali_stream.fetch.store import EpisodeStore
+
+    with built(EpisodeStore) as stores:
+        loader = StreamLoader(**settings)
+    (store,) = stores
+    return loader, store
+
+
+def _threads_of(store) -> list:
+    threads = list(store.fetcher.pool._threads)
     assert threads and all(t.name.startswith("dali-stream-fetch") for t in threads)
     return threads
 
@@ -357,18 +369,20 @@ def _ended(threads, timeout_s: float = 10.0) -> bool:
 def test_close_and_with_end_the_threads_and_the_loader(small_dataset):
     from dali_stream import ConfigError
 
-    with StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
-                      fetch_workers=2) as loader:
+    loader, store = _with_store(source=str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
+                                fetch_workers=2)
+    with loader:
         next(iter(loader))
-        threads = _threads_of(loader)
-    assert _ended(threads) and loader.stages.decoders.alive == 0
-    assert loader.stages.episodes.stats()["held"] == 0  # the open episodes' frames dropped with the decoders
+        threads = _threads_of(store)
+    assert _ended(threads) and loader.stats()["bounded"]["cpu_decoders"]["held"] == 0
+    assert loader.stats()["episode_frames"]["held"] == 0  # the open episodes' frames dropped with the decoders
     with pytest.raises(ConfigError, match="closed"):
         iter(loader)
-    other = StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=2)
+    other, store = _with_store(source=str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
+                               fetch_workers=2)
     for _ in other:
         break
-    threads = _threads_of(other)
+    threads = _threads_of(store)
     other.close()  # while the loader is still referenced: no garbage collection involved
     assert _ended(threads, timeout_s=2.0)
     other.close()  # twice is fine
@@ -383,10 +397,13 @@ def test_a_loader_collected_on_its_own_fetch_thread_ends_cleanly(small_dataset, 
 
     unraisable = []
     monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
-    box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    pool = box[0].stages.store.fetcher.pool
+    loader, store = _with_store(source=str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
+                                fetch_workers=1)
+    box = [loader]
+    del loader
+    pool = store.fetcher.pool
     pool.submit(lambda: None).result()  # the pool's thread exists now
-    threads = _threads_of(box[0])
+    threads = _threads_of(store)
     done = threading.Event()
 
     def drop():
@@ -407,11 +424,14 @@ def test_a_loader_collected_on_a_thread_its_fetches_wait_for_does_not_deadlock(s
     import gc
     import threading
 
-    box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    pool = box[0].stages.store.fetcher.pool
+    loader, store = _with_store(source=str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
+                                fetch_workers=1)
+    box = [loader]
+    del loader
+    pool = store.fetcher.pool
     loop_free, done = threading.Event(), threading.Event()
     pool.submit(loop_free.wait)  # the fetch thread now waits for the "loop" thread below
-    threads = _threads_of(box[0])
+    threads = _threads_of(store)
 
     def loop():
         box.clear()
@@ -433,10 +453,12 @@ def test_a_loader_collected_while_its_store_lock_is_held_does_not_deadlock(small
     import gc
     import threading
 
-    box = [StreamLoader(str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu", fetch_workers=1)]
-    store = box[0].stages.store
+    loader, store = _with_store(source=str(small_dataset), batch_size=2, episode_pool_size=2, device="cpu",
+                                fetch_workers=1)
+    box = [loader]
+    del loader
     store.fetcher.pool.submit(lambda: None).result()
-    threads = _threads_of(box[0])
+    threads = _threads_of(store)
     done = threading.Event()
 
     def locked_section():
@@ -562,22 +584,31 @@ def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dat
     args = dict(batch_size=6, episode_pool_size=3, seed=5, device="cpu", image_transforms=_jitter,
                 delta_timestamps={"observation.images.front": [-2 / 30, 0.0]})
     with StreamLoader(str(small_dataset), num_workers=2, **args) as loader:
-        assert loader.stages.transforms.in_processes
+        assert loader.stats()["transforms"]["in_processes"]
         spread = take(loader, 3)
-        workers = loader.stages.transforms._workers
-        assert len(workers) == 2 and all(w.is_alive() and w.pid != os.getpid() for w in workers)
-    assert not any(w.is_alive() for w in workers), "the processes end with the loader"
+        workers = loader.stats()["transforms"]["pids"]
+        assert len(workers) == 2 and all(_alive(pid) and pid != os.getpid() for pid in workers)
+    assert not any(_alive(pid) for pid in workers), "the processes end with the loader"
     with StreamLoader(str(small_dataset), num_workers=0, **args) as loader:
-        assert not loader.stages.transforms.in_processes
+        assert not loader.stats()["transforms"]["in_processes"]
         here = take(loader, 3)
     with caplog.at_level("WARNING", logger="dali_stream"):
         lam = StreamLoader(str(small_dataset), num_workers=2, **{**args, "image_transforms": lambda f: _jitter(f)})
-    assert not lam.stages.transforms.in_processes and "cannot go to worker processes" in caplog.text
+    assert not lam.stats()["transforms"]["in_processes"] and "cannot go to worker processes" in caplog.text
     with lam:
         unpicklable = take(lam, 3)
     for a, b, c in zip(spread, here, unpicklable):
         for key in ("observation.images.front", "observation.images.top"):
             assert torch.equal(a[key], b[key]) and torch.equal(a[key], c[key]), key
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
+    except FileNotFoundError:
+        return False
 
 
 def _stuck(frames):
@@ -636,7 +667,7 @@ def test_closing_a_loader_with_transforms_in_flight_returns(small_dataset):
 def test_transform_workers_zero_keeps_them_in_the_iterating_thread(small_dataset):
     loader = StreamLoader(str(small_dataset), batch_size=4, device="cpu", num_workers=2, image_transforms=_jitter,
                           transform_workers=0)
-    assert not loader.stages.transforms.in_processes
+    assert not loader.stats()["transforms"]["in_processes"]
     with pytest.raises(ConfigError, match="transform_workers"):
         StreamLoader(str(small_dataset), device="cpu", transform_workers=-1)
 

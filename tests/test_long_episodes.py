@@ -35,24 +35,25 @@ def test_every_frame_read_in_pieces(long_dataset, windowed, join_streams):
 def test_pieces_are_read_instead_of_whole_episodes(long_dataset):
     with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
                       image_dtype="uint8") as loader:
-        loader.stages.store.pieces.log = []
+        log = loader.record_pieces()
         it = iter(loader)
         for _ in range(3):
             next(it)
-        stats = loader.stages.store.stats
-        held = loader.stages.store.bytes  # rows only: the three episodes' rows were fetched before the first batch
-        rows = sum(sum(v.nbytes for v in e.rows.values()) for e in loader.stages.store._entries.values() if e.done.is_set())
-        assert held == rows and not loader.stages.decoders._idle  # no segment cached, no piece's decoder kept
+        bounded = loader.stats()["bounded"]
+        # rows only: the three episodes' rows were fetched before the first batch
+        held, rows = bounded["fetched_episodes"]["held"], bounded["fetched_episodes"]["row_bytes"]
+        assert held == rows and bounded["cpu_decoders"]["idle"] == 0  # no segment cached, no piece's decoder kept
         loader.close()  # the workers and piece threads work ahead: stop them, some batches are half cut
-        assert stats.segments_cut == 0 and stats.pieces_cut >= 3 * 4 * len(CAMERAS), vars(stats)
-        assert len(loader.stages.store.pieces.log) == stats.pieces_cut
-        gops = gop_bytes_needed(loader, loader.stages.store.pieces.log)
-        assert stats.piece_bytes <= 2 * gops, (stats.piece_bytes, gops)  # the bound: 2x the GOPs needed
+        stats = loader.stats()["fetch"]
+        assert stats["segments_cut"] == 0 and stats["pieces_cut"] >= 3 * 4 * len(CAMERAS), stats
+        assert len(log) == stats["pieces_cut"]
+        gops = gop_bytes_needed(loader, log)
+        assert stats["piece_bytes"] <= 2 * gops, (stats["piece_bytes"], gops)  # the bound: 2x the GOPs needed
     whole = StreamLoader(str(long_dataset), batch_size=4, device="cpu", num_workers=1, image_dtype="uint8")
     assert whole.resolved.segment_bytes >= 16 << 20  # the default: these episodes are fetched whole
     with whole:
         next(iter(whole))
-        assert whole.stages.store.stats.pieces_cut == 0 and whole.stages.store.stats.segments_cut > 0
+        assert whole.stats()["fetch"]["pieces_cut"] == 0 and whole.stats()["fetch"]["segments_cut"] > 0
 
 
 def test_segment_bytes_is_checked():
@@ -67,20 +68,21 @@ def test_pieces_are_cut_ahead_and_none_outlive_the_epoch(long_dataset):
     builders take them; an epoch stopped early drops those nobody will take, and its loader holds none after."""
     with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
                       fetch_workers=2, image_dtype="uint8") as loader:
-        store = loader.stages.store
         it = iter(loader)
         for _ in range(6):
             next(it)
-        assert store.stats.pieces_ahead > 0 and store.stats.pieces_ahead_peak > 0, vars(store.stats)
+        stats = loader.stats()["fetch"]
+        assert stats["pieces_ahead"] > 0 and stats["pieces_ahead_peak"] > 0, stats
         it.close()  # the epoch stops with batches built and cut ahead
-        stats = store.stats
-        assert not store.pieces._ahead and store.pieces.ahead_bytes == 0
+        stats, ahead = loader.stats()["fetch"], loader.stats()["bounded"]["pieces_ahead"]
+        assert ahead["pieces"] == 0 and ahead["held"] == 0
         taken = 6 * 4 * len(CAMERAS)  # the pieces of the batches handed over, at least
-        assert stats.pieces_cut >= taken and stats.pieces_cut - stats.pieces_dropped >= taken, vars(stats)
+        assert stats["pieces_cut"] >= taken and stats["pieces_cut"] - stats["pieces_dropped"] >= taken, stats
     with StreamLoader(str(long_dataset), batch_size=4, segment_bytes=1, device="cpu", num_workers=1,
                       fetch_workers=0, image_dtype="uint8") as alone:
         next(iter(alone))
-        assert alone.stages.store.stats.pieces_cut > 0 and alone.stages.store.stats.pieces_ahead == 0  # no threads: builders cut
+        stats = alone.stats()["fetch"]
+        assert stats["pieces_cut"] > 0 and stats["pieces_ahead"] == 0  # no threads: builders cut
 
 
 def test_pieces_over_http_are_cut_in_parallel(long_dataset):
@@ -98,12 +100,14 @@ def test_pieces_over_http_are_cut_in_parallel(long_dataset):
         with StreamLoader(url, **settings) as remote:
             batches = iter(remote)
             got = [next(batches)["observation.images.front"].numpy() for _ in range(4)]
-            stats = remote.stages.store.stats
+            now = remote.stats()
+            stats = now["fetch"]
             taken = 4 * 4 * len(CAMERAS)  # the pieces of the four batches handed over
-            assert stats.pieces_ahead >= taken // 2, vars(stats)
-            # and the pieces of batches further ahead than the builders work are asked for already (keys:
-            # (epoch, batch, sample, camera); taken ones are gone), their reads in flight
-            ahead = max(key[1] for key in remote.stages.store.pieces._ahead)
+            assert stats["pieces_ahead"] >= taken // 2, stats
+            # and the pieces of batches further ahead than the builders work are asked for already (taken ones are
+            # gone), their reads in flight
+            ahead = now["bounded"]["pieces_ahead"]["furthest_batch"]
+            assert ahead is not None, now["bounded"]["pieces_ahead"]
             assert ahead >= 3 + remote.resolved.cut_ahead > 3 + remote.resolved.prefetch_batches, (ahead, remote.resolved.cut_ahead)
             batches.close()
     assert all((a == b).all() for a, b in zip(want, got))
@@ -127,7 +131,7 @@ def test_resume_mid_epoch_reads_the_same_pieces(long_dataset):
     with StreamLoader(str(long_dataset), **settings) as resumed:
         resumed.load_state_dict(state)
         got = batches(resumed, 3)
-        assert resumed.stages.store.stats.pieces_cut > 0
+        assert resumed.stats()["fetch"]["pieces_cut"] > 0
     for a, b in zip(want[4:], got):
         assert all((a[k] == b[k]).all() for k in a)
 
@@ -139,8 +143,9 @@ def test_a_batchs_pieces_share_one_decoder_per_camera(long_dataset):
                       image_dtype="uint8") as loader:
         for _, _batch in zip(range(5), loader):
             pass
-        assert loader.stages.store.stats.pieces_cut >= 5 * 4 * len(CAMERAS)
-        assert loader.stages.decoders.opened <= (5 + loader.resolved.prefetch_batches) * len(CAMERAS), loader.stages.decoders.opened
+        assert loader.stats()["fetch"]["pieces_cut"] >= 5 * 4 * len(CAMERAS)
+        opened = loader.stats()["decoders"]["opened"]
+        assert opened <= (5 + loader.resolved.prefetch_batches) * len(CAMERAS), opened
 
 
 def test_a_damaged_piece_is_named_after_its_joined_stream_fails(long_dataset, tmp_path):

@@ -62,7 +62,7 @@ def test_stats_report_each_bound_from_its_setting(small_dataset):
     for name in ("fetched_episodes", "mp4_indexes", "table_footers"):
         part = bounded[name]
         assert 0 < part["held"] <= part["peak"] <= part["bound"], (name, part)
-    assert loader.stats()["fetch"]["episodes"] == len(loader.stages.store.stats.episodes) > 0
+    assert loader.stats()["fetch"]["episodes"] == len(loader.fetched_episodes()) > 0
     loader.close()
 
 
@@ -83,7 +83,8 @@ def test_a_pool_drops_retired_episodes_where_its_epoch_does_not_fit_the_cache(sm
     roomy = StreamLoader(str(small_dataset), **args)
     want = [list(roomy) for _ in range(2)]
     assert roomy.stats()["fetch"]["retired_dropped"] == 0
-    assert roomy.stages.store.stats.hits > 0 and len(roomy.stages.store._entries) == roomy.meta.num_episodes
+    stats = roomy.stats()
+    assert stats["fetch"]["hits"] > 0 and stats["bounded"]["fetched_episodes"]["episodes"] == roomy.meta.num_episodes
     fetched = roomy.stats()["fetch"]["demand_fetches"] + roomy.stats()["fetch"]["prefetches"]
     assert fetched == roomy.meta.num_episodes, "epoch 2 fetched nothing again"
     whole = roomy.stats()["bounded"]["fetched_episodes"]["held"]

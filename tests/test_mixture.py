@@ -17,6 +17,7 @@ from dali_stream.loader.source_setup import epoch_shares
 from dali_stream.plan.mixture_epoch import member_targets
 from dali_stream.tools.paint import read_ids
 
+from .parts import store_for
 from .reference import Reference
 from .take import same_batches, take
 
@@ -146,7 +147,7 @@ def test_shares_follow_the_weights(embodiments, samples_per_epoch):
     for batch in loader:
         counts.update(batch["dataset_index"].tolist())
         per_frame.update(zip(batch["dataset_index"].tolist(), batch["index"].tolist()))
-    frames = np.array([loader.stages.catalog.members[m].frames for m in range(2)])
+    frames = np.array([loader.catalog.members[m].frames for m in range(2)])
     total = samples_per_epoch or int(frames.sum())
     assert [counts[0], counts[1]] == member_targets(frames, tuple(weights), total).tolist()
     # arm7 is smaller than its share: its frames repeat (each the floor or ceiling of the ratio); arm6 is subsampled
@@ -165,9 +166,9 @@ def test_shares_are_the_epochs_parts_whatever_the_frames(embodiments):
     records the shares, and other shares refuse it."""
     mix = _shared(embodiments, (0.5, 0.5), samples_per_epoch=120)
     loader = StreamLoader(mix, decode="cpu", **{**ARGS, "delta_timestamps": {}, "drop_last": False})
-    frames = [m.frames for m in loader.stages.catalog.members]
+    frames = [m.frames for m in loader.catalog.members]
     assert frames[0] != frames[1]
-    assert epoch_shares(loader.stages.catalog).tolist() == [0.5, 0.5]
+    assert epoch_shares(loader.catalog).tolist() == [0.5, 0.5]
     counts = Counter(i for batch in loader for i in batch["dataset_index"].tolist())
     assert [counts[0], counts[1]] == [60, 60]
     state = loader.state_dict()
@@ -237,7 +238,7 @@ def test_elastic_resume_makes_every_draw_once(embodiments, refs):
     for rank in range(3):
         loader = StreamLoader(mix, decode="cpu", rank=rank, world_size=3, **args)
         loader.load_state_dict(state)
-        n = loader._plan(0).num_frames  # this rank's own draws in the rest of the epoch (then padding)
+        n = loader.epoch_plan(0).num_frames  # this rank's own draws in the rest of the epoch (then padding)
         own = []
         for batch in loader:
             for s in _samples(batch):
@@ -254,7 +255,7 @@ def test_an_evaluation_pass_goes_member_by_member(embodiments):
     loader = StreamLoader(_mix(embodiments, "arm6", "arm7", weights=[1.0, 5.0]), decode="cpu", shuffle=False,
                           **{**ARGS, "drop_last": None})
     pairs = [(int(d), int(i)) for b in loader for d, i in zip(b["dataset_index"], b["index"])]
-    frames = [m.frames for m in loader.stages.catalog.members]
+    frames = [m.frames for m in loader.catalog.members]
     assert pairs == [(0, i) for i in range(frames[0])] + [(1, i) for i in range(frames[1])]
 
 
@@ -345,15 +346,18 @@ def test_mixture_errors_name_the_members_and_the_fix(embodiments):
 
 def test_members_share_the_loaders_bounds(embodiments):
     loader = StreamLoader(_mix(embodiments, "arm6", "arm7", "big"), decode="cpu", resize=(96, 128), **ARGS)
-    files = loader.stages.store.files
+    store = store_for(loader)  # a store as the loader's, over its members
+    files = store.files
     assert len(files) == 3
     assert all(f.tables.files is files[0].tables.files for f in files), "one bound for every member's footers"
     assert all(f.indexes.files is files[0].indexes.files for f in files), "one bound for every member's indexes"
-    assert all(f.indexes.unsupported is loader.stages.store.indexes.unsupported for f in files), "one list of unindexed files"
+    assert all(f.indexes.unsupported is store.indexes.unsupported for f in files), "one list of unindexed files"
+    store.close()
     take(loader, 6)
     budget = loader.memory_budget()
     assert budget["cache_peak"] <= budget["cache_bound"]
-    assert budget["mp4_indexes_peak"] == files[0].indexes.files.peak_bytes > 0
+    # the loader's own indexes, every member's under the one bound
+    assert budget["mp4_indexes_peak"] == loader.stats()["bounded"]["mp4_indexes"]["peak"] > 0
 
 
 def test_a_mixture_file_and_plain_sources(embodiments, tmp_path):
@@ -415,7 +419,7 @@ def test_the_open_decoder_engine_in_a_mixture(embodiments, refs):
         for s in _samples(batch):
             seen[_check_sample(s, names, refs, OWN)] += 1
     assert set(seen) == {"arm6", "arm7"}
-    assert loader.stages.engines["cpu-open"].stats()["decoders_opened"] >= 3  # front per member, and arm6's wrist
+    assert loader.stats()["engines"]["cpu-open"]["decoders_opened"] >= 3  # front per member, and arm6's wrist
 
 
 def test_two_features_under_one_key_are_refused(embodiments):

@@ -19,6 +19,7 @@ from dali_stream.decode.routes import RouteChoice, nvdec_engine, open_routes
 from dali_stream.fetch.tables import FRAME_TIME_S
 from dali_stream.tools.paint import read_ids
 
+from .parts import store_for
 from .test_boundaries import check_every_frame
 from .test_wild_encodings import wild_dataset
 
@@ -33,13 +34,17 @@ def wild(tmp_path_factory):
 
 
 def episode_segments(loader, key):
-    """(episode, segment, frame indices of every frame of the episode) per episode, from the loader's own store."""
+    """(episode, segment, frame indices of every frame of the episode) per episode, from a store as the loader's."""
     meta = loader.meta
-    for pos in range(len(meta.lengths)):
-        ep = int(meta.episodes["episode_index"][pos])
-        query = float(meta.cameras[key].from_timestamp[ep]) + loader.stages.store.rows(pos)[FRAME_TIME_S].astype(np.float64)
-        seg = loader.stages.store.segment_for(pos, key, query)
-        yield ep, seg, seg.frame_indices(query, loader.config.tolerance_s, "test")
+    store = store_for(loader)
+    try:
+        for pos in range(len(meta.lengths)):
+            ep = int(meta.episodes["episode_index"][pos])
+            query = float(meta.cameras[key].from_timestamp[ep]) + store.rows(pos)[FRAME_TIME_S].astype(np.float64)
+            seg = store.segment_for(pos, key, query)
+            yield ep, seg, seg.frame_indices(query, loader.config.tolerance_s, "test")
+    finally:
+        store.close()
 
 
 def nal_types(codec: str, unit: bytes) -> list[int]:
@@ -120,7 +125,7 @@ def test_decoders_stay_open_for_the_loaders_life(wild):
         for _ in range(2):
             for _ in loader:
                 pass
-        stats = loader.stages.engines["cpu-open"].stats()
+        stats = loader.stats()["engines"]["cpu-open"]
     assert stats["threads"] == 2
     assert stats["decoders_opened"] <= 2 * len(CAMERAS)
     assert stats["feeds"] >= 10 * stats["decoders_opened"]
@@ -201,4 +206,4 @@ def test_cpu_open_needs_no_gpu_and_says_so_in_its_reason(wild):
     with StreamLoader(str(root), batch_size=2, decode={"observation.images.front": "cpu-open"}, device="cpu") as loader:
         assert loader.routes["observation.images.front"] == "cpu-open"
         assert "open-decoder engine on the CPU" in loader.route_reasons["observation.images.front"]
-        assert set(loader.stages.engines) == {"cpu-open"}
+        assert set(loader.stats()["engines"]) == {"cpu-open"}

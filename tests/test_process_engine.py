@@ -31,7 +31,8 @@ SETTINGS = dict(batch_size=6, decode="cpu-open", device="cpu", seed=5, image_dty
 
 
 def _engine(loader):
-    return loader.stages.engines["cpu-open"]
+    """The cpu-open engine's counters (`stats()["engines"]`): its decode processes' ids among them."""
+    return loader.stats()["engines"]["cpu-open"]
 
 
 def _alive(pid: int) -> bool:
@@ -101,7 +102,7 @@ def _killed_mid_epoch(root, caplog) -> tuple[list[dict], dict]:
         for n, batch in enumerate(loader):
             out.append(dict(batch))
             if n == 2:
-                os.kill(_engine(loader).pids()[0], signal.SIGKILL)
+                os.kill(_engine(loader)["pids"][0], signal.SIGKILL)
         stats = loader.stats()["engines"]["cpu-open"]
     return out, stats
 
@@ -124,7 +125,7 @@ def test_a_process_that_dies_every_time_is_a_named_error(four_codec_dataset, mon
         with pytest.raises(DecodeError, match=r"decode process ended \(exit status 9.*camera 'observation.images.*"
                                               r"episodes \[.*decode_processes=0"):
             next(iter(loader))
-        pids = _engine(loader).pids(every=True)
+        pids = _engine(loader)["pids_ever"]
     assert len(pids) >= 4 and not any(_alive(p) for p in pids)  # the first pool's and its replacement's
 
 
@@ -135,7 +136,7 @@ def _die(*args):
 def test_close_leaves_no_decode_process(four_codec_dataset):
     with StreamLoader(str(four_codec_dataset), **SETTINGS, decode_processes=2) as loader:
         next(iter(loader))
-        pids = _engine(loader).pids()
+        pids = _engine(loader)["pids"]
         assert len(pids) == 2 and all(_alive(p) for p in pids)
     assert not any(_alive(p) for p in pids)
 
@@ -147,7 +148,7 @@ def test_memory_per_decode_process_is_bounded(four_codec_dataset):
         for _ in loader:
             pass
         rss = []
-        for pid in _engine(loader).pids():
+        for pid in _engine(loader)["pids"]:
             with open(f"/proc/{pid}/status") as f:
                 rss += [int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM:")]
     assert len(rss) == 2 and max(rss) < 1 << 30, rss
@@ -165,7 +166,7 @@ def test_ctrl_c_ends_a_loader_with_decode_processes_quickly(four_codec_dataset, 
                               decode_processes=2)
         batches = iter(loader)
         next(batches)  # the decode processes are up
-        print("pids", *loader.stages.engines["cpu-open"].pids(), flush=True)
+        print("pids", *loader.stats()["engines"]["cpu-open"]["pids"], flush=True)
         for epoch in range(1000):
             for batch in batches:
                 time.sleep(0.01)
@@ -222,7 +223,7 @@ def test_the_checks_catch_a_broken_engine(four_codec_dataset, monkeypatch, break
         monkeypatch.setattr(process_engine, "_end", lambda *args, **kwargs: None)
         with StreamLoader(str(four_codec_dataset), **SETTINGS, decode_processes=2) as loader:
             next(iter(loader))
-            pids = _engine(loader).pids()
+            pids = _engine(loader)["pids"]
         try:
             assert any(_alive(p) for p in pids)  # what test_close_leaves_no_decode_process asserts is not so
         finally:
@@ -256,7 +257,7 @@ def test_decode_processes_end_when_the_loaders_process_is_killed(four_codec_data
         loader = StreamLoader({str(four_codec_dataset)!r}, batch_size=6, decode="cpu-open", device="cpu",
                               decode_processes=2)
         next(iter(loader))
-        print("pids", *loader.stages.engines["cpu-open"].pids(), flush=True)
+        print("pids", *loader.stats()["engines"]["cpu-open"]["pids"], flush=True)
         time.sleep(600)
     """))
     proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -18,6 +18,7 @@ from dali_stream.pairing import dali_present
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, state_row, write_sample
 
 from .columns import add_columns
+from .parts import store_of
 from .take import epochs, same_batches
 
 KEY = "observation.image"
@@ -242,9 +243,9 @@ def test_kept_images_spill_to_the_folder_a_later_run_reads_and_a_rewritten_data_
                 frame_cache_bytes=1, frame_cache_dir=str(tmp_path / "frames"))
 
     def shown(loader) -> tuple[list, int]:
-        before = loader.stages.builder.decoded_frames
+        before = loader.stats()["build"]["decoded_frames"]
         out = [(int(b["index"][j]), int(b[KEY][j].max())) for b in loader for j in range(len(b["index"]))]
-        return out, loader.stages.builder.decoded_frames - before
+        return out, loader.stats()["build"]["decoded_frames"] - before
 
     with StreamLoader(str(root), **args) as first:
         want, decoded = shown(first)
@@ -364,7 +365,7 @@ def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_rea
     assert len(want) == loader_frames(image_dataset) and all(lo == hi == value(i) for i, lo, hi in want)
     assert cold["columns_left_out"] == 0
     with StreamLoader(str(image_dataset), **args) as warm:
-        assert [s for b in warm for s in shown(b)] == want and warm.stages.builder.decoded_frames == 0
+        assert [s for b in warm for s in shown(b)] == want and warm.stats()["build"]["decoded_frames"] == 0
         read = warm.stats()["fetch"]
     assert read["columns_left_out"] == read["episodes"] == 4 and read["columns_read_again"] == 0
     images = sum(end - start for ranges in _image_chunks(image_dataset).values() for start, end in ranges)
@@ -375,7 +376,7 @@ def test_rows_are_read_without_the_images_the_cache_holds_and_one_it_lost_is_rea
         shutil.rmtree(tmp_path / "frames")
         got += [s for b in batches for s in shown(b)]
         again = lost.stats()["fetch"]
-        decoded = lost.stages.builder.decoded_frames
+        decoded = lost.stats()["build"]["decoded_frames"]
     assert got == want
     assert again["columns_left_out"] >= 1 and again["columns_read_again"] == again["columns_left_out"]
     assert decoded == len(want) - 4
@@ -540,10 +541,15 @@ def test_images_of_a_group_in_the_table_cache_are_read_from_its_mapping(tmp_path
     assert everything["peak"] >= images * 0.9  # the groups kept in memory: every image copied into the rows
     assert fetch["image_columns_spilled"] == 0 and bounded["peak"] < images // 20, (fetch, bounded, images)
     with StreamLoader(str(root), batch_size=4, device="cpu", table_cache_dir=str(tmp_path / "cache")) as loader:
-        column = loader.stages.store.rows(0)[KEY]
-        assert isinstance(column, MappedImages) and len(column) == int(loader.meta.lengths[0])
+        folder, length = loader.resolved.table_cache_dir, int(loader.meta.lengths[0])
+    store = store_of(root, table_cache_dir=folder)  # a store as the loader's, on its folder
+    try:
+        column = store.rows(0)[KEY]
+        assert isinstance(column, MappedImages) and len(column) == length
         with pytest.raises(IndexError):
             column[len(column)]
+    finally:
+        store.close()
 
 
 def test_rows_read_at_once_cannot_both_take_the_room_left_for_images(noisy_dataset, tmp_path):

@@ -282,11 +282,11 @@ def test_auto_reads_an_augmented_loader_as_one_clip_per_sample(small_dataset):
     from dali_stream.loader.routing import measured_speed
 
     front = "observation.images.front"
-    plain_speed = measured_speed(plain.config, plain.stages.plan_config.delta_indices, dali_version)(front)
+    plain_speed = measured_speed(plain.config, plain.plan_config.delta_indices, dali_version)(front)
     if not plain_speed[1].startswith("NVDEC with"):
         pytest.fail("the measured rule's note changed: update this test")
     assert "joined streams" in plain_speed[1] and plain_speed[0] is None
-    source, note = measured_speed(hooked.config, hooked.stages.plan_config.delta_indices, dali_version)(front)
+    source, note = measured_speed(hooked.config, hooked.plan_config.delta_indices, dali_version)(front)
     assert "one clip per sample" in note
     assert source == gpu_slower(dali_version, False, 1)  # the per-sample measurement (DALI 2.4: "61.9 samples/s")
     if dali_version.startswith("2.4."):

@@ -4,6 +4,7 @@ bytes; and a batch's pieces of long episodes are read this way, fewer reads than
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 
@@ -12,10 +13,12 @@ import pytest
 
 from dali_stream import StreamLoader
 from dali_stream.fetch.spans import coalesce, read_spans
+from dali_stream.fetch.store import EpisodeStore
 from dali_stream.source.storage import LocalRanges, RemoteOptions, open_fs
 
 from .faultproxy import FaultProxy
 from .httpserver import Server
+from .parts import built, store_for
 
 
 def test_coalesce_joins_overlapping_and_near_spans_of_one_file():
@@ -108,14 +111,18 @@ def test_a_batchs_pieces_are_read_in_fewer_reads_than_pieces(long_dataset):
     batches' painted ids)."""
     from dali_stream.tools.paint import read_ids
 
-    with StreamLoader(str(long_dataset), batch_size=16, episode_pool_size=2, segment_bytes=1, device="cpu",
-                      num_workers=1, image_dtype="uint8", seed=2) as loader:
-        counting = loader.stages.store.files[0].ranges = Counting(loader.stages.store.files[0].ranges)
+    with built(EpisodeStore) as stores:  # the loader's store, whose reads are counted
+        loader = StreamLoader(str(long_dataset), batch_size=16, episode_pool_size=2, segment_bytes=1, device="cpu",
+                              num_workers=1, image_dtype="uint8", seed=2)
+    with loader:
+        (store,) = stores
+        counting = store.files[0].ranges = Counting(store.files[0].ranges)
         for _, batch in zip(range(6), loader):
             for image, ep, fr in zip(batch["observation.images.front"], batch["episode_index"], batch["frame_index"]):
                 assert read_ids(image.numpy()) == (int(ep), int(fr))
-        pieces = loader.stages.store.stats.pieces_cut
-        assert pieces >= 6 * 16 and loader.stages.store.stats.pieces_ahead > 0, vars(loader.stages.store.stats)
+        stats = loader.stats()["fetch"]
+        pieces = stats["pieces_cut"]
+        assert pieces >= 6 * 16 and stats["pieces_ahead"] > 0, stats
         assert counting.reads < pieces / 2, (counting.reads, pieces)
 
 
@@ -128,12 +135,13 @@ def test_a_piece_written_alone_is_the_mp4_of_its_samples(long_dataset):
     from dali_stream.tools.paint import read_ids
 
     key = "observation.images.front"
-    with StreamLoader(str(long_dataset), batch_size=2, segment_bytes=1, device="cpu", num_workers=0) as loader:
+    with StreamLoader(str(long_dataset), batch_size=2, segment_bytes=1, device="cpu", num_workers=0) as loader, \
+            contextlib.closing(store_for(loader)) as store:  # a store as the loader's: episodes read in pieces
         cam = loader.meta.cameras[key]
-        rows = loader.stages.store.rows(1)
+        rows = store.rows(1)
         frames = np.array([101, 102, 103])
         query = float(cam.from_timestamp[1]) + rows[FRAME_TIME_S][frames]
-        piece = loader.stages.store.segment_for(1, key, query)
+        piece = store.segment_for(1, key, query)
         assert piece.piece and "data" not in vars(piece)  # not written yet
         index, written = piece.packets(), packet_index(piece.data)
         assert len(piece.data) > len(piece.body)
@@ -152,9 +160,11 @@ def test_a_builder_runs_its_batchs_piece_task_when_no_piece_thread_has_begun_it(
     itself: the batch's pieces still come from coalesced reads, not one read a sample, and every frame is right."""
     from dali_stream.tools.paint import read_ids
 
-    with StreamLoader(str(long_dataset), batch_size=16, episode_pool_size=2, segment_bytes=1, device="cpu",
-                      num_workers=1, image_dtype="uint8", seed=2) as loader:
-        store = loader.stages.store
+    with built(EpisodeStore) as stores:  # the loader's store: its piece threads held busy, its reads counted
+        loader = StreamLoader(str(long_dataset), batch_size=16, episode_pool_size=2, segment_bytes=1, device="cpu",
+                              num_workers=1, image_dtype="uint8", seed=2)
+    with loader:
+        (store,) = stores
         counting = store.files[0].ranges = Counting(store.files[0].ranges)
         release = threading.Event()
         pool = store.pieces._pool
@@ -164,9 +174,9 @@ def test_a_builder_runs_its_batchs_piece_task_when_no_piece_thread_has_begun_it(
                 for image, ep, fr in zip(batch["observation.images.front"], batch["episode_index"],
                                          batch["frame_index"]):
                     assert read_ids(image.numpy()) == (int(ep), int(fr))
-            stats = store.stats
-            assert stats.batches_taken_over >= 4 and stats.pieces_ahead >= 4 * 16, vars(stats)
-            assert counting.reads < stats.pieces_cut / 2, (counting.reads, stats.pieces_cut)
+            stats = loader.stats()["fetch"]
+            assert stats["batches_taken_over"] >= 4 and stats["pieces_ahead"] >= 4 * 16, stats
+            assert counting.reads < stats["pieces_cut"] / 2, (counting.reads, stats["pieces_cut"])
         finally:
             release.set()
             for h in held:

@@ -57,7 +57,7 @@ def test_one_row_group_for_many_episodes_without_a_folder(small_dataset, collaps
         for key in ("index", "action", "action_is_pad", "observation.state"):
             assert torch.equal(a[key], b[key]), key
     # each file's single group decoded a few times at most (kept while its episodes are read), not per episode
-    assert loader.stages.store.tables.groups_read <= 2 * len(files) < loader.meta.num_episodes
+    assert loader.stats()["fetch"]["table_groups_read"] <= 2 * len(files) < loader.meta.num_episodes
     assert loader.resolved.table_cache_dir is None and loader.stats()["bounded"]["shared_row_groups"]["held"] <= 2
 
 
@@ -71,9 +71,9 @@ def test_one_row_group_for_many_episodes_is_decoded_once_into_the_folder(small_d
         warnings.simplefilter("error")
         first = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))
         same_batches([b for b in first], want)
-        groups = first.stages.store.tables.groups
-        assert (groups.decoded, groups.disk_hits, groups.damaged) == (len(files), 0, 0)
-        assert len(list(folder.rglob("*.arrow"))) == len(files) and groups.written_bytes > 0
+        groups = first.stats()["bounded"]["shared_row_groups"]
+        assert (groups["decoded"], groups["disk_hits"], groups["damaged"]) == (len(files), 0, 0)
+        assert len(list(folder.rglob("*.arrow"))) == len(files) and groups["written_bytes"] > 0
         later = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))
         same_batches([b for b in later], want)
         stats = later.stats()["bounded"]["shared_row_groups"]
@@ -149,13 +149,13 @@ def test_a_data_file_changed_under_a_warm_folder_is_decoded_again(small_dataset,
     want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
     loader = StreamLoader(str(root), **ARGS, table_cache_dir=folder)
     got = [b for b in loader]
-    groups = loader.stages.store.tables.groups
-    assert groups.decoded == len(files)
+    groups = loader.stats()["bounded"]["shared_row_groups"]
+    assert groups["decoded"] == len(files)
     for a, b in zip(got, want):
         assert torch.equal(a["observation.state"], b["observation.state"] + 1000)
     new = sorted(Path(folder).rglob("*.arrow"))
     assert len(new) == len(files) and not set(new) & set(old) and not killed.exists() and writing.exists()
-    assert groups.swept == 2 * len(files) + 1  # each old group's file and its lock file, and the killed writer's
+    assert groups["swept"] == 2 * len(files) + 1  # each old group's file and its lock file, and the killed writer's
 
 
 def test_a_damaged_file_in_the_folder_is_made_again(small_dataset, collapsed, tmp_path):
@@ -167,8 +167,8 @@ def test_a_damaged_file_in_the_folder_is_made_again(small_dataset, collapsed, tm
     want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
     loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(folder))
     same_batches([b for b in loader], want)
-    groups = loader.stages.store.tables.groups
-    assert (groups.damaged, groups.decoded, groups.disk_hits) == (1, 1, len(files) - 1)
+    groups = loader.stats()["bounded"]["shared_row_groups"]
+    assert (groups["damaged"], groups["decoded"], groups["disk_hits"]) == (1, 1, len(files) - 1)
 
 
 def test_a_folder_that_cannot_be_written_warns_once_and_keeps_groups_in_memory(small_dataset, collapsed, tmp_path):
@@ -181,7 +181,7 @@ def test_a_folder_that_cannot_be_written_warns_once_and_keeps_groups_in_memory(s
         same_batches([b for b in loader], want)
     said = [str(w.message) for w in seen if "table_cache_dir" in str(w.message)]
     assert len(said) == 1 and "could not write" in said[0] and "a-file" in said[0], said
-    assert not loader.stages.store.tables.groups.writing
+    assert not loader.stats()["bounded"]["shared_row_groups"]["writing"]
 
 
 def test_the_folder_keeps_its_drives_floor_free(small_dataset, collapsed, tmp_path, monkeypatch):
@@ -195,7 +195,7 @@ def test_the_folder_keeps_its_drives_floor_free(small_dataset, collapsed, tmp_pa
         loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(tmp_path / "tables"))
         same_batches([b for b in loader], want)
     assert sum("table_cache_dir" in str(w.message) for w in seen) == 1  # and no per-file warning after it
-    assert not list((tmp_path / "tables").rglob("*.arrow")) and loader.stages.store.tables.groups.written_bytes == 0
+    assert not list((tmp_path / "tables").rglob("*.arrow")) and loader.stats()["bounded"]["shared_row_groups"]["written_bytes"] == 0
 
 
 def test_a_group_not_in_index_order_still_gives_each_episodes_rows(small_dataset, tmp_path):
@@ -225,7 +225,7 @@ def test_groups_that_cut_episodes_in_two_give_each_episodes_rows(small_dataset, 
     want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
     loader = StreamLoader(str(root), **ARGS, table_cache_dir=str(tmp_path / "t"))
     same_batches([b for b in loader], want)
-    assert loader.stages.store.tables.groups.decoded > 0
+    assert loader.stats()["bounded"]["shared_row_groups"]["decoded"] > 0
 
 
 def test_processes_of_a_node_decode_each_group_once_between_them(collapsed, tmp_path):
@@ -268,14 +268,15 @@ def test_one_row_group_for_many_episodes_over_http_is_fetched_once(small_dataset
     with Server(root) as url:
         first = StreamLoader(url, **ARGS, table_cache_dir=folder)
         same_batches([b for b in first], want)
-        before = first.stages.store.tables
-        assert before.groups.decoded == len(files)
+        before = first.stats()
+        assert before["bounded"]["shared_row_groups"]["decoded"] == len(files)
         later = StreamLoader(url, **ARGS, table_cache_dir=folder)
         same_batches([b for b in later], want)
-        after = later.stages.store.tables
-        assert (after.groups.decoded, after.groups.disk_hits) == (0, len(files))
+        after = later.stats()
+        groups = after["bounded"]["shared_row_groups"]
+        assert (groups["decoded"], groups["disk_hits"]) == (0, len(files))
         # the same plan reads the same other groups (an episode alone in its group) and none of the shared ones
-        assert after.groups_read == before.groups_read - len(files)
+        assert after["fetch"]["table_groups_read"] == before["fetch"]["table_groups_read"] - len(files)
 
 
 def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset):
@@ -285,7 +286,7 @@ def test_one_row_group_per_episode_reads_no_more_than_the_episode(small_dataset)
         for _ in loader:
             pass
     # one group per episode, and the first episode's once more at construction (it gives the feature dtypes)
-    assert loader.stages.store.tables.groups_read == loader.meta.num_episodes + 1
+    assert loader.stats()["fetch"]["table_groups_read"] == loader.meta.num_episodes + 1
 
 
 def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset):
@@ -293,13 +294,13 @@ def test_open_data_files_are_bounded_by_their_footers_memory(small_dataset):
     1.4 GB per rank): with a bound smaller than two footers, one stays open at a time, the others are read again
     when their episodes come back, and every batch is the same."""
     bounded = StreamLoader(str(small_dataset), **ARGS, footer_bytes=1)
-    footers = bounded.stages.store.tables.files
     got = [b for b in bounded]
-    assert footers.capacity_bytes == 1 and footers.evictions > 0 and len(footers._values) == 1
-    assert footers.peak_bytes <= 2 * max(8 * pq.ParquetFile(p).metadata.serialized_size
+    footers = bounded.stats()["bounded"]["table_footers"]
+    assert footers["bound"] == 1 and footers["evictions"] > 0 and footers["files"] == 1
+    assert footers["peak"] <= 2 * max(8 * pq.ParquetFile(p).metadata.serialized_size
                                          for p in (small_dataset / "data").glob("*/*.parquet"))
     budget = bounded.memory_budget()
-    assert budget["table_footers_bound"] == 1 and budget["table_footers_peak"] == footers.peak_bytes
+    assert budget["table_footers_bound"] == 1 and budget["table_footers_peak"] == footers["peak"]
     want = [b for b in StreamLoader(str(small_dataset), **ARGS)]
     assert len(got) == len(want)
     for a, b in zip(got, want):

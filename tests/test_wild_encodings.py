@@ -147,7 +147,7 @@ def test_joined_streams_are_refused_where_packets_hide_pictures(wild, tmp_path):
             assert loader.routes[top] == "dali-cpu"
             for _ in loader:
                 pass
-            counts[name] = loader.stages.builder.dali_counts[top]
+            counts[name] = list(loader.stats()["build"]["dali"][top].values())  # samples, streams, frames fed
     samples, streams, _ = counts["wild"]
     assert streams == samples, counts  # one clip per sample: never joined
     samples, streams, _ = counts["plain"]

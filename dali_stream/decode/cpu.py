@@ -53,6 +53,11 @@ class DecoderCache:
     def alive(self) -> int:
         return len(self._idle) + self.busy
 
+    @property
+    def idle(self) -> int:
+        """Decoders kept open for reuse, none of them decoding now."""
+        return len(self._idle)
+
     def take(self, seg: Segment):
         """An idle decoder of `seg`, or None (the caller opens one); either way the caller now holds one."""
         with self._lock:

@@ -184,7 +184,8 @@ class ProcessEngine:
         return sorted(p.pid for p in self._procs.get(self._pool, [])) if self._pool is not None else []
 
     def stats(self) -> dict[str, Any]:
-        return {"threads": self.threads, "processes": self.processes, "pids": self.pids(), "restarts": self.restarts,
+        return {"threads": self.threads, "processes": self.processes, "pids": self.pids(),
+                "pids_ever": self.pids(every=True), "restarts": self.restarts,
                 "decoders_opened": None, "samples": self.samples, "feeds": self.feeds, "clips": self.clips,
                 "packets": self.packets, "pictures": self.decoded, "seconds": dict(self.seconds)}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -27,3 +28,24 @@ class StoreStats:
     fetch_s: float = 0.0
     peak_bytes: int = 0
     episodes: set = field(default_factory=set)  # positions whose rows or segments were fetched
+
+
+def held_now(store) -> dict[str, Any]:
+    """What the store `store` (`fetch.store.EpisodeStore`) holds now: `episodes` held (fetched or in flight), of them
+    `pinned` by batches in flight, and `row_bytes`, the table rows of those fetched (`stats()["bounded"]
+    ["fetched_episodes"]`). A walk of the held entries under the store's lock: as many as `cache_bytes` holds."""
+    from .tables import rows_nbytes
+
+    with store._lock:
+        entries = list(store._entries.values())
+    return {"episodes": len(entries), "pinned": sum(e.refs > 0 for e in entries),
+            "row_bytes": sum(rows_nbytes(e.rows) for e in entries if e.done.is_set())}
+
+
+def ahead_now(pieces) -> dict[str, Any]:
+    """The pieces of long episodes cut ahead now (`fetch.pieces.Pieces`), not taken by their builders yet: how many
+    (`pieces`), and the furthest batch of its epoch they belong to (`furthest_batch`; None: none ahead)."""
+    with pieces._lock:
+        keys = list(pieces._ahead)
+    batches = [key[1] for key in keys if isinstance(key, tuple) and len(key) > 1]
+    return {"pieces": len(keys), "furthest_batch": max(batches) if batches else None}

@@ -199,6 +199,12 @@ class TransformPool:
                     self._started.append(worker)
             log.info("image_transforms: %d worker processes", self.processes)
 
+    def stats(self) -> dict[str, Any]:
+        """Where the transforms run (`StreamLoader.stats()["transforms"]`): `in_processes`, `processes` (worker
+        processes they may use), the `pids` of those running now (started on the first batch that needs them)."""
+        workers = list(self._workers)  # no lock: `_open` holds it while the processes start
+        return {"in_processes": self.in_processes, "processes": self.processes, "pids": [w.pid for w in workers]}
+
     def close(self, wait: bool = True) -> None:
         with self._lock:
             self._closed = True

@@ -6,17 +6,27 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Generator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generator, Mapping
 
 import numpy as np
 
 from ..decode.errors import classify
+from ..decode.route import Route
 from ..errors import DaliStreamError
 from ..graph.batches import Prepared
 from ..graph.host import to_output
 from ..graph.transforms import apply, plan_seeds
-from .assemble import Stages
 from .schedule import Schedule
+
+if TYPE_CHECKING:
+    from ..config import LoaderConfig
+    from ..decode.node import Node
+    from ..graph.batches import BatchBuilder
+    from ..graph.imageops import ImageOps
+    from ..graph.transforms import TransformPool
+    from .assemble import Stages
+    from .resolve import Resolved
 
 
 class Batch(dict):
@@ -31,27 +41,51 @@ class Batch(dict):
                                                                if near else "") + f"; its keys: {sorted(self)}")
 
 
-class Delivery:
-    """Batches handed to the caller, from `stages` (`loader.assemble`)."""
+@dataclass(frozen=True)
+class Outlet:
+    """The parts of a loader's stages (`loader.assemble.Stages`) its batches are handed out from: the builder, the
+    transform processes, the open-decoder engines (their CUDA streams), what lays a batch out (routes, `squeeze`,
+    image ops) and where it goes (`device`; `dali_device` the graph's, `node` to name a decoder's failure)."""
 
-    def __init__(self, stages: Stages) -> None:
-        self.stages = stages
-        self.cfg = stages.config
+    config: LoaderConfig
+    resolved: Resolved
+    builder: BatchBuilder
+    transforms: TransformPool | None
+    engines: Mapping[Route, Any]
+    routes: Mapping[str, str]
+    squeeze: Mapping[str, bool]
+    image_ops: ImageOps
+    device: str
+    dali_device: int | None
+    node: Node
+
+    @classmethod
+    def of(cls, st: Stages) -> "Outlet":
+        return cls(st.config, st.resolved, st.builder, st.transforms, st.engines, st.routes, st.squeeze, st.image_ops,
+                   st.device, st.dali_device, st.node)
+
+
+class Delivery:
+    """Batches handed to the caller, from `parts` (`Outlet`)."""
+
+    def __init__(self, parts: Outlet) -> None:
+        self.parts = parts
+        self.cfg = parts.config
         # one stream for the loader's life: torch's caching allocator keeps a stream's freed blocks for that stream
         # alone, so a stream per epoch would hold each epoch's batches' memory apart
-        self.hand_off = HandOff(stages.device)
+        self.hand_off = HandOff(parts.device)
 
     def schedule(self, plan, start: int) -> Schedule:
         """The run-ahead of `plan` (an epoch's, or picked samples': `plan.picked`) from batch `start`: host
         frames' `image_transforms` in its builder threads where transform processes take them."""
-        st, r = self.stages, self.stages.resolved
+        st, r = self.parts, self.parts.resolved
         host_transforms = st.transforms is not None and st.transforms.in_processes and not st.device.startswith("cuda")
         return Schedule(st.builder, plan, start, r.num_workers, r.prefetch_batches, r.fetch_ahead, r.cut_ahead,
                         self.transform_host if host_transforms else None)
 
     def batches(self, schedule: Schedule, plan, start: int) -> Generator[dict[str, Any], None, None]:
         """Batches `start`, `start + 1`, ... of `plan`, as the schedule builds them."""
-        if self.stages.resolved.host_batches:
+        if self.parts.resolved.host_batches:
             return self._host_batches(schedule, plan, start)
         return self._graph_batches(schedule)
 
@@ -64,7 +98,7 @@ class Delivery:
             if isinstance(exc, DaliStreamError) or "decoders.video" not in str(exc) and \
                     classify(str(exc)).kind == "unknown":
                 raise  # our own errors name what they are about already
-            raise self.stages.builder.explain_dali_failure(list(schedule.handed), exc, self.stages.node) from None
+            raise self.parts.builder.explain_dali_failure(list(schedule.handed), exc, self.parts.node) from None
 
     def batch(self, got: Mapping[str, Any], prepared: Prepared) -> dict[str, Any]:
         """The caller's batch: cameras in route order (host frames as tensors on their buffers, `graph.host`),
@@ -72,7 +106,7 @@ class Delivery:
         samples (`graph.batches`): (groups, members x steps, ...) cameras and (groups, members, ...) tables,
         viewed here as (samples, steps, ...), or (samples, ...) for a one-step camera. With `channels_last` the
         graph's cameras come HWC and are handed over as (..., 3, H, W) views, as host frames are."""
-        st = self.stages
+        st = self.parts
         routes, squeeze, channels_last, builder = st.routes, st.squeeze, st.image_ops.channels_last, st.builder
         size = prepared.plan.size
         tensors = {k: v.flatten(0, 1) for k, v in got.items() if k not in routes}
@@ -103,7 +137,7 @@ class Delivery:
         for tensors on the CPU, else here. Cameras the batch's builder transformed already are left as they are."""
         import torch
 
-        st, plan, transform = self.stages, prepared.plan, self.cfg.image_transforms
+        st, plan, transform = self.parts, prepared.plan, self.cfg.image_transforms
         assert transform is not None and st.transforms is not None
         devices = [torch.device(st.device).index or 0] if st.device.startswith("cuda") else []
         for k, key in enumerate(st.routes):
@@ -117,7 +151,7 @@ class Delivery:
         """`image_transforms` on a CPU batch's host-frame cameras, in the thread that built it (a schedule worker):
         the caller's loop then receives them done, while the next batches build. `stop` set (the epoch ended):
         the wait for the transform processes ends, raising."""
-        st = self.stages
+        st = self.parts
         assert st.transforms is not None
         plan = prepared.plan
         for k, key in enumerate(st.routes):
@@ -129,7 +163,7 @@ class Delivery:
         """Batches without a DALI graph (`host_batches`): the workers' host frames and tables."""
         import torch
 
-        keys = [o.key for o in self.stages.builder.outputs]  # only tables: no camera goes through a graph here
+        keys = [o.key for o in self.parts.builder.outputs]  # only tables: no camera goes through a graph here
         for index in range(start, plan.num_batches):
             prepared = schedule.take(index)
             # one group of the batch's samples each (`BuildSpec.one_group`): (1, B, ...), stacked by the builder
@@ -149,7 +183,7 @@ class Delivery:
 
         from ..graph.pipeline import build_pipeline
 
-        st, builder = self.stages, self.stages.builder
+        st, builder = self.parts, self.parts.builder
         # DALI asks its source for prefetch_queue_depth + 1 batches before it returns the first. A graph with no
         # camera (a camera-less dataset on a GPU) only moves tables: one batch of queue is enough there.
         queue_depth = 2 if builder.graph_routes else 1

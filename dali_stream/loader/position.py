@@ -5,25 +5,57 @@ are a pure function of (seed, epoch, world, position): this rank's plan of an ep
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import ConfigError, StateError
 from ..plan.epoch import EpochPlan, resume_plan
 from ..plan.selection import digest as selection_digest
 from ..plan.state import CONFIG_KEYS, FIX, STATE_VERSION, parse_state
 from ..plan.world import World
-from .assemble import Stages
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..config import LoaderConfig
+    from ..meta.catalog import Catalog
+    from ..plan.epoch import PlanConfig
+    from ..plan.mixture_epoch import Mix
+    from .assemble import Stages
 
 UNEVEN_SHARES = 0.8  # warn when the smallest rank share is below this fraction of the largest
 
 
+@dataclass(frozen=True)
+class Planning:
+    """The parts of a loader's stages (`loader.assemble.Stages`) its plans and resume state are made of: the
+    settings, the world, the episodes (`catalog`), the planner's settings and a mixture's (`mix`), and `drop_last`
+    as resolved."""
+
+    config: LoaderConfig
+    world: World
+    catalog: Catalog
+    plan_config: PlanConfig
+    mix: Mix | None
+    drop_last: bool
+
+    @classmethod
+    def of(cls, st: Stages) -> "Planning":
+        return cls(st.config, st.world, st.catalog, st.plan_config, st.mix, st.resolved.drop_last)
+
+    @property
+    def plan_lengths(self) -> np.ndarray:
+        """The lengths the planner sees (`Stages.plan_lengths`)."""
+        return self.catalog.lengths
+
+
 class Position:
-    """The run's position over `stages` (`loader.assemble`): `epoch`, `consumed` (batches the caller received of
+    """The run's position over `planning` (`Planning`): `epoch`, `consumed` (batches the caller received of
     it), `chain` ((world_size, batches[, ranks_per_node]) runs of this epoch on other worlds), `continues` (the next
     `for` goes on at (epoch, consumed) instead of a new epoch)."""
 
-    def __init__(self, stages: Stages) -> None:
-        self.st = stages
+    def __init__(self, planning: Planning) -> None:
+        self.st = planning
         self.epoch = 0
         self.consumed = 0
         self.continues = True
@@ -75,7 +107,7 @@ class Position:
                               "drops a partial batch; use a smaller batch_size, or drop_last=False (the epoch then "
                               "yields the partial batch, as a DataLoader's default does)")
         if len(sizes) > 1 and min(sizes) < UNEVEN_SHARES * max(sizes) and world.rank == 0:
-            dropped = ("frames of the larger shares are dropped" if self.st.resolved.drop_last
+            dropped = ("frames of the larger shares are dropped" if self.st.drop_last
                        else "the smaller shares are padded with repeats")
             warnings.warn(
                 f"ranks get uneven shares of epoch 0: {min(sizes)} to {max(sizes)} frames over {len(sizes)} ranks "
@@ -91,7 +123,7 @@ class Position:
         by_node = st.plan_config.partition == "node"  # its plans depend on the nodes: recorded (else as before)
         return {"version": STATE_VERSION, "seed": cfg.seed, "epoch": epoch, "batches_consumed": consumed,
                 "batch_size": cfg.batch_size, "episode_pool_size": cfg.episode_pool_size,
-                "drop_last": st.resolved.drop_last, "world_size": st.world.world_size,
+                "drop_last": st.drop_last, "world_size": st.world.world_size,
                 **({"ranks_per_node": st.world.local_world_size} if by_node else {}),
                 "elastic": [list(seg) for seg in chain],
                 "delta_indices": self._saved_deltas(),

@@ -88,9 +88,9 @@ class Samples:
         if not asked:
             return []
         reader = self._open()
-        plan = PickedPlan(reader._plan(0), asked, reader.config.batch_size)
-        schedule = reader.delivery.schedule(plan, 0)
-        batches = reader.delivery.batches(schedule, plan, 0)
+        plan = PickedPlan(reader.epoch_plan(0), asked, reader.config.batch_size)
+        schedule = reader._delivery.schedule(plan, 0)
+        batches = reader._delivery.batches(schedule, plan, 0)
         out: list[dict[str, Any]] = []
         try:
             for batch in batches:
@@ -149,7 +149,7 @@ def asked_by_torch_data(depth: int = 2) -> bool:
 def wrapped(loader: "StreamLoader", *_: Any) -> ConfigError:
     """The error for a loader handed to torch's DataLoader as its dataset: it would take the loader's batches for
     samples and cover one frame in batch_size, silently."""
-    batches, frames = loader.position.next_len(), len(loader.dataset)
+    batches, frames = loader._position.next_len(), len(loader.dataset)
     return ConfigError(
         f"a StreamLoader is already the DataLoader: `for batch in loader` gives shuffled batches of "
         f"batch_size={loader.config.batch_size} ({batches} a rank this epoch). torch's DataLoader around it would "

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import weakref
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from ..config import LoaderConfig, loader_signature, open_meta_signature
 from ..decode.route import Route
@@ -23,24 +23,30 @@ from ..fetch.closer import CLOSER, in_background
 from ..meta.catalog import MixtureMeta
 from ..meta.dataset import DatasetMeta
 from ..mixture import Member, Mixture
-from ..plan.epoch import EpochPlan
 from ..plan.world import World
 from ..source.lerobot import lerobot_source, named
 from .assemble import Stages, assemble
-from .deliver import Delivery
+from .deliver import Delivery, Outlet
 from .lifecycle import OPEN_LOADERS, shut
 from .memory import TRIM_EVERY, release_freed
-from .position import Position
+from .position import Planning, Position
 from .resolve import Resolved
 from .samples import Samples, asked_by_torch_data, wrapped
 from .source_setup import open_meta as _open_meta
-from .stats import loader_stats, memory_budget
+from .views import LoaderViews
 from .wait import DataWait
 
-# The parts of its stages a loader shows as its own (`loader.meta`, `loader.routes`, ...: the public surface); the
-# others (the store, the builder, the decoders, ...) are `loader.stages.<name>`, their counters `loader.stats()`
+if TYPE_CHECKING:
+    from ..decode.node import Node
+    from ..graph.imageops import ImageOps
+    from ..meta.catalog import Catalog
+    from ..plan.epoch import PlanConfig
+
+# The parts of its stages a loader shows as its own (`loader.meta`, `loader.routes`, ...: values settled at
+# construction); the others (the store, the builder, the decoders, ...) stay inside dali_stream/loader/, shown
+# through `loader.stats()` and the methods of `loader.views`
 PUBLIC_STAGES = frozenset({"meta", "world", "device", "routes", "decode_routes", "route_reasons", "member_routes",
-                           "resolved"})
+                           "resolved", "node", "dali_device", "catalog", "plan_config", "image_ops"})
 log = logging.getLogger("dali_stream")
 
 
@@ -56,7 +62,7 @@ def open_meta(source: str | Mixture | Sequence[str | Member] | None = None, *, c
     return named(_open_meta(lerobot_source(source, repo_id, root), LoaderConfig.make(config, **settings)), repo_id)
 
 
-class StreamLoader:
+class StreamLoader(LoaderViews):
     """Batches of a LeRobot v3 dataset following lerobot's sample contract, decoded through DALI.
 
     `StreamLoader(source, *, config=None, **settings)`: `source` is the dataset root (a local path, an fsspec
@@ -72,10 +78,13 @@ class StreamLoader:
     `loader.routes` says how each camera is decoded (route names; `loader.decode_routes` the `decode.route.Route`
     objects, whose properties say where and how); `loader.host_batches` whether batches skip DALI's graph
     altogether (batches on the CPU and every camera laid out by the CPU decoding threads, `graph.host`).
+    What it holds and did is `loader.stats()`; its plans and the reads measurement tools make are its methods
+    (`loader.views`); its parts themselves stay inside dali_stream/loader/.
     """
 
-    # the stages (`loader.assemble.Stages`: what each is); the public ones also under their own name (`__getattr__`)
-    stages: Stages
+    # the public stages under their own name (`__getattr__`; what each is: `loader.assemble.Stages`): `node` what this
+    # machine decodes, `dali_device` the CUDA index DALI's graph runs on (None: CPU only), `catalog` the episodes
+    # read (one dataset or a mixture's members), `plan_config` the planner's settings, `image_ops` the image ops
     meta: Any
     world: World
     device: str
@@ -84,16 +93,21 @@ class StreamLoader:
     route_reasons: dict[str, str]
     member_routes: Any
     resolved: Resolved
+    node: Node
+    dali_device: int | None
+    catalog: Catalog
+    plan_config: PlanConfig
+    image_ops: ImageOps
 
     @loader_signature  # its keywords, for a type checker and an editor: LoaderConfig's fields (config.py says how)
     def __init__(self, source: str | Mixture | Sequence[str | Member] | DatasetMeta | MixtureMeta | None = None, *,
                  config: LoaderConfig | None = None, repo_id: str | None = None,
                  root: str | os.PathLike | None = None, **settings: Any) -> None:
         self.config = cfg = LoaderConfig.make(config, **settings)
-        self.stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
+        self._stages = stages = assemble(cfg, lerobot_source(source, repo_id, root))
         named(stages.meta, repo_id)
         self.plan_lengths = stages.plan_lengths
-        self.delivery = Delivery(stages)
+        self._delivery = Delivery(Outlet.of(stages))  # each gets the parts it reads
         self._closed = False
         self._samples: Samples | None = None  # `dataset`, opened on first use
         # Threads end with the loader, even unclosed: a collected loader is closed on a thread of its own, one open
@@ -103,23 +117,24 @@ class StreamLoader:
                                            stages.transforms)
         self._finalizer.atexit = False
         OPEN_LOADERS.add(self)
-        self.position = Position(stages)
+        self._position = Position(Planning.of(stages))
         self._live: weakref.ref | None = None  # the generator of the epoch being iterated
         self.last_epoch_stats: dict[str, Any] = {}
         self._waits = DataWait()  # how long the loop waited for each batch (`data_wait`)
-        self.position.check_first_epoch()
+        self._position.check_first_epoch()
 
     def __getattr__(self, name: str) -> Any:
-        """The public stages (`PUBLIC_STAGES`) under their own names; the others are `loader.stages.<name>`."""
-        if name in PUBLIC_STAGES and "stages" in self.__dict__:
-            return getattr(self.stages, name)
-        inner = name in Stages.__dataclass_fields__
+        """The public stages (`PUBLIC_STAGES`) under their own names; the others stay inside (`loader.views`)."""
+        if name in PUBLIC_STAGES and "_stages" in self.__dict__:
+            return getattr(self._stages, name)
+        inner = name in Stages.__dataclass_fields__ or name == "stages"
         raise AttributeError(f"'StreamLoader' object has no attribute {name!r}" + (
-            f": the loader's {name} is loader.stages.{name} (what it holds: loader.stats())" if inner else ""))
+            f": the loader's {name} is its own, not shown; what it holds is in loader.stats(), and what tools read "
+            "of it are the loader's methods (dali_stream/loader/views.py)" if inner else ""))
 
     # lerobot's LeRobotDataset names: the selected episodes' frames (len(loader.dataset)) and count, the dataset's fps
-    num_frames = property(lambda self: int(self.stages.catalog.lengths.sum()), doc="frames of the selected episodes")
-    num_episodes = property(lambda self: int((self.stages.catalog.lengths > 0).sum()), doc="episodes selected")
+    num_frames = property(lambda self: int(self._stages.catalog.lengths.sum()), doc="frames of the selected episodes")
+    num_episodes = property(lambda self: int((self._stages.catalog.lengths > 0).sum()), doc="episodes selected")
     fps = property(lambda self: float(self.meta.fps), doc="the dataset's frames a second (a mixture's first member's)")
 
     @property
@@ -130,64 +145,7 @@ class StreamLoader:
     @property
     def host_batches(self) -> bool:
         """Whether batches skip DALI's graph: every camera laid out by the workers, batches on the CPU (`resolved`)."""
-        return self.stages.resolved.host_batches
-
-    def _plan(self, epoch: int) -> EpochPlan:
-        """This rank's plan of `epoch` (`Position.plan`)."""
-        return self.position.plan(epoch)
-
-    @property
-    def remote_stats(self) -> dict | None:
-        """Where a remote dataset's bytes came from: requests, retries, bytes and seconds of remote reads, the disk
-        tier's reads and writes (`disk_*`, docs/remote.md), and `memory_hits`, the episode lookups the memory cache
-        answered (`stats()["fetch"]["hits"]`); None for a local dataset."""
-        metas = [m.meta for m in self.stages.catalog.members]
-        found = [fs.counts() for fs in {id(f): f for m in metas for f in (m.fs, m.data_fs)}.values()
-                 if hasattr(fs, "counts")]
-        if not found:
-            return None
-        return {**{k: sum(s[k] for s in found) for k in found[0]}, "memory_hits": self.stages.store.stats.hits}
-
-    def memory_budget(self) -> dict[str, Any]:
-        """Where this loader's host memory goes, in bytes, and the knob that bounds each part (docs/memory.md).
-
-        An episode's camera above `resolved.segment_bytes` is read in pieces, one per sample, held only until its
-        batch is built (`pieces_cut`, `piece_bytes`: how many and their bytes so far; `pieces_ahead_peak`: most
-        bytes of pieces cut ahead of the builders at once, at most `prefetch_batches` + 1 batches'), never in the
-        cache.
-
-        `cache_peak`, `table_footers_peak` (parsed parquet footers of the data files kept open, weighed at 8x
-        their serialized size) and `mp4_indexes_peak` (video files' sample indexes) are measured, against
-        their bounds (`footer_bytes`, `index_bytes`: least recently used files are dropped and read again when
-        needed); `stats()` reports what each holds now; the others are upper estimates from the configuration: prepared batches
-        hold decoded uint8 frames (CPU routes through the graph) and clips (DALI routes) for `prefetch_batches
-        + 1` batches; host frames (`graph.host`: CPU-decoded cameras of batches on the CPU) are output-sized
-        buffers for `prefetch_batches + 2` batches (the ones building, the caller's), one more where a DALI graph
-        holds one too (tables or other cameras still in the graph); DALI keeps
-        `prefetch_queue_depth` (2) output batches of the cameras it lays out; CPU decoders hold their frame
-        buffers (~12 MB per AV1 decoder at 480p, ~1.3 MB per H.264 one), counted here as alive at the peak."""
-        return memory_budget(self.stages)
-
-    def stats(self) -> dict[str, Any]:
-        """What each bounded structure holds now against its bound and setting (`bounded`: fetched episodes, pieces
-        cut ahead, MP4 indexes, parquet footers, CPU decoders, host buffers, decoded frames), the decoded-frame
-        cache's hits (`frames`), the fetch counters, the decoders opened and the open-decoder engines' counters
-        (`engines`; `loader/stats.py`, docs/memory.md). Cheap: read from counters, safe at any step."""
-        st = self.stages
-        return loader_stats(st.store, st.decoders, st.builder.buffers, st.resolved.segment_bytes, st.frames,
-                            st.episodes, st.engines)
-
-    def data_wait(self) -> dict[str, Any]:
-        """How long the training loop waited for batches on this rank, from asking (`next`) to getting each one:
-        `wait_fraction` of the wall time since the first batch was asked for, and `recent` (the last 100 batches:
-        `wait_fraction`, `p50_ms`, `p95_ms`, `max_ms`). Near 0: the loader keeps ahead of the loop; near 1: the
-        loop waits for data (`loader/wait.py`). Readable at any step; a training loop logs the max over ranks
-        (dali-stream train)."""
-        return self._waits.stats()
-
-    def batch_plan(self, epoch: int, index: int):
-        """The plan of batch `index` of `epoch` on this rank (for tools such as `dali-stream bench`)."""
-        return self._plan(epoch).batch(index)
+        return self._stages.resolved.host_batches
 
     # ---- the public surface --------------------------------------------------------------------------
     @property
@@ -210,7 +168,7 @@ class StreamLoader:
         """Batches in the epoch the next `for` runs, on this rank (torch's DataLoader sizing it: `samples.wrapped`)."""
         if asked_by_torch_data():
             raise wrapped(self)
-        return self.position.next_len()
+        return self._position.next_len()
 
     def __getitems__(self, indices) -> list:  # torch's DataLoader fetching samples of the loader: refused
         raise wrapped(self)
@@ -218,7 +176,7 @@ class StreamLoader:
     def state_dict(self) -> dict[str, Any]:
         """The resume point, identical on every rank. `elastic` lists the (world_size, batches) segments this
         epoch already ran on other world sizes; `batches_consumed` counts the current segment."""
-        return self.position.state()
+        return self._position.state()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at `state` (from `state_dict()`, possibly saved on another world size) on the next `for`.
@@ -227,10 +185,10 @@ class StreamLoader:
         live = self._live() if self._live is not None else None
         if live is not None and live.gi_frame is not None:
             raise StateError(
-                f"load_state_dict() was called while epoch {self.position.epoch} is being iterated "
-                f"({self.position.consumed} batches delivered): the live loop would go on from where it is. Load the "
+                f"load_state_dict() was called while epoch {self._position.epoch} is being iterated "
+                f"({self._position.consumed} batches delivered): the live loop would go on from where it is. Load the "
                 "state before the `for` loop, or leave the loop (break, or close the iterator with .close()) first")
-        self.position.load(state)
+        self._position.load(state)
 
     # ---- lifecycle ----------------------------------------------------------------------------------------
     def close(self, wait: bool = True) -> None:
@@ -243,7 +201,7 @@ class StreamLoader:
         OPEN_LOADERS.discard(self)
         if self._samples is not None:
             self._samples.close()
-        st = self.stages
+        st = self._stages
         st.builder.release()
         if self._finalizer.detach() is not None:
             shut(st.store, list(st.engines.values()), st.transforms, wait)
@@ -258,27 +216,27 @@ class StreamLoader:
         if self._closed:
             raise ConfigError("this StreamLoader was closed (close(), or the end of its `with` block); "
                               "construct a new one, and load_state_dict() to continue where it stopped")
-        run = self._run(*self.position.next_run())
+        run = self._run(*self._position.next_run())
         self._live = weakref.ref(run)  # load_state_dict refuses while this generator is suspended mid-epoch
         return run
 
     def _run(self, epoch: int, start: int) -> Iterator[dict[str, Any]]:
         asked = time.perf_counter()  # the loop asked for the epoch's first batch (this generator's first `next`)
-        plan = self._plan(epoch)
+        plan = self.epoch_plan(epoch)
         if start >= plan.num_batches:  # e.g. fewer frames on this rank than one batch with drop_last
-            self.position.ended(epoch)
+            self._position.ended(epoch)
             self.last_epoch_stats = {"epoch": epoch, "batches": 0, "first_batch_s": None, "wall_s": 0.0,
                                      "build_s": 0.0, "producer_wait_s": 0.0}
             return
-        producer = self.delivery.schedule(plan, start)
+        producer = self._delivery.schedule(plan, start)
         t0 = time.perf_counter()
         first_s = None
         delivered = 0
-        batches = self.delivery.batches(producer, plan, start)
+        batches = self._delivery.batches(producer, plan, start)
         try:
             for batch in batches:
                 self._waits.got(asked)
-                self.position.consumed += 1
+                self._position.consumed += 1
                 delivered += 1
                 if delivered % TRIM_EVERY == 0:  # a look ~0.4 ms on the caller's thread, a trim where due more (memory.py)
                     release_freed()
@@ -286,7 +244,7 @@ class StreamLoader:
                     first_s = time.perf_counter() - t0
                 yield batch
                 asked = time.perf_counter()  # the loop asks for the next batch
-            self.position.ended(epoch)
+            self._position.ended(epoch)
         finally:
             batches.close()
             producer.close()

@@ -187,8 +187,8 @@ def batch_mixing(loader) -> dict[str, Any]:
     from epoch 0's plans on this rank."""
     from .mixing_stats import compare
 
-    plan = loader.position.plan(0)
-    pool = len(plan.admission_order) if plan.is_global else loader.stages.plan_config.pool_size
+    plan = loader.epoch_plan(0)
+    pool = len(plan.admission_order) if plan.is_global else loader.plan_config.pool_size
     return compare(lambda i: plan.batch(i).episodes, plan.num_batches, loader.plan_lengths, pool,
                    loader.config.batch_size, loader.config.seed, loader.world.rank, loader.world.world_size)
 
@@ -253,7 +253,7 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
             phase(WINDOW)
             if estimated is not None:
                 estimated(estimate(cfg, loader, phase, per_sample))
-        with NvdecUtilisation(loader.stages.dali_device if nvdec else None) as utilisation, \
+        with NvdecUtilisation(loader.dali_device if nvdec else None) as utilisation, \
                 (load if load is not None else contextlib.nullcontext()):
             got = stream(loader, cfg, cameras, warm)
         phase(STATISTICS)
@@ -288,7 +288,7 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
             f"{', '.join(careful[:3])}{' ...' if len(careful) > 3 else ''}; another size or codec avoids it")
     now = loader.stats()  # the loader's counters (`StreamLoader.stats`)
     stats, bounded = now["fetch"], now["bounded"]
-    builder = loader.stages.builder
+    built = now["build"]  # what the batch builders decoded, and DALI's decoder per camera
     result.update({k: got[k] for k in ("samples_per_s", "frames_per_s_node", "first_batch_latency_s",
                                        "p50_batch_latency_ms", "p95_batch_latency_ms", "p99_batch_latency_ms",
                                        "p50_sample_latency_ms", "p95_sample_latency_ms", "p99_sample_latency_ms",
@@ -297,15 +297,15 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
     # ours counts decoded camera frames delivered (samples x cameras x steps), also under its plain name.
     result.update(frames_per_s_node_seed=got["samples_per_s"], decoded_frames_per_s=got["frames_per_s_node"],
                   num_cameras=len(cameras), fps=meta.fps, rank=loader.world.rank, world_size=loader.world.world_size,
-                  image_shape={k: [*loader.stages.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
+                  image_shape={k: [*loader.image_ops.out_shape(c.height, c.width)] for k, c in meta.cameras.items()},
                   codecs={k: c.codec for k, c in meta.cameras.items()},
                   sample=sample)
     result["batch_mixing"] = batch_mixing(loader)
     result.update(
         window={"seconds": got["seconds"], "batches": got["batches"], "samples": got["samples"], "frames": got["frames"]},
         peak_rss_gb=rss.peak / 2**30,
-        time_split={"fetch_s": stats["fetch_s"], "decode_s": builder.decode_s, "decoded_frames": builder.decoded_frames,
-                    "decode_ms_per_frame": 1e3 * builder.decode_s / max(1, builder.decoded_frames),
+        time_split={"fetch_s": stats["fetch_s"], "decode_s": built["decode_s"], "decoded_frames": built["decoded_frames"],
+                    "decode_ms_per_frame": 1e3 * built["decode_s"] / max(1, built["decoded_frames"]),
                     "graph_s": max(0.0, got["seconds"] - loader.last_epoch_stats.get("producer_wait_s", 0.0)),
                     "note": "fetch/decode: summed over worker threads for the whole run; graph: window time "
                             "not spent waiting for workers (last epoch)"},
@@ -327,17 +327,15 @@ def run(cfg: BenchConfig, progress=None, measured=None, estimated=None) -> dict[
         phase(LIMIT)
     result["limit"] = raw_limit(loader, got["window"], max(1, loader.resolved.num_workers)) if cfg.limit else None
     result.update(limit_ratios(got["frames_per_s_node"], result["limit"]))
-    result["dali_decoder"] = {k: {"samples": c[0], "streams": c[1], "frames_fed": c[2],
-                                  "join_streams": loader.resolved.join_streams}
-                              for k, c in builder.dali_counts.items()}
-    result["open_engine"] = {route.name: engine.stats() for route, engine in loader.stages.engines.items()} or None
+    result["dali_decoder"] = {k: {**c, "join_streams": loader.resolved.join_streams} for k, c in built["dali"].items()}
+    result["open_engine"] = now["engines"] or None
     result["engine_limits"] = None
-    if cfg.limit and loader.stages.engines:
+    if cfg.limit and now["engines"]:
         from .bench_gpu import engine_limits
 
         result["engine_limits"] = engine_limits(loader, got["window"])
     result["stream_limits"] = result["nvdec_limit"] = result["nvdec_limit_ratio"] = None
-    if cfg.limit and builder.dali_counts:
+    if cfg.limit and built["dali"]:
         from .bench_gpu import stream_limits
 
         result["stream_limits"] = limits = stream_limits(loader, got["window"])
@@ -402,20 +400,28 @@ def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[st
 
 
 def _device(loader) -> str:
-    if loader.stages.node.gpus and loader.stages.node.gpu is not None:
-        return f"{loader.stages.node.gpu.name} ({loader.stages.node.gpus} GPUs)"
+    if loader.node.gpus and loader.node.gpu is not None:
+        return f"{loader.node.gpu.name} ({loader.node.gpus} GPUs)"
     return f"CPU only: {platform.processor() or platform.machine()}, {len(os.sched_getaffinity(0))} cores"
 
 
 def gop_bytes_needed(loader, pieces) -> int:
-    """Bytes of the GOPs the pieces of long episodes in `pieces` need (keys as `Pieces.log` records
+    """Bytes of the GOPs the pieces of long episodes in `pieces` need (as `loader.record_pieces()` records
     them: epoch, batch, sample, camera): each sample's frame's whole GOP in that camera, from its file's MP4 index.
-    What the bytes read of long episodes are measured against."""
+    What the bytes read of long episodes are measured against. The indexes are read here, not the loader's."""
+    from ..fetch.indexes import IndexCache
+    from ..source.storage import LocalRanges, is_local
+
+    fs = loader.meta.data_fs
+    indexes = IndexCache(LocalRanges(fs) if is_local(fs) else fs, fps=float(loader.meta.fps))
     total = 0
     plans: dict[tuple[int, int], Any] = {}
     for epoch, index, j, key in pieces:
         plan = plans.get((epoch, index)) or plans.setdefault((epoch, index), loader.batch_plan(epoch, index))
         pos, frame = int(plan.episodes[j]), int(plan.frames[j])
-        indexed = loader.stages.store.indexes.get(loader.meta.video_file(pos, key))
+        path = loader.meta.video_file(pos, key)
+        indexed = indexes.get(path)
+        if indexed is None:  # read through the demuxer: no GOP sizes to measure against
+            raise ValueError(f"{path} has no MP4 index ({indexes.unsupported.get(path)}): its GOPs are not measured")
         total += indexed.index.gop_bytes(float(loader.meta.cameras[key].from_timestamp[pos]) + frame / loader.meta.fps)
     return total

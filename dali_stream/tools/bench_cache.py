@@ -28,20 +28,20 @@ def cache_epochs(cfg, meta, deltas, decode, progress=None) -> dict[str, Any]:
     from ..loader import StreamLoader
 
     loader = StreamLoader(cfg.dataset, config=cfg.loader, delta_timestamps=deltas, decode=decode, drop_last=True)
-    whole = decoded_bytes(meta, loader.stages.image_ops if loader.resolved.shaped_on_workers else None)
+    whole = decoded_bytes(meta, loader.image_ops if loader.resolved.shaped_on_workers else None)
     epochs = []
     try:
         for epoch in (1, 2):
             if progress:
                 progress(f"frame cache, epoch {epoch}")
-            decoded, video = loader.stages.builder.decoded_frames, _video_bytes(loader)
+            decoded, video = loader.stats()["build"]["decoded_frames"], _video_bytes(loader)
             t0, samples = time.perf_counter(), 0
             for batch in loader:
                 samples += len(batch["task"])
             seconds = time.perf_counter() - t0
             epochs.append({"epoch": epoch, "samples": samples, "seconds": seconds,
                            "samples_per_s": samples / seconds if seconds > 0 else 0.0,
-                           "frames_decoded": loader.stages.builder.decoded_frames - decoded,
+                           "frames_decoded": loader.stats()["build"]["decoded_frames"] - decoded,
                            "video_bytes_read": _video_bytes(loader) - video})
         frames = loader.stats()["frames"]
     finally:

@@ -42,23 +42,22 @@ LOAD_SIZE = 8192  # the GPU load's square matrices (bfloat16): ~1.1 TFLOP per pr
 
 def window_work(loader, window, keys):
     """(key, segments, frame indices) per camera in `keys` and batch of the window, and the window's samples."""
-    store, builder = loader.stages.store, loader.stages.builder
     work, samples = [], 0
     for epoch, index in window:
         plan = loader.batch_plan(epoch, index)
-        rows = [store.rows(int(p)) for p in plan.episodes]
         samples += plan.size
         for key in keys:
-            segs, idx = builder.locate(plan, rows, key)
+            segs, idx = loader.locate(plan, key)
             work.append((key, segs, idx))
     return work, samples
 
 
 def _frames_per_sample(loader, keys) -> float:
     """Frames DALI's decoder works through per sample for cameras `keys`, over everything the loader built."""
-    counts = [loader.stages.builder.dali_counts.get(k, [0, 0, 0]) for k in keys]
-    samples = max((c[0] for c in counts), default=0)
-    return sum(c[2] for c in counts) / samples if samples else 0.0
+    dali = loader.stats()["build"]["dali"]
+    counts = [dali.get(k, {"samples": 0, "frames_fed": 0}) for k in keys]
+    samples = max((c["samples"] for c in counts), default=0)
+    return sum(c["frames_fed"] for c in counts) / samples if samples else 0.0
 
 
 def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
@@ -76,7 +75,7 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
                 data = fh.read()
             count = min(len(packet_index(data).pts), FILE_FRAMES)
             streams.append((np.frombuffer(data, np.uint8), np.arange(count, dtype=np.int32)))
-        seconds = _decode_files(streams, route, loader.stages.dali_device)
+        seconds = _decode_files(streams, route, loader.dali_device)
         frames = sum(len(f) for _, f in streams)
         per_sample = _frames_per_sample(loader, keys)
         fps = frames / seconds if seconds else 0.0
@@ -91,9 +90,8 @@ def stream_limits(loader, window) -> dict[str, dict[str, Any]]:
 def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
     """Per open-decoder engine route of the loader: its engine on whole segments (see the module doc)."""
     out: dict[str, dict[str, Any]] = {}
-    for route, engine in loader.stages.engines.items():
+    for route, used in loader.stats()["engines"].items():
         keys = [k for k, r in loader.decode_routes.items() if r == route]
-        used = engine.stats()
         work, _ = window_work(loader, window[:8], keys)
         by_key: dict[str, dict[int, Any]] = {}
         for key, segs, _ in work:
@@ -101,16 +99,16 @@ def engine_limits(loader, window) -> dict[str, dict[str, Any]]:
                 by_key.setdefault(key, {})[seg.uid] = seg
         frames, seconds = 0, 0.0
         for key, segs in by_key.items():
-            chosen = list(segs.values())[:4 * engine.threads]
+            chosen = list(segs.values())[:4 * used["threads"]]
             idx = [np.arange(min(len(seg.pts_s), ENGINE_FRAMES)) for seg in chosen]
-            engine.decode(key, chosen[:1], idx[:1])  # warm: libraries loaded, this camera's decoders open
+            loader.decode_on_engine(key, chosen[:1], idx[:1])  # warm: libraries loaded, this camera's decoders open
             t0 = time.perf_counter()
-            _, decoded = engine.decode(key, chosen, idx)
+            _, decoded = loader.decode_on_engine(key, chosen, idx)
             seconds += time.perf_counter() - t0
             frames += decoded
         per_sample = used["packets"] / used["samples"] * len(keys) if used["samples"] else 0.0
         fps = frames / seconds if seconds else 0.0
-        out[route.name] = {"cameras": keys, "threads": engine.threads, "frames": frames, "seconds": seconds,
+        out[route] = {"cameras": keys, "threads": used["threads"], "frames": frames, "seconds": seconds,
                       "frames_per_s": fps, "frames_per_sample": per_sample,
                       "samples_per_s": fps / per_sample if per_sample else None,
                       "note": f"the first {ENGINE_FRAMES} frames of the window's episode segments, whole, on the "

@@ -53,14 +53,15 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
     dali_work = [(key, segs, idx) for route, key, segs, idx in work if route.in_dali]
     if dali_work:
         seconds += _dali_decode_time(dali_work, loader, threads)
+    engines = loader.stats()["engines"]  # the routes with an open-decoder engine
     t0 = time.perf_counter()  # open-decoder engine routes: the loader's engine (its threads, its open decoders)
     for route, key, segs, idx in work:
-        if route in loader.stages.engines:
-            loader.stages.engines[route].decode(key, segs, idx)
+        if route in engines:
+            loader.decode_on_engine(key, segs, idx)
     seconds += time.perf_counter() - t0
     out: dict[str, Any] = {"frames": frames, "seconds": seconds, "frames_per_s": frames / seconds if seconds else 0.0,
                            "decode_ms_per_frame_thread": 1e3 * seconds * threads / max(1, frames)}
-    if loader.stages.episodes is not None:
+    if loader.stats()["episode_frames"] is not None:  # the open episodes' frames are held
         out["whole_episodes"] = _whole_episodes(loader, work, threads)
     if loader.host_batches and cpu_work:
         from ..graph.buffers import BufferPool
@@ -70,11 +71,11 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
 
         def decode_and_write(work) -> None:  # the loader's own per-camera decode and write, output dropped
             segs, idx, cache = work
-            decode_host(segs, idx, cache, buffers, loader.stages.image_ops)
+            decode_host(segs, idx, cache, buffers, loader.image_ops)
 
         with_layout = _on_threads(decode_and_write, cpu_work, threads)
         out["with_layout"] = {"seconds": with_layout, "frames_per_s": frames / with_layout if with_layout else 0.0,
-                              "image_dtype": loader.stages.image_ops.dtype,
+                              "image_dtype": loader.image_ops.dtype,
                               "memory_format": loader.config.memory_format}
     return out
 
@@ -116,7 +117,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
     total = 0.0
     for route in sorted({loader.decode_routes[key] for key, _, _ in work}, key=lambda r: r.name):
         # The same streams the loader feeds DALI (joined per group, or a clip per sample), cut before timing.
-        items = [loader.stages.builder.streams_of(key, segs, idx)
+        items = [loader.dali_inputs(key, segs, idx)
                  for key, segs, idx in work if loader.decode_routes[key] == route]
         batch_size = max(len(inputs) for inputs in items)
         feed = iter(items)
@@ -128,7 +129,7 @@ def _dali_decode_time(work, loader, threads: int) -> float:
 
         gpu = route.on_gpu
         pipe = Pipeline(batch_size=batch_size, num_threads=loader.resolved.dali_threads if gpu else max(1, threads),
-                        device_id=loader.stages.dali_device if gpu else None, prefetch_queue_depth=1)
+                        device_id=loader.dali_device if gpu else None, prefetch_queue_depth=1)
         with pipe:
             enc, frames = fn.external_source(source=source, num_outputs=2, batch=True, dtype=[types.UINT8, types.INT32])
             pipe.set_outputs(video_decoder(enc, frames, route))

@@ -62,14 +62,14 @@ def run_mixture(cfg: BenchConfig, progress=None, measured=None, rounds: int = 2,
         keys = Catalog.open(mixture, select).fields
         deltas = mode_deltas(cfg.mode, [k for k, f in keys.items() if f.visual], keys)
         probe = StreamLoader(mixture, config=cfg.loader, delta_timestamps=deltas, drop_last=True)
-        catalog = probe.stages.catalog
+        catalog = probe.catalog
         members = catalog.members
         targets = epoch_shares(catalog)
         # each member alone decodes its cameras the way the mixture does (a key takes one route: `mixture_routes`;
         # `Route.choice`: the decode= setting that gives a member alone that route)
         as_mixed = {m.name: {m.own[k]: r.choice for k, r in probe.decode_routes.items() if k in m.own}
                     for m in members}
-        nvdec = probe.stages.dali_device if any(r.on_gpu for r in probe.decode_routes.values()) else None
+        nvdec = probe.dali_device if any(r.on_gpu for r in probe.decode_routes.values()) else None
         device = probe.device
         probe.close()
         load = GpuLoad(device) if cfg.gpu_load else None

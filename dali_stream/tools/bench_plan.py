@@ -97,10 +97,10 @@ def estimate(cfg, loader, phases: Phases, frames_per_sample: int, got: dict[str,
 
     import numpy as np
 
-    builder = loader.stages.builder
+    now = loader.stats()
     threads = max(1, loader.resolved.num_workers)
-    decoded = builder.decoded_frames
-    per_frame = builder.decode_s / decoded if decoded else 0.0
+    decoded = now["build"]["decoded_frames"]
+    per_frame = now["build"]["decode_s"] / decoded if decoded else 0.0
     out = dict(phases.seconds)
     if phases._name is not None:  # the phase under way, so far
         out[phases._name] = out.get(phases._name, 0.0) + time.perf_counter() - phases._t0
@@ -112,7 +112,7 @@ def estimate(cfg, loader, phases: Phases, frames_per_sample: int, got: dict[str,
         out[WINDOW] = window
         delivered = cfg.warmup_batches * cfg.loader.batch_size * frames_per_sample
         frames = window * threads / per_frame * min(1.0, delivered / decoded) if per_frame and delivered else 0.0
-        pool = min(len(lengths), loader.stages.plan_config.pool_size)
+        pool = min(len(lengths), loader.plan_config.pool_size)
         episodes = max(pool * float(np.mean(lengths)) * cameras, window * threads / per_frame if per_frame else 0.0)
     else:
         frames = got["frames"]
@@ -120,7 +120,7 @@ def estimate(cfg, loader, phases: Phases, frames_per_sample: int, got: dict[str,
         episodes = float(sum(int(lengths[p]) for p in touched) * cameras)
     out[STATISTICS] = max(out.get(STATISTICS, 0.0), STATISTICS_S)  # under way as the window closed
     if cfg.limit:
-        work = frames * PER_SAMPLE + (episodes * WHOLE if loader.stages.episodes is not None else 0.0)
+        work = frames * PER_SAMPLE + (episodes * WHOLE if now["episode_frames"] is not None else 0.0)
         out[LIMIT] = (work + (frames * WITH_LAYOUT if loader.host_batches else 0.0)) * per_frame / threads
     if cfg.baseline:
         from .bench_baseline import window_s

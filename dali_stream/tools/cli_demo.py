@@ -124,7 +124,7 @@ def _stream(args: argparse.Namespace, root, meta, sample: bool, console) -> int:
     for key, route in loader.routes.items():
         codec = loader.meta.cameras[key].codec if key in loader.meta.cameras else "images in the tables"
         summary.add_row(f"decode {key}", f"{codec} -> {route}")
-    summary.add_row("GPU", demo_gpu_note(loader.stages.node, loader.decode_routes, loader.route_reasons))
+    summary.add_row("GPU", demo_gpu_note(loader.node, loader.decode_routes, loader.route_reasons))
     summary.add_row("distinct frames seen", f"{len(seen)} of {loader.meta.total_frames}")
     if first_key is not None:
         summary.add_row("last sample check", f"{first_key} shows painted (episode, frame) = {ids}, table says "

@@ -75,10 +75,10 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
                     break
         stream_s = time.perf_counter() - t_stream
     summary = Table(title="dali_stream mixture demo", show_header=False)
-    target = epoch_shares(loader.stages.catalog)
+    target = epoch_shares(loader.catalog)
     summary.add_row("mixture", f"{path}: " + ", ".join(
         f"{m.name} ({len(m.episodes)} episodes, {m.frames} frames, {m.meta.fps:g} fps, "
-        + (f"share {m.share:g})" if m.share is not None else f"weight {m.weight:g})") for m in loader.stages.catalog.members))
+        + (f"share {m.share:g})" if m.share is not None else f"weight {m.weight:g})") for m in loader.catalog.members))
     summary.add_row("how a member's part of an epoch is set", "share= gives it outright; weight= (default 1) counts "
                     "each frame that many times: part = frames x weight / the sum over members (docs/mixtures.md)")
     summary.add_row("batches x batch size", f"{done} x {settings['batch_size']} on {loader.device}")
@@ -93,7 +93,7 @@ def run(path: str, batches: int, settings: dict[str, Any], seed: int, action_ste
     checked = []
     for j in range(len(batch["task"])):  # the last batch, sample by sample
         m = int(batch["dataset_index"][j])
-        offset = painted_offset(loader.stages.catalog.members[m].meta.info)
+        offset = painted_offset(loader.catalog.members[m].meta.info)
         want = (int(batch["episode_index"][j]) + offset, int(batch["frame_index"][j]))
         for key in loader.routes:
             if batch.get(f"{key}_is_missing") is not None and bool(batch[f"{key}_is_missing"][j]):
