@@ -26,15 +26,15 @@ XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --d
 # The floors: setup.cfg's lowest allowed versions (constraints/floors.txt) in their own venv, on a smoke subset.
 FLOORS_VENV := .venv-floors
 # (the CLI's tests run the same loader in child processes: not repeated here)
-SMOKE := tests/test_plan.py tests/test_routes.py tests/test_segments.py tests/test_loader.py tests/test_remote.py \
-         tests/test_hub.py tests/test_mix_plan.py tests/test_mixture.py tests/test_depth.py tests/test_text_columns.py \
-         tests/test_feature_shapes.py tests/test_recorded_without_video.py tests/test_tables.py tests/test_colour.py
+SMOKE := tests/plan/test_plan.py tests/decode/test_routes.py tests/fetch/test_segments.py tests/loader/test_loader.py tests/source/test_remote.py \
+         tests/source/test_hub.py tests/plan/test_mix_plan.py tests/loader/test_mixture.py tests/decode/test_depth.py tests/loader/test_text_columns.py \
+         tests/loader/test_feature_shapes.py tests/loader/test_recorded_without_video.py tests/fetch/test_tables.py tests/decode/test_colour.py
 # ... less the loader's process-lifecycle tests (exit, fork, finalizers, transform processes: ~87 s on 2 cores),
 # which exercise CPython and torch's multiprocessing rather than the floors of the libraries pinned
 SMOKE_SKIP := not transforms and not at_exit and not fork and not finalizer
 NEWEST_VENV := .venv-newest
-NEWEST_SMOKE := tests/test_pairing.py tests/test_routes.py tests/test_segments.py tests/test_golden.py \
-                tests/test_colour.py tests/test_lerobot_names.py
+NEWEST_SMOKE := tests/tools/test_pairing.py tests/decode/test_routes.py tests/fetch/test_segments.py tests/loader/test_golden.py \
+                tests/decode/test_colour.py tests/loader/test_lerobot_names.py
 
 .PHONY: demo demo-mixture test lint typecheck docs test-floors test-newest install sysdeps clean gpu-check gpu-datasets test-lerobot \
 	gpu-first-prepare gpu-first
@@ -106,7 +106,7 @@ test-lerobot: sysdeps
 
 # System packages, installed only when absent: FFmpeg's libraries (torchcodec loads them) and its command (the
 # sample writer's encoder-defaults recorder runs libaom and two-pass VP9 through it) and, when running
-# as root (CI), Debian's slurm-wlm for the real-SLURM test (tests/test_slurm.py skips without it).
+# as root (CI), Debian's slurm-wlm for the real-SLURM test (tests/tools/test_slurm.py skips without it).
 sysdeps:
 	@need=""; \
 	{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q 'libavcodec\.so' && command -v ffmpeg >/dev/null || need="ffmpeg"; \

@@ -51,7 +51,7 @@ def bench_sample(variant: str = "av1-quick") -> str:
 
 
 def gpu_test_dataset() -> Path:
-    """The dataset of tests/test_gpu.py's `gpu_dataset` fixture (192x160, GOP 16, h264/hevc/av1/vp9 cameras,
+    """The dataset of tests/gpu/test_gpu.py's `gpu_dataset` fixture (192x160, GOP 16, h264/hevc/av1/vp9 cameras,
     8 episodes of 20-60 frames), written on first use at $GPU_TEST_DATA (default .demo/four-codecs-192x160)."""
     from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 

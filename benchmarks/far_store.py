@@ -4,7 +4,7 @@ link's rate (`--mbit-s`, 0: no cap), thousands of requests in flight at once.
 
     .venv/bin/python benchmarks/far_store.py FOLDER [--delay-ms 50] [--mbit-s 0]   # prints its URL, serves until killed
 
-The tests' server (tests/httpserver.py, with tests/faultproxy.py adding the delay) starts a thread per connection
+The tests' server (tests/support/httpserver.py, with tests/support/faultproxy.py adding the delay) starts a thread per connection
 and a proxy connection per request: on a 2-core machine it answers ~500 requests/s while nothing else runs, so a
 loader that reads more than that measures the server. This one is one asyncio process (aiohttp, which fsspec's
 HTTP file system already needs); the delay is a timer, not a thread, so it adds latency a request and no CPU.

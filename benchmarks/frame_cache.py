@@ -151,7 +151,7 @@ def _floor(dataset: str, layout: str = "contiguous", dtype: str = "uint8", batch
     or hand-off. What a later epoch from the cache could reach on this machine at best (its memory's speed)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dali_stream.decode.frames import frame_bytes
+    from dali_stream.decode.frame_cache import frame_bytes
     from dali_stream.graph.host import host_dtype, host_shape, lay_out
     from dali_stream.graph.imageops import ImageOps
     from dali_stream.loader.resolve import KEPT_CHW_BYTES

@@ -14,13 +14,13 @@
 #      tree (the GPU node has no ffmpeg command and two cores' worth of time is better spent measuring); absent,
 #      they are written here first;
 #   2. `dali-stream diagnose --json` (what this node decodes, and why a GPU would not be used);
-#   3. the `gpu`-marked tests (tests/test_gpu.py), with their log and a JUnit file: the boundary matrix and the
+#   3. the `gpu`-marked tests (tests/gpu/test_gpu.py), with their log and a JUnit file: the boundary matrix and the
 #      wild encodings through NVDEC on both engines (what decode/proven.py's entries are earned by), and the rest.
 #      Known failures are xfail with their reason, so a failing test is a new one;
 #   4. the NVDEC-pays runs (sarm and camera-window modes, the CPU route on every core, the baseline) and a short
 #      benchmark on a 640x480 sample (h264, hevc, av1; GOP 2): bench --decode gpu and cpu, single mode;
-#   5. diagnostics: torchcodec decoders reused across calls (tests/test_segments.py -k reused), the wrong-frame
-#      checks on this node's CPU routes (tests/test_boundaries.py, tests/test_frame_guard.py), every clip's ids
+#   5. diagnostics: torchcodec decoders reused across calls (tests/fetch/test_segments.py -k reused), the wrong-frame
+#      checks on this node's CPU routes (tests/loader/test_boundaries.py, tests/decode/test_frame_guard.py), every clip's ids
 #      through NVDEC (nvdec_clip_ids.py), NVDEC cost per clip (nvdec_clip_cost.py), two loaders in one process
 #      (gpu_two_loaders.py --both), one joined stream per batch against per-sample clips on NVDEC
 #      (joined_clips.py): the open questions of results/NVIDIA-H100-80GB-HBM3/README.md;
@@ -100,7 +100,7 @@ timeout_flag=()
 "$PY" -c "import pytest_timeout" 2>/dev/null && \
     timeout_flag=(--timeout="${GPU_TEST_TIMEOUT:-900}" --timeout-method=thread)
 timeout -k 60 "${GPU_TESTS_TIMEOUT:-5400}" "$PY" -m pytest -m gpu -v -rsx "${timeout_flag[@]}" -p no:cacheprovider \
-    tests/test_gpu.py --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
+    tests/gpu/test_gpu.py --junitxml="$out/gpu-tests.xml" 2>&1 | tee "$out/gpu-tests.log"
 tests=${PIPESTATUS[0]}
 if [ "$tests" -eq 0 ] && ! tail -n1 "$out/gpu-tests.log" | grep -q " passed"; then
     echo "gpu-check: no GPU test ran (all skipped: see the reason above; diagnose.json names the layer)" >&2
@@ -132,11 +132,11 @@ run "$PY" -m dali_stream bench "$sample" --decode cpu --mode single --duration-s
 bench=$(( bench || PIPESTATUS[0] ))
 
 echo "== diagnostics -> $out (exit status unaffected)"
-run "$PY" -m pytest -q -p no:cacheprovider tests/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
+run "$PY" -m pytest -q -p no:cacheprovider tests/fetch/test_segments.py -k reused >"$out/torchcodec-reuse.log" 2>&1
 tail -n1 "$out/torchcodec-reuse.log"
 # episode-boundary frames on this node's torchcodec/FFmpeg (CPU routes): the boundary matrix, the frame-time check, decoder reuse
 # under churn with two loaders in one process
-run "$PY" -m pytest -q -p no:cacheprovider tests/test_boundaries.py tests/test_frame_guard.py >"$out/wrong-frames.log" 2>&1
+run "$PY" -m pytest -q -p no:cacheprovider tests/loader/test_boundaries.py tests/decode/test_frame_guard.py >"$out/wrong-frames.log" 2>&1
 tail -n1 "$out/wrong-frames.log"
 run "$PY" benchmarks/nvdec_clip_ids.py >"$out/nvdec-clip-ids.txt" 2>&1; tail -n3 "$out/nvdec-clip-ids.txt"
 run "$PY" benchmarks/nvdec_clip_cost.py "$sample" >"$out/nvdec-clip-cost.txt" 2>&1; tail -n3 "$out/nvdec-clip-cost.txt"

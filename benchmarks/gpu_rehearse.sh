@@ -3,7 +3,7 @@
 # PyPI's torch 2.11.0 (its CUDA 13 build, as on the node), numpy, pyarrow, fsspec and pytest, plus what tier 2 stages
 # (`gpu_second.py`'s WHEELS; PyNvVideoCodec left out: it does not import without NVIDIA's driver libraries). Then,
 # on the small datasets `gpu_first.py prepare --small` writes:
-#   1. tier 1 on `cpu-open`, the imports the node lacks refused (as tests/test_gpu_first.py does on Python 3.11);
+#   1. tier 1 on `cpu-open`, the imports the node lacks refused (as tests/gpu/test_gpu_first.py does on Python 3.11);
 #   2. tier 2 on `cpu-open` (its first step the loader in decode processes, `gpu_processes.py`);
 #   3. `gpu_decide.py` on what the two tiers wrote, laid out as a visit's results: the ratios and targets it prints;
 #   4. tier 1 as the node starts it (`nvdec-open`): its wheel installed into /tmp/site, and the preflight must stop

@@ -50,7 +50,7 @@ class Rig:
         from dali_stream.decode.route import route_named
         from dali_stream.fetch.store import EpisodeStore
         from dali_stream.graph.batches import BatchBuilder, BuildSpec
-        from dali_stream.graph.engine_frames import EngineFrames
+        from dali_stream.graph.engine_pictures import EngineFrames
         from dali_stream.graph.sources import EngineSource
         from dali_stream.loader.source_setup import open_source, windows
 

@@ -24,7 +24,7 @@ what it got), each step's JSON folded into `gpu_second.json` (a device call retu
    beside it): whether decode stalls a training step's kernels.
 `python benchmarks/gpu_decide.py DIR/..` then says which `decode/proven.py` entries the results earn.
 With `--route cpu-open` (the CI dry run): FFmpeg's decoders in NVDEC's place, no GPU load, and the boundary tests
-of `cpu-open` (tests/test_boundaries.py) collected, not run (CI runs them), so a wrong flag or path fails on the CPU
+of `cpu-open` (tests/loader/test_boundaries.py) collected, not run (CI runs them), so a wrong flag or path fails on the CPU
 first.
 """
 
@@ -112,8 +112,8 @@ def measure(args) -> int:
          results=out / "processes", pattern="processes.json")
     # the CPU dry run only collects them (CI runs them anyway): the selection must name tests that exist
     processes = ["-n", "4"] if gpu and importlib.util.find_spec("xdist") is not None else []
-    tests = (["tests/test_gpu.py", "-k", "open_engine", "-m", "gpu", *processes] if gpu
-             else ["tests/test_boundaries.py", "-k", "cpu-open", "--collect-only"])
+    tests = (["tests/gpu/test_gpu.py", "-k", "open_engine", "-m", "gpu", *processes] if gpu
+             else ["tests/loader/test_boundaries.py", "-k", "cpu-open", "--collect-only"])
     _run("boundaries", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests,
                         f"--junitxml={out / 'boundaries.xml'}"], out, report, env, BOUNDARY_TIMEOUT_S)
     bench("mixture_beside_kernel", mixture, [*(["--gpu-load"] if gpu else []), "--no-limit"])

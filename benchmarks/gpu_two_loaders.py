@@ -2,7 +2,7 @@
 
     python3 benchmarks/gpu_two_loaders.py [--both | --cpu-alone]      (on a GPU node; LOCAL=1: VP9 on DALI's CPU)
 
-The dataset and loaders of tests/test_gpu.py::test_nvdec_and_torchcodec_give_the_same_frames_per_camera
+The dataset and loaders of tests/gpu/test_gpu.py::test_nvdec_and_torchcodec_give_the_same_frames_per_camera
 (192x160, GOP 16, H.264/HEVC/AV1/VP9; batch 4, pool 3, seed 5). Default: the NVDEC loader in four settings
 (three NVDEC cameras or HEVC alone, with or without the torchcodec loader iterated beside it), checking camera
 side (HEVC) against the plan; for a mismatch, that batch's DALI inputs decoded again, alone and together.

@@ -11,7 +11,7 @@ of the colour axes and a random affine (rotation, translation, scale) through `g
 from torch's global RNG as torchvision's v2 transforms draw them. The same transform wrapped in a lambda cannot be
 pickled and runs in the iterating thread (what every batch paid before): that is the comparison. Each run is a
 child process: batch 16, 2 workers, float32 frames on the CPU, 3 warm-up batches then `--batches` timed. Both
-variants yield the same pixels (tests/test_loader.py checks it); here only their speed.
+variants yield the same pixels (tests/loader/test_loader.py checks it); here only their speed.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def parquet_rows(dataset: Path, episodes: int) -> dict:
 
     from dali_stream.fetch.tables import TableReader
     from dali_stream.meta.dataset import DatasetMeta
-    from tests.httpserver import Server
+    from tests.support.httpserver import Server
 
     out = {}
     server = Server(dataset)
@@ -139,7 +139,7 @@ def video_bytes(dataset: Path) -> dict:
     from dali_stream.fetch.indexes import IndexCache
     from dali_stream.fetch.segments import cut_segment
     from dali_stream.meta.dataset import DatasetMeta
-    from tests.httpserver import Server
+    from tests.support.httpserver import Server
 
     server = Server(dataset)
     with server as url:

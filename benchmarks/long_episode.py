@@ -97,8 +97,8 @@ def main() -> None:
         source = str(root)
         if args.http_delay_ms is not None:
             sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ helpers: server and proxy
-            from tests.faultproxy import FaultProxy
-            from tests.httpserver import Server
+            from tests.support.faultproxy import FaultProxy
+            from tests.support.httpserver import Server
 
             upstream = stack.enter_context(Server(root))
             source = stack.enter_context(FaultProxy(upstream, delay_s=args.http_delay_ms / 1000))

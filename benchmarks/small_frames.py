@@ -75,9 +75,9 @@ import numpy as np
 from concurrent.futures import ThreadPoolExecutor
 from dali_stream import StreamLoader
 from dali_stream.decode.cpu import DecoderCache, warm_decoders
-from dali_stream.decode.episode_frames import EpisodeFrames
-from dali_stream.graph.dali_frames import DaliFrames
-from dali_stream.graph.segment_frames import decode_segments
+from dali_stream.decode.open_episodes import EpisodeFrames
+from dali_stream.graph.dali_on_workers import DaliFrames
+from dali_stream.graph.worker_decode import decode_segments
 from dali_stream.tools.bench_gpu import window_work
 ds, threads = sys.argv[1], 2
 loader = StreamLoader(ds, device="cpu", seed=1)

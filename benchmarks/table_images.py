@@ -46,7 +46,7 @@ def write_dataset(root: Path, episodes: int, frames: int, size: int) -> Path:
     import pyarrow as pa
 
     from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
-    from tests.columns import add_columns
+    from tests.support.columns import add_columns
 
     spec = SampleSpec(episodes=episodes, min_length=frames, max_length=frames, episodes_per_file=episodes // 2,
                       height=size, width=size, content="scene", seed=4,

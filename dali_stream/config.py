@@ -174,7 +174,7 @@ LoaderConfig.__doc__ = f"{inspect.cleandoc(LoaderConfig.__doc__ or '')}\n\nSetti
 @dataclass(frozen=True, kw_only=True)
 class LoaderCall(LoaderConfig):
     """The arguments of `StreamLoader(...)`, for a type checker (never made): the settings, and the loader's own four.
-    tests/test_config.py checks these four against `StreamLoader.__init__`'s and `open_meta`'s."""
+    tests/loader/test_config.py checks these four against `StreamLoader.__init__`'s and `open_meta`'s."""
 
     source: Union[str, Mixture, Sequence[Union[str, Member]], DatasetMeta, MixtureMeta, None] = field(
         default=None, kw_only=False)

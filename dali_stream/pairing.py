@@ -27,7 +27,7 @@ CUDA_MIN_DRIVER = {12: 525, 13: 580}
 TORCHCODEC_TORCH = {(0, 8): ((2, 9), (2, 9)), (0, 9): ((2, 9), (2, 9)), (0, 10): ((2, 10), (2, 10)),
                     (0, 11): ((2, 11), (2, 11))}
 STABLE_ABI_FROM = (0, 12)  # torchcodec >= 0.12: any torch >= 2.11
-# The sets of versions tested together, each pinned by constraint files (tests/test_pairing.py keeps them equal):
+# The sets of versions tested together, each pinned by constraint files (tests/tools/test_pairing.py keeps them equal):
 # constraints/{cpu,cu12,cu13}.txt, the set CI runs the suite on, and constraints/newest.txt (the newest releases, as
 # lerobot's next release pins them), which CI runs a smoke subset on. `dali-stream diagnose` fails where the
 # installed versions are none of them.
@@ -36,7 +36,7 @@ TESTED_SETS = {
     "newest": {"torch": "2.15.0", "torchcodec": "0.17.0", "nvidia-dali": "2.4.0"},
 }
 TESTED = TESTED_SETS["cpu, cu12, cu13"]
-# The README's install line for each set, run in a checkout (tests/test_readme_install.py runs the cpu line in a
+# The README's install line for each set, run in a checkout (tests/repo/test_readme_install.py runs the cpu line in a
 # fresh environment; make install uses the same constraint set and index).
 TORCH_INDEX = {"cpu": "https://download.pytorch.org/whl/cpu", "cu12": "https://download.pytorch.org/whl/cu128",
                "cu13": None}

@@ -18,16 +18,16 @@ if "DALI_STREAM_CACHE" not in os.environ:  # the loader's default cache folder (
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU with a driver; skipped elsewhere")
-    config.addinivalue_line("markers", "child: runs in a child process of its own (tests/child.py)")
-    from .insides import install
+    config.addinivalue_line("markers", "child: runs in a child process of its own (tests/support/child.py)")
+    from tests.support.insides import install
 
-    install()  # a loader's private attributes read from outside dali_stream/loader/ raise (tests/insides.py)
+    install()  # a loader's private attributes read from outside dali_stream/loader/ raise (tests/support/insides.py)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
-    """A `child` test runs in a child process (tests/child.py): a library that ends the process is a named failure."""
-    from .child import in_child, run_in_child, verdict
+    """A `child` test runs in a child process (tests/support/child.py): a library that ends the process is a named failure."""
+    from tests.support.child import in_child, run_in_child, verdict
 
     if pyfuncitem.get_closest_marker("child") is None or in_child():
         return None

@@ -10,7 +10,7 @@ converts it: the matrix and range come from FFmpeg's reading of the same stream 
 of it), the arithmetic is swscale's (each 2x2 block of pixels shares its chroma sample), in floating point shifted by half
 a level to meet swscale's truncating fixed point.
 
-Checked against FFmpeg's own decode (`tests/test_colour.py`: bars and ramps, untagged and BT.709, limited and
+Checked against FFmpeg's own decode (`tests/decode/test_colour.py`: bars and ramps, untagged and BT.709, limited and
 full range, H.264/HEVC/AV1/VP9): at most 2 levels apart on the CPU; `make gpu-check` runs the same check on NVDEC.
 """
 

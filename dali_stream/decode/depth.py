@@ -33,7 +33,7 @@ def codes_of(frame) -> np.ndarray:
 def depth_codes(seg: Segment, indices: np.ndarray, lead_in: bool = False) -> np.ndarray:
     """Frames `indices` (sorted, distinct) of the segment as (N, H, W) uint16 codes, in that order. `lead_in`: frames
     shown before the segment's first keyframe may be missing (zeros): a segment decoded whole for the open episodes'
-    frames (`decode.episode_frames`) asks for them too, but a cut from an open GOP's keyframe (x265's CRA, spliced
+    frames (`decode.open_episodes`) asks for them too, but a cut from an open GOP's keyframe (x265's CRA, spliced
     as a BLA: `fetch.nal`) cannot show its leading pictures, which come before the episode's first frame and are
     never a sample's."""
     import av
@@ -84,6 +84,6 @@ def depth_codes(seg: Segment, indices: np.ndarray, lead_in: bool = False) -> np.
 
 
 def depth_codes_each(asked: list[tuple[Segment, np.ndarray]]) -> list[np.ndarray]:
-    """`depth_codes` of each (segment, frame indices): the decoder `graph.segment_frames.decode_segments` calls (every
+    """`depth_codes` of each (segment, frame indices): the decoder `graph.worker_decode.decode_segments` calls (every
     frame of a segment asked: decoded whole for the open episodes' frames, its lead-in may be missing)."""
     return [depth_codes(seg, indices, lead_in=len(indices) == len(seg.pts_s)) for seg, indices in asked]

@@ -5,10 +5,10 @@ capability table (`gpus`) says it can.
 
 A kind is a codec on a DALI minor version, as one clip per sample or as joined streams (`graph.joined`): the two
 paths hand NVDEC different streams. An entry is earned by `make gpu-check` on a GPU node: the boundary matrix of
-`tests/test_gpu.py` (every frame of every episode, first and last, windows past both ends, on files written as
+`tests/gpu/test_gpu.py` (every frame of every episode, first and last, windows past both ends, on files written as
 lerobot's recorder writes them and as one continuous encode: H.264 with B-frames, HEVC with libx265's open GOPs,
 VP9 with alt-ref frames, at GOP 2 and 30) and the fixtures encoded as they are in the wild
-(`tests/test_wild_encodings.py`), all checked by painted ids. Enter what passed with its results folder and
+(`tests/decode/test_wild_encodings.py`), all checked by painted ids. Enter what passed with its results folder and
 date. Whatever changes how clips or joined streams are cut (`graph.clips`, `graph.joined`, `fetch.mp4write`,
 `fetch.nal`) voids the entries of the path it changes: remove them in the same commit.
 

@@ -91,14 +91,14 @@ class Route:
 
     @property
     def depth(self) -> bool:
-        """A depth camera's 12-bit codes, decoded on the workers and laid out there as depth (`graph.depth_frames`),
+        """A depth camera's 12-bit codes, decoded on the workers and laid out there as depth (`graph.depth_source`),
         whatever else the batch does: the DALI graph and its image ops take RGB pictures only."""
         return self.decoder == "pyav"
 
     @property
     def from_segments_on_workers(self) -> bool:
         """Its decoder runs on the workers' threads over an episode's segment (torchcodec; a depth camera's PyAV),
-        so a pool's open episode can be decoded whole there once (`decode.episode_frames`); DALI's CPU decoder does
+        so a pool's open episode can be decoded whole there once (`decode.open_episodes`); DALI's CPU decoder does
         too where it runs on the workers (`Resolved.dali_on_workers`)."""
         return self.decoder in ("torchcodec", "pyav")
 
@@ -110,9 +110,9 @@ class Route:
 
     @property
     def cached(self) -> bool:
-        """The decoded-frame cache (`decode.frames`) keeps its pictures: they come to the workers as host arrays
+        """The decoded-frame cache (`decode.frame_cache`) keeps its pictures: they come to the workers as host arrays
         (torchcodec, the open engine's FFmpeg decoders, DALI's CPU decoder, which then runs on the workers instead
-        of the graph: `graph.dali_frames`; images stored in the tables: a 256x256 PNG costs ~1.3 ms to decode on one
+        of the graph: `graph.dali_on_workers`; images stored in the tables: a 256x256 PNG costs ~1.3 ms to decode on one
         core; a depth camera's 12-bit codes, (H, W) uint16). NVDEC's pictures are CUDA memory."""
         return self.device == "cpu"
 

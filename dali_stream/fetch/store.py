@@ -58,7 +58,7 @@ class SegmentDecoders(Protocol):
 
 
 class Held(Protocol):
-    """What the decoded-frame cache holds of an episode (`decode.frames.EpisodeHeld`). Passed in, so fetching does
+    """What the decoded-frame cache holds of an episode (`decode.frame_cache.EpisodeHeld`). Passed in, so fetching does
     not depend on decoding."""
 
     def camera(self, pos: int, camera: str, rows: dict) -> bool: ...

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..decode.frames import FrameCache
+from ..decode.frame_cache import FrameCache
 from ..decode.route import Route
 from ..errors import DaliStreamError
 from ..plan import salts
@@ -28,8 +28,8 @@ from .buffers import BufferPool
 from .clips import DaliInput, dali_input
 from .joined import group_sizes
 from .locate import Locator
-from .segment_frames import held_samples
 from .sources import CameraBatch, FrameSource, Output
+from .worker_decode import held_samples
 
 AUGMENT_RANDOMS = 16  # uniform [0, 1) numbers per sample and camera handed to an augmentation hook
 

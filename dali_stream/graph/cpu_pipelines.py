@@ -1,4 +1,4 @@
-"""Small DALI pipelines on the CPU that the workers run outside the graph (`graph.resizer`, `graph.dali_frames`):
+"""Small DALI pipelines on the CPU that the workers run outside the graph (`graph.resizer`, `graph.dali_on_workers`):
 made on first use, one per thread at a time, kept for reuse.
 
 A process forked while it holds such pipelines (a torch DataLoader's workers started beside a loader) has none of

@@ -1,6 +1,6 @@
 """Where each sample's frames are: the file times a sample of a batch plan shows of a camera, the segment (an
 episode's whole segment, or a long episode's piece) holding them and the frame indices in it, or the decoded-frame
-cache's names for them (`decode.frames`), which a sample whose frames are all held needs instead of a segment."""
+cache's names for them (`decode.frame_cache`), which a sample whose frames are all held needs instead of a segment."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.frames import FrameCache, micros
+from ..decode.frame_cache import FrameCache, micros
 from ..decode.route import Route
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
@@ -30,7 +30,7 @@ class Locator:
                held: list | None = None) -> tuple[list, list[np.ndarray]]:
         """Per sample of `plan`: camera `key`'s episode segment and the frame indices in it to show (for a
         mixture's sample whose member lacks the camera: None and as many zeros as the key's steps; for a sample
-        whose frames the decoded-frame cache holds, `held[j]` (`segment_frames.Held`): that and 0..T-1)."""
+        whose frames the decoded-frame cache holds, `held[j]` (`worker_decode.Held`): that and 0..T-1)."""
         segs: list[Any] = []
         idx: list[np.ndarray] = []
         f = self.fields[key]

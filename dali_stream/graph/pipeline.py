@@ -4,7 +4,7 @@ The graph's batch is the batch's samples in groups (`graph.batches`, `graph.join
 cameras decode one stream per group with `fn.decoders.video` (device "mixed" for NVDEC, "cpu" for DALI's CPU
 decoder) at its distinct frame indices, laid out member by member, step by step by `fn.sequence_rearrange`;
 cameras decoded on the workers (torchcodec, or DALI's CPU decoder there for the decoded-frame cache,
-`graph.dali_frames`) arrive as decoded frames in that layout (unless they skip the graph as host frames,
+`graph.dali_on_workers`) arrive as decoded frames in that layout (unless they skip the graph as host frames,
 `graph.host`: `routes` then leaves them out), and cameras of the open-decoder engine (`decode.engine`) through an
 external source of their own per engine route, on the device the engine decoded them on (the GPU for nvdec-open:
 no host copy). Both then get the `ImageOps` (resize, centre crop, CHW layout,

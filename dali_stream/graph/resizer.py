@@ -33,7 +33,7 @@ class Resizer:
         return self.crop or self.size  # type: ignore[return-value]  # one of them is set
 
     def label(self) -> str:
-        """What it does, for the names of the frames the cache keeps (`decode.frames.kept_as`)."""
+        """What it does, for the names of the frames the cache keeps (`decode.frame_cache.kept_as`)."""
         return ", ".join(f"{what} to {hw[0]}x{hw[1]}" for what, hw in (("resized", self.size), ("cropped", self.crop))
                          if hw is not None)
 

@@ -15,9 +15,9 @@ import numpy as np
 from ..config import DepthOutputUnit
 from ..decode.route import Route
 from .buffers import BufferPool
-from .dali_frames import DaliFrames
-from .depth_frames import DepthFrames
-from .engine_frames import EngineFrames
+from .dali_on_workers import DaliFrames
+from .depth_source import DepthFrames
+from .engine_pictures import EngineFrames
 from .imageops import ImageOps
 from .resizer import Resizer
 from .sources import CachedFrames, DaliClips, EngineSource, FrameSource, HostFrames, WorkerPixels, Workers

@@ -12,7 +12,7 @@ camera's batch tensor laid out already (`host`). Which source a camera gets is i
   through the engine route's own external source (`engine_outputs`);
 - `WorkerPixels`: decoded on the workers (torchcodec, or DALI's CPU decoder there) and fed to the graph as pixels;
 - `HostFrames`: decoded on the workers and laid out straight into the batch (`graph.host`), no graph;
-- `DepthFrames` (`graph.depth_frames`): a depth camera's codes, laid out as depth by the workers, whatever the batch;
+- `DepthFrames` (`graph.depth_source`): a depth camera's codes, laid out as depth by the workers, whatever the batch;
 - `TableImages` (`graph.table_images`): a camera stored as images in the frame tables, laid out by the workers.
 """
 
@@ -26,8 +26,8 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..decode.cpu import DecoderCache
-from ..decode.episode_frames import EpisodeFrames, asked_by
-from ..decode.frames import FrameCache
+from ..decode.frame_cache import FrameCache
+from ..decode.open_episodes import EpisodeFrames, asked_by
 from ..decode.route import Route
 from ..errors import DecodeError
 from ..plan.epoch import BatchPlan
@@ -35,7 +35,7 @@ from .buffers import BufferPool
 from .clips import DaliInput, dali_input
 from .imageops import ImageOps
 from .joined import join_group, join_pieces
-from .segment_frames import Held, decode_grouped, decode_host
+from .worker_decode import Held, decode_grouped, decode_host
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class Source:
 
 
 class CachedFrames:
-    """`inner`'s camera behind the decoded-frame cache (`decode.frames`): the samples whose frames the cache holds
+    """`inner`'s camera behind the decoded-frame cache (`decode.frame_cache`): the samples whose frames the cache holds
     are named and taken from it (`held`) before `inner` is asked for the others, which it keeps there."""
 
     def __init__(self, inner: FrameSource, cache: FrameCache) -> None:
@@ -181,7 +181,7 @@ class DaliClips(Source):
 
 
 class EngineSource(Source):
-    """An open-decoder engine's pictures (`graph.engine_frames.EngineFrames`, shared by the route's cameras, resized
+    """An open-decoder engine's pictures (`graph.engine_pictures.EngineFrames`, shared by the route's cameras, resized
     there by `resizer` where the workers resize the camera), per group, for the external source of the engine's
     route."""
 
@@ -205,7 +205,7 @@ class EngineSource(Source):
 
 class Workers:
     """What the cameras decoded on the workers share: the CPU decoders kept, the decoded-frame cache, the open
-    episodes' frames (`decode.episode_frames`), and whether a batch's clips of whole episodes are joined into one
+    episodes' frames (`decode.open_episodes`), and whether a batch's clips of whole episodes are joined into one
     stream too (a global shuffle), not only long episodes' pieces."""
 
     def __init__(self, decoders: DecoderCache, frames: FrameCache | None = None, join_all: bool = False,

@@ -3,7 +3,7 @@ sample's rows' encoded images (`graph.locate` hands them over in place of a segm
 (`decode.images`), brought to the batch's size by DALI's CPU resize and crop where `resize`/`crop` ask
 (`graph.resizer`), and laid out as the host frames are (`graph.host`): dtype, mean/std, `channels_last`. Such a camera
 never enters the DALI graph; `augment=` (a graph hook) is refused for it (`loader.assemble`). The decoded-frame cache
-keeps its pictures as a video camera's (`decode.frames`, named by data file, column and row: `FrameCache.row_names`),
+keeps its pictures as a video camera's (`decode.frame_cache`, named by data file, column and row: `FrameCache.row_names`),
 resized and cropped, (3, H, W) where `Resolved.kept_chw` says: a sample whose images it all holds decodes none."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.frames import FrameCache
+from ..decode.frame_cache import FrameCache
 from ..decode.images import decode_image
 from ..decode.route import Route
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out
 from .imageops import ImageOps
-from .segment_frames import Held, chw_frames
 from .sources import CameraBatch, CameraFrames, Source
+from .worker_decode import Held, chw_frames
 
 
 @dataclass

@@ -20,16 +20,16 @@ from ..config import LoaderConfig
 from ..decode.cpu import DecoderCache
 from ..decode.device import place
 from ..decode.engine import OpenDecoders
-from ..decode.episode_frames import EpisodeFrames, Released
-from ..decode.frames import EpisodeHeld, FrameCache, frame_bytes, kept_as, kept_bytes, room_warning, stamper
+from ..decode.frame_cache import EpisodeHeld, FrameCache, frame_bytes, kept_as, kept_bytes, room_warning, stamper
 from ..decode.node import Node, rank_cores
+from ..decode.open_episodes import EpisodeFrames, Released
 from ..decode.route import ROUTES, EngineRoute, Route, names
 from ..errors import ConfigError, InstallError
 from ..fetch.store import EpisodeStore
 from ..graph.batches import BatchBuilder, BuildSpec
 from ..graph.buffers import BufferPool
-from ..graph.dali_frames import DaliFrames
-from ..graph.engine_frames import engine_camera
+from ..graph.dali_on_workers import DaliFrames
+from ..graph.engine_pictures import engine_camera
 from ..graph.imageops import ImageOps
 from ..graph.resizer import Resizer
 from ..graph.source_kit import SourceKit
@@ -125,12 +125,12 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
              resolved.max_decoders, cfg.cache_bytes >> 20, world.rank, world.world_size)
     transforms = None if cfg.image_transforms is None else TransformPool(cfg.image_transforms,
                                                                           resolved.transform_processes)
-    # decoded frames kept for later epochs (decode.frames), resized first by the workers where set
+    # decoded frames kept for later epochs (decode.frame_cache), resized first by the workers where set
     resizers = {k: Resizer(image_ops.resize, image_ops.crop) for k in resolved.shaped_on_workers}
     dali_frames = DaliFrames()  # DALI's CPU decoder on the workers, for the cameras the cache keeps
     dali_workers = {k: dali_frames for k in resolved.dali_on_workers}
     frames = frame_cache(cfg, catalog, routes, resolved, resizers, image_ops, world) if resolved.frame_cache else None
-    # the pool's open episodes' frames, each camera decoded once per episode (decode.episode_frames), released with
+    # the pool's open episodes' frames, each camera decoded once per episode (decode.open_episodes), released with
     # the episode's decoders when the plan retires it
     episodes = EpisodeFrames(resolved.episode_frames, resolved.episode_frames_each) if resolved.episode_frames else None
     store = EpisodeStore(catalog, cfg.tolerance_s, cfg.cache_bytes, Released(decoders, episodes),
@@ -181,7 +181,7 @@ def facts(catalog: Catalog, routes: dict[str, Route], node: Node, torch_device: 
 
 def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, Route], resolved: Resolved,
                 resizers: Mapping[str, Resizer], image_ops: ImageOps, world: World) -> FrameCache:
-    """The decoded-frame cache (`decode.frames`) for the cameras whose routes it serves, each labelled by what it
+    """The decoded-frame cache (`decode.frame_cache`) for the cameras whose routes it serves, each labelled by what it
     keeps (as decoded, or resized first by the workers; in the batch's order: `Resolved.kept_chw`); warned where
     the node's memory would not hold it, and where cameras it cannot serve are decoded every epoch."""
     labels = {k: kept_as(r, resizers[k].label() if k in resizers else None, k in resolved.kept_chw)

@@ -92,10 +92,10 @@ class Resolved:
     cut_ahead: int
     engine_threads: Mapping[str, int]  # open-decoder engine route -> threads
     engine_processes: Mapping[str, int]  # route -> decode processes (0: threads)
-    frame_cache: bool  # decoded frames kept for later epochs (`decode.frames`)
+    frame_cache: bool  # decoded frames kept for later epochs (`decode.frame_cache`)
     transform_processes: int  # processes lerobot's image_transforms run in (0: the iterating thread)
     shaped_on_workers: tuple[str, ...]  # cameras resized and cropped before the decoded-frame cache keeps them
-    episode_frames: int  # bytes of the pool's open episodes' frames held (`decode.episode_frames`; 0: off)
+    episode_frames: int  # bytes of the pool's open episodes' frames held (`decode.open_episodes`; 0: off)
     episode_frames_each: int  # an episode's camera is held where its frames take at most this
     dali_on_workers: tuple[str, ...]  # dali-cpu cameras decoded on the workers (the decoded-frame cache keeps them)
     host_cameras: tuple[str, ...]  # cameras on host frames: laid out by the workers, never in the graph

@@ -13,18 +13,18 @@ from .resolve_base import Facts, Part
 from .resolve_threads import GIVEN, Sampling, Threads
 
 KEPT_CHW_BYTES = 256 << 10  # a host camera's frames at most this size are kept channels-first (`kept_chw`)
-EPISODE_FRAMES_BYTES = 1 << 30  # a pool's open episodes' decoded frames held at most, per rank (`decode.episode_frames`)
+EPISODE_FRAMES_BYTES = 1 << 30  # a pool's open episodes' decoded frames held at most, per rank (`decode.open_episodes`)
 
 
 def _whole_on_workers(route: Route) -> bool:
-    """A camera whose open episodes the workers may decode whole (`decode.episode_frames`)."""
+    """A camera whose open episodes the workers may decode whole (`decode.open_episodes`)."""
     return route.from_segments_on_workers or (route.in_dali and route.cached)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Held(Part):
-    frame_cache: bool  # decoded frames kept for later epochs (`decode.frames`)
-    episode_frames: int  # bytes of the pool's open episodes' frames held (`decode.episode_frames`; 0: off)
+    frame_cache: bool  # decoded frames kept for later epochs (`decode.frame_cache`)
+    episode_frames: int  # bytes of the pool's open episodes' frames held (`decode.open_episodes`; 0: off)
     episode_frames_each: int  # an episode's camera is held where its frames take at most this
 
 
@@ -35,7 +35,7 @@ def held_frames(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Held:
     why["frame_cache"] = ("frame_cache_bytes or frame_cache_dir given" if frame_cache
                           else "neither frame_cache_bytes nor frame_cache_dir")
     # A pool's open episodes: each camera the workers decode is decoded once per episode, front to back, and its
-    # frames held while the episode is open (decode.episode_frames): a sample's frame asked alone costs a decode from
+    # frames held while the episode is open (decode.open_episodes): a sample's frame asked alone costs a decode from
     # the keyframe before it and a call (2-core VM, torchcodec: 13-15x the cost a frame at 96x128 GOP 30, 9-12x at
     # 256x256 AV1). A global shuffle draws an episode's frames all along its epoch: one decoded whole for a sample
     # would be mostly thrown away.
@@ -77,7 +77,7 @@ def batch_layout(cfg: LoaderConfig, facts: Facts, threads: Threads, held: Held) 
     whether a graph takes the batch at all, the batches built ahead and the host-frame buffers they keep alive."""
     routes, why = facts.routes, {}
     # The decoded-frame cache keeps the pictures the workers hold: DALI's CPU decoder then runs there
-    # (graph.dali_frames: the same decoder on the same clips as the graph's, the same pixels), not in the graph.
+    # (graph.dali_on_workers: the same decoder on the same clips as the graph's, the same pixels), not in the graph.
     cache_on = held.frame_cache or held.episode_frames > 0
     dali_on_workers = tuple(k for k, r in routes.items() if r.in_dali and r.cached) if cache_on else ()
     why["dali_on_workers"] = ("the decoded-frame cache or the open episodes' frames keep their pictures: DALI's CPU "

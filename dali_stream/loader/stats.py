@@ -27,7 +27,7 @@ def loader_stats(st: Any) -> dict[str, Any]:
     index and why, `unindexed`); `decoders`: CPU decoders opened and closed;
     `frames`: the decoded-frame cache's hits, misses and frames spilled to its folder, and the cameras it keeps with
     how (`cameras`; None: off);
-    `episode_frames`: the open episodes' frames (`decode.episode_frames`: segments and frames decoded whole, asks
+    `episode_frames`: the open episodes' frames (`decode.open_episodes`: segments and frames decoded whole, asks
     refused for room; None: off); `engines`: each open-decoder engine's counters by route (`decode.engine`,
     `decode.process_engine`: threads or processes and their ids, samples, pictures, seconds by phase);
     `build`: what the batch builders did (`graph.batches`): frames the workers decoded (`decoded_frames`) and the

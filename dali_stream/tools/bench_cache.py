@@ -12,9 +12,9 @@ VIDEO_COUNTERS = ("segment_bytes", "piece_bytes")  # the fetch counters of video
 
 def decoded_bytes(meta, image_ops=None) -> int:
     """What every frame of every camera (video, or images stored in the tables) takes decoded, as the cache keeps it
-    (`decode.frames.frame_bytes`: at the size `image_ops` gives where the workers resize and crop them first,
+    (`decode.frame_cache.frame_bytes`: at the size `image_ops` gives where the workers resize and crop them first,
     `Resolved.shaped_on_workers`, else (None) as decoded)."""
-    from ..decode.frames import frame_bytes
+    from ..decode.frame_cache import frame_bytes
 
     video = sum(frame_bytes(c.height, c.width, image_ops, c.depth is not None) for c in meta.cameras.values())
     stored = sum(frame_bytes(h, w, image_ops)

@@ -1,7 +1,7 @@
 """The decode limit `bench` reports its ratios against: the window's frames through the same decoders, warm, with
 no loader around them (torchcodec on the workers' threads, DALI's decoder on whole streams, the open-decoder
 engine, depth cameras' codes through PyAV, images stored in the tables), as a reader asking a sample's frames at a
-time decodes them. Where the loader holds its open episodes' frames (`decode.episode_frames`) it decodes less than
+time decodes them. Where the loader holds its open episodes' frames (`decode.open_episodes`) it decodes less than
 that: `whole_episodes` is then the limit of that work, each episode's camera decoded once, front to back."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, Any]:
     """Frames/s of the window's frames through the same decoders, warm, with no loader around them."""
-    from ..graph.segment_frames import decode_segments
+    from ..graph.worker_decode import decode_segments
     from .bench_gpu import window_work
 
     work = [(loader.decode_routes[key], key, segs, idx)  # (route, key, segs, idx)
@@ -65,7 +65,7 @@ def raw_limit(loader, window: list[tuple[int, int]], threads: int) -> dict[str, 
         out["whole_episodes"] = _whole_episodes(loader, work, threads)
     if loader.host_batches and cpu_work:
         from ..graph.buffers import BufferPool
-        from ..graph.segment_frames import decode_host
+        from ..graph.worker_decode import decode_host
 
         buffers = BufferPool(keep=threads)  # reused as the loader's are, so no page faults are timed
 
@@ -150,9 +150,9 @@ def _whole_episodes(loader, work: list, threads: int) -> dict[str, Any]:
     a sample), what an epoch's pass over the same episodes would cost for the window's share. `frames_per_s`: the
     window's frames over that time, the figure `limit_ratio` is taken against."""
     from ..decode.cpu import DecoderCache
-    from ..decode.episode_frames import EpisodeFrames
-    from ..graph.dali_frames import DaliFrames
-    from ..graph.segment_frames import decode_segments
+    from ..decode.open_episodes import EpisodeFrames
+    from ..graph.dali_on_workers import DaliFrames
+    from ..graph.worker_decode import decode_segments
 
     on_workers = set(loader.resolved.dali_on_workers)
     mine = [(key, segs, idx) for route, key, segs, idx in work if route.torchcodec or key in on_workers]

@@ -12,7 +12,7 @@ from typing import Any
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from ..config import LoaderConfig
-    from ..decode.frames import room_warning
+    from ..decode.frame_cache import room_warning
     from ..decode.node import Node
     from ..loader.memory import available_bytes
     from ..loader.routing import camera_routes
@@ -162,7 +162,7 @@ def _derived(meta, routes: dict[str, Any], node) -> dict[str, dict[str, Any]]:
     (`loader.resolve`): what each is and why."""
 
     from ..config import LoaderConfig
-    from ..decode.frames import frame_bytes
+    from ..decode.frame_cache import frame_bytes
     from ..decode.node import rank_cores
     from ..loader.resolve import Facts, resolve
     from ..source.local_disk import user_cache_dir

@@ -1,5 +1,5 @@
 """Colour-bar clips for the colour check: saturated bars and gradients, encoded untagged or tagged (BT.709), in
-limited or full range, with the codecs datasets use (`tests/test_colour.py`, `make gpu-check`).
+limited or full range, with the codecs datasets use (`tests/decode/test_colour.py`, `make gpu-check`).
 
 The painted ids of the sample data are grey: a route that converts YUV to RGB with another matrix than FFmpeg's
 would still read every id right. These frames are made to show it: the top half holds eight bars at full
@@ -89,7 +89,7 @@ def write_bars(path: Path, codec: str, tagging: Tagging, frames: int = 8, height
 def ffmpeg_rgb(path: Path) -> np.ndarray:
     """FFmpeg's own decode of `path` to RGB, (N, H, W, 3) uint8 in presentation order: the `ffmpeg` command's
     default conversion (the stream's colour tags, untagged as FFmpeg decides), or where there is no `ffmpeg`
-    command (a GPU node) PyAV's, which gives the same bytes (tests/test_colour.py checks it)."""
+    command (a GPU node) PyAV's, which gives the same bytes (tests/decode/test_colour.py checks it)."""
     import shutil
 
     if shutil.which("ffmpeg") is None:
