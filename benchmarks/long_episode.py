@@ -45,6 +45,7 @@ for _ in range(batches - 1):
 steady = time.perf_counter() - t2
 loader.close()
 stats = loader.stats()["fetch"]  # the store's counters (`StreamLoader.stats`)
+remote = dict(loader.remote_stats)  # before gop_bytes_needed reads the MP4 indexes itself
 gops = gop_bytes_needed(loader, pieces)
 budget = loader.memory_budget()
 print(json.dumps({
@@ -53,7 +54,7 @@ print(json.dumps({
     "imports_rss_gb": rss_imports, "start_rss_gb": rss0,
     "segments_cut": stats["segments_cut"], "pieces_cut": stats["pieces_cut"], "piece_bytes": stats["piece_bytes"],
     "pieces_cut_ahead": stats["pieces_ahead"], "pieces_dropped": stats["pieces_dropped"],
-    "pieces_ahead_peak": stats["pieces_ahead_peak"], "remote": loader.remote_stats, "settings": extra,
+    "pieces_ahead_peak": stats["pieces_ahead_peak"], "remote": remote, "settings": extra,
     "gop_bytes_needed": gops, "bytes_read_over_gops": stats["piece_bytes"] / gops if gops else None,
     "cache_peak": stats["peak_bytes"], "segment_bytes_limit": loader.resolved.segment_bytes, "routes": loader.routes,
     "memory_budget": budget,

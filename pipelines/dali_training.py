@@ -5,7 +5,7 @@
 The pipeline is yours: `dali_stream.dali.read(source)` gives the episodes' frames (uint8, HWC; FHWC for a window),
 columns, padding masks and the plan's random numbers as DALI inputs; here every camera goes through `fn.resize`
 and `fn.crop_mirror_normalize` (ImageNet's mean and std), the rest as it comes. `DALIGenericIterator` hands the
-batches to a small policy's training loop, which saves `source.state_dict()` beside its weights at the end
+batches to a small policy's training loop, which saves `source.state_dict()` at the end
 (`--checkpoint FILE`) and resumes from it (`--resume FILE`): the next batch after the saved one, exactly.
 """
 

@@ -179,9 +179,11 @@ class ProcessEngine:
     def pids(self, every: bool = False) -> list[int]:
         """The decode processes' ids (tests, tools): the running pool's, or with `every` those of every pool started
         since the engine was made (replaced ones included) until it closed."""
+        with self._lock:  # a worker thread may start a pool again meanwhile
+            pools, pool = dict(self._procs), self._pool
         if every:
-            return sorted(p.pid for procs in self._procs.values() for p in procs)
-        return sorted(p.pid for p in self._procs.get(self._pool, [])) if self._pool is not None else []
+            return sorted(p.pid for procs in pools.values() for p in procs)
+        return sorted(p.pid for p in pools.get(pool, [])) if pool is not None else []
 
     def stats(self) -> dict[str, Any]:
         return {"threads": self.threads, "processes": self.processes, "pids": self.pids(),
@@ -234,7 +236,7 @@ def _begin(spec: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _SPEC = spec
     threading.Thread(target=_orphaned, args=(os.getppid(),), name="dali-stream-parent", daemon=True).start()
-    if spec[0] == "nvdec-open":
+    if spec[0].on_gpu:
         import torch
 
         torch.set_num_threads(1)

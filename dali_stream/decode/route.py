@@ -4,14 +4,15 @@ decoder, what it imports), makes its engine where it has one, and picks its came
 A camera's route is a `Route` from the moment the `decode=` setting is read (`decode.routes`, the settings' edge)
 to the batch: code passes the object and asks its properties (`.in_dali`, `.on_gpu`, `.engine`, ...), never a name
 again. `loader.routes` reports the names. Adding a route is a subclass where its decoder differs (its frame source:
-`frame_source`, made by the graph's `SourceKit`; its engine: `EngineRoute.packet_decoder`) and one `register` call;
+`frame_source`, made by the graph's `SourceKit`; its engine: `EngineRoute.packet_decoder`; in an importable module)
+and one `register` call;
 which route a camera takes on a node is `decode.routes`' business.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal, Mapping
 
 # The open engine's NVDEC decode threads by default: one per NVDEC engine, at most this many. Past it the threads
 # contend for the host, not for NVDEC: on an H200 (7 engines, benchmarks/results/NVIDIA-H200/2026-11-29/,
@@ -234,9 +235,14 @@ ROUTES: dict[str, Route] = {}  # name -> route, in the order registered
 
 
 def register(route: Route) -> Route:
-    """Add `route` to `ROUTES` (a second route of one name is a mistake, said at import)."""
+    """Add `route` to `ROUTES` (a second route of one name, or an engine route that is not an `EngineRoute`, is a
+    mistake, said at import). An engine route's class must be importable by its module's name: decode processes
+    (`decode.process_engine`) are spawned without the caller's script and unpickle the route there."""
     if route.name in ROUTES:
         raise ValueError(f"decode route {route.name!r} is registered twice")
+    if route.engine != isinstance(route, EngineRoute):
+        raise ValueError(f"decode route {route.name!r}: decoder={route.decoder!r} with class {type(route).__name__}; "
+                         "an open-decoder engine's route is an EngineRoute with decoder='engine', no other is")
     ROUTES[route.name] = route
     return route
 
@@ -266,11 +272,6 @@ def route_named(name: str) -> Route:
         return ROUTES[name]
     except KeyError:
         raise ValueError(f"no decode route {name!r}; routes: {sorted(ROUTES)}") from None
-
-
-def keys_where(routes: Mapping[str, Route], test: Callable[[Route], bool]) -> list[str]:
-    """The camera keys of `routes` (key -> route) whose route passes `test`, e.g. `lambda r: r.in_dali`."""
-    return [k for k, r in routes.items() if test(r)]
 
 
 def names(routes: Mapping[str, Route]) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """`StreamLoader.stats()`: what each bounded structure holds now, its peak, its bound and the setting that sets
-it (docs/memory.md), beside the fetch and decode counters. Read from the stages' own counters: nothing here
-walks the held objects, so it is cheap enough to log every step."""
+it (docs/memory.md), beside the fetch and decode counters. Read from the stages' own counters, but for the
+fetched episodes' rows (a walk of the episodes held, under the store's lock: as many as `cache_bytes` holds), so it is
+cheap enough to log every step."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What a `StreamLoader` shows of its insides: its counters (`stats()`, `memory_budget()`, `remote_stats`,
 `data_wait()`), its plans (`epoch_plan`, `batch_plan`), the episodes it fetched, and the few reads measurement tools
 (`dali-stream bench`, benchmarks/) make of the frames it decodes. The loader's stages (`loader.assemble.Stages`)
-are read here and in the rest of dali_stream/loader/, never from outside it (`tests/conftest.py` guards it): this is
+are read here and in the rest of dali_stream/loader/, never from outside it (the test suite's guard, `tests/support/insides.py`, refuses such reads): this is
 their public face, so they can change without anyone outside noticing."""
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class LoaderViews:
         cache (`frames`), the fetch counters (`fetch`), the decoders opened, the open-decoder engines' counters
         (`engines`), what the batch builders decoded (`build`: frames and seconds on the workers, DALI's samples,
         streams and frames per camera it decodes in the graph) and where `image_transforms` run (`transforms`)
-        (`loader/stats.py` says each key, docs/memory.md). Cheap: read from counters, safe at any step."""
+        (`loader/stats.py` says each key, docs/memory.md). Cheap (counters, and a walk of the
+        episodes held): safe at any step."""
         return loader_stats(self._stages)
 
     def memory_budget(self) -> dict[str, Any]:

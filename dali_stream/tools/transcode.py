@@ -261,8 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{dest} is this transcode of {args.source}, complete: nothing to do")
         return 0
     check_space(meta, dest, units, copies)
-    start_dest(dest, manifest)
     encoder = choose_encoder(args.codec, args.encoder)
+    start_dest(dest, manifest)
     workers = args.workers or max(1, os.cpu_count() or 1)
     todo = [u for u in units if done_key(dest, u) not in manifest["done"] or not Path(u.target).exists()]
     console.print(f"transcoding {len(cameras)} camera(s) of {args.source} to {args.codec} with {encoder} "

@@ -318,6 +318,15 @@ except ValueError as exc:
     assert "registered twice" in str(exc)
 else:
     raise AssertionError("a second route of one name was taken")
+from dali_stream.decode.route import Route
+for wrong in (Route("engine-not", "cpu", "engine", "av", "cpu", "no engine class"),
+              Counted("engine-wrong", "cpu", "torchcodec", "av", "cpu", "an engine class, another decoder")):
+    try:
+        register(wrong)
+    except ValueError as exc:
+        assert "EngineRoute with decoder='engine'" in str(exc)
+    else:
+        raise AssertionError(f"{wrong.name} was taken")
 print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,

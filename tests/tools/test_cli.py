@@ -110,6 +110,7 @@ def test_the_demo_on_a_gpu_node_says_why_its_cameras_run_on_the_cpu_and_how_to_s
     demo must say so, per camera, and give the command that shows NVDEC."""
     from dali_stream.decode.node import Node, NodeFacts
     from dali_stream.decode.proven import rule
+    from dali_stream.decode.route import NVDEC
     from dali_stream.decode.routes import choose_routes, formats_of
     from dali_stream.meta.dataset import DatasetMeta
     from dali_stream.tools.cli_demo import demo_gpu_note
@@ -120,7 +121,7 @@ def test_the_demo_on_a_gpu_node_says_why_its_cameras_run_on_the_cpu_and_how_to_s
     note = demo_gpu_note(h100, {k: c.route for k, c in choices.items()}, {k: c.reason for k, c in choices.items()})
     assert "NVIDIA H100 80GB HBM3 is usable, but every camera of this sample decodes on the CPU" in note
     assert "below NVDEC's minimum" in note and "--decode gpu" in note and "--height 480 --width 640" in note
-    nvdec = demo_gpu_note(h100, {"observation.images.front": "nvdec"}, {})
+    nvdec = demo_gpu_note(h100, {"observation.images.front": NVDEC}, {})
     assert nvdec == "NVIDIA H100 80GB HBM3: NVDEC decodes observation.images.front"
 
 
