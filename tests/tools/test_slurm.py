@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER = REPO / "tests" / "slurm" / "localcluster.sh"
+CLUSTER = REPO / "tests" / "support" / "slurm" / "localcluster.sh"
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("slurmctld") is None or shutil.which("munged") is None,
