@@ -20,6 +20,7 @@ import pytest
 from dali_stream import DecodeError, StreamLoader
 from dali_stream.decode import process_engine
 from tests.loader.test_boundaries import check_every_frame
+from tests.support.processes import alive
 from tests.support.take import same_batches, take
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,14 +33,6 @@ SETTINGS = dict(batch_size=6, decode="cpu-open", device="cpu", seed=5, image_dty
 def _engine(loader):
     """The cpu-open engine's counters (`stats()["engines"]`): its decode processes' ids among them."""
     return loader.stats()["engines"]["cpu-open"]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
-    except FileNotFoundError:
-        return False
 
 
 def _epoch(root, **settings) -> list[dict]:
@@ -125,7 +118,7 @@ def test_a_process_that_dies_every_time_is_a_named_error(four_codec_dataset, mon
                                               r"episodes \[.*decode_processes=0"):
             next(iter(loader))
         pids = _engine(loader)["pids_ever"]
-    assert len(pids) >= 4 and not any(_alive(p) for p in pids)  # the first pool's and its replacement's
+    assert len(pids) >= 4 and not any(alive(p) for p in pids)  # the first pool's and its replacement's
 
 
 def _die(*args):
@@ -136,8 +129,8 @@ def test_close_leaves_no_decode_process(four_codec_dataset):
     with StreamLoader(str(four_codec_dataset), **SETTINGS, decode_processes=2) as loader:
         next(iter(loader))
         pids = _engine(loader)["pids"]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)
-    assert not any(_alive(p) for p in pids)
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
 
 
 def test_memory_per_decode_process_is_bounded(four_codec_dataset):
@@ -190,9 +183,9 @@ def test_ctrl_c_ends_a_loader_with_decode_processes_quickly(four_codec_dataset, 
     assert took < 5, took
     assert lines.count("script started\n") == 1 and "script started" not in out  # the script ran once
     deadline = time.time() + 5
-    while any(_alive(p) for p in pids) and time.time() < deadline:
+    while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
 
 
 # ---- the checks fail on a broken engine ------------------------------------------------------------------------
@@ -224,7 +217,7 @@ def test_the_checks_catch_a_broken_engine(four_codec_dataset, monkeypatch, break
             next(iter(loader))
             pids = _engine(loader)["pids"]
         try:
-            assert any(_alive(p) for p in pids)  # what test_close_leaves_no_decode_process asserts is not so
+            assert any(alive(p) for p in pids)  # what test_close_leaves_no_decode_process asserts is not so
         finally:
             for p in pids:
                 os.kill(p, signal.SIGKILL)
@@ -264,13 +257,13 @@ def test_decode_processes_end_when_the_loaders_process_is_killed(four_codec_data
     line = proc.stdout.readline()
     assert line.startswith("pids"), proc.stderr.read()[-3000:]
     pids = [int(p) for p in line.split()[1:]]
-    assert len(pids) == 2 and all(_alive(p) for p in pids)
+    assert len(pids) == 2 and all(alive(p) for p in pids)
     proc.kill()
     proc.wait()
     deadline = time.time() + 15
-    while any(_alive(p) for p in pids) and time.time() < deadline:
+    while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.2)
-    left = [p for p in pids if _alive(p)]
+    left = [p for p in pids if alive(p)]
     for p in left:
         os.kill(p, signal.SIGKILL)
     assert not left

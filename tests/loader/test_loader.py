@@ -13,6 +13,7 @@ import torch
 from dali_stream import ConfigError, StreamLoader
 from dali_stream.tools.paint import read_ids
 from tests.support.parts import built
+from tests.support.processes import alive
 from tests.support.reference import Reference
 from tests.support.take import take
 
@@ -586,8 +587,8 @@ def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dat
         assert loader.stats()["transforms"]["in_processes"]
         spread = take(loader, 3)
         workers = loader.stats()["transforms"]["pids"]
-        assert len(workers) == 2 and all(_alive(pid) and pid != os.getpid() for pid in workers)
-    assert not any(_alive(pid) for pid in workers), "the processes end with the loader"
+        assert len(workers) == 2 and all(alive(pid) and pid != os.getpid() for pid in workers)
+    assert not any(alive(pid) for pid in workers), "the processes end with the loader"
     with StreamLoader(str(small_dataset), num_workers=0, **args) as loader:
         assert not loader.stats()["transforms"]["in_processes"]
         here = take(loader, 3)
@@ -600,14 +601,6 @@ def test_image_transforms_run_in_worker_processes_with_the_same_pixels(small_dat
         for key in ("observation.images.front", "observation.images.top"):
             assert torch.equal(a[key], b[key]) and torch.equal(a[key], c[key]), key
 
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` runs (a zombie does not)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return not any(line.startswith("State:") and "Z" in line.split()[1] for line in f)
-    except FileNotFoundError:
-        return False
 
 
 def _stuck(frames):

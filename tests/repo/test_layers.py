@@ -261,24 +261,55 @@ def test_the_batch_builder_loops_over_its_cameras_sources():
 NAMED_AT_THE_EDGE = {"decode/route.py", "tools/diagnose_dataset.py"}
 
 
-def test_routes_travel_as_objects():
-    """No route is looked up by name past the settings' edge (`route_named`, `ROUTES[...]`), and no property is named
-    as a string (`keys_where(routes, "in_dali")`, `getattr(route, "...")`): code holds the `Route` and asks it."""
+def route_lookups(source: str) -> list[str]:
+    """Where `source` reaches a route by its name: any use of `route_named` (called, passed on or imported under
+    another name), `ROUTES` subscripted or `.get` on it, or a Route's property read by a string (`getattr(r, "in_dali")`,
+    `operator.attrgetter("on_gpu")`). Iterating `ROUTES` (listing the routes) is no look-up."""
+    from dali_stream.decode.route import Route
+
+    properties = {n for n, v in vars(Route).items() if isinstance(v, property)} | set(Route.__dataclass_fields__)
+    tree = ast.parse(source)
+    named = {"route_named"}  # the look-up and every name it is imported as
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            named |= {a.asname or a.name for a in node.names if a.name == "route_named"}
     found = []
-    for path in PACKAGE.rglob("*.py"):
-        rel = str(path.relative_to(PACKAGE))
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Call, ast.Subscript)):
-                continue
-            what = node.func if isinstance(node, ast.Call) else node.value
-            name = what.attr if isinstance(what, ast.Attribute) else what.id if isinstance(what, ast.Name) else ""
-            if name in ("route_named", "ROUTES") and rel not in NAMED_AT_THE_EDGE:
-                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
-            if isinstance(node, ast.Call) and name in ("keys_where", "any_where") and any(
-                    isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):
-                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    for node in ast.walk(tree):
+        hit = (isinstance(node, ast.Name) and node.id in named) or (
+            isinstance(node, ast.Attribute) and node.attr == "route_named")
+        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            hit = hit or getattr(node.value, "id", getattr(node.value, "attr", "")) == "ROUTES"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            hit = hit or getattr(node.func.value, "id", getattr(node.func.value, "attr", "")) == "ROUTES"
+        if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) in (
+                "getattr", "attrgetter"):
+            hit = hit or any(isinstance(a, ast.Constant) and a.value in properties for a in node.args)
+        if hit:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_routes_travel_as_objects():
+    """No route is looked up by name past the settings' edge, and no property is named as a string
+    (`route_lookups`): code holds the `Route` and asks it."""
+    found = [f"{path.relative_to(PACKAGE)}:{hit}" for path in PACKAGE.rglob("*.py")
+             if str(path.relative_to(PACKAGE)) not in NAMED_AT_THE_EDGE for hit in route_lookups(path.read_text())]
     assert not found, "routes looked up by name, or properties named as strings:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("code", [
+    "from ..decode.route import route_named\nr = route_named(name)",
+    "from ..decode.route import route_named as by\nr = by(name)",
+    "from ..decode import route\nr = route.route_named(name)",
+    "from ..decode.route import route_named\nlook = route_named\nr = look(name)",
+    "from ..decode.route import ROUTES\nr = ROUTES[name]",
+    "from ..decode import route\nr = route.ROUTES.get(name)",
+    "ok = getattr(r, 'in_dali')",
+    "from operator import attrgetter\nkeys = filter(attrgetter('on_gpu'), routes)",
+])
+def test_the_route_rule_catches_every_spelling(code):
+    assert route_lookups(code), code
+    assert not route_lookups("from ..decode.route import ROUTES\nnames = [r.name for r in ROUTES.values()]")
 
 
 def test_a_new_engine_route_is_a_class_and_a_registration(tmp_path):
