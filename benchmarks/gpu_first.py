@@ -215,7 +215,8 @@ def preflight(route: str) -> dict[str, Any]:
     x = torch.zeros(1, device="cuda")
     torch.cuda.synchronize()
     out["cuda_start_s"] = time.perf_counter() - t0
-    from dali_stream.decode.colour import Colour, nv12_to_rgb
+    from dali_stream.decode.colour import Colour
+    from dali_stream.decode.nv12 import nv12_to_rgb
 
     nv12 = torch.full((480 * 3 // 2, 640), 128, dtype=torch.uint8, device="cuda")
     for name in ("first_conversion_s", "second_conversion_s"):  # the first compiles and loads the kernels
@@ -223,8 +224,44 @@ def preflight(route: str) -> dict[str, Any]:
         nv12_to_rgb(nv12, 480, 640, Colour())
         torch.cuda.synchronize()
         out[name] = time.perf_counter() - t0
+    out["nv12"] = nv12_check()
     out["device"] = torch.cuda.get_device_name(0)
     out["ok"] = bool(x.numel())
+    return out
+
+
+def nv12_check() -> dict[str, Any]:
+    """The fused NV12 conversion (`decode.nv12`) on this GPU: its pictures against the portable form's (every layout,
+    dtype and a limited, BT.709 and full-range colour: equal or not), and both timed on a stack of 16 480p pictures
+    (ms a picture, MB held beside the output)."""
+    import torch
+
+    from dali_stream.decode.colour import Colour
+    from dali_stream.decode.nv12 import fused_state, nv12_to_rgb
+
+    nv12 = torch.randint(0, 256, (16, 720, 640), dtype=torch.uint8, device="cuda")
+    out: dict[str, Any] = {"unequal": []}
+    try:
+        for colour in (Colour(), Colour(1, False), Colour(2, True)):
+            for layout in ("hwc", "chw"):
+                for dtype in (torch.uint8, torch.float32):
+                    fused = nv12_to_rgb(nv12, 480, 640, colour, layout, dtype, fused=True)
+                    if not torch.equal(fused, nv12_to_rgb(nv12, 480, 640, colour, layout, dtype, fused=False)):
+                        out["unequal"].append(f"{colour} {layout} {dtype}")
+        for way, fused in (("fused", True), ("portable", False)):
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                rgb = nv12_to_rgb(nv12, 480, 640, Colour(), fused=fused)
+                del rgb
+            torch.cuda.synchronize()
+            out[way] = {"ms_per_picture": (time.perf_counter() - t0) / 320 * 1e3,
+                        "beside_output_mb": (torch.cuda.max_memory_allocated() - base - 16 * 480 * 640 * 3) / 2**20}
+    except Exception as exc:  # noqa: BLE001 - reported beside the rest
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    out["fused_state"] = fused_state()
     return out
 
 

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import DecodeError
-from .colour import Colour, nv12_to_rgb, rgb24
+from .colour import Colour, rgb24
 from .feed import Feed
+from .nv12 import fused_runs, nv12_to_rgb
 
 AV_DECODERS = {"h264": ("h264",), "hevc": ("hevc",), "av1": ("libdav1d", "libaom-av1", "av1"), "vp9": ("vp9",),
                "vp8": ("vp8",)}
@@ -180,6 +181,8 @@ class NvdecPacketDecoder:
         self.size = max_size
         # file -> its colour as FFmpeg reads it; shared by the engine's decoders, so each file is probed once
         self.colours = {} if colours is None else colours
+        # each picture converted as it comes out of its surface where the one-launch conversion runs (`decode`)
+        self.each = fused_runs(torch.device("cuda", device_index))
         self.dec = nvc.CreateDecoder(gpuid=device_index, codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
                                      cudacontext=primary_context(device_index), cudastream=self.stream.cuda_stream,
                                      usedevicememory=True, maxwidth=width, maxheight=height,
@@ -198,13 +201,13 @@ class NvdecPacketDecoder:
         """The asked pictures of `feed` by feed time, and the seconds spent converting them to RGB (the kernels'
         launch: they run on this decoder's stream).
 
-        Each asked picture is copied out of its surface as it comes (one launch, before the decoder's next call may
-        overwrite the surface); the copies of one stream are converted together once the feed is decoded. The
-        conversion is a few dozen small kernels: launched per picture, they took half a decode thread's time and,
-        launched from several decode threads at once, queued on the GIL (thread-ms of the conversion 1.3 a sample
-        at one thread, 15 at seven, on an H100); launched per stream, a slice of up to `colour.CONVERT_PICTURES`
-        pictures at a time (which bounds the conversion's float memory), they cost the same for one picture or
-        sixteen."""
+        Where the fused conversion runs (`decode.nv12`: one kernel, CUDA), each asked picture is converted straight
+        out of its surface as it comes, one launch, before the decoder's next call may overwrite the surface
+        (`each`). Elsewhere each is copied out (one launch) and the copies of one stream are converted together once
+        the feed is decoded: the portable conversion is a few dozen small kernels, which launched per picture took
+        half a decode thread's time and, from several decode threads at once, queued on the GIL (thread-ms of the
+        conversion 1.3 a sample at one thread, 15 at seven, on an H100); launched per stack they cost the same for
+        one picture or sixteen."""
         nvc = self.nvc
         wanted = set(feed.wanted.tolist())
         kept: dict[tuple, list[tuple[int, Any]]] = {}  # (colour, picture shape) -> [(feed time, NV12 copy)]
@@ -224,7 +227,10 @@ class NvdecPacketDecoder:
             t0 = time.perf_counter()
             out: dict[int, Any] = {}
             for (colour, shape), pictures in kept.items():
-                height, width = self.size if self.size else (shape[0] * 2 // 3, shape[1])
+                if self.each:
+                    out.update(pictures)
+                    continue
+                height, width = self._size(shape)
                 rgb = nv12_to_rgb(self.torch.stack([nv12 for _, nv12 in pictures]), height, width, colour)
                 out.update((pts, rgb[i]) for i, (pts, _) in enumerate(pictures))
             convert_s += time.perf_counter() - t0
@@ -245,10 +251,15 @@ class NvdecPacketDecoder:
                 raise DecodeError(f"PyNvVideoCodec handed a native frame of shape {tuple(nv12.shape)} and dtype "
                                   f"{nv12.dtype}, not 8-bit NV12 (H * 3 / 2, W): a stream of more than 8 bits, or not "
                                   "the PyNvVideoCodec the engine was written for (2.2); use nvdec_engine='dali'")
-            # copied on this decoder's stream, before the decoder's next call may overwrite the surface
-            kept.setdefault((colour, tuple(nv12.shape)), []).append((pts, nv12.clone()))
+            # converted or copied on this decoder's stream, before the decoder's next call may overwrite the surface
+            kept.setdefault((colour, tuple(nv12.shape)), []).append(
+                (pts, nv12_to_rgb(nv12, *self._size(nv12.shape), colour) if self.each else nv12.clone()))
             convert_s += time.perf_counter() - t0
         return convert_s
+
+    def _size(self, shape: tuple) -> tuple[int, int]:
+        """(height, width) of the pictures of NV12 `shape`: the camera's, else the surface's."""
+        return self.size if self.size else (shape[0] * 2 // 3, shape[1])
 
     def stack(self, frames: list):
         with self.torch.cuda.stream(self.stream):

@@ -49,7 +49,7 @@ class Decoder:
     def Decode(self, packet: PacketData) -> list[Frame]:  # noqa: N802 - PyNvVideoCodec's name
         import av
 
-        from dali_stream.decode.colour import nv12_of_frame
+        from dali_stream.decode.nv12 import nv12_of_frame
 
         if packet.bsl == 0:
             self.calls.append(("eos",))
