@@ -143,8 +143,9 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),
                                                             frozenset(catalog.members[0].meta.image_keys)))
     buffers = BufferPool(resolved.host_buffers)  # host-frame buffers alive at once (`Resolved.host_buffers`)
-    kit = SourceKit(catalog, engines, Workers(decoders, frames, resolved.global_shuffle, episodes), resizers,
-                    dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit)
+    kit = SourceKit(catalog, engines, Workers(decoders, resolved.global_shuffle, episodes), resizers,
+                    dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit,
+                    frames)
     sources: dict[str, FrameSource] = kit.sources(routes)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
