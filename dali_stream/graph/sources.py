@@ -15,9 +15,9 @@ camera's batch tensor laid out already (`host`). Which source a camera gets is i
 - `DepthFrames` (`graph.depth_source`): a depth camera's codes, laid out as depth by the workers, whatever the batch;
 - `TableImages` (`graph.table_images`): a camera stored as images in the frame tables, laid out by the workers.
 
-A camera whose frames the decoded-frame cache keeps has its source behind `CachedFrames`: it takes the samples'
-frames the cache holds, and hands the source where to report those it decodes (`CameraBatch.keep`, the cache's
-`put`); the sources themselves never hold the cache.
+A camera whose frames the decoded-frame cache keeps has its source behind `CachedFrames`, the one place in the graph
+that reaches the cache: it names the samples' frames, takes those held, and hands the source where to report those
+it decodes (`CameraBatch.keep`, the cache's `put`); the sources themselves never hold the cache.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..decode.cpu import DecoderCache
-from ..decode.frame_cache import FrameCache
+from ..decode.frame_cache import FrameCache, micros
 from ..decode.open_episodes import EpisodeFrames, asked_by
 from ..decode.route import Route
 from ..errors import DecodeError
@@ -104,6 +104,11 @@ class FrameSource(Protocol):
         camera is not cached."""
         ...
 
+    def holds_all(self, plan: BatchPlan, j: int, rows: dict, locator: Any) -> bool:
+        """Whether the decoded-frame cache holds every frame sample `j` of `plan` shows of the camera (`rows`: its
+        episode's rows): no piece of a long episode is cut for it (`Locator.cut_ahead`). False: not cached."""
+        ...
+
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
         """One stream per group of `members` samples where the source joins clips (DALI's decoder), else None."""
         ...
@@ -128,6 +133,9 @@ class Source:
     def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
         return None
 
+    def holds_all(self, plan: BatchPlan, j: int, rows: dict, locator: Any) -> bool:
+        return False
+
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
         return None
 
@@ -136,17 +144,53 @@ class Source:
 
 
 class CachedFrames:
-    """`inner`'s camera behind the decoded-frame cache (`decode.frame_cache`): the samples whose frames the cache holds
-    are named and taken from it (`held`) before `inner` is asked for the others, which `inner` reports back to be kept
-    (`CameraBatch.keep`)."""
+    """`inner`'s camera behind the decoded-frame cache (`decode.frame_cache`): its samples' frames are named as the
+    cache keeps them (`names`, from where `locator`, a `graph.locate.Locator`, finds them), those it holds taken from
+    it (`held`) before `inner` is asked for the others, which `inner` reports back to be kept (`CameraBatch.keep`)."""
 
     def __init__(self, inner: FrameSource, cache: FrameCache) -> None:
-        self.inner, self.cache = inner, cache
+        self.inner, self.cache, self.label = inner, cache, cache.labels[inner.key]  # how the camera's frames are kept
         self.key, self.route, self.outputs, self.engine = inner.key, inner.route, inner.outputs, inner.engine
         self.in_graph, self.buffers, self.counts = inner.in_graph, inner.buffers, inner.counts
 
     def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
-        return self.cache.look(locator.cache_names(plan, rows, self.inner.key))
+        return self.cache.look(self.names(plan, list(enumerate(rows)), locator))
+
+    def holds_all(self, plan: BatchPlan, j: int, rows: dict, locator: Any) -> bool:
+        names = self.names(plan, [(j, rows)], locator)[0]
+        return names is not None and self.cache.holds(names)
+
+    def names(self, plan: BatchPlan, samples: list[tuple[int, dict]], locator: Any) -> list:
+        """Per (sample, its episode's rows) of `samples`, the cache's names of the frames it shows of the camera: its
+        video file and the file times it asks for (`Locator.query_s`), whatever segment or piece serves them,
+        gathered first and turned into names in one go (a camera stored in the tables: `_row_names`); None where
+        its member lacks the camera."""
+        own = locator.fields[self.key].own
+        if self.route.in_tables:
+            return [self._row_names(plan, j, locator) for j, _ in samples]
+        digests: list[str | None] = []
+        times = []
+        for j, rows in samples:
+            member, local = locator.catalog.locate(int(plan.episodes[j]))
+            camera = own[member.index]
+            digests.append(None if camera is None else
+                           self.cache.digest(member.meta.video_file(local, camera), self.label))
+            if camera is not None:
+                times.append(locator.query_s(plan, j, self.key, rows))
+        if not times:
+            return digests
+        per_sample = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
+        return [None if d is None else [(d, t) for t in next(per_sample)] for d in digests]
+
+    def _row_names(self, plan: BatchPlan, j: int, locator: Any) -> list[tuple[str, int]] | None:
+        """The cache's names of the images sample `j` shows of the camera stored in the tables: its episode's data
+        file, its column and the rows' (episode, frame) (`FrameCache.row_names`); None: its member lacks the camera."""
+        member, local = locator.catalog.locate(int(plan.episodes[j]))
+        own = locator.fields[self.key].own[member.index]
+        if own is None:
+            return None
+        return self.cache.row_names(member.meta.data_file(local), own, self.label, member.meta.episode_index(local),
+                                    locator.rows_of(plan, j, self.key))
 
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
         return self.inner.join(segs, idx, members)

@@ -151,7 +151,7 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
                                      table_dtypes, resolved.augment_seed,
                                      resolved.join_streams, one_group=resolved.host_batches,
-                                     text_keys=tuple(catalog.text_keys)), frames)
+                                     text_keys=tuple(catalog.text_keys)))
     dali_cameras = builder.dali_keys
     if dali_cameras:
         log.info("cameras %s: %s", dali_cameras,
