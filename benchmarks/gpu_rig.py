@@ -75,7 +75,7 @@ class Rig:
                     if rel in known:
                         colours[path] = Colour(int(known[rel]["matrix"]), bool(known[rel]["full_range"]))
         self.engine = self.route.make_engine(threads, device_index, sizes, colours)
-        pictures = EngineFrames(self.catalog, {self.route: self.engine}, {}, None, lambda key, steps: None)
+        pictures = EngineFrames(self.catalog, {self.route: self.engine}, {}, lambda key, steps: None)
         self.builder = BatchBuilder(self.catalog, self.store, {k: EngineSource(k, self.route, pictures) for k in self.cameras},
                                     BuildSpec(self.deltas, cfg.tolerance_s))
         # builder-thread seconds: episodes' rows and segments from the fetch stage, the engine's decode call, the

@@ -19,7 +19,6 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..decode.frame_cache import FrameCache
 from ..decode.route import Route
 from ..errors import DaliStreamError
 from ..plan import salts
@@ -79,16 +78,14 @@ class Prepared:
 
 
 class BatchBuilder:
-    def __init__(self, catalog, store, sources: Mapping[str, FrameSource], spec: BuildSpec,
-                 frames: FrameCache | None = None) -> None:
+    def __init__(self, catalog, store, sources: Mapping[str, FrameSource], spec: BuildSpec) -> None:
         """`catalog` (`dali_stream.meta.catalog.Catalog`): the episode positions the plans name, and each key's feature
         in each member (the sources' keys and `spec`'s are in the catalog's keys: a mixture's). A mixture's batch also
         carries `dataset_index`, `<key>_is_missing` for keys some member lacks (zeros in the batch) and
         `<key>_dim_is_pad` for vectors some member has shorter (zero-padded). `store`: the episodes' rows and
         segments (`fetch.store`). `sources`: camera -> where its frames come from (`graph.sources`: those the
-        decoded-frame cache keeps are behind it, `CachedFrames`); `frames`: that cache, whose names the samples' frames
-        are located by (None: off)."""
-        self.catalog, self.store, self.sources, self.spec, self.frames = catalog, store, dict(sources), spec, frames
+        decoded-frame cache keeps are behind it, `CachedFrames`, which names their samples' frames)."""
+        self.catalog, self.store, self.sources, self.spec = catalog, store, dict(sources), spec
         self.mixed = catalog.is_mixture
         self.fields = catalog.fields
         self.delta = dict(spec.delta_indices)
@@ -118,7 +115,7 @@ class BatchBuilder:
         self._table_shapes = {k: self._frame_shape(k, self.table_dtypes[k]) for k in self.table_keys}
         self.outputs = outputs
         self._slot = {o.name: i for i, o in enumerate(outputs)}
-        self.locator = Locator(catalog, store, self.routes, spec.tolerance_s, frames)
+        self.locator = Locator(catalog, store, self.sources, spec.tolerance_s)
         self.decode_s = 0.0  # seconds the sources spent (CPU decoding, host frames' layout), summed over threads
         self.decoded_frames = 0
         self._count_lock = threading.Lock()

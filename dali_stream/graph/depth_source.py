@@ -6,8 +6,9 @@ The buffer is one of the host cameras' reused ones (`graph.buffers`), (B, T, H, 
 RGB host frames are (the caller gets the same (B, T, 1, H, W) view, `graph.host.to_output`). A mixture's member
 lacking the camera gives zeros; each sample's codes are read with its own member's coding. The decoded-frame cache
 keeps the codes ((H, W) uint16, `decode.frame_cache`, named as a video camera's frames): a sample whose frames it all
-holds decodes none. Under a pool an open episode's codes are decoded once, front to back, and held while it stays
-open (`decode.open_episodes`), as a torchcodec camera's frames are.
+holds decodes none, and those decoded are handed back to be kept there (`CameraBatch.keep`). Under a pool an open
+episode's codes are decoded once, front to back, and held while it stays open (`decode.open_episodes`), as a
+torchcodec camera's frames are.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 
 from ..config import DepthOutputUnit
 from ..decode.depth import depth_codes_each
-from ..decode.frame_cache import FrameCache
 from ..decode.open_episodes import EpisodeFrames, asked_by
 from ..decode.route import Route
 from ..meta.depth import DepthCoding
@@ -29,17 +29,16 @@ from .worker_decode import decode_segments
 
 class DepthFrames(Source):
     """A FrameSource (`graph.sources`) for a depth camera: host frames of one channel of depth. `codings`: per
-    mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W); `frames`: the
-    decoded-frame cache, or None; `episodes`: the pool's open episodes' frames (each episode's codes decoded once,
-    front to back), or None."""
+    mixture member its camera's coding (None: the member lacks it); `size`: the camera's (H, W); `episodes`: the
+    pool's open episodes' frames (each episode's codes decoded once, front to back), or None."""
 
     in_graph = False
     buffers: BufferPool
 
     def __init__(self, key: str, route: Route, buffers: BufferPool, codings: Sequence[DepthCoding | None],
                  size: tuple[int, int], unit: DepthOutputUnit, channels_last: bool = False,
-                 frames: FrameCache | None = None, episodes: EpisodeFrames | None = None) -> None:
-        self.key, self.route, self.buffers, self.frames, self.episodes = key, route, buffers, frames, episodes
+                 episodes: EpisodeFrames | None = None) -> None:
+        self.key, self.route, self.buffers, self.episodes = key, route, buffers, episodes
         self.codings, self.size, self.unit, self.channels_last = list(codings), size, unit, channels_last
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
@@ -50,7 +49,7 @@ class DepthFrames(Source):
                                 np.float32)
         planes = out[..., 0] if self.channels_last else out[:, :, 0]  # (B, T, H, W) views
         decoded = 0
-        for members, wanted, codes, n in decode_segments(segs, idx, None, self.frames, batch.names,
+        for members, wanted, codes, n in decode_segments(segs, idx, None, batch.keep, batch.names,
                                                          decode=depth_codes_each,
                                                          episodes=asked_by(self.episodes, batch.plan),
                                                          pixel_bytes=2):

@@ -1,6 +1,7 @@
 """A batch camera's frames from the open-decoder engines (`decode.engine`): one call per mixture member (each member's
 stream kind and size are its own), resized on the workers where the decoded-frame cache keeps them at the batch's
-size (`graph.resizer`), samples the cache holds taken as they are and the decoded ones kept there."""
+size (`graph.resizer`), samples the cache holds taken as they are and the decoded ones handed back to be kept there
+(`CameraBatch.keep`)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,26 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..decode.frame_cache import FrameCache
 from ..decode.route import Route
-from .worker_decode import Held
+from .worker_decode import Held, Keep
 
 
 class EngineFrames:
     """`catalog` (`meta.catalog.Catalog`): the members and each key's fields; `engines`: route -> its engine;
-    `resizers`: camera -> the `graph.resizer.Resizer` its frames go through first; `frames`: the decoded-frame cache
-    (None: off); `blank(key, steps)`: a sample's zeros for a member lacking the camera."""
+    `resizers`: camera -> the `graph.resizer.Resizer` its frames go through first; `blank(key, steps)`: a sample's
+    zeros for a member lacking the camera."""
 
-    def __init__(self, catalog, engines: Mapping[Route, Any], resizers: Mapping[str, Any], frames: FrameCache | None,
+    def __init__(self, catalog, engines: Mapping[Route, Any], resizers: Mapping[str, Any],
                  blank: Callable[[str, int], np.ndarray]) -> None:
-        self.catalog, self.engines, self.resizers, self.frames, self.blank = catalog, engines, resizers, frames, blank
+        self.catalog, self.engines, self.resizers, self.blank = catalog, engines, resizers, blank
 
     def __call__(self, route: Route, key: str, segs: list, idx: list[np.ndarray], member_index: np.ndarray,
-                 cached: list | None):
-        """`decode`, with the decoded-frame cache (`cached`: per sample, `FrameCache.look`; None: off): a
-        `Held` sample's frames are taken as they are, the other samples decoded and their frames kept."""
+                 cached: list | None, keep: Keep | None = None):
+        """`decode`, with the decoded-frame cache (`cached`: per sample, `FrameCache.look`; `keep`: where the frames
+        decoded go to be kept, `CameraBatch.keep`; None: off): a `Held` sample's frames are taken as they are, the
+        other samples decoded and their frames handed to `keep`."""
         todo = [j for j, seg in enumerate(segs) if not isinstance(seg, Held)]
-        if self.frames is None or cached is None:
+        if keep is None or cached is None:
             return self.decode(route, key, segs, idx, member_index)
         steps = len(idx[0])
         decoded: Any = []
@@ -39,7 +40,7 @@ class EngineFrames:
                                                                 for k in range(len(todo))]
         kept = [(name, per_sample[k][t]) for k, j in enumerate(todo) if cached[j] is not None
                 for t, name in enumerate(cached[j][0])]
-        self.frames.put([name for name, _ in kept], [picture for _, picture in kept])
+        keep([name for name, _ in kept], [picture for _, picture in kept])
         if len(todo) == len(segs):
             return decoded, n
         held = sorted(set(range(len(segs))) - set(todo))

@@ -1,30 +1,31 @@
-"""Where each sample's frames are: the file times a sample of a batch plan shows of a camera, the segment (an
-episode's whole segment, or a long episode's piece) holding them and the frame indices in it, or the decoded-frame
-cache's names for them (`decode.frame_cache`), which a sample whose frames are all held needs instead of a segment."""
+"""Where each sample's frames are: the file times (or, for images stored in the tables, the rows) a sample of a batch
+plan shows of a camera, the segment (an episode's whole segment, or a long episode's piece) holding them and the frame
+indices in it. A sample whose frames the decoded-frame cache all holds gets what it holds instead of a segment: its
+camera's source names them from these file times and rows (`graph.sources.CachedFrames`)."""
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from ..decode.frame_cache import FrameCache, micros
-from ..decode.route import Route
 from ..fetch.tables import FRAME_TIME_S
 from ..plan.epoch import BatchPlan
+from .sources import FrameSource
 from .table_images import StoredImages
 
 
 class Locator:
     """`catalog` (`meta.catalog.Catalog`): episode positions, members and each key's fields; `store`
-    (`fetch.store.EpisodeStore`): the segments; `routes`: camera -> route; `tolerance_s`: the loader's, unless a
-    member sets its own; `frames`: the decoded-frame cache (None: off)."""
+    (`fetch.store.EpisodeStore`): the segments; `sources`: camera -> its frame source (`graph.sources`: asked
+    whether the decoded-frame cache holds a sample's frames); `tolerance_s`: the loader's, unless a member sets its
+    own."""
 
-    def __init__(self, catalog, store, routes: dict[str, Route], tolerance_s: float,
-                 frames: FrameCache | None) -> None:
+    def __init__(self, catalog, store, sources: Mapping[str, FrameSource], tolerance_s: float) -> None:
         self.catalog, self.fields, self.store = catalog, catalog.fields, store
-        self.routes, self.tolerance_s, self.frames = routes, tolerance_s, frames
+        self.sources, self.tolerance_s = sources, tolerance_s
+        self.routes = {k: s.route for k, s in sources.items()}
 
     def locate(self, plan: BatchPlan, rows: list[dict], key: str,
                held: list | None = None) -> tuple[list, list[np.ndarray]]:
@@ -70,55 +71,9 @@ class Locator:
         member, local = self.catalog.locate(int(plan.episodes[j]))
         return float(member.camera(key).from_timestamp[local]) + rows[FRAME_TIME_S][self.rows_of(plan, j, key)]
 
-    def names(self, plan: BatchPlan, j: int, key: str, rows: dict) -> list[tuple[str, int]] | None:
-        """The decoded-frame cache's names of the frames of camera `key` sample `j` shows: its video file and the
-        file times it asks for (`query_s`), whatever segment or piece serves them (the cache is on); None: its
-        member lacks the camera."""
-        return self._names(plan, [(j, rows)], key)[0]
-
-    def cache_names(self, plan: BatchPlan, rows: list[dict], key: str) -> list:
-        """Per sample, `names`."""
-        return self._names(plan, list(enumerate(rows)), key)
-
-    def _names(self, plan: BatchPlan, samples: list[tuple[int, dict]], key: str) -> list:
-        """`names` of (sample, rows) `samples`: their file times gathered first, turned into names in one go (a
-        camera stored in the tables: `_row_names`)."""
-        assert self.frames is not None
-        label, own = self.frames.labels[key], self.fields[key].own
-        if self.routes[key].in_tables:
-            return [self._row_names(plan, j, key, label) for j, _ in samples]
-        digests: list[str | None] = []
-        times = []
-        for j, rows in samples:
-            member, local = self.catalog.locate(int(plan.episodes[j]))
-            camera = own[member.index]
-            digests.append(None if camera is None else
-                           self.frames.digest(member.meta.video_file(local, camera), label))
-            if camera is not None:
-                times.append(self.query_s(plan, j, key, rows))
-        if not times:
-            return digests
-        per_sample = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
-        return [None if d is None else [(d, t) for t in next(per_sample)] for d in digests]
-
-    def _row_names(self, plan: BatchPlan, j: int, key: str, label: str) -> list[tuple[str, int]] | None:
-        """The cache's names of the images sample `j` shows of camera `key` stored in the tables: its episode's data
-        file, its column and the rows' (episode, frame) (`FrameCache.row_names`); None: its member lacks the camera."""
-        assert self.frames is not None
-        member, local = self.catalog.locate(int(plan.episodes[j]))
-        own = self.fields[key].own[member.index]
-        if own is None:
-            return None
-        return self.frames.row_names(member.meta.data_file(local), own, label, member.meta.episode_index(local),
-                                     self.rows_of(plan, j, key))
-
     def _ahead_query(self, plan: BatchPlan, j: int, key: str, rows: dict) -> np.ndarray | None:
         """`query_s`, or None where the decoded-frame cache holds every frame of it: no piece to cut."""
-        if self.frames is not None and key in self.frames.labels:
-            names = self.names(plan, j, key, rows)  # the member has the camera: `cut_ahead` asks for no other
-            if names is not None and self.frames.holds(names):
-                return None
-        return self.query_s(plan, j, key, rows)
+        return None if self.sources[key].holds_all(plan, j, rows, self) else self.query_s(plan, j, key, rows)
 
     def cut_ahead(self, plan: BatchPlan) -> None:
         """Have the store begin cutting the pieces of long episodes `plan`'s samples will ask for (`fetch.store`),

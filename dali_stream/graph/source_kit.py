@@ -3,7 +3,8 @@
 host-frame buffers, the open-decoder engines' pictures, the resizers, the image ops).
 
 `SourceKit.sources(routes)` gives each camera its source; a camera whose frames the decoded-frame cache keeps gets
-its source wrapped (`graph.sources.CachedFrames`), so the batch's builder asks every source the same questions.
+its source wrapped (`graph.sources.CachedFrames`), so the batch's builder asks every source the same questions and
+no source holds the cache (the wrapper hands it where to keep what it decodes, `CameraBatch.keep`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import DepthOutputUnit
+from ..decode.frame_cache import FrameCache
 from ..decode.route import Route
 from .buffers import BufferPool
 from .dali_on_workers import DaliFrames
@@ -29,19 +31,22 @@ class SourceKit:
     decoders share; `resizers`: the cameras the workers resize and crop before the decoded-frame cache keeps them;
     `dali_workers`: the cameras DALI's CPU decoder decodes on the workers; `host_cameras`: the cameras laid out by the
     workers straight into the batch (host frames); `kept_chw`: the cameras the cache keeps (3, H, W); `buffers`: the
-    host-frame buffers they share; `unit`: a depth camera's output unit."""
+    host-frame buffers they share; `unit`: a depth camera's output unit; `frames`: the decoded-frame cache (None: off),
+    in front of the sources of the cameras it keeps."""
 
     def __init__(self, catalog: Any, engines: Mapping[Route, Any], workers: Workers, resizers: Mapping[str, Resizer],
                  dali_workers: Mapping[str, DaliFrames], image_ops: ImageOps, host_cameras: tuple[str, ...],
-                 kept_chw: tuple[str, ...], buffers: BufferPool, unit: DepthOutputUnit = "mm") -> None:
+                 kept_chw: tuple[str, ...], buffers: BufferPool, unit: DepthOutputUnit = "mm",
+                 frames: FrameCache | None = None) -> None:
         self.catalog, self.workers, self.resizers, self.dali_workers = catalog, workers, resizers, dali_workers
         self.image_ops, self.host_cameras, self.kept_chw, self.buffers, self.unit = (image_ops, host_cameras,
                                                                                      kept_chw, buffers, unit)
-        self.pictures = EngineFrames(catalog, engines, resizers, workers.frames, self.blank)
+        self.frames = frames
+        self.pictures = EngineFrames(catalog, engines, resizers, self.blank)
 
     def sources(self, routes: Mapping[str, Route]) -> dict[str, FrameSource]:
         """Each camera's source, as its route picks it; behind the decoded-frame cache where it keeps the camera."""
-        frames = self.workers.frames
+        frames = self.frames
         out: dict[str, FrameSource] = {}
         for key, route in routes.items():
             source = route.frame_source(key, self)
@@ -82,8 +87,8 @@ class SourceKit:
     def depth(self, key: str, route: Route) -> FrameSource:
         codings = [m.camera(key).depth if key in m.own else None for m in self.catalog.members]
         return DepthFrames(key, route, self.buffers, codings, self.size(key), self.unit, self.image_ops.channels_last,
-                           self.workers.frames, self.workers.episodes)
+                           self.workers.episodes)
 
     def tables(self, key: str, route: Route) -> FrameSource:
         return TableImages(key, route, self.buffers, self.image_ops, self.size(key), self.resizers.get(key),
-                           self.workers.frames, key in self.kept_chw)
+                           key in self.kept_chw)

@@ -14,19 +14,23 @@ camera's batch tensor laid out already (`host`). Which source a camera gets is i
 - `HostFrames`: decoded on the workers and laid out straight into the batch (`graph.host`), no graph;
 - `DepthFrames` (`graph.depth_source`): a depth camera's codes, laid out as depth by the workers, whatever the batch;
 - `TableImages` (`graph.table_images`): a camera stored as images in the frame tables, laid out by the workers.
+
+A camera whose frames the decoded-frame cache keeps has its source behind `CachedFrames`, the one place in the graph
+that reaches the cache: it names the samples' frames, takes those held, and hands the source where to report those
+it decodes (`CameraBatch.keep`, the cache's `put`); the sources themselves never hold the cache.
 """
 
 from __future__ import annotations
 
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
 from ..decode.cpu import DecoderCache
-from ..decode.frame_cache import FrameCache
+from ..decode.frame_cache import FrameCache, micros
 from ..decode.open_episodes import EpisodeFrames, asked_by
 from ..decode.route import Route
 from ..errors import DecodeError
@@ -35,7 +39,7 @@ from .buffers import BufferPool
 from .clips import DaliInput, dali_input
 from .imageops import ImageOps
 from .joined import join_group, join_pieces
-from .worker_decode import Held, decode_grouped, decode_host
+from .worker_decode import Held, Keep, decode_grouped, decode_host
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,9 @@ class CameraBatch:
     """One camera of one batch, located: per sample its segment (an episode's, a long episode's piece, a `Held`
     sample's cached frames, or None for a mixture's member lacking the camera) and the frame indices in it to show;
     per sample what the decoded-frame cache names and holds (`names`, `FrameCache.look`; None: not cached); the
-    samples' members; `groups` samples per group of the graph's batch, and a DALI camera's joined streams."""
+    samples' members; `groups` samples per group of the graph's batch, and a DALI camera's joined streams. `keep`:
+    where the source reports the frames it decodes of named samples (names, frames), set by `CachedFrames` (the
+    cache's `put`; None: not cached)."""
 
     plan: BatchPlan
     segs: list
@@ -63,6 +69,7 @@ class CameraBatch:
     member_index: np.ndarray
     groups: int = 1
     streams: list[DaliInput] | None = None
+    keep: Keep | None = None
 
 
 @dataclass
@@ -97,6 +104,11 @@ class FrameSource(Protocol):
         camera is not cached."""
         ...
 
+    def holds_all(self, plan: BatchPlan, j: int, rows: dict, locator: Any) -> bool:
+        """Whether the decoded-frame cache holds every frame sample `j` of `plan` shows of the camera (`rows`: its
+        episode's rows): no piece of a long episode is cut for it (`Locator.cut_ahead`). False: not cached."""
+        ...
+
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
         """One stream per group of `members` samples where the source joins clips (DALI's decoder), else None."""
         ...
@@ -121,6 +133,9 @@ class Source:
     def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
         return None
 
+    def holds_all(self, plan: BatchPlan, j: int, rows: dict, locator: Any) -> bool:
+        return False
+
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
         return None
 
@@ -129,22 +144,59 @@ class Source:
 
 
 class CachedFrames:
-    """`inner`'s camera behind the decoded-frame cache (`decode.frame_cache`): the samples whose frames the cache holds
-    are named and taken from it (`held`) before `inner` is asked for the others, which it keeps there."""
+    """`inner`'s camera behind the decoded-frame cache (`decode.frame_cache`): its samples' frames are named as the
+    cache keeps them (`names`, from where `locator`, a `graph.locate.Locator`, finds them), those it holds taken from
+    it (`held`) before `inner` is asked for the others, which `inner` reports back to be kept (`CameraBatch.keep`)."""
 
     def __init__(self, inner: FrameSource, cache: FrameCache) -> None:
-        self.inner, self.cache = inner, cache
+        self.inner, self.cache, self.label = inner, cache, cache.labels[inner.key]  # how the camera's frames are kept
         self.key, self.route, self.outputs, self.engine = inner.key, inner.route, inner.outputs, inner.engine
         self.in_graph, self.buffers, self.counts = inner.in_graph, inner.buffers, inner.counts
 
     def held(self, plan: BatchPlan, rows: list[dict], locator: Any) -> list | None:
-        return self.cache.look(locator.cache_names(plan, rows, self.inner.key))
+        return self.cache.look(self.names(plan, list(enumerate(rows)), locator))
+
+    def holds_all(self, plan: BatchPlan, j: int, rows: dict, locator: Any) -> bool:
+        names = self.names(plan, [(j, rows)], locator)[0]
+        return names is not None and self.cache.holds(names)
+
+    def names(self, plan: BatchPlan, samples: list[tuple[int, dict]], locator: Any) -> list:
+        """Per (sample, its episode's rows) of `samples`, the cache's names of the frames it shows of the camera: its
+        video file and the file times it asks for (`Locator.query_s`), whatever segment or piece serves them,
+        gathered first and turned into names in one go (a camera stored in the tables: `_row_names`); None where
+        its member lacks the camera."""
+        own = locator.fields[self.key].own
+        if self.route.in_tables:
+            return [self._row_names(plan, j, locator) for j, _ in samples]
+        digests: list[str | None] = []
+        times = []
+        for j, rows in samples:
+            member, local = locator.catalog.locate(int(plan.episodes[j]))
+            camera = own[member.index]
+            digests.append(None if camera is None else
+                           self.cache.digest(member.meta.video_file(local, camera), self.label))
+            if camera is not None:
+                times.append(locator.query_s(plan, j, self.key, rows))
+        if not times:
+            return digests
+        per_sample = iter(micros(np.asarray(times)).reshape(len(times), -1).tolist())
+        return [None if d is None else [(d, t) for t in next(per_sample)] for d in digests]
+
+    def _row_names(self, plan: BatchPlan, j: int, locator: Any) -> list[tuple[str, int]] | None:
+        """The cache's names of the images sample `j` shows of the camera stored in the tables: its episode's data
+        file, its column and the rows' (episode, frame) (`FrameCache.row_names`); None: its member lacks the camera."""
+        member, local = locator.catalog.locate(int(plan.episodes[j]))
+        own = locator.fields[self.key].own[member.index]
+        if own is None:
+            return None
+        return self.cache.row_names(member.meta.data_file(local), own, self.label, member.meta.episode_index(local),
+                                    locator.rows_of(plan, j, self.key))
 
     def join(self, segs: list, idx: list[np.ndarray], members: int) -> list[DaliInput] | None:
         return self.inner.join(segs, idx, members)
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
-        return self.inner.frames_for(batch)
+        return self.inner.frames_for(replace(batch, keep=self.cache.put))
 
     def close(self) -> None:
         self.inner.close()
@@ -192,7 +244,7 @@ class EngineSource(Source):
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         pictures, decoded = self.pictures(self.route, self.key, batch.segs, batch.idx, batch.member_index,
-                                          batch.names)
+                                          batch.names, batch.keep)
         span = batch.groups * len(batch.idx[0])  # every sample of a camera has the same steps
         per_group = pictures if isinstance(pictures, list) else [  # a list: per sample (a mixture's sizes)
             pictures[g:g + span] for g in range(0, len(pictures), span)]
@@ -204,13 +256,12 @@ class EngineSource(Source):
 
 
 class Workers:
-    """What the cameras decoded on the workers share: the CPU decoders kept, the decoded-frame cache, the open
-    episodes' frames (`decode.open_episodes`), and whether a batch's clips of whole episodes are joined into one
-    stream too (a global shuffle), not only long episodes' pieces."""
+    """What the cameras decoded on the workers share: the CPU decoders kept, the open episodes' frames
+    (`decode.open_episodes`), and whether a batch's clips of whole episodes are joined into one stream too (a global
+    shuffle), not only long episodes' pieces."""
 
-    def __init__(self, decoders: DecoderCache, frames: FrameCache | None = None, join_all: bool = False,
-                 episodes: EpisodeFrames | None = None) -> None:
-        self.decoders, self.frames, self.join_all, self.episodes = decoders, frames, join_all, episodes
+    def __init__(self, decoders: DecoderCache, join_all: bool = False, episodes: EpisodeFrames | None = None) -> None:
+        self.decoders, self.join_all, self.episodes = decoders, join_all, episodes
         self._join_failed: set[str] = set()  # cameras whose joined pieces failed to decode
 
     def decode(self, key: str, segs: list, idx: list[np.ndarray], decode: Callable[[list, list], Any],
@@ -250,7 +301,7 @@ class WorkerPixels(Source):
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         pixels, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_grouped(
-            s, i, w.decoders, self.blank(len(i[0])), w.frames, batch.names, self.resizer, self.dali,
+            s, i, w.decoders, self.blank(len(i[0])), batch.keep, batch.names, self.resizer, self.dali,
             asked_by(w.episodes, batch.plan)),
             joinable=self.dali is None)
         g = batch.groups
@@ -279,7 +330,7 @@ class HostFrames(Source):
     def frames_for(self, batch: CameraBatch) -> CameraFrames:
         w = self.workers
         host, decoded = w.decode(self.key, batch.segs, batch.idx, lambda s, i: decode_host(
-            s, i, w.decoders, self.buffers, self.image_ops, self.size, w.frames, batch.names, self.dali,
+            s, i, w.decoders, self.buffers, self.image_ops, self.size, batch.keep, batch.names, self.dali,
             asked_by(w.episodes, batch.plan), self.chw),
             joinable=self.dali is None)
         return CameraFrames(host=host, decoded=decoded)

@@ -4,7 +4,8 @@ sample's rows' encoded images (`graph.locate` hands them over in place of a segm
 (`graph.resizer`), and laid out as the host frames are (`graph.host`): dtype, mean/std, `channels_last`. Such a camera
 never enters the DALI graph; `augment=` (a graph hook) is refused for it (`loader.assemble`). The decoded-frame cache
 keeps its pictures as a video camera's (`decode.frame_cache`, named by data file, column and row: `FrameCache.row_names`),
-resized and cropped, (3, H, W) where `Resolved.kept_chw` says: a sample whose images it all holds decodes none."""
+resized and cropped, (3, H, W) where `Resolved.kept_chw` says: a sample whose images it all holds decodes none, and
+those decoded are handed back to be kept there (`CameraBatch.keep`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from ..decode.frame_cache import FrameCache
 from ..decode.images import decode_image
 from ..decode.route import Route
 from .buffers import BufferPool
@@ -38,20 +38,20 @@ class TableImages(Source):
     """A FrameSource (`graph.sources`): per sample its steps' encoded images (`batch.segs[j]`, a `StoredImages`; a
     `Held` where the decoded-frame cache holds them all; None where a mixture's member lacks the camera: zeros),
     laid out into a buffer of `buffers`. `size`: the camera's (H, W) as stored; `resizer`:
-    `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None; `frames`: the decoded-frame cache, or None;
-    `chw`: it keeps the pictures (3, H, W)."""
+    `graph.resizer.Resizer` for `resize`/`crop` (closed here), or None; `chw`: the decoded-frame cache keeps the
+    pictures (3, H, W)."""
 
     in_graph = False
     buffers: BufferPool
 
     def __init__(self, key: str, route: Route, buffers: BufferPool, image_ops: ImageOps, size: tuple[int, int],
-                 resizer: Any = None, frames: FrameCache | None = None, chw: bool = False) -> None:
+                 resizer: Any = None, chw: bool = False) -> None:
         self.key, self.route, self.buffers, self.image_ops = key, route, buffers, image_ops
-        self.size, self.resizer, self.frames, self.chw = size, resizer, frames, chw
+        self.size, self.resizer, self.chw = size, resizer, chw
 
     def _decoded(self, batch: CameraBatch) -> tuple[list[list[np.ndarray] | None], int]:
         """Per sample its pictures as the cache keeps them (resized, cropped, (3, H, W) where `chw`), the held ones
-        as they are and the others decoded (and kept); None where its member lacks the camera."""
+        as they are and the others decoded (and handed to `batch.keep`); None where its member lacks the camera."""
         pictures: list[list[np.ndarray] | None] = []
         decoded: list[np.ndarray] = []
         for stored in batch.segs:
@@ -70,8 +70,8 @@ class TableImages(Source):
                 kept = [next(shaped) for _ in stored.blobs]
                 sample = list(chw_frames(kept)) if self.chw else kept
                 pictures[j] = sample
-                if self.frames is not None and batch.names is not None and batch.names[j] is not None:
-                    self.frames.put(batch.names[j][0], sample)
+                if batch.keep is not None and batch.names is not None and batch.names[j] is not None:
+                    batch.keep(batch.names[j][0], sample)
         return pictures, len(decoded)
 
     def frames_for(self, batch: CameraBatch) -> CameraFrames:

@@ -1,6 +1,8 @@
 """A batch camera's frames decoded on the CPU from its segments (torchcodec through `decode.cpu`, or DALI's CPU
 decoder on the workers, `graph.dali_on_workers`): each distinct segment once, frames the decoded-frame cache holds read
-instead of decoded, as one array per group of samples or laid out straight into host-frame buffers (`graph.host`)."""
+instead of decoded, as one array per group of samples or laid out straight into host-frame buffers (`graph.host`).
+The cache itself is not reached from here: the frames decoded for named samples are handed to a `Keep`, which a
+cached camera's batch carries (`graph.sources.CameraBatch.keep`)."""
 
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ from typing import Any, Callable, Iterable, NamedTuple, cast
 import numpy as np
 
 from ..decode.cpu import torchcodec_tensor
-from ..decode.frame_cache import FrameCache
 from ..decode.open_episodes import AskedBy, EpisodeFrames
 from .buffers import BufferPool
 from .host import host_dtype, host_shape, lay_out, scatter_frames
 from .imageops import ImageOps
+
+# Where a source reports the frames it decoded of named samples: (names, frames), frame n under names[n] (the
+# decoded-frame cache's `put`, handed over by `graph.sources.CachedFrames`).
+Keep = Callable[[list, list], None]
 
 
 class Held:
@@ -33,13 +38,13 @@ def held_samples(cached: list | None) -> list[Held | None] | None:
     return [Held(c[1]) if c is not None and all(f is not None for f in c[1]) else None for c in cached]
 
 
-def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: list | None = None,
+def decode_segments(segs, idx, cache, keep: Keep | None = None, cached: list | None = None,
                     resize: Callable | None = None, decode: Callable | None = None,
                     episodes: EpisodeFrames | AskedBy | None = None, chw: bool = False, pixel_bytes: int = 3):
     """Decode each distinct segment of a batch's camera once (its distinct frames in one call); samples without a
     segment (None: a mixture's member lacking the camera) are skipped, a `Held` sample's frames come as they are.
-    With `frames` (the decoded-frame cache) and `cached` (per sample, its frames' names and what the cache holds
-    under each: `FrameCache.look`), frames found there are not decoded and those decoded are kept there.
+    With `cached` (per sample, its frames' names and what the decoded-frame cache holds under each:
+    `FrameCache.look`), frames found there are not decoded, and those decoded are handed to `keep` by those names.
     `resize`: the frames decoded go through it first, all of the batch's camera in one call (`graph.resizer`: a
     call costs ~0.8 ms besides its frames; those held were kept resized). `decode`: the decoder, called once with
     every segment's (segment, frame indices) and giving their frames (DALI's CPU decoder on the workers,
@@ -101,9 +106,9 @@ def decode_segments(segs, idx, cache, frames: FrameCache | None = None, cached: 
             continue
         if chw:
             decoded = chw_frames(decoded)
-        if frames is not None and names is not None:
+        if keep is not None and names is not None:
             kept = [(name, picture) for n, picture in zip(missing, decoded) for name in sorted(names[order[n]])]
-            frames.put([k for k, _ in kept], [picture for _, picture in kept])
+            keep([k for k, _ in kept], [picture for _, picture in kept])
         if len(missing) == len(wanted):
             yield members, wanted, decoded, len(missing)
             continue
@@ -148,15 +153,15 @@ def _ask(seg, members: list[int], idx, cached: list | None) -> _Ask:
     return _Ask(seg, members, wanted, names, found, [n for n, i in enumerate(wanted.tolist()) if i not in found])
 
 
-def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: FrameCache | None = None,
+def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, keep: Keep | None = None,
                    cached: list | None = None, resize: Callable | None = None,
                    decode: Callable | None = None, episodes: EpisodeFrames | AskedBy | None = None) -> tuple[list[np.ndarray], int]:
     """Per sample, its frames (T, H, W, 3) uint8 (for DALI's graph), and how many frames were decoded; `blank`
-    for a sample without a segment; `frames`, `cached`, `resize`: the decoded-frame cache, `decode` the decoder
+    for a sample without a segment; `keep`, `cached`, `resize`: the decoded-frame cache's, `decode` the decoder
     (`decode_segments`), `episodes` the open episodes' frames."""
     out: list[np.ndarray | None] = [blank if seg is None else None for seg in segs]
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, resize, decode,
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, keep, cached, resize, decode,
                                                      episodes):
         decoded += n
         for j in members:
@@ -166,12 +171,12 @@ def decode_grouped(segs, idx, cache, blank: np.ndarray | None = None, frames: Fr
 
 
 def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: tuple[int, int] | None = None,
-                frames: FrameCache | None = None, cached: list | None = None, decode: Callable | None = None,
+                keep: Keep | None = None, cached: list | None = None, decode: Callable | None = None,
                 episodes: EpisodeFrames | AskedBy | None = None, chw: bool = False):
     """The batch's frames of one camera as one array of `pool` (`host_shape`), laid out as `image_ops` says
     (host frames, `graph.host`), and how many frames were decoded. `size`: (H, W) of the camera, for a batch
-    none of whose samples has a segment (a mixture's members that lack it: zeros); `frames`, `cached`: the
-    decoded-frame cache, `decode` the decoder, `episodes` the open episodes' frames, `chw` the cache's order
+    none of whose samples has a segment (a mixture's members that lack it: zeros); `keep`, `cached`: the
+    decoded-frame cache's, `decode` the decoder, `episodes` the open episodes' frames, `chw` the cache's order
     (`decode_segments`)."""
     hw = slice(1, 3) if chw else slice(0, 2)  # (H, W) of a frame as it comes
     out = None
@@ -183,7 +188,7 @@ def decode_host(segs, idx, cache, pool: BufferPool, image_ops: ImageOps, size: t
         lay_out(out, pictures, image_ops, chw)
         return out, 0
     decoded = 0
-    for members, wanted, pixels, n in decode_segments(segs, idx, cache, frames, cached, decode=decode,
+    for members, wanted, pixels, n in decode_segments(segs, idx, cache, keep, cached, decode=decode,
                                                      episodes=episodes, chw=chw):
         if out is None:
             out = pool.take(host_shape(image_ops, len(segs), len(idx[0]), *pixels[0].shape[hw]), host_dtype(image_ops))

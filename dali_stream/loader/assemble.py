@@ -143,14 +143,15 @@ def assemble(cfg: LoaderConfig, source: Any) -> Stages:
                                lambda: store.tables.episode(int(np.flatnonzero(catalog.lengths > 0)[0]),
                                                             frozenset(catalog.members[0].meta.image_keys)))
     buffers = BufferPool(resolved.host_buffers)  # host-frame buffers alive at once (`Resolved.host_buffers`)
-    kit = SourceKit(catalog, engines, Workers(decoders, frames, resolved.global_shuffle, episodes), resizers,
-                    dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit)
+    kit = SourceKit(catalog, engines, Workers(decoders, resolved.global_shuffle, episodes), resizers,
+                    dali_workers, image_ops, resolved.host_cameras, resolved.kept_chw, buffers, cfg.depth_output_unit,
+                    frames)
     sources: dict[str, FrameSource] = kit.sources(routes)
     builder = BatchBuilder(catalog, store, sources,
                            BuildSpec(plan_config.delta_indices, cfg.tolerance_s, tuple(catalog.table_keys),
                                      table_dtypes, resolved.augment_seed,
                                      resolved.join_streams, one_group=resolved.host_batches,
-                                     text_keys=tuple(catalog.text_keys)), frames)
+                                     text_keys=tuple(catalog.text_keys)))
     dali_cameras = builder.dali_keys
     if dali_cameras:
         log.info("cameras %s: %s", dali_cameras,

@@ -14,6 +14,7 @@ not count.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -254,6 +255,59 @@ def test_the_batch_builder_loops_over_its_cameras_sources():
     assert not re.search(r"route_of|\.torchcodec\b|\.engine\b.*:|isinstance\(|frames\.look", build), build
     assert "route_of" not in inspect.getsource(batches)
     assert "isinstance(" not in inspect.getsource(BatchBuilder)
+
+
+# The modules of graph/ that reach the decoded-frame cache: `CachedFrames`, which a cached camera's source sits behind,
+# and the kit that builds it. Every other source, and the decode helpers under them, report what they decode through
+# the batch's `CameraBatch.keep` and never hold the cache.
+CACHE_KEEPERS = {"sources.py", "source_kit.py"}
+
+
+def cache_reaches(source: str) -> list[str]:
+    """Where `source` reaches the decoded-frame cache: an import of `decode.frame_cache` (or of something from it;
+    under `if TYPE_CHECKING:` too: a helper typed with the cache holds it) or a cache's `put`, called or passed on (on
+    a name or attribute saying frames or cache: `frames.put`, `self.frames.put`, `w.frames.put`, `self.cache.put`;
+    a queue's `put` is none)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+        hit = any(n == "frame_cache" or n.endswith(".frame_cache") or ".frame_cache." in n for n in names)
+        if isinstance(node, ast.Attribute) and node.attr == "put":
+            hit = bool(re.search(r"frame|cache", ast.unparse(node.value), re.IGNORECASE))
+        if hit:
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_only_the_cached_wrapper_reaches_the_frame_cache():
+    """The decoded-frame cache sits behind the frame-source protocol (`graph.sources.CachedFrames`): in graph/ only
+    the wrapper's module, and the kit that builds it, import `decode.frame_cache` or call a cache's `put`; the sources
+    and the decode helpers (`worker_decode`, `engine_pictures`, `table_images`, `depth_source`) and the locator
+    never hold it, and what they decode of a cached camera goes back through `CameraBatch.keep`."""
+    found = [f"graph/{path.name}:{hit}" for path in sorted((PACKAGE / "graph").glob("*.py"))
+             if path.name not in CACHE_KEEPERS for hit in cache_reaches(path.read_text())]
+    assert not found, "the decoded-frame cache reached outside CachedFrames:\n" + "\n".join(found)
+    assert cache_reaches((PACKAGE / "graph" / "sources.py").read_text()), "the checker finds the wrapper's own"
+
+
+@pytest.mark.parametrize("code", [
+    "from ..decode.frame_cache import FrameCache",
+    "from ..decode import frame_cache",
+    "import dali_stream.decode.frame_cache",
+    "from dali_stream.decode.frame_cache import micros",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..decode.frame_cache import FrameCache",
+    "def f(frames, names, pictures):\n    frames.put(names, pictures)",
+    "class A:\n    def f(self, names, pictures):\n        self.frames.put(names, pictures)",
+    "keep = w.frames.put",
+    "keep = self.cache.put",
+])
+def test_the_cache_rule_catches_every_spelling(code):
+    assert cache_reaches(code), code
+    assert not cache_reaches("results.put((job, 1))\nself._jobs.put(None)\nkeep = batch.keep\nkeep(names, frames)")
 
 
 # Where a route may be found by its name: a name read back from a report (diagnose's per-member routes) and the
