@@ -17,10 +17,11 @@ STAMP := $(VENV)/.installed-$(SET)
 SUDO  := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_DIR ?= .demo/sample
 PYTEST_ARGS ?=
-# Test processes (pytest-xdist), each given whole files, the longest first (tests/conftest.py `LONG_FIRST`; xdist's
-# own reordering by test count would start the longest file last). Three on 2 cores: two left a fifth of the cores
-# idle (tests waiting on child processes, servers and timers) and ran the suite in ~22 minutes, three in ~20, one
-# in ~31. Tests that bound a time leave room for that load (the remote tests' timeouts are 1 s). 0: one process.
+# Test processes (pytest-xdist), each given whole files (a few long files' tests one at a time: tests/conftest.py
+# `SPLIT`), the longest first (`LONG_FIRST`; xdist's own reordering by test count would start the longest file last).
+# Three on 2 cores: two left a fifth of the cores idle (tests waiting on child processes, servers and timers) and ran
+# the suite in ~22 minutes, three in ~20, one in ~31. Tests that bound a time leave room for that load (the remote
+# tests' timeouts are 1 s). 0: one process.
 PYTEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(PYTEST_WORKERS)),-p no:xdist,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # The floors: setup.cfg's lowest allowed versions (constraints/floors.txt) in their own venv, on a smoke subset.

@@ -50,18 +50,41 @@ def _gpu_node():
         return None
 
 
-# The files that take longest, longest first (seconds on a 2-core machine): `make test` hands whole files to its
-# processes in collection order (`--dist loadfile --no-loadscope-reorder`), so these start first and short files
-# fill the end, instead of one long file starting last while the other processes idle.
-LONG_FIRST = ("test_readme_install",  # 178: a fresh environment from the README's install line
-              "test_boundaries", "test_process_engine", "test_loader", "test_multirank", "test_diagnose", "test_interrupt", "test_docs",
-              "test_train", "test_sample_data", "test_wild_encodings", "test_bench", "test_slurm", "test_frame_cache",
-              "test_gpu_first", "test_cli", "test_pipelines", "test_frame_guard")  # the last: ~57
+# The files that take longest, longest first (seconds of their tests on a 2-core machine, 2026-12): `make test` hands
+# work to its processes in collection order (`--dist loadfile --no-loadscope-reorder`), so these start first and
+# short files fill the end, instead of one long file starting last while the other processes idle.
+LONG_FIRST = ("test_readme_install",  # 200: a fresh environment from the README's install line
+              "test_slurm", "test_docs", "test_loader", "test_diagnose", "test_train", "test_multirank",
+              "test_wild_encodings", "test_remote", "test_long_episodes", "test_disk_tier", "test_interrupt",
+              "test_process_engine", "test_sample_data", "test_range_reads", "test_bench", "test_mixture_cli",
+              "test_pipelines", "test_map_style", "test_depth", "test_clips", "test_frame_guard", "test_boundaries",
+              "test_nv12")  # the last: ~30
+# ... and of those, the files whose tests are handed out one at a time rather than as the whole file (each is long,
+# and they share nothing costly to set up): test_docs alone took 400 s of one process while the others finished
+SPLIT = ("test_docs", "test_diagnose", "test_train")
+
+
+def _stem(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
 
 
 def _file_order(item) -> int:
-    name = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    name = _stem(item.nodeid)
     return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: absent with `-p no:xdist` (PYTEST_WORKERS=0)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, but the tests of the `SPLIT` files each a unit of work of their own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndLongTests(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid if _stem(nodeid) in SPLIT else super()._split_scope(nodeid)
+
+    return FilesAndLongTests(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -179,7 +179,9 @@ def test_bench_says_what_it_measures_for_how_long_and_where_it_wrote(tiny_run):
 def test_the_estimate_printed_matches_the_run_it_estimates(tiny_run):
     """The run's time is estimated from what its warm-up measured (the phases to come: the window, the decode limit
     and the baseline), said as its window opens and again once it closed, and the real time is said at the end: both
-    within a factor 2.5 of it (a printed 16 s for an 80 s run fails), its phases timed in the result."""
+    within a factor 4 of it (a printed 16 s for an 80 s run fails; on this run of seconds a loaded machine moves the
+    warm-up's cost 3-fold: the estimate's accuracy is measured in benchmarks/results/cpu-2core-bench-estimate/), its
+    phases timed in the result."""
     import re
 
     result, _, proc = tiny_run
@@ -187,7 +189,7 @@ def test_the_estimate_printed_matches_the_run_it_estimates(tiny_run):
     took = re.search(r"took (\d+) s \(estimated (\d+) s as its window opened, (\d+) s once it closed\)", said)
     assert took, said[-3000:]
     real, first, last = (max(1, int(v)) for v in took.groups())
-    assert 0.4 <= first / real <= 2.5 and 0.4 <= last / real <= 2.5, took.group(0)
+    assert 0.25 <= first / real <= 4 and 0.25 <= last / real <= 4, took.group(0)
     assert re.search(r"about \d+ s in all \(setup \d+ s, .*baseline \d+ s; from the warm-up's decode cost\)", said)
     phases = result["phases"]
     assert {"setup", "loader warm-up", "loader window", "decode limit", "baseline"} <= set(phases)
