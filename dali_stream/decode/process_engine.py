@@ -170,9 +170,15 @@ class ProcessEngine:
 
     def _ended(self, pool: ProcessPoolExecutor) -> str:
         """The exit status of the pool's process that ended (negative: the signal that ended it)."""
-        for p in self._procs.get(pool, []):
+        procs = self._procs.get(pool, [])
+        for p in procs:
             p.join(timeout=1)
-        codes = [p.exitcode for p in self._procs.get(pool, []) if p.exitcode is not None]
+        # the pool's own thread joins them too: where its wait reaped a process first, ours reads no status until
+        # that thread has stored it (a moment later), and the process that died would go unreported
+        deadline = time.monotonic() + 2
+        while any(p.exitcode is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        codes = [p.exitcode for p in procs if p.exitcode is not None]
         codes.sort(key=lambda code: code == -signal.SIGTERM)  # the pool ends the others with SIGTERM once broken
         return f"exit status {codes[0]}" if codes else "its exit status unknown"
 
