@@ -73,12 +73,33 @@ def test_num_workers_are_the_ranks_cores_less_one(cores, workers):
 
 
 def test_every_derived_setting_says_what_it_is():
-    """inspect and bench print each derived setting's name: each comes with what it is, in plain words."""
+    """inspect and bench print each derived setting's name: each comes with what it is, in plain words, declared
+    beside it in its resolver's part; `Resolved` is the parts at once, no field of its own."""
     from dataclasses import fields
 
     from dali_stream.loader.resolve import MEANING, Resolved
+    from dali_stream.loader.resolve_base import Part
 
-    assert set(MEANING) == {f.name for f in fields(Resolved)} - {"reasons"} and all(MEANING.values())
+    assert set(MEANING) == {f.name for f in fields(Resolved)} - {"why"} and all(MEANING.values())
+    parts = [c for c in Resolved.__mro__[1:] if issubclass(c, Part) and c is not Part]
+    assert {f.name for p in parts for f in fields(p)} == {f.name for f in fields(Resolved)}
+    assert all(f.metadata["what"] == MEANING[f.name] for p in parts for f in fields(p) if f.name != "why")
+
+
+def test_a_value_two_parts_give_is_refused():
+    """Each derived setting comes from exactly one resolver: a second part giving it is refused, naming it."""
+    from dataclasses import dataclass, field
+
+    from dali_stream.loader.resolve import _merged
+    from dali_stream.loader.resolve_base import Part
+    from dali_stream.loader.resolve_threads import sampling
+
+    @dataclass(frozen=True, kw_only=True)
+    class Again(Part):
+        drop_last: bool = field(metadata={"what": "an epoch's partial last batch is dropped, again"})
+
+    with pytest.raises(ValueError, match=r"\['drop_last'\] resolved twice \(by Again again\)"):
+        _merged(sampling(LoaderConfig()), Again(drop_last=False, why={"drop_last": "again"}))
 
 
 def test_given_settings_win_and_say_so():
