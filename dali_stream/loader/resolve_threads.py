@@ -5,8 +5,8 @@ threads or processes (`engines`), and lerobot's `image_transforms` and the `augm
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from ..config import LoaderConfig, pool_size
 from ..decode.route import OPEN_NVDEC_THREADS, Route
@@ -93,11 +93,21 @@ def worker_threads(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Threads:
 
 @dataclass(frozen=True, kw_only=True)
 class Engines(Part):
-    engine_threads: Mapping[str, int] = field(metadata={"what": (
+    """Per open-decoder engine route (by name), the count of each form of its engine: a field whose metadata names a
+    `form` is the keyword of `decode.route.EngineRoute.make_engine` it is passed as (`engine_form`)."""
+
+    engine_threads: Mapping[str, int] = field(metadata={"form": "threads", "what": (
         "decode threads of the open-decoder engine, per route (in each decode process where it runs in processes: 1)")})
-    engine_processes: Mapping[str, int] = field(metadata={"what": (
+    engine_processes: Mapping[str, int] = field(metadata={"form": "processes", "what": (
         "decode processes of the open-decoder engine, per route, each one thread with its decoders (0: its threads in "
         "the loader's process)")})
+
+    def engine_form(self, route: str) -> dict[str, Any]:
+        """What `EngineRoute.make_engine` takes for the engine of the route named `route`: each form's count under its
+        keyword (threads=, processes=). A form's count travels from its resolver here to the engine with no one in
+        between naming it (`loader.assemble`). Typed Any: mypy checks a `**` mapping's values against every
+        parameter of `make_engine`, the counts' and the others'."""
+        return {f.metadata["form"]: getattr(self, f.name)[route] for f in fields(Engines) if "form" in f.metadata}
 
 
 def engines(cfg: LoaderConfig, facts: Facts, threads: Threads) -> Engines:

@@ -102,6 +102,24 @@ def test_a_value_two_parts_give_is_refused():
         _merged(sampling(LoaderConfig()), Again(drop_last=False, why={"drop_last": "again"}))
 
 
+def test_each_engine_form_travels_to_make_engine_as_one_value():
+    """The Engines part gives, per route, every form's count under the keyword `EngineRoute.make_engine` takes it by:
+    the loader passes it on as it is (`loader.assemble.open_engines`), knowing no form."""
+    import inspect
+
+    from dali_stream.decode.route import EngineRoute
+
+    r = resolve(LoaderConfig(num_workers=2), facts(routes={"front": "nvdec-open", "top": "cpu-open"}, rank_cores=16,
+                                                   **H100))
+    assert r.engine_form("nvdec-open") == {"threads": 1, "processes": 7}
+    assert r.engine_form("cpu-open") == {"threads": 2, "processes": 0}
+    given = resolve(LoaderConfig(decode_processes=0, decode_threads=3), facts(routes={"a": "nvdec-open"}, **H100))
+    assert given.engine_form("nvdec-open") == {"threads": 3, "processes": 0}
+    make_engine = inspect.signature(EngineRoute.make_engine)
+    for name in ("nvdec-open", "cpu-open"):
+        make_engine.bind(None, device_index=None, sizes={}, **r.engine_form(name))  # every keyword one it takes
+
+
 def test_given_settings_win_and_say_so():
     cfg = LoaderConfig(prefetch_batches=5, fetch_workers=1, max_decoders=3, segment_bytes=123, join_streams=4,
                        drop_last=False, episode_frames_bytes=0)
