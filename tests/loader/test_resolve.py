@@ -120,6 +120,19 @@ def test_each_engine_form_travels_to_make_engine_as_one_value():
         make_engine.bind(None, device_index=None, sizes={}, **r.engine_form(name))  # every keyword one it takes
 
 
+def test_the_engine_settings_are_those_that_size_an_engine_form():
+    """`ENGINE_SETTINGS` (the settings marked `engine=True`: bench's flags, and what its CPU-route run leaves derived)
+    each change an engine route's form, and bench takes each as a flag."""
+    from dali_stream.config_groups import ENGINE_SETTINGS
+    from dali_stream.tools.cli_common import BENCH_SETTINGS
+
+    assert ENGINE_SETTINGS == ("decode_threads", "decode_processes") and set(ENGINE_SETTINGS) <= set(BENCH_SETTINGS)
+    cpu_open = facts(routes={"a": "cpu-open"}, rank_cores=4)
+    derived = resolve(LoaderConfig(), cpu_open).engine_form("cpu-open")
+    for name in ENGINE_SETTINGS:
+        assert resolve(LoaderConfig(**{name: 5}), cpu_open).engine_form("cpu-open") != derived, name
+
+
 def test_given_settings_win_and_say_so():
     cfg = LoaderConfig(prefetch_batches=5, fetch_workers=1, max_decoders=3, segment_bytes=123, join_streams=4,
                        drop_last=False, episode_frames_bytes=0)
