@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union, get_args
 
@@ -52,8 +52,10 @@ TABLE_CACHE_OFF = "off"  # table_cache_dir: no folder, decoded shared row groups
 fix = object.__setattr__  # how a frozen group stores a value's normal form
 
 
-def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None) -> Any:
-    meta = {"help": help}
+def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None, engine: bool = False) -> Any:
+    """A setting's field: its default (or `factory`) and help; `engine`: it sizes a form of the open-decoder engine
+    (`ENGINE_SETTINGS`)."""
+    meta: dict[str, Any] = {"help": help, **({"engine": True} if engine else {})}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -133,11 +135,12 @@ class DecodeConfig:
                 "dali_stream/decode/engine.py; pip install '.[nvdec]' in the checkout), or auto (dali until the open "
                 "engine is proven on this node: decode/proven.py)")
     decode_threads: Optional[int] = _s(
-        None, "threads of the open-decoder engine, each with its own decoders (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)")
+        None, "threads of the open-decoder engine, each with its own decoders (default derived: `dali-stream inspect` shows the value and why, dali_stream/loader/resolve.py)",
+        engine=True)
     decode_processes: Optional[int] = _s(
         None, "processes the open-decoder engine decodes in, each one thread with its decoders kept open (0: its "
               "threads in the loader's process; default derived: `dali-stream inspect` shows the value and why, "
-              "dali_stream/decode/route.py)")
+              "dali_stream/decode/route.py)", engine=True)
     join_streams: Optional[int] = _s(
         None, "DALI-decoded cameras: a batch is decoded in at most this many groups, each group's clips of a "
               "camera joined into one stream, one decoder each (DALI 2.4 opens a decoder per stream: ~8 ms "
@@ -157,6 +160,11 @@ class DecodeConfig:
             raise ConfigError(f"`nvdec_engine` must be one of {NVDEC_ENGINES}. Found: {self.nvdec_engine!r}")
         _optional_integers(self, join_streams=0, decode_threads=1, decode_processes=0, max_decoders=1)
         _booleans(self, "check_frames")
+
+
+# The settings that size a form of the open-decoder engine (`_s(..., engine=True)`), each None by default (derived:
+# `loader.resolve_threads.engines`): bench takes each as a flag and leaves them derived where it runs the CPU route.
+ENGINE_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig) if f.metadata.get("engine"))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -130,6 +130,10 @@ class OpenDecoders:
                 self.seconds[phase] += seconds
         return frames, len(got)
 
+    def __str__(self) -> str:
+        """What the engine runs, as the loader's log says it (`loader.assemble.open_engines`)."""
+        return f"{self.threads} decode threads"
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"threads": self.threads, "processes": 0, "decoders_opened": self.opened, "samples": self.samples,

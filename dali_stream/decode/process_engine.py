@@ -191,6 +191,10 @@ class ProcessEngine:
             return sorted(p.pid for procs in pools.values() for p in procs)
         return sorted(p.pid for p in pools.get(pool, [])) if pool is not None else []
 
+    def __str__(self) -> str:
+        """What the engine runs, as the loader's log says it (`loader.assemble.open_engines`)."""
+        return f"{self.processes} decode processes"
+
     def stats(self) -> dict[str, Any]:
         return {"threads": self.threads, "processes": self.processes, "pids": self.pids(),
                 "pids_ever": self.pids(every=True), "restarts": self.restarts,

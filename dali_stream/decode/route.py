@@ -172,8 +172,10 @@ class EngineRoute(Route):
 
     def make_engine(self, threads: int, device_index: int | None, sizes: dict[str, tuple[int, int] | None],
                     colours: dict | None = None, processes: int = 0) -> Any:
-        """The engine: `processes` > 0: that many decode processes of one thread each (`decode.process_engine`),
-        else `threads` decode threads in this process (`decode.engine`). `sizes`: camera -> (height, width) from
+        """The engine, in the form its counts say: `processes` > 0: that many decode processes of one thread each
+        (`decode.process_engine`), else `threads` decode threads in this process (`decode.engine`). The loader passes
+        the counts by keyword, as the Engines part of `loader.resolve_threads` gives them (`engine_form`): a new
+        form's count is a keyword here and a field of that part naming it. `sizes`: camera -> (height, width) from
         meta/info.json (None: the stream's own); `colours`: file -> `decode.colour.Colour` known beforehand (else
         each file's is read by FFmpeg on first use: a node without PyAV must give them)."""
         from .engine import OpenDecoders

@@ -205,17 +205,16 @@ def frame_cache(cfg: LoaderConfig, catalog: Catalog, routes: Mapping[str, Route]
 
 def open_engines(catalog: Catalog, routes: Mapping[str, Route], resolved: Resolved,
                  device_index: int | None) -> dict[Route, OpenDecoders]:
-    """Each open-decoder engine route's engine (`decode.route.EngineRoute.make_engine`), with the threads or decode
-    processes `resolved` gives it; each camera's NVDEC surface size from meta/info.json."""
+    """Each open-decoder engine route's engine (`decode.route.EngineRoute.make_engine`), in the form `resolved` gives
+    it, passed on as it is (`Resolved.engine_form`: each form's count; no form is named here); each camera's NVDEC
+    surface size from meta/info.json."""
     sizes = {engine_camera(k, m.name, catalog.is_mixture): (m.camera(k).height, m.camera(k).width)
              if m.camera(k).height and m.camera(k).width else None
              for m in catalog.members for k in catalog.video_keys if k in m.own}
     engines: dict[Route, OpenDecoders] = {}
     for route in dict.fromkeys(r for r in routes.values() if isinstance(r, EngineRoute)):
-        threads, processes = resolved.engine_threads[route.name], resolved.engine_processes.get(route.name, 0)
-        engines[route] = route.make_engine(threads, device_index, sizes, processes=processes)
-        log.info("%s: %s, their decoders kept open", route,
-                 f"{processes} decode processes" if processes else f"{threads} decode threads")
+        engines[route] = route.make_engine(device_index=device_index, sizes=sizes, **resolved.engine_form(route.name))
+        log.info("%s: %s, their decoders kept open", route, engines[route])
     return engines
 
 

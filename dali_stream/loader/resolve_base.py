@@ -1,8 +1,9 @@
 """What every resolver of `loader.resolve` reads besides the settings (`Facts`) and what each returns (a `Part`).
 
 A resolver is a pure function of the settings, the facts and the parts resolved before it, for one concern (threads,
-the frames held, the batch's layout, fetching, ...): it returns a `Part`, its values under the names `Resolved` gives
-them, each with its reason. Nothing here opens a file, probes a device or imports torch or DALI.
+the frames held, the batch's layout, fetching, ...): it returns a `Part`, its values each with its reason. A part's
+fields are where each derived setting is declared, once, with what it is; `Resolved` inherits every part. Nothing
+here opens a file, probes a device or imports torch or DALI.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ class Facts:
 
 @dataclass(frozen=True, kw_only=True)
 class Part:
-    """Some derived settings, as one resolver found them: a subclass's fields are `Resolved`'s of the same names,
-    `why` the reason for each (a value without one is not described: `Resolved.describe`)."""
+    """Some derived settings, as one resolver found them. A subclass declares each as a field, typed, with what it is
+    in plain words (`field(metadata={"what": ...})`: `inspect` and `bench` print it beside the value and why), and
+    `Resolved` inherits the subclass, so the field is `Resolved`'s too. `why`: the reason for each (a value without
+    one is not described: `Resolved.describe`)."""
 
     why: Mapping[str, str]
 

@@ -6,7 +6,7 @@ are routes to resolve the rest). Pure (`loader.resolve_base`)."""
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config import TABLE_CACHE_OFF, LoaderConfig
 from .resolve_base import Facts, Part
@@ -22,14 +22,21 @@ REMOTE_FETCHES = 4  # fetch threads of a pool from a remote source
 
 @dataclass(frozen=True, kw_only=True)
 class Fetching(Part):
-    fetch_ahead: int
-    fetch_workers: int
-    rank_episodes: int  # episodes per rank, at most
-    segment_bytes: int  # an episode's camera above this is read in pieces, one per sample
-    epoch_episodes: int | None  # the store keeps retired episodes where a rank's epoch fits (None: always)
-    cut_ahead: int
-    table_cache_dir: str | None  # decoded shared row groups' folder (`fetch.decoded_groups`; None: memory)
-    remote_concurrency: int | None  # this rank's remote requests in flight at once (None: no limit)
+    fetch_ahead: int = field(metadata={"what": "batches ahead of those being built whose episodes are already fetched"})
+    fetch_workers: int = field(metadata={"what": "threads reading episodes' bytes"})
+    rank_episodes: int = field(metadata={"what": "episodes a rank holds, at most"})
+    segment_bytes: int = field(metadata={  # read in pieces, one per sample
+        "what": "an episode's camera larger than this is read one sample's frames at a time"})
+    epoch_episodes: int | None = field(metadata={  # None: the store keeps retired episodes always
+        "what": "episodes a rank's epoch keeps fetched where they fit the cache"})
+    cut_ahead: int = field(metadata={
+        "what": "batches ahead whose frames' bytes are read ahead of decoding (remote sources)"})
+    table_cache_dir: str | None = field(metadata={"what": (  # `fetch.decoded_groups`
+        "where parquet row groups holding many episodes are kept decoded, once a node, and the images stored in the "
+        "tables of open episodes past cache_bytes (None: the last 2 groups, and the images, in memory)")})
+    remote_concurrency: int | None = field(metadata={"what": (  # `source.storage.RemoteOptions`
+        "remote requests this rank has in flight at once, its part of the node's remote_concurrency (None: no limit "
+        "but the fetch threads')")})
 
 
 def fetching(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Fetching:

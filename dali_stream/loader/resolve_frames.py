@@ -5,7 +5,7 @@ and whether a DALI graph takes it at all (`batch_layout`), and in which shape an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config import LoaderConfig
 from ..decode.route import Route
@@ -23,9 +23,13 @@ def _whole_on_workers(route: Route) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Held(Part):
-    frame_cache: bool  # decoded frames kept for later epochs (`decode.frame_cache`)
-    episode_frames: int  # bytes of the pool's open episodes' frames held (`decode.open_episodes`; 0: off)
-    episode_frames_each: int  # an episode's camera is held where its frames take at most this
+    frame_cache: bool = field(metadata={  # `decode.frame_cache`
+        "what": "decoded frames are kept for later epochs (frame_cache_bytes, frame_cache_dir)"})
+    episode_frames: int = field(metadata={"what": (  # `decode.open_episodes`
+        "bytes of a pool's open episodes' decoded frames held while they stay open, each camera decoded on the CPU "
+        "once per episode, front to back (0: off)")})
+    episode_frames_each: int = field(metadata={
+        "what": "an open episode's camera is held where its decoded frames take at most this"})
 
 
 def held_frames(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Held:
@@ -63,13 +67,20 @@ def held_frames(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Held:
 
 @dataclass(frozen=True, kw_only=True)
 class Layout(Part):
-    dali_on_workers: tuple[str, ...]  # dali-cpu cameras decoded on the workers (the decoded-frame cache keeps them)
-    join_streams: int  # DALI-decoded cameras: groups a batch is decoded in (0: one clip per sample)
-    host_frames: bool  # CPU-decoded cameras skip the DALI graph (graph.host)
-    host_cameras: tuple[str, ...]  # cameras on host frames: laid out by the workers, never in the graph
-    host_batches: bool  # no DALI graph: every camera on host frames, batches on the CPU
-    prefetch_batches: int
-    host_buffers: int  # host-frame buffers of one shape kept for reuse (`graph.buffers.BufferPool`)
+    dali_on_workers: tuple[str, ...] = field(metadata={"what": (  # `graph.dali_on_workers`
+        "cameras DALI's CPU decoder decodes on the decoding threads (for the decoded-frame cache and the open "
+        "episodes' frames)")})
+    join_streams: int = field(metadata={"what": (  # `graph.joined`
+        "groups a batch's clips are decoded in, one decoder each, for cameras DALI decodes (0: a clip a sample)")})
+    host_frames: bool = field(metadata={  # `graph.host`
+        "what": "frames decoded on the CPU go straight into the batch, skipping DALI's graph"})
+    host_cameras: tuple[str, ...] = field(metadata={  # never in the graph
+        "what": "cameras whose frames the decoding threads lay out into the batch (host frames)"})
+    host_batches: bool = field(metadata={
+        "what": "no DALI graph at all: every camera on host frames and batches on the CPU"})
+    prefetch_batches: int = field(metadata={"what": "batches built ahead of the training loop"})
+    host_buffers: int = field(metadata={  # `graph.buffers.BufferPool`
+        "what": "host-frame buffers of one shape kept for reuse: those alive at once"})
 
 
 def batch_layout(cfg: LoaderConfig, facts: Facts, threads: Threads, held: Held) -> Layout:
@@ -141,8 +152,10 @@ def _join_streams(cfg: LoaderConfig, facts: Facts, threads: Threads, dali_on_wor
 
 @dataclass(frozen=True, kw_only=True)
 class Kept(Part):
-    kept_chw: tuple[str, ...]  # cameras the decoded-frame cache keeps as (3, H, W), the others (H, W, 3)
-    shaped_on_workers: tuple[str, ...]  # cameras resized and cropped before the decoded-frame cache keeps them
+    kept_chw: tuple[str, ...] = field(metadata={  # the others kept (H, W, 3)
+        "what": "cameras whose frames the decoded-frame cache keeps channels-first, (3, H, W): the batch's own order"})
+    shaped_on_workers: tuple[str, ...] = field(metadata={  # `graph.resizer`
+        "what": "cameras resized and cropped by the decoding threads, before the decoded-frame cache"})
 
 
 def kept_frames(cfg: LoaderConfig, facts: Facts, held: Held, layout: Layout) -> Kept:

@@ -5,8 +5,8 @@ threads or processes (`engines`), and lerobot's `image_transforms` and the `augm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from ..config import LoaderConfig, pool_size
 from ..decode.route import OPEN_NVDEC_THREADS, Route
@@ -20,9 +20,10 @@ GIVEN = "given"
 
 @dataclass(frozen=True, kw_only=True)
 class Sampling(Part):
-    drop_last: bool
-    pool: int | None  # the planner's pool size; None: a global shuffle draws from every episode
-    global_shuffle: bool
+    drop_last: bool = field(metadata={"what": "an epoch's partial last batch is dropped"})
+    pool: int | None = field(metadata={  # the planner's pool size
+        "what": "episodes a rank keeps open and draws samples from (None: every episode, a global shuffle)"})
+    global_shuffle: bool = field(metadata={"what": "every batch drawn from all of a rank's episodes"})
 
 
 def sampling(cfg: LoaderConfig) -> Sampling:
@@ -43,10 +44,12 @@ def sampling(cfg: LoaderConfig) -> Sampling:
 
 @dataclass(frozen=True, kw_only=True)
 class Threads(Part):
-    num_workers: int
-    nvdec_engines: int  # the loader's GPU's NVDEC engines (0: no GPU)
-    dali_threads: int
-    max_decoders: int
+    num_workers: int = field(metadata={
+        "what": "threads that fetch and CPU-decode batches ahead (0: in the calling thread)"})
+    nvdec_engines: int = field(metadata={  # 0: no GPU
+        "what": "the GPU's video decoding engines the loader plans for"})
+    dali_threads: int = field(metadata={"what": "threads of the DALI graph"})
+    max_decoders: int = field(metadata={"what": "CPU decoders kept open between batches"})
 
 
 def worker_threads(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Threads:
@@ -90,8 +93,21 @@ def worker_threads(cfg: LoaderConfig, facts: Facts, drawn: Sampling) -> Threads:
 
 @dataclass(frozen=True, kw_only=True)
 class Engines(Part):
-    engine_threads: Mapping[str, int]  # open-decoder engine route -> threads
-    engine_processes: Mapping[str, int]  # route -> decode processes (0: threads)
+    """Per open-decoder engine route (by name), the count of each form of its engine: a field whose metadata names a
+    `form` is the keyword of `decode.route.EngineRoute.make_engine` it is passed as (`engine_form`)."""
+
+    engine_threads: Mapping[str, int] = field(metadata={"form": "threads", "what": (
+        "decode threads of the open-decoder engine, per route (in each decode process where it runs in processes: 1)")})
+    engine_processes: Mapping[str, int] = field(metadata={"form": "processes", "what": (
+        "decode processes of the open-decoder engine, per route, each one thread with its decoders (0: its threads in "
+        "the loader's process)")})
+
+    def engine_form(self, route: str) -> dict[str, Any]:
+        """What `EngineRoute.make_engine` takes for the engine of the route named `route`: each form's count under its
+        keyword (threads=, processes=). A form's count travels from its resolver here to the engine with no one in
+        between naming it (`loader.assemble`). Typed Any: mypy checks a `**` mapping's values against every
+        parameter of `make_engine`, the counts' and the others'."""
+        return {f.metadata["form"]: getattr(self, f.name)[route] for f in fields(Engines) if "form" in f.metadata}
 
 
 def engines(cfg: LoaderConfig, facts: Facts, threads: Threads) -> Engines:
@@ -123,8 +139,10 @@ def engines(cfg: LoaderConfig, facts: Facts, threads: Threads) -> Engines:
 
 @dataclass(frozen=True, kw_only=True)
 class Transforms(Part):
-    transform_processes: int  # processes lerobot's image_transforms run in (0: the iterating thread)
-    augment_seed: int | None  # what the augment= hook's random numbers are drawn from (None: no hook)
+    transform_processes: int = field(metadata={
+        "what": "processes lerobot's image_transforms run in (0: the thread iterating the loader)"})
+    augment_seed: int | None = field(metadata={  # `graph.batches.BuildSpec`
+        "what": "what augment='s numbers per sample and camera are drawn from (None: no augment= hook)"})
 
 
 def transforms(cfg: LoaderConfig, facts: Facts, threads: Threads) -> Transforms:

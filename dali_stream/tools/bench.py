@@ -29,6 +29,7 @@ from typing import Any, Literal, Mapping, get_args
 import numpy as np
 
 from ..config import LoaderConfig, as_dict
+from ..config_groups import ENGINE_SETTINGS
 from ..decode.route import NVDEC, NVDEC_OPEN
 from ..errors import ConfigError
 from .bench_limit import limit_ratios, raw_limit
@@ -391,8 +392,9 @@ def cpu_route_all_cores(cfg: BenchConfig, deltas, cameras: list[str]) -> dict[st
     from ..loader import StreamLoader
 
     cores = len(os.sched_getaffinity(0))
+    derived: dict[str, Any] = dict.fromkeys(ENGINE_SETTINGS)  # every engine form's count left to the route
     settings = replace(cfg.loader, decode=cfg.cpu_all_cores or "cpu", num_workers=cores, join_streams=None,
-                       decode_processes=None, decode_threads=None)  # the CPU route's own threads
+                       **derived)  # the CPU route's own threads
     with StreamLoader(cfg.dataset, config=settings, delta_timestamps=deltas, drop_last=True) as loader:
         got = stream(loader, cfg, cameras)
         out = {"num_workers": cores, "routes": dict(loader.routes), "device": loader.device}

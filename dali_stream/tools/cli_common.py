@@ -6,11 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# The loader settings each command takes as flags (type, default and help from LoaderConfig).
+from ..config_groups import ENGINE_SETTINGS
+
+# The loader settings each command takes as flags (type, default and help from LoaderConfig); bench every setting that
+# sizes a form of the open-decoder engine (`ENGINE_SETTINGS`).
 DEMO_SETTINGS = ("batch_size", "episode_pool_size", "num_workers", "decode", "device", "tolerance_s", "frame_cache_bytes",
                  "frame_cache_dir")
 BENCH_SETTINGS = ("decode", "batch_size", "num_workers", "episode_pool_size", "device", "image_dtype", "memory_format",
-                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", "decode_threads", "decode_processes",
+                  "tolerance_s", "data_files_root", "revision", "join_streams", "nvdec_engine", *ENGINE_SETTINGS,
                   "frame_cache_bytes", "frame_cache_dir", "episode_frames_bytes", "disk_cache_dir", "disk_cache_bytes",
                   "remote_concurrency", "partition", "table_cache_dir", "table_cache_bytes")
 

@@ -73,12 +73,64 @@ def test_num_workers_are_the_ranks_cores_less_one(cores, workers):
 
 
 def test_every_derived_setting_says_what_it_is():
-    """inspect and bench print each derived setting's name: each comes with what it is, in plain words."""
+    """inspect and bench print each derived setting's name: each comes with what it is, in plain words, declared
+    beside it in its resolver's part; `Resolved` is the parts at once, no field of its own."""
     from dataclasses import fields
 
     from dali_stream.loader.resolve import MEANING, Resolved
+    from dali_stream.loader.resolve_base import Part
 
-    assert set(MEANING) == {f.name for f in fields(Resolved)} - {"reasons"} and all(MEANING.values())
+    assert set(MEANING) == {f.name for f in fields(Resolved)} - {"why"} and all(MEANING.values())
+    parts = [c for c in Resolved.__mro__[1:] if issubclass(c, Part) and c is not Part]
+    assert {f.name for p in parts for f in fields(p)} == {f.name for f in fields(Resolved)}
+    assert all(f.metadata["what"] == MEANING[f.name] for p in parts for f in fields(p) if f.name != "why")
+
+
+def test_a_value_two_parts_give_is_refused():
+    """Each derived setting comes from exactly one resolver: a second part giving it is refused, naming it."""
+    from dataclasses import dataclass, field
+
+    from dali_stream.loader.resolve import _merged
+    from dali_stream.loader.resolve_base import Part
+    from dali_stream.loader.resolve_threads import sampling
+
+    @dataclass(frozen=True, kw_only=True)
+    class Again(Part):
+        drop_last: bool = field(metadata={"what": "an epoch's partial last batch is dropped, again"})
+
+    with pytest.raises(ValueError, match=r"\['drop_last'\] resolved twice \(by Again again\)"):
+        _merged(sampling(LoaderConfig()), Again(drop_last=False, why={"drop_last": "again"}))
+
+
+def test_each_engine_form_travels_to_make_engine_as_one_value():
+    """The Engines part gives, per route, every form's count under the keyword `EngineRoute.make_engine` takes it by:
+    the loader passes it on as it is (`loader.assemble.open_engines`), knowing no form."""
+    import inspect
+
+    from dali_stream.decode.route import EngineRoute
+
+    r = resolve(LoaderConfig(num_workers=2), facts(routes={"front": "nvdec-open", "top": "cpu-open"}, rank_cores=16,
+                                                   **H100))
+    assert r.engine_form("nvdec-open") == {"threads": 1, "processes": 7}
+    assert r.engine_form("cpu-open") == {"threads": 2, "processes": 0}
+    given = resolve(LoaderConfig(decode_processes=0, decode_threads=3), facts(routes={"a": "nvdec-open"}, **H100))
+    assert given.engine_form("nvdec-open") == {"threads": 3, "processes": 0}
+    make_engine = inspect.signature(EngineRoute.make_engine)
+    for name in ("nvdec-open", "cpu-open"):
+        make_engine.bind(None, device_index=None, sizes={}, **r.engine_form(name))  # every keyword one it takes
+
+
+def test_the_engine_settings_are_those_that_size_an_engine_form():
+    """`ENGINE_SETTINGS` (the settings marked `engine=True`: bench's flags, and what its CPU-route run leaves derived)
+    each change an engine route's form, and bench takes each as a flag."""
+    from dali_stream.config_groups import ENGINE_SETTINGS
+    from dali_stream.tools.cli_common import BENCH_SETTINGS
+
+    assert ENGINE_SETTINGS == ("decode_threads", "decode_processes") and set(ENGINE_SETTINGS) <= set(BENCH_SETTINGS)
+    cpu_open = facts(routes={"a": "cpu-open"}, rank_cores=4)
+    derived = resolve(LoaderConfig(), cpu_open).engine_form("cpu-open")
+    for name in ENGINE_SETTINGS:
+        assert resolve(LoaderConfig(**{name: 5}), cpu_open).engine_form("cpu-open") != derived, name
 
 
 def test_given_settings_win_and_say_so():
