@@ -59,8 +59,9 @@ LONG_FIRST = ("test_readme_install",  # 200: a fresh environment from the README
               "test_process_engine", "test_sample_data", "test_range_reads", "test_bench", "test_mixture_cli",
               "test_pipelines", "test_map_style", "test_depth", "test_clips", "test_frame_guard", "test_boundaries",
               "test_nv12")  # the last: ~30
-# ... and of those, the files whose tests are handed out one at a time rather than as the whole file (each is long,
-# and they share nothing costly to set up): test_docs alone took 400 s of one process while the others finished
+# ... and of those, the files whose tests are handed out one at a time rather than as the whole file (each test is
+# long; their module fixtures, small datasets, are written again by each process that runs one, seconds each):
+# test_docs alone took 400 s of one process while the others finished
 SPLIT = ("test_docs", "test_diagnose", "test_train")
 
 
@@ -80,7 +81,7 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class FilesAndLongTests(LoadFileScheduling):
+    class FilesAndLongTests(LoadFileScheduling):  # `_split_scope` is xdist's own hook for this (pinned: 3.8.0)
         def _split_scope(self, nodeid: str) -> str:
             return nodeid if _stem(nodeid) in SPLIT else super()._split_scope(nodeid)
 

@@ -1,12 +1,15 @@
-"""NVDEC's NV12 pictures to RGB in the batch's layout (HWC or CHW) and dtype (uint8, or float32 in [0, 1] as lerobot's
-`frames.float() / 255`), with the matrix and range FFmpeg converts the stream with (`decode.colour.Colour`).
+"""NVDEC's NV12 pictures to RGB, with the matrix and range FFmpeg converts the stream with (`decode.colour.Colour`), in
+HWC or CHW and uint8 or float32 in [0, 1] (torch's `frames.float() / 255` on the same device). The open engine takes
+HWC uint8, what the DALI graph's external source is fed (`packet_decoders.NvdecPacketDecoder`); the other layouts and
+dtypes are there for a batch laid out without the graph.
 
 One formula in integers, two ways to run it:
-- **fused** (CUDA): one elementwise kernel over the uint8 planes, compiled once per process by torch's jiterator
-  (NVRTC, which torch's CUDA builds carry: no compiler on the node). Each output element reads its luma sample and its
-  2x2 block's chroma pair through broadcast views and writes the batch's element: no temporary at all, one launch a
-  stack. Checked against the portable form on the first stack it converts; a kernel that does not compile or does
-  not agree is set aside for the process with a warning saying why, and the portable form converts.
+- **fused** (CUDA, even sizes): one elementwise kernel over the uint8 planes, compiled by torch's jiterator on first
+  use of each dtype in a process (NVRTC, which torch's CUDA builds carry: no compiler on the node). Each output element
+  reads its luma sample and its 2x2 block's chroma pair through broadcast views and writes the batch's element: no
+  temporary at all, one launch a stack. Checked against the portable form on the first stack of each layout and dtype
+  it converts; a kernel that does not build, launch or agree is set aside for the process with a warning saying why,
+  and the portable form converts (running out of memory is raised as it is).
 - **portable** (any device, the CPU's tests): the same integer arithmetic in torch operations, over bands of at most
   `BAND_BYTES` of 32-bit values (a few pictures, or rows of one), so the temporaries are a few bands whatever the
   stack's length or the pictures' size.
@@ -26,7 +29,7 @@ from typing import Any, Literal
 
 from .colour import Colour
 
-SHIFT = 16  # fraction bits: each coefficient within 2**-17 of swscale's, so a sum moves by < 0.003 of a level
+SHIFT = 16  # fraction bits: each coefficient within 2**-17 of swscale's, so a sum moves by < 0.004 of a level
 # 32-bit values in one band of the portable form: its temporaries are about three bands (the luma, the channel being
 # summed, the chroma) whatever the stack
 BAND_BYTES = 4 << 20
@@ -65,7 +68,7 @@ def nv12_to_rgb(nv12: Any, height: int, width: int, colour: Colour, layout: Layo
         raise ValueError(f"NV12 pictures of shape {tuple(nv12.shape)} cannot give {height}x{width}")
     shape = (len(flat), height, width, 3) if layout == "hwc" else (len(flat), 3, height, width)
     if fused is not False and _FUSED.usable(flat, height, width, fused):
-        out = _FUSED.convert(flat, height, width, colour, layout, dtype)
+        out = _FUSED.convert(flat, height, width, colour, layout, dtype, fused)
     else:
         out = torch.empty(shape, dtype=dtype, device=nv12.device)
         _portable(flat, out, colour, layout)
@@ -100,7 +103,8 @@ def _band(nv12: Any, out: Any, colour: Colour, layout: Layout, first: int, end: 
     top, bottom = 2 * first, min(height, 2 * end)
     scale, offset, r_cr, g_cb, g_cr, b_cb = fixed_point(colour)
     device = nv12.device
-    luma = torch.empty((n, 2 * (end - first), 2 * half_w), dtype=torch.int32, device=device)
+    shape = (n, 2 * (end - first), 2 * half_w)  # whole 2x2 blocks: an odd size's extra row or column is cut after
+    luma = (torch.zeros if shape[1:] != (bottom - top, width) else torch.empty)(shape, dtype=torch.int32, device=device)
     luma[:, :bottom - top, :width] = nv12[:, top:bottom, :width]
     luma.sub_(offset).mul_(scale).sub_(1 << (SHIFT - 1))  # less half a level: floor(x - 0.5) as swscale truncates
     chroma = nv12[:, rows + first:rows + end, :2 * half_w].reshape(n, end - first, half_w, 2).to(torch.int32).sub_(128)
@@ -131,44 +135,68 @@ template <typename T> T nv12_rgb(T y, T cb, T cr, T channel, int scale, int offs
   int v = ((int) y - offset) * scale + a * ((int) cb - 128) + b * ((int) cr - 128) - (1 << (shift - 1));
   v = v < 0 ? 0 : v >> shift;
   v = v > 255 ? 255 : v;
-  return normalise ? (T) ((float) v / 255.0f) : (T) v;
+  return normalise ? (T) ((float) v * (1.0f / 255.0f)) : (T) v;
 }
 """
 
 
 class _Fused:
-    """The fused kernel, made on first use in a process and checked on the first stack it converts (module doc);
-    `broken` says why it was set aside (None: it runs)."""
+    """The fused kernel, made on first use in a process and checked against the portable form on the first stack of
+    each layout and dtype it converts (module doc); `broken` says why it was set aside (None: it runs)."""
 
     def __init__(self) -> None:
         self.kernel: Any = None
-        self.checked = False
+        self.checked: set[tuple[str, Any]] = set()  # (layout, dtype) whose pictures were found equal
         self.broken: str | None = None
         self.lock = threading.Lock()
 
+    def why_not(self, device: Any, height: int, width: int) -> str | None:
+        """Why the kernel cannot convert pictures of `height` x `width` on `device` here (None: it can)."""
+        import torch
+
+        if self.broken:
+            return self.broken
+        if device.type != "cuda" or not torch.cuda.is_available():
+            return "not on a CUDA device"
+        return f"an odd size ({height}x{width}): it takes whole 2x2 blocks" if height % 2 or width % 2 else None
+
     def usable(self, nv12: Any, height: int, width: int, insist: bool | None) -> bool:
-        reason = self.broken or ("not on a CUDA device" if nv12.device.type != "cuda" else None) or (
-            f"an odd size ({height}x{width})" if height % 2 or width % 2 else None)
+        reason = self.why_not(nv12.device, height, width)
         if reason and insist:
             raise RuntimeError(f"the fused NV12 conversion cannot run: {reason}")
         return reason is None
 
-    def convert(self, nv12: Any, height: int, width: int, colour: Colour, layout: Layout, dtype: Any) -> Any:
+    def convert(self, nv12: Any, height: int, width: int, colour: Colour, layout: Layout, dtype: Any,
+                insist: bool | None = None) -> Any:
+        """The pictures through the kernel; checked on the first stack of their layout and dtype. Out of memory is
+        raised as it is; a kernel that does not build, launch or agree is set aside (`insist`: raised instead)."""
+        import torch
+
         try:
             out = self._launch(nv12, height, width, colour, layout, dtype)
-            if not self.checked:
-                with self.lock:
-                    want = nv12_to_rgb(nv12, height, width, colour, layout, dtype, fused=False)
-                    if not bool((out == want).all()):
-                        raise ValueError("its pictures differ from the portable form's")
-                    self.checked = True
-            return out
-        except Exception as exc:  # noqa: BLE001 - reported, then the portable form converts
-            self.broken = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            warnings.warn(f"the fused NV12 to RGB kernel is set aside ({self.broken}); pictures are converted by "
-                          "the portable form (dali_stream/decode/nv12.py), which holds a few bands of temporaries",
-                          RuntimeWarning, stacklevel=3)
-            return nv12_to_rgb(nv12, height, width, colour, layout, dtype, fused=False)
+        except torch.cuda.OutOfMemoryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - said, then the portable form converts
+            return self._set_aside(exc, insist, nv12, height, width, colour, layout, dtype)
+        if (layout, dtype) not in self.checked and out.numel():
+            want = nv12_to_rgb(nv12, height, width, colour, layout, dtype, fused=False)
+            if not torch.equal(out, want):
+                return self._set_aside(ValueError(f"its {layout} {dtype} pictures differ from the portable form's"),
+                                       insist, nv12, height, width, colour, layout, dtype)
+            with self.lock:
+                self.checked.add((layout, dtype))
+        return out
+
+    def _set_aside(self, exc: Exception, insist: bool | None, nv12: Any, height: int, width: int, colour: Colour,
+                   layout: Layout, dtype: Any) -> Any:
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        if insist:
+            raise RuntimeError(f"the fused NV12 conversion failed: {why}") from exc
+        self.broken = why
+        warnings.warn(f"the fused NV12 to RGB kernel is set aside ({why}); pictures are converted by the portable "
+                      "form (dali_stream/decode/nv12.py), which holds a few bands of temporaries", RuntimeWarning,
+                      stacklevel=4)
+        return nv12_to_rgb(nv12, height, width, colour, layout, dtype, fused=False)
 
     def _launch(self, nv12: Any, height: int, width: int, colour: Colour, layout: Layout, dtype: Any) -> Any:
         import torch
@@ -198,19 +226,17 @@ class _Fused:
 _FUSED = _Fused()
 
 
-def fused_runs(device: Any) -> bool:
-    """Whether the fused kernel converts pictures on `device` (a torch.device) in this process (it may still be set
-    aside on its first stack)."""
-    import torch
-
-    return device.type == "cuda" and _FUSED.broken is None and torch.cuda.is_available()
+def fused_runs(device: Any, height: int, width: int) -> bool:
+    """Whether the fused kernel converts pictures of `height` x `width` on `device` (a torch.device) in this process
+    (the first stack of each layout and dtype may still set it aside)."""
+    return _FUSED.why_not(device, height, width) is None
 
 
 def fused_state() -> str:
     """What the fused kernel is in this process, for reports: 'unused', 'checked', or why it was set aside."""
     if _FUSED.broken:
         return f"set aside: {_FUSED.broken}"
-    return "checked" if _FUSED.checked else "unused"
+    return f"checked ({len(_FUSED.checked)} layouts and dtypes)" if _FUSED.checked else "unused"
 
 
 def nv12_of_frame(frame: Any) -> Any:

@@ -181,8 +181,6 @@ class NvdecPacketDecoder:
         self.size = max_size
         # file -> its colour as FFmpeg reads it; shared by the engine's decoders, so each file is probed once
         self.colours = {} if colours is None else colours
-        # each picture converted as it comes out of its surface where the one-launch conversion runs (`decode`)
-        self.each = fused_runs(torch.device("cuda", device_index))
         self.dec = nvc.CreateDecoder(gpuid=device_index, codec=getattr(nvc.cudaVideoCodec, NVDEC_CODECS[codec]),
                                      cudacontext=primary_context(device_index), cudastream=self.stream.cuda_stream,
                                      usedevicememory=True, maxwidth=width, maxheight=height,
@@ -213,6 +211,9 @@ class NvdecPacketDecoder:
         kept: dict[tuple, list[tuple[int, Any]]] = {}  # (colour, picture shape) -> [(feed time, NV12 copy)]
         pts_all = feed.pts.tolist()
         convert_s = 0.0
+        # each picture converted as it leaves its surface where the one-launch conversion runs (the camera's size
+        # known and even, the kernel not set aside), else copied and converted as a stack
+        each = self.size is not None and fused_runs(self.torch.device("cuda", self.device_index), *self.size)
         with self.torch.cuda.stream(self.stream):
             for clip, (first, end) in enumerate(feed.clip_ranges()):
                 colour = self.colour(feed, clip, first, end)
@@ -220,14 +221,14 @@ class NvdecPacketDecoder:
                     buf = np.frombuffer(unit, np.uint8)  # alive until Decode returns: the parser copies it
                     packet = nvc.PacketData()
                     packet.bsl_data, packet.bsl, packet.pts = int(buf.ctypes.data), int(buf.size), int(pts)
-                    convert_s += self._keep(self.dec.Decode(packet), wanted, kept, colour)
+                    convert_s += self._keep(self.dec.Decode(packet), wanted, kept, colour, each)
                 eos = nvc.PacketData()
                 eos.bsl_data, eos.bsl = 0, 0  # end of stream: the clip's pictures still held come out
-                convert_s += self._keep(self.dec.Decode(eos), wanted, kept, colour)
+                convert_s += self._keep(self.dec.Decode(eos), wanted, kept, colour, each)
             t0 = time.perf_counter()
             out: dict[int, Any] = {}
             for (colour, shape), pictures in kept.items():
-                if self.each:
+                if each:
                     out.update(pictures)
                     continue
                 height, width = self._size(shape)
@@ -236,7 +237,7 @@ class NvdecPacketDecoder:
             convert_s += time.perf_counter() - t0
         return out, convert_s
 
-    def _keep(self, frames, wanted: set, kept: dict, colour: Colour) -> float:
+    def _keep(self, frames, wanted: set, kept: dict, colour: Colour, each: bool) -> float:
         """Copy the asked ones of `frames` into `kept`; the seconds it took."""
         convert_s = 0.0
         for frame in frames:
@@ -253,7 +254,7 @@ class NvdecPacketDecoder:
                                   "the PyNvVideoCodec the engine was written for (2.2); use nvdec_engine='dali'")
             # converted or copied on this decoder's stream, before the decoder's next call may overwrite the surface
             kept.setdefault((colour, tuple(nv12.shape)), []).append(
-                (pts, nv12_to_rgb(nv12, *self._size(nv12.shape), colour) if self.each else nv12.clone()))
+                (pts, nv12_to_rgb(nv12, *self._size(nv12.shape), colour) if each else nv12.clone()))
             convert_s += time.perf_counter() - t0
         return convert_s
 

@@ -101,6 +101,8 @@ def test_a_kernel_that_cannot_run_is_set_aside_with_a_warning():
     assert fused.broken and not fused.usable(nv12, 8, 8, None)
     with pytest.raises(RuntimeError, match="cannot run: .*" + fused.broken.split(":")[0]):
         fused.usable(nv12, 8, 8, True)
+    with pytest.raises(RuntimeError, match="fused NV12 conversion failed"):  # insisting: raised, not set aside
+        nv12_module._Fused().convert(nv12, 8, 8, Colour(), "hwc", torch.uint8, insist=True)
 
 
 _PEAK = """

@@ -58,7 +58,7 @@ def _parts(loader, key, every=5):
 def test_the_packet_feed_reaches_the_decoder_as_built(four_codec_dataset, nvdec, camera, each, monkeypatch):
     """`each`: every picture converted as it leaves its surface, as where the fused conversion runs (CUDA), else
     the pictures copied out and converted as a stack once the feed is decoded."""
-    monkeypatch.setattr(packet_decoders, "fused_runs", lambda device: each)
+    monkeypatch.setattr(packet_decoders, "fused_runs", lambda device, height, width: each)
     key = f"observation.images.{camera}"
     with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
         size = (loader.meta.cameras[key].height, loader.meta.cameras[key].width)

@@ -32,7 +32,7 @@ def test_the_fused_kernel_gives_the_portable_pictures(colour, layout, dtype):
     portable = nv12_to_rgb(nv12, 480, 640, colour, layout, dtype, fused=False)
     assert fused.is_cuda and fused.dtype == dtype and fused.shape == portable.shape
     assert torch.equal(fused, portable)
-    assert nv12_module.fused_state() == "checked"
+    assert nv12_module.fused_state().startswith("checked")
 
 
 def test_a_coded_size_is_cut_and_an_odd_size_goes_portable():
