@@ -113,6 +113,28 @@ def test_an_epoch_is_every_members_samples_with_masks(embodiments, refs):
     assert {n: sum(1 for m, _ in seen if m == n) for n in names} == frames
 
 
+def test_a_dataloader_around_a_mixtures_dataset(embodiments, refs):
+    """`loader.dataset` of a mixture in torch's DataLoader (`__getitems__`, `plan.picked` over the mixture's plan):
+    samples of both members asked together, repeats and edges included, are each member's own samples as lerobot
+    reads them (masks for the camera one member lacks), and each equals the sample asked alone."""
+    loader = StreamLoader(_mix(embodiments, "arm6", "arm7"), decode="cpu", **ARGS)
+    names, n = loader.meta.member_names, len(loader.dataset)
+    asked = [0, n - 1, 5, 5, n // 2, 1, n - 2, 3, 40]
+    together = loader.dataset.__getitems__(asked)
+    assert len(together) == len(asked) and loader.dataset.stats()["builds"] == 2  # 9 samples: builds of at most 8
+    members = [_check_sample({k: v if k == "task" else v.numpy() for k, v in s.items()}, names, refs, OWN)
+               for s in together]
+    assert set(members) == {"arm6", "arm7"}
+    alone = StreamLoader(_mix(embodiments, "arm6", "arm7"), decode="cpu", **ARGS)
+    for got, i in zip(together, asked):
+        want = alone.dataset[i]
+        assert set(got) == set(want)
+        for key, value in got.items():
+            assert value == want[key] if key == "task" else torch.equal(value, want[key]), (i, key)
+    loader.close()
+    alone.close()
+
+
 def test_cameras_of_different_sizes_need_resize(embodiments, refs):
     with pytest.raises(ConfigError, match=r"camera 'observation.images.front' has different sizes.*arm6: 96x128, "
                                           r"big: 120x160.*resize="):
