@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from .mixture import Member, Mixture
 
 # what this module has always offered its importers, now declared in config_groups
-__all__ = ["LoaderConfig", "LoaderCall", "loader_signature", "open_meta_signature", "as_dict", "pool_size", "GROUPS",
+__all__ = ["LoaderConfig", "LoaderCall", "loader_signature", "open_meta_signature", "dali_source_signature", "as_dict", "pool_size", "GROUPS",
            "SamplingConfig", "DecodeConfig", "OutputConfig", "CacheConfig", "StorageConfig", "WorldConfig", "Decode",
            "NvdecEngine", "ImageDtype", "MemoryFormat", "DepthOutputUnit", "DECODE_CHOICES", "NVDEC_ENGINES",
            "IMAGE_DTYPES", "MEMORY_FORMATS", "DEPTH_OUTPUT_UNITS", "DEFAULT_CACHE_BYTES", "DEFAULT_INDEX_BYTES",
@@ -190,6 +190,13 @@ class _OpenMetaCall(LoaderCall):
     source: Union[str, Mixture, Sequence[Union[str, Member]], None] = field(default=None, kw_only=False)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _DaliSourceCall(LoaderCall):
+    """The arguments of `dali_stream.dali.Source(...)`: a `StreamLoader`'s, or a `StreamLoader` itself."""
+
+    source: Any = field(default=None, kw_only=False)
+
+
 def _method_typed_as(model: Callable[P, Any]) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
     """A decorator giving a method taking `**settings` the signature of `model`'s constructor (after `self`), for a
     type checker; at run time the method is left as it is."""
@@ -203,6 +210,7 @@ def _typed_as(model: Callable[P, Any]) -> Callable[[Callable[..., R]], Callable[
 
 # `StreamLoader.__init__`'s and `open_meta`'s keywords as a type checker and an editor see them: LoaderCall's fields
 loader_signature = _method_typed_as(LoaderCall)
+dali_source_signature = _method_typed_as(_DaliSourceCall)  # `dali_stream.dali.Source.__init__`'s
 open_meta_signature = _typed_as(_OpenMetaCall)
 
 

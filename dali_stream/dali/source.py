@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..config import dali_source_signature
 from ..errors import (
     BatchSizeMismatchError,
     ConfigError,
@@ -77,6 +78,7 @@ class Source:
     `device_id=source.device_id`, and the iterator `DALIGenericIterator(pipe, **source.iterator_args())`.
     """
 
+    @dali_source_signature  # its keywords, for a type checker and an editor: StreamLoader's (config.py says how)
     def __init__(self, source: Any = None, *, config: LoaderConfig | None = None, repo_id: str | None = None,
                  root: str | os.PathLike | None = None, **settings: Any) -> None:
         from ..loader import StreamLoader

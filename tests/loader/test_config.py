@@ -109,9 +109,9 @@ def test_torch_dtypes_name_the_image_dtype():
 
 
 def test_typed_keywords_come_from_the_config_and_a_type_checker_sees_them(tmp_path):
-    """`StreamLoader(source, **settings)` and `open_meta` are typed with `LoaderCall`'s signature (LoaderConfig's
-    fields and the loader's own four arguments), so an editor completes them and mypy refuses a misspelt setting or a
-    value of the wrong type, with no second list of the settings."""
+    """`StreamLoader(source, **settings)`, `open_meta` and `dali_stream.dali.Source` are typed with `LoaderCall`'s
+    signature (LoaderConfig's fields and the loader's own four arguments), so an editor completes them and mypy refuses
+    a misspelt setting or a value of the wrong type, with no second list of the settings."""
     import inspect
     import subprocess
     import sys
@@ -119,9 +119,10 @@ def test_typed_keywords_come_from_the_config_and_a_type_checker_sees_them(tmp_pa
 
     from dali_stream import open_meta
     from dali_stream.config import LoaderCall
+    from dali_stream.dali import Source
 
     own = [f.name for f in dataclasses.fields(LoaderCall) if f.name not in LoaderConfig.names()]
-    for function in (StreamLoader.__init__, open_meta):
+    for function in (StreamLoader.__init__, open_meta, Source.__init__):
         params = [p.name for p in inspect.signature(function).parameters.values()
                   if p.name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD]
         assert params == ["source", "config", "repo_id", "root"] and sorted(own) == sorted(params), function
@@ -132,15 +133,19 @@ def test_typed_keywords_come_from_the_config_and_a_type_checker_sees_them(tmp_pa
                     "StreamLoader('x', batch_size='8')\n"
                     "mode = 'gpu' if len('x') else 'cpu'\n"
                     "StreamLoader(repo_id='a/b', decode=mode, resize=[48, 64], episodes=range(3), device=None)\n"
-                    "open_meta('x', revison='main')\n")
+                    "open_meta('x', revison='main')\n"
+                    "from dali_stream.dali import Source\n"
+                    "Source('x', batch_size=4, seed=1)\n"
+                    "Source('x', shufle=True)\n")
     repo = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent", str(code)],
                          capture_output=True, text=True, cwd=repo, timeout=300)
     errors = [line for line in out.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 3, out.stdout
+    assert len(errors) == 4, out.stdout
     assert 'Unexpected keyword argument "batch_sise"' in errors[0] and "use.py:3" in errors[0]
     assert 'Argument "batch_size"' in errors[1] and '"str"' in errors[1] and "use.py:4" in errors[1]
     assert 'Unexpected keyword argument "revison" for "open_meta"' in errors[2] and "use.py:7" in errors[2]
+    assert 'Unexpected keyword argument "shufle" for "Source"' in errors[3] and "use.py:10" in errors[3]
 
 
 def test_every_setting_sits_in_one_documented_group():
