@@ -208,7 +208,7 @@ class NvdecPacketDecoder:
         one picture or sixteen."""
         nvc = self.nvc
         wanted = set(feed.wanted.tolist())
-        kept: dict[tuple, list[tuple[int, Any]]] = {}  # (colour, picture shape) -> [(feed time, NV12 copy)]
+        kept: dict[tuple, list[tuple[int, Any]]] = {}  # (colour, NV12 shape) -> [(feed time, NV12 copy, or RGB: each)]
         pts_all = feed.pts.tolist()
         convert_s = 0.0
         # each picture converted as it leaves its surface where the one-launch conversion runs (the camera's size

@@ -12,13 +12,13 @@ import torch
 from dali_stream.decode import nv12 as nv12_module
 from dali_stream.decode.colour import Colour
 from dali_stream.decode.nv12 import nv12_to_rgb
+from tests.decode.test_nv12 import _pictures as random_nv12
 
 pytestmark = pytest.mark.gpu
 
 
 def _pictures(n: int, height: int, width: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(1)
-    return torch.randint(0, 256, (n, height * 3 // 2, width), dtype=torch.uint8, generator=generator).cuda()
+    return random_nv12(n, height, width).cuda()
 
 
 @pytest.mark.parametrize("colour", [Colour(), Colour(1, False), Colour(2, True)], ids=str)
