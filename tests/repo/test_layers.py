@@ -313,6 +313,30 @@ def test_the_cache_rule_catches_every_spelling(code):
     assert not cache_reaches("results.put((job, 1))\nself._jobs.put(None)\nkeep = batch.keep\nkeep(names, frames)")
 
 
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+def test_in_a_running_loader_only_the_wrapper_holds_the_frame_cache(small_dataset, decode):
+    """What is reached, whatever the names: after an epoch with the decoded-frame cache on, the objects of graph/
+    that hold the cache (found through the garbage collector's referrers, not through any attribute's name) are
+    `CachedFrames` and the kit that built it; the sources' decode helpers only ever get its `put` in a batch."""
+    import gc
+
+    from dali_stream import StreamLoader
+    from dali_stream.decode.frame_cache import FrameCache
+
+    with StreamLoader(str(small_dataset), batch_size=2, device="cpu", decode=decode, frame_cache_bytes=1 << 28,
+                      num_workers=1) as loader:
+        for _ in loader:
+            pass
+        gc.collect()
+        caches = [o for o in gc.get_objects() if type(o) is FrameCache]  # isinstance would wake lazy modules
+        referrers = [ref for cache in caches for ref in gc.get_referrers(cache)]  # an instance, or its __dict__
+        holders = {type(ref) for ref in referrers if not isinstance(ref, dict)} | {
+            type(owner) for ref in referrers if isinstance(ref, dict)
+            for owner in gc.get_referrers(ref) if getattr(owner, "__dict__", None) is ref}
+    in_graph = {t.__name__ for t in holders if t.__module__.startswith("dali_stream.graph")}
+    assert caches and "CachedFrames" in in_graph and in_graph <= {"CachedFrames", "SourceKit"}, in_graph
+
+
 # Where a route may be found by its name: a name read back from a report (diagnose's per-member routes) and the
 # registry's own module. Everywhere else a route travels as the `Route` object the settings' edge chose.
 NAMED_AT_THE_EDGE = {"decode/route.py", "tools/diagnose_dataset.py"}
