@@ -151,7 +151,10 @@ def test_ctrl_c_ends_a_loader_with_decode_processes_quickly(four_codec_dataset, 
     KeyboardInterrupt within 5 s, and no decode process left."""
     script = tmp_path / "train.py"
     script.write_text(textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
+        # Ctrl-C as a terminal delivers it: started under a non-interactive shell's `&` (a CI script, a stress loop)
+        # the test inherits SIGINT ignored, and Python then installs no handler: no Ctrl-C could stop the script
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from dali_stream import StreamLoader
         print("script started", flush=True)
         loader = StreamLoader({str(four_codec_dataset)!r}, batch_size=6, decode="cpu-open", device="cpu",
