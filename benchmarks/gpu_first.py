@@ -16,7 +16,8 @@ part written to DIR as soon as it is measured (`gpu_first.json`, `summary.md`), 
 it got:
 1. preflight: the driver (nvidia-smi), PyNvVideoCodec's import and the driver libraries it needs
    (libnvcuvid, libnvidia-encode), CUDA's start and the first conversion kernel's launch (PTX compiled on first
-   use) timed apart from the second;
+   use) timed apart from the second; the fused NV12 kernel against its portable form, every layout and dtype, both
+   timed (`nv12`);
 2. per dataset (H.264, HEVC, H.264 at 256x256) and mode (one frame per camera; an 8-step window of consecutive frames
    per camera), at 1 and 4 decode threads (`--threads`; 2 and 7 were measured twice on H200s): batches of 64 planned
    as the loader plans them (pool of 16), fetched from the dataset (fetch stage), fed as packets (`decode.feed`) to

@@ -154,7 +154,7 @@ def room_warning(bound: int, decoded: int, ranks: int, available: int | None) ->
 
 
 class FrameCache:
-    """Decoded frames by (file, pts): `get` / `put`, bounded in memory, spilled to a folder past the bound.
+    """Decoded frames by (file, pts): `look` / `holds` / `put`, bounded in memory, spilled to a folder past the bound.
 
     `stamp(path)`: the file's identity (`file_stamp` on its file system), asked once per file. `labels`: camera key
     -> how its frames are kept (`kept_as`), for the cameras the cache serves."""

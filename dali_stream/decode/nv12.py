@@ -17,8 +17,8 @@ One formula in integers, two ways to run it:
 The arithmetic is swscale's in fixed point with `SHIFT` fraction bits: luma `(Y - 16) * 255 / 219` (limited range),
 chroma `(C - 128) * 255 / 224` times the matrix's coefficient, each 2x2 block of pixels sharing its chroma sample,
 the sum less half a level, floored and clamped to 0-255. The floating-point conversion it replaced (three float
-planes of a slice of 16 pictures) is within 1 level of it on the colour check's pictures (`tests/decode/
-test_nv12.py`), and both within 2 of FFmpeg's own decode (`tests/decode/test_colour.py`).
+planes of a slice of 16 pictures) is within 1 level of it on random pictures (`tests/decode/test_nv12.py`) and
+on the colour check's (`tests/decode/test_colour.py`), which also holds it within 2 of FFmpeg's own decode.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ NVDEC decoder across streams (each clip's sequence header is parsed anew; a stre
 set here from the camera's size, reconfigures the decoder, `cuvidReconfigureDecoder`, instead of creating one) and
 hands frames over by DLPack. Writing our own binding of `nvcuvid` would repeat all of that. Its RGB conversion is
 not used: it takes BT.709 for untagged video where FFmpeg takes BT.601, so frames come out as NV12 and are
-converted by `decode.colour` as FFmpeg would convert the same stream.
+converted by `decode.nv12` with the matrix and range `decode.colour` reads, as FFmpeg would convert the same stream.
 
 CUDA context and streams (NVDEC): the decoder runs in the device's primary context, the one torch and DALI use
 (retained through the driver API, never created), so no context is pushed or switched between libraries. Each
@@ -151,8 +151,8 @@ def probe_colour(codec: str, units: list[bytes], pts: list[int]) -> Colour:
 class NvdecPacketDecoder:
     """An NVDEC decoder through PyNvVideoCodec, fed packets, frames out as RGB (H, W, 3) uint8 CUDA tensors.
 
-    NVDEC hands out NV12 (`OutputColorType.NATIVE`), converted here with the matrix and range FFmpeg uses for the
-    same stream (`decode.colour`; PyNvVideoCodec's own RGB takes BT.709 for untagged video, FFmpeg BT.601), so
+    NVDEC hands out NV12 (`OutputColorType.NATIVE`), converted here (`decode.nv12`) with the matrix and range FFmpeg uses for
+    the same stream (`decode.colour`; PyNvVideoCodec's own RGB takes BT.709 for untagged video, FFmpeg BT.601), so
     this route's colours are every other route's. A picture of another size than `max_size` (the camera's, from
     meta/info.json) never reaches it: the engine refuses the segment first (`OpenDecoders._check_sizes`)."""
 
@@ -201,8 +201,9 @@ class NvdecPacketDecoder:
 
         Where the fused conversion runs (`decode.nv12`: one kernel, CUDA), each asked picture is converted straight
         out of its surface as it comes, one launch, before the decoder's next call may overwrite the surface
-        (`each`). Elsewhere each is copied out (one launch) and the copies of one stream are converted together once
-        the feed is decoded: the portable conversion is a few dozen small kernels, which launched per picture took
+        (`each`): the camera's size known and even. Elsewhere each is copied out (one launch) and the copies of one
+        stream are converted together once the feed is decoded, by the fused kernel where the coded size is even and
+        it runs, else by the portable form: the portable conversion is a few dozen small kernels, which launched per picture took
         half a decode thread's time and, from several decode threads at once, queued on the GIL (thread-ms of the
         conversion 1.3 a sample at one thread, 15 at seven, on an H100); launched per stack they cost the same for
         one picture or sixteen."""

@@ -19,7 +19,8 @@ tested without a GPU.
 Faults: a process that dies (killed, out of memory, a library that ends it) breaks the pool; the pool is started again
 and the batch's chunks of that camera decoded again, once (`RETRIES`): the frames are the same, since a chunk's
 pictures are known by their times, never by the process that decoded them. A batch that breaks the pool twice raises
-`DecodeError` naming the camera, episodes and exit status; a chunk that gets no answer in `ANSWER_S` seconds too.
+`DecodeError` naming the camera, episodes and exit status; so does one whose chunks of a camera get no answer in
+`ANSWER_S` seconds twice (the first time the processes are taken for hung and started anew, as for a death).
 Never a wrong or missing frame: a decoder that drops a picture is named as in the threaded engine. `close()` ends
 every process (joined); Ctrl-C reaches the loader's process only (the decode processes ignore SIGINT and end when it
 closes them). The processes are spawned (a forked CUDA context is unusable) without running the caller's script

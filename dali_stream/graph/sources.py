@@ -16,7 +16,7 @@ camera's batch tensor laid out already (`host`). Which source a camera gets is i
 - `TableImages` (`graph.table_images`): a camera stored as images in the frame tables, laid out by the workers.
 
 A camera whose frames the decoded-frame cache keeps has its source behind `CachedFrames`, the one place in the graph
-that reaches the cache: it names the samples' frames, takes those held, and hands the source where to report those
+that reaches the cache (besides `graph.source_kit`, which builds it): it names the samples' frames, takes those held, and hands the source where to report those
 it decodes (`CameraBatch.keep`, the cache's `put`); the sources themselves never hold the cache.
 """
 

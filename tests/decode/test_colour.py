@@ -1,7 +1,7 @@
 """The colour check: every route's RGB against FFmpeg's own decode of the same packets (the `ffmpeg` command), on
 saturated bars and ramps (dali_stream/tools/colour_bars.py), untagged and tagged BT.709, limited and full range,
 H.264/HEVC/AV1/VP9: at most 2 levels apart per channel. The painted ids are grey and cannot see a wrong matrix.
-CPU routes here; the NVDEC routes in tests/gpu/test_gpu.py (test_colour_on_nvdec). NVDEC's own NV12 conversion
+CPU routes here; the NVDEC routes in tests/gpu/test_gpu.py (test_colour_on_dalis_nvdec, test_colour_on_the_open_engine). NVDEC's own NV12 conversion
 (`decode.nv12`, used by nvdec-open) is checked here on FFmpeg's decoded planes."""
 
 from __future__ import annotations
@@ -98,8 +98,8 @@ def test_nvdec_open_conversion_gives_ffmpegs_colours(clips, codec, tagging):
     assert _far(rgb, ffmpeg_rgb(path)) <= TOLERANCE
     nv12 = torch.stack([nv12_of_frame(f) for f in decoded] * 3)
     assert _far(float_nv12_to_rgb(nv12, height, width, colour).numpy(), np.concatenate([rgb] * 3)) <= 1
-    # the engine converts a decode call's pictures of one stream as one stack, a band at a time: the same values, to
-    # the level, for a stack longer than a band, in any leading shape
+    # where the engine converts a decode call's pictures of one stream as one stack (off the fused kernel), it goes a
+    # band at a time: the same values, to the level, for a stack longer than a band, in any leading shape
     assert nv12.numel() * 4 > BAND_BYTES
     stacked = nv12_to_rgb(nv12, height, width, colour).numpy()
     assert np.array_equal(stacked, np.concatenate([rgb] * 3))
