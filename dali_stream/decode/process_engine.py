@@ -22,8 +22,9 @@ pictures are known by their times, never by the process that decoded them. A bat
 `DecodeError` naming the camera, episodes and exit status; so does one whose chunks of a camera get no answer in
 `ANSWER_S` seconds twice (the first time the processes are taken for hung and started anew, as for a death).
 Never a wrong or missing frame: a decoder that drops a picture is named as in the threaded engine. `close()` ends
-every process (joined); Ctrl-C reaches the loader's process only (the decode processes ignore SIGINT and end when it
-closes them). The processes are spawned (a forked CUDA context is unusable) without running the caller's script
+every process (joined) and none starts after it (a batch being decoded then ends unfinished, undelivered); Ctrl-C
+reaches the loader's process only (the decode processes ignore SIGINT and end when it closes them). The processes
+are spawned (a forked CUDA context is unusable) without running the caller's script
 (`decode.spawning`): a training script needs no `if __name__ == "__main__":` guard for them.
 """
 
@@ -35,7 +36,7 @@ import os
 import signal
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import CancelledError, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Mapping
@@ -71,6 +72,7 @@ class ProcessEngine:
         self._lock = threading.Lock()  # the loader's worker threads decode batches at once: one pool, counted once
         self._procs: dict[ProcessPoolExecutor, list] = {}  # every pool's processes (a broken pool forgets its own)
         self.restarts = 0  # pools started again after a process died
+        self._closed = False  # set by close(): no pool is started again, a batch whose chunks it cut short ends
         self.samples = self.feeds = self.clips = self.packets = self.decoded = 0
         self.seconds = dict.fromkeys(("feed", "decoder", "convert", "stack", "sync", "wait"), 0.0)
         self._start()
@@ -78,6 +80,8 @@ class ProcessEngine:
     def _start(self) -> ProcessPoolExecutor:
         """The pool, its processes spawned now (they import and start while the loader builds its first batch)."""
         with self._lock:
+            if self._closed:
+                raise self._closed_error()
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(self.processes, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_begin, initargs=(self._spec,))
@@ -151,10 +155,13 @@ class ProcessEngine:
                 with self._lock:
                     self.seconds["wait"] += time.perf_counter() - t0
                 return answers
-            except BrokenProcessPool:
-                why = f"a decode process ended ({self._ended(pool)})"
-            except FutureTimeout:
-                why = f"a decode process gave no answer in {ANSWER_S:.0f} s"
+            except (BrokenProcessPool, CancelledError, FutureTimeout) as exc:
+                if self._closed:  # close() ended the processes under this batch: nobody takes it, nothing restarts
+                    raise self._closed_error() from None
+                if isinstance(exc, CancelledError):
+                    raise
+                why = (f"a decode process gave no answer in {ANSWER_S:.0f} s" if isinstance(exc, FutureTimeout)
+                       else f"a decode process ended ({self._ended(pool)})")
             with self._lock:
                 if self._pool is pool:  # not already replaced by another thread that saw the same break
                     self._pool = None
@@ -168,6 +175,11 @@ class ProcessEngine:
             f"{camera!r} of episodes {sorted({s.episode for s in segs})}, and again after its processes were started "
             f"anew: killed from outside (the kernel's memory killer: see `dmesg`), or a decoder that ends its process; "
             f"decode_processes=0 decodes in the loader's own process, decode={{{camera!r}: 'cpu'}} with torchcodec")
+
+    def _closed_error(self) -> RuntimeError:
+        return RuntimeError(f"the open-decoder engine ({self.route}, {self.processes} decode processes) was closed "
+                            f"(its loader's close(), or the interpreter's exit) while a batch was being decoded: "
+                            f"that batch is not delivered")
 
     def _ended(self, pool: ProcessPoolExecutor) -> str:
         """The exit status of the pool's process that ended (negative: the signal that ended it)."""
@@ -206,6 +218,7 @@ class ProcessEngine:
         """End every decode process (each closes its decoders as it exits); joined, also with `wait=False` (a
         finalizer's close: running chunks are not waited for)."""
         with self._lock:
+            self._closed = True
             pool, self._pool = self._pool, None
             processes = self._procs.get(pool, []) if pool is not None else []
             self._procs.clear()

@@ -20,7 +20,7 @@ import pytest
 from dali_stream import DecodeError, StreamLoader
 from dali_stream.decode import process_engine
 from tests.loader.test_boundaries import check_every_frame
-from tests.support.processes import alive
+from tests.support.processes import alive, children
 from tests.support.take import same_batches, take
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,6 +131,37 @@ def test_close_leaves_no_decode_process(four_codec_dataset):
         pids = _engine(loader)["pids"]
         assert len(pids) == 2 and all(alive(p) for p in pids)
     assert not any(alive(p) for p in pids)
+
+
+_REAL_DECODE = process_engine._decode
+
+
+def _slow(*args):
+    """A chunk in a decode process that takes a second more (spawned processes import this module to find it)."""
+    time.sleep(1.0)
+    return _REAL_DECODE(*args)
+
+
+def test_no_decode_process_starts_after_close(four_codec_dataset, monkeypatch):
+    """close() while the workers decode batches ahead (an iterator still held, so they are not waited for): the
+    chunks it cuts short are not decoded again in new processes. No process of this one's is alive after close()
+    that was not before, nor starts later (a batch's retry once waited up to 3 s for the exit status, then started
+    a new pool that lived as long as this process)."""
+    before = set(children(os.getpid(), "spawn_main"))
+    monkeypatch.setattr(process_engine, "_decode", _slow)
+    loader = StreamLoader(str(four_codec_dataset), **SETTINGS, decode_processes=2)
+    batches = iter(loader)
+    try:
+        next(batches)  # the workers go on with the batches ahead, a second a chunk
+        time.sleep(0.3)
+        loader.close()
+        time.sleep(4)
+        left = [p for p in children(os.getpid(), "spawn_main") if p not in before]
+        assert not left, f"decode processes alive after close(): {left}"
+    finally:
+        batches.close()
+        for p in set(children(os.getpid(), "spawn_main")) - before:
+            os.kill(p, signal.SIGKILL)
 
 
 def test_memory_per_decode_process_is_bounded(four_codec_dataset):
