@@ -43,7 +43,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import DecodeError
+from ..errors import DaliStreamError, DecodeError
 from .engine_parts import check_sizes, failed, hand_over, missing_error, mixed_sizes, split
 from .feed import Feed, build_feed
 from .spawning import without_main
@@ -176,8 +176,8 @@ class ProcessEngine:
             f"anew: killed from outside (the kernel's memory killer: see `dmesg`), or a decoder that ends its process; "
             f"decode_processes=0 decodes in the loader's own process, decode={{{camera!r}: 'cpu'}} with torchcodec")
 
-    def _closed_error(self) -> RuntimeError:
-        return RuntimeError(f"the open-decoder engine ({self.route}, {self.processes} decode processes) was closed "
+    def _closed_error(self) -> DaliStreamError:
+        return DaliStreamError(f"the open-decoder engine ({self.route}, {self.processes} decode processes) was closed "
                             f"(its loader's close(), or the interpreter's exit) while a batch was being decoded: "
                             f"that batch is not delivered")
 
