@@ -15,6 +15,8 @@ deadlock every thread start)."""
 from __future__ import annotations
 
 import atexit
+import concurrent.futures.process  # noqa: F401 - its exit hook registered before ours, so ours runs first (below)
+import concurrent.futures.thread  # noqa: F401 - the same
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -59,8 +61,10 @@ def close_open_loaders() -> None:
 # an end-of-work sentinel (concurrent.futures' own hook). A KeyboardInterrupt that lands in `submit` between a new
 # worker's start and its registration leaves a thread nobody hands one: it waits for work forever, and the exit
 # that joins it never ends (Ctrl-C before the first batch, about 1 run in 40 with pieces cut ahead).
-# Closing the loaders in threading's own exit hooks, which run before those joins and after concurrent.futures'
-# (registered first, run last), shuts every pool down: `shutdown` wakes registered and orphaned workers alike.
+# Closing the loaders in threading's own exit hooks, which run before those joins and before concurrent.futures' own
+# (those run in reverse order of registering, and both of its modules are imported above, so theirs are registered
+# first and run last: the process pools of decode and transform processes included, which the loader may import only
+# later), shuts every pool down: `shutdown` wakes registered and orphaned workers alike.
 _register_exit = getattr(threading, "_register_atexit", None)
 if _register_exit is not None:
     _register_exit(close_open_loaders)

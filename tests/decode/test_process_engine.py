@@ -125,6 +125,28 @@ def _die(*args):
     os._exit(9)
 
 
+def test_a_loader_left_open_at_exit_is_closed_before_the_process_pools_are_joined(four_codec_dataset, tmp_path):
+    """A script that ends mid-epoch without closing its loader: the loaders are closed in the interpreter's first
+    exit hook, before concurrent.futures joins its process pools (imported only when the decode processes start), so
+    the script ends at once and leaves no decode process."""
+    script = tmp_path / "left_open.py"
+    script.write_text(textwrap.dedent(f"""
+        import threading
+        from dali_stream import StreamLoader
+        loader = StreamLoader({str(four_codec_dataset)!r}, batch_size=6, decode="cpu-open", device="cpu",
+                              decode_processes=2)
+        next(iter(loader))
+        hooks = [getattr(h, "func", h).__name__ for h in threading._threading_atexits]
+        print("pids", *loader.stats()["engines"]["cpu-open"]["pids"], flush=True)
+        print("last hook", hooks[-1], "of", hooks, flush=True)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pids, hooks = proc.stdout.splitlines()[:2]
+    assert hooks.startswith("last hook close_open_loaders of"), hooks  # run first: threading runs them in reverse
+    assert not any(alive(int(p)) for p in pids.split()[1:])
+
+
 def test_close_leaves_no_decode_process(four_codec_dataset):
     with StreamLoader(str(four_codec_dataset), **SETTINGS, decode_processes=2) as loader:
         next(iter(loader))
