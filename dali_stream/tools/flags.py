@@ -53,9 +53,10 @@ def add_loader_flags(parser: argparse.ArgumentParser, names: Iterable[str], **de
         f = fields[name]
         default = defaults.get(name, None if f.default is dataclasses.MISSING else f.default)
         flags = ("--" + name.replace("_", "-"), *ALIASES.get(name, ()))
-        parser.add_argument(*flags, dest=name, type=kind, choices=choices, default=default,
-                            help=f"{f.metadata['help']} (default: %(default)s)".replace("%", "%%")
-                            .replace("%%(default)s", "%(default)s"))
+        said = f.metadata["help"].replace("%", "%%")
+        if name in defaults or "(default" not in said:  # a setting whose help says its default rule keeps that alone
+            said += " (default: %(default)s)"
+        parser.add_argument(*flags, dest=name, type=kind, choices=choices, default=default, help=said)
 
 
 def loader_settings(args: argparse.Namespace, names: Iterable[str]) -> dict[str, Any]:

@@ -85,8 +85,10 @@ def test_flags_come_from_the_config():
     args = parser.parse_args(["--pool", "4", "--decode", "cpu", "--tolerance-s", "1e-3"])
     assert loader_settings(args, ("batch_size", "episode_pool_size", "decode", "tolerance_s", "device")) == {
         "batch_size": 8, "episode_pool_size": 4, "decode": "cpu", "tolerance_s": 1e-3, "device": None}
-    text = parser.format_help()
-    assert LoaderConfig().help("episode_pool_size") in " ".join(text.split())
+    text = " ".join(parser.format_help().split())
+    assert LoaderConfig().help("episode_pool_size") in text
+    # one default each: a setting whose help says its default rule (device) is not also given "(default: None)"
+    assert "(default: 8)" in text and "else cpu)" in text and "(default: None)" not in text, text
     with pytest.raises(SystemExit):
         parser.parse_args(["--decode", "nvdec"])
 
