@@ -145,6 +145,22 @@ def resolve_checkpoint(path: str) -> Path:
     return p
 
 
+def mixed_runs(directory: str | None, resume: Path | None) -> str | None:
+    """A warning where `--checkpoint-dir directory` already holds another run's checkpoints (this run does not
+    resume from one of them): its own would be written among them, and 'latest' moved to this run's."""
+    if directory is None:
+        return None
+    folder = Path(directory)
+    if resume is not None and resume.resolve().parent == folder.resolve():
+        return None
+    earlier = sorted(p.name for p in folder.glob("step-*") if not p.name.endswith(".tmp"))
+    if not earlier:
+        return None
+    return (f"warning: --checkpoint-dir {directory} already holds another run's checkpoints ({earlier[0]} .. "
+            f"{earlier[-1]}): this run's are written among them (one of the same step replaced) and 'latest' moves to "
+            f"this run's newest; --resume-from {directory} goes on with that run, or give a new folder")
+
+
 def steps_ahead(loader, epochs: int, steps: int | None, step: int) -> int:
     """The optimizer steps this run will take: what is left of the epoch the loader is in, the later epochs (as
     many batches each as the next), at most `steps` in all."""
@@ -189,15 +205,16 @@ class StepBar:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="dali-stream train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", help="dataset root, Hub id or URL, or a mixture file (.json: dali_stream.mixture.load_mixture)")
-    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=1, help="epochs to train (default: 1; --steps stops sooner)")
     add_loader_flags(ap, LOADER_SETTINGS, batch_size=8, episode_pool_size=8)
     ap.add_argument("--dummy", action="store_true", help="no model: measure and test pure data loading")
     ap.add_argument("--checkpoint-dir", default=None,
                     help="where rank 0 writes checkpoints (none without it; a folder of .demo/ keeps them out of a "
                          "checkout)")
-    ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (rank 0)")
+    ap.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (rank 0; default: 50)")
     ap.add_argument("--resume-from", default=None, help="a checkpoint file, or a directory / its 'latest' pointer")
-    ap.add_argument("--log-every", type=int, default=20)
+    ap.add_argument("--log-every", type=int, default=20,
+                    help="steps between log lines: loss, samples/s, the data wait (default: 20)")
     ap.add_argument("--sample-log", default=None, help="append each step's sample indices to <this>/rank<r>.jsonl")
     ap.add_argument("--steps", type=int, default=None, help="stop after this many optimizer steps in total")
     ap.add_argument("--chunk", type=int, default=1, help="actions predicted per sample (an action chunk, as ACT)")
@@ -294,6 +311,12 @@ def main(argv=None) -> int:
 
     if args.checkpoint_dir is None:
         accelerator.print("no --checkpoint-dir: this run writes no checkpoints (give one to resume it later)")
+    warning = mixed_runs(args.checkpoint_dir, resume)
+    if warning is not None:
+        accelerator.print(warning)
+    if args.steps is not None and step >= args.steps:
+        accelerator.print(f"warning: nothing to train: the run resumed is at step {step}, and --steps {args.steps} "
+                          f"counts every step of a run, the resumed ones included; give --steps above {step}")
     t0, samples = time.perf_counter(), 0
     with StepBar(accelerator.is_main_process, steps_ahead(loader, args.epochs, args.steps, step)) as bar:
         for _ in range(start_epoch, args.epochs):

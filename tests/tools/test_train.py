@@ -150,3 +150,23 @@ def test_a_mixture_file_trains_and_resumes(embodiments, tmp_path):
         assert torch.equal(tensor, resumed["model"][name]), name
 
 
+
+
+def test_a_checkpoint_folder_of_another_run_and_a_resume_with_nothing_left_are_said(small_dataset, tmp_path):
+    """--checkpoint-dir holding another run's checkpoints (not resumed from there): a warning naming them and the
+    fix. --resume-from a run already at --steps: a warning that nothing is trained (and no step is written)."""
+    from dali_stream.tools.train import mixed_runs
+
+    first = subprocess.run(_args(small_dataset, tmp_path / "log", tmp_path / "ckpt", "--steps", 4),
+                           capture_output=True, text=True, timeout=600, env=_env())
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    assert "another run's checkpoints" not in first.stdout
+    said = mixed_runs(str(tmp_path / "ckpt"), None)
+    assert said is not None and "step-0000004.pt .. step-0000004.pt" in said and "--resume-from" in said
+    assert mixed_runs(str(tmp_path / "ckpt"), tmp_path / "ckpt" / "step-0000004.pt") is None  # resumed from there
+    assert mixed_runs(str(tmp_path / "new"), None) is None
+    again = subprocess.run(_args(small_dataset, tmp_path / "log2", tmp_path / "ckpt", "--steps", 4, "--resume-from",
+                                 tmp_path / "ckpt"), capture_output=True, text=True, timeout=600, env=_env())
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-3000:]
+    assert "nothing to train: the run resumed is at step 4" in again.stdout and "--steps above 4" in again.stdout
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("step-*")) == ["step-0000004.pt"]
