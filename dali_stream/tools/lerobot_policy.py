@@ -69,7 +69,7 @@ def _lerobot():
         raise InstallError(
             f"--policy needs lerobot 0.5-0.6, which does not import here ({type(exc).__name__}: {exc}). lerobot "
             "needs Python >= 3.12; install both into one environment: `pip install 'lerobot[dataset,training]==0.6.1'`"
-            ", then in the dali_stream checkout `pip install '.[cu12]'` ('.[cu13]' on NVIDIA drivers >= 580, "
+            ", then in the dali_stream checkout `pip list --format=freeze > held.txt; pip install -c held.txt '.[cu12]'` ('.[cu13]' on NVIDIA drivers >= 580, "
             "'.[cpu]' without a GPU; docs/install.md, \"Into lerobot's environment\", holds lerobot's versions). "
             "--policy builtin needs no lerobot") from None
     return (make_policy_config, make_policy, make_pre_post_processors, resolve_delta_timestamps,
