@@ -52,6 +52,22 @@ TABLE_CACHE_OFF = "off"  # table_cache_dir: no folder, decoded shared row groups
 fix = object.__setattr__  # how a frozen group stores a value's normal form
 
 
+def frozen_reduce(self: Any) -> tuple:
+    """`__reduce__` of the frozen settings (the groups, LoaderConfig, a mixture's Member): pickled and deep-copied
+    through the constructor, their mappings (frozen as `MappingProxyType` views, which neither pickle nor deepcopy
+    takes) as dicts, frozen again there. A spawned process (torch's DataLoader workers on macOS, or with
+    `multiprocessing_context="spawn"`/"forkserver") gets its settings this way."""
+    return _rebuilt, (type(self), {f.name: _thawed(getattr(self, f.name)) for f in fields(self) if f.init})
+
+
+def _rebuilt(cls: type, values: dict[str, Any]) -> Any:
+    return cls(**values)
+
+
+def _thawed(value: Any) -> Any:
+    return {k: _thawed(v) for k, v in value.items()} if isinstance(value, MappingProxyType) else value
+
+
 def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None, engine: bool = False) -> Any:
     """A setting's field: its default (or `factory`) and help; `engine`: it sizes a form of the open-decoder engine
     (`ENGINE_SETTINGS`)."""
@@ -65,6 +81,8 @@ def _s(default: Any, help: str, *, factory: Callable[[], Any] | None = None, eng
 class SamplingConfig:
     """What a batch is and which samples an epoch draws: batch size, windows (delta_timestamps), the episode pool and
     shuffle, the episodes selected, and how far a frame's time may stray from the one asked."""
+
+    __reduce__ = frozen_reduce
 
     batch_size: int = _s(16, "samples per batch (per rank)")
     delta_timestamps: Mapping[str, Sequence[float]] = _s(
@@ -125,6 +143,8 @@ class DecodeConfig:
     """How each camera is decoded (the route, the NVDEC engine), by how many threads or processes, how a batch's DALI
     streams are joined, how many CPU decoders stay open, and whether each decoded frame's time is checked."""
 
+    __reduce__ = frozen_reduce
+
     decode: Union[Decode, str, Mapping[str, Union[Decode, str]]] = _s(
         "auto", "auto | gpu | cpu | cpu-open | dali-cpu, or camera key -> one of those (see "
                 "dali_stream.decode.routes; cpu-open: FFmpeg's decoders kept open and fed packets, the open-decoder "
@@ -171,6 +191,8 @@ ENGINE_SETTINGS: tuple[str, ...] = tuple(f.name for f in fields(DecodeConfig) if
 class OutputConfig:
     """Where batches land and what their images are: the device, dtype and memory layout, depth's unit, resize and
     crop, normalisation, augment= in the DALI graph and lerobot's image_transforms= (and the processes they run in)."""
+
+    __reduce__ = frozen_reduce
 
     device: Union[str, TorchDevice, None] = _s(
         None, "where batches land: cpu, cuda or cuda:N, or a torch.device (default: cuda when DALI and torch both see "
@@ -241,6 +263,8 @@ class CacheConfig:
     is kept: fetched episodes, long episodes' pieces, MP4 indexes, parquet footers, decoded frames (in memory, on a
     local drive, an open episode's), decoded row groups on a local drive."""
 
+    __reduce__ = frozen_reduce
+
     num_workers: Optional[int] = _s(None, "threads that fetch and CPU-decode batches ahead (0: in the calling thread; "
                                           "default derived from the cores this rank may use: `dali-stream inspect` "
                                           "shows the value and why, dali_stream/loader/resolve.py)")
@@ -304,6 +328,8 @@ class StorageConfig:
     """Where the bytes are and how they are read: a Hub revision, data files under another root, fsspec's options,
     the remote reads' retries, time limits and concurrency, and a node-local disk tier for a remote dataset."""
 
+    __reduce__ = frozen_reduce
+
     revision: Optional[str] = _s(None, "branch, tag or commit of an hf://datasets/... source")
     data_files_root: Optional[str] = _s(None, "where data/ and videos/ live when not under the source (e.g. a "
                                               "bucket next to a Hub repo)")
@@ -340,6 +366,8 @@ class StorageConfig:
 class WorldConfig:
     """This process's place in a job of several (rank, world_size); by default read from the torchrun/accelerate or
     SLURM environment (`dali_stream.plan.world`)."""
+
+    __reduce__ = frozen_reduce
 
     rank: Optional[int] = _s(None, "this process's rank (default: torchrun/SLURM environment, else 0)")
     world_size: Optional[int] = _s(None, "number of ranks (default: torchrun/SLURM environment, else 1)")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Union, get_args
 
+from .config_groups import frozen_reduce
 from .errors import ConfigError
 
 Vectors = Literal["pad", "exact"]
@@ -48,6 +49,8 @@ class Member:
     `data_files_root`, `storage_options` (merged over the loader's). `share`: the member's share of the epoch's
     samples itself, whatever its frames (0.5: half of every epoch; given to every member or to none, in place of
     `weight`; divided by the members' sum, so 5/3/2 is 0.5/0.3/0.2)."""
+
+    __reduce__ = frozen_reduce
 
     source: str
     weight: float = 1.0

@@ -16,7 +16,9 @@ random numbers follow the sample).
 Fork-safe: torch's DataLoader around `loader.dataset` forks its workers, perhaps after `loader[i]` opened the second
 loader here and its threads ran. A forked worker has none of those threads (a fetch they began would never end), so
 each process opens its own second loader on first use; one inherited from the parent is let go of unused
-(`lifecycle.inherited`).
+(`lifecycle.inherited`). A spawned worker (DataLoader's `multiprocessing_context="spawn"` or "forkserver": macOS's
+default, Linux's from Python 3.14) gets the samples pickled: the opened metadata and the settings (`Detached`),
+never the loader and its threads, and opens its second loader from them.
 """
 
 from __future__ import annotations
@@ -40,10 +42,23 @@ if TYPE_CHECKING:
 PICKED_BATCH = 8  # samples built together at most (a DataLoader's batch_size 8: one build)
 
 
+@dataclasses.dataclass(frozen=True)
+class Detached:
+    """What a `Samples` pickled into a spawned process knows of its loader: enough to open a second loader there."""
+
+    loader_type: type
+    meta: Any
+    config: LoaderConfig
+    device: str
+    num_frames: int
+    num_episodes: int
+    fps: float
+
+
 class Samples:
     """The loader's samples as a sequence: `len()` frames, `[i]` one sample dict (torch tensors, `task` a string)."""
 
-    def __init__(self, owner: "StreamLoader") -> None:
+    def __init__(self, owner: "StreamLoader | Detached") -> None:
         self._owner = owner
         self._reader: "StreamLoader | None" = None
         self._pid = os.getpid()  # the process `_reader` was opened in
@@ -51,6 +66,12 @@ class Samples:
 
     def __len__(self) -> int:
         return self._owner.num_frames
+
+    def __reduce__(self) -> tuple:
+        """Pickled (a spawned DataLoader worker): the loader's metadata and settings, its second loader left behind."""
+        o = self._owner
+        kind = o.loader_type if isinstance(o, Detached) else type(o)
+        return Samples, (Detached(kind, o.meta, o.config, o.device, o.num_frames, o.num_episodes, o.fps),)
 
     # what lerobot's LeRobotDataset offers beside dataset[i]: its metadata, frames, episodes and fps
     @property
@@ -123,7 +144,8 @@ class Samples:
                                       drop_last=False, num_workers=0, prefetch_batches=0, rank=0, world_size=1,
                                       drop_n_first_frames=0, drop_n_last_frames=0, device=owner.device,
                                       **{name: getattr(defaults, name) for name in OPENING})
-            self._reader = type(owner)(owner.meta, config=cfg)
+            kind = owner.loader_type if isinstance(owner, Detached) else type(owner)
+            self._reader = kind(owner.meta, config=cfg)
             self._pid = os.getpid()
             self._builds = 0
         return self._reader

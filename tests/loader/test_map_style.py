@@ -76,3 +76,30 @@ def test_picked_plans_draw_the_samples_asked():
     assert first.windows["a"].is_pad.tolist() == [[False, False, True], [True, False, False]]
     with pytest.raises(IndexError):
         picked.batch(3)
+
+
+@pytest.mark.parametrize("kind", ["dataset", "mixture"])
+def test_a_dataloader_with_spawned_workers_gives_the_same_samples(small_dataset, embodiments, kind):
+    """torch's DataLoader with spawned workers (macOS's default; "forkserver", Linux's from Python 3.14, pickles the
+    dataset the same way): the samples and their settings pickle (a mixture's members too), each worker opens its own
+    loader from them, and the batches equal those built in this process, random transforms included."""
+    import pickle
+
+    from dali_stream import LoaderConfig, Member, Mixture
+
+    if kind == "dataset":
+        source, setup = str(small_dataset), dict(delta_timestamps=WINDOWS, image_transforms=_jitter)
+    else:
+        source = Mixture([Member(str(embodiments["arm6"]), name="arm6"),
+                          Member(str(embodiments["arm7"]), name="arm7",
+                                 keys={"observation.images.top": "observation.images.front"})])
+        setup = {}
+    loader = StreamLoader(source, batch_size=4, device="cpu", seed=3, **setup)
+    assert pickle.loads(pickle.dumps(loader.config)) == loader.config
+    assert isinstance(pickle.loads(pickle.dumps(LoaderConfig(delta_timestamps=WINDOWS))), LoaderConfig)
+    some = torch.utils.data.Subset(loader.dataset, list(range(0, len(loader.dataset), 3))[:24])
+    here = list(torch.utils.data.DataLoader(some, batch_size=8, num_workers=0))
+    spawned = list(torch.utils.data.DataLoader(some, batch_size=8, num_workers=2, multiprocessing_context="spawn"))
+    assert len(here) == len(spawned) == 3
+    assert_same(spawned, here)
+    loader.close()
