@@ -181,7 +181,10 @@ class StreamLoader(LoaderViews):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at `state` (from `state_dict()`, possibly saved on another world size) on the next `for`.
 
-        Call it before iterating: while an epoch is being iterated it raises `StateError`."""
+        Call it before iterating: while an epoch is being iterated it raises `StateError`; on a closed loader,
+        `ConfigError`."""
+        if self._closed:
+            raise self._closed_error()
         live = self._live() if self._live is not None else None
         if live is not None and live.gi_frame is not None:
             raise StateError(
@@ -195,7 +198,7 @@ class StreamLoader(LoaderViews):
         """End the fetch threads, close CPU decoders and index containers, drop fetched episodes and the host-frame
         buffers (batches the caller still holds stay valid). Also done when the loader is garbage collected, at
         interpreter exit, and by `with StreamLoader(...) as loader:`. Iterating a closed loader raises
-        ConfigError. `wait=False`: tell the threads to end without waiting for them (at interpreter exit, which
+        ConfigError, and so does a `for` still running when it closed, at its next batch. `wait=False`: tell the threads to end without waiting for them (at interpreter exit, which
         joins them itself)."""
         self._closed = True
         OPEN_LOADERS.discard(self)
@@ -212,10 +215,28 @@ class StreamLoader(LoaderViews):
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _closed_error(self, during: str = "") -> ConfigError:
+        state = self._position.state()
+        return ConfigError(f"this StreamLoader was closed (close(), or the end of its `with` block){during}; "
+                           f"construct a new one, and load_state_dict() to continue where it stopped (its state_dict() "
+                           f"is still at epoch {state['epoch']}, batch {state['batches_consumed']})")
+
+    def _while_open(self, batches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        """`batches` while the loader is open: one built after close() (or cut short by it: a closed engine, store or
+        transform pool fails the build) is not handed over; the loop gets the closed loader's error instead."""
+        try:
+            for batch in batches:
+                if self._closed:
+                    raise self._closed_error(" while an epoch was being iterated")
+                yield batch
+        except Exception as exc:
+            if self._closed and not isinstance(exc, ConfigError):
+                raise self._closed_error(" while an epoch was being iterated") from exc
+            raise
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         if self._closed:
-            raise ConfigError("this StreamLoader was closed (close(), or the end of its `with` block); "
-                              "construct a new one, and load_state_dict() to continue where it stopped")
+            raise self._closed_error()
         run = self._run(*self._position.next_run())
         self._live = weakref.ref(run)  # load_state_dict refuses while this generator is suspended mid-epoch
         return run
@@ -234,7 +255,7 @@ class StreamLoader(LoaderViews):
         delivered = 0
         batches = self._delivery.batches(producer, plan, start)
         try:
-            for batch in batches:
+            for batch in self._while_open(batches):
                 self._waits.got(asked)
                 self._position.consumed += 1
                 delivered += 1

@@ -388,6 +388,21 @@ def test_close_and_with_end_the_threads_and_the_loader(small_dataset):
     other.close()  # twice is fine
 
 
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+def test_a_for_still_running_at_close_ends_with_the_closed_loaders_error(small_dataset, decode):
+    """close() while an iterator is still held: its next batch is the closed loader's ConfigError (saying where the
+    state stands), not the rest of the epoch from closed threads and decoders; load_state_dict is refused too."""
+    loader = StreamLoader(str(small_dataset), batch_size=2, device="cpu", decode=decode)
+    batches = iter(loader)
+    next(batches)
+    state = loader.state_dict()
+    loader.close()
+    with pytest.raises(ConfigError, match=r"closed .*while an epoch was being iterated.*epoch 0, batch 1"):
+        next(batches)
+    with pytest.raises(ConfigError, match="closed"):
+        loader.load_state_dict(state)
+
+
 def test_a_loader_collected_on_its_own_fetch_thread_ends_cleanly(small_dataset, monkeypatch):
     """The last reference dropped inside one of the loader's fetch threads (as a failed batch's traceback can
     do): the finalizer runs there and must not try to join that thread."""
