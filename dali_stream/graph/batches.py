@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..decode.route import Route
-from ..errors import DaliStreamError
+from ..errors import DaliStreamError, DatasetError
 from ..plan import salts
 from ..plan.epoch import BatchPlan
 from .buffers import BufferPool
@@ -75,6 +75,21 @@ class Prepared:
     # camera a mixture's member lacks -> per sample, whether its member lacks it (the host's copy of the batch's
     # `<key>_is_missing`): the caller's batch zeroes those samples without reading a mask back from the GPU
     lacking: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def task_of(meta: Any, rows: Mapping[str, np.ndarray], frame: int) -> str:
+    """The task text of an episode's `frame` (its row's `task_index` in meta/tasks.parquet); a `DatasetError` where
+    the tasks table lacks it (lerobot's `dataset[i]` fails there too), never an empty prompt."""
+    index = int(rows["task_index"][frame])
+    text = meta.tasks.get(index)
+    if text is None:
+        known = sorted(meta.tasks)
+        raise DatasetError(
+            f"episode {int(rows['episode_index'][frame])} of {meta.source!r} (frame {frame}) has task_index {index}, "
+            f"which meta/tasks.parquet does not list (it lists {len(known)} task(s): task_index "
+            f"{known[:10]}{' ...' if len(known) > 10 else ''}): the tasks table is cut short or from another "
+            "version of the dataset; re-download the dataset's meta folder")
+    return text
 
 
 class BatchBuilder:
@@ -254,7 +269,7 @@ class BatchBuilder:
         if self.spec.augment_seed is not None:  # groups of one sample here (no joined streams with a hook)
             for k, key in enumerate(self.sources):
                 values[f"{key}@rand"] = augment_randoms(self.spec.augment_seed, plan, k)
-        tasks = [m.meta.tasks.get(int(r["task_index"][f]), "") for m, r, f in zip(members, rows, plan.frames)]
+        tasks = [task_of(m.meta, r, f) for m, r, f in zip(members, rows, plan.frames.tolist())]
         asked = {key: (cameras[key].segs, cameras[key].idx) for key in self.dali_keys}
         engine_arrays = {route: [engine_values[o.name] for o in outs] for route, outs in self.engine_outputs.items()}
         texts = {key: [None if (own := self.fields[key].own[m.index]) is None else r[own][f]

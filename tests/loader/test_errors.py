@@ -368,3 +368,15 @@ except InstallError as exc:
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("InstallError:") and words in out and "dali-stream diagnose" in out, out
+
+
+def test_a_task_missing_from_the_tasks_table(copy):
+    """meta/tasks.parquet cut to its first task: a sample of another task is a DatasetError naming the episode, the
+    task_index and the fix, never an empty prompt (lerobot's dataset[i] fails there too)."""
+    path = copy / "meta" / "tasks.parquet"
+    table = pq.read_table(path)
+    assert table.num_rows > 1
+    pq.write_table(table.slice(0, 1), path)
+    with pytest.raises(DatasetError, match=r"episode \d+ .*has task_index [1-9]\d*, which meta/tasks.parquet does not "
+                                           r"list \(it lists 1 task\(s\): task_index \[0\]\).*re-download"):
+        _loop(copy, shuffle=False)
