@@ -158,10 +158,10 @@ def check_frame_times(seg: Segment, indices: np.ndarray, got_s: np.ndarray, rout
             f"{route} returned the frame shown at {got[k]:.6f}s into the segment of episode {seg.episode}, camera "
             f"{seg.camera!r} ({seg.codec}, cut from {seg.source}) for frame {int(indices[k])}, planned at "
             f"{want[k]:.6f}s (file time {seg.pts_s[indices[k]]:.6f}s); {int(off.sum())} of {len(indices)} frames "
-            "of that call were off. The decoder handed back another frame than the one asked for: a bug in "
-            "dali_stream or the decoder, not in your data. "
+            "of that call were off. The decoder handed back another frame than the one asked for: a damaged "
+            "file (`dali-stream verify DATASET --decode` lists it), else a bug in dali_stream or the decoder. "
             + (misread_hint(seg.codec, seg.camera, _torchcodec_version()) if route == TORCHCODEC.name else "")
-            + "Please report it with the output of `dali-stream verify DATASET --decode`; check_frames=False turns "
+            + "Where verify finds the files healthy, please report it with its output; check_frames=False turns "
             "this check off (the wrong frames then reach training silently)")
 
 

@@ -283,8 +283,8 @@ class Workers:
                 self._join_failed.add(key)
                 warnings.warn(f"camera {key!r}: the pieces of long episodes joined into one stream did not decode "
                               f"({exc}); its pieces are decoded one by one from now on (one decoder opened per "
-                              "piece: slower). Please report it with the output of `dali-stream verify DATASET "
-                              "--decode`", stacklevel=3)
+                              "piece: slower). `dali-stream verify DATASET --decode` lists a damaged file; where it "
+                              "finds them healthy, please report it with its output", stacklevel=3)
         return decode(segs, idx)
 
 

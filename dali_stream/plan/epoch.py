@@ -330,7 +330,8 @@ def delta_indices(delta_timestamps: Mapping[str, Sequence[float]], fps: float, t
         if bad:
             raise ConfigError(
                 f"delta_timestamps[{key!r}] has offsets that are not multiples of 1/fps (fps={fps}) within "
-                f"tolerance_s={tolerance_s}: {bad}; use k / {fps} seconds for integer k"
+                f"tolerance_s={tolerance_s}: {bad}; use k / {fps} seconds for integer k (fps is meta/info.json's: "
+                "where the videos run at another rate, info.json is what to fix)"
             )
         out[key] = tuple(int(round(d * fps)) for d in deltas)
     return out
