@@ -27,6 +27,8 @@ _FIXES = {
     "torchcodec-load": "torchcodec or its FFmpeg libraries do not load: apt-get install -y ffmpeg (FFmpeg 4-7), "
                        "and a torchcodec matching your torch (0.13 for torch 2.13)",
     "metadata": "the dataset's meta files are unreadable: re-download meta/",
+    "disagrees": "meta/info.json describes the camera otherwise than its file is: correct info.json's feature "
+                 "(video.codec, video.fps, shape) to what the file holds, or re-download meta/",
     "dali-import": "nvidia.dali does not import: pip install nvidia-dali-cuda120",
     "av-import": "PyAV (which decodes depth cameras and images stored in the tables) does not import: pip install "
                  "'av>=14.2'",
@@ -71,6 +73,23 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
                     "fps": round(float(stream.average_rate), 3) if stream.average_rate else None,
                     "gop": max(set(gaps), key=gaps.count) if gaps else None, "b_frames": bframes,
                     "packets_scanned": n}
+
+
+def disagreements(entry: dict[str, Any], declared, fps: float) -> list[str]:
+    """Where the stream facts read from a camera's file (`entry`) contradict meta/info.json (`declared`, its
+    `StreamFormat`; `fps`, the dataset's): the loader would route, plan or lay out the camera on the wrong values."""
+    from ..meta.dataset import normalise_codec
+
+    said = []
+    codec = normalise_codec(entry.get("decoder") or "")
+    if codec and codec != declared.codec:
+        said.append(f"info.json says codec {declared.codec!r}, the file holds {codec!r}")
+    if entry.get("fps") and abs(entry["fps"] - fps) > 0.01 * fps:
+        said.append(f"info.json says fps {fps:g}, the file runs at {entry['fps']:g}")
+    if declared.width and (entry.get("width"), entry.get("height")) != (declared.width, declared.height):
+        said.append(f"info.json says {declared.height}x{declared.width}, the file is "
+                    f"{entry.get('height')}x{entry.get('width')}")
+    return said
 
 
 def _decode_tests(meta, pos: int, key: str, fmt, software: dict, node, painted: bool) -> dict[str, Any]:
@@ -248,7 +267,7 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
     from ..decode.node import StreamFormat
     from ..decode.routes import formats_of
     from ..loader.routing import route_chooser
-    from ..meta.dataset import DatasetMeta
+    from ..meta.dataset import DatasetMeta, normalise_codec
 
     try:
         meta = open_meta() if open_meta is not None else DatasetMeta.open(source)
@@ -269,9 +288,12 @@ def probe_dataset(source: str, software: dict, node, decode_test: bool, open_met
                 entry.update(_stream_facts(meta.data_fs, path))
             except Exception as exc:
                 entry.update(layer="container", error=f"{path}: {type(exc).__name__}: {exc}")
-        # Route on what the file holds (size, pixel format) where it could be read, else on info.json.
-        fmt = StreamFormat(cam.codec, entry["width"], entry["height"], entry["pix_fmt"], cam.depth is not None) \
-            if "width" in entry else declared[key]
+        # Route on what the file holds (codec, size, pixel format) where it could be read, else on info.json.
+        fmt = StreamFormat(normalise_codec(entry["decoder"]) or cam.codec, entry["width"], entry["height"],
+                           entry["pix_fmt"], cam.depth is not None) if "width" in entry else declared[key]
+        said = disagreements(entry, declared[key], meta.fps) if "layer" not in entry else []
+        if said:
+            entry.update(layer="disagrees", error=f"{path}: " + "; ".join(said))
         choice = choose({key: fmt}, "auto")[key]
         entry.update(route=choice.route.name, reason=choice.reason)
         if "layer" not in entry:

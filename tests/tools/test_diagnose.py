@@ -286,3 +286,26 @@ def test_a_package_whose_requirement_the_install_moved_past_is_named_with_the_fi
     assert proc.returncode == 0, proc.stdout + proc.stderr  # the loader's own install is fine: a warning
     assert report["install"]["conflicts"]["found"] == found
     assert report["verdict"].endswith(f"install OK; WARNING: {problem}; fix: {fix}")
+
+
+def test_info_json_that_contradicts_the_files_is_named(copy):
+    """meta/info.json naming another codec, fps or size than a camera's file holds: the camera is not decodable as
+    described, each disagreement named beside the file with the fix (the codec was once taken from info.json and an
+    H.264 camera told to transcode as MPEG-2; a wrong fps reported OK)."""
+    info_path = copy / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    info["features"][FRONT]["info"]["video.codec"] = "mpeg2video"
+    info["features"][WRIST]["shape"] = [480, 640, 3]
+    info["features"][WRIST]["info"].update({"video.height": 480, "video.width": 640})
+    info["fps"] = 25
+    for key in info["features"]:
+        if "video.fps" in info["features"][key].get("info", {}):
+            info["features"][key]["info"]["video.fps"] = 25
+    info_path.write_text(json.dumps(info))
+    proc = _diagnose(copy, "--json")
+    cameras = json.loads(proc.stdout)["dataset"]["cameras"]
+    front, wrist = cameras[FRONT], cameras[WRIST]
+    assert proc.returncode == 1
+    assert front["layer"] == "disagrees" and "info.json says codec 'mpeg2video', the file holds 'h264'" in front["error"]
+    assert "info.json says fps 25, the file runs at 30" in front["error"] and "video.codec" in front["fix"]
+    assert wrist["layer"] == "disagrees" and "info.json says 480x640, the file is 96x128" in wrist["error"]
