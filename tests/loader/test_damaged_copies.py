@@ -49,3 +49,18 @@ def test_a_cameras_file_at_another_size_than_info_json_says(written, copy, decod
                                            r"256x192 \(width x height\) but meta/info.json gives the camera 128x96; "
                                            r".*re-encode the file at 128x96, or fix the camera's shape"):
         _loop(copy, decode=decode, shuffle=shuffle)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_table_column_narrower_in_one_data_file(copy, shuffle):
+    """`action` with 5 values a row in one data file where info.json says [6]: the file, the column, both widths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = copy / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    narrow = pa.array([row[:5] for row in table.column("action").to_pylist()], pa.list_(pa.float32()))
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action", narrow), path)
+    with pytest.raises(DatasetError, match=r"data file .*file-000.parquet: column 'action' holds 5 values per row, "
+                                           r"but meta/info.json declares its shape \[6\]; .*re-download the file"):
+        _loop(copy, shuffle=shuffle)
