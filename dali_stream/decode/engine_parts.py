@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..errors import DecodeError
+from ..fetch.indexes import check_size
 from ..fetch.segments import decode_error
 from .feed import Feed, build_feed
 
@@ -37,18 +38,11 @@ def split(n: int, parts: int) -> list[np.ndarray]:
 
 
 def check_sizes(sizes: Mapping[str, tuple[int, int] | None], camera: str, segs: list) -> None:
-    """Every segment's picture size (its MP4 sample entry) is the camera's (`sizes`, from meta/info.json): an NVDEC
-    decoder reconfigured for another size would scale its pictures to the first one's without a word."""
-    want = sizes.get(camera)
-    if want is None:
-        return
+    """Every segment's picture size (its MP4 sample entry) is the camera's (`sizes`, from meta/info.json), by the rule
+    the loader checks each file by as it indexes it (`fetch.indexes.check_size`): an NVDEC decoder reconfigured for
+    another size would scale its pictures to the first one's without a word."""
     for seg in segs:
-        got = seg.size()
-        if got is not None and tuple(got) != tuple(want):
-            raise DecodeError(
-                f"camera {camera!r}: episode {seg.episode} in {seg.source} is {got[1]}x{got[0]} (width x height) "
-                f"but meta/info.json gives the camera {want[1]}x{want[0]}; every file of a camera must have the "
-                "camera's size: re-encode the file at that size, or fix the feature's shape in meta/info.json")
+        check_size(seg.size(), sizes.get(camera), camera, seg.source, lambda: [seg.episode])
 
 
 def mixed_sizes(camera: str, segs: list, sizes: list) -> DecodeError:

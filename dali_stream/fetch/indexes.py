@@ -7,11 +7,12 @@ import dataclasses
 import struct
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from ..config import DEFAULT_INDEX_BYTES
 from ..errors import DamagedFileError, VideoFileError
 from .mp4index import IndexUnsupported, Mp4Index, read_index
+from .segments import entry_size
 
 
 @dataclass
@@ -38,26 +39,30 @@ class IndexCache:
     cut through the demuxer and plain range requests. A damaged file raises `DamagedVideoError` (each `get`)."""
 
     def __init__(self, rfs, capacity_bytes: int = DEFAULT_INDEX_BYTES, *, shared: "IndexCache | None" = None,
-                 fps: float | None = None) -> None:
+                 fps: float | None = None, meta: Any = None) -> None:
         """`shared`: another file system's cache whose bound this one shares (a mixture's members: one
         `capacity_bytes` for all of them, each file kept under its own file system's name). `fps`: the dataset's
-        (info.json), which each file's own frame rate is checked against as it is indexed (`check_rate`)."""
+        (info.json), which each file's own frame rate is checked against as it is indexed (`check_rate`). `meta`
+        (`meta.dataset.DatasetMeta`): the dataset whose cameras' sizes a file asked for with its camera
+        (`get(path, camera)`) is checked against as it is indexed (`check_size`)."""
         from .once import OncePerKey
 
-        self.rfs, self.fps = rfs, fps
+        self.rfs, self.fps, self.meta = rfs, fps, meta
         self.files: Any = shared.files if shared is not None else \
             OncePerKey(capacity_bytes=capacity_bytes, weigh=_index_bytes)
         # path -> why it is read without an index (of every file system sharing the bound)
         self.unsupported: dict[str, str] = shared.unsupported if shared is not None else {}
 
-    def get(self, path: str) -> IndexedFile | None:
-        return self.files.get((id(self.rfs), path), lambda: self._open(path))
+    def get(self, path: str, camera: str | None = None) -> IndexedFile | None:
+        """`path`'s index (None: a layout it does not handle); `camera`: the camera the file is of, whose size in
+        `meta` the file's is checked against when it is first indexed."""
+        return self.files.get((id(self.rfs), path), lambda: self._open(path, camera))
 
     def close(self) -> None:
         """Forget every indexed file (of every cache sharing the bound)."""
         self.files.clear()
 
-    def _open(self, path: str) -> IndexedFile | None:
+    def _open(self, path: str, camera: str | None) -> IndexedFile | None:
         try:
             index = read_index(self.rfs, path)
         except DamagedFileError:
@@ -67,6 +72,9 @@ class IndexCache:
             return None
         if self.fps is not None:
             check_rate(index, self.fps, path)
+        if self.meta is not None and camera is not None:
+            check_size(entry_size(index.stsd), camera_size(self.meta, camera), camera, path,
+                       lambda: episodes_in(self.meta, path, camera))
         try:
             import av
         except ImportError:  # a node without PyAV (NVDEC's open engine needs no FFmpeg): our index alone
@@ -111,3 +119,31 @@ def check_rate(index: Mp4Index, fps: float, path: str) -> None:
         f"{1 / rate:.6f} s apart, not {1 / fps:.6f}): windows (delta_timestamps) and frame times would come out "
         f"wrong. Correct `fps` in meta/info.json (and the cameras' `video.fps`) to {rate:.4g}, or re-encode the "
         f"videos at {fps:g} fps")
+
+
+def check_size(got: tuple[int, int] | None, want: tuple[int, int] | None, camera: str, path: str,
+               episodes: Callable[[], list[int]]) -> None:
+    """A `DatasetError` where a video's pictures (`got`, (height, width) from its MP4 sample entry) are not the size
+    meta/info.json gives its camera (`want`; None either: not known, not checked): every route checks by this rule,
+    the loader as each file is first indexed, the open-decoder engines each segment (NVDEC would rescale to its first
+    size, the others hand batches of another shape). `episodes`: those of the file, asked only for the message."""
+    from ..errors import DatasetError
+
+    if got is None or want is None or tuple(got) == tuple(want):
+        return
+    raise DatasetError(
+        f"camera {camera!r}: video file {path} (episodes {episodes()}) is {got[1]}x{got[0]} (width x height) but "
+        f"meta/info.json gives the camera {want[1]}x{want[0]}; every file of a camera must have the camera's size: "
+        f"re-encode the file at {want[1]}x{want[0]}, or fix the camera's shape (and video.height, video.width) in "
+        "meta/info.json's features")
+
+
+def camera_size(meta: Any, camera: str) -> tuple[int, int] | None:
+    """(height, width) meta/info.json gives video camera `camera` of `meta` (None: not a video camera, or not given)."""
+    cam = meta.cameras.get(camera)
+    return (cam.height, cam.width) if cam is not None and cam.height and cam.width else None
+
+
+def episodes_in(meta: Any, path: str, camera: str) -> list[int]:
+    """The episodes of `meta` whose `camera` frames are in video file `path`."""
+    return [meta.episode_index(pos) for pos in range(meta.num_episodes) if meta.video_file(pos, camera) == path]

@@ -144,7 +144,7 @@ class Pieces:
         member, local = self.catalog.locate(pos)
         path = member.meta.video_file(local, camera)
         try:
-            indexed = self.files[member.index].indexes.get(path)
+            indexed = self.files[member.index].indexes.get(path, camera)
         except (RemoteError, VideoFileError) as exc:
             raise named(exc, self.catalog.describe(pos), camera) from None
         if indexed is None:
@@ -195,7 +195,7 @@ class Pieces:
         path = meta.video_file(local, camera)
         tolerance_s, episode = self.tolerance_s(member), meta.episode_index(local)
         try:
-            indexed = files.indexes.get(path)
+            indexed = files.indexes.get(path, camera)
             if indexed is None:  # readable when the episode was fetched; a later read failed
                 raise VideoFileError(f"video file {path} lost its index ({files.indexes.unsupported.get(path)}); "
                                      f"{FIX_INDEX}")

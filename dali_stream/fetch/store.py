@@ -82,7 +82,7 @@ class _Files:
         # Range reads for the MP4 index and the indexed cut: the remote file system itself, or the local one
         # behind the same interface (a file the index cannot handle is cut through the demuxer).
         self.ranges = LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs
-        self.indexes: IndexCache = IndexCache(self.ranges, index_bytes, fps=float(meta.fps),
+        self.indexes: IndexCache = IndexCache(self.ranges, index_bytes, fps=float(meta.fps), meta=meta,
                                               shared=first.indexes if first is not None else None)
 
 
@@ -391,7 +391,7 @@ class EpisodeStore:
     def _indexed(self, pos: int, camera: str) -> bool:
         """Whether the episode's video file of `camera` has an index: a piece of it can be cut."""
         member, local = self.catalog.locate(pos)
-        return self.files[member.index].indexes.get(member.meta.video_file(local, camera)) is not None
+        return self.files[member.index].indexes.get(member.meta.video_file(local, camera), camera) is not None
 
     def _tolerance_s(self, member) -> float:
         """A member's own `tolerance_s`, else the loader's."""
@@ -406,7 +406,7 @@ class EpisodeStore:
         start = float(cam.from_timestamp[local])
         path = meta.video_file(local, camera)
         try:
-            indexed = files.indexes.get(path)
+            indexed = files.indexes.get(path, camera)
             seg = cut_segment(files.ranges if indexed is not None else meta.data_fs, path, start,
                               float(cam.to_timestamp[local]), episode=meta.episode_index(local), camera=camera,
                               codec=cam.codec, tolerance_s=self._tolerance_s(member),

@@ -38,6 +38,7 @@ from ..source.storage import parquet_errors, parquet_file
 from .decoded_groups import DecodedGroups
 from .mapped_images import MappedImages
 from .once import OncePerKey
+from .table_widths import check_widths
 
 log = logging.getLogger("dali_stream")
 
@@ -171,6 +172,7 @@ class TableReader:
         self._stamps: dict[str, tuple] = {}  # data file -> its identity (`file_stamp`), for the groups' names
         self._warned: set[str] = set()
         self._checked: set[str] = set()  # files whose columns were checked against `keys`
+        self._widths: set[str] = set()  # files whose columns' widths were checked against info.json's shapes
         self._lock = threading.Lock()
         self.bytes_read = 0  # compressed bytes of the row groups' columns read (parquet footers not counted)
         self.groups_read = 0  # row groups read (a shared one once while it stays kept)
@@ -432,6 +434,9 @@ class TableReader:
         rows = {k: _objects(table.column(k)) if k in meta.text_keys else image_bytes(table.column(k), mapped)
                 if k in meta.image_keys else _shaped(_to_numpy(table.column(k)), meta.features.get(k, {}))
                 for k in keys}
+        if path not in self._widths:  # once per file: its columns' values per row against info.json's shapes
+            check_widths(path, rows, meta.features, frozenset([*meta.image_keys, *meta.text_keys]))
+            self._widths.add(path)
         if "timestamp" in keys:
             stored = table.column("timestamp").combine_chunks().to_numpy(zero_copy_only=False)
             rows[FRAME_TIME_S] = exact_times(stored, meta.fps)

@@ -287,6 +287,26 @@ def _dataset_problems(meta) -> list[str]:
     return found
 
 
+def _size_problems(meta) -> dict[str, list[str]]:
+    """Relative video file -> its pictures' size where it is not the size info.json gives its camera, read from each
+    file's MP4 index (its sample entry, as the loader checks it: `fetch.indexes.check_size`), in the loader's words."""
+    from ..errors import DaliStreamError, DatasetError
+    from ..fetch.indexes import IndexCache
+    from ..source.storage import LocalRanges, is_local
+
+    cache = IndexCache(LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs, meta=meta)
+    found: dict[str, list[str]] = {}
+    for key in meta.video_keys:
+        for path in dict.fromkeys(meta.video_file(pos, key) for pos in range(meta.num_episodes)):
+            try:
+                cache.get(path, key)
+            except DatasetError as exc:
+                found[posixpath.relpath(path, meta.data_root)] = [f"loader: {type(exc).__name__}: {exc}"]
+            except DaliStreamError:
+                continue  # a damaged or unreadable file: the other checks name it
+    return found
+
+
 def _blamed(exc: Exception, held: list[str], reading: str, root: str) -> str:
     """Which of an episode's files (`held`: relative paths, its data file first) an error reading camera file
     `reading` is about: the file a `DamagedFileError` names, else the one file of `held` its message names, else
@@ -350,7 +370,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     except Exception as exc:  # a damaged meta file is itself a finding; keep going without the episode map
         meta, holders, meta_error = None, {}, f"{type(exc).__name__}: {exc}"
     dataset_problems = _dataset_problems(meta) if meta is not None else []
-    damaged: dict[str, list[str]] = {}
+    damaged: dict[str, list[str]] = _size_problems(meta) if meta is not None else {}
     checked = 0
     if what:
         todo = sorted(set(mine) | set(published))
@@ -401,7 +421,7 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
                 found = episode_problems(meta, tolerance_s,
                                          lambda done, total: progress and progress("episodes", done, total))
             for rel, problems in found.items():
-                damaged.setdefault(rel, []).extend(problems)
+                damaged.setdefault(rel, []).extend(p for p in problems if p not in damaged[rel])
     files: list[dict[str, Any]] = [{"file": rel, "problems": problems, "episodes": holders.get(rel, [])}
              for rel, problems in sorted(damaged.items())]
     episodes = sorted({e for f in files for e in f["episodes"]})

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from dali_stream import DecodeError, StreamLoader
+from dali_stream import DatasetError, StreamLoader
 from dali_stream.decode import packet_decoders
 from dali_stream.decode.feed import build_feed
 from dali_stream.decode.route import CPU_OPEN, NVDEC_OPEN, route_named
@@ -120,7 +120,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec, mon
 
 @pytest.mark.parametrize("route", ["nvdec-open", "cpu-open"])
 def test_a_segment_of_another_size_is_refused_not_rescaled(four_codec_dataset, nvdec, route):
-    """meta/info.json's size differs from the file's: DecodeError naming the file and both sizes, before any
+    """meta/info.json's size differs from the file's: DatasetError naming the file and both sizes, before any
     decoder sees a packet (an NVDEC decoder would scale the pictures to its first size)."""
     key = "observation.images.front"
     with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
@@ -128,7 +128,7 @@ def test_a_segment_of_another_size_is_refused_not_rescaled(four_codec_dataset, n
         parts = _parts(loader, key)[:2]
         engine = route_named(route).make_engine(1, 0, {key: (h + 16, w)})
         try:
-            with pytest.raises(DecodeError) as info:
+            with pytest.raises(DatasetError) as info:
                 engine.decode(key, [p[0] for p in parts], [p[1] for p in parts])
         finally:
             engine.close()

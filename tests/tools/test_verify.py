@@ -168,3 +168,23 @@ def test_the_frame_rate_check_takes_rounded_times_and_whole_multiples():
         check_rate(index(fps, timescale), dataset, "cam.mp4")
     with pytest.raises(DatasetError, match=r"says fps 25, but video file cam.mp4 shows 30"):
         check_rate(index(30, 1000), 25, "cam.mp4")
+
+
+def test_a_video_file_at_another_size_than_info_json_says_is_listed_with_its_episodes(tmp_path):
+    """Read from each file's index (no decode, no reference): the file, its episodes, both sizes."""
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    def spec(**kw):
+        return SampleSpec(episodes=4, min_length=8, max_length=12, gop=8, episodes_per_file=2,
+                          cameras=parse_cameras("front:h264"), seed=1, **kw)
+
+    mirror, large = write_sample(tmp_path / "small", spec()), write_sample(tmp_path / "large", spec(height=192, width=256))
+    root, rel = tmp_path / "copy", f"videos/{FRONT}/chunk-000/file-001.mp4"
+    shutil.copytree(mirror, root)
+    shutil.copyfile(large / rel, root / rel)
+    proc = _verify(root, "--against", mirror)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and not report["decoded"], proc.stderr
+    found = _by_file(report)[rel]
+    assert found["episodes"] == [2, 3]
+    assert "is 256x192 (width x height) but meta/info.json gives the camera 128x96" in " ".join(found["problems"])

@@ -1,0 +1,66 @@
+"""Copies of a dataset damaged as users found them: each a named error at the cheapest place that can tell, never
+batches that change shape mid-epoch or numpy's own error."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from dali_stream import DatasetError, StreamLoader
+from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+FRONT = "observation.images.front"
+FILE = f"videos/{FRONT}/chunk-000/file-001.mp4"  # episodes 3, 4, 5
+
+
+def _spec(**kw) -> SampleSpec:
+    return SampleSpec(episodes=6, min_length=10, max_length=30, gop=8, episodes_per_file=3,
+                      cameras=parse_cameras("front:h264,wrist:av1"), seed=1, **kw)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The dataset at info.json's 96x128, and the same written at 192x256."""
+    base = tmp_path_factory.mktemp("damaged")
+    return write_sample(base / "small", _spec()), write_sample(base / "large", _spec(height=192, width=256))
+
+
+@pytest.fixture()
+def copy(written, tmp_path):
+    dst = tmp_path / "copy"
+    shutil.copytree(written[0], dst)
+    return dst
+
+
+def _loop(root, **kw) -> None:
+    with StreamLoader(str(root), batch_size=8, device="cpu", drop_last=False, **kw) as loader:
+        for _ in loader:
+            pass
+
+
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_cameras_file_at_another_size_than_info_json_says(written, copy, decode, shuffle):
+    """One file of a camera at 256x192 where info.json says 128x96: named as the file is indexed (the camera, the
+    file, its episodes, both sizes and the fixes), on torchcodec's route and the open engine's, shuffled or not."""
+    shutil.copyfile(written[1] / FILE, copy / FILE)
+    with pytest.raises(DatasetError, match=rf"camera '{FRONT}': video file .*{FILE} \(episodes \[3, 4, 5\]\) is "
+                                           r"256x192 \(width x height\) but meta/info.json gives the camera 128x96; "
+                                           r".*re-encode the file at 128x96, or fix the camera's shape"):
+        _loop(copy, decode=decode, shuffle=shuffle)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_table_column_narrower_in_one_data_file(copy, shuffle):
+    """`action` with 5 values a row in one data file where info.json says [6]: the file, the column, both widths."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = copy / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(path)
+    narrow = pa.array([row[:5] for row in table.column("action").to_pylist()], pa.list_(pa.float32()))
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action", narrow), path)
+    with pytest.raises(DatasetError, match=r"data file .*file-000.parquet: column 'action' holds 5 values per row, "
+                                           r"but meta/info.json declares its shape \[6\]; .*re-download the file"):
+        _loop(copy, shuffle=shuffle)
