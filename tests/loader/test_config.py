@@ -52,7 +52,7 @@ NUMPY_SPELLINGS = [
     ({"tolerance_s": np.float32(0.5), "remote_timeout_s": np.float64(30)}, {"tolerance_s": 0.5, "remote_timeout_s": 30}),
     ({"episodes": np.array([0, 1])}, {"episodes": [0, 1]}),
     ({"episodes": torch.tensor([2, 0])}, {"episodes": [2, 0]}),
-    ({"episodes": range(3)}, {"episodes": [0, 1, 2]}),
+    ({"episodes": range(3), "seed": np.int64(1)}, {"episodes": [0, 1, 2], "seed": 1}),
     ({"episodes": [np.int64(4), 1]}, {"episodes": [4, 1]}),
     ({"delta_timestamps": {"action": np.arange(3) / 30}}, {"delta_timestamps": {"action": [0, 1 / 30, 2 / 30]}}),
     ({"delta_timestamps": {"action": torch.tensor([-0.5, 0.0])}}, {"delta_timestamps": {"action": [-0.5, 0.0]}}),
@@ -86,19 +86,21 @@ def test_a_members_numpy_values_make_the_plain_member():
         Member("/data/a", episodes=np.zeros((2, 2), dtype=int))
 
 
-@pytest.mark.parametrize("options,match", [
-    ({"batch_size": True}, r"`batch_size` must be a positive integer. Found: True"),
-    ({"batch_size": np.bool_(True)}, r"`batch_size` must be a positive integer. Found: np.True_"),
-    ({"seed": np.float64(1.0)}, r"`seed` must be an integer >= 0. Found: np.float64\(1.0\)"),
-    ({"episodes": [True, 1]}, r"`episodes` must hold integer episode indices. Found: \[True\]"),
-    ({"episodes": np.array([[0, 1]])}, r"`episodes` must be a list of episode indices .*Found: array"),
-    ({"episodes": "01"}, r"`episodes` must be a list of episode indices"),
-    ({"delta_timestamps": {"action": np.array([0.0, np.nan])}}, r"delta_timestamps\['action'\] holds nan"),
-    ({"delta_timestamps": {"action": np.float64(0.1)}}, r"delta_timestamps\['action'\] must be a non-empty list"),
-])
-def test_numpy_values_that_are_no_setting_are_refused(options, match):
-    with pytest.raises(ConfigError, match=match):
-        LoaderConfig(**options)
+def test_numpy_values_that_are_no_setting_are_refused():
+    """Bools stay refused where an integer is asked, numpy's too; an array that is no list of indices or offsets, or
+    holding a bool or a nan, is refused when the config is made."""
+    for options, match in [
+        ({"batch_size": True}, r"`batch_size` must be a positive integer. Found: True"),
+        ({"batch_size": np.bool_(True)}, r"`batch_size` must be a positive integer. Found: np.True_"),
+        ({"seed": np.float64(1.0)}, r"`seed` must be an integer >= 0. Found: np.float64\(1.0\)"),
+        ({"episodes": [True, 1]}, r"`episodes` must hold integer episode indices. Found: \[True\]"),
+        ({"episodes": np.array([[0, 1]])}, r"`episodes` must be a list of episode indices .*Found: array"),
+        ({"episodes": "01"}, r"`episodes` must be a list of episode indices"),
+        ({"delta_timestamps": {"action": np.array([0.0, np.nan])}}, r"delta_timestamps\['action'\] holds nan"),
+        ({"delta_timestamps": {"action": np.float64(0.1)}}, r"delta_timestamps\['action'\] must be a non-empty list"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            LoaderConfig(**options)
 
 
 def test_a_loader_takes_numpy_settings(small_dataset):
