@@ -15,7 +15,8 @@ help, once) and checks them. `LoaderConfig` (dali_stream/config.py) is the six a
 A field's annotation is the type a caller may pass (a list for a tuple, a torch dtype for its name): `StreamLoader`'s
 keywords are typed from it. A setting of a few words is typed `Literal[...] | str`: the Literal names the choices
 (an editor offers them, the CLI's flags take them as `choices`), `str` lets a word held in a variable through. Each group's `__post_init__` refuses a bad value with a `ConfigError` naming it and
-stores the normal form the loader reads: tuples for lists, read-only mappings, torch's objects by name.
+stores the normal form the loader reads: tuples for lists (and for numpy arrays and torch tensors), read-only mappings,
+torch's objects by name, Python's numbers for numpy's (`config_values`: `np.int64(4)` is the batch size 4).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union, get_args
 
+from .config_values import as_float, as_int, as_list, episode_indices, is_int
+from .config_values import offsets as _offsets
 from .errors import ConfigError
 
 Decode = Literal["auto", "gpu", "cpu", "cpu-open", "dali-cpu"]
@@ -119,20 +122,19 @@ class SamplingConfig:
             raise ConfigError(f"`delta_timestamps` must map feature keys to lists of offsets in seconds. Found: "
                               f"{deltas!r}")
         fix(self, "delta_timestamps", MappingProxyType({str(k): _offsets(k, v) for k, v in deltas.items()}))
-        _integer("batch_size", self.batch_size, 1)
-        if self.episode_pool_size != GLOBAL_POOL:
-            _integer("episode_pool_size", self.episode_pool_size, 1, "or 'all' (a global shuffle)")
+        _integer(self, "batch_size", 1)
+        if not (isinstance(self.episode_pool_size, str) and self.episode_pool_size == GLOBAL_POOL):
+            _integer(self, "episode_pool_size", 1, "or 'all' (a global shuffle)")
         for name in ("seed", "drop_n_first_frames", "drop_n_last_frames"):
-            _integer(name, getattr(self, name), 0)
+            _integer(self, name, 0)
         _optional_integers(self, max_episodes=1)
         _booleans(self, "shuffle", *(() if self.drop_last is None else ("drop_last",)))
-        if not (isinstance(self.tolerance_s, (int, float)) and not isinstance(self.tolerance_s, bool)
-                and math.isfinite(self.tolerance_s) and self.tolerance_s >= 0):
+        tolerance = as_float(self.tolerance_s)
+        if not (isinstance(tolerance, float) and math.isfinite(tolerance) and tolerance >= 0):
             raise ConfigError(f"`tolerance_s` must be a number >= 0. Found: {self.tolerance_s!r}")
+        fix(self, "tolerance_s", tolerance)
         if self.episodes is not None:
-            if isinstance(self.episodes, (str, bytes)) or not isinstance(self.episodes, Sequence):
-                raise ConfigError(f"`episodes` must be a list of episode indices. Found: {self.episodes!r}")
-            fix(self, "episodes", tuple(self.episodes))
+            fix(self, "episodes", episode_indices(self.episodes))
         if self.episode_filter is not None and not callable(self.episode_filter):
             raise ConfigError(f"`episode_filter` must be a function of an episode's row (a dict) returning True to "
                               f"keep it, as lerobot's. Found: {self.episode_filter!r}")
@@ -246,9 +248,12 @@ class OutputConfig:
         if self.depth_output_unit not in DEPTH_OUTPUT_UNITS:
             raise ConfigError(f"`depth_output_unit` must be 'mm' or 'm' (lerobot's values). Found: "
                               f"{self.depth_output_unit!r}")
-        for name in ("resize", "crop", "mean", "std"):
-            if isinstance(getattr(self, name), list):
-                fix(self, name, tuple(getattr(self, name)))
+        for name, number in (("resize", as_int), ("crop", as_int), ("mean", as_float), ("std", as_float)):
+            value = as_list(getattr(self, name))  # a list, array or tensor as a tuple; numpy's numbers as Python's
+            if isinstance(value, (list, tuple)):
+                fix(self, name, tuple(number(v) for v in value))
+            elif name in ("mean", "std"):
+                fix(self, name, number(value))
         _optional_integers(self, transform_workers=0)
         if self.image_transforms is not None and not callable(self.image_transforms):
             raise ConfigError(f"`image_transforms` must be a callable taking and returning an image tensor (e.g. "
@@ -315,8 +320,8 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         for name in ("cache_bytes", "index_bytes", "footer_bytes"):
-            _integer(name, getattr(self, name), 1)
-        _integer("frame_cache_bytes", self.frame_cache_bytes, 0)
+            _integer(self, name, 1)
+        _integer(self, "frame_cache_bytes", 0)
         _optional_integers(self, num_workers=0, prefetch_batches=0, fetch_workers=0, episode_frames_bytes=0,
                            segment_bytes=1, table_cache_bytes=1)
         _local_folder(self, "frame_cache_dir", "decoded frames are written there and read back memory-mapped")
@@ -357,8 +362,9 @@ class StorageConfig:
         _optional_integers(self, remote_max_retries=0, disk_cache_bytes=1, remote_concurrency=1)
         for name in ("remote_timeout_s", "remote_deadline_s"):
             value = getattr(self, name)
-            if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            if value is not None and not (isinstance(as_float(value), float) and value > 0):
                 raise ConfigError(f"`{name}` must be a number of seconds > 0. Found: {value!r}")
+            fix(self, name, None if value is None else as_float(value))
         _local_folder(self, "disk_cache_dir", "a remote dataset's bytes are kept there")
 
 
@@ -381,18 +387,21 @@ GROUPS: dict[str, Any] = {"sampling": SamplingConfig, "decoding": DecodeConfig, 
                           "caches": CacheConfig, "storage": StorageConfig, "world": WorldConfig}
 
 
-def _integer(name: str, value: Any, low: int, other: str = "") -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+def _integer(group: Any, name: str, low: int, other: str = "") -> None:
+    """The setting `name` an integer of at least `low`, stored as a Python int (a numpy integer too; never a bool)."""
+    value = getattr(group, name)
+    if not is_int(as_int(value)) or as_int(value) < low:
         what = "a positive integer" if low == 1 else f"an integer >= {low}"
         unit = " (bytes)" if name.endswith("_bytes") else ""
         raise ConfigError(f"`{name}` must be {what}{unit}{' ' + other if other else ''}. Found: {value!r}")
+    fix(group, name, as_int(value))
 
 
 def _optional_integers(group: Any, **least: int) -> None:
     """Each named setting None (derived, or off) or an integer of at least its value."""
     for name, low in least.items():
         if getattr(group, name) is not None:
-            _integer(name, getattr(group, name), low)
+            _integer(group, name, low)
 
 
 def _booleans(group: Any, *names: str) -> None:
@@ -411,16 +420,3 @@ def _local_folder(group: Any, name: str, kept: str) -> None:
         raise ConfigError(f"`{name}` must be a local folder's path: {kept}. Found: {value!r}. Point it at a local "
                           f"drive (e.g. $TMPDIR/{name.replace('_dir', '').replace('_', '-')} or a node's scratch "
                           "disk); the dataset itself may stay remote")
-
-
-def _offsets(key: Any, value: Any) -> tuple[float, ...]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
-        raise ConfigError(f"delta_timestamps[{key!r}] must be a non-empty list of offsets in seconds. Found: "
-                          f"{value!r}")
-    out = []
-    for v in value:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ConfigError(f"delta_timestamps[{key!r}] holds {v!r}: every offset must be a finite number of "
-                              "seconds (e.g. -0.1, 0.0)")
-        out.append(float(v))
-    return tuple(out)

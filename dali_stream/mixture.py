@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Union, get_args
 
 from .config_groups import frozen_reduce
+from .config_values import as_float, as_int, episode_indices, is_int, offsets
 from .errors import ConfigError
 
 Vectors = Literal["pad", "exact"]
@@ -71,20 +72,20 @@ class Member:
             raise ConfigError(f"a mixture member's source must be a dataset root, URL or Hub id (a string). Found: "
                               f"{self.source!r}")
         fix(self, "source", str(self.source))
-        w = self.weight
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
-            raise ConfigError(f"member {self.source!r}: `weight` must be a finite number > 0. Found: {w!r}")
-        fix(self, "weight", float(w))
-        s = self.share
+        w = as_float(self.weight)  # numbers as Python's, numpy's too (config_values), as the loader's settings
+        if not isinstance(w, float) or not math.isfinite(w) or w <= 0:
+            raise ConfigError(f"member {self.source!r}: `weight` must be a finite number > 0. Found: {self.weight!r}")
+        fix(self, "weight", w)
+        s = as_float(self.share)
         if s is not None:
-            if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s) or s <= 0:
+            if not isinstance(s, float) or not math.isfinite(s) or s <= 0:
                 raise ConfigError(f"member {self.source!r}: `share` must be a finite number > 0 (its part of every "
-                                  f"epoch's samples, e.g. 0.5). Found: {s!r}")
+                                  f"epoch's samples, e.g. 0.5). Found: {self.share!r}")
             if self.weight != 1.0:
                 raise ConfigError(f"member {self.source!r}: give `share` (its part of the epoch's samples) or "
                                   f"`weight` (relative to its frames), not both. Found: share={s!r}, "
                                   f"weight={self.weight!r}")
-            fix(self, "share", float(s))
+            fix(self, "share", s)
         if not isinstance(self.keys, Mapping):
             raise ConfigError(f"member {self.source!r}: `keys` must map its feature keys to the mixture's (e.g. "
                               f"{{'observation.images.top': 'observation.images.front'}}). Found: {self.keys!r}")
@@ -104,23 +105,21 @@ class Member:
         if self.name is not None and (not isinstance(self.name, str) or not self.name):
             raise ConfigError(f"member {self.source!r}: `name` must be a non-empty string. Found: {self.name!r}")
         if self.episodes is not None:
-            if isinstance(self.episodes, (str, bytes)) or not isinstance(self.episodes, Sequence):
-                raise ConfigError(f"member {self.source!r}: `episodes` must be a list of episode indices. Found: "
-                                  f"{self.episodes!r}")
-            fix(self, "episodes", tuple(self.episodes))
-        m = self.max_episodes
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ConfigError(f"member {self.source!r}: `max_episodes` must be a positive integer. Found: {m!r}")
-        t = self.tolerance_s
-        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0):
-            raise ConfigError(f"member {self.source!r}: `tolerance_s` must be a number >= 0. Found: {t!r}")
+            fix(self, "episodes", episode_indices(self.episodes, f"member {self.source!r}: "))
+        m = as_int(self.max_episodes)
+        if m is not None and (not is_int(m) or m < 1):
+            raise ConfigError(f"member {self.source!r}: `max_episodes` must be a positive integer. Found: "
+                              f"{self.max_episodes!r}")
+        fix(self, "max_episodes", m)
+        t = as_float(self.tolerance_s)
+        if t is not None and (not isinstance(t, float) or not math.isfinite(t) or t < 0):
+            raise ConfigError(f"member {self.source!r}: `tolerance_s` must be a number >= 0. Found: {self.tolerance_s!r}")
+        fix(self, "tolerance_s", t)
         if self.delta_timestamps is not None:
-            from .config import _offsets
-
             if not isinstance(self.delta_timestamps, Mapping):
                 raise ConfigError(f"member {self.source!r}: `delta_timestamps` must map feature keys to offsets "
                                   f"in seconds. Found: {self.delta_timestamps!r}")
-            fix(self, "delta_timestamps", MappingProxyType({str(k): _offsets(k, v)
+            fix(self, "delta_timestamps", MappingProxyType({str(k): offsets(k, v)
                                                             for k, v in self.delta_timestamps.items()}))
         if self.storage_options is not None:
             if not isinstance(self.storage_options, Mapping):
@@ -179,10 +178,11 @@ class Mixture:
             raise ConfigError(f"members {[m.name for m in final if m.share is not None]} give a `share` and "
                               f"{[m.name for m in final if m.share is None]} do not; give every member a share "
                               "(parts of the epoch's samples) or none (weights relative to frames)")
-        spe = self.samples_per_epoch
-        if spe is not None and (isinstance(spe, bool) or not isinstance(spe, int) or spe < 1):
+        spe = as_int(self.samples_per_epoch)
+        if spe is not None and (not is_int(spe) or spe < 1):
             raise ConfigError(f"`samples_per_epoch` must be a positive integer (samples over all ranks). Found: "
-                              f"{spe!r}")
+                              f"{self.samples_per_epoch!r}")
+        object.__setattr__(self, "samples_per_epoch", spe)
         if self.vectors not in VECTORS:
             raise ConfigError(f"`vectors` must be one of {VECTORS}. Found: {self.vectors!r}")
 

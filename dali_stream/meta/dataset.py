@@ -29,7 +29,7 @@ from ..source.storage import (
     resolve_source,
 )
 from .depth import DepthCoding
-from .episode_table import EpisodeTable
+from .episode_table import EpisodeTable, refuse_doubled_episodes
 from .schema import TEXT_DTYPES
 
 INFO_PATH = "meta/info.json"
@@ -65,7 +65,7 @@ _CODEC_ALIASES = {"h264": "h264", "avc": "h264", "avc1": "h264", "libx264": "h26
 
 def _episode_tables(fs, files: list[str]):
     """The episode tables `files` as one pyarrow Table, every column but lerobot's per-episode stats (most of a
-    table's bytes, never read)."""
+    table's bytes, never read), and the rows each file gave."""
     import pyarrow as pa
 
     tables = []
@@ -74,7 +74,7 @@ def _episode_tables(fs, files: list[str]):
             pf = parquet_file(fs, path)
             keep = [c for c in pf.schema_arrow.names if not c.startswith("stats/")]
             tables.append(pf.read(columns=keep, use_threads=False))
-    return pa.concat_tables(tables, promote_options="default")
+    return pa.concat_tables(tables, promote_options="default"), [t.num_rows for t in tables]
 
 
 def normalise_codec(name: str) -> str:
@@ -272,7 +272,7 @@ class DatasetMeta(LerobotMetadata):
                 f"no episode tables under {posixpath.join(root, 'meta/episodes/')} in {source!r}; "
                 "a v3 dataset keeps them as meta/episodes/chunk-XXX/file-XXX.parquet: re-download meta/"
             )
-        table = _episode_tables(fs, files)
+        table, rows = _episode_tables(fs, files)
         required = ["episode_index", "length", "dataset_from_index", "dataset_to_index",
                     "data/chunk_index", "data/file_index"]
         for key, ft in info["features"].items():
@@ -285,7 +285,9 @@ class DatasetMeta(LerobotMetadata):
                 f"episode tables in {posixpath.join(root, 'meta/episodes/')} lack columns {missing}; "
                 "they are needed to locate each episode's rows and video bytes: re-download meta/episodes"
             )
-        order = np.argsort(table.column("episode_index").to_numpy(), kind="stable")
+        index = table.column("episode_index").to_numpy()
+        order = np.argsort(index, kind="stable")
+        refuse_doubled_episodes(index, order, rows, files)
         out = {}
         for c in required:
             col = table.column(c).to_numpy()[order]
@@ -295,7 +297,7 @@ class DatasetMeta(LerobotMetadata):
     def episode_rows(self) -> list[dict[str, Any]]:
         """Each episode's row of meta/episodes as lerobot's `filter_episodes` sees it (every column but the per-episode
         stats), in episode order; read again on each call (the loader keeps only the columns it plans with)."""
-        rows = _episode_tables(self.fs, sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB)))).to_pylist()
+        rows = _episode_tables(self.fs, sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB))))[0].to_pylist()
         return sorted(rows, key=lambda row: row["episode_index"])
 
     @staticmethod

@@ -1,9 +1,14 @@
-"""The episodes table (meta/episodes) as the loader reads it, by column, and as lerobot's users read it, by row."""
+"""The episodes table (meta/episodes) as the loader reads it, by column, and as lerobot's users read it, by row; and
+the check that it names each episode once."""
 
 from __future__ import annotations
 
 import operator
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import DatasetError
 
 
 class EpisodeTable(dict):
@@ -37,3 +42,22 @@ class EpisodeTable(dict):
     @property
     def column_names(self) -> list[str]:
         return list(self.keys())
+
+
+def refuse_doubled_episodes(index: np.ndarray, order: np.ndarray, rows: Sequence[int], files: Sequence[str]) -> None:
+    """A DatasetError where the episodes table gives an episode_index in more than one row (`index`: the column over
+    `files`, which gave `rows` rows each; `order`: its ascending order): the loader would plan the episode twice and
+    miss the one whose row was overwritten. Numpy over the one column: a few ms for 200,000 episodes."""
+    ordered = index[order]
+    doubled = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+    if not len(doubled):
+        return
+    first = doubled[0]
+    holders = np.searchsorted(np.cumsum(rows), np.flatnonzero(index == first), side="right")
+    named = sorted({files[int(i)] for i in holders})
+    more = f" (and {len(doubled) - 1} more doubled: {doubled[1:6].tolist()}{' ...' if len(doubled) > 6 else ''})" \
+        if len(doubled) > 1 else ""
+    raise DatasetError(
+        f"the episodes table is damaged: episode_index {int(first)} is given by {len(holders)} rows, in "
+        f"{', '.join(named)}{more}; each episode must have one row. Rewrite the episodes table with lerobot's "
+        "tools or restore meta/episodes from the dataset's source")

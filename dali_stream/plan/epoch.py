@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import ConfigError
 from . import salts
 from .mixture_epoch import Mix, draws, quotas, windows_by_member
-from .partition import PARTITIONS, partition_in_order
+from .partition import PARTITIONS, partition_in_order, refuse_dropped_out
 from .passes import GlobalPass, Lanes
 from .world import World
 
@@ -140,6 +140,8 @@ class EpochPlan:
         # Frames an episode may hand out: [first, first + count), without the dropped first/last frames.
         self._first = np.minimum(config.drop_n_first_frames, self.lengths)
         self._count = np.maximum(self.lengths - config.drop_n_first_frames - config.drop_n_last_frames, 0)
+        refuse_dropped_out(self.lengths, self._count, config.drop_n_first_frames, config.drop_n_last_frames,
+                           world.world_size)
         # Draws of each episode this epoch: each of its frames once, or a weighted mixture's quota (`plan.mixture_epoch`);
         # an evaluation pass (shuffle=False) draws every frame once whatever the weights.
         self._quota = quotas(self._count, mix, config.seed, epoch) \

@@ -27,6 +27,23 @@ def _candidates(lengths: np.ndarray, world_size: int) -> np.ndarray:
     return candidates
 
 
+def refuse_dropped_out(lengths: np.ndarray, drawable: np.ndarray, first: int, last: int, world_size: int) -> None:
+    """A ConfigError naming drop_n_first_frames/drop_n_last_frames (`first`, `last`) where they, not the episodes in
+    use (`lengths`), leave fewer episodes with frames to draw (`drawable`) than ranks: `_candidates` would blame the
+    dataset's size."""
+    left, used = int(np.count_nonzero(drawable)), int(np.count_nonzero(lengths))
+    if not (first or last) or not left < world_size <= used:
+        return
+    longest = int(lengths.max())
+    fix = f"lower them so that together they stay under {longest} frames"
+    if left:
+        fix += f" (an episode of at most {first + last} frames draws nothing), or use at most {left} ranks"
+    ranks = "the one rank needs one" if world_size == 1 else f"each of the world_size={world_size} ranks needs one"
+    raise ConfigError(
+        f"drop_n_first_frames={first} and drop_n_last_frames={last} leave {left} of the {used} episodes in use a frame "
+        f"to draw (the longest episode has {longest} frames), and {ranks}: {fix}")
+
+
 def partition_episodes(lengths: np.ndarray, world_size: int, seed: int, epoch: int, *salt: int) -> list[np.ndarray]:
     """Split episode positions over ranks, balanced by frame count; deterministic in (seed, epoch, salt)."""
     lengths = np.asarray(lengths, dtype=np.int64)

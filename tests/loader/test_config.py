@@ -7,9 +7,11 @@ import argparse
 import dataclasses
 import json
 
+import numpy as np
 import pytest
+import torch
 
-from dali_stream import ConfigError, LoaderConfig, StreamLoader
+from dali_stream import ConfigError, LoaderConfig, Member, Mixture, StreamLoader
 from dali_stream.config import (
     GROUPS,
     CacheConfig,
@@ -37,6 +39,78 @@ def test_settings_are_normalised_when_made():
     assert cfg.delta_timestamps == {"action": (0.0, 0.1)} and cfg.episodes == (3, 1) and cfg.resize == (48, 64)
     assert cfg.mean == (0.5, 0.5, 0.5) and dict(cfg.decode) == {"front": "cpu"}
     json.dumps(as_dict(cfg))  # results files and bench.csv take it as it is
+
+
+# numpy's and torch's spellings of a setting, each beside its plain Python one: the same, equal config
+NUMPY_SPELLINGS = [
+    ({"batch_size": np.int64(4)}, {"batch_size": 4}),
+    ({"episode_pool_size": np.int32(3), "seed": np.uint8(7)}, {"episode_pool_size": 3, "seed": 7}),
+    ({"drop_n_first_frames": np.int64(2), "drop_n_last_frames": np.int16(1), "max_episodes": np.int64(5)},
+     {"drop_n_first_frames": 2, "drop_n_last_frames": 1, "max_episodes": 5}),
+    ({"num_workers": np.int64(0), "cache_bytes": np.int64(1 << 20), "rank": np.int64(1), "world_size": np.int64(2)},
+     {"num_workers": 0, "cache_bytes": 1 << 20, "rank": 1, "world_size": 2}),
+    ({"tolerance_s": np.float32(0.5), "remote_timeout_s": np.float64(30)}, {"tolerance_s": 0.5, "remote_timeout_s": 30}),
+    ({"episodes": np.array([0, 1])}, {"episodes": [0, 1]}),
+    ({"episodes": torch.tensor([2, 0])}, {"episodes": [2, 0]}),
+    ({"episodes": range(3), "seed": np.int64(1)}, {"episodes": [0, 1, 2], "seed": 1}),
+    ({"episodes": [np.int64(4), 1]}, {"episodes": [4, 1]}),
+    ({"delta_timestamps": {"action": np.arange(3) / 30}}, {"delta_timestamps": {"action": [0, 1 / 30, 2 / 30]}}),
+    ({"delta_timestamps": {"action": torch.tensor([-0.5, 0.0])}}, {"delta_timestamps": {"action": [-0.5, 0.0]}}),
+    ({"delta_timestamps": {"action": [np.float32(0.25), np.int64(1)]}}, {"delta_timestamps": {"action": [0.25, 1]}}),
+    ({"resize": np.array([48, 64]), "crop": (np.int64(32), 32), "mean": np.float32(0.5), "std": np.ones(3) / 4},
+     {"resize": [48, 64], "crop": [32, 32], "mean": 0.5, "std": [0.25] * 3}),
+]
+
+
+@pytest.mark.parametrize("numpy_spelling,plain", NUMPY_SPELLINGS)
+def test_numpy_and_torch_values_make_the_plain_config(numpy_spelling, plain):
+    cfg = LoaderConfig(**numpy_spelling)
+    assert cfg == LoaderConfig(**plain)
+    for name in numpy_spelling:  # stored as Python's own values: state files and results take them as they are
+        value = getattr(cfg, name)
+        flat = [*value.values()][0] if name == "delta_timestamps" else value
+        assert all(type(v) in (int, float) for v in (flat if isinstance(flat, tuple) else (flat,))), (name, value)
+    json.dumps(as_dict(cfg))
+
+
+def test_a_members_numpy_values_make_the_plain_member():
+    spelled = Member("/data/a", weight=np.float32(2), episodes=np.arange(3), max_episodes=np.int64(2),
+                     tolerance_s=np.float64(0.25), delta_timestamps={"action": torch.arange(2) / 2})
+    assert spelled == Member("/data/a", weight=2, episodes=[0, 1, 2], max_episodes=2, tolerance_s=0.25,
+                             delta_timestamps={"action": [0.0, 0.5]})
+    assert Member("/data/a", share=np.float32(0.5)) == Member("/data/a", share=0.5)
+    assert Mixture(("/data/a",), samples_per_epoch=np.int64(10)).samples_per_epoch == 10
+    with pytest.raises(ConfigError, match=r"member '/data/a': `max_episodes` must be a positive integer. Found: True"):
+        Member("/data/a", max_episodes=True)
+    with pytest.raises(ConfigError, match=r"member '/data/a': `episodes` must be a list of episode indices"):
+        Member("/data/a", episodes=np.zeros((2, 2), dtype=int))
+
+
+def test_numpy_values_that_are_no_setting_are_refused():
+    """Bools stay refused where an integer is asked, numpy's too; an array that is no list of indices or offsets, or
+    holding a bool or a nan, is refused when the config is made."""
+    for options, match in [
+        ({"batch_size": True}, r"`batch_size` must be a positive integer. Found: True"),
+        ({"batch_size": np.bool_(True)}, r"`batch_size` must be a positive integer. Found: np.True_"),
+        ({"seed": np.float64(1.0)}, r"`seed` must be an integer >= 0. Found: np.float64\(1.0\)"),
+        ({"episodes": [True, 1]}, r"`episodes` must hold integer episode indices. Found: \[True\]"),
+        ({"episodes": np.array([[0, 1]])}, r"`episodes` must be a list of episode indices .*Found: array"),
+        ({"episodes": "01"}, r"`episodes` must be a list of episode indices"),
+        ({"delta_timestamps": {"action": np.array([0.0, np.nan])}}, r"delta_timestamps\['action'\] holds nan"),
+        ({"delta_timestamps": {"action": np.float64(0.1)}}, r"delta_timestamps\['action'\] must be a non-empty list"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            LoaderConfig(**options)
+
+
+def test_a_loader_takes_numpy_settings(small_dataset):
+    with StreamLoader(str(small_dataset), device="cpu", batch_size=np.int64(4), episodes=np.array([0, 1]),
+                      delta_timestamps={"action": np.arange(3) / 30}) as loader:
+        assert loader.config == LoaderConfig(device="cpu", batch_size=4, episodes=[0, 1],
+                                             delta_timestamps={"action": [0, 1 / 30, 2 / 30]})
+        batch = next(iter(loader))
+        assert batch["action"].shape[:2] == (4, 3) and set(batch["episode_index"].tolist()) <= {0, 1}
+        json.dumps(loader.state_dict())
 
 
 @pytest.mark.parametrize("options,match", [

@@ -236,6 +236,27 @@ def test_truncated_episodes_table(copy):
     _one_line_error(_inspect(copy), "DamagedTableError", path.name, "re-download it")
 
 
+def test_an_episodes_table_giving_an_episode_twice_is_refused(copy):
+    """A meta/episodes file rewritten so that episode 3's row says episode_index 0: refused when the metadata is
+    opened, naming both files, the index and the fix (it was taken, and `episodes=[0]` drew two episodes)."""
+    files = sorted((copy / "meta/episodes").glob("*/*.parquet"))
+    table = pq.read_table(files[1])
+    column = table.schema.get_field_index("episode_index")
+    index = table.column(column).to_numpy().copy()
+    assert 3 in index and 0 not in index
+    index[index == 3] = 0
+    pq.write_table(table.set_column(column, table.schema.field(column), pa.array(index, table.schema.field(column).type)),
+                   files[1])
+    match = (rf"episodes table is damaged: episode_index 0 is given by 2 rows, in \S*{files[0].name}, "
+             rf"\S*{files[1].name}; each episode must have one row. Rewrite the episodes table with lerobot's tools "
+             "or restore meta/episodes")
+    with pytest.raises(DatasetError, match=match):
+        DatasetMeta.open(str(copy))
+    for episodes in ([0], [3]):
+        with pytest.raises(DatasetError, match=match):
+            StreamLoader(str(copy), device="cpu", episodes=episodes)
+
+
 def test_truncated_data_file_at_construction_and_later(copy):
     first, last = sorted((copy / "data").glob("*/*.parquet"))[0], sorted((copy / "data").glob("*/*.parquet"))[-1]
     _truncate(last)  # read only when a batch draws an episode it holds

@@ -342,6 +342,27 @@ def test_bad_selections(small_dataset, kwargs, match):
         StreamLoader(str(small_dataset), **kwargs)
 
 
+def test_frames_dropped_past_the_episodes_are_named_with_the_fix(small_dataset):
+    """drop_n_first_frames/drop_n_last_frames that leave no episode (or fewer than the ranks) a frame to draw say so,
+    with their values and the longest episode's length, not that the dataset is too small for the ranks."""
+    from dali_stream import open_meta
+
+    lengths = np.sort(open_meta(str(small_dataset)).lengths)
+    longest = int(lengths[-1])
+    with pytest.raises(ConfigError, match=rf"drop_n_first_frames={longest - 3} and drop_n_last_frames=3 leave 0 of "
+                                          rf"the {len(lengths)} episodes in use a frame to draw \(the longest episode "
+                                          rf"has {longest} frames\), and the one rank needs one: lower them so that "
+                                          rf"together they stay under {longest} frames$"):
+        StreamLoader(str(small_dataset), device="cpu", drop_n_first_frames=longest - 3, drop_n_last_frames=3)
+    drops = int(lengths[lengths < longest].max())  # only the longest episodes keep frames
+    left = int(np.count_nonzero(lengths > drops))
+    with pytest.raises(ConfigError, match=rf"drop_n_first_frames=0 and drop_n_last_frames={drops} leave {left} of "
+                                          rf"the {len(lengths)} episodes .* each of the world_size={left + 1} ranks "
+                                          rf"needs one: .* or use at most {left} ranks"):
+        StreamLoader(str(small_dataset), device="cpu", drop_n_last_frames=drops, shuffle=False, rank=0,
+                     world_size=left + 1)
+
+
 # ---- lifecycle and logging -------------------------------------------------------------------------------
 def _with_store(**settings):
     """A loader of `small_dataset`'s settings and its episode store, caught as the loader builds it
