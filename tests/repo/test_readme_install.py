@@ -120,5 +120,5 @@ def test_the_blocks_named_here_are_the_readmes():
     quick, train, mix = (section(n) for n in ("Quickstart", "Training lerobot's policies", "Mixtures"))
     assert "dali-stream make-sample" in quick and "StreamLoader(" in quick
     assert re.search(r"^dali-stream train \.demo/sample .*--checkpoint-dir \.demo/ckpt$", train, flags=re.M)
-    assert "dali-stream demo --mixture .demo/mixture" in mix and "Mixture([" in mix
+    assert "dali-stream demo .demo/mixture --mixture" in mix and "Mixture([" in mix
     assert shlex.split(install_line())[:2] == ["pip", "install"]
