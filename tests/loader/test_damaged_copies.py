@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from dali_stream import DatasetError, StreamLoader
+from dali_stream import DatasetError, StreamLoader, VideoFileError
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
 FRONT = "observation.images.front"
@@ -99,3 +99,12 @@ def test_an_episodes_file_with_a_null_timestamp(copy):
     with pytest.raises(DatasetError, match=rf"episodes file .*{EPISODES_FILE}: column '{column}' is empty \(null or "
                                            r"NaN\) for episodes \[4\].*re-download meta/episodes"):
         _loop(copy)
+
+
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+def test_an_empty_video_file(copy, decode):
+    """A 0-byte MP4 says so, with the fix, not "[Errno 22] Invalid argument; first bytes b''"."""
+    (copy / FILE).write_bytes(b"")
+    with pytest.raises(VideoFileError, match=rf"video file .*{FILE} is empty \(0 bytes\) \(episode [345], camera "
+                                             rf"'{FRONT}'\): .*re-download the file"):
+        _loop(copy, decode=decode)
