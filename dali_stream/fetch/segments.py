@@ -155,10 +155,10 @@ def _open(fs, path: str, episode: int, camera: str):
         _raise_remote(exc, episode, camera)
         head = _head(fs, path)
         raw.close()
-        raise VideoFileError(
-            f"video file {path} is not a readable MP4 (episode {episode}, camera {camera!r}): {exc}; "
-            f"first bytes {head!r}; {FIX_FILE}"
-        ) from exc
+        what, why = ("is empty (0 bytes)", "a download or copy cut short") if not head and fs.size(path) == 0 else \
+            ("is not a readable MP4", f"{exc}; first bytes {head!r}")
+        raise VideoFileError(f"video file {path} {what} (episode {episode}, camera {camera!r}): {why}; {FIX_FILE}"
+                             ) from exc
     if not container.streams.video:
         container.close()
         raw.close()

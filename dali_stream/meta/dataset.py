@@ -23,13 +23,11 @@ from ..source.storage import (
     RemoteOptions,
     lerobot_home,
     open_fs,
-    parquet_errors,
-    parquet_file,
     read_parquet,
     resolve_source,
 )
 from .depth import DepthCoding
-from .episode_table import EpisodeTable, refuse_doubled_episodes
+from .episode_table import EpisodeTable, read_episode_tables, refuse_doubled_episodes
 from .schema import TEXT_DTYPES
 
 INFO_PATH = "meta/info.json"
@@ -61,20 +59,6 @@ class Camera:
 _CODEC_ALIASES = {"h264": "h264", "avc": "h264", "avc1": "h264", "libx264": "h264", "hevc": "hevc", "h265": "hevc",
                   "libx265": "hevc", "hvc1": "hevc", "av1": "av1", "libdav1d": "av1", "libaom-av1": "av1",
                   "libsvtav1": "av1", "av01": "av1", "vp9": "vp9", "libvpx-vp9": "vp9", "vp09": "vp9", "vp8": "vp8"}
-
-
-def _episode_tables(fs, files: list[str]):
-    """The episode tables `files` as one pyarrow Table, every column but lerobot's per-episode stats (most of a
-    table's bytes, never read), and the rows each file gave."""
-    import pyarrow as pa
-
-    tables = []
-    for path in files:
-        with parquet_errors(path):
-            pf = parquet_file(fs, path)
-            keep = [c for c in pf.schema_arrow.names if not c.startswith("stats/")]
-            tables.append(pf.read(columns=keep, use_threads=False))
-    return pa.concat_tables(tables, promote_options="default"), [t.num_rows for t in tables]
 
 
 def normalise_codec(name: str) -> str:
@@ -272,13 +256,13 @@ class DatasetMeta(LerobotMetadata):
                 f"no episode tables under {posixpath.join(root, 'meta/episodes/')} in {source!r}; "
                 "a v3 dataset keeps them as meta/episodes/chunk-XXX/file-XXX.parquet: re-download meta/"
             )
-        table, rows = _episode_tables(fs, files)
         required = ["episode_index", "length", "dataset_from_index", "dataset_to_index",
                     "data/chunk_index", "data/file_index"]
         for key, ft in info["features"].items():
             if ft.get("dtype") == "video":
                 required += [f"videos/{key}/{c}" for c in ("chunk_index", "file_index", "from_timestamp",
                                                             "to_timestamp")]
+        table, rows = read_episode_tables(fs, files, required)
         missing = [c for c in required if c not in table.column_names]
         if missing:
             raise DatasetError(
@@ -297,7 +281,7 @@ class DatasetMeta(LerobotMetadata):
     def episode_rows(self) -> list[dict[str, Any]]:
         """Each episode's row of meta/episodes as lerobot's `filter_episodes` sees it (every column but the per-episode
         stats), in episode order; read again on each call (the loader keeps only the columns it plans with)."""
-        rows = _episode_tables(self.fs, sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB))))[0].to_pylist()
+        rows = read_episode_tables(self.fs, sorted(self.fs.glob(posixpath.join(self.root, EPISODES_GLOB))))[0].to_pylist()
         return sorted(rows, key=lambda row: row["episode_index"])
 
     @staticmethod

@@ -4,13 +4,14 @@ Only the standard library is imported at module level; every probe imports what 
 so one broken package is reported (with the layer that failed and the fix) instead of crashing the tool.
 The result is one JSON-serialisable dict (see `diagnose`); `diagnose_report` renders it and merges nodes.
 
-Failure layers: `missing` (no file), `placeholder` (Git LFS pointer or other non-video bytes), `container`
-(not a readable MP4), `bitstream` (the decoder rejects the data), `codec-unsupported` (this GPU/decoder
-cannot decode the codec), `dali-no-cuda` (DALI cannot run GPU operators here), `torchcodec-load`
-(torchcodec or its FFmpeg libraries do not load), `dali-import` (nvidia.dali does not import), `metadata`
-(the dataset's meta files). Why GPUs present are not used (`report["gpu"]["layer"]`): `torch-no-cuda` (DALI
-sees the GPU, torch cannot: CPU wheel or a CUDA build the driver does not run), `dali-no-cuda`,
-`device-mismatch`, `nvdec-unavailable` (libnvcuvid missing in a container, or a MIG slice without NVDEC).
+Failure layers: `missing` (no file), `placeholder` (a Git LFS pointer), `empty` (0 bytes), `not-mp4` (other
+bytes than an MP4's), `container` (an MP4 not readable), `bitstream` (the decoder rejects the data),
+`codec-unsupported` (this GPU/decoder cannot decode the codec), `dali-no-cuda` (DALI cannot run GPU operators
+here), `torchcodec-load` (torchcodec or its FFmpeg libraries do not load), `dali-import` (nvidia.dali does not
+import), `metadata` (the dataset's meta files). Why GPUs present are not used (`report["gpu"]["layer"]`):
+`torch-no-cuda` (DALI sees the GPU, torch cannot: CPU wheel or a CUDA build the driver does not run),
+`dali-no-cuda`, `device-mismatch`, `nvdec-unavailable` (libnvcuvid missing in a container, or a MIG slice
+without NVDEC).
 """
 
 from __future__ import annotations

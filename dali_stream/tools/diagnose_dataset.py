@@ -17,6 +17,9 @@ _FIXES = {
     "missing": "download the file (huggingface_hub snapshot_download / hf download) or fix the dataset path",
     "placeholder": "the file is a Git LFS pointer, not video: run `git lfs pull` in the dataset, or download it "
                    "with huggingface_hub instead of git clone",
+    "empty": "the file is empty (0 bytes), a download or copy cut short: re-download it (huggingface_hub "
+             "snapshot_download / hf download)",
+    "not-mp4": "the file holds other bytes than an MP4's: re-download it, or re-encode the camera with lerobot",
     "container": "the MP4 is damaged or truncated: re-download it, or re-encode the camera with lerobot",
     "bitstream": "the encoded frames are corrupt: re-download the file, or re-encode the camera with lerobot",
     "codec-unsupported": "use decode='auto' (it picks a decoder this node has), or re-encode the camera as h264",
@@ -45,8 +48,13 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
 
     with fs.open(path, "rb") as raw:
         head = raw.read(64)
-        if head.startswith(LFS_MAGIC) or b"ftyp" not in head[:12]:
-            return {"layer": "placeholder", "error": f"{path} is not an MP4: first bytes {head[:48]!r}"}
+        if head.startswith(LFS_MAGIC):
+            return {"layer": "placeholder", "error": f"{path} is a Git LFS pointer, not an MP4: first bytes "
+                                                     f"{head[:48]!r}"}
+        if not head:
+            return {"layer": "empty", "error": f"{path} is empty (0 bytes)"}
+        if b"ftyp" not in head[:12]:
+            return {"layer": "not-mp4", "error": f"{path} is not an MP4: first bytes {head[:48]!r}"}
         raw.seek(0)
         try:
             container = av.open(raw)

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from dali_stream import DatasetError, StreamLoader
+from dali_stream import DatasetError, StreamLoader, VideoFileError
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
 FRONT = "observation.images.front"
@@ -64,3 +64,47 @@ def test_a_table_column_narrower_in_one_data_file(copy, shuffle):
     with pytest.raises(DatasetError, match=r"data file .*file-000.parquet: column 'action' holds 5 values per row, "
                                            r"but meta/info.json declares its shape \[6\]; .*re-download the file"):
         _loop(copy, shuffle=shuffle)
+
+
+EPISODES_FILE = "meta/episodes/chunk-000/file-001.parquet"  # episodes 3, 4, 5
+
+
+@pytest.mark.parametrize("column", [f"videos/{FRONT}/from_timestamp", f"videos/{FRONT}/chunk_index",
+                                    "data/file_index"])
+def test_an_episodes_file_without_a_column_the_others_have(copy, column):
+    """One episodes file rewritten without a column the loader reads: named as the metadata opens (the file, the
+    column, its episodes, the fix), not a video blamed for having no keyframe at NaN seconds."""
+    import pyarrow.parquet as pq
+
+    path = copy / EPISODES_FILE
+    pq.write_table(pq.read_table(path).drop_columns([column]), path)
+    with pytest.raises(DatasetError, match=rf"episodes file .*{EPISODES_FILE}: has no column \['{column}'\] .*so "
+                                           r"episodes \[3, 4, 5\] have none.*re-download meta/episodes, or write the "
+                                           r"file again with lerobot's tools"):
+        StreamLoader(str(copy), batch_size=8, device="cpu")
+
+
+def test_an_episodes_file_with_a_null_timestamp(copy):
+    """A null where episode 4's to_timestamp belongs: named with the column and the episode."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = copy / EPISODES_FILE
+    table = pq.read_table(path)
+    column = f"videos/{FRONT}/to_timestamp"
+    values = table.column(column).to_pylist()
+    values[table.column("episode_index").to_pylist().index(4)] = None
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values, pa.float64())),
+                   path)
+    with pytest.raises(DatasetError, match=rf"episodes file .*{EPISODES_FILE}: column '{column}' is empty \(null or "
+                                           r"NaN\) for episodes \[4\].*re-download meta/episodes"):
+        _loop(copy)
+
+
+@pytest.mark.parametrize("decode", ["cpu", "cpu-open"])
+def test_an_empty_video_file(copy, decode):
+    """A 0-byte MP4 says so, with the fix, not "[Errno 22] Invalid argument; first bytes b''"."""
+    (copy / FILE).write_bytes(b"")
+    with pytest.raises(VideoFileError, match=rf"video file .*{FILE} is empty \(0 bytes\) \(episode [345], camera "
+                                             rf"'{FRONT}'\): .*re-download the file"):
+        _loop(copy, decode=decode)

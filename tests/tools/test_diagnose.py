@@ -101,6 +101,19 @@ def test_git_lfs_pointer_is_a_placeholder(copy):
     assert human.returncode == 1 and "placeholder" in human.stdout and "git lfs pull" in human.stdout
 
 
+@pytest.mark.parametrize("data, layer, words", [(b"", "empty", "is empty (0 bytes)"),
+                                                 (bytes(range(256)) * 8, "not-mp4", r"is not an MP4: first bytes b'\x00")])
+def test_an_empty_or_foreign_file_is_no_git_lfs_pointer(copy, data, layer, words):
+    """0 bytes, or bytes of no MP4 nor Git LFS pointer: their own finding with the re-download fix, not `git lfs
+    pull` (which cannot mend a file Git LFS does not manage)."""
+    path = _first_file(copy, FRONT)
+    path.write_bytes(data)
+    proc = _diagnose(copy, "--json")
+    cam = json.loads(proc.stdout)["dataset"]["cameras"][FRONT]
+    assert proc.returncode == 1 and cam["layer"] == layer and words in cam["error"], cam
+    assert "re-download" in cam["fix"] and "lfs" not in cam["fix"].lower(), cam["fix"]
+
+
 def test_missing_video_file(copy):
     _first_file(copy, WRIST).unlink()
     cam = json.loads(_diagnose(copy, "--json").stdout)["dataset"]["cameras"][WRIST]

@@ -188,3 +188,18 @@ def test_a_video_file_at_another_size_than_info_json_says_is_listed_with_its_epi
     found = _by_file(report)[rel]
     assert found["episodes"] == [2, 3]
     assert "is 256x192 (width x height) but meta/info.json gives the camera 128x96" in " ".join(found["problems"])
+
+
+def test_an_episodes_file_without_a_cameras_column_is_the_metadata_finding(small_dataset, tmp_path):
+    """verify reports the episodes file lacking a column as the metadata's problem, without a traceback."""
+    import pyarrow.parquet as pq
+
+    dst = tmp_path / "copy"
+    shutil.copytree(small_dataset, dst)
+    rel = "meta/episodes/chunk-000/file-000.parquet"
+    column = f"videos/{FRONT}/from_timestamp"
+    pq.write_table(pq.read_table(dst / rel).drop_columns([column]), dst / rel)
+    proc = _verify(dst)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    error = json.loads(proc.stdout)["meta_error"]
+    assert error.startswith("DatasetError: episodes file ") and rel in error and repr([column]) in error, error
