@@ -272,6 +272,7 @@ class Mp4Index:
         return int(offsets.min()), int((offsets + sizes).max())
 
 
+LFS_MAGIC = b"version https://git-lfs"  # the first bytes of a Git LFS pointer file
 FIX = ("re-download it (or re-encode it from its source); `dali-stream verify DATASET` lists every damaged file of "
        "the dataset")
 
@@ -291,6 +292,11 @@ def read_index(rfs, path: str) -> Mp4Index:
 def _read_index(rfs, path: str) -> Mp4Index:
     size = rfs.size(path)
     head = rfs.read_range(path, 0, min(size, HEAD_BYTES))
+    if head.startswith(LFS_MAGIC):
+        from ..errors import DamagedVideoError
+
+        raise DamagedVideoError(f"video file {path} is a Git LFS pointer, not video: run `git lfs pull` in the "
+                                "dataset, or download it with huggingface_hub instead of git clone", path, "file")
     pieces = [(0, head)]
     pos, moov = 0, None
     while pos + 8 <= size:

@@ -10,8 +10,7 @@ import time
 from typing import Any
 
 from ..decode.route import DALI_CPU, DEPTH, NVDEC, TORCHCODEC, route_named
-
-LFS_MAGIC = b"version https://git-lfs"  # the first bytes of a Git LFS pointer file
+from ..fetch.mp4index import LFS_MAGIC
 
 _FIXES = {
     "missing": "download the file (huggingface_hub snapshot_download / hf download) or fix the dataset path",

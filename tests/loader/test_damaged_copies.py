@@ -8,6 +8,8 @@ import shutil
 import pytest
 
 from dali_stream import DatasetError, StreamLoader, VideoFileError
+from dali_stream.errors import DamagedVideoError
+from dali_stream.meta.dataset import DatasetMeta
 from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
 
 FRONT = "observation.images.front"
@@ -108,3 +110,13 @@ def test_an_empty_video_file(copy, decode):
     with pytest.raises(VideoFileError, match=rf"video file .*{FILE} is empty \(0 bytes\) \(episode [345], camera "
                                              rf"'{FRONT}'\): .*re-download the file"):
         _loop(copy, decode=decode)
+
+
+def test_a_git_lfs_pointer_in_place_of_a_video_says_git_lfs_pull(copy):
+    """A dataset cloned with git without LFS: each MP4 is a pointer file. The loader names it and the fix, instead of
+    taking it for a damaged MP4 to re-download."""
+    meta = DatasetMeta.open(str(copy))
+    path = copy / meta.video_file(0, meta.video_keys[0])
+    path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 123456\n")
+    with pytest.raises(DamagedVideoError, match=r"is a Git LFS pointer, not video: run `git lfs pull`"):
+        _loop(copy, shuffle=False)
