@@ -286,7 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         from .transcode import main as transcode
 
         return reported("transcode", lambda: transcode(argv[1:]))
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, with its usage, not the top level's
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     return reported(args.command, lambda: args.func(args))
 
 

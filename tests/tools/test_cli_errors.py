@@ -129,3 +129,13 @@ def test_the_printed_install_hints_run_in_a_checkout(tmp_path):
         (install,) = json.loads(report.read_text())["install"]
         assert install["metadata"]["name"] == "dali-stream" and install["requested_extras"] == [extra], install
         assert extra in install["metadata"]["provides_extra"], install["metadata"]
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "diagnose", "bench", "demo"])
+def test_an_unknown_flag_is_said_by_its_command(command, tmp_path):
+    """`dali-stream COMMAND DATASET --bogus`: the command's own usage and error, not the top level's (which lists the
+    commands and names none)."""
+    proc = dali_stream(command, str(tmp_path), "--bogus")
+    assert proc.returncode == 2, proc.stderr
+    assert f"usage: dali-stream {command}" in proc.stderr, proc.stderr
+    assert f"dali-stream {command}: error: unrecognized arguments: --bogus" in proc.stderr, proc.stderr
