@@ -264,15 +264,21 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
 def _dataset_problems(meta) -> list[str]:
     """What is wrong with the dataset as a whole rather than with a file: each camera's videos against info.json's
     fps (its first file that indexes, `fetch.indexes.check_rate`: a wrong fps shifts every window and frame time,
-    and would otherwise show as other painted ids in every video). A damaged file is the file's finding."""
+    and would otherwise show as other painted ids in every video), and info.json's episode and frame totals against
+    the episodes table's (a row lost from meta/episodes drops its episode from training without a word). A damaged
+    file is the file's finding."""
     from ..errors import DaliStreamError, DamagedFileError, DatasetError
     from ..fetch.indexes import IndexCache
     from ..source.storage import LocalRanges, is_local
 
+    found = [f"meta/info.json says {meta.info[k]} {what}, but meta/episodes holds {got}: an episode's row is missing "
+             "from the episodes table (its episode is never trained on), or info.json is stale; re-download meta/"
+             for k, what, got in (("total_episodes", "episodes", meta.num_episodes),
+                                  ("total_frames", "frames", meta.total_frames))
+             if isinstance(meta.info.get(k), int) and meta.info[k] != got]
     if meta.num_episodes == 0:
-        return []
+        return found
     cache = IndexCache(LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs, fps=meta.fps)
-    found = []
     for key in meta.video_keys:
         for path in dict.fromkeys(meta.video_file(pos, key) for pos in range(meta.num_episodes)):
             try:

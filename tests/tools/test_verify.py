@@ -203,3 +203,22 @@ def test_an_episodes_file_without_a_cameras_column_is_the_metadata_finding(small
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     error = json.loads(proc.stdout)["meta_error"]
     assert error.startswith("DatasetError: episodes file ") and rel in error and repr([column]) in error, error
+
+
+def test_an_episode_row_lost_from_the_episodes_table_is_the_datasets_problem(small_dataset, tmp_path):
+    """One row cut from an episodes file while info.json still counts it: the loader trains without that episode
+    (the table is what it reads), so verify reports info.json's totals against the table's, with the fix."""
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "lost"
+    shutil.copytree(small_dataset, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    path = sorted((root / "meta/episodes").rglob("*.parquet"))[-1]
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, table.num_rows - 1), path)
+    report = json.loads(_verify(str(root)).stdout)
+    said = report["dataset_problems"]
+    assert report["exit_code"] == 1 and report["damaged"] == []
+    assert f"meta/info.json says {info['total_episodes']} episodes, but meta/episodes holds " \
+           f"{info['total_episodes'] - 1}" in said[0] and "re-download meta/" in said[0], said
+    assert "frames, but meta/episodes holds" in said[1], said
