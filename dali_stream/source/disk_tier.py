@@ -75,7 +75,12 @@ class DiskTier:
     """Blocks of remote files on a node-local folder `root`, at most `limit_bytes` of them (None: what the folder
     holds and 80 % of its drive's free space when the tier is made; module docstring)."""
 
+    def __reduce__(self) -> tuple:
+        """Pickled (a spawned DataLoader worker's metadata): the same folder and bounds, counters of its own."""
+        return DiskTier, self._given
+
     def __init__(self, root: str, limit_bytes: int | None = None, block_bytes: int = BLOCK) -> None:
+        self._given = (str(root), limit_bytes, block_bytes)  # what `__reduce__` makes it again from
         self.root = os.path.join(os.path.abspath(os.path.expanduser(str(root))), LAYOUT)
         self.block = int(block_bytes)
         self.stats = DiskStats()

@@ -92,6 +92,12 @@ class RemoteFS:
         self.protocol = fs.protocol
         self._sizes: dict[str, tuple[int, str]] = {}  # files of a dataset do not change while it is read
 
+    def __reduce__(self) -> tuple:
+        """Pickled (the metadata a spawned DataLoader worker gets): made again there from the file system (fsspec's
+        own pickling: its class and arguments), the retry policy, the disk tier and the concurrency, with counters,
+        slots and locks of its own."""
+        return RemoteFS, (self._fs, self.policy, None, self.disk, self.concurrency)
+
     def _slots_made(self) -> None:
         self._async_slots = asyncio.Semaphore(self.concurrency) if self.concurrency else None
         self._thread_slots = threading.BoundedSemaphore(self.concurrency) if self.concurrency else None

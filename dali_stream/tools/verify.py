@@ -20,7 +20,8 @@ the loader would get wrong is reported with its episode.
 The report lists each damaged file with why (missing, size, hash, decode) and the episodes it holds, each
 problem under the file it is about (an episode's files are read together: one damaged file fails every camera's
 read of its episodes, and is named alone), and apart from them what is wrong with the dataset as a whole
-(`dataset_problems`: info.json's fps against the videos' own frame rate), which is then not blamed on the videos.
+(`dataset_problems`: info.json's fps against the videos' own frame rate, which is then not blamed on the videos;
+its episode and frame totals against the episodes table's).
 """
 
 from __future__ import annotations
@@ -261,24 +262,35 @@ def episode_problems(meta, tolerance_s: float, progress: Callable[[int, int], No
     return found
 
 
+def _total_problems(meta) -> list[str]:
+    """info.json's episode and frame totals against the episodes table's: a row lost from meta/episodes drops its
+    episode from training without a word (the table is what the loader reads), a table holding more is a stale
+    info.json. Not a file's fault, and no reason to skip reading the files."""
+    found = []
+    for key, what, have in (("total_episodes", "episodes", meta.num_episodes), ("total_frames", "frames",
+                                                                                meta.total_frames)):
+        said = meta.info.get(key)
+        if not isinstance(said, int) or said == have:
+            continue
+        why = ("rows are missing from the episodes table (their episodes are never trained on), or info.json is "
+               "stale" if have < said else "info.json is stale (written before episodes were added)")
+        found.append(f"meta/info.json says {said} {what} ({key}), but meta/episodes holds {have}: {why}; "
+                     "re-download meta/")
+    return found
+
+
 def _dataset_problems(meta) -> list[str]:
     """What is wrong with the dataset as a whole rather than with a file: each camera's videos against info.json's
     fps (its first file that indexes, `fetch.indexes.check_rate`: a wrong fps shifts every window and frame time,
-    and would otherwise show as other painted ids in every video), and info.json's episode and frame totals against
-    the episodes table's (a row lost from meta/episodes drops its episode from training without a word). A damaged
-    file is the file's finding."""
+    and would otherwise show as other painted ids in every video). A damaged file is the file's finding."""
     from ..errors import DaliStreamError, DamagedFileError, DatasetError
     from ..fetch.indexes import IndexCache
     from ..source.storage import LocalRanges, is_local
 
-    found = [f"meta/info.json says {meta.info[k]} {what}, but meta/episodes holds {got}: an episode's row is missing "
-             "from the episodes table (its episode is never trained on), or info.json is stale; re-download meta/"
-             for k, what, got in (("total_episodes", "episodes", meta.num_episodes),
-                                  ("total_frames", "frames", meta.total_frames))
-             if isinstance(meta.info.get(k), int) and meta.info[k] != got]
     if meta.num_episodes == 0:
-        return found
+        return []
     cache = IndexCache(LocalRanges(meta.data_fs) if is_local(meta.data_fs) else meta.data_fs, fps=meta.fps)
+    found = []
     for key in meta.video_keys:
         for path in dict.fromkeys(meta.video_file(pos, key) for pos in range(meta.num_episodes)):
             try:
@@ -375,7 +387,9 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
         raise  # a remote read that failed says nothing of the files' bytes: not a finding
     except Exception as exc:  # a damaged meta file is itself a finding; keep going without the episode map
         meta, holders, meta_error = None, {}, f"{type(exc).__name__}: {exc}"
-    dataset_problems = _dataset_problems(meta) if meta is not None else []
+    rate_problems = _dataset_problems(meta) if meta is not None else []  # every video's ids would be off: not read
+    total_problems = _total_problems(meta) if meta is not None else []  # a file's ids against the table: not read
+    dataset_problems = rate_problems + total_problems
     damaged: dict[str, list[str]] = _size_problems(meta) if meta is not None else {}
     checked = 0
     if what:
@@ -413,13 +427,14 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     if decode:
         todo = sorted(p for p in mine if p.endswith((".mp4", ".parquet")))
         for n, rel in enumerate(todo):
-            # a dataset-level cause (the fps) would show in every video's painted ids: not the files' fault
+            # a dataset-level cause (the fps; rows missing from the episodes table) would show in the videos'
+            # painted ids: not the files' fault
             why = _decode_problems(None if dataset_problems and rel.endswith(".mp4") else meta, rel, fs, root)
             if why:
                 damaged.setdefault(rel, []).append(f"decode: {why}")
             if progress:
                 progress("decode", n + 1, len(todo))
-        if meta is not None and not dataset_problems:
+        if meta is not None and not rate_problems:
             # episodes are read in file order, so a row group holding many episodes is decoded once here whatever
             # the layout: the loader's warning about such files (a training run's random order) does not apply
             with warnings.catch_warnings():

@@ -294,3 +294,25 @@ def test_a_total_deadline_bounds_every_read(small_dataset, caplog):
     assert loader.meta.data_fs.policy.worst_case_s == 2.5
     # without the deadline, 51 attempts of 0.8 s and their backoff sleeps (capped at 5 s) take minutes
     assert elapsed < 60, elapsed
+
+
+def test_a_dataloader_with_spawned_workers_reads_a_remote_dataset(small_dataset, tmp_path):
+    """torch's DataLoader around `loader.dataset` with spawned workers (macOS's default) on a dataset over HTTP, with
+    the node-local disk tier: the metadata's remote file system pickles (made again in each worker with its own
+    counters, slots and locks) and the samples equal the local dataset's."""
+    import torch
+
+    local = StreamLoader(str(small_dataset), batch_size=4, device="cpu")
+    some = list(range(0, len(local.dataset), 5))[:16]
+    want = list(torch.utils.data.DataLoader(torch.utils.data.Subset(local.dataset, some), batch_size=8))
+    with Server(small_dataset) as url:
+        remote = StreamLoader(f"{url}/", batch_size=4, device="cpu", disk_cache_dir=str(tmp_path / "tier"))
+        got = list(torch.utils.data.DataLoader(torch.utils.data.Subset(remote.dataset, some), batch_size=8,
+                                               num_workers=2, multiprocessing_context="spawn"))
+        remote.close()
+    local.close()
+    assert len(got) == len(want) == 2
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key], key

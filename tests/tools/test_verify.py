@@ -219,6 +219,9 @@ def test_an_episode_row_lost_from_the_episodes_table_is_the_datasets_problem(sma
     report = json.loads(_verify(str(root)).stdout)
     said = report["dataset_problems"]
     assert report["exit_code"] == 1 and report["damaged"] == []
-    assert f"meta/info.json says {info['total_episodes']} episodes, but meta/episodes holds " \
-           f"{info['total_episodes'] - 1}" in said[0] and "re-download meta/" in said[0], said
-    assert "frames, but meta/episodes holds" in said[1], said
+    assert f"meta/info.json says {info['total_episodes']} episodes (total_episodes), but meta/episodes holds " \
+           f"{info['total_episodes'] - 1}: rows are missing" in said[0] and "re-download meta/" in said[0], said
+    assert "frames (total_frames), but meta/episodes holds" in said[1], said
+    # decoded: no video blamed for frames the table no longer places; the table's episodes read as the loader reads
+    decoded = json.loads(_verify(str(root), "--decode").stdout)
+    assert decoded["dataset_problems"] == said and decoded["damaged"] == [] and decoded["decoded"], decoded
