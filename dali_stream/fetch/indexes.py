@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 from ..config import DEFAULT_INDEX_BYTES
-from ..errors import DamagedFileError, VideoFileError
+from ..errors import DamagedFileError, DatasetError, VideoFileError
 from .mp4index import IndexUnsupported, Mp4Index, read_index
 from .segments import entry_size
 
@@ -52,10 +52,16 @@ class IndexCache:
             OncePerKey(capacity_bytes=capacity_bytes, weigh=_index_bytes)
         # path -> why it is read without an index (of every file system sharing the bound)
         self.unsupported: dict[str, str] = shared.unsupported if shared is not None else {}
+        # path -> the DatasetError its rate or size check raised: raised again at once, never indexed again (a
+        # refused file is asked for by every episode of it, and its message names them all)
+        self.refused: dict[str, Exception] = shared.refused if shared is not None else {}
 
     def get(self, path: str, camera: str | None = None) -> IndexedFile | None:
         """`path`'s index (None: a layout it does not handle); `camera`: the camera the file is of, whose size in
         `meta` the file's is checked against when it is first indexed."""
+        refused = self.refused.get(path)
+        if refused is not None:
+            raise refused
         return self.files.get((id(self.rfs), path), lambda: self._open(path, camera))
 
     def close(self) -> None:
@@ -70,11 +76,15 @@ class IndexCache:
         except (IndexUnsupported, VideoFileError, struct.error, IndexError, ValueError) as exc:
             self.unsupported[path] = f"{type(exc).__name__}: {exc}"
             return None
-        if self.fps is not None:
-            check_rate(index, self.fps, path)
-        if self.meta is not None and camera is not None:
-            check_size(entry_size(index.stsd), camera_size(self.meta, camera), camera, path,
-                       lambda: episodes_in(self.meta, path, camera))
+        try:
+            if self.fps is not None:
+                check_rate(index, self.fps, path)
+            if self.meta is not None and camera is not None:
+                check_size(entry_size(index.stsd), camera_size(self.meta, camera), camera, path,
+                           lambda: episodes_in(self.meta, path, camera))
+        except DatasetError as exc:
+            self.refused[path] = exc
+            raise
         try:
             import av
         except ImportError:  # a node without PyAV (NVDEC's open engine needs no FFmpeg): our index alone
@@ -106,8 +116,6 @@ def check_rate(index: Mp4Index, fps: float, path: str) -> None:
     whole multiple of it (a 30 fps video of a 10 fps dataset holds every frame asked for: frames are found by
     time), within `RATE_TOLERANCE`: every window (`delta_timestamps` in seconds, turned into frames at `fps`) and
     frame time would come out wrong without another error."""
-    from ..errors import DatasetError
-
     rate = index.frame_rate
     if rate is None:
         return
@@ -127,8 +135,6 @@ def check_size(got: tuple[int, int] | None, want: tuple[int, int] | None, camera
     meta/info.json gives its camera (`want`; None either: not known, not checked): every route checks by this rule,
     the loader as each file is first indexed, the open-decoder engines each segment (NVDEC would rescale to its first
     size, the others hand batches of another shape). `episodes`: those of the file, asked only for the message."""
-    from ..errors import DatasetError
-
     if got is None or want is None or tuple(got) == tuple(want):
         return
     raise DatasetError(

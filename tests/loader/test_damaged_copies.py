@@ -53,6 +53,28 @@ def test_a_cameras_file_at_another_size_than_info_json_says(written, copy, decod
         _loop(copy, decode=decode, shuffle=shuffle)
 
 
+def test_a_file_refused_for_its_size_is_indexed_once(written, copy):
+    """Every episode of a refused file asks for its index: the refusal is kept and raised again, the file not read
+    again (verify asks for each episode of each file: reading it each time was quadratic in episodes)."""
+    from dali_stream.fetch.indexes import IndexCache
+    from dali_stream.source.storage import LocalRanges
+
+    shutil.copyfile(written[1] / FILE, copy / FILE)
+    meta = DatasetMeta.open(str(copy))
+    reads = []
+    ranges = LocalRanges(meta.data_fs)
+    read_range = ranges.read_range
+    ranges.read_range = lambda *args: reads.append(args) or read_range(*args)  # counts the reads, reads as before
+    cache = IndexCache(ranges, meta=meta)
+    path = str(copy / FILE)
+    with pytest.raises(DatasetError, match="256x192") as first:
+        cache.get(path, FRONT)
+    before = len(reads)
+    with pytest.raises(DatasetError) as again:
+        cache.get(path, FRONT)
+    assert again.value is first.value and len(reads) == before > 0
+
+
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_a_table_column_narrower_in_one_data_file(copy, shuffle):
     """`action` with 5 values a row in one data file where info.json says [6]: the file, the column, both widths."""
