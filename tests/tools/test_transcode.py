@@ -112,11 +112,23 @@ def test_an_av1_dataset_becomes_nvdec_ready(av1_dataset, source_frames, tmp_path
     assert hints[1] is None  # inspect sends the user here, and not again
 
 
-def test_a_run_killed_midway_continues_to_the_same_dataset(av1_dataset, tmp_path):
+@pytest.fixture(scope="module")
+def many_files(tmp_path_factory):
+    """Two AV1 cameras of one episode a file, eight files each: after the first file is done, enough is left that
+    the kill lands mid-run even on a loaded machine (with four files the run ended before it, once)."""
+    from dali_stream.tools.sample_data import SampleSpec, parse_cameras, write_sample
+
+    spec = SampleSpec(episodes=8, min_length=12, max_length=20, gop=2, episodes_per_file=1, recorder="lerobot",
+                      cameras=parse_cameras("front:av1,wrist:av1"), seed=5)
+    return write_sample(tmp_path_factory.mktemp("ds") / "many", spec)
+
+
+def test_a_run_killed_midway_continues_to_the_same_dataset(many_files, tmp_path):
     """SIGKILL after the first camera file; the same command again ends with the files of an uninterrupted run, and
     no file ever held a final name before it was complete."""
     import av
 
+    av1_dataset = many_files
     whole = tmp_path / "whole"
     run(av1_dataset, whole, "--workers", "1")
     dest = tmp_path / "killed"
