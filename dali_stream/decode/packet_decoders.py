@@ -154,7 +154,7 @@ class NvdecPacketDecoder:
     NVDEC hands out NV12 (`OutputColorType.NATIVE`), converted here (`decode.nv12`) with the matrix and range FFmpeg uses for
     the same stream (`decode.colour`; PyNvVideoCodec's own RGB takes BT.709 for untagged video, FFmpeg BT.601), so
     this route's colours are every other route's. A picture of another size than `max_size` (the camera's, from
-    meta/info.json) never reaches it: the engine refuses the segment first (`OpenDecoders._check_sizes`)."""
+    meta/info.json) never reaches it: the engine refuses the segment first (`engine_parts.check_sizes`, a `DatasetError`)."""
 
     device = "gpu"
 

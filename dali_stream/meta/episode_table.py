@@ -120,8 +120,14 @@ def _episodes_text(table, rows: np.ndarray | None) -> str:
     count = table.num_rows if rows is None else len(rows)
     if "episode_index" not in table.column_names:
         return f"its {count} rows (its episode_index is missing too)"
-    values = table.column("episode_index").to_numpy()
-    episodes = sorted(int(e) for e in (values if rows is None else values[rows]))
+    column = table.column("episode_index")
+    held = np.flatnonzero(~column.is_null().to_numpy()) if column.null_count else np.arange(table.num_rows)
+    chosen = held if rows is None else np.intersect1d(rows, held)
+    episodes = sorted(int(e) for e in column.to_numpy(zero_copy_only=False)[chosen])
+    if len(chosen) < count:  # rows whose episode_index is null too: told by their row numbers
+        unnamed = np.setdiff1d(np.arange(table.num_rows) if rows is None else rows, held)
+        rows_text = f"rows {unnamed[:10].tolist()}{' ...' if len(unnamed) > 10 else ''} (without an episode_index)"
+        return f"episodes {episodes} and {rows_text}" if episodes else rows_text
     if len(episodes) <= 10:
         return f"episodes {episodes}"
     if episodes[-1] - episodes[0] == len(episodes) - 1:

@@ -142,3 +142,20 @@ def test_a_git_lfs_pointer_in_place_of_a_video_says_git_lfs_pull(copy):
     path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 123456\n")
     with pytest.raises(DamagedVideoError, match=r"is a Git LFS pointer, not video: run `git lfs pull`"):
         _loop(copy, shuffle=False)
+
+
+def test_an_episodes_file_with_a_null_episode_index(copy):
+    """A null in an episodes file's episode_index column: named by its row (there is no episode to name), not a
+    numpy error turning the null into an integer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = copy / EPISODES_FILE
+    table = pq.read_table(path)
+    column = table.column("episode_index").to_pylist()
+    column[1] = None
+    pq.write_table(table.set_column(table.schema.get_field_index("episode_index"), "episode_index",
+                                    pa.array(column, pa.int64())), path)
+    with pytest.raises(DatasetError, match=r"column 'episode_index' is empty \(null or NaN\) for rows \[1\] \(without "
+                                           r"an episode_index\)"):
+        DatasetMeta.open(str(copy))
