@@ -111,16 +111,20 @@ class IndexCache:
 RATE_TOLERANCE = 0.01  # relative: 29.97 fps video in a 30 fps dataset passes, 25 in 30 does not
 
 
+def rate_fits(rate: float, fps: float) -> bool:
+    """Whether a video running at `rate` frames a second serves a dataset of `fps`: the same rate or a whole multiple
+    of it, within `RATE_TOLERANCE` (`check_rate`; diagnose asks the same)."""
+    times = max(1, round(rate / fps))
+    return abs(rate - times * fps) <= RATE_TOLERANCE * times * fps
+
+
 def check_rate(index: Mp4Index, fps: float, path: str) -> None:
     """A `DatasetError` where the video's own frame rate (`Mp4Index.frame_rate`) is not the dataset's `fps`, nor a
     whole multiple of it (a 30 fps video of a 10 fps dataset holds every frame asked for: frames are found by
     time), within `RATE_TOLERANCE`: every window (`delta_timestamps` in seconds, turned into frames at `fps`) and
     frame time would come out wrong without another error."""
     rate = index.frame_rate
-    if rate is None:
-        return
-    times = max(1, round(rate / fps))
-    if abs(rate - times * fps) <= RATE_TOLERANCE * times * fps:
+    if rate is None or rate_fits(rate, fps):
         return
     raise DatasetError(
         f"meta/info.json says fps {fps:g}, but video file {path} shows {rate:.4g} frames a second (its frames are "

@@ -85,13 +85,14 @@ def _stream_facts(fs, path: str, max_packets: int = 600) -> dict[str, Any]:
 def disagreements(entry: dict[str, Any], declared, fps: float) -> list[str]:
     """Where the stream facts read from a camera's file (`entry`) contradict meta/info.json (`declared`, its
     `StreamFormat`; `fps`, the dataset's): the loader would route, plan or lay out the camera on the wrong values."""
+    from ..fetch.indexes import rate_fits
     from ..meta.dataset import normalise_codec
 
     said = []
     codec = normalise_codec(entry.get("decoder") or "")
-    if codec and codec != declared.codec:
+    if codec and declared.codec != "unknown" and codec != declared.codec:  # "unknown": info.json names none
         said.append(f"info.json says codec {declared.codec!r}, the file holds {codec!r}")
-    if entry.get("fps") and abs(entry["fps"] - fps) > 0.01 * fps:
+    if entry.get("fps") and not rate_fits(entry["fps"], fps):  # the loader's rule (`fetch.indexes.check_rate`)
         said.append(f"info.json says fps {fps:g}, the file runs at {entry['fps']:g}")
     if declared.width and (entry.get("width"), entry.get("height")) != (declared.width, declared.height):
         said.append(f"info.json says {declared.height}x{declared.width}, the file is "

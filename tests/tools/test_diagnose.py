@@ -322,3 +322,16 @@ def test_info_json_that_contradicts_the_files_is_named(copy):
     assert front["layer"] == "disagrees" and "info.json says codec 'mpeg2video', the file holds 'h264'" in front["error"]
     assert "info.json says fps 25, the file runs at 30" in front["error"] and "video.codec" in front["fix"]
     assert wrist["layer"] == "disagrees" and "info.json says 480x640, the file is 96x128" in wrist["error"]
+
+
+def test_what_the_loader_accepts_is_no_disagreement():
+    """A codec info.json does not name ("unknown"), and a video at a whole multiple of the dataset's fps (a 30 fps
+    recording of a 10 fps dataset: every frame asked for is there), are what the loader reads: diagnose agrees."""
+    from dali_stream.decode.node import StreamFormat
+    from dali_stream.tools.diagnose_dataset import disagreements
+
+    facts = {"decoder": "h264", "fps": 30.0, "width": 128, "height": 96}
+    assert disagreements(facts, StreamFormat("unknown", 128, 96), 10.0) == []
+    assert disagreements(facts, StreamFormat("h264", 128, 96), 29.97) == []
+    assert disagreements(facts, StreamFormat("av1", 128, 96), 25.0) == [
+        "info.json says codec 'av1', the file holds 'h264'", "info.json says fps 25, the file runs at 30"]
