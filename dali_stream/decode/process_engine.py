@@ -155,13 +155,8 @@ class ProcessEngine:
                 with self._lock:
                     self.seconds["wait"] += time.perf_counter() - t0
                 return answers
-            except (BrokenProcessPool, CancelledError, FutureTimeout) as exc:
-                if self._closed:  # close() ended the processes under this batch: nobody takes it, nothing restarts
-                    raise self._closed_error() from None
-                if isinstance(exc, CancelledError):
-                    raise
-                why = (f"a decode process gave no answer in {ANSWER_S:.0f} s" if isinstance(exc, FutureTimeout)
-                       else f"a decode process ended ({self._ended(pool)})")
+            except (CancelledError, FutureTimeout, RuntimeError) as exc:  # BrokenProcessPool: a RuntimeError
+                why = self._why(pool, exc)
             with self._lock:
                 if self._pool is pool:  # not already replaced by another thread that saw the same break
                     self._pool = None
@@ -175,6 +170,21 @@ class ProcessEngine:
             f"{camera!r} of episodes {sorted({s.episode for s in segs})}, and again after its processes were started "
             f"anew: killed from outside (the kernel's memory killer: see `dmesg`), or a decoder that ends its process; "
             f"decode_processes=0 decodes in the loader's own process, decode={{{camera!r}: 'cpu'}} with torchcodec")
+
+    def _why(self, pool: ProcessPoolExecutor, exc: BaseException) -> str:
+        """Why a batch's chunks got no answers from `pool`, to say before they are decoded again (or raised: `exc`
+        itself where it is not the pool's)."""
+        if self._closed:  # close() ended the processes under this batch: nobody takes it, nothing restarts
+            raise self._closed_error() from None
+        if isinstance(exc, FutureTimeout):
+            return f"a decode process gave no answer in {ANSWER_S:.0f} s"
+        if isinstance(exc, BrokenProcessPool):
+            return f"a decode process ended ({self._ended(pool)})"
+        if isinstance(exc, CancelledError) or "after shutdown" in str(exc):
+            # another batch's chunks found the pool broken or hung and started it anew: ours, queued or refused
+            # there, are decoded again on the new one
+            return "the decode processes were started anew under this batch (another batch's chunks saw them fail)"
+        raise exc
 
     def _closed_error(self) -> DaliStreamError:
         return DaliStreamError(f"the open-decoder engine ({self.route}, {self.processes} decode processes) was closed "

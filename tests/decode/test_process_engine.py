@@ -186,6 +186,55 @@ def test_no_decode_process_starts_after_close(four_codec_dataset, monkeypatch):
             os.kill(p, signal.SIGKILL)
 
 
+def test_a_batch_whose_pool_another_batch_restarted_is_decoded_again(four_codec_dataset, monkeypatch):
+    """Batches decoding at once (the loader's worker threads): one's chunks find the pool broken or hung and start
+    it anew, which cancels another's chunks still queued there (or refuses its submissions). That batch is
+    decoded again on the new pool, its frames those of a run without the restart, never a bare
+    CancelledError or "cannot schedule new futures after shutdown"."""
+    import threading
+
+    from dali_stream.decode.route import CPU_OPEN
+    from tests.decode.test_open_engine import episode_segments
+
+    key = "observation.images.front"
+    with StreamLoader(str(four_codec_dataset), batch_size=2, decode="cpu-open", device="cpu", num_workers=0) as loader:
+        parts = [(seg, idx[:3]) for _, seg, idx in episode_segments(loader, key)][:8]
+        size = (loader.meta.cameras[key].height, loader.meta.cameras[key].width)
+    segs, idx = [p[0] for p in parts], [p[1] for p in parts]
+    plain = CPU_OPEN.make_engine(1, None, {key: size}, processes=2)
+    try:
+        want = plain.decode(key, segs, idx)[0]
+    finally:
+        plain.close()
+    monkeypatch.setattr(process_engine, "_decode", _slow)  # a second a chunk: chunks queue behind the running two
+    engine = CPU_OPEN.make_engine(1, None, {key: size}, processes=2)
+    got: list = [None] * 4
+    try:
+        batches = [threading.Thread(target=lambda n=n: got.__setitem__(n, _outcome(engine, key, segs, idx)))
+                   for n in range(4)]
+        for thread in batches:  # two chunks each: the first batch's running (a second each), the next three chunks
+            thread.start()      # handed to the pool's queue (taken as running), the last three waiting: the last
+            time.sleep(0.1)     # batch's both, which a shutdown cancels
+        time.sleep(0.2)
+        with engine._lock:  # what a batch does on a break: the pool replaced, the old one ended
+            pool, engine._pool = engine._pool, None
+            engine.restarts += 1
+            process_engine._end(pool, processes=engine._procs.get(pool, []))
+        for thread in batches:
+            thread.join(timeout=120)
+    finally:
+        engine.close()
+    assert not any(isinstance(g, BaseException) for g in got), got
+    assert all(np.array_equal(g, want) for g in got)
+
+
+def _outcome(engine, key, segs, idx):
+    try:
+        return engine.decode(key, segs, idx)[0]
+    except BaseException as exc:  # noqa: BLE001 - the test asserts there was none
+        return exc
+
+
 def test_memory_per_decode_process_is_bounded(four_codec_dataset):
     """A decode process holds its interpreter, torch and FFmpeg, its decoders and one chunk's pictures: under 1 GiB
     resident after an epoch of four codecs."""
