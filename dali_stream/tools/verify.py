@@ -267,15 +267,12 @@ def _total_problems(meta) -> list[str]:
     episode from training without a word (the table is what the loader reads), a table holding more is a stale
     info.json. Not a file's fault, and no reason to skip reading the files."""
     found = []
-    for key, what, have in (("total_episodes", "episodes", meta.num_episodes), ("total_frames", "frames",
-                                                                                meta.total_frames)):
+    for key, what, have in (("total_episodes", "episodes", meta.num_episodes), ("total_frames", "frames", meta.total_frames)):
         said = meta.info.get(key)
-        if not isinstance(said, int) or said == have:
-            continue
-        why = ("rows are missing from the episodes table (their episodes are never trained on), or info.json is "
-               "stale" if have < said else "info.json is stale (written before episodes were added)")
-        found.append(f"meta/info.json says {said} {what} ({key}), but meta/episodes holds {have}: {why}; "
-                     "re-download meta/")
+        if isinstance(said, int) and said != have:
+            why = ("rows are missing from the episodes table (their episodes are never trained on), or info.json is "
+                   "stale" if have < said else "info.json is stale (written before episodes were added)")
+            found.append(f"meta/info.json says {said} {what} ({key}), but meta/episodes holds {have}: {why}; re-download meta/")
     return found
 
 
