@@ -33,6 +33,7 @@ named failure with its output; `dali-stream diagnose` says whether PyNvVideoCode
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -135,6 +136,10 @@ def primary_context(device_index: int) -> int:
     return int(ctx.value or 0)
 
 
+# held while a file's colour is probed: once a file, so a short wait once a file at most
+_PROBING = threading.Lock()
+
+
 def probe_colour(codec: str, units: list[bytes], pts: list[int]) -> Colour:
     """How FFmpeg converts the stream a clip's packets belong to (`decode.colour`): its first picture decoded by
     FFmpeg's own decoder on the CPU, its matrix and range read (once per file: a keyframe's worth)."""
@@ -191,8 +196,11 @@ class NvdecPacketDecoder:
         source = feed.sources[clip]
         found = self.colours.get(source)
         if found is None:
-            found = self.colours[source] = probe_colour(self.codec, feed.units[first:end],
-                                                        feed.pts[first:end].tolist())
+            with _PROBING:  # decode threads meeting a new file at once: one probes, the others wait for its answer
+                found = self.colours.get(source)
+                if found is None:
+                    found = self.colours[source] = probe_colour(self.codec, feed.units[first:end],
+                                                                feed.pts[first:end].tolist())
         return found
 
     def decode(self, feed: Feed) -> tuple[dict[int, Any], float]:

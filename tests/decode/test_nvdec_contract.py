@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 
 import pytest
 import torch
@@ -95,6 +96,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec, mon
 
     def counted(codec, units, pts):
         probed.append(codec)
+        time.sleep(0.05)  # a slow probe: both decode threads meet a new file while it runs
         return probe(codec, units, pts)
 
     monkeypatch.setattr(packet_decoders, "probe_colour", counted)
@@ -107,6 +109,7 @@ def test_one_decoder_per_decode_thread_and_camera(four_codec_dataset, nvdec, mon
             for _ in range(3):
                 for key in keys:
                     parts = _parts(loader, key, every=7)
+                    parts += parts  # each thread's half the same files: both threads meet each new file at once
                     files |= {p[0].source for p in parts}
                     engine.decode(key, [p[0] for p in parts], [p[1] for p in parts])
             stats = engine.stats()
