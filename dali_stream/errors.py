@@ -76,6 +76,8 @@ class StateError(DaliStreamError, ValueError):
 class RemoteError(DaliStreamError, OSError):
     """A remote read kept failing after every retry, or failed in a way retrying cannot fix."""
 
+    retried = False  # True where every attempt the retry policy allows was made
+
 
 class InstallError(DaliStreamError, ImportError):
     """The installed packages do not work together (no DALI, two DALI flavours, a mismatched pair)."""

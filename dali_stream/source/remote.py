@@ -168,10 +168,12 @@ class RemoteFS:
                     why = (f"the deadline of {policy.deadline_s:g}s ({ENV_DEADLINE} or remote_deadline_s=) left no "
                            "time for another attempt" if past_deadline else
                            f"allow more retries ({ENV_MAX_RETRIES} or remote_max_retries=)")
-                    raise RemoteError(
+                    gave_up = RemoteError(
                         f"{what} {redact(self._url(path))} failed {attempt + 1} times over {spent:.1f}s; last "
                         f"error {type(exc).__name__}: {redact(str(exc))} ({policy.describe()}). The file itself "
-                        f"may be whole: check the network and credentials, or {why}") from None
+                        f"may be whole: check the network and credentials, or {why}")
+                    gave_up.retried = True  # every attempt the policy allows was made (`exists` asks)
+                    raise gave_up from None
                 with self.stats.lock:
                     self.stats.retries += 1
                     self.stats.throttled += asked is not None
@@ -189,8 +191,9 @@ class RemoteFS:
         try:
             self._info(path)  # read once
             return True
-        except Exception:  # noqa: BLE001 - missing, a folder some stores cannot describe: fsspec's own check says
-            pass
+        except Exception as exc:  # noqa: BLE001 - missing, a folder some stores cannot describe: fsspec's own check says
+            if getattr(exc, "retried", False):
+                raise  # the store kept failing: checking again would only repeat every retry
         check = getattr(self.fs, "_exists", None) or self.fs.exists
         strict = {"strict": True} if "strict" in inspect.signature(check).parameters else {}
         return self.call("checking", path, lambda: self.invoke("exists", path, **strict))
