@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Callable, Literal, Mapping, Optional, Sequence, Union, get_args
 
-from .config_values import as_float, as_int, as_list, episode_indices, is_int
+from .config_values import as_bool, as_float, as_int, as_list, episode_indices, is_int
 from .config_values import offsets as _offsets
 from .errors import ConfigError
 
@@ -405,9 +405,12 @@ def _optional_integers(group: Any, **least: int) -> None:
 
 
 def _booleans(group: Any, *names: str) -> None:
+    """Each named setting True or False, stored as a Python bool (numpy's and torch's too; never an int)."""
     for name in names:
-        if not isinstance(getattr(group, name), bool):
+        value = as_bool(getattr(group, name))
+        if not isinstance(value, bool):
             raise ConfigError(f"`{name}` must be True or False. Found: {getattr(group, name)!r}")
+        fix(group, name, value)
 
 
 def _local_folder(group: Any, name: str, kept: str) -> None:

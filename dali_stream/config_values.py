@@ -1,7 +1,8 @@
 """The settings' numbers and lists as their callers spell them: Python's, numpy's (`np.int64(4)`, `np.float32(0.5)`,
 `np.array([0, 1])`) and torch's (`torch.arange(3) / 30`), each read as the plain Python value it stands for, so a
 setting given either way makes the same, equal config. Shared by the settings' groups (`config_groups`) and a mixture's
-`Member` (`mixture`), which take the same kinds of values. A bool is never a number here (`True` is no batch size).
+`Member` (`mixture`), which take the same kinds of values. A bool is never a number here (`True` is no batch size),
+nor a number a bool (`1` is no `shuffle`).
 Imports neither numpy nor torch: numpy's scalars are `numbers.Integral`/`numbers.Real`, an array or tensor has `ndim`
 and `tolist()`."""
 
@@ -27,6 +28,14 @@ def as_float(value: Any) -> Any:
 def as_list(value: Any) -> Any:
     """A 1-D numpy array or torch tensor as a list of Python numbers (its `tolist()`), anything else as it is."""
     return value.tolist() if getattr(value, "ndim", None) == 1 and callable(getattr(value, "tolist", None)) else value
+
+
+def as_bool(value: Any) -> Any:
+    """`value` as a Python bool where it is a bool: numpy's `np.True_`, a 0-d bool array or tensor too; else as it
+    is (an int is no bool here: `1` is no `shuffle`)."""
+    if getattr(value, "ndim", None) == 0 and str(getattr(value, "dtype", "")) in ("bool", "torch.bool"):
+        return bool(value.item())
+    return value
 
 
 def is_int(value: Any) -> bool:

@@ -59,6 +59,8 @@ NUMPY_SPELLINGS = [
     ({"delta_timestamps": {"action": [np.float32(0.25), np.int64(1)]}}, {"delta_timestamps": {"action": [0.25, 1]}}),
     ({"resize": np.array([48, 64]), "crop": (np.int64(32), 32), "mean": np.float32(0.5), "std": np.ones(3) / 4},
      {"resize": [48, 64], "crop": [32, 32], "mean": 0.5, "std": [0.25] * 3}),
+    ({"shuffle": np.bool_(False), "drop_last": np.array(True), "check_frames": torch.tensor(False)},
+     {"shuffle": False, "drop_last": True, "check_frames": False}),
 ]
 
 
@@ -69,7 +71,7 @@ def test_numpy_and_torch_values_make_the_plain_config(numpy_spelling, plain):
     for name in numpy_spelling:  # stored as Python's own values: state files and results take them as they are
         value = getattr(cfg, name)
         flat = [*value.values()][0] if name == "delta_timestamps" else value
-        assert all(type(v) in (int, float) for v in (flat if isinstance(flat, tuple) else (flat,))), (name, value)
+        assert all(type(v) in (int, float, bool) for v in (flat if isinstance(flat, tuple) else (flat,))), (name, value)
     json.dumps(as_dict(cfg))
 
 
@@ -98,6 +100,8 @@ def test_numpy_values_that_are_no_setting_are_refused():
         ({"episodes": "01"}, r"`episodes` must be a list of episode indices"),
         ({"delta_timestamps": {"action": np.array([0.0, np.nan])}}, r"delta_timestamps\['action'\] holds nan"),
         ({"delta_timestamps": {"action": np.float64(0.1)}}, r"delta_timestamps\['action'\] must be a non-empty list"),
+        ({"shuffle": np.int64(1)}, r"`shuffle` must be True or False. Found: np.int64\(1\)"),
+        ({"drop_last": np.array([True])}, r"`drop_last` must be True or False. Found: array\(\[ True\]\)"),
     ]:
         with pytest.raises(ConfigError, match=match):
             LoaderConfig(**options)
