@@ -95,18 +95,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
               f"member (for m in {sources}; do dali-stream verify $m; done)", file=sys.stderr)
         return 2
     console = Console(stderr=True)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        tasks: dict[str, int] = {}
+    # started at the first progress report, not before: an error raised earlier leaves no blank line above it
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn(),
+                   console=console, transient=True)
+    tasks: dict[str, int] = {}
 
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                label = {"hash": "hashing files", "decode": "decoding files"}.get(stage, "reading episodes")
-                tasks[stage] = bar.add_task(label, total=total)
-            bar.update(tasks[stage], completed=done, total=total)
+    def progress(stage: str, done: int, total: int) -> None:
+        if not tasks:
+            bar.start()
+        if stage not in tasks:
+            label = {"hash": "hashing files", "decode": "decoding files"}.get(stage, "reading episodes")
+            tasks[stage] = bar.add_task(label, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
 
+    try:
         report = verify(args.dataset, against=args.against, revision=args.revision, decode=args.decode,
                         progress=progress, tolerance_s=args.tolerance_s)
+    finally:
+        if tasks:  # rich ends even a bar never started with a blank line where stderr is no terminal
+            bar.stop()
     if args.json:
         print(json.dumps(report, indent=2))
         return report["exit_code"]

@@ -4,6 +4,7 @@ plan printed before, the results summarised)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -92,6 +93,17 @@ class _RunBar:
         return spent
 
 
+def _refuse_missing(dataset: str) -> None:
+    """A local dataset folder that does not exist is the loader's own error, raised before the run's plan is printed
+    (a remote one is read once, by the run)."""
+    from ..meta.dataset import DatasetMeta
+    from ..mixture import is_mixture_file
+    from ..source.storage import resolve_source
+
+    if not is_mixture_file(dataset) and "://" not in resolve_source(dataset) and not os.path.isdir(dataset):
+        DatasetMeta.open(dataset)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -122,6 +134,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                           f"GOP {spec.gop}, {spec.content} frames (minutes, once)")
             write_with_progress(Path(args.dataset), spec, True, console)
     configs = _bench_configs(args)
+    _refuse_missing(args.dataset)
     node = Node.probe()
     console.print(_time_plan(configs))
     from .bench_baseline import window_s

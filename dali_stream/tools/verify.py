@@ -369,8 +369,8 @@ def verify(source: str, against: str | None = None, revision: str | None = None,
     from ..source.storage import RemoteOptions, open_fs
 
     fs, root = open_fs(source, RemoteOptions(dict(storage_options or {})), revision)
-    if not fs.exists(root):
-        raise ConfigError(f"dataset folder {source!r} does not exist")
+    if not fs.exists(root):  # the loader's own error, which names what a Hub id shaped path was read as
+        DatasetMeta.open(source, remote=RemoteOptions(dict(storage_options or {})), revision=revision)
     mine = _files(_raw(fs), root)
     decoded_why = "asked (--decode)" if decode else None
     if against is None and not decode and not _is_hub(fs):  # no hashes to compare with: decoding needs none

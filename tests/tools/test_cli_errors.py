@@ -59,9 +59,13 @@ def test_train_refuses_bad_arguments_before_any_work(tmp_path, args, words):
     refused(dali_stream("train", tmp_path / "no-dataset", *args, cwd=tmp_path), "train", *words)
 
 
-def test_train_on_a_missing_dataset(tmp_path):
-    refused(dali_stream("train", tmp_path / "nowhere", cwd=tmp_path), "train", "DatasetNotFoundError", "nowhere",
-            "dali-stream make-sample")
+@pytest.mark.parametrize("command", ["train", "bench", "inspect", "transcode", "verify"])
+def test_a_missing_dataset_is_one_line_before_any_work(command, tmp_path):
+    """Said before bench prints its plan, or anything else is printed (rich ends even a progress bar never shown
+    with a blank line where stderr is no terminal: verify starts its bar at its first report)."""
+    extra = [tmp_path / "out"] if command == "transcode" else []
+    refused(dali_stream(command, tmp_path / "nowhere", *extra, cwd=tmp_path), command, "DatasetNotFoundError",
+            "nowhere", "dali-stream make-sample")
 
 
 def test_bench_refuses_bad_flags_before_it_writes_its_sample(tmp_path):
