@@ -31,6 +31,25 @@ from .episode_table import EpisodeTable, read_episode_tables, refuse_doubled_epi
 from .schema import TEXT_DTYPES
 
 INFO_PATH = "meta/info.json"
+
+
+def _below(fs: Any, root: str) -> str:
+    """The datasets in `root`'s folders, as the end of the error that `root` is none ('' where there are none)."""
+    try:
+        found = sorted(posixpath.dirname(posixpath.dirname(p)) for p in fs.glob(posixpath.join(root, "*", INFO_PATH)))
+    except Exception:  # noqa: BLE001 - only a hint: a store that cannot list leaves the error as it is
+        return ""
+    names = ", ".join(posixpath.basename(p) for p in found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+    return f"; the datasets in it: {names} (pass one, e.g. {found[0]})" if found else ""
+
+
+def _parents(root: str, levels: int = 3) -> list[str]:
+    """The folders above `root`, nearest first, `levels` at most (a dataset's meta/, a camera's chunk folder)."""
+    out = []
+    while len(out) < levels and posixpath.dirname(root) not in ("", root):
+        root = posixpath.dirname(root)
+        out.append(root)
+    return out
 TASKS_PATH = "meta/tasks.parquet"
 STATS_PATH = "meta/stats.json"
 EPISODES_GLOB = "meta/episodes/*/*.parquet"
@@ -213,10 +232,11 @@ class DatasetMeta(LerobotMetadata):
             )
         path = posixpath.join(root, INFO_PATH)
         if not fs.exists(path):
+            up = next((p for p in _parents(root) if fs.exists(posixpath.join(p, INFO_PATH))), None)
             raise DatasetNotFoundError(
                 f"{path} is missing: {source!r} is not a LeRobot dataset root (expected meta/info.json "
                 "beside data/ and videos/); point at the dataset's root folder"
-            )
+                + (f": {source!r} is inside the dataset at {up}" if up else _below(fs, root)))
         try:
             with fs.open(path, "rb") as f:
                 info = json.load(f)

@@ -53,6 +53,16 @@ def test_missing_info_json(copy):
         StreamLoader(str(copy))
 
 
+def test_a_folder_inside_a_dataset_or_above_datasets_names_them(copy):
+    """A dataset's meta/ or a camera's chunk folder given for its root; the folder holding datasets: the error names
+    the dataset to pass."""
+    for inside in ("meta", "videos/observation.images.front/chunk-000"):
+        with pytest.raises(DatasetNotFoundError, match=rf"not a LeRobot dataset root .*inside the dataset at {copy}$"):
+            StreamLoader(str(copy / inside))
+    with pytest.raises(DatasetNotFoundError, match=rf"the datasets in it: {copy.name} \(pass one, e.g. {copy}\)"):
+        StreamLoader(str(copy.parent))
+
+
 def test_old_codebase_version(copy):
     info = json.loads((copy / "meta/info.json").read_text())
     info["codebase_version"] = "v2.1"
