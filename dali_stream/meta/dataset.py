@@ -45,7 +45,7 @@ def _below(fs: Any, root: str) -> str:
 
 def _parents(root: str, levels: int = 3) -> list[str]:
     """The folders above `root`, nearest first, `levels` at most (a dataset's meta/, a camera's chunk folder)."""
-    out = []
+    out: list[str] = []
     while len(out) < levels and posixpath.dirname(root) not in ("", root):
         root = posixpath.dirname(root)
         out.append(root)
