@@ -47,8 +47,9 @@ demo: $(STAMP)
 demo-mixture: $(STAMP)
 	$(BIN)/dali-stream demo .demo/mixture --mixture --batches 100
 
+# --durations: the slowest tests named at the end of every run (CI's log too), where the suite's time goes
 test: $(STAMP) lint typecheck docs
-	$(BIN)/python -m pytest -q --timeout=600 $(XDIST) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --timeout=600 --durations=15 $(XDIST) $(PYTEST_ARGS)
 
 # The linter (ruff, settings in pyproject.toml [tool.ruff]): unused names, undefined ones, sorted imports. Part of
 # `make test`, so CI runs it; `$(BIN)/ruff check --fix .` fixes most of what it finds.
