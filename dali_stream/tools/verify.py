@@ -10,8 +10,8 @@ needs a reference, which this tool compares every file against:
 - `--against DIR` (any path or fsspec URL): a mirror whose files are hashed too.
 `--decode` decodes every frame of every video file (PyAV, FFmpeg's error detection on: H.264/HEVC report
 many damaged slices) and reads every parquet file whole, decoding every image of the cameras stored in its rows (at
-the size info.json declares); on the project's sample data it also checks every
-frame's painted ids, which catches what codecs without checksums (VP9, AV1) conceal. It then reads every
+the size info.json declares); on the project's sample data it also checks every frame's painted ids, which catches
+what codecs without checksums (VP9, AV1) conceal. It then reads every
 episode of every camera the way the loader does (`episode_problems`): the loader's segment cut, torchcodec, and
 the frame-time check on every frame (`decode.cpu.check_frame_times`), the whole episode in one call and its
 first and last frames alone (each a seek in a fresh decoder, where a cut's end went wrong before), so a frame
@@ -64,12 +64,9 @@ def _files(fs, root: str) -> dict[str, int]:
 
 def _hub_published(fs, root: str) -> dict[str, Published]:
     """The Hub's own record of each file: LFS SHA-256, else the git blob SHA-1 (buckets: size only)."""
-    out = {}
-    for rel, info in _found(fs, root):
-        lfs = info.get("lfs")
-        digest = ("sha256", lfs["sha256"]) if lfs else (("git-sha1", info["blob_id"]) if info.get("blob_id") else None)
-        out[rel] = Published(int(info["size"]), digest)
-    return out
+    return {rel: Published(int(info["size"]), ("sha256", info["lfs"]["sha256"]) if info.get("lfs") else
+                           (("git-sha1", info["blob_id"]) if info.get("blob_id") else None))
+            for rel, info in _found(fs, root)}
 
 
 def _hash(fs, path: str, algorithm: str, size: int, progress: Callable[[int], None] | None) -> str:
@@ -106,6 +103,8 @@ def reference_of(against: str | None, source: str, fs, root: str, storage_option
     ref_fs, ref_root = open_fs(against, RemoteOptions(dict(storage_options or {})))
     if not ref_fs.exists(ref_root):
         raise ConfigError(f"--against {against!r} does not exist; pass the root of the reference copy")
+    if type(ref_fs) is type(fs) and ref_root.rstrip("/") == root.rstrip("/"):
+        raise ConfigError(f"--against {against!r} is {source!r} itself: pass another copy (a mirror, or hf://...)")
     if _is_hub(ref_fs):
         return f"published hashes of {against}", _hub_published(_raw(ref_fs), ref_root), None
     sizes = _files(_raw(ref_fs), ref_root)

@@ -74,6 +74,12 @@ def test_bench_refuses_bad_flags_before_it_writes_its_sample(tmp_path):
     assert not (tmp_path / ".demo").exists()
 
 
+def test_verify_against_the_dataset_itself(small_dataset, tmp_path):
+    """Every file would match: refused, however the same folder is spelled."""
+    refused(dali_stream("verify", small_dataset, "--against", f"{small_dataset}/"), "verify", "itself",
+            "pass another copy")
+
+
 def test_inspect_and_verify_refuse_negative_numbers(tmp_path):
     refused(dali_stream("inspect", tmp_path, "--nodes", -1), "inspect", "--nodes must be at least 1")
     refused(dali_stream("verify", tmp_path, "--tolerance-s", -1), "verify", "--tolerance-s must be a number >= 0")
