@@ -21,6 +21,7 @@ from ..config import DepthOutputUnit
 from ..errors import DatasetError, DatasetNotFoundError, RemoteError, UnsupportedVersionError
 from ..source.storage import (
     RemoteOptions,
+    is_local,
     lerobot_home,
     open_fs,
     read_parquet,
@@ -231,6 +232,11 @@ class DatasetMeta(LerobotMetadata):
                 f"(the folder holding meta/, data/ and videos/), or write one with `dali-stream make-sample`{remote}"
             )
         path = posixpath.join(root, INFO_PATH)
+        if is_local(fs) and os.path.isfile(root):
+            raise DatasetNotFoundError(
+                f"{source!r} is a file, not a dataset folder: pass a LeRobot dataset's root folder (holding meta/, "
+                "data/ and videos/)" + ("; a mixture file is read by `dali_stream.mixture.load_mixture(path)` (the "
+                "CLI reads it itself)" if str(source).endswith(".json") else ""))
         if not fs.exists(path):
             up = next((p for p in _parents(root) if fs.exists(posixpath.join(p, INFO_PATH))), None)
             raise DatasetNotFoundError(

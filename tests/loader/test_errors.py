@@ -63,6 +63,17 @@ def test_a_folder_inside_a_dataset_or_above_datasets_names_them(copy):
         StreamLoader(str(copy.parent))
 
 
+def test_a_file_given_for_a_dataset_says_so(tmp_path):
+    """A mixture file passed to StreamLoader (the CLI takes one; Python reads it with load_mixture), a YAML file."""
+    (tmp_path / "mix.json").write_text('{"members": ["a"]}')
+    (tmp_path / "mix.yaml").write_text("members: [a]\n")
+    with pytest.raises(DatasetNotFoundError, match=r"'.*mix.json' is a file, not a dataset folder.*load_mixture"):
+        StreamLoader(str(tmp_path / "mix.json"))
+    with pytest.raises(DatasetNotFoundError, match=r"'.*mix.yaml' is a file, not a dataset folder: pass a LeRobot "
+                                                   r"dataset's root folder \(holding meta/, data/ and videos/\)$"):
+        StreamLoader(str(tmp_path / "mix.yaml"))
+
+
 def test_old_codebase_version(copy):
     info = json.loads((copy / "meta/info.json").read_text())
     info["codebase_version"] = "v2.1"
